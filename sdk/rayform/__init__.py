@@ -1,0 +1,66 @@
+"""Rayform: captured robot data to PyTorch training batches.
+
+Public API::
+
+    client = rayform.Client()                  # endpoint/token/cache from args or env
+    slice_ = client.slices.get("slc_7c1e04aa")  # -> rayform.Slice
+    dataset = rayform.torch.EpisodeDataset(slice_, obs=[...], action="...", fps=15)
+
+``rayform.torch`` is imported lazily so that ``import rayform`` does not need torch.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from rayform import errors
+from rayform.errors import (
+    AccessDeniedError,
+    CacheError,
+    IntegrityError,
+    InvalidArgumentError,
+    ManifestError,
+    NotFoundError,
+    OfflineError,
+    RayformError,
+    TransportError,
+)
+from rayform.manifest import BlobRef, Manifest, Segment, Stream
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AccessDeniedError",
+    "BlobRef",
+    "CacheError",
+    "Client",
+    "IntegrityError",
+    "InvalidArgumentError",
+    "Manifest",
+    "ManifestError",
+    "NotFoundError",
+    "OfflineError",
+    "RayformError",
+    "Segment",
+    "Slice",
+    "Stream",
+    "TransportError",
+    "__version__",
+    "errors",
+]
+
+
+def __getattr__(name: str) -> Any:
+    # Lazy: `rayform.torch` needs torch, `Client`/`Slice` pull in httpx.
+    if name == "torch":
+        return importlib.import_module("rayform.torch")
+    if name == "Client":
+        from rayform.client import Client
+
+        return Client
+    if name == "Slice":
+        from rayform.slice import Slice
+
+        return Slice
+    raise AttributeError(f"module 'rayform' has no attribute {name!r}")

@@ -1,0 +1,73 @@
+"""Validation of the identifiers that cross the wire: slice IDs, segment IDs, BLAKE3 hashes.
+
+Shared by the SDK and the server stub so both sides accept exactly the same strings.
+"""
+
+from __future__ import annotations
+
+import re
+
+from rayform.errors import InvalidArgumentError
+
+__all__ = [
+    "HASH_RE",
+    "SEGMENT_ID_RE",
+    "SLICE_ID_RE",
+    "STREAM_NAME_RE",
+    "check_hash",
+    "check_segment_id",
+    "check_slice_id",
+    "check_stream_name",
+]
+
+SLICE_ID_RE = re.compile(r"^slc_[0-9a-f]{8,64}$")
+SEGMENT_ID_RE = re.compile(r"^seg_[0-9a-f]{8,64}$")
+HASH_RE = re.compile(r"^[0-9a-f]{64}$")
+# e.g. "cam0/rgb", "joints/position_delta": lowercase path-like words, never "..".
+STREAM_NAME_RE = re.compile(r"^[a-z0-9_][a-z0-9_.-]*(/[a-z0-9_][a-z0-9_.-]*){0,4}$")
+
+
+def _shown(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def check_slice_id(value: object) -> str:
+    """Return ``value`` if it is a slice ID (``slc_`` + 8-64 lowercase hex), else raise."""
+    if not isinstance(value, str) or not SLICE_ID_RE.match(value):
+        raise InvalidArgumentError(
+            f"malformed slice ID {_shown(value)}: a slice ID is 'slc_' followed by 8 to 64 "
+            "lowercase hex digits, e.g. 'slc_7c1e04aa'. Copy it from `rayform slices show` or "
+            "from the web UI."
+        )
+    return value
+
+
+def check_segment_id(value: object) -> str:
+    """Return ``value`` if it is a segment ID (``seg_`` + 8-64 lowercase hex), else raise."""
+    if not isinstance(value, str) or not SEGMENT_ID_RE.match(value):
+        raise InvalidArgumentError(
+            f"malformed segment ID {_shown(value)}: a segment ID is 'seg_' followed by 8 to 64 "
+            "lowercase hex digits, e.g. 'seg_0a1b2c3d'."
+        )
+    return value
+
+
+def check_hash(value: object) -> str:
+    """Return ``value`` if it is a BLAKE3 hex digest (64 lowercase hex), else raise."""
+    if not isinstance(value, str) or not HASH_RE.match(value):
+        raise InvalidArgumentError(
+            f"malformed content hash {_shown(value)}: expected 64 lowercase hex digits "
+            "(a BLAKE3 digest)."
+        )
+    return value
+
+
+def check_stream_name(value: object) -> str:
+    """Return ``value`` if it is a stream name such as ``cam0/rgb``, else raise."""
+    if not isinstance(value, str) or not STREAM_NAME_RE.match(value) or ".." in value:
+        raise InvalidArgumentError(
+            f"malformed stream name {_shown(value)}: use lowercase words separated by '/', "
+            "e.g. 'cam0/rgb' or 'joints/position'."
+        )
+    return value

@@ -1,0 +1,70 @@
+"""Every error Rayform raises, in one hierarchy.
+
+::
+
+    RayformError
+    ├── InvalidArgumentError        bad value passed by the caller (also a ValueError)
+    ├── NotFoundError               unknown slice, stream, segment or blob
+    ├── AccessDeniedError           missing/wrong token (401) or out of scope (403)
+    ├── OfflineError                offline mode and the object is not cached
+    ├── IntegrityError              bytes do not match their BLAKE3 hash, size or format
+    │   └── ManifestError           a manifest is malformed or of an unknown format
+    ├── TransportError              network failure after all retries, or a 5xx answer
+    └── CacheError                  the cache directory cannot be written (read-only, full disk)
+
+Every message says what went wrong *and* what to do next. No message ever contains the
+access token.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AccessDeniedError",
+    "CacheError",
+    "IntegrityError",
+    "InvalidArgumentError",
+    "ManifestError",
+    "NotFoundError",
+    "OfflineError",
+    "RayformError",
+    "TransportError",
+]
+
+
+class RayformError(Exception):
+    """Base class of every error raised by Rayform."""
+
+
+class InvalidArgumentError(RayformError, ValueError):
+    """A caller passed a value that is not allowed (malformed ID, bad fps, ...)."""
+
+
+class NotFoundError(RayformError, LookupError):
+    """The server (or the manifest) has no such slice, stream, segment or blob."""
+
+
+class AccessDeniedError(RayformError, PermissionError):
+    """The token is missing, wrong, or not allowed to see this slice."""
+
+
+class OfflineError(RayformError):
+    """Offline mode is on and the object is not in the cache.
+
+    The message names the ``rayform pull`` command that would fetch it.
+    """
+
+
+class IntegrityError(RayformError):
+    """Bytes do not match their content hash, declared size or format."""
+
+
+class ManifestError(IntegrityError):
+    """A manifest is malformed, of an unknown format version, or fails its hash."""
+
+
+class TransportError(RayformError, ConnectionError):
+    """The server could not be reached or kept failing after every retry."""
+
+
+class CacheError(RayformError, OSError):
+    """The cache directory cannot be used: read-only, full disk, or not a directory."""

@@ -1,0 +1,306 @@
+"""The manifest: what a slice contains, as content hashes.
+
+A manifest is a JSON document (format ``rayform.manifest``, ``format_version`` 1) named by the
+BLAKE3 hash of its canonical bytes (UTF-8, sorted keys, no whitespace). It lists segments
+(episodes); each segment lists its streams. See ``docs/manifest.md`` for the schema.
+
+All times are integers in nanoseconds; rates are in Hz.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from rayform._hashing import hash_bytes
+from rayform._ids import HASH_RE, SEGMENT_ID_RE, STREAM_NAME_RE
+from rayform.errors import ManifestError
+
+__all__ = [
+    "FORMAT",
+    "FORMAT_VERSION",
+    "FRAME_CONVENTIONS",
+    "BlobRef",
+    "Manifest",
+    "Segment",
+    "Stream",
+]
+
+FORMAT = "rayform.manifest"
+FORMAT_VERSION = 1
+STREAM_KINDS = ("video", "table")
+#: Coordinate conventions a Cartesian stream may be stored in.
+FRAME_CONVENTIONS = ("ros", "opencv")
+#: What a Cartesian stream holds: position (x, y, z), quaternion (x, y, z, w), or pose
+#: (x, y, z, qx, qy, qz, qw).
+CARTESIAN_QUANTITIES = {"position": 3, "quaternion": 4, "pose": 7}
+
+
+@dataclass(frozen=True, slots=True)
+class BlobRef:
+    """A content-addressed blob: BLAKE3 hex digest and size in bytes."""
+
+    hash: str
+    size: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"hash": self.hash, "size": self.size}
+
+
+@dataclass(frozen=True, slots=True)
+class Stream:
+    """One recorded stream of a segment.
+
+    Attributes:
+        name: e.g. ``"cam0/rgb"`` or ``"joints/position"``.
+        kind: ``"video"`` (H.264 in MP4, frames ``(H, W, 3) uint8``) or ``"table"``
+            (time series, records ``(D,)``).
+        blob: the video file or the table blob.
+        timestamps: video only: blob of per-frame presentation times (ns, int64).
+        rate_hz: nominal rate in Hz (the real timestamps jitter around it).
+        shape: shape of one record: ``[H, W, 3]`` for video, ``[D]`` for tables.
+        dtype: numpy dtype name of one record (``"uint8"``, ``"float32"``, ...).
+        count: number of records (frames or rows).
+        t0_ns: timestamp of the first record, ns.
+        t1_ns: timestamp of the last record, ns.
+        units: e.g. ``"rad"``, ``"m"``; ``None`` if unitless.
+        frame: coordinate convention of a Cartesian stream (``"ros"`` or ``"opencv"``),
+            ``None`` for joint-space and image streams.
+        quantity: for Cartesian streams: ``"position"``, ``"quaternion"`` or ``"pose"``.
+        codec: video only, e.g. ``"h264"``.
+        gop: video only: keyframe interval in frames.
+    """
+
+    name: str
+    kind: Literal["video", "table"]
+    blob: BlobRef
+    rate_hz: float
+    shape: tuple[int, ...]
+    dtype: str
+    count: int
+    t0_ns: int
+    t1_ns: int
+    timestamps: BlobRef | None = None
+    units: str | None = None
+    frame: str | None = None
+    quantity: str | None = None
+    codec: str | None = None
+    gop: int | None = None
+
+    def blobs(self) -> list[BlobRef]:
+        """Every blob this stream needs (video + timestamps, or the table)."""
+        return [self.blob] if self.timestamps is None else [self.blob, self.timestamps]
+
+    @property
+    def nbytes(self) -> int:
+        """Total stored size in bytes."""
+        return sum(b.size for b in self.blobs())
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "kind": self.kind,
+            "blob": self.blob.to_json(),
+            "rate_hz": self.rate_hz,
+            "shape": list(self.shape),
+            "dtype": self.dtype,
+            "count": self.count,
+            "t0_ns": self.t0_ns,
+            "t1_ns": self.t1_ns,
+        }
+        for key in ("units", "frame", "quantity", "codec", "gop"):
+            value = getattr(self, key)
+            if value is not None:
+                out[key] = value
+        if self.timestamps is not None:
+            out["timestamps"] = self.timestamps.to_json()
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class Segment:
+    """One episode: an ID, a version, the site it was recorded at, and its streams.
+
+    ``start_ns``/``end_ns`` bound every record of every stream (half-open is not implied:
+    both are real record times).
+    """
+
+    id: str
+    version: int
+    site: str
+    start_ns: int
+    end_ns: int
+    streams: dict[str, Stream] = field(default_factory=dict)
+
+    @property
+    def duration_s(self) -> float:
+        return (self.end_ns - self.start_ns) / 1e9
+
+    @property
+    def nbytes(self) -> int:
+        return sum(s.nbytes for s in self.streams.values())
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "version": self.version,
+            "site": self.site,
+            "start_ns": self.start_ns,
+            "end_ns": self.end_ns,
+            "streams": {name: s.to_json() for name, s in sorted(self.streams.items())},
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Manifest:
+    """A versioned, content-addressed list of segments."""
+
+    segments: tuple[Segment, ...]
+    description: str = ""
+    format_version: int = FORMAT_VERSION
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format": FORMAT,
+            "format_version": self.format_version,
+            "description": self.description,
+            "segments": [s.to_json() for s in self.segments],
+        }
+
+    def to_bytes(self) -> bytes:
+        """Canonical encoding: UTF-8 JSON, sorted keys, no whitespace."""
+        return canonical_json(self.to_json())
+
+    @property
+    def hash(self) -> str:
+        return hash_bytes(self.to_bytes())
+
+    def blobs(self, streams: list[str] | None = None) -> dict[str, BlobRef]:
+        """Unique blobs by hash, optionally only for the named streams."""
+        out: dict[str, BlobRef] = {}
+        for seg in self.segments:
+            for name, stream in seg.streams.items():
+                if streams is None or name in streams:
+                    for ref in stream.blobs():
+                        out[ref.hash] = ref
+        return out
+
+    def stream_names(self) -> list[str]:
+        names: set[str] = set()
+        for seg in self.segments:
+            names.update(seg.streams)
+        return sorted(names)
+
+    @classmethod
+    def from_bytes(cls, data: bytes, expected_hash: str | None = None) -> Manifest:
+        """Parse and validate manifest bytes.
+
+        Raises:
+            ManifestError: the bytes fail ``expected_hash``, are not JSON, are of another
+                format or version, or break the schema.
+        """
+        if expected_hash is not None and hash_bytes(data) != expected_hash:
+            raise ManifestError(
+                f"manifest bytes do not match their hash {expected_hash[:12]}...: the copy is "
+                "corrupt. Run `rayform cache verify` and fetch the slice again."
+            )
+        try:
+            doc = json.loads(data)
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise ManifestError(f"manifest is not valid JSON: {exc}") from exc
+        return cls.from_json(doc)
+
+    @classmethod
+    def from_json(cls, doc: Any) -> Manifest:
+        if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+            raise ManifestError(f"not a Rayform manifest (expected \"format\": \"{FORMAT}\")")
+        version = doc.get("format_version")
+        if version != FORMAT_VERSION:
+            raise ManifestError(
+                f"manifest format_version {version!r} is not supported by this SDK (it reads "
+                f"version {FORMAT_VERSION}). Upgrade rayform: pip install -U rayform."
+            )
+        try:
+            segments = tuple(_parse_segment(s) for s in doc["segments"])
+            description = str(doc.get("description", ""))
+        except ManifestError:
+            raise
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise ManifestError(f"manifest breaks the schema: {type(exc).__name__}: {exc}") from exc
+        seen: set[str] = set()
+        for seg in segments:
+            if seg.id in seen:
+                raise ManifestError(f"manifest lists segment {seg.id} twice")
+            seen.add(seg.id)
+        return cls(segments=segments, description=description, format_version=version)
+
+
+def canonical_json(doc: Any) -> bytes:
+    """UTF-8 JSON with sorted keys and no whitespace: the bytes that get hashed."""
+    return json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def _parse_blob(d: Any, where: str) -> BlobRef:
+    h, size = d["hash"], d["size"]
+    if not isinstance(h, str) or not HASH_RE.match(h):
+        raise ManifestError(f"{where}: malformed blob hash {h!r}")
+    if not isinstance(size, int) or size < 0:
+        raise ManifestError(f"{where}: blob size must be a non-negative integer, got {size!r}")
+    return BlobRef(h, size)
+
+
+def _parse_stream(name: str, d: dict[str, Any], where: str) -> Stream:
+    if not STREAM_NAME_RE.match(name):
+        raise ManifestError(f"{where}: malformed stream name {name!r}")
+    where = f"{where} stream {name}"
+    kind = d["kind"]
+    if kind not in STREAM_KINDS:
+        raise ManifestError(f"{where}: unknown kind {kind!r} (expected one of {STREAM_KINDS})")
+    timestamps = _parse_blob(d["timestamps"], where) if kind == "video" else None
+    frame, quantity = d.get("frame"), d.get("quantity")
+    if frame is not None and frame not in FRAME_CONVENTIONS:
+        raise ManifestError(f"{where}: unknown frame convention {frame!r}")
+    if quantity is not None and quantity not in CARTESIAN_QUANTITIES:
+        raise ManifestError(f"{where}: unknown Cartesian quantity {quantity!r}")
+    shape = tuple(int(x) for x in d["shape"])
+    if quantity is not None and shape != (CARTESIAN_QUANTITIES[quantity],):
+        raise ManifestError(f"{where}: a {quantity} stream must have shape ({CARTESIAN_QUANTITIES[quantity]},)")
+    count, t0, t1 = int(d["count"]), int(d["t0_ns"]), int(d["t1_ns"])
+    if count < 1 or t1 < t0:
+        raise ManifestError(f"{where}: needs at least one record and t0_ns <= t1_ns")
+    return Stream(
+        name=name,
+        kind=kind,
+        blob=_parse_blob(d["blob"], where),
+        rate_hz=float(d["rate_hz"]),
+        shape=shape,
+        dtype=str(d["dtype"]),
+        count=count,
+        t0_ns=t0,
+        t1_ns=t1,
+        timestamps=timestamps,
+        units=d.get("units"),
+        frame=frame,
+        quantity=quantity,
+        codec=d.get("codec"),
+        gop=d.get("gop"),
+    )
+
+
+def _parse_segment(d: dict[str, Any]) -> Segment:
+    seg_id = d["id"]
+    if not isinstance(seg_id, str) or not SEGMENT_ID_RE.match(seg_id):
+        raise ManifestError(f"malformed segment ID {seg_id!r} in manifest")
+    where = f"segment {seg_id}"
+    version = d["version"]
+    if not isinstance(version, int) or version < 1:
+        raise ManifestError(f"{where}: version must be a positive integer")
+    streams = {name: _parse_stream(name, s, where) for name, s in d["streams"].items()}
+    return Segment(
+        id=seg_id,
+        version=version,
+        site=str(d["site"]),
+        start_ns=int(d["start_ns"]),
+        end_ns=int(d["end_ns"]),
+        streams=streams,
+    )

@@ -1,0 +1,197 @@
+"""Turn recorded arrays and frames into segments, a manifest and a slice.
+
+This is the Python API the demo generator and the ingesters use::
+
+    store = Store("data/")
+    b = SliceBuilder(store, description="pick and place, lab A")
+    b.add_segment(
+        "seg_0a1b2c3d", site="lab-a", version=1,
+        streams=[
+            VideoData("cam0/rgb", frames, t_ns, rate_hz=30),
+            TableData("joints/position", t_ns, values, rate_hz=200, units="rad"),
+        ],
+    )
+    manifest = b.commit("slc_7c1e04aa")
+
+Blobs are written as segments are added; the manifest and the slice reference are written
+only by :meth:`SliceBuilder.commit`, so an interrupted build never leaves a half-written slice.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from rayform._blobfmt import encode_table, encode_timestamps
+from rayform._ids import check_segment_id, check_slice_id, check_stream_name
+from rayform.manifest import CARTESIAN_QUANTITIES, FRAME_CONVENTIONS, Manifest, Segment, Stream
+from rayform_server._video import DEFAULT_CRF, DEFAULT_GOP, encode_video
+from rayform_server.store import Store
+
+__all__ = ["SliceBuilder", "TableData", "VideoData"]
+
+
+@dataclass
+class VideoData:
+    """A camera stream to encode.
+
+    Attributes:
+        name: stream name, e.g. ``"cam0/rgb"``.
+        frames: frames ``(H, W, 3) uint8`` in capture order (an array ``(N, H, W, 3)`` or any
+            iterable, so long recordings need not sit in memory).
+        t_ns: capture time of each frame, ns, ``int64 (N,)`` strictly increasing.
+        rate_hz: nominal rate in Hz.
+        gop: keyframe interval in frames.
+        crf: x264 quality.
+        video_file: an already-encoded MP4 to store as is instead of encoding ``frames``
+            (its frame ``i`` must be the ``i``-th capture and its frame rate constant);
+            ``shape`` must then be given.
+        shape: ``(H, W, 3)``, required with ``video_file``.
+    """
+
+    name: str
+    frames: Iterable[np.ndarray] | None
+    t_ns: np.ndarray
+    rate_hz: float
+    gop: int = DEFAULT_GOP
+    crf: int = DEFAULT_CRF
+    video_file: str | os.PathLike[str] | None = None
+    shape: tuple[int, int, int] | None = None
+    codec: str = "h264"
+
+
+@dataclass
+class TableData:
+    """A time-series stream.
+
+    Attributes:
+        name: stream name, e.g. ``"joints/position"``.
+        t_ns: record times, ns, ``int64 (N,)`` strictly increasing.
+        values: records ``(N, D)``.
+        rate_hz: nominal rate in Hz.
+        units: e.g. ``"rad"``.
+        frame: for Cartesian streams, the convention they are stored in (``"ros"``/``"opencv"``).
+        quantity: for Cartesian streams: ``"position"``, ``"quaternion"`` or ``"pose"``.
+    """
+
+    name: str
+    t_ns: np.ndarray
+    values: np.ndarray
+    rate_hz: float
+    units: str | None = None
+    frame: str | None = None
+    quantity: str | None = None
+
+
+class SliceBuilder:
+    """Accumulates segments, then commits them as one manifest and a slice reference."""
+
+    def __init__(self, store: Store, description: str = "") -> None:
+        self.store = store
+        self.description = description
+        self.segments: list[Segment] = []
+
+    def add_segment(
+        self,
+        segment_id: str,
+        *,
+        site: str,
+        streams: list[VideoData | TableData],
+        version: int = 1,
+    ) -> Segment:
+        """Store a segment's blobs and remember it for :meth:`commit`.
+
+        Raises:
+            ValueError: bad IDs, names, timestamps, shapes or conventions.
+        """
+        check_segment_id(segment_id)
+        if any(s.id == segment_id for s in self.segments):
+            raise ValueError(f"segment {segment_id} was already added")
+        if not streams:
+            raise ValueError(f"segment {segment_id} has no streams")
+        built: dict[str, Stream] = {}
+        for data in streams:
+            check_stream_name(data.name)
+            if data.name in built:
+                raise ValueError(f"segment {segment_id}: stream {data.name} given twice")
+            t_ns = np.asarray(data.t_ns, dtype=np.int64)
+            if t_ns.ndim != 1 or t_ns.size == 0:
+                raise ValueError(f"{data.name}: t_ns must be a non-empty 1-D array")
+            if t_ns.size > 1 and not np.all(np.diff(t_ns) > 0):
+                raise ValueError(f"{data.name}: t_ns must be strictly increasing")
+            if isinstance(data, VideoData):
+                built[data.name] = self._video(data, t_ns)
+            else:
+                built[data.name] = self._table(data, t_ns)
+        seg = Segment(
+            id=segment_id,
+            version=int(version),
+            site=site,
+            start_ns=min(s.t0_ns for s in built.values()),
+            end_ns=max(s.t1_ns for s in built.values()),
+            streams=built,
+        )
+        self.segments.append(seg)
+        return seg
+
+    def _video(self, data: VideoData, t_ns: np.ndarray) -> Stream:
+        if data.video_file is not None:
+            if data.shape is None:
+                raise ValueError(f"{data.name}: shape is required with video_file")
+            ref = self.store.put_file(data.video_file)
+            count, shape = int(t_ns.size), tuple(data.shape)
+        else:
+            fd, tmp = tempfile.mkstemp(dir=self.store.root / "tmp", suffix=".mp4")
+            os.close(fd)
+            try:
+                count, h, w = encode_video(data.frames, tmp, rate_hz=data.rate_hz, gop=data.gop, crf=data.crf)
+                ref = self.store.put_file(tmp, move=True)
+            finally:
+                Path(tmp).unlink(missing_ok=True)
+            shape = (h, w, 3)
+            if count != t_ns.size:
+                raise ValueError(f"{data.name}: {count} frames but {t_ns.size} timestamps")
+        ts = self.store.put_bytes(encode_timestamps(t_ns))
+        return Stream(
+            name=data.name, kind="video", blob=ref, timestamps=ts, rate_hz=float(data.rate_hz),
+            shape=shape, dtype="uint8", count=count, t0_ns=int(t_ns[0]), t1_ns=int(t_ns[-1]),
+            codec=data.codec, gop=data.gop,
+        )
+
+    def _table(self, data: TableData, t_ns: np.ndarray) -> Stream:
+        values = np.asarray(data.values)
+        if values.ndim == 1:
+            values = values[:, None]
+        if values.ndim != 2 or values.shape[0] != t_ns.size:
+            raise ValueError(f"{data.name}: values must be (N, D) with N={t_ns.size}, got {values.shape}")
+        if data.frame is not None and data.frame not in FRAME_CONVENTIONS:
+            raise ValueError(f"{data.name}: frame must be one of {FRAME_CONVENTIONS}, got {data.frame!r}")
+        if data.quantity is not None:
+            want = CARTESIAN_QUANTITIES.get(data.quantity)
+            if want is None or values.shape[1] != want or data.frame is None:
+                raise ValueError(
+                    f"{data.name}: quantity {data.quantity!r} needs a frame convention and "
+                    f"values of width {want}"
+                )
+        ref = self.store.put_bytes(encode_table(t_ns, values))
+        return Stream(
+            name=data.name, kind="table", blob=ref, rate_hz=float(data.rate_hz),
+            shape=(int(values.shape[1]),), dtype=str(values.dtype), count=int(t_ns.size),
+            t0_ns=int(t_ns[0]), t1_ns=int(t_ns[-1]), units=data.units, frame=data.frame,
+            quantity=data.quantity,
+        )
+
+    def commit(self, slice_id: str) -> Manifest:
+        """Write the manifest and point ``slice_id`` at it. Returns the manifest."""
+        check_slice_id(slice_id)
+        if not self.segments:
+            raise ValueError("a slice needs at least one segment")
+        manifest = Manifest(segments=tuple(self.segments), description=self.description)
+        digest = self.store.put_manifest(manifest)
+        self.store.set_slice(slice_id, digest, self.description)
+        return manifest

@@ -1,0 +1,147 @@
+"""The server's data root on disk.
+
+Layout (see ``docs/layout.md``)::
+
+    ROOT/blobs/ab/abcdef...        content-addressed blobs (video, timestamps, tables), BLAKE3
+    ROOT/manifests/ab/abcdef...    manifests, named by the BLAKE3 of their canonical bytes
+    ROOT/slices/slc_xxxxxxxx.json  {"id", "manifest", "description"}: a named reference
+    ROOT/tmp/                      staging for atomic writes (same filesystem)
+
+Every write goes to a unique temporary file under ``tmp/`` and is renamed into place, so a
+crash never leaves a partial object under a content name.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+from rayform._hashing import hash_bytes, new_hasher
+from rayform._ids import check_hash, check_slice_id
+from rayform.manifest import BlobRef, Manifest, canonical_json
+
+__all__ = ["Store"]
+
+
+class Store:
+    """A data root: blobs, manifests and slice references under ``root``."""
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.root = Path(root).resolve()
+        for sub in ("blobs", "manifests", "slices", "tmp"):
+            (self.root / sub).mkdir(parents=True, exist_ok=True)
+
+    # -- paths -----------------------------------------------------------------------------
+    def blob_path(self, digest: str) -> Path:
+        """Where the blob with BLAKE3 ``digest`` lives (validated: no traversal possible)."""
+        check_hash(digest)
+        return self.root / "blobs" / digest[:2] / digest
+
+    def manifest_path(self, digest: str) -> Path:
+        check_hash(digest)
+        return self.root / "manifests" / digest[:2] / digest
+
+    def slice_path(self, slice_id: str) -> Path:
+        check_slice_id(slice_id)
+        return self.root / "slices" / f"{slice_id}.json"
+
+    # -- writes ----------------------------------------------------------------------------
+    def _tmp(self) -> tuple[int, Path]:
+        fd, name = tempfile.mkstemp(dir=self.root / "tmp", prefix="put-")
+        return fd, Path(name)
+
+    def _place(self, tmp: Path, dest: Path) -> None:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        os.chmod(tmp, 0o444)
+        os.replace(tmp, dest)
+
+    def put_bytes(self, data: bytes) -> BlobRef:
+        """Store ``data`` as a blob; idempotent. Returns its hash and size."""
+        digest = hash_bytes(data)
+        dest = self.blob_path(digest)
+        if not dest.exists():
+            fd, tmp = self._tmp()
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            self._place(tmp, dest)
+        return BlobRef(digest, len(data))
+
+    def put_file(self, path: str | os.PathLike[str], *, move: bool = False) -> BlobRef:
+        """Store a file's bytes as a blob (hashing while copying); idempotent."""
+        h = new_hasher()
+        fd, tmp = self._tmp()
+        size = 0
+        try:
+            with os.fdopen(fd, "wb") as out, Path(path).open("rb") as src:
+                while chunk := src.read(1 << 20):
+                    h.update(chunk)
+                    out.write(chunk)
+                    size += len(chunk)
+            digest = h.hexdigest()
+            dest = self.blob_path(digest)
+            if dest.exists():
+                tmp.unlink()
+            else:
+                self._place(tmp, dest)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        if move:
+            Path(path).unlink()
+        return BlobRef(digest, size)
+
+    def put_manifest(self, manifest: Manifest) -> str:
+        """Store a manifest under the hash of its canonical bytes; returns the hash."""
+        data = manifest.to_bytes()
+        digest = hash_bytes(data)
+        dest = self.manifest_path(digest)
+        if not dest.exists():
+            fd, tmp = self._tmp()
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            self._place(tmp, dest)
+        return digest
+
+    def set_slice(self, slice_id: str, manifest_hash: str, description: str = "") -> None:
+        """Point ``slice_id`` at a stored manifest (atomically replaces an older reference)."""
+        check_hash(manifest_hash)
+        if not self.manifest_path(manifest_hash).exists():
+            raise FileNotFoundError(f"manifest {manifest_hash} is not in the store")
+        doc = {"id": slice_id, "manifest": manifest_hash, "description": description}
+        fd, tmp = self._tmp()
+        with os.fdopen(fd, "wb") as f:
+            f.write(canonical_json(doc))
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, self.slice_path(slice_id))
+
+    def delete_slice(self, slice_id: str) -> None:
+        self.slice_path(slice_id).unlink(missing_ok=True)
+
+    # -- reads -----------------------------------------------------------------------------
+    def get_slice(self, slice_id: str) -> dict[str, str] | None:
+        """The slice reference (``id``, ``manifest``, ``description``) or ``None``."""
+        try:
+            return json.loads(self.slice_path(slice_id).read_bytes())
+        except FileNotFoundError:
+            return None
+
+    def read_manifest_bytes(self, digest: str) -> bytes:
+        return self.manifest_path(digest).read_bytes()
+
+    def load_manifest(self, digest: str) -> Manifest:
+        return Manifest.from_bytes(self.read_manifest_bytes(digest), expected_hash=digest)
+
+    def has_blob(self, digest: str) -> bool:
+        return self.blob_path(digest).is_file()
+
+    def list_slices(self) -> Iterator[str]:
+        for p in sorted((self.root / "slices").glob("slc_*.json")):
+            yield p.stem
+
+    def clean_tmp(self) -> None:
+        shutil.rmtree(self.root / "tmp", ignore_errors=True)
+        (self.root / "tmp").mkdir(exist_ok=True)
