@@ -1,0 +1,30 @@
+# The README's two commands: `make demo` and `make test`. Both set up .venv first.
+PY := .venv/bin/python
+export OMP_NUM_THREADS ?= 1
+
+.PHONY: setup demo test lint stress bench peer clean
+
+setup:
+	@scripts/setup.sh
+
+demo: setup
+	$(PY) scripts/demo.py
+
+test: setup
+	$(PY) -m ruff check sdk server_stub tests bench scripts
+	$(PY) -m pytest tests
+
+lint: setup
+	$(PY) -m ruff check sdk server_stub tests bench scripts
+
+stress: setup
+	$(PY) -m pytest tests -m stress
+
+bench: setup
+	$(PY) bench/run_all.py
+
+peer:
+	@scripts/peer_lerobot.sh
+
+clean:
+	rm -rf .demo .bench build *.egg-info
