@@ -23,23 +23,38 @@ from pathlib import Path
 from rayform._hashing import hash_bytes, new_hasher
 from rayform._ids import check_hash, check_slice_id
 from rayform.manifest import BlobRef, Manifest, canonical_json
+from rayform_server.blobstore import BlobBackend, LocalBlobBackend
 
 __all__ = ["Store"]
 
 
 class Store:
-    """A data root: blobs, manifests and slice references under ``root``."""
+    """A data root: manifests and slice references under ``root``; blobs in ``blobs``.
 
-    def __init__(self, root: str | os.PathLike[str]) -> None:
+    Args:
+        root: the data root directory (created if missing).
+        blobs: where blob bytes live; default the local directory ``root/blobs``
+            (see :mod:`rayform_server.blobstore` for S3-compatible storage).
+    """
+
+    def __init__(self, root: str | os.PathLike[str], blobs: BlobBackend | None = None) -> None:
         self.root = Path(root).resolve()
-        for sub in ("blobs", "manifests", "slices", "tmp"):
+        for sub in ("manifests", "slices", "tmp"):
             (self.root / sub).mkdir(parents=True, exist_ok=True)
+        self.blobs: BlobBackend = blobs if blobs is not None else LocalBlobBackend(self.root)
 
     # -- paths -----------------------------------------------------------------------------
     def blob_path(self, digest: str) -> Path:
-        """Where the blob with BLAKE3 ``digest`` lives (validated: no traversal possible)."""
+        """Local path of the blob with BLAKE3 ``digest`` (validated: no traversal possible).
+
+        Raises:
+            FileNotFoundError: the blobs live in remote object storage, not on this disk.
+        """
         check_hash(digest)
-        return self.root / "blobs" / digest[:2] / digest
+        path = self.blobs.local_path(digest)
+        if path is None:
+            raise FileNotFoundError(f"blob {digest} lives in {self.blobs.describe()}, not on local disk")
+        return path
 
     def manifest_path(self, digest: str) -> Path:
         check_hash(digest)
@@ -62,12 +77,11 @@ class Store:
     def put_bytes(self, data: bytes) -> BlobRef:
         """Store ``data`` as a blob; idempotent. Returns its hash and size."""
         digest = hash_bytes(data)
-        dest = self.blob_path(digest)
-        if not dest.exists():
+        if not self.blobs.exists(digest):
             fd, tmp = self._tmp()
             with os.fdopen(fd, "wb") as f:
                 f.write(data)
-            self._place(tmp, dest)
+            self.blobs.add_file(tmp, digest)
         return BlobRef(digest, len(data))
 
     def put_file(self, path: str | os.PathLike[str], *, move: bool = False) -> BlobRef:
@@ -82,11 +96,7 @@ class Store:
                     out.write(chunk)
                     size += len(chunk)
             digest = h.hexdigest()
-            dest = self.blob_path(digest)
-            if dest.exists():
-                tmp.unlink()
-            else:
-                self._place(tmp, dest)
+            self.blobs.add_file(tmp, digest)
         except BaseException:
             tmp.unlink(missing_ok=True)
             raise
@@ -136,7 +146,7 @@ class Store:
         return Manifest.from_bytes(self.read_manifest_bytes(digest), expected_hash=digest)
 
     def has_blob(self, digest: str) -> bool:
-        return self.blob_path(digest).is_file()
+        return self.blobs.exists(digest)
 
     def list_slices(self) -> Iterator[str]:
         for p in sorted((self.root / "slices").glob("slc_*.json")):

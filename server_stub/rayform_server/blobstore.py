@@ -1,0 +1,167 @@
+"""Where the server keeps blob bytes: a local directory or S3-compatible object storage.
+
+The store's metadata (manifests, slice references) always stays in the local data root; only
+blobs go through a :class:`BlobBackend`. With :class:`S3BlobBackend` the HTTP server answers
+blob requests with a redirect to a short-lived presigned URL, so clients fetch the bytes
+straight from the object store.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Protocol
+from urllib.parse import urlparse
+
+from rayform._ids import check_hash
+
+__all__ = ["BlobBackend", "LocalBlobBackend", "S3BlobBackend", "blob_backend_from_url"]
+
+
+class BlobBackend(Protocol):
+    """The operations the store and the HTTP server need on blob bytes."""
+
+    def exists(self, digest: str) -> bool: ...
+
+    def size(self, digest: str) -> int: ...
+
+    def add_file(self, src: Path, digest: str) -> None:
+        """Take ownership of the verified file ``src`` (hash ``digest``); idempotent."""
+        ...
+
+    def local_path(self, digest: str) -> Path | None:
+        """A path to read the blob from, or ``None`` when it only lives remotely."""
+        ...
+
+    def presigned_url(self, digest: str, expires_s: int) -> str | None:
+        """A URL that grants GET (with Range) for ``expires_s`` seconds, or ``None``."""
+        ...
+
+    def describe(self) -> str: ...
+
+
+class LocalBlobBackend:
+    """Blobs under ``ROOT/blobs/ab/<hash>``, read-only once written."""
+
+    def __init__(self, root: Path) -> None:
+        self.dir = Path(root) / "blobs"
+        self.dir.mkdir(parents=True, exist_ok=True)
+
+    def path(self, digest: str) -> Path:
+        check_hash(digest)
+        return self.dir / digest[:2] / digest
+
+    def exists(self, digest: str) -> bool:
+        return self.path(digest).is_file()
+
+    def size(self, digest: str) -> int:
+        return self.path(digest).stat().st_size
+
+    def add_file(self, src: Path, digest: str) -> None:
+        dest = self.path(digest)
+        if dest.exists():
+            src.unlink(missing_ok=True)
+            return
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        os.chmod(src, 0o444)
+        os.replace(src, dest)
+
+    def local_path(self, digest: str) -> Path | None:
+        return self.path(digest)
+
+    def presigned_url(self, digest: str, expires_s: int) -> str | None:
+        return None
+
+    def describe(self) -> str:
+        return f"local directory {self.dir}"
+
+
+class S3BlobBackend:
+    """Blobs as objects ``s3://BUCKET/PREFIX/ab/<hash>`` on any S3-compatible store.
+
+    Credentials come from the standard AWS environment variables (``AWS_ACCESS_KEY_ID``,
+    ``AWS_SECRET_ACCESS_KEY``, ``AWS_REGION``...). Presigned URLs use SigV4 (boto3 would
+    default to SigV2 for custom endpoints).
+    """
+
+    def __init__(self, bucket: str, prefix: str = "", *, endpoint_url: str | None = None,
+                 region: str | None = None, create_bucket: bool = True) -> None:
+        import boto3
+        from botocore.config import Config
+
+        self.bucket = bucket
+        self.prefix = prefix.strip("/")
+        self.endpoint_url = endpoint_url
+        self._s3 = boto3.client(
+            "s3",
+            endpoint_url=endpoint_url,
+            region_name=region or os.environ.get("AWS_REGION") or "us-east-1",
+            config=Config(signature_version="s3v4", s3={"addressing_style": "path"},
+                          retries={"max_attempts": 5, "mode": "standard"}),
+        )
+        self._known: set[str] = set()
+        if create_bucket:
+            self._ensure_bucket()
+
+    def _ensure_bucket(self) -> None:
+        from botocore.exceptions import ClientError
+
+        try:
+            self._s3.head_bucket(Bucket=self.bucket)
+        except ClientError:
+            self._s3.create_bucket(Bucket=self.bucket)
+
+    def key(self, digest: str) -> str:
+        check_hash(digest)
+        return f"{self.prefix}/{digest[:2]}/{digest}" if self.prefix else f"{digest[:2]}/{digest}"
+
+    def exists(self, digest: str) -> bool:
+        from botocore.exceptions import ClientError
+
+        if digest in self._known:
+            return True
+        try:
+            self._s3.head_object(Bucket=self.bucket, Key=self.key(digest))
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
+                return False
+            raise
+        self._known.add(digest)
+        return True
+
+    def size(self, digest: str) -> int:
+        return int(self._s3.head_object(Bucket=self.bucket, Key=self.key(digest))["ContentLength"])
+
+    def add_file(self, src: Path, digest: str) -> None:
+        try:
+            if not self.exists(digest):
+                self._s3.upload_file(str(src), self.bucket, self.key(digest))
+                self._known.add(digest)
+        finally:
+            src.unlink(missing_ok=True)
+
+    def local_path(self, digest: str) -> Path | None:
+        return None
+
+    def presigned_url(self, digest: str, expires_s: int) -> str | None:
+        return self._s3.generate_presigned_url(
+            "get_object", Params={"Bucket": self.bucket, "Key": self.key(digest)}, ExpiresIn=expires_s
+        )
+
+    def describe(self) -> str:
+        where = f" at {self.endpoint_url}" if self.endpoint_url else ""
+        return f"s3://{self.bucket}/{self.prefix}{where}"
+
+
+def blob_backend_from_url(url: str | None, root: Path, *, endpoint_url: str | None = None) -> BlobBackend:
+    """``None`` or ``file://`` -> local directory under ``root``; ``s3://BUCKET/PREFIX`` -> S3."""
+    if not url:
+        return LocalBlobBackend(root)
+    parsed = urlparse(url)
+    if parsed.scheme == "s3" and parsed.netloc:
+        return S3BlobBackend(parsed.netloc, parsed.path, endpoint_url=endpoint_url)
+    if parsed.scheme == "file":
+        return LocalBlobBackend(Path(parsed.path))
+    raise ValueError(f"unsupported blob store {url!r}: use s3://BUCKET/PREFIX or leave it out for the local root")
+
+
