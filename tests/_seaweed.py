@@ -77,7 +77,8 @@ class SeaweedS3:
     def _spawn(self, name: str, args: list[str]) -> None:
         log = (self.workdir / f"{name}.log").open("wb")
         self.procs[name] = subprocess.Popen([_weed(), "-logtostderr", *args], stdout=log,
-                                            stderr=subprocess.STDOUT, start_new_session=True)
+                                            stderr=subprocess.STDOUT, start_new_session=True,
+                                            cwd=self.workdir)
         log.close()
 
     def _start_mini(self) -> None:
