@@ -1,0 +1,90 @@
+"""``rayform-server ingest``: turn LeRobot datasets and ROS 2 MCAP bags into slices.
+
+Python API: :func:`ingest_lerobot` and :func:`ingest_mcap`. The server CLI registers the
+``ingest`` subcommand through :func:`add_parser`::
+
+    rayform-server ingest lerobot --root DATA_ROOT --slice SLICE_ID PATH [--stream NAME=FEATURE ...] [--site SITE]
+    rayform-server ingest mcap --root DATA_ROOT --slice SLICE_ID FILE... [--stream NAME=TOPIC[:FIELD] ...] [--site SITE]
+
+See ``docs/ingest-lerobot.md`` and ``docs/ingest-mcap.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from rayform.errors import RayformError
+from rayform_server.ingest._common import Progress, parse_stream_specs
+from rayform_server.ingest.lerobot import ingest_lerobot
+from rayform_server.ingest.mcap import ingest_mcap
+
+__all__ = ["add_parser", "ingest_lerobot", "ingest_mcap"]
+
+
+def _common_args(p: argparse.ArgumentParser, source: str) -> None:
+    p.add_argument("--root", required=True, help="the server's data root (created if missing)")
+    p.add_argument("--slice", required=True, dest="slice_id", help="slice ID to create, e.g. slc_7c1e04aa")
+    p.add_argument(
+        "--stream", action="append", default=[], metavar=f"NAME={source}",
+        help=f"ingest {source} as stream NAME (repeatable); when given, only these are ingested",
+    )
+    p.add_argument("--site", default="local", help="site recorded in every segment (default: local)")
+    p.add_argument("--quiet", action="store_true", help="no progress output")
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Register ``ingest`` (with ``lerobot`` and ``mcap``) on the server CLI's subparsers.
+
+    Each leaf sets ``func``: a callable taking the parsed arguments and returning an exit code
+    (0 on success, 2 on bad input, with the reason on stderr).
+    """
+    ingest = subparsers.add_parser("ingest", help="ingest LeRobot datasets or ROS 2 MCAP bags")
+    kinds = ingest.add_subparsers(dest="ingest_kind", metavar="{lerobot,mcap}")
+    kinds.required = True
+
+    lr = kinds.add_parser("lerobot", help="ingest a LeRobot dataset (v2.1 or v3.0 layout)")
+    _common_args(lr, "FEATURE")
+    lr.add_argument("--dataset-id", default=None, help="name used in segment IDs (default: the directory name)")
+    lr.add_argument("path", help="the dataset's root directory (holding meta/info.json)")
+    lr.set_defaults(func=_run_lerobot)
+
+    mc = kinds.add_parser("mcap", help="ingest ROS 2 bags recorded as MCAP, one segment per file")
+    _common_args(mc, "TOPIC[:FIELD]")
+    mc.add_argument("files", nargs="+", help="MCAP files")
+    mc.set_defaults(func=_run_mcap)
+    return ingest
+
+
+def _run(args: argparse.Namespace, work: Any) -> int:
+    from rayform_server.store import Store
+
+    progress = Progress(None if args.quiet else sys.stderr)
+    try:
+        work(Store(args.root), progress)
+    except RayformError as exc:
+        print(f"rayform-server ingest {args.ingest_kind}: error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _run_lerobot(args: argparse.Namespace) -> int:
+    def work(store: Any, progress: Progress) -> None:
+        ingest_lerobot(
+            store, args.path, args.slice_id, streams=parse_stream_specs(args.stream, "FEATURE") or None,
+            site=args.site, dataset_id=args.dataset_id, progress=progress,
+        )
+
+    return _run(args, work)
+
+
+def _run_mcap(args: argparse.Namespace) -> int:
+    def work(store: Any, progress: Progress) -> None:
+        ingest_mcap(
+            store, args.files, args.slice_id,
+            streams=parse_stream_specs(args.stream, "TOPIC[:FIELD]") or None,
+            site=args.site, progress=progress,
+        )
+
+    return _run(args, work)

@@ -1,0 +1,170 @@
+"""Ingest a LeRobot dataset (v2.1 or v3.0 layout on local disk) into a slice.
+
+Every episode becomes one segment; every video feature becomes a video stream (decoded and
+re-encoded as H.264 with a short keyframe interval, one frame per dataset row; see
+``docs/ingest-lerobot.md`` for the measurements behind re-encoding); every vector feature
+becomes a table stream. Both keep the dataset's own ``timestamp`` column converted to ns,
+episode-relative (the first frame of every episode is at about 0 ns).
+
+Default stream names (``--stream NAME=FEATURE`` replaces them; when any is given, only the
+named features are ingested):
+
+* video ``observation.images.top`` -> ``top/rgb`` (``observation.`` and ``images.`` dropped,
+  other dots become ``/``, then ``/rgb``);
+* vector ``observation.state`` -> ``observation/state``, ``action`` -> ``action`` (dots
+  become ``/``); characters outside ``[a-z0-9_.-]`` become ``_``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from rayform._ids import check_slice_id
+from rayform.errors import InvalidArgumentError
+from rayform.manifest import Manifest
+from rayform_server.builder import SliceBuilder, TableData, VideoData
+from rayform_server.ingest._common import Progress, sanitize_stream_name, segment_id_for
+from rayform_server.ingest._frames import frames_at
+from rayform_server.ingest._lerobot_layout import Episode, LeRobotLayout, open_layout
+from rayform_server.store import Store
+
+__all__ = ["default_stream_name", "ingest_lerobot"]
+
+
+def default_stream_name(feature: str, is_video: bool) -> str:
+    """The stream name a feature gets without ``--stream`` (see the module docstring)."""
+    words = feature.split(".")
+    if is_video:
+        if words[:1] == ["observation"] and len(words) > 1:
+            words = words[1:]
+        if words[:1] in (["images"], ["image"]) and len(words) > 1:
+            words = words[1:]
+        return sanitize_stream_name([*words, "rgb"])
+    return sanitize_stream_name(words)
+
+
+def _pick_streams(layout: LeRobotLayout, chosen: dict[str, str] | None) -> dict[str, str]:
+    """``{stream name: feature}`` to ingest."""
+    videos, vectors = layout.video_keys, layout.vector_keys
+    if chosen:
+        for name, feature in chosen.items():
+            if feature not in videos and feature not in vectors:
+                raise InvalidArgumentError(
+                    f"--stream {name}={feature}: the dataset has no video or vector feature "
+                    f"{feature!r}. Its features are: {', '.join(videos + vectors)}"
+                )
+        return dict(chosen)
+    out: dict[str, str] = {}
+    for feature in videos + vectors:
+        name = default_stream_name(feature, feature in videos)
+        if name in out:
+            raise InvalidArgumentError(
+                f"features {out[name]!r} and {feature!r} both map to stream {name!r}: name them "
+                f"with --stream, e.g. --stream {name}2={feature}"
+            )
+        out[name] = feature
+    if not out:
+        raise InvalidArgumentError(f"{layout.root}: the dataset has no video or vector features")
+    return out
+
+
+def _vectors(column: pa.ChunkedArray, n: int, feature: str) -> np.ndarray:
+    """A parquet column (scalars or fixed/variable-size lists) as ``(N, D)``."""
+    col = column.combine_chunks()
+    if pa.types.is_list(col.type) or pa.types.is_fixed_size_list(col.type) or pa.types.is_large_list(col.type):
+        flat = col.flatten().to_numpy(zero_copy_only=False)
+        if n == 0 or flat.size % n:
+            raise InvalidArgumentError(f"feature {feature!r}: rows do not all have the same length")
+        return flat.reshape(n, flat.size // n)
+    return col.to_numpy(zero_copy_only=False).reshape(n, 1)
+
+
+def _episode_streams(
+    layout: LeRobotLayout, ep: Episode, streams: dict[str, str]
+) -> list[VideoData | TableData]:
+    vector_features = [f for f in streams.values() if f not in layout.video_keys]
+    rows = layout.read_rows(ep, vector_features)
+    n = rows.num_rows
+    if n == 0:
+        raise InvalidArgumentError(f"episode {ep.index}: no rows in {ep.data_file}")
+    ts_s = rows.column("timestamp").to_numpy().astype(np.float64)
+    t_ns = np.rint(ts_s * 1e9).astype(np.int64)
+    if n > 1 and not np.all(np.diff(t_ns) > 0):
+        raise InvalidArgumentError(
+            f"episode {ep.index}: the timestamp column is not strictly increasing"
+        )
+    out: list[VideoData | TableData] = []
+    for name, feature in streams.items():
+        if feature in layout.video_keys:
+            path, offset_s = ep.videos[feature]
+            if not path.is_file():
+                raise InvalidArgumentError(f"episode {ep.index}: video file {path} is missing")
+            shape = layout.features[feature].get("shape") or [None, None]
+            frames = frames_at(
+                path, list(offset_s + ts_s), tolerance_s=0.5 / layout.fps,
+                shape=(int(shape[0]), int(shape[1])) if shape[0] else None,
+            )
+            out.append(VideoData(name, frames, t_ns, rate_hz=layout.fps))
+        else:
+            values = _vectors(rows.column(feature), n, feature)
+            out.append(TableData(name, t_ns, values, rate_hz=layout.fps))
+    return out
+
+
+def ingest_lerobot(
+    store: Store,
+    path: str | os.PathLike[str],
+    slice_id: str,
+    *,
+    streams: dict[str, str] | None = None,
+    site: str = "local",
+    dataset_id: str | None = None,
+    progress: Progress | None = None,
+) -> Manifest:
+    """Ingest the LeRobot dataset at ``path`` as slice ``slice_id`` of ``store``.
+
+    Args:
+        store: the data root.
+        path: the dataset's root directory (holding ``meta/info.json``).
+        slice_id: e.g. ``"slc_7c1e04aa"``; an existing slice of that ID is replaced.
+        streams: ``{stream name: feature}``; ``None`` ingests every video and vector feature
+            under its default name (:func:`default_stream_name`).
+        site: the site recorded in every segment.
+        dataset_id: identifies the dataset in segment IDs (default: the directory's name);
+            segment ID = ``seg_`` + BLAKE3("lerobot", dataset_id, episode_index)[:16].
+        progress: where progress lines go (default: stderr).
+
+    Returns:
+        The committed manifest. Blobs are written episode by episode; the manifest and the
+        slice reference only at the end, so a failure never leaves a half-written slice.
+
+    Raises:
+        InvalidArgumentError: not a LeRobot dataset, unknown feature, unreadable or
+            inconsistent files.
+    """
+    check_slice_id(slice_id)
+    progress = progress or Progress()
+    layout = open_layout(path)
+    chosen = _pick_streams(layout, streams)
+    ds_id = dataset_id or Path(path).resolve().name
+    progress(
+        f"LeRobot {layout.version} dataset {ds_id}: {len(layout.episodes)} episodes at "
+        f"{layout.fps:g} fps; streams: " + ", ".join(f"{n} <- {f}" for n, f in chosen.items())
+    )
+    builder = SliceBuilder(store, description=f"LeRobot dataset {ds_id} ({layout.version})")
+    for i, ep in enumerate(layout.episodes, 1):
+        seg_id = segment_id_for("lerobot", ds_id, str(ep.index))
+        try:
+            builder.add_segment(seg_id, site=site, streams=_episode_streams(layout, ep, chosen))
+        except InvalidArgumentError:
+            raise
+        except ValueError as exc:
+            raise InvalidArgumentError(f"episode {ep.index}: {exc}") from exc
+        progress(f"episode {ep.index} -> {seg_id} ({i}/{len(layout.episodes)}, {ep.length} frames)")
+    manifest = builder.commit(slice_id)
+    progress(f"slice {slice_id} -> manifest {manifest.hash[:16]}... ({len(manifest.segments)} segments)")
+    return manifest
