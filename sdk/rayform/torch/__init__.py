@@ -1,0 +1,17 @@
+"""PyTorch integration: :class:`EpisodeDataset` and its helpers.
+
+::
+
+    dataset = rayform.torch.EpisodeDataset(slice_, obs=["cam0/rgb"], action="joints/position_delta", fps=15)
+    loader = DataLoader(dataset, sampler=rayform.torch.EpisodeSampler(dataset), batch_size=64)
+
+Semantics, determinism and DDP: ``docs/dataset.md``.
+"""
+
+from __future__ import annotations
+
+from rayform.torch._sampler import EpisodeSampler
+from rayform.torch._split import split_episodes
+from rayform.torch.dataset import EpisodeDataset
+
+__all__ = ["EpisodeDataset", "EpisodeSampler", "split_episodes"]

@@ -1,0 +1,148 @@
+"""Video decoding: a bounded, per-process LRU of open decoders.
+
+Decoders are opened lazily, on first use, in the process that uses them: nothing is opened
+at dataset construction, so nothing crosses a DataLoader worker fork. The cache also checks
+``os.getpid()`` on every access and forgets (without closing) whatever it inherited from a
+parent process.
+
+Backends: torchcodec's ``VideoDecoder(path, seek_mode="approximate", num_ffmpeg_threads=1)``
+(the stored videos have constant frame rate and no B-frames, so approximate seeking by index
+is exact and skips the full-file scan), or PyAV when torchcodec cannot be imported. Frame
+``i`` of a stored video is its ``i``-th frame; which index to fetch for a time is decided by
+the caller from the timestamps blob.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import OrderedDict
+from fractions import Fraction
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+
+__all__ = ["BACKENDS", "DecoderCache", "default_backend"]
+
+BACKENDS = ("torchcodec", "pyav")
+
+
+class _Decoder(Protocol):
+    def get_frames_at(self, indices: list[int]) -> torch.Tensor: ...
+
+
+def default_backend() -> str:
+    """``"torchcodec"`` if it imports (with its FFmpeg libraries), else ``"pyav"``."""
+    try:
+        import torchcodec.decoders  # noqa: F401
+    except Exception:  # ImportError, or OSError/RuntimeError when FFmpeg libs do not load
+        return "pyav"
+    return "torchcodec"
+
+
+class _TorchCodecDecoder:
+    def __init__(self, path: Path) -> None:
+        from torchcodec.decoders import VideoDecoder
+
+        self._dec = VideoDecoder(os.fspath(path), seek_mode="approximate", num_ffmpeg_threads=1)
+
+    def get_frames_at(self, indices: list[int]) -> torch.Tensor:
+        return self._dec.get_frames_at(indices).data
+
+
+class _PyAVDecoder:
+    """Sequential decoding with keyframe seeks, for sorted index batches."""
+
+    def __init__(self, path: Path, rate_hz: float) -> None:
+        import av
+
+        self._container: Any = av.open(os.fspath(path))
+        self._stream: Any = self._container.streams.video[0]
+        self._stream.thread_count = 1
+        self._rate = Fraction(rate_hz).limit_denominator(1001)
+        self._frames: Any = None
+        self._last = -1  # index of the last frame the iterator produced
+
+    def _index_of(self, frame: Any) -> int:
+        return round(frame.pts * self._stream.time_base * self._rate)
+
+    def _seek(self, index: int) -> None:
+        target = int(Fraction(index) / self._rate / self._stream.time_base)
+        self._container.seek(target, stream=self._stream, backward=True, any_frame=False)
+        self._frames = self._container.decode(self._stream)
+        self._last = -1
+
+    def get_frames_at(self, indices: list[int]) -> torch.Tensor:
+        out = []
+        for index in indices:
+            if self._frames is None or index <= self._last or index - self._last > 30:
+                self._seek(index)
+            for frame in self._frames:
+                self._last = self._index_of(frame)
+                if self._last >= index:
+                    break
+            else:
+                raise IndexError(f"frame {index} is past the end of the video")
+            out.append(torch.from_numpy(frame.to_ndarray(format="rgb24")).permute(2, 0, 1))
+        return torch.stack(out)
+
+    def __del__(self) -> None:
+        container = getattr(self, "_container", None)
+        if container is not None:
+            container.close()
+
+
+class DecoderCache:
+    """At most ``max_open`` open decoders in this process, least recently used evicted.
+
+    Args:
+        max_open: decoders kept open per process (each holds an open file and FFmpeg state).
+        backend: ``"torchcodec"``, ``"pyav"`` or ``None`` to pick :func:`default_backend`.
+    """
+
+    def __init__(self, max_open: int = 16, backend: str | None = None) -> None:
+        self.max_open = max_open
+        self._backend = backend
+        self._pid = os.getpid()
+        self._open: OrderedDict[str, _Decoder] = OrderedDict()
+
+    @property
+    def backend(self) -> str:
+        if self._backend is None:
+            self._backend = default_backend()
+        return self._backend
+
+    def _check_pid(self) -> None:
+        if self._pid != os.getpid():
+            # Inherited through fork: those decoders share FFmpeg state with the parent.
+            # Drop them without closing (closing would touch the parent's state).
+            self._pid = os.getpid()
+            self._open = OrderedDict()
+
+    def get_frames(self, key: str, path: Path, indices: np.ndarray, rate_hz: float) -> torch.Tensor:
+        """Frames at sorted, unique ``indices`` of the video at ``path``.
+
+        Args:
+            key: cache key (the video blob's hash).
+            path: local file.
+            indices: frame indices, sorted ascending, unique, ``(N,)``.
+            rate_hz: the stream's nominal rate in Hz (frame ``i`` has pts ``i / rate_hz``).
+
+        Returns:
+            ``uint8 (N, 3, H, W)``.
+        """
+        self._check_pid()
+        dec = self._open.get(key)
+        if dec is None:
+            dec = _TorchCodecDecoder(path) if self.backend == "torchcodec" else _PyAVDecoder(path, rate_hz)
+            self._open[key] = dec
+            while len(self._open) > self.max_open:
+                self._open.popitem(last=False)
+        else:
+            self._open.move_to_end(key)
+        return dec.get_frames_at([int(i) for i in indices])
+
+    def __len__(self) -> int:
+        self._check_pid()
+        return len(self._open)

@@ -1,0 +1,166 @@
+"""Reading samples: from (segment, grid step) pairs to sample dicts.
+
+A batch is grouped by segment; for each segment every stream is read once: tables are
+aligned with one vectorised ``searchsorted``, and video frames for all samples of the
+segment are fetched in one sorted, de-duplicated ``get_frames_at`` call. Blobs are reached
+only through ``slice_.blob_path(ref)`` (which fetches a missing blob into the shared cache, or
+raises :class:`~rayform.errors.OfflineError` in offline mode). All per-process state (open
+decoders, loaded tables, resolved paths) is created lazily and reset after a fork.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from rayform.manifest import BlobRef, Stream
+from rayform.torch._align import align_values, latest_at_or_before
+from rayform.torch._decode import DecoderCache
+from rayform.torch._frames import convert
+from rayform.torch._index import GridIndex, grid_offsets_ns
+from rayform.torch._tables import TableCache
+
+__all__ = ["SampleReader"]
+
+
+class SampleReader:
+    """Reads samples of one dataset; cheap to construct, opens nothing until used.
+
+    Args:
+        slice_: the :class:`~rayform.Slice` (blobs via ``slice_.blob_path``).
+        index: the grid.
+        obs: observation stream names.
+        action: action stream name or ``None``.
+        horizon: action chunk length in grid steps.
+        obs_steps: observation history length in grid steps.
+        action_mode: ``"hold"``, ``"nearest"`` or ``"linear"``.
+        frame: target coordinate convention (``None`` = as stored).
+        decoder_cache_size: open decoders kept per process.
+        decoder_backend: ``"torchcodec"``, ``"pyav"`` or ``None`` (auto).
+    """
+
+    def __init__(
+        self,
+        slice_: Any,
+        index: GridIndex,
+        obs: Sequence[str],
+        action: str | None,
+        *,
+        horizon: int,
+        obs_steps: int,
+        action_mode: str,
+        frame: str | None,
+        decoder_cache_size: int,
+        decoder_backend: str | None,
+    ) -> None:
+        self.slice = slice_
+        self.index = index
+        self.obs = list(obs)
+        self.action = action
+        self.horizon = horizon
+        self.obs_steps = obs_steps
+        self.action_mode = action_mode
+        self.frame = frame
+        self.decoder_cache_size = decoder_cache_size
+        self.decoder_backend = decoder_backend
+        self._reset()
+
+    # -- per-process state -----------------------------------------------------------------
+    def _reset(self) -> None:
+        self._pid: int | None = None
+        self._decoders: DecoderCache | None = None
+        self._tables: TableCache | None = None
+        self._paths: dict[str, Path] = {}
+
+    def _ensure_state(self) -> None:
+        if self._pid != os.getpid():
+            self._pid = os.getpid()
+            self._decoders = DecoderCache(self.decoder_cache_size, self.decoder_backend)
+            self._tables = TableCache()
+            self._paths = {}
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state.update(_pid=None, _decoders=None, _tables=None, _paths={})
+        return state
+
+    def _path(self, ref: BlobRef) -> Path:
+        path = self._paths.get(ref.hash)
+        if path is None:
+            path = Path(self.slice.blob_path(ref))
+            self._paths[ref.hash] = path
+        return path
+
+    def table(self, stream: Stream) -> tuple[np.ndarray, np.ndarray]:
+        """``(t_ns (N,), values (N, D))`` of a table stream (fetched on demand)."""
+        self._ensure_state()
+        assert self._tables is not None
+        return self._tables.table(stream.blob.hash, self._path(stream.blob))
+
+    # -- reading ---------------------------------------------------------------------------
+    def read(self, seg_pos: np.ndarray, steps: np.ndarray) -> list[dict[str, Any]]:
+        """Samples for parallel arrays of segment positions and grid steps, in that order."""
+        self._ensure_state()
+        out: list[dict[str, Any] | None] = [None] * len(seg_pos)
+        for s in np.unique(seg_pos):
+            where = np.flatnonzero(seg_pos == s)
+            for i, sample in zip(where, self._read_segment(int(s), steps[where]), strict=True):
+                out[int(i)] = sample
+        return out  # type: ignore[return-value]
+
+    def _read_segment(self, s: int, steps: np.ndarray) -> list[dict[str, Any]]:
+        index = self.index
+        seg = index.segments[s]
+        n = int(index.count[s])
+        t = index.times_ns(s, steps)  # (B,)
+        cols: dict[str, Any] = {}
+        # Observation steps k-n+1..k; those before the grid start are padded with step 0.
+        back = np.arange(-self.obs_steps + 1, 1)
+        obs_steps = steps[:, None] + back[None, :]  # (B, n)
+        obs_pad = obs_steps < 0
+        obs_t = index.times_ns(s, np.maximum(obs_steps, 0))  # (B, n)
+        for name in self.obs:
+            stream = seg.streams[name]
+            if stream.kind == "video":
+                values = self._video(stream, obs_t)
+            else:
+                t_rec, rec = self.table(stream)
+                values = torch.from_numpy(
+                    convert(rec[latest_at_or_before(t_rec, obs_t)], stream, self.frame).astype(np.float32)
+                )
+            cols[name] = values if self.obs_steps > 1 else values[:, 0]
+            if self.obs_steps > 1:
+                cols[f"{name}_is_pad"] = torch.from_numpy(obs_pad)
+        if self.action is not None:
+            stream = seg.streams[self.action]
+            chunk = steps[:, None] + np.arange(self.horizon)[None, :]  # (B, horizon)
+            is_pad = chunk >= n
+            chunk_t = index.start_ns[s] + grid_offsets_ns(np.minimum(chunk, n - 1), index.fps)
+            t_rec, rec = self.table(stream)
+            flat = align_values(t_rec, rec, chunk_t.reshape(-1), self.action_mode)
+            act = convert(flat, stream, self.frame).reshape(*chunk.shape, -1)
+            cols["action"] = torch.from_numpy(np.ascontiguousarray(act, dtype=np.float32))
+            cols["action_is_pad"] = torch.from_numpy(is_pad)
+        meta = {"slice": self.slice.id, "segment": seg.id, "segment_version": seg.version, "site": seg.site}
+        samples = []
+        for b in range(len(steps)):
+            sample = {key: col[b] for key, col in cols.items()}
+            sample["t_ns"] = torch.tensor(int(t[b]), dtype=torch.int64)
+            sample["meta"] = dict(meta)
+            samples.append(sample)
+        return samples
+
+    def _video(self, stream: Stream, t_query: np.ndarray) -> torch.Tensor:
+        """Frames at the latest frame time <= each query: ``uint8 (*t_query.shape, 3, H, W)``."""
+        assert self._tables is not None and self._decoders is not None and stream.timestamps is not None
+        frame_t = self._tables.timestamps(stream.timestamps.hash, self._path(stream.timestamps))
+        idx = latest_at_or_before(frame_t, t_query)
+        unique, inverse = np.unique(idx.reshape(-1), return_inverse=True)
+        frames = self._decoders.get_frames(stream.blob.hash, self._path(stream.blob), unique, stream.rate_hz)
+        picked = frames[torch.from_numpy(inverse.reshape(-1).astype(np.int64))]
+        return picked.reshape(*t_query.shape, *picked.shape[1:])

@@ -1,0 +1,130 @@
+"""Per-stream statistics over a dataset's own episodes, cached on disk.
+
+Statistics are taken over what the model sees: every grid sample of every selected episode
+(observations at the latest record at or before each grid time; the action at each grid time
+with the dataset's ``action_mode``), after the ``frame=`` conversion. They are computed for
+table streams (vectors); camera streams are left out (normalise images with fixed constants,
+decoding every frame of a slice for a mean is rarely worth it).
+
+Result: ``{stream: {"mean": [...], "std": [...], "min": [...], "max": [...], "count": n}}``
+with one value per vector component (``std`` is the population standard deviation).
+
+The file ``CACHE_DIR/stats/<key>.json`` is keyed by the BLAKE3 of everything the numbers
+depend on (each episode's ID, version and stream blob hashes, the stream names, fps, frame,
+action mode and this module's format version), written to a temporary file and renamed, so
+concurrent writers are harmless and a stale file can never be read for other inputs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rayform._hashing import hash_bytes
+from rayform.manifest import canonical_json
+from rayform.torch._align import align_values, latest_at_or_before
+from rayform.torch._frames import convert
+from rayform.torch._index import GridIndex
+
+__all__ = ["compute_stats", "stats_key"]
+
+_STATS_VERSION = 1
+
+
+def stats_key(index: GridIndex, streams: dict[str, str], frame: str | None, action_mode: str) -> str:
+    """BLAKE3 hex of everything the statistics depend on.
+
+    Args:
+        index: the dataset's grid (its segments and fps).
+        streams: stream name -> role (``"obs"`` or ``"action"``), table streams only.
+        frame: the ``frame=`` convention.
+        action_mode: the action alignment mode.
+    """
+    doc = {
+        "v": _STATS_VERSION,
+        "fps": index.fps,
+        "frame": frame,
+        "action_mode": action_mode,
+        "streams": streams,
+        "segments": [
+            [seg.id, seg.version, [seg.streams[name].blob.hash for name in sorted(streams)]]
+            for seg in index.segments
+        ],
+    }
+    return hash_bytes(canonical_json(doc))
+
+
+def compute_stats(
+    index: GridIndex,
+    streams: dict[str, str],
+    frame: str | None,
+    action_mode: str,
+    load_table: Any,
+    cache_dir: Path | None,
+) -> dict[str, dict[str, Any]]:
+    """Statistics of the named table streams (cached under ``cache_dir/stats`` if given).
+
+    Args:
+        index: the dataset's grid.
+        streams: stream name -> ``"obs"`` or ``"action"`` (table streams only).
+        frame: target coordinate convention.
+        action_mode: how the action is aligned.
+        load_table: ``callable(stream) -> (t_ns, values)``.
+        cache_dir: the Rayform cache directory, or ``None`` to skip the disk cache.
+    """
+    path = None
+    if cache_dir is not None:
+        path = Path(cache_dir) / "stats" / f"{stats_key(index, streams, frame, action_mode)}.json"
+        try:
+            return json.loads(path.read_text())
+        except (OSError, ValueError):
+            pass
+    acc: dict[str, list[np.ndarray]] = {name: [] for name in streams}
+    for s, seg in enumerate(index.segments):
+        n = int(index.count[s])
+        if n == 0:
+            continue
+        t = index.times_ns(s, np.arange(n))
+        for name, role in streams.items():
+            stream = seg.streams[name]
+            t_rec, rec = load_table(stream)
+            if role == "action":
+                values = align_values(t_rec, rec, t, action_mode)
+            else:
+                values = rec[latest_at_or_before(t_rec, t)]
+            acc[name].append(np.asarray(convert(values, stream, frame), dtype=np.float64))
+    out: dict[str, dict[str, Any]] = {}
+    for name, parts in acc.items():
+        if not parts:
+            continue
+        v = np.concatenate(parts)
+        out[name] = {
+            "mean": v.mean(axis=0).tolist(),
+            "std": v.std(axis=0).tolist(),
+            "min": v.min(axis=0).tolist(),
+            "max": v.max(axis=0).tolist(),
+            "count": int(v.shape[0]),
+        }
+    if path is not None:
+        _write_atomic(path, json.dumps(out, sort_keys=True).encode())
+    return out
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".stats-")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+    except OSError:
+        pass  # a read-only cache only costs a recomputation next time

@@ -1,0 +1,73 @@
+"""A bounded, per-process cache of loaded table and timestamps blobs.
+
+Table blobs (``t_ns int64 (N,)`` + ``values (N, D)``) and video timestamps blobs
+(``int64 (N,)``) are small next to video, so they are read whole with one ``read_bytes`` (no
+file handle stays open) and kept in memory, least recently used first out, up to
+``max_bytes``. The cache notices a changed ``os.getpid()`` (a forked DataLoader worker) and
+starts empty in the new process.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import OrderedDict
+from pathlib import Path
+
+import numpy as np
+
+from rayform._blobfmt import decode_table, decode_timestamps
+
+__all__ = ["TableCache"]
+
+
+class TableCache:
+    """LRU of decoded blobs keyed by content hash, bounded by total bytes held."""
+
+    def __init__(self, max_bytes: int = 512 << 20) -> None:
+        self.max_bytes = max_bytes
+        self._pid = os.getpid()
+        self._items: OrderedDict[str, tuple[np.ndarray, np.ndarray | None]] = OrderedDict()
+        self._bytes = 0
+
+    def _check_pid(self) -> None:
+        if self._pid != os.getpid():
+            self._pid = os.getpid()
+            self._items.clear()
+            self._bytes = 0
+
+    def _get(self, key: str) -> tuple[np.ndarray, np.ndarray | None] | None:
+        self._check_pid()
+        item = self._items.get(key)
+        if item is not None:
+            self._items.move_to_end(key)
+        return item
+
+    def _put(self, key: str, item: tuple[np.ndarray, np.ndarray | None]) -> None:
+        size = sum(a.nbytes for a in item if a is not None)
+        self._items[key] = item
+        self._bytes += size
+        while self._bytes > self.max_bytes and len(self._items) > 1:
+            _, old = self._items.popitem(last=False)
+            self._bytes -= sum(a.nbytes for a in old if a is not None)
+
+    def table(self, key: str, path: Path) -> tuple[np.ndarray, np.ndarray]:
+        """``(t_ns int64 (N,), values (N, D))`` of the table blob at ``path``."""
+        item = self._get(key)
+        if item is None:
+            item = decode_table(path.read_bytes(), what=f"table blob {key[:12]}")
+            self._put(key, item)
+        t_ns, values = item
+        assert values is not None
+        return t_ns, values
+
+    def timestamps(self, key: str, path: Path) -> np.ndarray:
+        """Per-frame times, ns, ``int64 (N,)``, of the timestamps blob at ``path``."""
+        item = self._get(key)
+        if item is None:
+            item = (decode_timestamps(path.read_bytes(), what=f"timestamps blob {key[:12]}"), None)
+            self._put(key, item)
+        return item[0]
+
+    def __len__(self) -> int:
+        self._check_pid()
+        return len(self._items)

@@ -1,0 +1,354 @@
+"""``EpisodeDataset``: a slice as a map-style PyTorch dataset on a fixed-rate time grid.
+
+This module holds only the public class: argument validation, indexing, epochs, sharding
+policy, ``stats`` and ``describe``. The grid is in ``_index``, alignment in ``_align``,
+reading and decoding in ``_reader``/``_decode``/``_tables``, conventions in ``_frames``,
+sharding in ``_shard`` and statistics in ``_stats``. Semantics: ``docs/dataset.md``.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+from rayform._hashing import hash_bytes
+from rayform.errors import InvalidArgumentError, NotFoundError
+from rayform.manifest import Segment
+from rayform.torch._align import ACTION_MODES
+from rayform.torch._decode import BACKENDS
+from rayform.torch._frames import check_frame
+from rayform.torch._index import GridIndex, build_index
+from rayform.torch._reader import SampleReader
+from rayform.torch._shard import DDP_EVEN, rank_indices
+from rayform.torch._stats import compute_stats
+
+__all__ = ["EpisodeDataset"]
+
+
+class EpisodeDataset(Dataset):
+    """Samples of a slice's episodes on a ``fps`` Hz grid.
+
+    Each sample holds every observation stream at the grid time ``t`` (the latest record at
+    or before ``t``; cameras ``(3, H, W) uint8``, vectors ``(D,) float32``), the action chunk
+    ``action (horizon, D) float32`` at ``t, t + 1/fps, ...`` with ``action_is_pad
+    (horizon,) bool``, ``t_ns () int64`` and ``meta`` (``slice``, ``segment``,
+    ``segment_version``, ``site``). The constructor reads only the manifest: it opens no file,
+    decoder or connection, so it is safe to build before DataLoader workers fork.
+
+    Args:
+        slice_: a :class:`~rayform.Slice` from ``client.slices.get(...)``.
+        obs: observation stream names, e.g. ``["cam0/rgb", "joints/position"]``.
+        action: action stream name (a table stream), or ``None`` for no action.
+        fps: grid rate in Hz (> 0).
+        horizon: action chunk length in grid steps (>= 1).
+        frame: coordinate convention for Cartesian streams: ``"ros"``, ``"opencv"`` or
+            ``None`` (as stored).
+        segments: IDs of the episodes to use (default: all, in manifest order); see
+            :func:`~rayform.torch.split_episodes`.
+        obs_steps: observation history in grid steps; with ``n > 1`` every observation gets
+            a leading time axis of length ``n`` (oldest first) and a ``<key>_is_pad (n,) bool``
+            mask that is true for steps before the episode start.
+        action_mode: ``"hold"`` (sample-and-hold), ``"nearest"`` or ``"linear"``.
+        transform: optional ``callable(sample) -> sample`` applied per sample; torch's RNG
+            inside it is seeded from ``(seed, epoch, index)``.
+        seed: seed of every random choice (sampler order, transform RNG).
+        shard: ``"auto"`` (shard by episode when ``torch.distributed`` is initialised),
+            ``None`` (never), or ``(rank, world_size)``.
+        ddp_even: ``"pad"`` or ``"drop"``: how shards are brought to one length (see
+            ``docs/dataset.md``).
+        decoder_cache_size: open video decoders kept per process (>= 1).
+        decoder_backend: ``"torchcodec"``, ``"pyav"`` or ``None`` (torchcodec if it loads).
+
+    Raises:
+        InvalidArgumentError: a value is not allowed (the message says what is).
+        NotFoundError: a stream or segment is not in the slice (the message lists what is).
+    """
+
+    def __init__(
+        self,
+        slice_: Any,
+        obs: Sequence[str],
+        action: str | None,
+        fps: float,
+        horizon: int = 1,
+        frame: str | None = None,
+        *,
+        segments: Sequence[str] | None = None,
+        obs_steps: int = 1,
+        action_mode: str = "hold",
+        transform: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+        seed: int = 0,
+        shard: str | tuple[int, int] | None = "auto",
+        ddp_even: str = "pad",
+        decoder_cache_size: int = 16,
+        decoder_backend: str | None = None,
+    ) -> None:
+        if not hasattr(slice_, "manifest") or not hasattr(slice_, "blob_path"):
+            raise InvalidArgumentError(
+                f"slice_ must be a rayform.Slice (from client.slices.get(...)), got {type(slice_).__name__}"
+            )
+        self.fps = float(_positive_number("fps", fps))
+        self.horizon = _positive_int("horizon", horizon)
+        self.obs_steps = _positive_int("obs_steps", obs_steps)
+        self.decoder_cache_size = _positive_int("decoder_cache_size", decoder_cache_size)
+        self.frame = check_frame(frame)
+        self.seed = _int("seed", seed)
+        _choice("action_mode", action_mode, ACTION_MODES)
+        _choice("ddp_even", ddp_even, DDP_EVEN)
+        _choice("decoder_backend", decoder_backend, (*BACKENDS, None))
+        if transform is not None and not callable(transform):
+            raise InvalidArgumentError(f"transform must be callable or None, got {transform!r}")
+        self.action_mode, self.ddp_even, self.transform = action_mode, ddp_even, transform
+        self.slice = slice_
+        self._segments = _select_segments(slice_, segments)
+        self.obs, self.action = _check_streams(slice_, self._segments, obs, action)
+        self._rank, self._world = _resolve_shard(shard)
+        self._epoch = 0
+
+        names = [*self.obs, *([self.action] if self.action else [])]
+        self._index: GridIndex = build_index(self._segments, names, self.fps)
+        self._local: np.ndarray | None = None
+        if self._world > 1:
+            self._local = rank_indices(self._index.offsets, self._rank, self._world, ddp_even)
+        self._reader = SampleReader(
+            slice_, self._index, self.obs, self.action, horizon=self.horizon,
+            obs_steps=self.obs_steps, action_mode=action_mode, frame=self.frame,
+            decoder_cache_size=self.decoder_cache_size, decoder_backend=decoder_backend,
+        )
+
+    # -- size and epochs -------------------------------------------------------------------
+    def __len__(self) -> int:
+        """Samples this process iterates over (this rank's shard when sharded).
+
+        When called by a ``DistributedSampler`` (which shards by itself), the dataset drops
+        its own sharding first, so the sampler splits one complete epoch (docs/dataset.md).
+        """
+        if self._local is not None and _called_by_distributed_sampler():
+            self._local = None
+        return len(self._local) if self._local is not None else len(self._index)
+
+    @property
+    def epoch(self) -> int:
+        """The epoch set by :meth:`set_epoch` (starts at 0)."""
+        return self._epoch
+
+    @property
+    def sharded(self) -> bool:
+        """Whether this dataset iterates over one rank's episodes only."""
+        return self._local is not None
+
+    def set_epoch(self, epoch: int) -> None:
+        """Select the epoch: same seed and epoch give the same order and samples."""
+        if _int("epoch", epoch) < 0:
+            raise InvalidArgumentError(f"epoch={epoch!r}: use a non-negative integer")
+        self._epoch = int(epoch)
+
+    @property
+    def segments(self) -> tuple[Segment, ...]:
+        """The dataset's episodes (all ranks' together), in order."""
+        return self._index.segments
+
+    @property
+    def segment_lengths(self) -> dict[str, int]:
+        """Grid samples per episode ID."""
+        return {seg.id: int(n) for seg, n in zip(self._index.segments, self._index.count, strict=True)}
+
+    # -- samples ---------------------------------------------------------------------------
+    def _resolve(self, keys: Sequence[Any]) -> tuple[np.ndarray, list[int]]:
+        n = len(self)
+        flat = np.empty(len(keys), dtype=np.int64)
+        epochs = []
+        for j, key in enumerate(keys):
+            i, epoch = key if isinstance(key, tuple) else (key, self._epoch)
+            if not isinstance(i, numbers.Integral) or isinstance(i, bool):
+                raise InvalidArgumentError(f"dataset index must be an integer, got {i!r}")
+            i = int(i) + n if i < 0 else int(i)
+            if not 0 <= i < n:
+                raise IndexError(f"index {key!r} out of range for a dataset of {n} samples")
+            flat[j] = self._local[i] if self._local is not None else i
+            epochs.append(int(epoch))
+        return flat, epochs
+
+    def __getitem__(self, key: int | tuple[int, int]) -> dict[str, Any]:
+        """One sample (see the class docstring); ``key`` is an index or ``(index, epoch)``."""
+        return self.__getitems__([key])[0]
+
+    def __getitems__(self, keys: Sequence[int | tuple[int, int]]) -> list[dict[str, Any]]:
+        """Samples for many keys; frames of each episode are decoded in one batched call."""
+        flat, epochs = self._resolve(keys)
+        seg, step = self._index.locate(flat)
+        samples = self._reader.read(seg, step)
+        if self.transform is not None:
+            samples = [self._apply(s, int(i), e) for s, i, e in zip(samples, flat, epochs, strict=True)]
+        return samples
+
+    def _apply(self, sample: dict[str, Any], flat: int, epoch: int) -> dict[str, Any]:
+        digest = hash_bytes(f"rayform-sample\0{self.seed}\0{epoch}\0{flat}".encode())
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(int(digest[:15], 16))
+            return self.transform(sample)  # type: ignore[misc]
+
+    # -- metadata --------------------------------------------------------------------------
+    def stats(self) -> dict[str, dict[str, Any]]:
+        """Per-stream ``mean``/``std``/``min``/``max`` (lists, one per component) and ``count``.
+
+        Over every grid sample of the dataset's episodes (all ranks' together), for table
+        streams, after the ``frame`` conversion. Computed once and cached under the client's
+        cache directory, keyed by everything the numbers depend on.
+        """
+        roles = {name: "obs" for name in self.obs if self._stream(name).kind == "table"}
+        if self.action is not None:
+            roles[self.action] = "action"
+        cache_dir = getattr(getattr(self.slice, "client", None), "cache_dir", None)
+        return compute_stats(
+            self._index, roles, self.frame, self.action_mode, self._reader.table,
+            Path(cache_dir) if cache_dir is not None else None,
+        )
+
+    def describe(self) -> dict[str, Any]:
+        """A JSON-able summary for experiment trackers (``wandb.config.update(...)``)."""
+        return {
+            "slice": self.slice.id,
+            "manifest_hash": getattr(self.slice, "manifest_hash", None),
+            "obs": list(self.obs),
+            "action": self.action,
+            "fps": self.fps,
+            "horizon": self.horizon,
+            "obs_steps": self.obs_steps,
+            "action_mode": self.action_mode,
+            "frame": self.frame,
+            "seed": self.seed,
+            "epoch": self._epoch,
+            "episodes": len(self._index.segments),
+            "samples": len(self._index),
+            "samples_this_rank": len(self),
+            "rank": self._rank,
+            "world_size": self._world,
+            "ddp_even": self.ddp_even,
+        }
+
+    def _stream(self, name: str) -> Any:
+        return self._index.segments[0].streams[name]
+
+    def __repr__(self) -> str:
+        return (
+            f"<EpisodeDataset slice={self.slice.id} episodes={len(self._index.segments)} "
+            f"samples={len(self)} fps={self.fps:g} obs={self.obs} action={self.action!r}>"
+        )
+
+
+# -- validation helpers ----------------------------------------------------------------------
+def _int(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise InvalidArgumentError(f"{name}={value!r}: use an integer")
+    return int(value)
+
+
+def _positive_int(name: str, value: Any) -> int:
+    if _int(name, value) < 1:
+        raise InvalidArgumentError(f"{name}={value!r}: use an integer >= 1")
+    return int(value)
+
+
+def _positive_number(name: str, value: Any) -> float:
+    ok = isinstance(value, numbers.Real) and not isinstance(value, bool)
+    if not ok or not math.isfinite(float(value)) or float(value) <= 0:
+        raise InvalidArgumentError(f"{name}={value!r}: use a finite number > 0 (Hz), e.g. 15")
+    return float(value)
+
+
+def _choice(name: str, value: Any, allowed: Sequence[Any]) -> None:
+    if value not in allowed:
+        raise InvalidArgumentError(f"{name}={value!r}: use one of {', '.join(map(repr, allowed))}")
+
+
+def _select_segments(slice_: Any, segments: Sequence[str] | None) -> tuple[Segment, ...]:
+    all_segments = tuple(slice_.manifest.segments)
+    if segments is None:
+        return all_segments
+    if isinstance(segments, str):
+        raise InvalidArgumentError(f"segments={segments!r}: pass a list of segment IDs, e.g. [{segments!r}]")
+    by_id = {s.id: s for s in all_segments}
+    out, seen = [], set()
+    for seg_id in segments:
+        if seg_id not in by_id:
+            raise NotFoundError(
+                f"slice {slice_.id} has no segment {seg_id!r}; list them with "
+                f"`rayform slices show {slice_.id}` or use split_episodes(slice_)"
+            )
+        if seg_id in seen:
+            raise InvalidArgumentError(f"segments lists {seg_id} twice: list each episode once")
+        seen.add(seg_id)
+        out.append(by_id[seg_id])
+    if not out:
+        raise InvalidArgumentError("segments=[] selects no episode: pass at least one segment ID")
+    return tuple(out)
+
+
+def _check_streams(
+    slice_: Any, segments: tuple[Segment, ...], obs: Sequence[str], action: str | None
+) -> tuple[list[str], str | None]:
+    if isinstance(obs, str) or not all(isinstance(o, str) for o in obs) or not obs:
+        raise InvalidArgumentError(f"obs={obs!r}: pass a non-empty list of stream names, e.g. ['cam0/rgb']")
+    if len(set(obs)) != len(obs):
+        raise InvalidArgumentError(f"obs={list(obs)!r} names a stream twice: list each once")
+    if action is not None and not isinstance(action, str):
+        raise InvalidArgumentError(f"action={action!r}: pass a stream name or None")
+    available = sorted({name for seg in segments for name in seg.streams})
+    for name in [*obs, *([action] if action else [])]:
+        missing = [seg.id for seg in segments if name not in seg.streams]
+        if len(missing) == len(segments):
+            raise NotFoundError(
+                f"stream {name!r} is not in slice {slice_.id}; available streams: {', '.join(available)}"
+            )
+        if missing:
+            raise NotFoundError(
+                f"stream {name!r} is missing from {len(missing)} of {len(segments)} episodes "
+                f"(e.g. {missing[0]}); select episodes that have it with segments=[...]"
+            )
+    if action is not None:
+        kinds = {seg.streams[action].kind for seg in segments}
+        if kinds != {"table"}:
+            raise InvalidArgumentError(
+                f"action={action!r} is a video stream: the action must be a table (vector) stream"
+            )
+        if action in obs:
+            raise InvalidArgumentError(f"{action!r} is both in obs and the action: use it once")
+    return list(obs), action
+
+
+def _resolve_shard(shard: Any) -> tuple[int, int]:
+    if shard is None or shard is False:
+        return 0, 1
+    if shard == "auto":
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            return dist.get_rank(), dist.get_world_size()
+        return 0, 1
+    if (
+        isinstance(shard, tuple) and len(shard) == 2
+        and all(isinstance(x, numbers.Integral) and not isinstance(x, bool) for x in shard)
+        and 0 <= shard[0] < shard[1]
+    ):
+        return int(shard[0]), int(shard[1])
+    raise InvalidArgumentError(
+        f"shard={shard!r}: use 'auto' (follow torch.distributed), None (no sharding) or "
+        "(rank, world_size) with 0 <= rank < world_size"
+    )
+
+
+def _called_by_distributed_sampler() -> bool:
+    """Whether ``len()`` was called from a ``DistributedSampler`` method."""
+    from torch.utils.data.distributed import DistributedSampler
+
+    frame = sys._getframe(2)  # 0: here, 1: __len__, 2: the caller
+    return isinstance(frame.f_locals.get("self"), DistributedSampler)
