@@ -3,8 +3,10 @@
 Every episode becomes one segment; every video feature becomes a video stream (decoded and
 re-encoded as H.264 with a short keyframe interval, one frame per dataset row; see
 ``docs/ingest-lerobot.md`` for the measurements behind re-encoding); every vector feature
-becomes a table stream. Both keep the dataset's own ``timestamp`` column converted to ns,
-episode-relative (the first frame of every episode is at about 0 ns).
+becomes a table stream. Both use the dataset's row times in ns, episode-relative (the first
+frame of every episode is at 0 ns): ``frame_index / fps`` exactly when the float32
+``timestamp`` column agrees with it within 1e-4 s, else the column itself (see
+``_row_times_ns``).
 
 Default stream names (``--stream NAME=FEATURE`` replaces them; when any is given, only the
 named features are ingested):
@@ -32,7 +34,11 @@ from rayform_server.ingest._frames import frames_at
 from rayform_server.ingest._lerobot_layout import Episode, LeRobotLayout, open_layout
 from rayform_server.store import Store
 
-__all__ = ["default_stream_name", "ingest_lerobot"]
+__all__ = ["SNAP_TOLERANCE_S", "default_stream_name", "ingest_lerobot"]
+
+#: Rows whose ``timestamp`` is within this of ``frame_index / fps`` (s) are snapped onto it
+#: (LeRobot's own ``tolerance_s`` default).
+SNAP_TOLERANCE_S = 1e-4
 
 
 def default_stream_name(feature: str, is_video: bool) -> str:
@@ -83,8 +89,42 @@ def _vectors(column: pa.ChunkedArray, n: int, feature: str) -> np.ndarray:
     return col.to_numpy(zero_copy_only=False).reshape(n, 1)
 
 
+def _row_times_ns(
+    ts_s: np.ndarray, frame_index: np.ndarray, fps: float, episode: int, note: Progress
+) -> np.ndarray:
+    """Row times in ns, episode-relative: ``timestamp`` snapped to ``frame_index / fps``.
+
+    LeRobot writes ``timestamp = frame_index / fps`` as float32 and itself treats rows as
+    on that grid (tolerance ``SNAP_TOLERANCE_S``). When every row is within the tolerance,
+    row ``k`` gets ``rint(k * (1e9 / fps))`` ns: the exact arithmetic of
+    ``rayform.torch._index.grid_offsets_ns``, so an ``EpisodeDataset`` at ``fps`` returns
+    row ``k`` at grid step ``k``. Otherwise the real times ``rint(timestamp * 1e9)`` are
+    kept and a note is printed.
+
+    Args:
+        ts_s: ``float64 (N,)`` the ``timestamp`` column, seconds.
+        frame_index: ``int (N,)`` the ``frame_index`` column.
+        fps: the dataset's rate, Hz.
+        episode: episode index (for the note).
+        note: where the note goes.
+
+    Returns:
+        ``int64 (N,)`` times in ns.
+    """
+    k = frame_index.astype(np.float64)
+    if np.all(np.abs(ts_s - k / fps) <= SNAP_TOLERANCE_S):
+        # Same expression as grid_offsets_ns (kept in sync; tests compare them).
+        return np.rint(k * (1e9 / fps)).astype(np.int64)
+    worst = float(np.max(np.abs(ts_s - k / fps)))
+    note(
+        f"episode {episode}: timestamps are up to {worst * 1e3:.3f} ms off frame_index / fps "
+        f"(tolerance {SNAP_TOLERANCE_S * 1e3:g} ms); keeping the recorded times"
+    )
+    return np.rint(ts_s * 1e9).astype(np.int64)
+
+
 def _episode_streams(
-    layout: LeRobotLayout, ep: Episode, streams: dict[str, str]
+    layout: LeRobotLayout, ep: Episode, streams: dict[str, str], note: Progress
 ) -> list[VideoData | TableData]:
     vector_features = [f for f in streams.values() if f not in layout.video_keys]
     rows = layout.read_rows(ep, vector_features)
@@ -92,7 +132,7 @@ def _episode_streams(
     if n == 0:
         raise InvalidArgumentError(f"episode {ep.index}: no rows in {ep.data_file}")
     ts_s = rows.column("timestamp").to_numpy().astype(np.float64)
-    t_ns = np.rint(ts_s * 1e9).astype(np.int64)
+    t_ns = _row_times_ns(ts_s, rows.column("frame_index").to_numpy(), layout.fps, ep.index, note)
     if n > 1 and not np.all(np.diff(t_ns) > 0):
         raise InvalidArgumentError(
             f"episode {ep.index}: the timestamp column is not strictly increasing"
@@ -159,7 +199,7 @@ def ingest_lerobot(
     for i, ep in enumerate(layout.episodes, 1):
         seg_id = segment_id_for("lerobot", ds_id, str(ep.index))
         try:
-            builder.add_segment(seg_id, site=site, streams=_episode_streams(layout, ep, chosen))
+            builder.add_segment(seg_id, site=site, streams=_episode_streams(layout, ep, chosen, progress))
         except InvalidArgumentError:
             raise
         except ValueError as exc:

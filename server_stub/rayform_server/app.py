@@ -1,0 +1,307 @@
+"""The server stub's HTTP API (``docs/protocol.md``) as a Starlette application.
+
+Request handling, in order, before any file is opened:
+
+1. :class:`_Guard` (raw ASGI, outermost): request target over 2 KiB -> 414; a method other
+   than GET/HEAD -> 405; a request body -> 413; ``.``/``..`` segments, encoded slashes,
+   backslashes or NUL in the raw path -> 400.
+2. The bearer token -> 401 when missing or wrong (``/v1/health`` needs none).
+3. Path parameters against the ``rayform._ids`` regexes -> 400.
+4. The token's scope -> 404, exactly as for an unknown slice.
+5. For blobs: the hash must be referenced by the slice's manifest -> else 404.
+
+Blobs are streamed from disk in 256 KiB chunks, whole or one byte range.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections import OrderedDict
+from collections.abc import Iterator
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote_to_bytes
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from rayform._ids import HASH_RE, SLICE_ID_RE
+from rayform_server.auth import Auth, Grant
+from rayform_server.store import Store
+
+__all__ = ["MAX_TARGET_BYTES", "create_app"]
+
+#: Longest request target (path + query) accepted, in bytes.
+MAX_TARGET_BYTES = 2048
+_CHUNK = 256 * 1024
+_REFS_CACHE_SIZE = 64
+_RANGE_RE = re.compile(r"^bytes=(\d*)-(\d*)$")
+
+
+class ApiError(Exception):
+    """An error answer: HTTP status, protocol error code, message, extra headers."""
+
+    def __init__(self, status: int, code: str, message: str, headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status, self.code, self.message, self.headers = status, code, message, headers or {}
+
+    def response(self) -> JSONResponse:
+        return JSONResponse({"error": self.code, "message": self.message}, self.status, headers=self.headers)
+
+
+def _version() -> str:
+    try:
+        return metadata.version("rayform")
+    except metadata.PackageNotFoundError:
+        return "0+unknown"
+
+
+class _Guard:
+    """Raw ASGI checks that need no routing: target length, method, body, traversal."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        error = self._check(scope)
+        if error is not None:
+            await error.response()(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+    @staticmethod
+    def _check(scope: Scope) -> ApiError | None:
+        raw = scope.get("raw_path") or scope["path"].encode()
+        if len(raw) + len(scope.get("query_string", b"")) + 1 > MAX_TARGET_BYTES:
+            return ApiError(414, "uri_too_long", f"the request target is over {MAX_TARGET_BYTES} bytes")
+        if scope["method"] not in ("GET", "HEAD"):
+            return ApiError(405, "method_not_allowed", f"{scope['method']} is not allowed: this API is "
+                            "read-only (GET and HEAD)", {"Allow": "GET, HEAD"})
+        headers = dict(scope["headers"])
+        length = headers.get(b"content-length", b"0").strip()
+        if b"transfer-encoding" in headers or length not in (b"", b"0"):
+            return ApiError(413, "payload_too_large", "requests to this API carry no body: send it without one")
+        segments = raw.split(b"/")
+        decoded = [unquote_to_bytes(s) for s in segments]
+        if any(s in (b".", b"..") or b"/" in s or b"\\" in s or b"\x00" in s for s in decoded):
+            return ApiError(400, "invalid_argument", "the path contains '.', '..', an encoded slash, "
+                            "a backslash or NUL: use the plain /v1/... paths of docs/protocol.md")
+        return None
+
+
+class _Api:
+    """The endpoint handlers, bound to a store and an access policy."""
+
+    def __init__(self, store: Store, auth: Auth) -> None:
+        self.store = store
+        self.auth = auth
+        self._refs: OrderedDict[str, frozenset[str]] = OrderedDict()
+
+    # -- helpers ---------------------------------------------------------------------------
+    def _grant(self, request: Request) -> Grant:
+        grant = self.auth.authenticate(request.headers.get("authorization"))
+        if grant is None:
+            raise ApiError(401, "unauthorized", "missing or wrong bearer token: send "
+                           "'Authorization: Bearer <token>' (set RAYFORM_TOKEN for the SDK)",
+                           {"WWW-Authenticate": 'Bearer realm="rayform"'})
+        return grant
+
+    def _slice(self, request: Request) -> tuple[str, dict[str, str]]:
+        grant = self._grant(request)
+        slice_id = request.path_params["slice_id"]
+        if not SLICE_ID_RE.match(slice_id):
+            raise ApiError(400, "invalid_argument", f"malformed slice ID {slice_id[:80]!r}: expected "
+                           "'slc_' followed by 8 to 64 lowercase hex digits, e.g. 'slc_7c1e04aa'")
+        ref = self.store.get_slice(slice_id) if grant.allows(slice_id) else None
+        if ref is None:
+            raise ApiError(404, "not_found", f"no slice {slice_id} (or this token may not read it): "
+                           "check the ID with `rayform-server slices` or ask for access")
+        return slice_id, ref
+
+    def _referenced(self, manifest_hash: str) -> frozenset[str]:
+        refs = self._refs.get(manifest_hash)
+        if refs is None:
+            manifest = self.store.load_manifest(manifest_hash)
+            refs = frozenset(manifest.blobs())
+            self._refs[manifest_hash] = refs
+            while len(self._refs) > _REFS_CACHE_SIZE:
+                self._refs.popitem(last=False)
+        else:
+            self._refs.move_to_end(manifest_hash)
+        return refs
+
+    # -- endpoints -------------------------------------------------------------------------
+    async def health(self, request: Request) -> Response:
+        return JSONResponse({"status": "ok", "version": _version()})
+
+    async def list_slices(self, request: Request) -> Response:
+        grant = self._grant(request)
+        out: list[dict[str, Any]] = []
+        for slice_id in self.store.list_slices():
+            if grant.allows(slice_id):
+                ref = self.store.get_slice(slice_id)
+                if ref is not None:
+                    out.append({"id": slice_id, "manifest": ref["manifest"],
+                                "description": ref.get("description", "")})
+        return JSONResponse({"slices": out})
+
+    async def get_slice(self, request: Request) -> Response:
+        slice_id, ref = self._slice(request)
+        size = self.store.manifest_path(ref["manifest"]).stat().st_size
+        return JSONResponse({"id": slice_id, "manifest": ref["manifest"], "manifest_size": size,
+                             "description": ref.get("description", "")})
+
+    async def get_manifest(self, request: Request) -> Response:
+        _, ref = self._slice(request)
+        digest = ref["manifest"]
+        headers = {"ETag": f'"{digest}"', "Cache-Control": "no-cache"}
+        if _etag_matches(request.headers.get("if-none-match"), digest):
+            return Response(status_code=304, headers=headers)
+        data = self.store.read_manifest_bytes(digest)
+        return Response(data, media_type="application/json", headers=headers)
+
+    async def get_blob(self, request: Request) -> Response:
+        slice_id, ref = self._slice(request)
+        digest = request.path_params["hash"]
+        if not HASH_RE.match(digest):
+            raise ApiError(400, "invalid_argument", f"malformed content hash {digest[:80]!r}: "
+                           "expected 64 lowercase hex digits (a BLAKE3 digest from the manifest)")
+        if digest not in self._referenced(ref["manifest"]):
+            raise ApiError(404, "not_found", f"blob {digest[:12]}... is not part of slice {slice_id}: "
+                           "take blob hashes from this slice's manifest")
+        path = self.store.blob_path(digest)
+        try:
+            size = path.stat().st_size
+        except FileNotFoundError:
+            raise ApiError(404, "not_found", f"blob {digest[:12]}... of slice {slice_id} is missing "
+                           "from the server's data root: tell the server operator") from None
+        headers = {"ETag": f'"{digest}"', "Accept-Ranges": "bytes",
+                   "Cache-Control": "public, max-age=31536000, immutable"}
+        rng = request.headers.get("range")
+        if_range = request.headers.get("if-range")
+        if rng is not None and if_range is not None and not _etag_matches(if_range, digest):
+            rng = None  # RFC 9110: the client's copy changed; send everything
+        if rng is None and _etag_matches(request.headers.get("if-none-match"), digest):
+            return Response(status_code=304, headers=headers)
+        start, end, status = 0, size - 1, 200
+        if rng is not None:
+            start, end = _parse_range(rng, size)
+            status = 206
+            headers["Content-Range"] = f"bytes {start}-{end}/{size}"
+        headers["Content-Length"] = str(end - start + 1)
+        if request.method == "HEAD":
+            return Response(status_code=status, headers=headers, media_type="application/octet-stream")
+        return StreamingResponse(_read(path, start, end + 1), status_code=status, headers=headers,
+                                 media_type="application/octet-stream")
+
+
+def _etag_matches(header: str | None, digest: str) -> bool:
+    if header is None:
+        return False
+    tags = [t.strip() for t in header.split(",")]
+    return "*" in tags or f'"{digest}"' in tags
+
+
+def _parse_range(header: str, size: int) -> tuple[int, int]:
+    """``(first, last)`` byte positions (inclusive) of a single ``Range`` for a blob of ``size``."""
+    value = header.strip().replace(" ", "")
+    unsatisfiable = {"Content-Range": f"bytes */{size}"}
+    if "," in value:
+        raise ApiError(416, "range_not_satisfiable", "several ranges in one request are not "
+                       "supported: ask for one range per request", unsatisfiable)
+    m = _RANGE_RE.match(value)
+    if m is None or (m[1] == "" and m[2] == "") or (m[1] and m[2] and int(m[2]) < int(m[1])):
+        raise ApiError(400, "invalid_argument", f"bad Range header {header[:80]!r}: use "
+                       "'bytes=a-b', 'bytes=a-' or 'bytes=-n'")
+    if m[1] == "":
+        n = int(m[2])
+        if n == 0 or size == 0:
+            raise ApiError(416, "range_not_satisfiable", f"range {value} selects no byte of a "
+                           f"{size}-byte blob", unsatisfiable)
+        return max(0, size - n), size - 1
+    first = int(m[1])
+    if first >= size:
+        raise ApiError(416, "range_not_satisfiable", f"range {value} starts at or past the end of "
+                       f"the {size}-byte blob", unsatisfiable)
+    last = size - 1 if m[2] == "" else min(int(m[2]), size - 1)
+    return first, last
+
+
+def _read(path: Path, start: int, stop: int) -> Iterator[bytes]:
+    """Bytes ``[start, stop)`` of ``path`` in chunks (Starlette runs this in a thread)."""
+    with path.open("rb") as f:
+        f.seek(start)
+        left = stop - start
+        while left > 0:
+            chunk = f.read(min(_CHUNK, left))
+            if not chunk:
+                break
+            left -= len(chunk)
+            yield chunk
+
+
+async def _api_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, ApiError)
+    return exc.response()
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    if exc.status_code == 404:
+        return ApiError(404, "not_found", f"no such endpoint {request.url.path[:200]}: see "
+                        "docs/protocol.md for the /v1 paths").response()
+    if exc.status_code == 405:
+        return ApiError(405, "method_not_allowed", "only GET and HEAD are allowed",
+                        {"Allow": "GET, HEAD"}).response()
+    return ApiError(exc.status_code, "invalid_argument", str(exc.detail)).response()
+
+
+async def _internal(request: Request, exc: Exception) -> Response:
+    return ApiError(500, "internal", "the server failed to answer; retry with backoff, and tell "
+                    "the server operator if it persists").response()
+
+
+def create_app(
+    root: str | os.PathLike[str],
+    *,
+    token: str | None = None,
+    tokens_file: str | os.PathLike[str] | None = None,
+    allow_anonymous: bool = False,
+) -> Starlette:
+    """The ASGI application serving the data root ``root``.
+
+    Args:
+        root: data root (see ``docs/layout.md``).
+        token: one bearer token with access to every slice.
+        tokens_file: JSON file of scoped tokens (see :mod:`rayform_server.auth`).
+        allow_anonymous: serve everything without a token (only if neither is given).
+
+    Raises:
+        InvalidArgumentError: the access options are inconsistent or the tokens file is bad.
+    """
+    auth = Auth.from_options(token, tokens_file, allow_anonymous)
+    api = _Api(Store(root), auth)
+    routes = [
+        Route("/v1/health", api.health, methods=["GET", "HEAD"]),
+        Route("/v1/slices", api.list_slices, methods=["GET", "HEAD"]),
+        Route("/v1/slices/{slice_id}", api.get_slice, methods=["GET", "HEAD"]),
+        Route("/v1/slices/{slice_id}/manifest", api.get_manifest, methods=["GET", "HEAD"]),
+        Route("/v1/slices/{slice_id}/blobs/{hash}", api.get_blob, methods=["GET", "HEAD"]),
+    ]
+    app = Starlette(
+        routes=routes,
+        middleware=[Middleware(_Guard)],
+        exception_handlers={ApiError: _api_error, HTTPException: _http_error, Exception: _internal},
+    )
+    app.router.redirect_slashes = False  # "/v1/slices/" is an unknown path, not a redirect
+    return app

@@ -1,0 +1,192 @@
+"""``rayform-server``: serve a data root, create the demo slice, list slices, ingest recordings.
+
+::
+
+    rayform-server demo   --root DIR [--slice slc_...] [--small] [--seed N] [--jobs N]
+    rayform-server serve  --root DIR [--host 127.0.0.1] [--port 8765]
+                          [--token T | --tokens-file F | --allow-anonymous]
+    rayform-server slices --root DIR
+    rayform-server ingest ...        (when rayform_server.ingest is installed)
+
+Every subcommand's parser sets ``func``: a callable taking the parsed arguments and returning
+the exit code. Errors are printed as one ``error: ...`` line and exit with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from rayform.errors import RayformError
+
+__all__ = ["build_parser", "main"]
+
+_DEFAULT_PORT = 8765
+
+
+def _err(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from rayform_server.app import create_app
+
+    root = Path(args.root)
+    if not (root / "slices").is_dir():
+        _err(f"error: {root} is not a Rayform data root (no slices/ folder): create one with "
+             f"`rayform-server demo --root {root}` or `rayform-server ingest ...`")
+        return 2
+    token = args.token if args.token is not None else None
+    if token is None and args.tokens_file is None and not args.allow_anonymous:
+        token = os.environ.get("RAYFORM_SERVER_TOKEN") or None
+    app = create_app(root, token=token, tokens_file=args.tokens_file, allow_anonymous=args.allow_anonymous)
+    family = socket.AF_INET6 if ":" in args.host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((args.host, args.port))
+    except OSError as exc:
+        sock.close()
+        _err(f"error: cannot listen on {args.host}:{args.port}: {exc.strerror}; pick another "
+             "--port (0 chooses a free one)")
+        return 2
+    port = sock.getsockname()[1]
+    shown = f"[{args.host}]" if family == socket.AF_INET6 else args.host
+    banner = f"serving {root.resolve()} on http://{shown}:{port}"
+
+    class _Server(uvicorn.Server):
+        async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+            await super().startup(sockets=sockets)
+            if self.started:
+                _err(banner)
+
+    config = uvicorn.Config(app, access_log=False, log_level="warning", server_header=False,
+                            date_header=True, timeout_graceful_shutdown=5)
+    _Server(config).run(sockets=[sock])
+    return 0
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from rayform_server.demo import build_demo, demo_spec
+
+    spec = demo_spec(args.small)
+    _err(f"building demo slice {args.slice} in {args.root}: {spec.episodes} episodes, cameras "
+         f"{spec.size[1]}x{spec.size[0]}, {args.jobs} process(es)")
+    t0 = time.perf_counter()
+    manifest = build_demo(args.root, args.slice, small=args.small, seed=args.seed, jobs=args.jobs,
+                          progress=lambda line: _err("  " + line))
+    dt = time.perf_counter() - t0
+    size = sum(b.size for b in manifest.blobs().values())
+    _err(f"slice {args.slice} -> manifest {manifest.hash[:12]}...: {len(manifest.segments)} segments, "
+         f"{len(manifest.stream_names())} streams, {size / 1e6:.1f} MB in {dt:.1f} s")
+    _err(f"serve it with: rayform-server serve --root {args.root} --token <TOKEN>")
+    return 0
+
+
+def _slices(args: argparse.Namespace) -> int:
+    from rayform_server.store import Store
+
+    root = Path(args.root)
+    if not (root / "slices").is_dir():
+        _err(f"error: {root} is not a Rayform data root (no slices/ folder)")
+        return 2
+    store = Store(root)
+    count = 0
+    for slice_id in store.list_slices():
+        ref = store.get_slice(slice_id)
+        if ref is None:
+            continue
+        manifest = store.load_manifest(ref["manifest"])
+        size = sum(b.size for b in manifest.blobs().values())
+        print(f"{slice_id}  manifest {ref['manifest'][:12]}  {len(manifest.segments):4d} segments  "
+              f"{size / 1e6:8.1f} MB  {ref.get('description', '')}")
+        count += 1
+    if count == 0:
+        _err(f"no slices in {root}")
+    return 0
+
+
+def _add_ingest(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """Register ``ingest`` if the optional ingest module is there."""
+    try:
+        from rayform_server import ingest
+    except ImportError:
+        return
+    add = getattr(ingest, "add_parser", None)
+    if callable(add):
+        add(subparsers)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``rayform-server`` argument parser (subcommands set ``func``)."""
+    parser = argparse.ArgumentParser(
+        prog="rayform-server",
+        description="Rayform server stub: serve slices (manifests and content-addressed blobs) "
+        "over HTTP with bearer-token access control, create a demo slice, ingest recordings.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    serve = sub.add_parser(
+        "serve", help="serve a data root over HTTP",
+        description="Serve the slices of a data root over HTTP (wire protocol: docs/protocol.md). "
+        "Prints 'serving DIR on http://HOST:PORT' to stderr once it accepts connections. "
+        "Without --token/--tokens-file, RAYFORM_SERVER_TOKEN is used as the token if set.",
+    )
+    serve.add_argument("--root", required=True, help="data root (blobs/, manifests/, slices/)")
+    serve.add_argument("--host", default="127.0.0.1",
+                       help="interface to listen on (default 127.0.0.1; 0.0.0.0 exposes it to the network)")
+    serve.add_argument("--port", type=int, default=_DEFAULT_PORT,
+                       help=f"TCP port (default {_DEFAULT_PORT}; 0 picks a free port and prints it)")
+    access = serve.add_mutually_exclusive_group()
+    access.add_argument("--token", metavar="T", help="one bearer token with access to every slice")
+    access.add_argument("--tokens-file", metavar="F",
+                        help='JSON {"tokens": [{"name", "token", "slices": ["slc_7c1e*"]}]}: '
+                        "tokens scoped to slice-ID patterns (see docs/server.md)")
+    access.add_argument("--allow-anonymous", action="store_true",
+                        help="serve every slice without any token (only for a trusted network)")
+    serve.set_defaults(func=_serve)
+
+    demo = sub.add_parser(
+        "demo", help="create the demo slice",
+        description="Generate a realistic demo slice (bimanual pick-and-place, two cameras at "
+        "30 Hz with jitter and drops, joints at 200 Hz, joint-delta actions at 50 Hz, an "
+        "end-effector pose at 100 Hz, two sites, two segment versions). Deterministic per seed.",
+    )
+    demo.add_argument("--root", required=True, help="data root to write into (created if missing)")
+    demo.add_argument("--slice", default="slc_7c1e04aa", help="slice ID to create (default slc_7c1e04aa)")
+    demo.add_argument("--small", action="store_true", help="4 short low-resolution episodes (for tests)")
+    demo.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    demo.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
+                      help="episodes rendered in parallel (default: min(2, CPUs))")
+    demo.set_defaults(func=_demo)
+
+    slices = sub.add_parser("slices", help="list the slices of a data root",
+                            description="List each slice with its manifest hash, segment count and size.")
+    slices.add_argument("--root", required=True, help="data root")
+    slices.set_defaults(func=_slices)
+
+    _add_ingest(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``rayform-server``; returns the exit code."""
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except (RayformError, ValueError) as exc:
+        _err(f"error: {exc}")
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
