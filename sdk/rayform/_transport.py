@@ -1,0 +1,285 @@
+"""The thin HTTP layer: connection reuse, retries, typed errors, resumable blob downloads.
+
+Retries live here and nowhere else: connection errors, timeouts, ``5xx`` and ``429`` are retried
+with exponential backoff and jitter (honouring ``Retry-After``); ``4xx`` answers never are.
+Redirects are followed by hand: the same origin keeps the ``Authorization`` header, any other
+origin (an object store's presigned URL) never receives it; an expired presigned URL (``403``
+from the other origin) makes us ask the stub again for a fresh one.
+
+The ``httpx.Client`` is created lazily, per process: a ``Transport`` pickled into a DataLoader
+worker or inherited through ``fork`` opens its own connections on first use.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_random_exponential
+
+from rayform._partial import PartialBlob
+from rayform.errors import (
+    AccessDeniedError,
+    InvalidArgumentError,
+    NotFoundError,
+    TransportError,
+)
+
+__all__ = ["Transport"]
+
+log = logging.getLogger("rayform.transport")
+
+_MAX_REDIRECTS = 5
+_MAX_URL_REFRESHES = 2
+_MAX_RETRY_AFTER_S = 60.0
+
+
+class _Retryable(Exception):
+    """A failure worth retrying (network, timeout, 5xx, 429)."""
+
+    def __init__(self, reason: str, retry_after: float | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.retry_after = retry_after
+
+
+def _origin(url: httpx.URL) -> tuple[str, str, int | None]:
+    port = url.port or {"http": 80, "https": 443}.get(url.scheme)
+    return url.scheme, url.host, port
+
+
+def _retry_after(resp: httpx.Response) -> float | None:
+    value = resp.headers.get("retry-after")
+    if value is None:
+        return None
+    try:
+        return max(0.0, min(float(value), _MAX_RETRY_AFTER_S))
+    except ValueError:
+        return None  # HTTP-date form: fall back to our own backoff
+
+
+def _server_message(resp: httpx.Response) -> str:
+    try:
+        body = resp.read()
+        doc = httpx.Response(200, content=body).json()
+        return str(doc.get("message") or doc.get("error") or "").strip()
+    except Exception:
+        return ""
+
+
+class Transport:
+    """HTTP access to one Rayform server.
+
+    Args:
+        endpoint: base URL, e.g. ``http://127.0.0.1:8765``.
+        token: bearer token (never logged, never shown).
+        timeout: connect/read timeout per request in seconds.
+        attempts: total attempts per request, first one included.
+        backoff_s: base of the exponential backoff in seconds (jittered, capped at 10 s).
+        http_transport: an ``httpx`` transport to use instead of the network (tests).
+        sleep: the sleep function used between retries (tests).
+    """
+
+    def __init__(
+        self,
+        endpoint: str,
+        token: str | None,
+        *,
+        timeout: float = 30.0,
+        attempts: int = 5,
+        backoff_s: float = 0.25,
+        http_transport: httpx.BaseTransport | None = None,
+        sleep: Callable[[float], None] | None = None,
+    ) -> None:
+        self.endpoint = httpx.URL(endpoint.rstrip("/") + "/")
+        self._token = token
+        self.timeout = timeout
+        self.attempts = max(1, attempts)
+        self.backoff_s = backoff_s
+        self._http_transport = http_transport
+        self._sleep = sleep
+        self._client: httpx.Client | None = None
+        self._pid: int | None = None
+        self._lock: threading.Lock | None = None
+
+    def __repr__(self) -> str:
+        return f"<Transport {self.endpoint} token={'***' if self._token else None}>"
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state.update(_client=None, _pid=None, _lock=None)
+        return state
+
+    # -- connections -----------------------------------------------------------------------
+    def _http(self) -> httpx.Client:
+        pid = os.getpid()
+        if self._client is None or self._pid != pid:
+            if self._lock is None or self._pid != pid:
+                self._lock = threading.Lock()
+            with self._lock:
+                if self._client is None or self._pid != pid:
+                    self._client = httpx.Client(
+                        timeout=httpx.Timeout(self.timeout),
+                        follow_redirects=False,
+                        limits=httpx.Limits(max_connections=64, max_keepalive_connections=32),
+                        transport=self._http_transport,
+                        headers={"Accept-Encoding": "identity", "User-Agent": "rayform-sdk"},
+                    )
+                    self._pid = pid
+        return self._client
+
+    def close(self) -> None:
+        """Close this process's connections (a later request reopens them)."""
+        if self._client is not None and self._pid == os.getpid():
+            self._client.close()
+        self._client = None
+
+    def _url(self, path: str) -> httpx.URL:
+        return self.endpoint.join(path.lstrip("/"))
+
+    def _headers(self, url: httpx.URL) -> dict[str, str]:
+        if self._token and _origin(url) == _origin(self.endpoint):
+            return {"Authorization": f"Bearer {self._token}"}
+        return {}
+
+    # -- retries ---------------------------------------------------------------------------
+    def _wait(self, state: Any) -> float:
+        exc = state.outcome.exception() if state.outcome else None
+        if isinstance(exc, _Retryable) and exc.retry_after is not None:
+            return exc.retry_after
+        return wait_random_exponential(multiplier=self.backoff_s, max=10.0)(state)
+
+    def _with_retries(self, what: str, fn: Callable[[], Any]) -> Any:
+        kwargs: dict[str, Any] = {}
+        if self._sleep is not None:
+            kwargs["sleep"] = self._sleep
+        retrying = Retrying(
+            stop=stop_after_attempt(self.attempts),
+            wait=self._wait,
+            retry=retry_if_exception_type(_Retryable),
+            reraise=True,
+            before_sleep=lambda s: log.info(
+                "retrying %s (attempt %d): %s", what, s.attempt_number,
+                s.outcome.exception() if s.outcome else "?",
+            ),
+            **kwargs,
+        )
+        try:
+            return retrying(fn)
+        except _Retryable as exc:
+            raise TransportError(
+                f"{what} failed after {self.attempts} attempts: {exc.reason}. Check that the "
+                f"server {self.endpoint} is reachable (RAYFORM_ENDPOINT), then retry; cached "
+                "data stays usable with RAYFORM_OFFLINE=1."
+            ) from None
+
+    def _check(self, resp: httpx.Response, what: str) -> None:
+        status = resp.status_code
+        if status < 300:
+            return
+        if status == 429 or status >= 500:
+            raise _Retryable(f"HTTP {status}", _retry_after(resp))
+        msg = _server_message(resp)
+        detail = f" ({msg})" if msg else ""
+        if status == 400:
+            raise InvalidArgumentError(f"{what}: the server rejected the request{detail}")
+        if status == 401:
+            raise AccessDeniedError(
+                f"{what}: the server did not accept the access token; check RAYFORM_TOKEN "
+                "(or the token= argument) and that it has not expired"
+            )
+        if status == 403:
+            raise AccessDeniedError(
+                f"{what}: access denied{detail}; ask the data owners to extend your token's scope"
+            )
+        if status == 404:
+            raise NotFoundError(f"{what}: not found{detail}")
+        raise TransportError(f"{what}: unexpected HTTP {status}{detail}")
+
+    # -- requests --------------------------------------------------------------------------
+    def get_bytes(self, path: str, what: str) -> bytes:
+        """GET ``path`` (relative to the endpoint) and return the body, with retries."""
+
+        def once() -> bytes:
+            url = self._url(path)
+            try:
+                resp = self._http().get(url, headers=self._headers(url))
+            except httpx.TransportError as exc:
+                raise _Retryable(type(exc).__name__ + (f": {exc}" if str(exc) else "")) from None
+            self._check(resp, what)
+            return resp.content
+
+        return self._with_retries(what, once)
+
+    def get_json(self, path: str, what: str) -> Any:
+        """GET ``path`` and parse the JSON body."""
+        data = self.get_bytes(path, what)
+        try:
+            return httpx.Response(200, content=data).json()
+        except ValueError as exc:
+            raise TransportError(f"{what}: the server answered invalid JSON ({exc})") from None
+
+    def download(self, path: str, part: PartialBlob, what: str) -> None:
+        """Fill ``part`` from ``part.offset`` to its end with the blob at ``path``.
+
+        A broken connection is retried and the download continues where it stopped, with
+        ``Range: bytes=<offset>-``.
+        """
+
+        def once() -> None:
+            if part.remaining <= 0:
+                return
+            try:
+                self._download_once(path, part, what)
+            except httpx.TransportError as exc:
+                raise _Retryable(type(exc).__name__ + (f": {exc}" if str(exc) else "")) from None
+
+        self._with_retries(what, once)
+
+    def _download_once(self, path: str, part: PartialBlob, what: str) -> None:
+        url = self._url(path)
+        redirects = refreshes = 0
+        client = self._http()
+        while True:
+            headers = self._headers(url)
+            if part.offset:
+                headers["Range"] = f"bytes={part.offset}-"
+            foreign = _origin(url) != _origin(self.endpoint)
+            with client.stream("GET", url, headers=headers) as resp:
+                status = resp.status_code
+                if status in (301, 302, 303, 307, 308) and "location" in resp.headers:
+                    redirects += 1
+                    if redirects > _MAX_REDIRECTS:
+                        raise TransportError(f"{what}: too many redirects")
+                    url = url.join(resp.headers["location"])
+                    continue
+                if foreign and status == 403:  # presigned URL expired: ask the stub again
+                    refreshes += 1
+                    if refreshes > _MAX_URL_REFRESHES:
+                        raise AccessDeniedError(
+                            f"{what}: the object store refused {refreshes} fresh download URLs; "
+                            "check the server's storage credentials"
+                        )
+                    url, redirects = self._url(path), 0
+                    continue
+                if status == 416 and part.offset:
+                    part.restart()  # our partial copy is longer than the blob: start over
+                    continue
+                self._check(resp, what)
+                if status == 200 and part.offset:
+                    part.restart()  # the range was ignored: take the whole body
+                elif status == 206:
+                    start = resp.headers.get("content-range", "").removeprefix("bytes ").split("-")[0]
+                    if start != str(part.offset):
+                        raise _Retryable(f"unexpected Content-Range {start!r}")
+                for chunk in resp.iter_bytes():
+                    part.write(chunk)
+                if part.remaining > 0:
+                    raise _Retryable(f"connection closed after {part.offset} of "
+                                     f"{part.expected_size} bytes")
+                return
+

@@ -1,0 +1,210 @@
+"""The ``rayform`` command line: pull slices, show them, manage the cache.
+
+Exit codes: 0 success, 1 a Rayform error (one clear line on stderr), 2 bad usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from rayform._pull import human_bytes
+from rayform.errors import InvalidArgumentError, RayformError
+
+__all__ = ["main", "parse_size"]
+
+_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9,
+          "gb": 10**9, "t": 10**12, "tb": 10**12, "kib": 2**10, "mib": 2**20, "gib": 2**30,
+          "tib": 2**40}
+
+
+def parse_size(text: str) -> int:
+    """``"10GB"`` -> ``10_000_000_000`` bytes; ``"1.5GiB"``, ``"500M"``, ``"123"`` also work."""
+    m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]*)?)\s*([a-zA-Z]*)\s*", text)
+    if not m or m.group(2).lower() not in _UNITS:
+        raise InvalidArgumentError(
+            f"cannot read size {text!r}: use a number with an optional unit, e.g. 10GB, 500MiB"
+        )
+    return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+
+
+def _client(args: argparse.Namespace) -> Any:
+    from rayform.client import Client
+
+    return Client(endpoint=args.endpoint, cache_dir=args.cache_dir,
+                  offline=True if args.offline else None, shared=getattr(args, "shared", False))
+
+
+def _print_json(doc: Any) -> None:
+    print(json.dumps(doc, indent=2, sort_keys=True, default=str))
+
+
+def _cmd_pull(args: argparse.Namespace) -> int:
+    client = _client(args)
+    report = client.pull(args.slice_id, streams=args.streams or None, jobs=args.jobs,
+                         progress=not args.quiet and not args.json)
+    if args.json:
+        _print_json(report.to_json())
+    elif not args.quiet:
+        print(report.summary())
+    return 0
+
+
+def _slice_json(s: Any) -> dict[str, Any]:
+    return {
+        "id": s.id,
+        "manifest": s.manifest_hash,
+        "bytes": s.nbytes,
+        "duration_s": round(s.duration_s, 3),
+        "streams": s.streams,
+        "segments": [
+            {"id": g.id, "version": g.version, "site": g.site, "start_ns": g.start_ns,
+             "end_ns": g.end_ns, "bytes": g.nbytes,
+             "streams": {n: {"kind": st.kind, "rate_hz": st.rate_hz, "shape": list(st.shape),
+                             "count": st.count, "bytes": st.nbytes}
+                         for n, st in sorted(g.streams.items())}}
+            for g in s.segments
+        ],
+    }
+
+
+def _cmd_slices(args: argparse.Namespace) -> int:
+    client = _client(args)
+    if args.slices_cmd == "show":
+        s = client.slices.get(args.slice_id)
+        if args.json:
+            _print_json(_slice_json(s))
+            return 0
+        print(repr(s))
+        for g in s.segments:
+            print(f"  {g.id} v{g.version} site={g.site} {g.duration_s:.1f}s "
+                  f"{human_bytes(g.nbytes)} streams={','.join(sorted(g.streams))}")
+        return 0
+    rows = client.slices.list()
+    if args.json:
+        _print_json(rows)
+    else:
+        for r in rows:
+            print(f"{r['id']}  {str(r.get('manifest', ''))[:12]}  {r.get('description', '')}")
+    return 0
+
+
+def _cmd_cache(args: argparse.Namespace) -> int:
+    import os
+
+    from platformdirs import user_cache_dir
+
+    from rayform.cache import Cache
+
+    root = args.cache_dir or os.environ.get("RAYFORM_CACHE_DIR") or user_cache_dir("rayform")
+    cache = Cache(root)
+    cmd = args.cache_cmd
+    if cmd == "path":
+        print(cache.root)
+        return 0
+    if cmd == "ls":
+        entries = list(cache.ls())
+        if args.json:
+            _print_json([{"kind": e.kind, "hash": e.hash, "size": e.size, "atime": e.atime}
+                         for e in entries])
+        else:
+            for e in entries:
+                print(f"{e.kind[:-1]:8} {e.hash}  {human_bytes(e.size):>10}")
+        return 0
+    if cmd == "du":
+        du = cache.du()
+        if args.json:
+            _print_json(du)
+        else:
+            print(f"{cache.root}: {du['blobs']} blobs {human_bytes(du['blob_bytes'])}, "
+                  f"{du['manifests']} manifests {human_bytes(du['manifest_bytes'])}, "
+                  f"temporary {human_bytes(du['tmp_bytes'])}")
+        return 0
+    if cmd == "verify":
+        report = cache.verify()
+        if args.json:
+            _print_json({"checked": report.checked, "removed": report.removed})
+        else:
+            print(f"checked {report.checked} objects, removed {len(report.removed)} corrupt")
+            for h in report.removed:
+                print(f"  removed {h}")
+        return 0
+    # prune
+    evicted = cache.prune(parse_size(args.max_size))
+    if args.json:
+        _print_json({"evicted": [e.hash for e in evicted],
+                     "evicted_bytes": sum(e.size for e in evicted)})
+    else:
+        print(f"evicted {len(evicted)} blobs ({human_bytes(sum(e.size for e in evicted))}); "
+              f"cache now {human_bytes(cache.du()['blob_bytes'])}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``rayform``."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--endpoint", help="server URL (default: $RAYFORM_ENDPOINT)")
+    common.add_argument("--cache-dir", help="cache directory (default: $RAYFORM_CACHE_DIR or "
+                        "the user cache dir, ~/.cache/rayform on Linux)")
+    common.add_argument("--offline", action="store_true",
+                        help="never touch the network (also: RAYFORM_OFFLINE=1)")
+    common.add_argument("--json", action="store_true", help="machine-readable output")
+    p = argparse.ArgumentParser(
+        prog="rayform",
+        description="Rayform: fetch slices of robot data into a shared, verified cache. "
+                    "The token is read from $RAYFORM_TOKEN and never printed.",
+    )
+    sub = p.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
+
+    pull = sub.add_parser("pull", parents=[common], help="prefetch a slice into the cache",
+                          description="Download every blob a training run needs (or only the "
+                          "named streams) in parallel, verifying every byte. Resumable: run it "
+                          "again after an interruption.")
+    pull.add_argument("slice_id", metavar="SLICE_ID", help="e.g. slc_7c1e04aa")
+    pull.add_argument("--streams", nargs="+", metavar="S", help="only these streams, e.g. cam0/rgb")
+    pull.add_argument("--jobs", "-j", type=int, default=8, help="parallel downloads (default 8)")
+    pull.add_argument("--quiet", "-q", action="store_true", help="no progress bar or summary")
+    pull.add_argument("--shared", action="store_true",
+                      help="group-writable shared cache (directories setgid, files group-readable)")
+    pull.set_defaults(func=_cmd_pull)
+
+    slices = sub.add_parser("slices", help="show or list slices")
+    ssub = slices.add_subparsers(dest="slices_cmd", required=True, metavar="SUBCOMMAND")
+    show = ssub.add_parser("show", parents=[common], help="segments and streams of a slice")
+    show.add_argument("slice_id", metavar="SLICE_ID")
+    ssub.add_parser("ls", parents=[common], help="slices your token may see")
+    slices.set_defaults(func=_cmd_slices)
+
+    cache = sub.add_parser("cache", help="inspect and maintain the cache")
+    csub = cache.add_subparsers(dest="cache_cmd", required=True, metavar="SUBCOMMAND")
+    csub.add_parser("path", parents=[common], help="print the cache directory")
+    csub.add_parser("ls", parents=[common], help="list cached blobs and manifests")
+    csub.add_parser("du", parents=[common], help="disk usage of the cache")
+    csub.add_parser("verify", parents=[common],
+                    help="re-hash every cached object; remove corrupt ones")
+    prune = csub.add_parser("prune", parents=[common],
+                            help="evict least recently used blobs down to a size")
+    prune.add_argument("--max-size", required=True, metavar="SIZE", help="e.g. 10GB, 500MiB")
+    cache.set_defaults(func=_cmd_cache)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI; returns the exit code."""
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except RayformError as exc:
+        print(f"rayform: error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("rayform: interrupted; run the same command again to resume", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

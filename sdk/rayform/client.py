@@ -1,0 +1,296 @@
+"""``rayform.Client``: resolve slices, fetch blobs into the shared cache, work offline.
+
+::
+
+    client = rayform.Client()                     # RAYFORM_ENDPOINT / RAYFORM_TOKEN / ...
+    slice_ = client.slices.get("slc_7c1e04aa")    # -> rayform.Slice
+    path = slice_.blob_path(ref)                  # verified, read-only file in the cache
+
+The client is picklable and fork-safe: it holds no connection, socket or file handle until it
+is first used in a process (PyTorch DataLoader workers each open their own).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import platformdirs
+
+from rayform._ids import check_slice_id, check_stream_name
+from rayform._partial import PartialBlob
+from rayform._pull import PullReport, run_pull
+from rayform._transport import Transport
+from rayform.cache import Cache
+from rayform.errors import InvalidArgumentError, NotFoundError, OfflineError, TransportError
+from rayform.manifest import BlobRef, Manifest
+from rayform.slice import Slice
+
+__all__ = ["Client", "PullReport", "SliceAPI"]
+
+_TRUE = ("1", "true", "yes", "on")
+
+
+def endpoint_key(endpoint: str) -> str:
+    """A directory-safe name for a server, e.g. ``127.0.0.1_8765-1a2b3c4d``."""
+    readable = re.sub(r"^[a-z]+://", "", endpoint.rstrip("/"))
+    readable = re.sub(r"[^A-Za-z0-9.-]+", "_", readable)[:60]
+    return f"{readable}-{hashlib.sha256(endpoint.rstrip('/').encode()).hexdigest()[:8]}"
+
+
+class SliceAPI:
+    """``client.slices``: resolve and list slices."""
+
+    def __init__(self, client: Client) -> None:
+        self._client = client
+
+    def get(self, slice_id: str) -> Slice:
+        """Resolve ``slice_id`` to its manifest and return the :class:`~rayform.Slice`.
+
+        Online, the server says which manifest the slice points at; the manifest bytes are
+        verified against their BLAKE3 hash and cached, and the resolution is remembered so the
+        slice works offline later. Offline, the remembered resolution is used.
+
+        Raises:
+            InvalidArgumentError: malformed ID (no request is made).
+            NotFoundError: unknown slice, or one your token may not see.
+            AccessDeniedError: missing or wrong token.
+            OfflineError: offline mode and the slice was never resolved here.
+            TransportError: the server cannot be reached.
+        """
+        return self._client._get_slice(check_slice_id(slice_id))
+
+    def list(self) -> list[dict[str, Any]]:
+        """Slices this token may see: ``[{"id", "manifest", "description"}, ...]``.
+
+        Offline, the slices remembered in the cache.
+        """
+        c = self._client
+        if c.offline:
+            return [{"id": r["id"], "manifest": r["manifest"], "description": r.get("description", "")}
+                    for r in c.cache.refs()]
+        doc = c._transport().get_json("v1/slices", "listing slices")
+        return list(doc.get("slices", []))
+
+    def __repr__(self) -> str:
+        return f"<SliceAPI of {self._client!r}>"
+
+
+class Client:
+    """Access to one Rayform server and the local (possibly shared) cache.
+
+    Args:
+        endpoint: server base URL; default ``RAYFORM_ENDPOINT``.
+        token: bearer token; default ``RAYFORM_TOKEN``. Never shown in reprs, logs or errors.
+        cache_dir: cache directory; default ``RAYFORM_CACHE_DIR``, else the user cache dir
+            (``~/.cache/rayform`` on Linux).
+        offline: never open a network connection; default ``RAYFORM_OFFLINE=1``.
+        locks: per-blob file locks against duplicate downloads (``RAYFORM_NO_LOCKS=1``
+            disables them); correctness never depends on them.
+        shared: group-writable cache for a team (directories setgid ``0o2775``).
+        timeout: per-request timeout in seconds.
+        attempts: attempts per request before giving up (retries back off exponentially).
+    """
+
+    def __init__(
+        self,
+        endpoint: str | None = None,
+        token: str | None = None,
+        cache_dir: str | os.PathLike[str] | None = None,
+        offline: bool | None = None,
+        *,
+        locks: bool = True,
+        shared: bool = False,
+        timeout: float = 30.0,
+        attempts: int = 5,
+    ) -> None:
+        endpoint = endpoint or os.environ.get("RAYFORM_ENDPOINT") or None
+        if endpoint is not None and not re.match(r"^https?://[^\s/]+", endpoint):
+            raise InvalidArgumentError(
+                f"endpoint {endpoint!r} is not an http(s) URL; pass e.g. "
+                "endpoint='https://rayform.example.com' or set RAYFORM_ENDPOINT"
+            )
+        self.endpoint: str | None = endpoint.rstrip("/") if endpoint else None
+        self._token = token or os.environ.get("RAYFORM_TOKEN") or None
+        if cache_dir is None:
+            cache_dir = os.environ.get("RAYFORM_CACHE_DIR") or platformdirs.user_cache_dir("rayform")
+        if offline is None:
+            offline = os.environ.get("RAYFORM_OFFLINE", "").strip().lower() in _TRUE
+        self.offline = bool(offline)
+        self.cache = Cache(cache_dir, shared=shared, locks=locks)
+        self.timeout = timeout
+        self.attempts = attempts
+        self._transport_obj: Transport | None = None
+        self._manifests: dict[str, Manifest] = {}
+        self.slices = SliceAPI(self)
+
+    @property
+    def cache_dir(self) -> Path:
+        """The cache directory."""
+        return self.cache.root
+
+    def __repr__(self) -> str:
+        token = "***" if self._token else None
+        return (f"Client(endpoint={self.endpoint!r}, token={token}, cache_dir='{self.cache_dir}', "
+                f"offline={self.offline})")
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_manifests"] = dict(self._manifests)
+        return state
+
+    # -- plumbing --------------------------------------------------------------------------
+    def _transport(self) -> Transport:
+        if self.offline:  # defensive: every caller checks first, with a better message
+            raise OfflineError("offline mode (RAYFORM_OFFLINE=1): no network access is allowed")
+        if self.endpoint is None:
+            raise InvalidArgumentError(
+                "no server endpoint: pass Client(endpoint='https://...') or set RAYFORM_ENDPOINT"
+            )
+        if self._transport_obj is None:
+            self._transport_obj = Transport(
+                self.endpoint, self._token, timeout=self.timeout, attempts=self.attempts
+            )
+        return self._transport_obj
+
+    def _key(self) -> str | None:
+        return endpoint_key(self.endpoint) if self.endpoint else None
+
+    def close(self) -> None:
+        """Close network connections held by this process (reopened on next use)."""
+        if self._transport_obj is not None:
+            self._transport_obj.close()
+
+    # -- slices ----------------------------------------------------------------------------
+    def _get_slice(self, slice_id: str) -> Slice:
+        if self.offline:
+            ref = self.cache.get_ref(self._key(), slice_id) or self.cache.get_ref(None, slice_id)
+            if ref is None:
+                raise OfflineError(
+                    f"slice {slice_id} is not in the cache {self.cache_dir} and offline mode is "
+                    f"on (RAYFORM_OFFLINE=1); on a machine with network access run "
+                    f"`rayform pull {slice_id}` into this cache first"
+                )
+            digest = str(ref["manifest"])
+            data = self.cache.get_manifest(digest)
+            if data is None:
+                raise OfflineError(
+                    f"the manifest of slice {slice_id} is missing from the cache {self.cache_dir}; "
+                    f"run `rayform pull {slice_id}` with network access"
+                )
+            return self._make_slice(slice_id, digest, data)
+        t = self._transport()
+        what = f"resolving slice {slice_id}"
+        try:
+            doc = t.get_json(f"v1/slices/{slice_id}", what)
+        except NotFoundError:
+            raise NotFoundError(
+                f"slice {slice_id} was not found on {self.endpoint} (or your token may not see "
+                "it); check the ID with `rayform slices ls`"
+            ) from None
+        digest = str(doc.get("manifest", ""))
+        if not re.fullmatch(r"[0-9a-f]{64}", digest):
+            raise TransportError(f"{what}: the server answered no valid manifest hash")
+        data = self.cache.get_manifest(digest)
+        if data is None:
+            data = t.get_bytes(f"v1/slices/{slice_id}/manifest", f"fetching the manifest of {slice_id}")
+            slice_ = self._make_slice(slice_id, digest, data)  # verifies before caching
+            self.cache.put_manifest(data, digest)
+        else:
+            slice_ = self._make_slice(slice_id, digest, data)
+        self.cache.set_ref(self._key() or "", slice_id, digest, endpoint=self.endpoint,
+                           description=str(doc.get("description", "")))
+        return slice_
+
+    def _make_slice(self, slice_id: str, digest: str, data: bytes) -> Slice:
+        manifest = self._manifests.get(digest) or Manifest.from_bytes(data, expected_hash=digest)
+        self._manifests[digest] = manifest
+        self._manifests[slice_id] = manifest
+        return Slice(slice_id, digest, manifest, self)
+
+    # -- blobs -----------------------------------------------------------------------------
+    def _streams_of(self, slice_id: str, digest: str) -> list[str]:
+        manifest = self._manifests.get(slice_id)
+        if manifest is None:
+            return []
+        names = {n for seg in manifest.segments for n, s in seg.streams.items()
+                 if any(b.hash == digest for b in s.blobs())}
+        return sorted(names)
+
+    def _offline_missing(self, slice_id: str, refs: Sequence[BlobRef]) -> OfflineError:
+        streams: set[str] = set()
+        for ref in refs:
+            streams.update(self._streams_of(slice_id, ref.hash))
+        cmd = f"rayform pull {slice_id}" + (f" --streams {' '.join(sorted(streams))}" if streams else "")
+        what = f"blob {refs[0].hash[:12]}..." if len(refs) == 1 else f"{len(refs)} blobs"
+        return OfflineError(
+            f"{what} of slice {slice_id} not in the cache {self.cache_dir} and offline mode is "
+            f"on (RAYFORM_OFFLINE=1); with network access run `{cmd}`"
+        )
+
+    def ensure_blob(self, slice_id: str, ref: BlobRef) -> Path:
+        """Path of the verified, read-only cached copy of ``ref``, downloading it if missing.
+
+        Raises:
+            OfflineError: offline and not cached (names the ``rayform pull`` command).
+            IntegrityError: the server's bytes do not match the hash.
+            CacheError: the cache cannot be written.
+        """
+        path = self.cache.get_blob(ref.hash)
+        if path is not None:
+            return path
+        if self.offline:
+            raise self._offline_missing(slice_id, [ref])
+        path, _ = self._fetch(slice_id, ref)
+        return path
+
+    def _fetch(self, slice_id: str, ref: BlobRef, on_bytes: Any = None) -> tuple[Path, int]:
+        url = f"v1/slices/{slice_id}/blobs/{ref.hash}"
+
+        def download(part: PartialBlob) -> None:
+            part.on_bytes = on_bytes
+            self._transport().download(url, part, f"downloading blob {ref.hash[:12]}... of {slice_id}")
+
+        return self.cache.fetch_blob(ref, download)
+
+    def pull(
+        self,
+        slice_id: str,
+        streams: Sequence[str] | None = None,
+        jobs: int = 8,
+        progress: bool = False,
+    ) -> PullReport:
+        """Fetch every blob of ``slice_id`` (or of the named streams) into the cache.
+
+        Args:
+            slice_id: e.g. ``"slc_7c1e04aa"``.
+            streams: stream names such as ``["cam0/rgb"]``; all streams if None.
+            jobs: parallel downloads.
+            progress: show a progress bar (bytes, rate, ETA) on stderr.
+
+        Raises:
+            NotFoundError: a named stream is in no segment of the slice.
+            OfflineError: offline mode and something is missing.
+        """
+        if not isinstance(jobs, int) or jobs < 1:
+            raise InvalidArgumentError(f"jobs must be a positive integer, got {jobs!r}")
+        slice_ = self.slices.get(slice_id)
+        names = None
+        if streams is not None:
+            names = [check_stream_name(s) for s in streams]
+            unknown = sorted(set(names) - set(slice_.streams))
+            if unknown:
+                raise NotFoundError(
+                    f"slice {slice_id} has no stream {', '.join(unknown)}; it has "
+                    f"{', '.join(slice_.streams)}"
+                )
+        refs = list(slice_.manifest.blobs(names).values())
+        if self.offline:
+            missing = [r for r in refs if not self.cache.has_blob(r.hash)]
+            if missing:
+                raise self._offline_missing(slice_id, missing)
+        return run_pull(slice_id, refs, self.cache, self._fetch, jobs=jobs, progress=progress)

@@ -1,0 +1,172 @@
+"""`rayform pull` against the real server stub (behind a counting proxy), in real processes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from _proxy import CountingProxy
+from conftest import DEMO_SLICE, TOKEN, ServerProcess
+
+import rayform
+from rayform._hashing import hash_file
+from rayform.errors import IntegrityError, OfflineError
+
+
+@pytest.fixture
+def proxy(demo_server: ServerProcess) -> Iterator[CountingProxy]:
+    with CountingProxy(demo_server.url) as p:
+        yield p
+
+
+def _client(url: str, cache: Path, **kw: object) -> rayform.Client:
+    return rayform.Client(endpoint=url, token=TOKEN, cache_dir=cache, **kw)
+
+
+def _blobs_ok(cache: Path) -> list[str]:
+    """Hashes of cached blobs, asserting each file matches its name."""
+    names = []
+    for p in (cache / "blobs").rglob("*"):
+        if p.is_file():
+            assert hash_file(p) == p.name, f"corrupt blob under a content name: {p}"
+            names.append(p.name)
+    return sorted(names)
+
+
+def _pull_cmd(url: str, cache: Path, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "rayform", "pull", DEMO_SLICE, "--endpoint", url,
+            "--cache-dir", str(cache), "--quiet", *extra]
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAYFORM_")}
+    return {**env, "RAYFORM_TOKEN": TOKEN, **extra}
+
+
+def test_pull_fetches_each_blob_once_then_nothing(proxy: CountingProxy, tmp_path: Path) -> None:
+    client = _client(proxy.url, tmp_path / "cache")
+    report = client.pull(DEMO_SLICE, jobs=4)
+    expected = client.slices.get(DEMO_SLICE).manifest.blobs()
+    assert report.blobs == len(expected) == report.fetched_blobs
+    assert report.fetched_bytes == report.bytes == sum(r.size for r in expected.values())
+    assert proxy.blob_gets() == {h: 1 for h in expected}
+    assert _blobs_ok(tmp_path / "cache") == sorted(expected)
+    before = len(proxy.requests)
+    again = _client(proxy.url, tmp_path / "cache").pull(DEMO_SLICE)
+    assert again.fetched_blobs == 0 and again.fetched_bytes == 0
+    assert again.cached_blobs == report.blobs
+    assert [p for p, _ in proxy.requests[before:]] == [f"/v1/slices/{DEMO_SLICE}"]
+
+
+def test_pull_named_streams_only(proxy: CountingProxy, tmp_path: Path) -> None:
+    client = _client(proxy.url, tmp_path / "cache")
+    report = client.pull(DEMO_SLICE, streams=["joints/position"])
+    wanted = client.slices.get(DEMO_SLICE).manifest.blobs(["joints/position"])
+    assert report.fetched_blobs == len(wanted) == 4
+    assert set(proxy.blob_gets()) == set(wanted)
+    with pytest.raises(rayform.NotFoundError, match="no stream nope"):
+        client.pull(DEMO_SLICE, streams=["nope"])
+
+
+@pytest.mark.parametrize("locks", [True, False], ids=["locks", "no-locks"])
+def test_four_processes_pull_one_cache(proxy: CountingProxy, tmp_path: Path, locks: bool) -> None:
+    proxy.delay_s = 0.002  # ~0.5 MB/s per blob: the four pullers overlap
+    cache = tmp_path / "shared-cache"
+    env = _env() if locks else _env(RAYFORM_NO_LOCKS="1")
+    procs = [subprocess.Popen(_pull_cmd(proxy.url, cache, "--jobs", "4"), env=env,
+                              stderr=subprocess.PIPE) for _ in range(4)]
+    for p in procs:
+        _, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err.decode()
+    expected = _client(proxy.url, cache).slices.get(DEMO_SLICE).manifest.blobs()
+    assert _blobs_ok(cache) == sorted(expected)
+    assert list((cache / "tmp").iterdir()) == []
+    gets = proxy.blob_gets()
+    assert set(gets) == set(expected)
+    if locks:
+        assert gets == {h: 1 for h in expected}, "each blob transferred once"
+
+
+def test_sigkill_mid_transfer_then_resume(proxy: CountingProxy, tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    proxy.delay_s = 0.05  # 1 KiB every 50 ms: a 20 KiB blob takes a second
+    proc = subprocess.Popen(_pull_cmd(proxy.url, cache, "--jobs", "2"), env=_env(),
+                            stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            parts = [p for p in (cache / "tmp").glob("*.part") if p.stat().st_size > 2048] \
+                if (cache / "tmp").is_dir() else []
+            if parts:
+                break
+            time.sleep(0.02)
+        assert parts, "the puller never started writing"
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    partial = {p.name.split(".")[0]: p.stat().st_size for p in (cache / "tmp").glob("*.part")}
+    assert partial and all(size > 0 for size in partial.values())
+    done = _blobs_ok(cache)  # whatever finished is complete and correct
+    assert not set(partial) & set(done)
+    proxy.delay_s = 0.0
+    before = len(proxy.requests)
+    result = subprocess.run(_pull_cmd(proxy.url, cache), env=_env(), capture_output=True)
+    assert result.returncode == 0, result.stderr.decode()
+    expected = _client(proxy.url, cache).slices.get(DEMO_SLICE).manifest.blobs()
+    assert _blobs_ok(cache) == sorted(expected)
+    assert list((cache / "tmp").iterdir()) == [], (partial, done, proxy.requests[before:])
+    resumed = [(p, r) for p, r in proxy.requests[before:] if r is not None]
+    assert resumed, "the next pull continued a partial file with a Range request"
+    for path, rng in resumed:
+        assert rng == f"bytes={partial[path.rsplit('/', 1)[-1]]}-"
+
+
+def test_corrupted_bytes_raise_integrity_error(proxy: CountingProxy, tmp_path: Path) -> None:
+    client = _client(proxy.url, tmp_path / "cache")
+    ref = client.slices.get(DEMO_SLICE).segments[0].streams["joints/position"].blob
+    proxy.corrupt.add(ref.hash)
+    with pytest.raises(IntegrityError, match="failed verification"):
+        client.ensure_blob(DEMO_SLICE, ref)
+    assert not client.cache.blob_path(ref.hash).exists()
+    assert list((tmp_path / "cache" / "tmp").iterdir()) == []
+    with pytest.raises(IntegrityError):
+        client.pull(DEMO_SLICE, jobs=4)
+    assert ref.hash not in _blobs_ok(tmp_path / "cache")
+
+
+def test_offline_after_pull_with_server_stopped(demo_root: Path, tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    server = ServerProcess(demo_root)
+    try:
+        online = _client(server.url, tmp_path / "cache")
+        online.pull(DEMO_SLICE, streams=["cam0/rgb", "joints/position"])
+    finally:
+        server.stop()
+
+    def no_network(self: socket.socket, *args: object) -> None:
+        raise AssertionError(f"a socket was opened in offline mode: {args}")
+
+    monkeypatch.setattr(socket.socket, "connect", no_network)
+    monkeypatch.setattr(socket.socket, "connect_ex", no_network)
+    monkeypatch.setenv("RAYFORM_OFFLINE", "1")
+    client = _client(server.url, tmp_path / "cache")
+    slice_ = client.slices.get(DEMO_SLICE)
+    assert slice_.id == DEMO_SLICE and len(slice_.segments) == 4
+    seg = slice_.segments[0]
+    path = slice_.blob_path(seg.streams["cam0/rgb"].blob)
+    assert hash_file(path) == seg.streams["cam0/rgb"].blob.hash
+    with pytest.raises(OfflineError, match=rf"rayform pull {DEMO_SLICE} --streams wrist/rgb"):
+        slice_.blob_path(seg.streams["wrist/rgb"].blob)
+    with pytest.raises(OfflineError, match=r"`rayform pull slc_0123abcd`"):
+        client.slices.get("slc_0123abcd")
+    report = client.pull(DEMO_SLICE, streams=["joints/position"])  # all cached: works offline
+    assert report.fetched_blobs == 0 and report.cached_blobs == 4
+    # an offline client without endpoint finds the slice through any remembered server
+    assert rayform.Client(cache_dir=tmp_path / "cache").slices.get(DEMO_SLICE).id == DEMO_SLICE
