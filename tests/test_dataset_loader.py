@@ -191,10 +191,12 @@ def _no_sockets(*_args) -> None:
     which DataLoader uses to pass tensors between processes, stay allowed)."""
 
     class Forbidden(socket.socket):
-        def __init__(self, family=-1, *a, **k):
-            if family in (-1, socket.AF_INET, socket.AF_INET6):
+        def __init__(self, family=-1, type=-1, proto=-1, fileno=None):
+            # Wrapping an inherited fd (fileno given) is multiprocessing's fd passing, not
+            # a new connection; anything else that is not AF_UNIX would be network access.
+            if fileno is None and family in (-1, socket.AF_INET, socket.AF_INET6):
                 raise AssertionError("a DataLoader worker opened a network socket in offline mode")
-            super().__init__(family, *a, **k)
+            super().__init__(family, type, proto, fileno)
 
     socket.socket = Forbidden  # type: ignore[misc]
 
@@ -225,9 +227,10 @@ def test_pulled_slice_offline_opens_no_socket(client_env, monkeypatch: pytest.Mo
     real = socket.socket
 
     class Recording(real):  # type: ignore[misc, valid-type]
-        def __init__(self, family=-1, *a, **k):
-            opened.append(family)
-            super().__init__(family, *a, **k)
+        def __init__(self, family=-1, type=-1, proto=-1, fileno=None):
+            if fileno is None:
+                opened.append(family)
+            super().__init__(family, type, proto, fileno)
 
     monkeypatch.setattr(socket, "socket", Recording)
     client = rayform.Client()

@@ -101,7 +101,9 @@ def test_v30_matches_lerobot_dataset(lerobot_v30, tmp_path: Path) -> None:
     # the slice holds the dataset's own timestamps, episode-relative, in ns
     for ep, seg in enumerate(m.segments):
         rows = ref["episode"] == ep
-        want_t = np.rint(ref["timestamp"][rows] * 1e9).astype(np.int64)
+        # snapped onto frame_index / fps (the float32 column is a few ns off it)
+        want_t = np.rint(ref["frame"][rows] * (1e9 / 30)).astype(np.int64)
+        assert np.abs(want_t - ref["timestamp"][rows] * 1e9).max() < 1e5
         cam = seg.streams["top/rgb"]
         assert (cam.codec, cam.shape, cam.count) == ("h264", (96, 128, 3), 30)
         np.testing.assert_array_equal(decode_timestamps(store.blob_path(cam.timestamps.hash).read_bytes()), want_t)
@@ -116,7 +118,7 @@ def test_v30_matches_lerobot_dataset(lerobot_v30, tmp_path: Path) -> None:
         sample = ds[i]
         ep = [s.id for s in m.segments].index(sample["meta"]["segment"])
         rows = np.flatnonzero(ref["episode"] == ep)
-        t_rows = np.rint(ref["timestamp"][rows] * 1e9).astype(np.int64)
+        t_rows = np.rint(ref["frame"][rows] * (1e9 / 30)).astype(np.int64)
         row = rows[int(np.searchsorted(t_rows, int(sample["t_ns"]), side="right")) - 1]
         np.testing.assert_array_equal(sample["observation/state"].numpy(), ref["state"][row])
         np.testing.assert_array_equal(sample["action"][0].numpy(), ref["action"][row])
@@ -132,8 +134,12 @@ def test_v30_matches_lerobot_dataset(lerobot_v30, tmp_path: Path) -> None:
     assert ingest_lerobot(Store(tmp_path / "again"), path, "slc_0000a001", progress=QUIET).hash == m.hash
 
 
-def _write_v21(root: Path, episodes: int = 2, n: int = 20, fps: int = 10) -> dict:
-    """A LeRobot v2.1-layout dataset by hand: one parquet file and one MP4 per episode."""
+def _write_v21(root: Path, episodes: int = 2, n: int = 20, fps: int = 10, jitter_s: float = 0.0) -> dict:
+    """A LeRobot v2.1-layout dataset by hand: one parquet file and one MP4 per episode.
+
+    ``truth["t"]`` holds the times the ingest must store: ``frame_index / fps`` snapped to
+    ns when ``jitter_s`` is 0, else the float32 timestamps (jittered by up to ``jitter_s``).
+    """
     rng = np.random.default_rng(3)
     truth: dict = {"state": [], "t": []}
     features = {
@@ -155,7 +161,8 @@ def _write_v21(root: Path, episodes: int = 2, n: int = 20, fps: int = 10) -> dic
         "".join(json.dumps({"episode_index": e, "tasks": ["t"], "length": n}) + "\n" for e in range(episodes)))
     for e in range(episodes):
         state = rng.standard_normal((n, 4)).astype(np.float32)
-        ts = (np.arange(n) / fps).astype(np.float32)
+        jitter = rng.uniform(0, jitter_s, n) * (np.arange(n) > 0)
+        ts = (np.arange(n) / fps + jitter).astype(np.float32)
         table = pa.table({
             "observation.state": pa.FixedSizeListArray.from_arrays(pa.array(state.ravel()), 4),
             "timestamp": ts, "frame_index": np.arange(n), "episode_index": np.full(n, e),
@@ -166,7 +173,8 @@ def _write_v21(root: Path, episodes: int = 2, n: int = 20, fps: int = 10) -> dic
         video.parent.mkdir(parents=True, exist_ok=True)
         encode_video([_code_image(10 * e + i) for i in range(n)], video, rate_hz=fps, gop=2)
         truth["state"].append(state)
-        truth["t"].append(np.rint(ts.astype(np.float64) * 1e9).astype(np.int64))
+        exact = np.rint(np.arange(n) * (1e9 / fps)).astype(np.int64)
+        truth["t"].append(np.rint(ts.astype(np.float64) * 1e9).astype(np.int64) if jitter_s else exact)
     return truth
 
 
@@ -237,3 +245,38 @@ def test_default_names() -> None:
     assert default_stream_name("action", False) == "action"
     assert default_stream_name("observation.Effort EE", False) == "observation/effort_ee"
     assert sys.modules["rayform_server.ingest.lerobot"].ingest_lerobot is ingest_lerobot
+
+
+def test_float32_timestamps_snap_to_the_grid(tmp_path: Path, capsys) -> None:
+    """Row k comes back at grid step k of a dataset at the dataset's own fps."""
+    from rayform.torch import EpisodeDataset
+    from rayform.torch._index import grid_offsets_ns
+
+    fps, n = 30, 40
+    truth = _write_v21(tmp_path / "v21", episodes=1, n=n, fps=fps)
+    raw = np.rint((np.arange(n) / fps).astype(np.float32).astype(np.float64) * 1e9).astype(np.int64)
+    assert (raw > grid_offsets_ns(np.arange(n), fps)).any()  # unsnapped, some rows lie past their step
+    store = Store(tmp_path / "root")
+    m = ingest_lerobot(store, tmp_path / "v21", "slc_0000a004", progress=Progress(sys.stderr))
+    assert "keeping the recorded times" not in capsys.readouterr().err
+    seg = m.segments[0]
+    t, _ = decode_table(store.blob_path(seg.streams["observation/state"].blob.hash).read_bytes())
+    np.testing.assert_array_equal(t, grid_offsets_ns(np.arange(n), fps))
+    slice_ = Slice("slc_0000a004", m.hash, m, _StoreClient(store))
+    ds = EpisodeDataset(slice_, obs=["front/rgb"], action="observation/state", fps=fps, horizon=2, shard=None)
+    assert len(ds) == n
+    for k in range(n):
+        sample = ds[k]
+        assert int(sample["t_ns"]) == t[k]
+        np.testing.assert_array_equal(sample["action"][0].numpy(), truth["state"][0][k])
+        assert _read_code(sample["front/rgb"].permute(1, 2, 0).numpy()) == k
+
+
+def test_jittered_timestamps_are_kept(tmp_path: Path, capsys) -> None:
+    truth = _write_v21(tmp_path / "v21", episodes=1, n=20, fps=10, jitter_s=0.01)
+    store = Store(tmp_path / "root")
+    m = ingest_lerobot(store, tmp_path / "v21", "slc_0000a005", progress=Progress(sys.stderr))
+    assert "keeping the recorded times" in capsys.readouterr().err
+    t, _ = decode_table(store.blob_path(m.segments[0].streams["observation/state"].blob.hash).read_bytes())
+    np.testing.assert_array_equal(t, truth["t"][0])
+    assert not np.array_equal(t, np.rint(np.arange(20) * 1e8).astype(np.int64))
