@@ -12,7 +12,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from rayform._pull import human_bytes
+from rayform._units import human_bytes
 from rayform.errors import InvalidArgumentError, RayformError
 
 __all__ = ["main", "parse_size"]

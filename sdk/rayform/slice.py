@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from rayform._units import human_bytes
 from rayform.errors import NotFoundError
 from rayform.manifest import BlobRef, Manifest, Segment
 
@@ -15,13 +16,6 @@ if TYPE_CHECKING:
 
 __all__ = ["Slice"]
 
-
-def _human_bytes(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if n < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} TiB"
 
 
 class Slice:
@@ -98,7 +92,7 @@ class Slice:
     def __repr__(self) -> str:
         return (
             f"<Slice {self.id} manifest={self.manifest_hash[:12]} segments={len(self.segments)} "
-            f"streams={self.streams} size={_human_bytes(self.nbytes)} "
+            f"streams={self.streams} size={human_bytes(self.nbytes)} "
             f"duration={self.duration_s:.1f}s>"
         )
 
@@ -116,7 +110,7 @@ class Slice:
         sites = sorted({s.site for s in self.segments})
         return (
             f"<div><b>Slice {html.escape(self.id)}</b> &middot; {len(self.segments)} segments "
-            f"&middot; {self.duration_s:.1f} s &middot; {_human_bytes(self.nbytes)} &middot; "
+            f"&middot; {self.duration_s:.1f} s &middot; {human_bytes(self.nbytes)} &middot; "
             f"sites: {html.escape(', '.join(sites))}<br><code>manifest {self.manifest_hash}</code>"
             "<table><tr><th>stream</th><th>kind</th><th>rate (Hz)</th><th>shape</th>"
             "<th>dtype</th><th>units</th><th>frame</th></tr>" + "".join(rows) + "</table></div>"

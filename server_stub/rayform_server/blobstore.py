@@ -4,18 +4,37 @@ The store's metadata (manifests, slice references) always stays in the local dat
 blobs go through a :class:`BlobBackend`. With :class:`S3BlobBackend` the HTTP server answers
 blob requests with a redirect to a short-lived presigned URL, so clients fetch the bytes
 straight from the object store.
+
+A data root remembers where its blobs live in ``ROOT/blobstore.json``
+(``{"blobs": "s3://BUCKET/PREFIX", "s3_endpoint": "http://..."}``), written the first time a
+command is given ``--blobs``. ``Store(root)`` without an explicit backend reads it, so
+``demo``, ``ingest``, ``slices`` and ``serve`` on one root all agree, even in worker
+processes. No file means the local directory ``ROOT/blobs``.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import tempfile
 from pathlib import Path
 from typing import Protocol
 from urllib.parse import urlparse
 
 from rayform._ids import check_hash
 
-__all__ = ["BlobBackend", "LocalBlobBackend", "S3BlobBackend", "blob_backend_from_url"]
+__all__ = [
+    "CONFIG_NAME",
+    "BlobBackend",
+    "LocalBlobBackend",
+    "S3BlobBackend",
+    "backend_for_root",
+    "blob_backend_from_url",
+    "configure_root",
+]
+
+#: The file in a data root that says where its blobs live (absent: the local ``blobs/``).
+CONFIG_NAME = "blobstore.json"
 
 
 class BlobBackend(Protocol):
@@ -165,3 +184,74 @@ def blob_backend_from_url(url: str | None, root: Path, *, endpoint_url: str | No
     raise ValueError(f"unsupported blob store {url!r}: use s3://BUCKET/PREFIX or leave it out for the local root")
 
 
+
+
+def _read_config(root: Path) -> dict[str, str] | None:
+    try:
+        doc = json.loads((root / CONFIG_NAME).read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"{root / CONFIG_NAME} is unreadable ({exc}): fix or delete it "
+                         "(deleting it means the blobs are in ROOT/blobs)") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("blobs"), str):
+        raise ValueError(f"{root / CONFIG_NAME} has no \"blobs\" URL: fix or delete it")
+    return doc
+
+
+def backend_for_root(root: str | os.PathLike[str]) -> BlobBackend:
+    """The blob backend a data root was configured with (see :func:`configure_root`).
+
+    Without ``ROOT/blobstore.json`` this is the local directory ``ROOT/blobs``.
+
+    Raises:
+        ValueError: the configuration file is unreadable or names an unsupported store.
+    """
+    root = Path(root)
+    doc = _read_config(root)
+    if doc is None:
+        return LocalBlobBackend(root)
+    return blob_backend_from_url(doc["blobs"], root, endpoint_url=doc.get("s3_endpoint") or None)
+
+
+def configure_root(root: str | os.PathLike[str], blobs: str | None,
+                   endpoint_url: str | None = None) -> BlobBackend:
+    """The blob backend for ``root``, recording ``blobs`` in ``ROOT/blobstore.json`` if new.
+
+    Args:
+        root: the data root (created if missing).
+        blobs: ``s3://BUCKET/PREFIX``; ``None`` uses what the root recorded (or the local
+            directory).
+        endpoint_url: the S3 API endpoint, e.g. ``http://127.0.0.1:8333``; it overrides the
+            recorded one for this process only (a server may presign against another name
+            for the same store).
+
+    Raises:
+        ValueError: ``blobs`` differs from the store the root already records, or is not a
+            supported URL.
+    """
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    doc = _read_config(root)
+    if blobs is None:
+        if doc is None:
+            return LocalBlobBackend(root)
+        return blob_backend_from_url(doc["blobs"], root,
+                                     endpoint_url=endpoint_url or doc.get("s3_endpoint") or None)
+    wanted = blobs.rstrip("/")
+    if doc is not None and doc["blobs"].rstrip("/") != wanted:
+        raise ValueError(f"the data root {root} keeps its blobs in {doc['blobs']}, not {blobs}: "
+                         f"pass --blobs {doc['blobs']} or use another --root")
+    if doc is None and any((root / "blobs").rglob("*")):
+        raise ValueError(f"the data root {root} already holds blobs in {root / 'blobs'}: copy them "
+                         f"to {blobs} and start from a fresh --root, or leave --blobs out")
+    backend = blob_backend_from_url(wanted, root, endpoint_url=endpoint_url)
+    if doc is None and not isinstance(backend, LocalBlobBackend):
+        record = {"blobs": wanted, "s3_endpoint": endpoint_url or ""}
+        fd, tmp = tempfile.mkstemp(dir=root, prefix=".blobstore-")
+        with os.fdopen(fd, "w") as f:
+            json.dump(record, f, indent=2, sort_keys=True)
+            f.write("\n")
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, root / CONFIG_NAME)
+    return backend
