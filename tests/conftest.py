@@ -37,7 +37,8 @@ def free_port() -> int:
 class ServerProcess:
     """`rayform-server serve` in a real subprocess on a loopback port."""
 
-    def __init__(self, root: Path, *args: str, token: str | None = TOKEN) -> None:
+    def __init__(self, root: Path, *args: str, token: str | None = TOKEN,
+                 env: dict[str, str] | None = None) -> None:
         self.root = root
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -46,11 +47,13 @@ class ServerProcess:
         if token is not None:
             cmd += ["--token", token]
         self.cmd = cmd
+        self.env = {**os.environ, **env} if env else None  # e.g. AWS_* for an S3 blob store
         self.proc: subprocess.Popen[bytes] | None = None
         self.start()
 
     def start(self) -> None:
-        self.proc = subprocess.Popen(self.cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        self.proc = subprocess.Popen(self.cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                     env=self.env)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

@@ -10,7 +10,10 @@ Request handling, in order, before any file is opened:
 4. The token's scope -> 404, exactly as for an unknown slice.
 5. For blobs: the hash must be referenced by the slice's manifest -> else 404.
 
-Blobs are streamed from disk in 256 KiB chunks, whole or one byte range.
+Blobs are streamed from disk in 256 KiB chunks, whole or one byte range. With blobs in object
+storage (:class:`~rayform_server.blobstore.S3BlobBackend`) a blob request that passed every
+check answers ``307`` to a presigned GET URL of short expiry instead; the URL (and its
+signature) is never logged.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from typing import Any
 from urllib.parse import unquote_to_bytes
 
 from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
@@ -34,15 +38,18 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from rayform._ids import HASH_RE, SLICE_ID_RE
 from rayform_server.auth import Auth, Grant
+from rayform_server.blobstore import BlobBackend
 from rayform_server.store import Store
 
-__all__ = ["MAX_TARGET_BYTES", "create_app"]
+__all__ = ["DEFAULT_PRESIGN_EXPIRY_S", "MAX_TARGET_BYTES", "create_app"]
 
 #: Longest request target (path + query) accepted, in bytes.
 MAX_TARGET_BYTES = 2048
 _CHUNK = 256 * 1024
 _REFS_CACHE_SIZE = 64
 _RANGE_RE = re.compile(r"^bytes=(\d*)-(\d*)$")
+#: Lifetime of a presigned blob URL in seconds (clients ask again when one expires).
+DEFAULT_PRESIGN_EXPIRY_S = 300
 
 
 class ApiError(Exception):
@@ -102,9 +109,10 @@ class _Guard:
 class _Api:
     """The endpoint handlers, bound to a store and an access policy."""
 
-    def __init__(self, store: Store, auth: Auth) -> None:
+    def __init__(self, store: Store, auth: Auth, presign_expiry_s: int = DEFAULT_PRESIGN_EXPIRY_S) -> None:
         self.store = store
         self.auth = auth
+        self.presign_expiry_s = presign_expiry_s
         self._refs: OrderedDict[str, frozenset[str]] = OrderedDict()
 
     # -- helpers ---------------------------------------------------------------------------
@@ -179,6 +187,8 @@ class _Api:
         if digest not in self._referenced(ref["manifest"]):
             raise ApiError(404, "not_found", f"blob {digest[:12]}... is not part of slice {slice_id}: "
                            "take blob hashes from this slice's manifest")
+        if self.store.blobs.local_path(digest) is None:
+            return await self._redirect(slice_id, digest)
         path = self.store.blob_path(digest)
         try:
             size = path.stat().st_size
@@ -203,6 +213,29 @@ class _Api:
             return Response(status_code=status, headers=headers, media_type="application/octet-stream")
         return StreamingResponse(_read(path, start, end + 1), status_code=status, headers=headers,
                                  media_type="application/octet-stream")
+
+    async def _redirect(self, slice_id: str, digest: str) -> Response:
+        """``307`` to a presigned URL for a blob kept in object storage."""
+        blobs = self.store.blobs
+
+        def lookup() -> tuple[bool, str | None]:  # network (and credential refresh): off the loop
+            if not blobs.exists(digest):
+                return False, None
+            return True, blobs.presigned_url(digest, self.presign_expiry_s)
+
+        try:
+            present, url = await run_in_threadpool(lookup)
+        except Exception as exc:  # the store is down or refuses us: a server fault, retryable
+            raise ApiError(503, "unavailable", f"the object store {blobs.describe()} did not answer "
+                           f"({type(exc).__name__}); retry with backoff",
+                           {"Retry-After": "1"}) from None
+        if not present:
+            raise ApiError(404, "not_found", f"blob {digest[:12]}... of slice {slice_id} is missing "
+                           "from the server's object store: tell the server operator")
+        if url is None:
+            raise ApiError(500, "internal", "the blob store gives no download URL")
+        return Response(status_code=307, headers={"Location": url, "Cache-Control": "no-store",
+                                                  "ETag": f'"{digest}"'})
 
 
 def _etag_matches(header: str | None, digest: str) -> bool:
@@ -277,6 +310,8 @@ def create_app(
     token: str | None = None,
     tokens_file: str | os.PathLike[str] | None = None,
     allow_anonymous: bool = False,
+    blobs: BlobBackend | None = None,
+    presign_expiry_s: int = DEFAULT_PRESIGN_EXPIRY_S,
 ) -> Starlette:
     """The ASGI application serving the data root ``root``.
 
@@ -285,12 +320,17 @@ def create_app(
         token: one bearer token with access to every slice.
         tokens_file: JSON file of scoped tokens (see :mod:`rayform_server.auth`).
         allow_anonymous: serve everything without a token (only if neither is given).
+        blobs: where the blobs are; default what the root records (``blobstore.json``), else
+            ``root/blobs``. With object storage, blob requests answer ``307`` to a presigned URL.
+        presign_expiry_s: lifetime of those presigned URLs in seconds (at least 1).
 
     Raises:
         InvalidArgumentError: the access options are inconsistent or the tokens file is bad.
     """
     auth = Auth.from_options(token, tokens_file, allow_anonymous)
-    api = _Api(Store(root), auth)
+    if presign_expiry_s < 1:
+        raise ValueError(f"presign_expiry_s must be at least 1 second, got {presign_expiry_s}")
+    api = _Api(Store(root, blobs=blobs), auth, presign_expiry_s)
     routes = [
         Route("/v1/health", api.health, methods=["GET", "HEAD"]),
         Route("/v1/slices", api.list_slices, methods=["GET", "HEAD"]),

@@ -123,12 +123,23 @@ class S3BlobBackend:
             self._ensure_bucket()
 
     def _ensure_bucket(self) -> None:
-        from botocore.exceptions import ClientError
+        from botocore.exceptions import BotoCoreError, ClientError
 
+        fix = ("check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY (or AWS_PROFILE) and --s3-endpoint, "
+               "then start again")
         try:
-            self._s3.head_bucket(Bucket=self.bucket)
-        except ClientError:
-            self._s3.create_bucket(Bucket=self.bucket)
+            try:
+                self._s3.head_bucket(Bucket=self.bucket)
+            except ClientError as exc:
+                if exc.response.get("Error", {}).get("Code") not in ("404", "NoSuchBucket", "NotFound"):
+                    raise
+                self._s3.create_bucket(Bucket=self.bucket)
+        except ClientError as exc:
+            code = exc.response.get("Error", {}).get("Code", "?")
+            raise ValueError(f"the object store {self.describe()} refused access to bucket "
+                             f"{self.bucket!r} (error {code}): {fix}") from None
+        except BotoCoreError as exc:
+            raise ValueError(f"cannot use the object store {self.describe()} ({exc}): {fix}") from None
 
     def key(self, digest: str) -> str:
         check_hash(digest)
@@ -235,6 +246,9 @@ def configure_root(root: str | os.PathLike[str], blobs: str | None,
     doc = _read_config(root)
     if blobs is None:
         if doc is None:
+            if endpoint_url:
+                raise ValueError(f"an S3 endpoint was given but the data root {root} keeps its blobs "
+                                 "locally: add --blobs s3://BUCKET/PREFIX")
             return LocalBlobBackend(root)
         return blob_backend_from_url(doc["blobs"], root,
                                      endpoint_url=endpoint_url or doc.get("s3_endpoint") or None)

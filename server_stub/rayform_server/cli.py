@@ -2,11 +2,17 @@
 
 ::
 
-    rayform-server demo   --root DIR [--slice slc_...] [--small] [--seed N] [--jobs N]
+    rayform-server demo   --root DIR [--slice slc_...] [--small] [--seed N] [--jobs N] [S3]
     rayform-server serve  --root DIR [--host 127.0.0.1] [--port 8765]
                           [--token T | --tokens-file F | --allow-anonymous]
+                          [S3] [--presign-expiry SECONDS]
     rayform-server slices --root DIR
-    rayform-server ingest ...        (when rayform_server.ingest is installed)
+    rayform-server ingest ... [S3]   (when rayform_server.ingest is installed)
+
+    S3 = --blobs s3://BUCKET/PREFIX --s3-endpoint URL   (credentials: AWS_* variables)
+
+A root given ``--blobs`` once records it (``ROOT/blobstore.json``); later commands on that
+root use the same store without repeating it (see docs/team.md).
 
 Every subcommand's parser sets ``func``: a callable taking the parsed arguments and returning
 the exit code. Errors are printed as one ``error: ...`` line and exit with status 2.
@@ -19,14 +25,16 @@ import os
 import socket
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from rayform.errors import RayformError
+from rayform_server.blobstore import LocalBlobBackend, configure_root
 
 __all__ = ["build_parser", "main"]
 
 _DEFAULT_PORT = 8765
+DEFAULT_PRESIGN_EXPIRY_S = 300  # = rayform_server.app.DEFAULT_PRESIGN_EXPIRY_S (not imported: starlette)
 
 
 def _err(text: str) -> None:
@@ -46,7 +54,9 @@ def _serve(args: argparse.Namespace) -> int:
     token = args.token if args.token is not None else None
     if token is None and args.tokens_file is None and not args.allow_anonymous:
         token = os.environ.get("RAYFORM_SERVER_TOKEN") or None
-    app = create_app(root, token=token, tokens_file=args.tokens_file, allow_anonymous=args.allow_anonymous)
+    blobs = configure_root(root, args.blobs, args.s3_endpoint)
+    app = create_app(root, token=token, tokens_file=args.tokens_file, allow_anonymous=args.allow_anonymous,
+                     blobs=blobs, presign_expiry_s=args.presign_expiry)
     family = socket.AF_INET6 if ":" in args.host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -60,6 +70,8 @@ def _serve(args: argparse.Namespace) -> int:
     port = sock.getsockname()[1]
     shown = f"[{args.host}]" if family == socket.AF_INET6 else args.host
     banner = f"serving {root.resolve()} on http://{shown}:{port}"
+    if not isinstance(blobs, LocalBlobBackend):
+        banner += f" (blobs in {blobs.describe()}: 307 to presigned URLs valid {args.presign_expiry} s)"
 
     class _Server(uvicorn.Server):
         async def startup(self, sockets: list[socket.socket] | None = None) -> None:
@@ -76,6 +88,7 @@ def _serve(args: argparse.Namespace) -> int:
 def _demo(args: argparse.Namespace) -> int:
     from rayform_server.demo import build_demo, demo_spec
 
+    configure_root(Path(args.root), args.blobs, args.s3_endpoint)
     spec = demo_spec(args.small)
     _err(f"building demo slice {args.slice} in {args.root}: {spec.episodes} episodes, cameras "
          f"{spec.size[1]}x{spec.size[0]}, {args.jobs} process(es)")
@@ -113,15 +126,43 @@ def _slices(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_blob_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--blobs", metavar="s3://BUCKET/PREFIX", default=None,
+                        help="keep blobs in S3-compatible object storage (credentials from the AWS_* "
+                        "environment variables); recorded in ROOT/blobstore.json, so later commands on "
+                        "this root need not repeat it (default: what the root records, else ROOT/blobs)")
+    parser.add_argument("--s3-endpoint", metavar="URL", default=None,
+                        help="S3 API endpoint, e.g. http://127.0.0.1:8333 (default: the recorded one, "
+                        "else AWS)")
+
+
+def _with_blob_root(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """Wrap an ingest leaf: record/open the root's blob store before the ingest opens it."""
+
+    def run(args: argparse.Namespace) -> int:
+        configure_root(Path(args.root), args.blobs, args.s3_endpoint)
+        return int(func(args) or 0)
+
+    return run
+
+
 def _add_ingest(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    """Register ``ingest`` if the optional ingest module is there."""
+    """Register ``ingest`` if the optional ingest module is there (with the S3 options)."""
     try:
         from rayform_server import ingest
     except ImportError:
         return
     add = getattr(ingest, "add_parser", None)
-    if callable(add):
-        add(subparsers)
+    if not callable(add):
+        return
+    parser = add(subparsers)
+    for action in getattr(parser, "_actions", []):
+        if isinstance(action, argparse._SubParsersAction):
+            for leaf in action.choices.values():
+                _add_blob_args(leaf)
+                func = leaf.get_default("func")
+                if func is not None:
+                    leaf.set_defaults(func=_with_blob_root(func))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -151,6 +192,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "tokens scoped to slice-ID patterns (see docs/server.md)")
     access.add_argument("--allow-anonymous", action="store_true",
                         help="serve every slice without any token (only for a trusted network)")
+    _add_blob_args(serve)
+    serve.add_argument("--presign-expiry", metavar="SECONDS", type=int, default=DEFAULT_PRESIGN_EXPIRY_S,
+                       help="with --blobs: lifetime of the presigned blob URLs the server redirects to "
+                       f"(default {DEFAULT_PRESIGN_EXPIRY_S}; clients ask again when one expires)")
     serve.set_defaults(func=_serve)
 
     demo = sub.add_parser(
@@ -165,6 +210,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     demo.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
                       help="episodes rendered in parallel (default: min(2, CPUs))")
+    _add_blob_args(demo)
     demo.set_defaults(func=_demo)
 
     slices = sub.add_parser("slices", help="list the slices of a data root",

@@ -23,7 +23,7 @@ from pathlib import Path
 from rayform._hashing import hash_bytes, new_hasher
 from rayform._ids import check_hash, check_slice_id
 from rayform.manifest import BlobRef, Manifest, canonical_json
-from rayform_server.blobstore import BlobBackend, LocalBlobBackend
+from rayform_server.blobstore import BlobBackend, backend_for_root
 
 __all__ = ["Store"]
 
@@ -33,15 +33,15 @@ class Store:
 
     Args:
         root: the data root directory (created if missing).
-        blobs: where blob bytes live; default the local directory ``root/blobs``
-            (see :mod:`rayform_server.blobstore` for S3-compatible storage).
+        blobs: where blob bytes live; default what ``root/blobstore.json`` records, else the
+            local directory ``root/blobs`` (see :mod:`rayform_server.blobstore`).
     """
 
     def __init__(self, root: str | os.PathLike[str], blobs: BlobBackend | None = None) -> None:
         self.root = Path(root).resolve()
         for sub in ("manifests", "slices", "tmp"):
             (self.root / sub).mkdir(parents=True, exist_ok=True)
-        self.blobs: BlobBackend = blobs if blobs is not None else LocalBlobBackend(self.root)
+        self.blobs: BlobBackend = blobs if blobs is not None else backend_for_root(self.root)
 
     # -- paths -----------------------------------------------------------------------------
     def blob_path(self, digest: str) -> Path:
