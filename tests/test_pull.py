@@ -112,7 +112,8 @@ def test_sigkill_mid_transfer_then_resume(proxy: CountingProxy, tmp_path: Path) 
         proc.send_signal(signal.SIGKILL)
         proc.wait()
     partial = {p.name.split(".")[0]: p.stat().st_size for p in (cache / "tmp").glob("*.part")}
-    assert partial and all(size > 0 for size in partial.values())
+    # A puller killed right after creating a .part file leaves it empty: that is fine too.
+    assert any(size > 0 for size in partial.values())
     done = _blobs_ok(cache)  # whatever finished is complete and correct
     assert not set(partial) & set(done)
     proxy.delay_s = 0.0
