@@ -52,8 +52,10 @@ def bounded_lock(
                 break
             except Timeout:
                 pass
-            except OSError:
-                break  # read-only or unsupported: the write itself will report the problem
+            except (OSError, NotImplementedError, Warning):
+                # Read-only, or no working locks here (filelock may warn, and under
+                # ``-W error`` raise, when it falls back to soft locks): go on without one.
+                break
             if done():
                 break
             now = time.monotonic()

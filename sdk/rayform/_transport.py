@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -24,6 +25,7 @@ from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait
 from rayform._partial import PartialBlob
 from rayform.errors import (
     AccessDeniedError,
+    IntegrityError,
     InvalidArgumentError,
     NotFoundError,
     TransportError,
@@ -32,6 +34,31 @@ from rayform.errors import (
 __all__ = ["Transport"]
 
 log = logging.getLogger("rayform.transport")
+
+
+_SIGNED_QUERY_RE = re.compile(r"([?&](?:[A-Za-z0-9-]*signature|sig)=)[^&'\"\s]+", re.IGNORECASE)
+
+
+class _RedactSignedUrls(logging.Filter):
+    """Hide the signature of presigned URLs in httpx's and httpcore's log lines.
+
+    httpx logs every request URL at INFO; httpcore logs response headers (``Location``) at
+    DEBUG. A presigned URL's signature is a credential until it expires.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            message = record.getMessage()
+        except Exception:  # a malformed record is not ours to fix
+            return True
+        if _SIGNED_QUERY_RE.search(message):
+            record.msg, record.args = _SIGNED_QUERY_RE.sub(r"\1<hidden>", message), ()
+        return True
+
+
+_REDACT = _RedactSignedUrls()
+for _name in ("httpx", "httpcore.http11", "httpcore.http2", "httpcore.connection", "httpcore.proxy"):
+    logging.getLogger(_name).addFilter(_REDACT)
 
 _MAX_REDIRECTS = 5
 _MAX_URL_REFRESHES = 2
@@ -60,6 +87,15 @@ def _retry_after(resp: httpx.Response) -> float | None:
         return max(0.0, min(float(value), _MAX_RETRY_AFTER_S))
     except ValueError:
         return None  # HTTP-date form: fall back to our own backoff
+
+
+def _declared_size(resp: httpx.Response) -> int | None:
+    """The blob's full size in bytes as the server declares it (Content-Range or -Length)."""
+    if resp.status_code == 206:
+        value = resp.headers.get("content-range", "").rpartition("/")[2]
+    else:
+        value = resp.headers.get("content-length", "")
+    return int(value) if value.isdigit() else None
 
 
 def _server_message(resp: httpx.Response) -> str:
@@ -276,6 +312,13 @@ class Transport:
                     start = resp.headers.get("content-range", "").removeprefix("bytes ").split("-")[0]
                     if start != str(part.offset):
                         raise _Retryable(f"unexpected Content-Range {start!r}")
+                total = _declared_size(resp)
+                if total is not None and total != part.expected_size:
+                    raise IntegrityError(
+                        f"{what}: the server holds {total} bytes for this blob but its manifest "
+                        f"declares {part.expected_size}; nothing was cached. The data on the "
+                        "server is inconsistent: report it to the data owners."
+                    )
                 for chunk in resp.iter_bytes():
                     part.write(chunk)
                 if part.remaining > 0:

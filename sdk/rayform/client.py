@@ -26,7 +26,13 @@ from rayform._partial import PartialBlob
 from rayform._pull import PullReport, run_pull
 from rayform._transport import Transport
 from rayform.cache import Cache
-from rayform.errors import InvalidArgumentError, NotFoundError, OfflineError, TransportError
+from rayform.errors import (
+    InvalidArgumentError,
+    ManifestError,
+    NotFoundError,
+    OfflineError,
+    TransportError,
+)
 from rayform.manifest import BlobRef, Manifest
 from rayform.slice import Slice
 
@@ -198,7 +204,13 @@ class Client:
         data = self.cache.get_manifest(digest)
         if data is None:
             data = t.get_bytes(f"v1/slices/{slice_id}/manifest", f"fetching the manifest of {slice_id}")
-            slice_ = self._make_slice(slice_id, digest, data)  # verifies before caching
+            try:
+                slice_ = self._make_slice(slice_id, digest, data)  # verifies before caching
+            except ManifestError as exc:
+                raise ManifestError(
+                    f"the server {self.endpoint} sent an unusable manifest for slice {slice_id}: "
+                    f"{exc} Nothing was cached; if it persists, report it to the data owners."
+                ) from None
             self.cache.put_manifest(data, digest)
         else:
             slice_ = self._make_slice(slice_id, digest, data)

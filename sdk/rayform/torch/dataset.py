@@ -302,6 +302,11 @@ def _check_streams(
         raise InvalidArgumentError(f"obs={list(obs)!r} names a stream twice: list each once")
     if action is not None and not isinstance(action, str):
         raise InvalidArgumentError(f"action={action!r}: pass a stream name or None")
+    if not segments:
+        raise NotFoundError(
+            f"slice {slice_.id} has no episodes, so there is nothing to sample; pick a slice "
+            "with data (`rayform slices ls`) or ask its owners to rebuild it"
+        )
     available = sorted({name for seg in segments for name in seg.streams})
     for name in [*obs, *([action] if action else [])]:
         missing = [seg.id for seg in segments if name not in seg.streams]
