@@ -1,0 +1,1 @@
+"""Rayform benchmarks (``make bench``); see ``docs/benchmarks.md``."""

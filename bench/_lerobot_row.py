@@ -1,0 +1,72 @@
+"""Row 2 of the loader benchmark: ``LeRobotDataset`` with its defaults (runs in the PEER venv).
+
+Usage: ``.peer-venv/bin/python bench/_lerobot_row.py DATASET_DIR OUT_JSON --batches N --runs R
+--warmup W --horizon 16``. Loads the dataset written by ``bench/make_lerobot_data.py`` with
+``LeRobotDataset(repo_id, root=..., delta_timestamps={"action": [i / fps ...]})`` and its
+default video backend (torchcodec), then times ``DataLoader(shuffle=True, batch_size=32,
+num_workers=2, persistent_workers=True)`` with ``bench/_timing.py``. LeRobot returns images
+as float32 in [0, 1] (it has no uint8 option), which is what is timed. Writes a JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import sys
+import time
+from pathlib import Path
+
+
+def _timing():  # noqa: ANN202
+    spec = importlib.util.spec_from_file_location("_bench_timing", Path(__file__).with_name("_timing.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("dataset", type=Path)
+    ap.add_argument("out", type=Path)
+    ap.add_argument("--batches", type=int, default=10)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--horizon", type=int, default=16)
+    args = ap.parse_args()
+
+    import torch
+    from lerobot.datasets.lerobot_dataset import LeRobotDataset
+    from torch.utils.data import DataLoader
+
+    timing = _timing()
+    info = json.loads((args.dataset / "meta" / "info.json").read_text())
+    fps = info["fps"]
+    delta = {"action": [i / fps for i in range(args.horizon)]}
+    built: dict = {}
+
+    def make_loader() -> DataLoader:
+        t = time.perf_counter()
+        ds = LeRobotDataset("rayform/bench", root=args.dataset, delta_timestamps=delta)
+        built["construct_s"] = time.perf_counter() - t
+        built["len"] = len(ds)
+        built["video_backend"] = ds.video_backend
+        return DataLoader(ds, **timing.LOADER_KW)
+
+    res = timing.time_loader(make_loader, batches=args.batches, runs=args.runs,
+                             warmup_batches=args.warmup, log=lambda s: print(s, flush=True),
+                             batch_size_of=lambda b: int(b["index"].shape[0]))
+    loader = res.pop("loader")
+    batch = next(iter(loader))
+    cam = next(k for k in batch if k.startswith("observation.images."))
+    res.update(built)
+    res["image_dtype"] = str(batch[cam].dtype)
+    res["action_shape"] = list(batch["action"].shape)
+    res["workers"] = [timing.rss_kib(p) for p in timing.child_pids()]
+    res["torch"] = torch.__version__
+    args.out.write_text(json.dumps(res, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

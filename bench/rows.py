@@ -1,0 +1,184 @@
+"""The rayform-side rows of the loader benchmark and the side measurements.
+
+* :class:`NaiveDataset`: row 1, the pattern the PyTorch guide warns about: every
+  ``__getitem__`` opens a new torchcodec ``VideoDecoder`` per camera (default arguments) and
+  re-reads the table blobs, no cache of any kind;
+* :func:`episode_loader`: rows 3 and 4, ``EpisodeDataset`` in the benchmark's DataLoader;
+* :func:`sequential_bound`: row 5, every needed frame decoded front to back once per video,
+  one process per core;
+* :func:`worker_rss`, :func:`construction_time`: the memory and construction measurements.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import multiprocessing as mp
+import os
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from bench._timing import LOADER_KW, child_pids, rss_kib
+from rayform._blobfmt import decode_table, decode_timestamps
+from rayform.manifest import Manifest
+from rayform.slice import Slice
+from rayform.torch import EpisodeDataset
+from rayform.torch._index import build_index
+
+__all__ = ["CAMERAS", "NaiveDataset", "TransferCeiling", "construction_time", "episode_loader", "needed_frames",
+           "sequential_bound", "worker_rss"]
+
+CAMERAS = ("cam0/rgb", "wrist/rgb")
+STATE, ACTION = "observation/state", "action"
+
+
+class NaiveDataset(Dataset):
+    """Row 1: one sample per stored row (the native rate); nothing is kept between calls.
+
+    Sample: ``cam0/rgb``, ``wrist/rgb`` ``(3, H, W) uint8``, ``observation/state (14,)``,
+    ``action (horizon, 14)`` (rows ``k .. k + horizon - 1``, the last row repeated past the
+    end) and ``action_is_pad (horizon,) bool``.
+    """
+
+    def __init__(self, slice_: Slice, horizon: int) -> None:
+        self.slice = slice_
+        self.horizon = horizon
+        self.counts = [seg.streams[STATE].count for seg in slice_.manifest.segments]
+        self.offsets = np.concatenate([[0], np.cumsum(self.counts)])
+
+    def __len__(self) -> int:
+        return int(self.offsets[-1])
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        from torchcodec.decoders import VideoDecoder
+
+        s = int(np.searchsorted(self.offsets, i, side="right") - 1)
+        k = i - int(self.offsets[s])
+        seg = self.slice.manifest.segments[s]
+        out: dict[str, Any] = {}
+        for cam in CAMERAS:
+            decoder = VideoDecoder(str(self.slice.blob_path(seg.streams[cam].blob)))
+            out[cam] = decoder[k]
+        _, state = decode_table(self.slice.blob_path(seg.streams[STATE].blob).read_bytes())
+        _, action = decode_table(self.slice.blob_path(seg.streams[ACTION].blob).read_bytes())
+        rows = np.arange(k, k + self.horizon)
+        out[STATE] = torch.from_numpy(np.ascontiguousarray(state[k], dtype=np.float32))
+        out["action"] = torch.from_numpy(action[np.minimum(rows, len(action) - 1)].astype(np.float32))
+        out["action_is_pad"] = torch.from_numpy(rows >= len(action))
+        return out
+
+
+class TransferCeiling(Dataset):
+    """No decoding at all: samples shaped like row 3's (two ``(3, H, W) uint8`` frames, state,
+    action chunk, meta) copied from a fixed pool. Its throughput in the benchmark's DataLoader is
+    the cost of building, collating and shipping samples from the workers: a ceiling for every
+    row that uses worker processes.
+    """
+
+    def __init__(self, n: int, height: int, width: int, horizon: int) -> None:
+        self.n = n
+        self.pool = torch.randint(0, 256, (8, 3, height, width), dtype=torch.uint8)
+        self.horizon = horizon
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        return {
+            CAMERAS[0]: self.pool[i % 8].clone(), CAMERAS[1]: self.pool[(i + 1) % 8].clone(),
+            STATE: torch.zeros(14), "action": torch.zeros(self.horizon, 14),
+            "action_is_pad": torch.zeros(self.horizon, dtype=torch.bool), "t_ns": torch.tensor(i),
+            "meta": {"slice": "s", "segment": "g", "segment_version": 1, "site": "x"},
+        }
+
+
+def episode_loader(slice_: Slice, fps: float, horizon: int, **kw: Any) -> DataLoader:
+    """Rows 3/4: ``EpisodeDataset`` over both cameras and the state, action chunk ``horizon``."""
+    ds = EpisodeDataset(slice_, obs=[*CAMERAS, STATE], action=ACTION, fps=fps, horizon=horizon,
+                        shard=None, **kw)
+    return DataLoader(ds, **LOADER_KW)
+
+
+def needed_frames(slice_: Slice, fps: float) -> list[tuple[str, int, np.ndarray]]:
+    """Per (video path, frame count) the sorted unique frame indices a ``fps`` grid needs."""
+    names = [*CAMERAS, STATE, ACTION]
+    index = build_index(slice_.manifest.segments, names, fps)
+    tasks = []
+    for s, seg in enumerate(index.segments):
+        times = index.times_ns(s, np.arange(int(index.count[s])))
+        for cam in CAMERAS:
+            st = seg.streams[cam]
+            ts = decode_timestamps(slice_.blob_path(st.timestamps).read_bytes())
+            idx = np.unique(np.searchsorted(ts, times, side="right") - 1)
+            tasks.append((str(slice_.blob_path(st.blob)), st.count, idx[idx >= 0]))
+    return tasks
+
+
+def _decode_front_to_back(task: tuple[str, int, np.ndarray]) -> int:
+    from torchcodec.decoders import VideoDecoder
+
+    path, _, idx = task
+    dec = VideoDecoder(path, seek_mode="approximate", num_ffmpeg_threads=1)
+    for chunk in np.array_split(idx, max(1, len(idx) // 64)):
+        dec.get_frames_at(chunk.tolist())
+    return len(idx)
+
+
+def sequential_bound(slice_: Slice, fps: float, samples: int, processes: int | None = None,
+                     runs: int = 3) -> dict[str, Any]:
+    """Row 5: decode every needed frame front to back, one video per task, all cores.
+
+    Returns ``samples_per_s`` = grid samples of the epoch / wall seconds of the decode (the
+    median of ``runs`` passes; ``runs`` lists each), plus ``frames`` decoded per pass.
+    """
+    tasks = needed_frames(slice_, fps)
+    processes = processes or os.cpu_count() or 1
+    ctx = mp.get_context("fork")
+    rates = []
+    with ctx.Pool(processes) as pool:
+        for _ in range(runs):
+            t = time.perf_counter()
+            frames = sum(pool.map(_decode_front_to_back, tasks, chunksize=1))
+            rates.append(samples / (time.perf_counter() - t))
+    return {"samples_per_s": statistics.median(rates), "runs": rates, "frames": frames,
+            "processes": processes, "samples": samples}
+
+
+def worker_rss(make_loader: Callable[[], DataLoader], epochs: int, log: Callable[[str], None]) -> dict[str, Any]:
+    """Worker RSS (KiB) after each of ``epochs`` full epochs, and each worker's peak."""
+    loader = make_loader()
+    per_epoch = []
+    for e in range(epochs):
+        loader.dataset.set_epoch(e)
+        n = sum(1 for _ in loader)
+        rss = [rss_kib(p) for p in child_pids()]
+        per_epoch.append([r for r, _ in rss])
+        log(f"  epoch {e + 1}/{epochs}: {n} batches, worker RSS {[r // 1024 for r, _ in rss]} MiB")
+    peak = [h for _, h in (rss_kib(p) for p in child_pids())]
+    first, last = np.array(per_epoch[0]), np.array(per_epoch[-1])
+    return {"rss_kib_per_epoch": per_epoch, "peak_kib": peak,
+            "growth_kib": (last - first).tolist(), "epochs": epochs,
+            "samples_per_epoch": len(loader.dataset)}
+
+
+def construction_time(slice_: Slice, segments: int, fps: float, repeats: int = 3) -> dict[str, Any]:
+    """Median seconds to construct ``EpisodeDataset`` over a synthetic ``segments``-episode slice.
+
+    The synthetic manifest repeats the real slice's segments under new IDs (no blob is read:
+    construction only reads the manifest).
+    """
+    real = slice_.manifest.segments
+    segs = tuple(dataclasses.replace(real[i % len(real)], id=f"seg_{i:016x}") for i in range(segments))
+    big = Manifest(segments=segs, description="synthetic")
+    big_slice = Slice(slice_.id, big.hash, big, slice_.client)
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        ds = EpisodeDataset(big_slice, obs=[*CAMERAS, STATE], action=ACTION, fps=fps, horizon=16, shard=None)
+        times.append(time.perf_counter() - t)
+    return {"segments": segments, "samples": len(ds), "seconds": statistics.median(times), "runs": times}

@@ -1,0 +1,231 @@
+"""``make bench``: every loader row of issue 6 in one run, plus the side measurements.
+
+Usage::
+
+    .venv/bin/python bench/run_all.py            # default workload, ~15-20 min on 2 cores
+    .venv/bin/python bench/run_all.py --quick    # 4 episodes x 100 frames, to try things
+
+Rows (``DataLoader(shuffle=True, batch_size=32, num_workers=2, persistent_workers=True)``,
+warm cache, warm-up then the median of ``--runs`` timed runs):
+
+1. naive: a new torchcodec decoder per ``__getitem__``, no cache, on our stored data;
+2. ``LeRobotDataset`` defaults (torchcodec) on its own data, in the peer venv;
+3. ``EpisodeDataset`` at the native 50 Hz;  4. ``EpisodeDataset`` at 15 Hz;
+5. the sequential-epoch bound (every needed frame decoded front to back, all cores).
+
+Writes ``bench/results/loader.json`` (``--quick``: ``loader-quick.json``) and the plot
+``docs/benchmarks.png`` (not for ``--quick``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench._data import REPO, Workload, open_slice, peer_env, peer_python, prepare  # noqa: E402
+from bench._timing import time_loader  # noqa: E402
+
+RESULTS = REPO / "bench" / "results"
+
+
+def log(msg: str) -> None:
+    print(msg, flush=True)
+
+
+def _samples(batch: dict[str, Any]) -> int:
+    return int(batch["action"].shape[0])
+
+
+def _machine() -> dict[str, Any]:
+    import torch
+    import torchcodec
+
+    cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
+                if ln.startswith("model name")), platform.processor())
+    mem = int(Path("/proc/meminfo").read_text().split()[1]) // 1024
+    return {"cpu": cpu, "cores": os.cpu_count(), "mem_mib": mem, "python": platform.python_version(),
+            "torch": torch.__version__, "torchcodec": torchcodec.__version__, "platform": platform.platform()}
+
+
+def _loadavg() -> float:
+    """1-minute load average (the machine is shared: record how busy it was)."""
+    return float(Path("/proc/loadavg").read_text().split()[0])
+
+
+def _loader_row(name: str, make: Any, args: argparse.Namespace, batches: int) -> dict[str, Any]:
+    log(f"[bench] {name}")
+    load0 = _loadavg()
+    res = time_loader(make, batches=batches, runs=args.runs, warmup_batches=args.warmup,
+                      batch_size_of=_samples, log=log)
+    loader = res.pop("loader")
+    del loader  # shuts the persistent workers down
+    res["loadavg_1min"] = [load0, _loadavg()]
+    log(f"  -> {res['samples_per_s']:.1f} samples/s (first batch {res['first_batch_s']:.2f} s)")
+    return res
+
+
+def _lerobot_row(w: Workload, args: argparse.Namespace, batches: int) -> dict[str, Any]:
+    log("[bench] 2. LeRobotDataset (peer venv, torchcodec)")
+    out = REPO / ".bench" / "lerobot-row.json"
+    load0 = _loadavg()
+    subprocess.run([peer_python(), str(REPO / "bench" / "_lerobot_row.py"), str(w.lerobot_dir), str(out),
+                    "--batches", str(batches), "--runs", str(args.runs), "--warmup", str(args.warmup),
+                    "--horizon", "16"], check=True, env=peer_env(), stderr=subprocess.DEVNULL)
+    res = json.loads(out.read_text())
+    res["loadavg_1min"] = [load0, _loadavg()]
+    log(f"  -> {res['samples_per_s']:.1f} samples/s (first batch {res['first_batch_s']:.2f} s)")
+    return res
+
+
+def _levers(w: Workload, slice_: Any, args: argparse.Namespace) -> dict[str, Any]:
+    """Decoder LRU size, a locality-aware sampler, keyframe interval; a profile of row 3."""
+    from torch.utils.data import DataLoader
+
+    from bench import levers, rows
+
+    out: dict[str, Any] = {}
+    out["transfer_ceiling"] = _loader_row(
+        "[lever] no decoding: build + collate + ship samples from 2 workers (ceiling)",
+        lambda: DataLoader(rows.TransferCeiling(8000, w.height, w.width, 16), **rows.LOADER_KW),
+        args, args.batches)
+    for size in (4, 64):
+        out[f"decoder_cache_{size}"] = _loader_row(
+            f"[lever] EpisodeDataset 50 Hz, decoder_cache_size={size}",
+            lambda size=size: rows.episode_loader(slice_, 50, 16, decoder_cache_size=size), args, args.batches)
+    for block in (8, 32):
+        def make(block: int = block) -> DataLoader:
+            ds = rows.episode_loader(slice_, 50, 16, decoder_cache_size=64).dataset
+            kw = {k: v for k, v in rows.LOADER_KW.items() if k != "shuffle"}
+            return DataLoader(ds, sampler=levers.BlockShuffleSampler(ds, block), **kw)
+        out[f"block_sampler_{block}"] = _loader_row(
+            f"[lever] EpisodeDataset 50 Hz, BlockShuffleSampler(block={block}), decoder_cache_size=64",
+            make, args, args.batches)
+    n_seg = min(4, len(slice_.manifest.segments))
+    for gop in args.gops:
+        log(f"[lever] keyframe interval {gop} ({n_seg} episodes re-encoded, x264 crf 23)")
+        t = time.perf_counter()
+        sub = levers.regop_slice(slice_, w.root.with_name(f"{w.root.name}-gop{gop}"), gop, n_seg,
+                                 "slc_be4c0002")
+        build_s = time.perf_counter() - t
+        size = sum(st.blob.size for seg in sub.manifest.segments for st in seg.streams.values()
+                   if st.kind == "video")
+        res = _loader_row(f"[lever] gop {gop}: EpisodeDataset 50 Hz", lambda sub=sub: rows.episode_loader(
+            sub, 50, 16, decoder_cache_size=64), args, args.batches)
+        from rayform.torch import EpisodeDataset
+
+        n = len(EpisodeDataset(sub, obs=list(rows.CAMERAS), action=rows.ACTION, fps=50, shard=None))
+        res["bound"] = rows.sequential_bound(sub, 50, n)
+        one = rows.episode_loader(sub, 50, 16, decoder_cache_size=64).dataset
+        res["getitems_one_process"] = levers.getitems_rate(one, 10, 32)
+        log(f"  one process, no DataLoader: {res['getitems_one_process']:.1f} samples/s")
+        res["video_bytes"] = size
+        res["build_s"] = build_s
+        log(f"  bound {res['bound']['samples_per_s']:.1f} samples/s; videos {size / 1e6:.1f} MB")
+        out[f"gop_{gop}"] = res
+    log("[lever] profile of EpisodeDataset 50 Hz __getitems__ (one process, cProfile)")
+    ds = rows.episode_loader(slice_, 50, 16).dataset
+    out["profile"] = levers.profile_getitems(ds, 8, 32, REPO / ".bench" / "profile-episode-50hz.txt")
+    log(f"  {out['profile']}")
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description="Rayform loader benchmark (issue 6)")
+    ap.add_argument("--quick", action="store_true", help="4 episodes x 100 frames")
+    ap.add_argument("--runs", type=int, default=5, help="timed runs per row (median reported)")
+    ap.add_argument("--warmup", type=int, default=3, help="untimed batches after the first")
+    ap.add_argument("--batches", type=int, default=20, help="batches per timed run (fast rows)")
+    ap.add_argument("--naive-batches", type=int, default=4, help="batches per timed run (naive row)")
+    ap.add_argument("--rss-epochs", type=int, default=10)
+    ap.add_argument("--rows", default="1,2,3,4,5", help="comma-separated rows to run")
+    ap.add_argument("--no-levers", dest="levers", action="store_false", help="skip the lever rows")
+    ap.add_argument("--gops", type=lambda s: [int(g) for g in s.split(",")], default=[1, 2, 10],
+                    help="keyframe intervals to measure (lever)")
+    args = ap.parse_args(argv)
+    import torch
+
+    from bench import rows
+
+    torch.set_num_threads(1)
+    w = Workload(4, 100) if args.quick else Workload(20, 400)
+    wanted = {int(r) for r in args.rows.split(",")}
+    t_all = time.perf_counter()
+    out: dict[str, Any] = {"workload": {"episodes": w.episodes, "frames": w.frames, "fps": w.fps,
+                                        "cameras": [w.height, w.width], "state_dim": 14, "horizon": 16},
+                           "machine": _machine(), "settings": vars(args)}
+    out["prepare"] = prepare(w, log)
+    slice_, how = open_slice(w, log)
+    out["data"] = how
+    log(f"[bench] slice {slice_.id}: {len(slice_.manifest.segments)} segments via {how['client']}")
+    r: dict[str, Any] = {}
+    if 1 in wanted:
+        r["naive"] = _loader_row("1. naive (new decoder per sample, no cache)", lambda: torch.utils.data.DataLoader(
+            rows.NaiveDataset(slice_, 16), **rows.LOADER_KW), args, args.naive_batches)
+    if 2 in wanted:
+        r["lerobot"] = _lerobot_row(w, args, args.batches)
+    if 3 in wanted:
+        r["episode_50hz"] = _loader_row("3. EpisodeDataset 50 Hz", lambda: rows.episode_loader(slice_, 50, 16),
+                                        args, args.batches)
+    if 4 in wanted:
+        r["episode_15hz"] = _loader_row("4. EpisodeDataset 15 Hz", lambda: rows.episode_loader(slice_, 15, 16),
+                                        args, args.batches)
+    if 5 in wanted:
+        from rayform.torch import EpisodeDataset
+
+        for fps in (50, 15):
+            n = len(EpisodeDataset(slice_, obs=list(rows.CAMERAS), action=rows.ACTION, fps=fps, shard=None))
+            log(f"[bench] 5. sequential-epoch bound at {fps} Hz ({n} samples)")
+            r[f"bound_{fps}hz"] = rows.sequential_bound(slice_, fps, n)
+            log(f"  -> {r[f'bound_{fps}hz']['samples_per_s']:.1f} samples/s")
+    out["rows"] = r
+    ratios = {}
+    if "episode_50hz" in r and "lerobot" in r:
+        ratios["3/2"] = r["episode_50hz"]["samples_per_s"] / r["lerobot"]["samples_per_s"]
+    if "episode_50hz" in r and "bound_50hz" in r:
+        ratios["3/5"] = r["episode_50hz"]["samples_per_s"] / r["bound_50hz"]["samples_per_s"]
+    if "episode_15hz" in r and "bound_15hz" in r:
+        ratios["4/5@15Hz"] = r["episode_15hz"]["samples_per_s"] / r["bound_15hz"]["samples_per_s"]
+    if "episode_50hz" in r and "naive" in r:
+        ratios["3/1"] = r["episode_50hz"]["samples_per_s"] / r["naive"]["samples_per_s"]
+    out["ratios"] = ratios
+    log("[bench] ratios: " + ", ".join(f"{k} = {v:.2f}" for k, v in ratios.items()))
+
+    if args.levers:
+        out["levers"] = _levers(w, slice_, args)
+
+    if args.rss_epochs:
+        segs = [s.id for s in slice_.manifest.segments[: max(1, len(slice_.manifest.segments) // 5)]]
+        log(f"[bench] worker RSS over {args.rss_epochs} epochs (EpisodeDataset 15 Hz, {len(segs)} episodes)")
+        out["rss"] = rows.worker_rss(lambda: rows.episode_loader(slice_, 15, 16, segments=segs),
+                                     args.rss_epochs, log)
+    out["construction"] = rows.construction_time(slice_, 10_000, 15)
+    log(f"[bench] construction on 10,000 segments: {out['construction']['seconds'] * 1e3:.1f} ms")
+    out["total_s"] = time.perf_counter() - t_all
+    pull = RESULTS / "pull.json"
+    if pull.is_file():
+        out["pull"] = json.loads(pull.read_text())
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    dest = RESULTS / ("loader-quick.json" if args.quick else "loader.json")
+    dest.write_text(json.dumps(out, indent=1, default=float) + "\n")
+    log(f"[bench] wrote {dest} ({out['total_s']:.0f} s)")
+    if not args.quick:
+        try:
+            from bench.plot import plot
+
+            plot(out, REPO / "docs" / "benchmarks.png")
+        except ImportError as exc:
+            log(f"[bench] no plot ({exc}): pip install -e '.[bench]' then python bench/plot.py")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
