@@ -46,7 +46,7 @@ class VideoData:
             iterable, so long recordings need not sit in memory).
         t_ns: capture time of each frame, ns, ``int64 (N,)`` strictly increasing.
         rate_hz: nominal rate in Hz.
-        gop: keyframe interval in frames.
+        gop: keyframe interval in frames (``None``: the builder's ``gop``).
         crf: x264 quality.
         video_file: an already-encoded MP4 to store as is instead of encoding ``frames``
             (its frame ``i`` must be the ``i``-th capture and its frame rate constant);
@@ -58,7 +58,7 @@ class VideoData:
     frames: Iterable[np.ndarray] | None
     t_ns: np.ndarray
     rate_hz: float
-    gop: int = DEFAULT_GOP
+    gop: int | None = None
     crf: int = DEFAULT_CRF
     video_file: str | os.PathLike[str] | None = None
     shape: tuple[int, int, int] | None = None
@@ -91,9 +91,12 @@ class TableData:
 class SliceBuilder:
     """Accumulates segments, then commits them as one manifest and a slice reference."""
 
-    def __init__(self, store: Store, description: str = "") -> None:
+    def __init__(self, store: Store, description: str = "", *, gop: int = DEFAULT_GOP) -> None:
+        if gop < 1:
+            raise ValueError(f"gop (keyframe interval in frames) must be at least 1, got {gop}")
         self.store = store
         self.description = description
+        self.gop = gop
         self.segments: list[Segment] = []
 
     def add_segment(
@@ -140,6 +143,8 @@ class SliceBuilder:
         return seg
 
     def _video(self, data: VideoData, t_ns: np.ndarray) -> Stream:
+        # An MP4 stored as is keeps whatever keyframe interval it was given (None: unknown).
+        gop = data.gop if data.gop is not None or data.video_file is not None else self.gop
         if data.video_file is not None:
             if data.shape is None:
                 raise ValueError(f"{data.name}: shape is required with video_file")
@@ -149,7 +154,7 @@ class SliceBuilder:
             fd, tmp = tempfile.mkstemp(dir=self.store.root / "tmp", suffix=".mp4")
             os.close(fd)
             try:
-                count, h, w = encode_video(data.frames, tmp, rate_hz=data.rate_hz, gop=data.gop, crf=data.crf)
+                count, h, w = encode_video(data.frames, tmp, rate_hz=data.rate_hz, gop=gop, crf=data.crf)
                 ref = self.store.put_file(tmp, move=True)
             finally:
                 Path(tmp).unlink(missing_ok=True)
@@ -160,7 +165,7 @@ class SliceBuilder:
         return Stream(
             name=data.name, kind="video", blob=ref, timestamps=ts, rate_hz=float(data.rate_hz),
             shape=shape, dtype="uint8", count=count, t0_ns=int(t_ns[0]), t1_ns=int(t_ns[-1]),
-            codec=data.codec, gop=data.gop,
+            codec=data.codec, gop=gop,
         )
 
     def _table(self, data: TableData, t_ns: np.ndarray) -> Stream:

@@ -118,49 +118,66 @@ class SampleReader:
         seg = index.segments[s]
         n = int(index.count[s])
         t = index.times_ns(s, steps)  # (B,)
-        cols: dict[str, Any] = {}
         # Observation steps k-n+1..k; those before the grid start are padded with step 0.
         back = np.arange(-self.obs_steps + 1, 1)
         obs_steps = steps[:, None] + back[None, :]  # (B, n)
-        obs_pad = obs_steps < 0
+        obs_pad = torch.from_numpy(obs_steps < 0)
         obs_t = index.times_ns(s, np.maximum(obs_steps, 0))  # (B, n)
+        tables: dict[str, torch.Tensor] = {}  # (B, n, D)
+        videos: dict[str, tuple[torch.Tensor, np.ndarray]] = {}  # frames, inverse (B, n)
         for name in self.obs:
             stream = seg.streams[name]
             if stream.kind == "video":
-                values = self._video(stream, obs_t)
+                videos[name] = self._video(stream, obs_t)
             else:
                 t_rec, rec = self.table(stream)
-                values = torch.from_numpy(
-                    convert(rec[latest_at_or_before(t_rec, obs_t)], stream, self.frame).astype(np.float32)
-                )
-            cols[name] = values if self.obs_steps > 1 else values[:, 0]
-            if self.obs_steps > 1:
-                cols[f"{name}_is_pad"] = torch.from_numpy(obs_pad)
+                values = convert(rec[latest_at_or_before(t_rec, obs_t)], stream, self.frame)
+                tables[name] = torch.from_numpy(values.astype(np.float32))
+        action = action_pad = None
         if self.action is not None:
             stream = seg.streams[self.action]
             chunk = steps[:, None] + np.arange(self.horizon)[None, :]  # (B, horizon)
-            is_pad = chunk >= n
+            action_pad = torch.from_numpy(chunk >= n)
             chunk_t = index.start_ns[s] + grid_offsets_ns(np.minimum(chunk, n - 1), index.fps)
             t_rec, rec = self.table(stream)
             flat = align_values(t_rec, rec, chunk_t.reshape(-1), self.action_mode)
             act = convert(flat, stream, self.frame).reshape(*chunk.shape, -1)
-            cols["action"] = torch.from_numpy(np.ascontiguousarray(act, dtype=np.float32))
-            cols["action_is_pad"] = torch.from_numpy(is_pad)
+            action = torch.from_numpy(np.ascontiguousarray(act, dtype=np.float32))
         meta = {"slice": self.slice.id, "segment": seg.id, "segment_version": seg.version, "site": seg.site}
+        history = self.obs_steps > 1
         samples = []
         for b in range(len(steps)):
-            sample = {key: col[b] for key, col in cols.items()}
+            sample: dict[str, Any] = {}
+            for name in self.obs:
+                if name in videos:
+                    frames, inverse = videos[name]
+                    # One step: a view (collate copies it once into the batch). A history:
+                    # a small gather of n frames.
+                    sample[name] = (frames[torch.from_numpy(inverse[b])] if history
+                                    else frames[int(inverse[b, 0])])
+                else:
+                    sample[name] = tables[name][b] if history else tables[name][b, 0]
+                if history:
+                    sample[f"{name}_is_pad"] = obs_pad[b]
+            if action is not None:
+                sample["action"] = action[b]
+                sample["action_is_pad"] = action_pad[b]
             sample["t_ns"] = torch.tensor(int(t[b]), dtype=torch.int64)
             sample["meta"] = dict(meta)
             samples.append(sample)
         return samples
 
-    def _video(self, stream: Stream, t_query: np.ndarray) -> torch.Tensor:
-        """Frames at the latest frame time <= each query: ``uint8 (*t_query.shape, 3, H, W)``."""
+    def _video(self, stream: Stream, t_query: np.ndarray) -> tuple[torch.Tensor, np.ndarray]:
+        """Frames at the latest frame time <= each query ``t_query (B, n)``.
+
+        Returns:
+            ``frames uint8 (U, 3, H, W)``, the unique frames decoded in one sorted pass, and
+            ``inverse int64 (B, n)``: query ``[b, k]`` is ``frames[inverse[b, k]]``. Not
+            gathering here saves a full copy of every frame per batch.
+        """
         assert self._tables is not None and self._decoders is not None and stream.timestamps is not None
         frame_t = self._tables.timestamps(stream.timestamps.hash, self._path(stream.timestamps))
         idx = latest_at_or_before(frame_t, t_query)
         unique, inverse = np.unique(idx.reshape(-1), return_inverse=True)
         frames = self._decoders.get_frames(stream.blob.hash, self._path(stream.blob), unique, stream.rate_hz)
-        picked = frames[torch.from_numpy(inverse.reshape(-1).astype(np.int64))]
-        return picked.reshape(*t_query.shape, *picked.shape[1:])
+        return frames, inverse.reshape(t_query.shape).astype(np.int64)

@@ -28,6 +28,7 @@ import pyarrow as pa
 from rayform._ids import check_slice_id
 from rayform.errors import InvalidArgumentError
 from rayform.manifest import Manifest
+from rayform_server._video import DEFAULT_GOP
 from rayform_server.builder import SliceBuilder, TableData, VideoData
 from rayform_server.ingest._common import Progress, sanitize_stream_name, segment_id_for
 from rayform_server.ingest._frames import frames_at
@@ -164,6 +165,7 @@ def ingest_lerobot(
     site: str = "local",
     dataset_id: str | None = None,
     progress: Progress | None = None,
+    gop: int = DEFAULT_GOP,
 ) -> Manifest:
     """Ingest the LeRobot dataset at ``path`` as slice ``slice_id`` of ``store``.
 
@@ -177,6 +179,7 @@ def ingest_lerobot(
         dataset_id: identifies the dataset in segment IDs (default: the directory's name);
             segment ID = ``seg_`` + BLAKE3("lerobot", dataset_id, episode_index)[:16].
         progress: where progress lines go (default: stderr).
+        gop: keyframe interval of the stored videos in frames (see docs/video-encoding.md).
 
     Returns:
         The committed manifest. Blobs are written episode by episode; the manifest and the
@@ -195,7 +198,7 @@ def ingest_lerobot(
         f"LeRobot {layout.version} dataset {ds_id}: {len(layout.episodes)} episodes at "
         f"{layout.fps:g} fps; streams: " + ", ".join(f"{n} <- {f}" for n, f in chosen.items())
     )
-    builder = SliceBuilder(store, description=f"LeRobot dataset {ds_id} ({layout.version})")
+    builder = SliceBuilder(store, description=f"LeRobot dataset {ds_id} ({layout.version})", gop=gop)
     for i, ep in enumerate(layout.episodes, 1):
         seg_id = segment_id_for("lerobot", ds_id, str(ep.index))
         try:

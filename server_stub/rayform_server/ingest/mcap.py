@@ -33,6 +33,7 @@ from rayform._hashing import new_hasher
 from rayform._ids import check_slice_id
 from rayform.errors import InvalidArgumentError
 from rayform.manifest import Manifest
+from rayform_server._video import DEFAULT_GOP
 from rayform_server.builder import SliceBuilder, TableData, VideoData
 from rayform_server.ingest import _ros
 from rayform_server.ingest._common import (
@@ -212,6 +213,7 @@ def ingest_mcap(
     streams: dict[str, str] | None = None,
     site: str = "local",
     progress: Progress | None = None,
+    gop: int = DEFAULT_GOP,
 ) -> Manifest:
     """Ingest ROS 2 MCAP bags as slice ``slice_id`` of ``store``, one segment per file.
 
@@ -225,6 +227,7 @@ def ingest_mcap(
             take a field: ``position``, ``velocity`` or ``effort``.
         site: the site recorded in every segment.
         progress: where progress lines go (default: stderr).
+        gop: keyframe interval of the stored videos in frames (see docs/video-encoding.md).
 
     Returns:
         The committed manifest (written only at the end, with the slice reference).
@@ -237,7 +240,7 @@ def ingest_mcap(
     progress = progress or Progress()
     if not files:
         raise InvalidArgumentError("no MCAP files given")
-    builder = SliceBuilder(store, description="ROS 2 bags: " + ", ".join(Path(f).name for f in files))
+    builder = SliceBuilder(store, description="ROS 2 bags: " + ", ".join(Path(f).name for f in files), gop=gop)
     for i, file in enumerate(files, 1):
         path = Path(file)
         if not path.is_file():
