@@ -21,6 +21,7 @@ stress: setup
 	$(PY) -m pytest tests -m stress
 
 bench: setup
+	@$(PY) -c 'import matplotlib' 2>/dev/null || $(PY) -m pip install -q 'matplotlib>=3.7'
 	$(PY) bench/run_all.py
 
 peer:
