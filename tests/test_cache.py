@@ -172,6 +172,24 @@ def test_hit_updates_last_use_once_per_process(tmp_path: Path) -> None:
     assert path.stat().st_atime == 1_000
 
 
+def test_partials_of_several_dead_writers_are_all_gone_after_the_fetch(tmp_path: Path) -> None:
+    # Two workers killed while fetching the same blob leave two partials; one is adopted and
+    # completed, the other must not linger in tmp/ (found by the stress matrix).
+    cache = Cache(tmp_path / "c")
+    data, ref = _blob(50_000)
+    tmp = tmp_path / "c" / "tmp"
+    tmp.mkdir(parents=True)
+    partials = []
+    for _ in range(2):
+        p = tmp / tmp_name(ref.hash).replace(f".{os.getpid()}.", f".{_dead_pid()}.")
+        p.write_bytes(data[:20_000])
+        partials.append(p)
+    calls: list[int] = []
+    path, _ = cache.fetch_blob(ref, _writer(data, calls))
+    assert calls == [20_000] and path.read_bytes() == data
+    assert list(tmp.iterdir()) == []
+
+
 def _dead_pid() -> int:
     proc = subprocess.Popen([sys.executable, "-c", "pass"])
     proc.wait()

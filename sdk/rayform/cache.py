@@ -211,6 +211,7 @@ class Cache:
                     fetched += part.offset - start
                     if digest == ref.hash and part.offset == ref.size:
                         self._commit(part.path, final)
+                        self._drop_dead_partials(ref.hash)
                         return final, fetched
                     self._discard(part.path)
                 finally:
@@ -259,6 +260,17 @@ class Cache:
         except OSError as exc:
             active().discard(mine.name)
             raise cache_error(exc, self.root, f"create a temporary file in {tmp}") from exc
+
+    def _drop_dead_partials(self, digest: str) -> None:
+        """Remove partial downloads of a blob that is now complete, if their writers are gone.
+
+        Several processes killed while fetching the same blob (e.g. DataLoader workers torn
+        down together) leave one partial each; adoption takes only one of them.
+        """
+        for cand in (self.root / "tmp").glob(f"{digest}.*.part"):
+            if owner_dead(cand, self.stale_s):
+                with contextlib.suppress(OSError):
+                    os.unlink(cand)
 
     def _commit(self, tmp: Path, final: Path) -> None:
         try:
