@@ -117,6 +117,22 @@ def test_set_epoch_changes_order_and_epoch_k_needs_no_replay(data) -> None:
     assert digest_epoch(DataLoader(fresh, batch_size=8, sampler=EpisodeSampler(fresh))) == epochs[2]
 
 
+def test_set_epoch_reaches_persistent_workers_with_a_plain_loader(data) -> None:
+    # The public docs' set-up: a plain DataLoader, persistent workers, set_epoch each epoch.
+    # The workers' dataset copy was made at epoch 0; their transforms must still follow it.
+    slice_, _ = data
+    ds = make(slice_)
+    loader = DataLoader(ds, batch_size=8, num_workers=2, persistent_workers=True)  # fixed order
+    seen = []
+    for epoch in range(3):
+        ds.set_epoch(epoch)
+        seen.append(digest_epoch(loader)[0])
+    assert len(set(seen)) == 3  # the random transform changed with the epoch
+    fresh = make(slice_)
+    fresh.set_epoch(2)
+    assert digest_epoch(DataLoader(fresh, batch_size=8))[0] == seen[2]
+
+
 def test_workers_open_their_own_decoders(data) -> None:
     slice_, _ = data
     ds = EpisodeDataset(slice_, obs=OBS, action=ACTION, fps=FPS, decoder_cache_size=1)

@@ -24,6 +24,7 @@ from rayform.errors import InvalidArgumentError, NotFoundError
 from rayform.manifest import Segment
 from rayform.torch._align import ACTION_MODES
 from rayform.torch._decode import BACKENDS
+from rayform.torch._epoch import SharedEpoch
 from rayform.torch._frames import check_frame
 from rayform.torch._index import GridIndex, build_index
 from rayform.torch._reader import SampleReader
@@ -113,7 +114,7 @@ class EpisodeDataset(Dataset):
         self._segments = _select_segments(slice_, segments)
         self.obs, self.action = _check_streams(slice_, self._segments, obs, action)
         self._rank, self._world = _resolve_shard(shard)
-        self._epoch = 0
+        self._epoch = SharedEpoch(0)  # shared with forked (persistent) workers
 
         names = [*self.obs, *([self.action] if self.action else [])]
         self._index: GridIndex = build_index(self._segments, names, self.fps)
@@ -140,7 +141,7 @@ class EpisodeDataset(Dataset):
     @property
     def epoch(self) -> int:
         """The epoch set by :meth:`set_epoch` (starts at 0)."""
-        return self._epoch
+        return self._epoch.get()
 
     @property
     def sharded(self) -> bool:
@@ -151,7 +152,7 @@ class EpisodeDataset(Dataset):
         """Select the epoch: same seed and epoch give the same order and samples."""
         if _int("epoch", epoch) < 0:
             raise InvalidArgumentError(f"epoch={epoch!r}: use a non-negative integer")
-        self._epoch = int(epoch)
+        self._epoch.set(int(epoch))
 
     @property
     def segments(self) -> tuple[Segment, ...]:
@@ -168,8 +169,9 @@ class EpisodeDataset(Dataset):
         n = len(self)
         flat = np.empty(len(keys), dtype=np.int64)
         epochs = []
+        current = self._epoch.get()
         for j, key in enumerate(keys):
-            i, epoch = key if isinstance(key, tuple) else (key, self._epoch)
+            i, epoch = key if isinstance(key, tuple) else (key, current)
             if not isinstance(i, numbers.Integral) or isinstance(i, bool):
                 raise InvalidArgumentError(f"dataset index must be an integer, got {i!r}")
             i = int(i) + n if i < 0 else int(i)
@@ -228,7 +230,7 @@ class EpisodeDataset(Dataset):
             "action_mode": self.action_mode,
             "frame": self.frame,
             "seed": self.seed,
-            "epoch": self._epoch,
+            "epoch": self._epoch.get(),
             "episodes": len(self._index.segments),
             "samples": len(self._index),
             "samples_this_rank": len(self),
