@@ -7,7 +7,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
@@ -104,6 +104,26 @@ def client_env(demo_server: ServerProcess, monkeypatch: pytest.MonkeyPatch) -> S
     monkeypatch.setenv("RAYFORM_ENDPOINT", demo_server.url)
     monkeypatch.setenv("RAYFORM_TOKEN", TOKEN)
     return demo_server
+
+
+@pytest.fixture
+def tmpfs(tmp_path: Path) -> Iterator[Callable[[str], Path]]:
+    """``tmpfs("size=2m,ro")`` mounts a small tmpfs (read-only or nearly full caches; we run
+    as root, so permission bits alone cannot make a directory unwritable). Unmounted after."""
+    mounts: list[Path] = []
+
+    def mount(options: str) -> Path:
+        point = tmp_path / f"mnt{len(mounts)}"
+        point.mkdir()
+        subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(point)], check=True)
+        mounts.append(point)
+        return point
+
+    try:
+        yield mount
+    finally:
+        for point in reversed(mounts):
+            subprocess.run(["umount", "-l", str(point)], check=False)
 
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")

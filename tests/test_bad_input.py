@@ -13,7 +13,6 @@ import fcntl
 import json
 import math
 import shutil
-import subprocess
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -169,22 +168,6 @@ def test_bad_input_raises_typed_error(bad: Bad, case: str, monkeypatch: pytest.M
 
 
 # -- filesystems that fight back ------------------------------------------------------------
-@pytest.fixture
-def tmpfs(tmp_path: Path) -> Iterator[Callable[[str], Path]]:
-    mounts: list[Path] = []
-
-    def mount(options: str) -> Path:
-        point = tmp_path / f"mnt{len(mounts)}"
-        point.mkdir()
-        subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(point)], check=True)
-        mounts.append(point)
-        return point
-
-    try:
-        yield mount
-    finally:
-        for point in reversed(mounts):
-            subprocess.run(["umount", "-l", str(point)], check=False)
 
 
 def test_read_only_cache_dir_is_a_clear_error(bad: Bad, tmpfs: Callable[[str], Path]) -> None:

@@ -9,7 +9,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -232,26 +232,10 @@ def test_cache_pickles_without_process_state(tmp_path: Path) -> None:
     assert clone.root == cache.root and clone.locks is False
 
 
-@pytest.fixture
-def tiny_tmpfs(tmp_path: Path) -> Iterator[Callable[[str], Path]]:
-    mounts: list[Path] = []
-
-    def mount(options: str) -> Path:
-        point = tmp_path / f"mnt{len(mounts)}"
-        point.mkdir()
-        subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(point)], check=True)
-        mounts.append(point)
-        return point
-
-    try:
-        yield mount
-    finally:
-        for point in reversed(mounts):
-            subprocess.run(["umount", "-l", str(point)], check=False)
 
 
-def test_read_only_cache_gives_cache_error(tiny_tmpfs: Callable[[str], Path]) -> None:
-    root = tiny_tmpfs("size=2m,ro")
+def test_read_only_cache_gives_cache_error(tmpfs: Callable[[str], Path]) -> None:
+    root = tmpfs("size=2m,ro")
     cache = Cache(root / "cache")
     data, ref = _blob(1000)
     with pytest.raises(CacheError, match="not writable.*RAYFORM_CACHE_DIR"):
@@ -259,8 +243,8 @@ def test_read_only_cache_gives_cache_error(tiny_tmpfs: Callable[[str], Path]) ->
     assert list(root.iterdir()) == []
 
 
-def test_full_disk_gives_cache_error_and_stays_consistent(tiny_tmpfs: Callable[[str], Path]) -> None:
-    root = tiny_tmpfs("size=1m")
+def test_full_disk_gives_cache_error_and_stays_consistent(tmpfs: Callable[[str], Path]) -> None:
+    root = tmpfs("size=1m")
     cache = Cache(root / "cache")
     big, bref = _blob(3_000_000)
     with pytest.raises(CacheError, match="full.*prune"):

@@ -6,13 +6,13 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from _proxy import CountingProxy
+from _reliability import assert_cache_consistent, pull_cmd
 from conftest import DEMO_SLICE, TOKEN, ServerProcess
 
 import rayform
@@ -30,19 +30,6 @@ def _client(url: str, cache: Path, **kw: object) -> rayform.Client:
     return rayform.Client(endpoint=url, token=TOKEN, cache_dir=cache, **kw)
 
 
-def _blobs_ok(cache: Path) -> list[str]:
-    """Hashes of cached blobs, asserting each file matches its name."""
-    names = []
-    for p in (cache / "blobs").rglob("*"):
-        if p.is_file():
-            assert hash_file(p) == p.name, f"corrupt blob under a content name: {p}"
-            names.append(p.name)
-    return sorted(names)
-
-
-def _pull_cmd(url: str, cache: Path, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "rayform", "pull", DEMO_SLICE, "--endpoint", url,
-            "--cache-dir", str(cache), "--quiet", *extra]
 
 
 def _env(**extra: str) -> dict[str, str]:
@@ -57,7 +44,7 @@ def test_pull_fetches_each_blob_once_then_nothing(proxy: CountingProxy, tmp_path
     assert report.blobs == len(expected) == report.fetched_blobs
     assert report.fetched_bytes == report.bytes == sum(r.size for r in expected.values())
     assert proxy.blob_gets() == {h: 1 for h in expected}
-    assert _blobs_ok(tmp_path / "cache") == sorted(expected)
+    assert assert_cache_consistent(tmp_path / "cache") == sorted(expected)
     before = len(proxy.requests)
     again = _client(proxy.url, tmp_path / "cache").pull(DEMO_SLICE)
     assert again.fetched_blobs == 0 and again.fetched_bytes == 0
@@ -80,13 +67,13 @@ def test_four_processes_pull_one_cache(proxy: CountingProxy, tmp_path: Path, loc
     proxy.delay_s = 0.002  # ~0.5 MB/s per blob: the four pullers overlap
     cache = tmp_path / "shared-cache"
     env = _env() if locks else _env(RAYFORM_NO_LOCKS="1")
-    procs = [subprocess.Popen(_pull_cmd(proxy.url, cache, "--jobs", "4"), env=env,
+    procs = [subprocess.Popen(pull_cmd(proxy.url, cache, "--jobs", "4"), env=env,
                               stderr=subprocess.PIPE) for _ in range(4)]
     for p in procs:
         _, err = p.communicate(timeout=120)
         assert p.returncode == 0, err.decode()
     expected = _client(proxy.url, cache).slices.get(DEMO_SLICE).manifest.blobs()
-    assert _blobs_ok(cache) == sorted(expected)
+    assert assert_cache_consistent(cache) == sorted(expected)
     assert list((cache / "tmp").iterdir()) == []
     gets = proxy.blob_gets()
     assert set(gets) == set(expected)
@@ -97,7 +84,7 @@ def test_four_processes_pull_one_cache(proxy: CountingProxy, tmp_path: Path, loc
 def test_sigkill_mid_transfer_then_resume(proxy: CountingProxy, tmp_path: Path) -> None:
     cache = tmp_path / "cache"
     proxy.delay_s = 0.05  # 1 KiB every 50 ms: a 20 KiB blob takes a second
-    proc = subprocess.Popen(_pull_cmd(proxy.url, cache, "--jobs", "2"), env=_env(),
+    proc = subprocess.Popen(pull_cmd(proxy.url, cache, "--jobs", "2"), env=_env(),
                             stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 30
@@ -114,14 +101,14 @@ def test_sigkill_mid_transfer_then_resume(proxy: CountingProxy, tmp_path: Path) 
     partial = {p.name.split(".")[0]: p.stat().st_size for p in (cache / "tmp").glob("*.part")}
     # A puller killed right after creating a .part file leaves it empty: that is fine too.
     assert any(size > 0 for size in partial.values())
-    done = _blobs_ok(cache)  # whatever finished is complete and correct
+    done = assert_cache_consistent(cache)  # whatever finished is complete and correct
     assert not set(partial) & set(done)
     proxy.delay_s = 0.0
     before = len(proxy.requests)
-    result = subprocess.run(_pull_cmd(proxy.url, cache), env=_env(), capture_output=True)
+    result = subprocess.run(pull_cmd(proxy.url, cache), env=_env(), capture_output=True)
     assert result.returncode == 0, result.stderr.decode()
     expected = _client(proxy.url, cache).slices.get(DEMO_SLICE).manifest.blobs()
-    assert _blobs_ok(cache) == sorted(expected)
+    assert assert_cache_consistent(cache) == sorted(expected)
     assert list((cache / "tmp").iterdir()) == [], (partial, done, proxy.requests[before:])
     resumed = [(p, r) for p, r in proxy.requests[before:] if r is not None]
     assert resumed, "the next pull continued a partial file with a Range request"
@@ -139,7 +126,7 @@ def test_corrupted_bytes_raise_integrity_error(proxy: CountingProxy, tmp_path: P
     assert list((tmp_path / "cache" / "tmp").iterdir()) == []
     with pytest.raises(IntegrityError):
         client.pull(DEMO_SLICE, jobs=4)
-    assert ref.hash not in _blobs_ok(tmp_path / "cache")
+    assert ref.hash not in assert_cache_consistent(tmp_path / "cache")
 
 
 def test_offline_after_pull_with_server_stopped(demo_root: Path, tmp_path: Path,

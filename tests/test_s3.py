@@ -23,6 +23,7 @@ from pathlib import Path
 import httpx
 import pytest
 from _proxy import CountingProxy
+from _reliability import assert_cache_consistent
 from _s3proxy import S3Proxy
 from _seaweed import BUCKET, SeaweedS3
 from conftest import DEMO_SLICE, TOKEN, ServerProcess
@@ -85,15 +86,6 @@ def _reset_proxy(request: pytest.FixtureRequest) -> None:
 def _client(url: str, cache: Path, **kw: object) -> rayform.Client:
     return rayform.Client(endpoint=url, token=TOKEN, cache_dir=cache, **kw)
 
-
-def _blobs_ok(cache: Path) -> list[str]:
-    """Hashes of cached blobs, asserting each file matches its name."""
-    names = []
-    for p in (cache / "blobs").rglob("*"):
-        if p.is_file():
-            assert hash_file(p) == p.name, f"corrupt blob under a content name: {p}"
-            names.append(p.name)
-    return sorted(names)
 
 
 def _pull_cmd(url: str, cache: Path, *extra: str) -> list[str]:
@@ -186,7 +178,7 @@ def test_pull_from_s3_each_blob_once_then_nothing(s3_server: ServerProcess, s3pr
     assert report.blobs == report.fetched_blobs == len(expected) == 28
     assert report.fetched_bytes == sum(r.size for r in expected.values())
     assert s3proxy.object_gets(mark) == {h: 1 for h in expected}
-    assert _blobs_ok(cache) == sorted(expected)
+    assert assert_cache_consistent(cache) == sorted(expected)
     again_mark = s3proxy.mark()
     again = _client(s3_server.url, cache).pull(DEMO_SLICE)
     assert again.fetched_blobs == 0 and again.cached_blobs == 28
@@ -217,7 +209,7 @@ def test_four_processes_pull_one_cache_from_s3(s3_server: ServerProcess, s3proxy
         _, err = p.communicate(timeout=120)
         assert p.returncode == 0, err.decode()
     expected = _expected(s3_server.url, cache)
-    assert _blobs_ok(cache) == sorted(expected)
+    assert assert_cache_consistent(cache) == sorted(expected)
     assert list((cache / "tmp").iterdir()) == []
     assert s3proxy.object_gets(mark) == {h: 1 for h in expected}, "each blob transferred once"
 
@@ -242,12 +234,12 @@ def test_sigkill_mid_transfer_then_resume_from_s3(s3_server: ServerProcess, s3pr
     partial = {p.name.split(".")[0]: p.stat().st_size for p in (cache / "tmp").glob("*.part")}
     partial = {h: size for h, size in partial.items() if size > 0}  # (one may just have begun)
     assert partial
-    assert not set(partial) & set(_blobs_ok(cache))
+    assert not set(partial) & set(assert_cache_consistent(cache))
     s3proxy.delay_s = 0.0
     mark = s3proxy.mark()
     result = subprocess.run(_pull_cmd(s3_server.url, cache), env=_env(), capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
-    assert _blobs_ok(cache) == sorted(_expected(s3_server.url, cache))
+    assert assert_cache_consistent(cache) == sorted(_expected(s3_server.url, cache))
     assert list((cache / "tmp").iterdir()) == []
     resumed = [s for s in s3proxy.presigned(mark) if "range" in s.headers]
     assert {s.key_hash for s in resumed} == set(partial), "every partial file was continued"
@@ -271,7 +263,7 @@ def test_corrupt_object_in_store_raises_integrity_error(s3_server: ServerProcess
         assert list((tmp_path / "cache" / "tmp").iterdir()) == []
         with pytest.raises(IntegrityError):
             client.pull(DEMO_SLICE, streams=["joints/position"])
-        assert ref.hash not in _blobs_ok(tmp_path / "cache")
+        assert ref.hash not in assert_cache_consistent(tmp_path / "cache")
         _assert_no_secret(str(info.value), s3proxy)
     finally:
         s3.put_object(Bucket=BUCKET, Key=key, Body=good)
@@ -330,7 +322,7 @@ def test_cluster_loses_a_volume_server_pull_completes_then_offline(
         report = client.pull(DEMO_SLICE, streams=["cam0/rgb", "joints/position"], jobs=4)
         wanted = client.slices.get(DEMO_SLICE).manifest.blobs(["cam0/rgb", "joints/position"])
         assert report.fetched_blobs == len(wanted) == 12
-        assert _blobs_ok(tmp_path / "cache") == sorted(wanted)
+        assert assert_cache_consistent(tmp_path / "cache") == sorted(wanted)
     finally:
         if server is not None:
             server.stop()
