@@ -9,13 +9,11 @@ signature expire in flight).
 
 from __future__ import annotations
 
-import http.client
-import threading
 import time
 from collections import Counter
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from urllib.parse import urlsplit
+
+from _proxy import ProxyHandler, ThreadedProxy
 
 __all__ = ["S3Proxy", "Seen"]
 
@@ -41,7 +39,40 @@ class Seen:
         return self.path.rsplit("/", 1)[-1]
 
 
-class S3Proxy:
+class _S3Handler(ProxyHandler):
+    def do_HEAD(self) -> None:  # noqa: N802 - http.server API
+        self._forward()
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server API
+        self._forward()
+
+    def _forward(self) -> None:
+        proxy = self.proxy
+        path, _, query = self.path.partition("?")
+        headers = dict(self.headers.items())
+        if self.command == "GET" and "X-Amz-Signature=" in query:
+            with proxy._lock:
+                hold = proxy.hold_s if proxy.hold_next > 0 else 0.0
+                proxy.hold_next -= 1 if hold else 0
+            time.sleep(hold)
+        status, up_headers, body = proxy.forward(self.command, self.path, headers)
+        with proxy._lock:
+            proxy.seen.append(Seen(self.command, path, query,
+                                   {k.lower(): v for k, v in headers.items()}, status))
+        self.send_response(status)
+        length = None
+        for k, v in up_headers:
+            if k.lower() == "content-length":
+                length = v
+            elif k.lower() not in _HOP:
+                self.send_header(k, v)
+        self.send_header("Content-Length", (length if self.command == "HEAD" else None) or str(len(body)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.write_body(body, slowly=status in (200, 206))
+
+
+class S3Proxy(ThreadedProxy):
     """Forward requests to ``upstream`` unchanged, recording them. Use as a context manager.
 
     Attributes:
@@ -53,75 +84,10 @@ class S3Proxy:
     """
 
     def __init__(self, upstream: str) -> None:
-        up = urlsplit(upstream)
-        self._up = (up.hostname or "127.0.0.1", up.port or 80)
+        super().__init__(upstream, _S3Handler)
         self.seen: list[Seen] = []
-        self.delay_s = 0.0
         self.hold_s = 0.0
         self.hold_next = 0
-        self._lock = threading.Lock()
-        proxy = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-            def do_HEAD(self) -> None:  # noqa: N802 - http.server API
-                self._forward()
-
-            def do_GET(self) -> None:  # noqa: N802 - http.server API
-                self._forward()
-
-            def _forward(self) -> None:
-                path, _, query = self.path.partition("?")
-                headers = dict(self.headers.items())
-                if self.command == "GET" and "X-Amz-Signature=" in query:
-                    with proxy._lock:
-                        hold = proxy.hold_s if proxy.hold_next > 0 else 0.0
-                        proxy.hold_next -= 1 if hold else 0
-                    time.sleep(hold)
-                conn = http.client.HTTPConnection(*proxy._up, timeout=30)
-                conn.request(self.command, self.path, headers=headers)
-                resp = conn.getresponse()
-                body = resp.read()
-                conn.close()
-                with proxy._lock:
-                    proxy.seen.append(Seen(self.command, path, query,
-                                           {k.lower(): v for k, v in headers.items()}, resp.status))
-                self.send_response(resp.status)
-                for k, v in resp.getheaders():
-                    if k.lower() not in _HOP:
-                        self.send_header(k, v)
-                length = resp.getheader("content-length") if self.command == "HEAD" else None
-                self.send_header("Content-Length", length or str(len(body)))
-                self.end_headers()
-                if self.command == "HEAD":
-                    return
-                try:
-                    if proxy.delay_s and resp.status in (200, 206):
-                        for i in range(0, len(body), 1024):
-                            self.wfile.write(body[i:i + 1024])
-                            self.wfile.flush()
-                            time.sleep(proxy.delay_s)
-                    else:
-                        self.wfile.write(body)
-                except (BrokenPipeError, ConnectionResetError):
-                    self.close_connection = True
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-
-    def __enter__(self) -> S3Proxy:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._server.shutdown()
-        self._server.server_close()
 
     def mark(self) -> int:
         """Index to pass to :meth:`object_gets` to count only what comes after now."""
