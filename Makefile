@@ -12,10 +12,12 @@ demo: setup
 
 test: setup
 	$(PY) -m ruff check sdk server_stub tests bench scripts
+	$(PY) -m mypy
 	$(PY) -m pytest tests
 
 lint: setup
 	$(PY) -m ruff check sdk server_stub tests bench scripts
+	$(PY) -m mypy
 
 stress: setup
 	$(PY) -m pytest tests -m stress

@@ -133,16 +133,15 @@ class SampleReader:
                 t_rec, rec = self.table(stream)
                 values = convert(rec[latest_at_or_before(t_rec, obs_t)], stream, self.frame)
                 tables[name] = torch.from_numpy(values.astype(np.float32))
-        action = action_pad = None
+        action: tuple[torch.Tensor, torch.Tensor] | None = None  # (B, horizon, D), (B, horizon)
         if self.action is not None:
             stream = seg.streams[self.action]
             chunk = steps[:, None] + np.arange(self.horizon)[None, :]  # (B, horizon)
-            action_pad = torch.from_numpy(chunk >= n)
             chunk_t = index.start_ns[s] + grid_offsets_ns(np.minimum(chunk, n - 1), index.fps)
             t_rec, rec = self.table(stream)
             flat = align_values(t_rec, rec, chunk_t.reshape(-1), self.action_mode)
             act = convert(flat, stream, self.frame).reshape(*chunk.shape, -1)
-            action = torch.from_numpy(np.ascontiguousarray(act, dtype=np.float32))
+            action = (torch.from_numpy(np.ascontiguousarray(act, dtype=np.float32)), torch.from_numpy(chunk >= n))
         meta = {"slice": self.slice.id, "segment": seg.id, "segment_version": seg.version, "site": seg.site}
         history = self.obs_steps > 1
         samples = []
@@ -160,8 +159,8 @@ class SampleReader:
                 if history:
                     sample[f"{name}_is_pad"] = obs_pad[b]
             if action is not None:
-                sample["action"] = action[b]
-                sample["action_is_pad"] = action_pad[b]
+                sample["action"] = action[0][b]
+                sample["action_is_pad"] = action[1][b]
             sample["t_ns"] = torch.tensor(int(t[b]), dtype=torch.int64)
             sample["meta"] = dict(meta)
             samples.append(sample)
