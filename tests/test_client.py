@@ -130,3 +130,13 @@ def test_client_works_across_fork_and_pickle(client_env: ServerProcess, method: 
     # and the parent's connection still works after the child used its own
     ref = client.slices.get(DEMO_SLICE).segments[2].streams["joints/position"].blob
     assert hash_file(client.ensure_blob(DEMO_SLICE, ref)) == ref.hash
+
+
+def test_client_is_a_context_manager_that_closes_and_can_reopen(client_env) -> None:
+    with rayform.Client() as client:
+        assert client.slices.get(DEMO_SLICE).id == DEMO_SLICE
+        transport = client._transport_obj
+        assert transport is not None and transport._client is not None
+    assert transport._client is None  # connections closed on exit
+    assert client.slices.get(DEMO_SLICE).id == DEMO_SLICE  # and reopened on the next use
+    client.close()

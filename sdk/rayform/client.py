@@ -171,6 +171,12 @@ class Client:
         if self._transport_obj is not None:
             self._transport_obj.close()
 
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     # -- slices ----------------------------------------------------------------------------
     def _get_slice(self, slice_id: str) -> Slice:
         if self.offline:
