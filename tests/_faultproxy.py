@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import json
 import socket
 import struct
 import threading
@@ -146,12 +147,8 @@ class FaultProxy:
     async def _respond(self, writer, method, target, headers, path, fault: Fault | None) -> None:  # noqa: ANN001
         if fault is not None and fault.kind in ("500", "503", "429"):
             extra = f"Retry-After: {fault.retry_after_s}\r\n" if fault.kind != "500" else ""
-            body = b'{"error":"injected","message":"fault injected by test proxy"}'
-            writer.write(
-                f"HTTP/1.1 {fault.kind} Injected\r\nContent-Type: application/json\r\n{extra}"
-                f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode() + body
-            )
-            await writer.drain()
+            await _json_error(writer, f"{fault.kind} Injected", "injected",
+                              "fault injected by test proxy", extra)
             return
         if fault is not None and fault.kind == "drop":
             _reset(writer)
@@ -159,12 +156,7 @@ class FaultProxy:
         try:
             up = await self._client.request(method, self.upstream + target, headers=headers)
         except httpx.HTTPError:  # the upstream server is down: answer like a gateway would
-            body = b'{"error":"bad_gateway","message":"upstream unreachable"}'
-            writer.write(
-                f"HTTP/1.1 502 Bad Gateway\r\nContent-Type: application/json\r\n"
-                f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode() + body
-            )
-            await writer.drain()
+            await _json_error(writer, "502 Bad Gateway", "bad_gateway", "upstream unreachable")
             return
         body = up.content
         if up.status_code in (200, 206) and "/blobs/" in path and method == "GET":
@@ -203,6 +195,17 @@ class FaultProxy:
         elif fault.kind == "stall":
             await asyncio.sleep(fault.stall_s)
             _reset(writer)
+
+
+async def _json_error(writer: asyncio.StreamWriter, status: str, code: str, message: str,
+                      extra_headers: str = "") -> None:
+    """Answer with a JSON error body like the server stub's, then let the caller close."""
+    body = json.dumps({"error": code, "message": message}).encode()
+    writer.write(
+        f"HTTP/1.1 {status}\r\nContent-Type: application/json\r\n{extra_headers}"
+        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode() + body
+    )
+    await writer.drain()
 
 
 def _reset(writer: asyncio.StreamWriter) -> None:

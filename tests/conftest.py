@@ -28,6 +28,16 @@ def isolated_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return cache
 
 
+def forbid_network(monkeypatch: pytest.MonkeyPatch, why: str = "a socket was opened in offline mode") -> None:
+    """Make every outgoing socket connection in this process fail the test with ``why``."""
+
+    def no_network(self: socket.socket, *args: object) -> None:
+        raise AssertionError(f"{why}: {args}")
+
+    monkeypatch.setattr(socket.socket, "connect", no_network)
+    monkeypatch.setattr(socket.socket, "connect_ex", no_network)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

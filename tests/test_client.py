@@ -5,11 +5,10 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import pickle
-import socket
 from pathlib import Path
 
 import pytest
-from conftest import DEMO_SLICE, TOKEN, ServerProcess
+from conftest import DEMO_SLICE, TOKEN, ServerProcess, forbid_network
 
 import rayform
 from rayform._hashing import hash_file
@@ -45,10 +44,7 @@ def test_unknown_slice_is_not_found(client_env: ServerProcess) -> None:
 
 @pytest.mark.parametrize("bad", ["slc_XYZ", "7c1e04aa", "slc_7c1e04aa/../x", "", None])
 def test_malformed_id_fails_without_a_request(bad: object, monkeypatch: pytest.MonkeyPatch) -> None:
-    def no_network(self: socket.socket, *args: object) -> None:
-        raise AssertionError("a request was made for a malformed ID")
-
-    monkeypatch.setattr(socket.socket, "connect", no_network)
+    forbid_network(monkeypatch, "a request was made for a malformed ID")
     client = rayform.Client(endpoint="http://127.0.0.1:9", token=TOKEN)
     with pytest.raises(InvalidArgumentError, match="malformed slice ID"):
         client.slices.get(bad)  # type: ignore[arg-type]
@@ -87,10 +83,7 @@ def test_token_absent_from_repr_errors_and_logs(
 
 
 def test_client_construction_opens_no_connection(monkeypatch: pytest.MonkeyPatch) -> None:
-    def no_network(self: socket.socket, *args: object) -> None:
-        raise AssertionError("connected at construction")
-
-    monkeypatch.setattr(socket.socket, "connect", no_network)
+    forbid_network(monkeypatch, "connected at construction")
     client = rayform.Client(endpoint="http://127.0.0.1:9", token=TOKEN)
     assert client._transport_obj is None
     pickle.loads(pickle.dumps(client))

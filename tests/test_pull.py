@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -13,7 +12,7 @@ from pathlib import Path
 import pytest
 from _proxy import CountingProxy
 from _reliability import assert_cache_consistent, pull_cmd
-from conftest import DEMO_SLICE, TOKEN, ServerProcess
+from conftest import DEMO_SLICE, TOKEN, ServerProcess, forbid_network
 
 import rayform
 from rayform._hashing import hash_file
@@ -138,11 +137,7 @@ def test_offline_after_pull_with_server_stopped(demo_root: Path, tmp_path: Path,
     finally:
         server.stop()
 
-    def no_network(self: socket.socket, *args: object) -> None:
-        raise AssertionError(f"a socket was opened in offline mode: {args}")
-
-    monkeypatch.setattr(socket.socket, "connect", no_network)
-    monkeypatch.setattr(socket.socket, "connect_ex", no_network)
+    forbid_network(monkeypatch)
     monkeypatch.setenv("RAYFORM_OFFLINE", "1")
     client = _client(server.url, tmp_path / "cache")
     slice_ = client.slices.get(DEMO_SLICE)

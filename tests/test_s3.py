@@ -13,7 +13,6 @@ import logging
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -26,7 +25,7 @@ from _proxy import CountingProxy
 from _reliability import assert_cache_consistent
 from _s3proxy import S3Proxy
 from _seaweed import BUCKET, SeaweedS3
-from conftest import DEMO_SLICE, TOKEN, ServerProcess
+from conftest import DEMO_SLICE, TOKEN, ServerProcess, forbid_network
 
 import rayform
 from rayform._hashing import hash_file
@@ -331,11 +330,7 @@ def test_cluster_loses_a_volume_server_pull_completes_then_offline(
                 cluster.kill(name)
         cluster.stop()
 
-    def no_network(self: socket.socket, *args: object) -> None:
-        raise AssertionError(f"a socket was opened in offline mode: {args}")
-
-    monkeypatch.setattr(socket.socket, "connect", no_network)
-    monkeypatch.setattr(socket.socket, "connect_ex", no_network)
+    forbid_network(monkeypatch)
     monkeypatch.setenv("RAYFORM_OFFLINE", "1")
     offline = _client(server.url, tmp_path / "cache")
     seg = offline.slices.get(DEMO_SLICE).segments[2]
