@@ -7,14 +7,16 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 from conftest import DEMO_SLICE
-from dataset_helpers import FPS, SLICE_ID, StoreClient, build_slice
+from dataset_helpers import FPS, SLICE_ID, StoreClient, build_slice, decode_index_frame
 from torch.utils.data import DataLoader
 
 import rayform
@@ -22,6 +24,7 @@ from rayform.errors import OfflineError
 from rayform.manifest import BlobRef, Manifest, Segment, Stream
 from rayform.slice import Slice
 from rayform.torch import EpisodeDataset, EpisodeSampler
+from rayform.torch._decode import DecoderCache
 
 OBS = ["cam0/rgb", "joints/position"]
 ACTION = "joints/position_delta"
@@ -141,6 +144,45 @@ def test_workers_open_their_own_decoders(data) -> None:
     n = sum(len(b["t_ns"]) for b in loader)
     assert n == len(ds)
     assert ds._reader._pid == os.getpid()
+
+
+def test_decode_threads_give_the_same_bits(data) -> None:
+    slice_, _ = data
+    digests = []
+    for threads, workers in ((0, 0), (2, 0), (2, 2)):
+        ds = make(slice_, decode_threads=threads)
+        ds.set_epoch(1)
+        if workers:
+            assert ds[3]["cam0/rgb"].is_contiguous()  # the parent's pool exists before the fork
+        loader = DataLoader(ds, batch_size=8, sampler=EpisodeSampler(ds), num_workers=workers)
+        digests.append(digest_epoch(loader))
+    assert digests[1] == digests[0]
+    assert digests[2] == digests[0]
+    assert any(t.name.startswith("rayform-decode") for t in threading.enumerate())
+    with pytest.raises(rayform.errors.InvalidArgumentError, match="decode_threads"):
+        make(slice_, decode_threads=-1)
+    with pytest.raises(rayform.errors.InvalidArgumentError, match="decode_threads"):
+        make(slice_, decode_threads=True)
+
+
+def test_decoder_cache_is_thread_safe(data) -> None:
+    slice_, _ = data
+    stream = slice_.manifest.segments[0].streams["cam0/rgb"]
+    path = Path(slice_.blob_path(stream.blob))
+    # Two keys for one file and room for one decoder: threads evict what others are using,
+    # and threads asking for the same key must take turns on its decoder.
+    cache = DecoderCache(max_open=1)
+    rng = np.random.default_rng(0)
+    jobs = [np.unique(rng.integers(0, stream.count, 3)) for _ in range(48)]
+
+    def run(j: int) -> tuple[list[int], list[int]]:
+        frames = cache.get_frames("ab"[j % 2], path, jobs[j], stream.rate_hz)
+        return [decode_index_frame(f.numpy()) for f in frames], jobs[j].tolist()
+
+    with ThreadPoolExecutor(4) as pool:
+        for got, want in pool.map(run, range(len(jobs))):
+            assert got == want
+    assert len(cache) == 1
 
 
 def _synthetic_slice(n_segments: int) -> Slice:

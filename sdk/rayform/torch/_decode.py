@@ -15,6 +15,7 @@ the caller from the timestamps blob.
 from __future__ import annotations
 
 import os
+import threading
 from collections import OrderedDict
 from fractions import Fraction
 from pathlib import Path
@@ -93,8 +94,21 @@ class _PyAVDecoder:
             container.close()
 
 
+class _Entry:
+    """One cached video: its decoder (opened on first use) and the lock of whoever uses it."""
+
+    __slots__ = ("decoder", "lock")
+
+    def __init__(self) -> None:
+        self.decoder: _Decoder | None = None
+        self.lock = threading.Lock()
+
+
 class DecoderCache:
     """At most ``max_open`` open decoders in this process, least recently used evicted.
+
+    Thread-safe: several threads may call :meth:`get_frames` at once (a decoder is used by one
+    thread at a time; two threads asking for the same video take turns).
 
     Args:
         max_open: decoders kept open per process (each holds an open file and FFmpeg state).
@@ -105,7 +119,8 @@ class DecoderCache:
         self.max_open = max_open
         self._backend = backend
         self._pid = os.getpid()
-        self._open: OrderedDict[str, _Decoder] = OrderedDict()
+        self._lock = threading.Lock()
+        self._open: OrderedDict[str, _Entry] = OrderedDict()
 
     @property
     def backend(self) -> str:
@@ -118,6 +133,7 @@ class DecoderCache:
             # Inherited through fork: those decoders share FFmpeg state with the parent.
             # Drop them without closing (closing would touch the parent's state).
             self._pid = os.getpid()
+            self._lock = threading.Lock()
             self._open = OrderedDict()
 
     def get_frames(self, key: str, path: Path, indices: np.ndarray, rate_hz: float) -> torch.Tensor:
@@ -133,15 +149,19 @@ class DecoderCache:
             ``uint8 (N, 3, H, W)``.
         """
         self._check_pid()
-        dec = self._open.get(key)
-        if dec is None:
-            dec = _TorchCodecDecoder(path) if self.backend == "torchcodec" else _PyAVDecoder(path, rate_hz)
-            self._open[key] = dec
-            while len(self._open) > self.max_open:
-                self._open.popitem(last=False)
-        else:
-            self._open.move_to_end(key)
-        return dec.get_frames_at([int(i) for i in indices])
+        with self._lock:
+            entry = self._open.get(key)
+            if entry is None:
+                entry = self._open[key] = _Entry()
+                while len(self._open) > self.max_open:
+                    self._open.popitem(last=False)  # a thread still using it keeps it alive
+            else:
+                self._open.move_to_end(key)
+        with entry.lock:
+            if entry.decoder is None:  # opened outside the cache lock: other videos go on
+                backend = self.backend
+                entry.decoder = _TorchCodecDecoder(path) if backend == "torchcodec" else _PyAVDecoder(path, rate_hz)
+            return entry.decoder.get_frames_at([int(i) for i in indices])
 
     def __len__(self) -> int:
         self._check_pid()

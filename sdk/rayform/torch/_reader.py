@@ -2,7 +2,9 @@
 
 A batch is grouped by segment; for each segment every stream is read once: tables are
 aligned with one vectorised ``searchsorted``, and video frames for all samples of the
-segment are fetched in one sorted, de-duplicated ``get_frames_at`` call. Blobs are reached
+segment are fetched in one sorted, de-duplicated ``get_frames_at`` call. With
+``decode_threads > 0`` those calls run in a per-process thread pool (the decoders release the
+GIL) while the calling thread aligns tables; samples are assembled when all are done. Blobs are reached
 only through ``slice_.blob_path(ref)`` (which fetches a missing blob into the shared cache, or
 raises :class:`~rayform.errors.OfflineError` in offline mode). All per-process state (open
 decoders, loaded tables, resolved paths) is created lazily and reset after a fork.
@@ -11,7 +13,8 @@ decoders, loaded tables, resolved paths) is created lazily and reset after a for
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +45,7 @@ class SampleReader:
         frame: target coordinate convention (``None`` = as stored).
         decoder_cache_size: open decoders kept per process.
         decoder_backend: ``"torchcodec"``, ``"pyav"`` or ``None`` (auto).
+        decode_threads: threads decoding video per process (0: decode in the calling thread).
     """
 
     def __init__(
@@ -57,6 +61,7 @@ class SampleReader:
         frame: str | None,
         decoder_cache_size: int,
         decoder_backend: str | None,
+        decode_threads: int = 0,
     ) -> None:
         self.slice = slice_
         self.index = index
@@ -68,6 +73,7 @@ class SampleReader:
         self.frame = frame
         self.decoder_cache_size = decoder_cache_size
         self.decoder_backend = decoder_backend
+        self.decode_threads = decode_threads
         self._reset()
 
     # -- per-process state -----------------------------------------------------------------
@@ -76,17 +82,22 @@ class SampleReader:
         self._decoders: DecoderCache | None = None
         self._tables: TableCache | None = None
         self._paths: dict[str, Path] = {}
+        self._pool: ThreadPoolExecutor | None = None
 
     def _ensure_state(self) -> None:
         if self._pid != os.getpid():
+            # A new process (or the first use): a forked worker inherits the parent's pool
+            # object but none of its threads, so everything is made afresh.
             self._pid = os.getpid()
             self._decoders = DecoderCache(self.decoder_cache_size, self.decoder_backend)
             self._tables = TableCache()
             self._paths = {}
+            self._pool = (ThreadPoolExecutor(self.decode_threads, thread_name_prefix="rayform-decode")
+                          if self.decode_threads > 0 else None)
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        state.update(_pid=None, _decoders=None, _tables=None, _paths={})
+        state.update(_pid=None, _decoders=None, _tables=None, _paths={}, _pool=None)
         return state
 
     def _path(self, ref: BlobRef) -> Path:
@@ -107,13 +118,17 @@ class SampleReader:
         """Samples for parallel arrays of segment positions and grid steps, in that order."""
         self._ensure_state()
         out: list[dict[str, Any] | None] = [None] * len(seg_pos)
-        for s in np.unique(seg_pos):
-            where = np.flatnonzero(seg_pos == s)
-            for i, sample in zip(where, self._read_segment(int(s), steps[where]), strict=True):
+        # Start every segment's decodes first (in the pool, when there is one), then assemble.
+        pending = [(np.flatnonzero(seg_pos == s), s) for s in np.unique(seg_pos)]
+        finishers = [(where, self._read_segment(int(s), steps[where])) for where, s in pending]
+        for where, finish in finishers:
+            for i, sample in zip(where, finish(), strict=True):
                 out[int(i)] = sample
         return out  # type: ignore[return-value]
 
-    def _read_segment(self, s: int, steps: np.ndarray) -> list[dict[str, Any]]:
+    def _read_segment(self, s: int, steps: np.ndarray) -> Callable[[], list[dict[str, Any]]]:
+        """Starts the segment's video decodes and reads its tables; the returned function
+        waits for the frames and builds the samples."""
         index = self.index
         seg = index.segments[s]
         n = int(index.count[s])
@@ -124,7 +139,7 @@ class SampleReader:
         obs_pad = torch.from_numpy(obs_steps < 0)
         obs_t = index.times_ns(s, np.maximum(obs_steps, 0))  # (B, n)
         tables: dict[str, torch.Tensor] = {}  # (B, n, D)
-        videos: dict[str, tuple[torch.Tensor, np.ndarray]] = {}  # frames, inverse (B, n)
+        videos: dict[str, tuple[Future[torch.Tensor], np.ndarray]] = {}  # frames, inverse (B, n)
         for name in self.obs:
             stream = seg.streams[name]
             if stream.kind == "video":
@@ -143,13 +158,26 @@ class SampleReader:
             act = convert(flat, stream, self.frame).reshape(*chunk.shape, -1)
             action = (torch.from_numpy(np.ascontiguousarray(act, dtype=np.float32)), torch.from_numpy(chunk >= n))
         meta = {"slice": self.slice.id, "segment": seg.id, "segment_version": seg.version, "site": seg.site}
+        return lambda: self._assemble(steps, t, obs_pad, tables, videos, action, meta)
+
+    def _assemble(
+        self,
+        steps: np.ndarray,
+        t: np.ndarray,
+        obs_pad: torch.Tensor,
+        tables: dict[str, torch.Tensor],
+        videos: dict[str, tuple[Future[torch.Tensor], np.ndarray]],
+        action: tuple[torch.Tensor, torch.Tensor] | None,
+        meta: dict[str, Any],
+    ) -> list[dict[str, Any]]:
         history = self.obs_steps > 1
+        decoded = {name: (future.result(), inverse) for name, (future, inverse) in videos.items()}
         samples = []
         for b in range(len(steps)):
             sample: dict[str, Any] = {}
             for name in self.obs:
-                if name in videos:
-                    frames, inverse = videos[name]
+                if name in decoded:
+                    frames, inverse = decoded[name]
                     # One step: a view (collate copies it once into the batch). A history:
                     # a small gather of n frames.
                     sample[name] = (frames[torch.from_numpy(inverse[b])] if history
@@ -166,17 +194,30 @@ class SampleReader:
             samples.append(sample)
         return samples
 
-    def _video(self, stream: Stream, t_query: np.ndarray) -> tuple[torch.Tensor, np.ndarray]:
+    def _video(self, stream: Stream, t_query: np.ndarray) -> tuple[Future[torch.Tensor], np.ndarray]:
         """Frames at the latest frame time <= each query ``t_query (B, n)``.
 
         Returns:
-            ``frames uint8 (U, 3, H, W)``, the unique frames decoded in one sorted pass, and
-            ``inverse int64 (B, n)``: query ``[b, k]`` is ``frames[inverse[b, k]]``. Not
-            gathering here saves a full copy of every frame per batch.
+            ``frames``, a future of ``uint8 (U, 3, H, W)``: the unique frames decoded in one
+            sorted pass (already done when there is no thread pool); and ``inverse int64
+            (B, n)``: query ``[b, k]`` is ``frames[inverse[b, k]]``. Not gathering here saves
+            a full copy of every frame per batch.
         """
         assert self._tables is not None and self._decoders is not None and stream.timestamps is not None
         frame_t = self._tables.timestamps(stream.timestamps.hash, self._path(stream.timestamps))
         idx = latest_at_or_before(frame_t, t_query)
         unique, inverse = np.unique(idx.reshape(-1), return_inverse=True)
-        frames = self._decoders.get_frames(stream.blob.hash, self._path(stream.blob), unique, stream.rate_hz)
-        return frames, inverse.reshape(t_query.shape).astype(np.int64)
+        # Paths are resolved here, in the calling thread: a missing blob is fetched (or
+        # OfflineError raised) before any decoding starts.
+        args = (stream.blob.hash, self._path(stream.blob), unique, stream.rate_hz)
+        if self._pool is not None:
+            return self._pool.submit(self._decode_contiguous, *args), inverse.reshape(t_query.shape).astype(np.int64)
+        done: Future[torch.Tensor] = Future()
+        done.set_result(self._decoders.get_frames(*args))
+        return done, inverse.reshape(t_query.shape).astype(np.int64)
+
+    def _decode_contiguous(self, key: str, path: Path, indices: np.ndarray, rate_hz: float) -> torch.Tensor:
+        # In a pool thread: make the frames contiguous here, in parallel, so that
+        # default_collate's copy in the calling thread is a plain memcpy, not a transpose.
+        assert self._decoders is not None
+        return self._decoders.get_frames(key, path, indices, rate_hz).contiguous()
