@@ -2,7 +2,9 @@
 
 * :class:`BlockShuffleSampler`: a locality-aware shuffling sampler (bench-only for now);
 * :func:`regop_slice`: the same episodes re-encoded with another keyframe interval (GOP);
-* :func:`profile_getitems`: cProfile of ``EpisodeDataset.__getitems__`` in one process.
+* :func:`profile_getitems`: cProfile of ``EpisodeDataset.__getitems__`` in one process;
+* :func:`cpu_per_sample`: user and system CPU per sample of every process of a running
+  ``DataLoader`` (the main process and each worker), from ``/proc``.
 
 **What the block sampler does to sample independence.** Each epoch the grid of every
 segment is cut into blocks of ``block`` consecutive steps; the list of all blocks is shuffled
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import cProfile
 import io
+import os
 import pstats
 import time
 from collections.abc import Iterator
@@ -30,7 +33,7 @@ from torch.utils.data import Sampler
 from rayform._blobfmt import decode_table, decode_timestamps
 from rayform.slice import Slice
 
-__all__ = ["BlockShuffleSampler", "getitems_rate", "profile_getitems", "regop_slice"]
+__all__ = ["BlockShuffleSampler", "cpu_per_sample", "getitems_rate", "profile_getitems", "regop_slice"]
 
 
 class BlockShuffleSampler(Sampler[int]):
@@ -134,3 +137,45 @@ def profile_getitems(dataset: Any, batches: int, batch_size: int, dest: Path) ->
             "samples_per_s_one_process": batches * batch_size / wall,
             "decode_frames_s": decode, "open_decoder_s": opening,
             "other_s": max(0.0, wall - decode - opening), "profile": str(dest)}
+
+
+def _cpu_s(pid: int) -> tuple[float, float]:
+    """``(user, system)`` CPU seconds of ``pid`` (all its threads), from ``/proc/PID/stat``."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / tick, int(fields[12]) / tick
+
+
+def cpu_per_sample(make_loader: Any, batches: int, runs: int = 3) -> dict[str, Any]:
+    """Where a loader's CPU goes: user and system ms per sample, per process.
+
+    Draws ``batches`` batches ``runs`` times (after a warm-up epoch start), reading the CPU
+    time of the main process and of each worker before and after; reports the run with the
+    median wall time. System time is mostly the kernel allocating, zeroing and freeing the
+    shared memory each worker batch is collated into (and, in the main process, unmapping it).
+    """
+    from bench._timing import child_pids
+
+    loader = make_loader()
+    it = iter(loader)
+    for _ in range(3):
+        next(it)
+    del it
+    results = []
+    for _ in range(runs):
+        it = iter(loader)
+        next(it)
+        pids = {"main": os.getpid(), **{f"worker{i}": p for i, p in enumerate(child_pids())}}
+        before = {k: _cpu_s(p) for k, p in pids.items()}
+        t = time.perf_counter()
+        n = sum(len(next(it)["t_ns"]) for _ in range(batches))
+        wall = time.perf_counter() - t
+        after = {k: _cpu_s(p) for k, p in pids.items()}
+        del it
+        per = {k: {"user_ms": (after[k][0] - before[k][0]) / n * 1e3,
+                   "sys_ms": (after[k][1] - before[k][1]) / n * 1e3} for k in pids}
+        results.append({"samples_per_s": n / wall, "samples": n, "per_process": per,
+                        "total_user_ms": sum(v["user_ms"] for v in per.values()),
+                        "total_sys_ms": sum(v["sys_ms"] for v in per.values())})
+    del loader
+    return sorted(results, key=lambda r: r["samples_per_s"])[len(results) // 2]

@@ -17,6 +17,7 @@ LABELS = {
     "episode_50hz": "3. EpisodeDataset\n50 Hz",
     "episode_15hz": "4. EpisodeDataset\n15 Hz",
     "bound_50hz": "5. sequential bound\n50 Hz",
+    "episode_50hz_threads": "6. EpisodeDataset 50 Hz\n2 decode threads,\nno workers",
 }
 
 
@@ -30,14 +31,14 @@ def plot(results: dict[str, Any], dest: Path) -> None:
     rows = results["rows"]
     keys = [k for k in LABELS if k in rows]
     fig, ax = plt.subplots(figsize=(9, 4.5), dpi=110)
-    colors = ["#999999", "#d98c3a", "#2f6db5", "#5a9be0", "#444444"]
+    colors = ["#999999", "#d98c3a", "#2f6db5", "#5a9be0", "#444444", "#1d8f5a"]
     for i, k in enumerate(keys):
         ax.bar(i, rows[k]["samples_per_s"], color=colors[list(LABELS).index(k)])
         ax.text(i, rows[k]["samples_per_s"], f"{rows[k]['samples_per_s']:.0f}", ha="center", va="bottom")
         for v in rows[k].get("runs", []):
             ax.plot(i, v, "k.", ms=4)
     ax.set_xticks(range(len(keys)), [LABELS[k] for k in keys], fontsize=8)
-    ax.set_ylabel("samples / s (batch 32, 2 workers)")
+    ax.set_ylabel("samples / s (batch 32; rows 1-4: 2 workers)")
     w = results["workload"]
     ax.set_title(f"{w['episodes']} episodes x {w['frames']} frames, 2 cameras {w['cameras'][0]}x"
                  f"{w['cameras'][1]}, horizon {w['horizon']} — {results['machine']['cores']} CPU cores",

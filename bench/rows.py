@@ -3,7 +3,8 @@
 * :class:`NaiveDataset`: row 1, the pattern the PyTorch guide warns about: every
   ``__getitem__`` opens a new torchcodec ``VideoDecoder`` per camera (default arguments) and
   re-reads the table blobs, no cache of any kind;
-* :func:`episode_loader`: rows 3 and 4, ``EpisodeDataset`` in the benchmark's DataLoader;
+* :func:`episode_loader`: rows 3, 4 and 6, ``EpisodeDataset`` in the benchmark's DataLoader
+  (row 6: in the training process, ``decode_threads=2``, ``num_workers=0``);
 * :func:`sequential_bound`: row 5, every needed frame decoded front to back once per video,
   one process per core;
 * :func:`worker_rss`, :func:`construction_time`: the memory and construction measurements.
@@ -30,7 +31,7 @@ from rayform.slice import Slice
 from rayform.torch import EpisodeDataset
 from rayform.torch._index import build_index
 
-__all__ = ["CAMERAS", "NaiveDataset", "TransferCeiling", "construction_time", "episode_loader", "needed_frames",
+__all__ = ["CAMERAS", "IN_PROCESS_KW", "NaiveDataset", "TransferCeiling", "construction_time", "episode_loader", "needed_frames",
            "sequential_bound", "worker_rss"]
 
 CAMERAS = ("cam0/rgb", "wrist/rgb")
@@ -97,11 +98,19 @@ class TransferCeiling(Dataset):
         }
 
 
-def episode_loader(slice_: Slice, fps: float, horizon: int, **kw: Any) -> DataLoader:
-    """Rows 3/4: ``EpisodeDataset`` over both cameras and the state, action chunk ``horizon``."""
+#: Row 6's DataLoader: the benchmark's settings with no worker processes.
+IN_PROCESS_KW: dict[str, Any] = {"batch_size": 32, "shuffle": True, "num_workers": 0}
+
+
+def episode_loader(slice_: Slice, fps: float, horizon: int, loader_kw: dict[str, Any] | None = None,
+                   **kw: Any) -> DataLoader:
+    """Rows 3/4/6: ``EpisodeDataset`` over both cameras and the state, action chunk ``horizon``.
+
+    ``loader_kw`` replaces the benchmark's DataLoader settings (row 6); ``kw`` go to the dataset.
+    """
     ds = EpisodeDataset(slice_, obs=[*CAMERAS, STATE], action=ACTION, fps=fps, horizon=horizon,
                         shard=None, **kw)
-    return DataLoader(ds, **LOADER_KW)
+    return DataLoader(ds, **(LOADER_KW if loader_kw is None else loader_kw))
 
 
 def needed_frames(slice_: Slice, fps: float) -> list[tuple[str, int, np.ndarray]]:
@@ -126,24 +135,24 @@ def needed_frames(slice_: Slice, fps: float) -> list[tuple[str, int, np.ndarray]
 BOUND_CHUNK = 8
 
 
-def _decode_front_to_back(task: tuple[str, int, np.ndarray]) -> int:
+def _decode_front_to_back(task: tuple[str, int, np.ndarray, int]) -> int:
     from torchcodec.decoders import VideoDecoder
 
-    path, _, idx = task
+    path, _, idx, chunk = task
     dec = VideoDecoder(path, seek_mode="approximate", num_ffmpeg_threads=1)
-    for chunk in np.array_split(idx, max(1, len(idx) // BOUND_CHUNK)):
-        dec.get_frames_at(chunk.tolist())
+    for part in np.array_split(idx, max(1, len(idx) // chunk)):
+        dec.get_frames_at(part.tolist())
     return len(idx)
 
 
 def sequential_bound(slice_: Slice, fps: float, samples: int, processes: int | None = None,
-                     runs: int = 3) -> dict[str, Any]:
+                     runs: int = 3, chunk: int = BOUND_CHUNK) -> dict[str, Any]:
     """Row 5: decode every needed frame front to back, one video per task, all cores.
 
     Returns ``samples_per_s`` = grid samples of the epoch / wall seconds of the decode (the
     median of ``runs`` passes; ``runs`` lists each), plus ``frames`` decoded per pass.
     """
-    tasks = needed_frames(slice_, fps)
+    tasks = [(*task, chunk) for task in needed_frames(slice_, fps)]
     processes = processes or os.cpu_count() or 1
     ctx = mp.get_context("fork")
     rates = []
@@ -153,7 +162,7 @@ def sequential_bound(slice_: Slice, fps: float, samples: int, processes: int | N
             frames = sum(pool.map(_decode_front_to_back, tasks, chunksize=1))
             rates.append(samples / (time.perf_counter() - t))
     return {"samples_per_s": statistics.median(rates), "runs": rates, "frames": frames,
-            "processes": processes, "samples": samples}
+            "processes": processes, "samples": samples, "chunk": chunk}
 
 
 def worker_rss(make_loader: Callable[[], DataLoader], epochs: int, log: Callable[[str], None]) -> dict[str, Any]:

@@ -2,7 +2,7 @@
 
 Usage::
 
-    .venv/bin/python bench/run_all.py            # default workload, ~15-20 min on 2 cores
+    .venv/bin/python bench/run_all.py            # default workload, ~5 min on 2 cores once the data exists
     .venv/bin/python bench/run_all.py --quick    # 4 episodes x 100 frames, to try things
 
 Rows (``DataLoader(shuffle=True, batch_size=32, num_workers=2, persistent_workers=True)``,
@@ -11,7 +11,9 @@ warm cache, warm-up then the median of ``--runs`` timed runs):
 1. naive: a new torchcodec decoder per ``__getitem__``, no cache, on our stored data;
 2. ``LeRobotDataset`` defaults (torchcodec) on its own data, in the peer venv;
 3. ``EpisodeDataset`` at the native 50 Hz;  4. ``EpisodeDataset`` at 15 Hz;
-5. the sequential-epoch bound (every needed frame decoded front to back, all cores).
+5. the sequential-epoch bound (every needed frame decoded front to back, all cores);
+6. ``EpisodeDataset`` at 50 Hz in the training process: ``decode_threads=2`` with
+   ``DataLoader(shuffle=True, batch_size=32, num_workers=0)`` (no worker processes).
 
 Writes ``bench/results/loader.json`` (``--quick``: ``loader-quick.json``) and the plot
 ``docs/benchmarks.png`` (not for ``--quick``).
@@ -86,6 +88,38 @@ def _lerobot_row(w: Workload, args: argparse.Namespace, batches: int) -> dict[st
     return res
 
 
+def _malloc_levers(w: Workload, slice_: Any, args: argparse.Namespace) -> dict[str, Any]:
+    """Rows 3 and 6 again with glibc malloc keeping big buffers (bench/_malloc.py).
+
+    Changes this process's allocator for good, so it runs after every default row.
+    """
+    from bench import levers, rows
+    from bench._malloc import tune_glibc_malloc
+
+    tune_glibc_malloc()
+    log("[lever] glibc malloc tuned: mmap threshold 32 MiB, trim threshold 1 GiB (from here on)")
+    out: dict[str, Any] = {}
+    out["malloc_episode_50hz"] = _loader_row(
+        "[lever] 3. EpisodeDataset 50 Hz, malloc tuned", lambda: rows.episode_loader(slice_, 50, 16),
+        args, args.batches)
+    out["malloc_episode_50hz_threads"] = _loader_row(
+        "[lever] 6. EpisodeDataset 50 Hz, decode_threads=2, num_workers=0, malloc tuned",
+        lambda: rows.episode_loader(slice_, 50, 16, decode_threads=2, loader_kw=rows.IN_PROCESS_KW),
+        args, args.batches)
+    out["cpu_per_sample_malloc_threads"] = levers.cpu_per_sample(
+        lambda: rows.episode_loader(slice_, 50, 16, decode_threads=2, loader_kw=rows.IN_PROCESS_KW), args.batches)
+    if args.hugepage_shm:
+        from bench._shm import hugepage_shm
+
+        with hugepage_shm():
+            out["malloc_hugepage_shm_episode_50hz"] = _loader_row(
+                "[lever] 3. EpisodeDataset 50 Hz, malloc tuned, /dev/shm with 2 MiB pages",
+                lambda: rows.episode_loader(slice_, 50, 16), args, args.batches)
+            out["cpu_per_sample_malloc_hugepage_shm"] = levers.cpu_per_sample(
+                lambda: rows.episode_loader(slice_, 50, 16), args.batches)
+    return out
+
+
 def _levers(w: Workload, slice_: Any, args: argparse.Namespace) -> dict[str, Any]:
     """Decoder LRU size, a locality-aware sampler, keyframe interval; a profile of row 3."""
     from torch.utils.data import DataLoader
@@ -109,6 +143,12 @@ def _levers(w: Workload, slice_: Any, args: argparse.Namespace) -> dict[str, Any
         out[f"block_sampler_{block}"] = _loader_row(
             f"[lever] EpisodeDataset 50 Hz, BlockShuffleSampler(block={block}), decoder_cache_size=64",
             make, args, args.batches)
+    from rayform.torch import EpisodeDataset
+
+    n = len(EpisodeDataset(slice_, obs=list(rows.CAMERAS), action=rows.ACTION, fps=50, shard=None))
+    log("[lever] sequential bound with 64-frame get_frames_at calls (the first runs' bound)")
+    out["bound_chunk64"] = rows.sequential_bound(slice_, 50, n, chunk=64)
+    log(f"  -> {out['bound_chunk64']['samples_per_s']:.1f} samples/s")
     n_seg = min(4, len(slice_.manifest.segments))
     for gop in args.gops:
         log(f"[lever] keyframe interval {gop} ({n_seg} episodes re-encoded, x264 crf 23)")
@@ -120,8 +160,6 @@ def _levers(w: Workload, slice_: Any, args: argparse.Namespace) -> dict[str, Any
                    if st.kind == "video")
         res = _loader_row(f"[lever] gop {gop}: EpisodeDataset 50 Hz", lambda sub=sub: rows.episode_loader(
             sub, 50, 16, decoder_cache_size=64), args, args.batches)
-        from rayform.torch import EpisodeDataset
-
         n = len(EpisodeDataset(sub, obs=list(rows.CAMERAS), action=rows.ACTION, fps=50, shard=None))
         res["bound"] = rows.sequential_bound(sub, 50, n)
         one = rows.episode_loader(sub, 50, 16, decoder_cache_size=64).dataset
@@ -131,10 +169,39 @@ def _levers(w: Workload, slice_: Any, args: argparse.Namespace) -> dict[str, Any
         res["build_s"] = build_s
         log(f"  bound {res['bound']['samples_per_s']:.1f} samples/s; videos {size / 1e6:.1f} MB")
         out[f"gop_{gop}"] = res
+    if args.hugepage_shm:
+        from bench._shm import hugepage_shm
+
+        with hugepage_shm() as old:
+            log(f"[lever] /dev/shm remounted huge=within_size (was huge={old}) for the next rows")
+            out["hugepage_shm_episode_50hz"] = _loader_row(
+                "[lever] EpisodeDataset 50 Hz, /dev/shm with 2 MiB pages", lambda: rows.episode_loader(slice_, 50, 16),
+                args, args.batches)
+            out["hugepage_shm_transfer_ceiling"] = _loader_row(
+                "[lever] no decoding (ceiling), /dev/shm with 2 MiB pages",
+                lambda: DataLoader(rows.TransferCeiling(8000, w.height, w.width, 16), **rows.LOADER_KW),
+                args, args.batches)
+            out["cpu_per_sample_hugepage_shm"] = levers.cpu_per_sample(
+                lambda: rows.episode_loader(slice_, 50, 16), args.batches)
+        log(f"[lever] /dev/shm back to huge={old}")
+    log("[lever] CPU per sample by process (user/system ms), from /proc")
+    cpu = {
+        "episode_50hz": lambda: rows.episode_loader(slice_, 50, 16),
+        "transfer_ceiling": lambda: DataLoader(rows.TransferCeiling(8000, w.height, w.width, 16), **rows.LOADER_KW),
+        "episode_50hz_threads": lambda: rows.episode_loader(slice_, 50, 16, decode_threads=2,
+                                                            loader_kw=rows.IN_PROCESS_KW),
+    }
+    out["cpu_per_sample"] = {}
+    for key, make_cpu in cpu.items():
+        res = out["cpu_per_sample"][key] = levers.cpu_per_sample(make_cpu, args.batches)
+        log(f"  {key}: {res['samples_per_s']:.1f} samples/s, user {res['total_user_ms']:.2f} ms + system "
+            f"{res['total_sys_ms']:.2f} ms per sample: " + ", ".join(
+                f"{p} {v['user_ms']:.2f}/{v['sys_ms']:.2f}" for p, v in res["per_process"].items()))
     log("[lever] profile of EpisodeDataset 50 Hz __getitems__ (one process, cProfile)")
     ds = rows.episode_loader(slice_, 50, 16).dataset
     out["profile"] = levers.profile_getitems(ds, 8, 32, REPO / ".bench" / "profile-episode-50hz.txt")
     log(f"  {out['profile']}")
+    out.update(_malloc_levers(w, slice_, args))  # last: it changes this process's allocator
     return out
 
 
@@ -146,8 +213,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batches", type=int, default=20, help="batches per timed run (fast rows)")
     ap.add_argument("--naive-batches", type=int, default=4, help="batches per timed run (naive row)")
     ap.add_argument("--rss-epochs", type=int, default=10)
-    ap.add_argument("--rows", default="1,2,3,4,5", help="comma-separated rows to run")
+    ap.add_argument("--rows", default="1,2,3,4,5,6", help="comma-separated rows to run")
     ap.add_argument("--no-levers", dest="levers", action="store_false", help="skip the lever rows")
+    ap.add_argument("--hugepage-shm", action="store_true",
+                    help="also measure with /dev/shm remounted huge=within_size (root; restored after)")
     ap.add_argument("--gops", type=lambda s: [int(g) for g in s.split(",")], default=[1, 2, 10],
                     help="keyframe intervals to measure (lever)")
     args = ap.parse_args(argv)
@@ -167,6 +236,13 @@ def main(argv: list[str] | None = None) -> int:
     out["data"] = how
     log(f"[bench] slice {slice_.id}: {len(slice_.manifest.segments)} segments via {how['client']}")
     r: dict[str, Any] = {}
+    if args.rss_epochs:
+        # First, while this process has decoded nothing: forked workers inherit (and count in
+        # their RSS) whatever the parent holds, e.g. the decoders of row 6, which runs in-process.
+        segs = [s.id for s in slice_.manifest.segments[: max(1, len(slice_.manifest.segments) // 5)]]
+        log(f"[bench] worker RSS over {args.rss_epochs} epochs (EpisodeDataset 15 Hz, {len(segs)} episodes)")
+        out["rss"] = rows.worker_rss(lambda: rows.episode_loader(slice_, 15, 16, segments=segs),
+                                     args.rss_epochs, log)
     if 1 in wanted:
         r["naive"] = _loader_row("1. naive (new decoder per sample, no cache)", lambda: torch.utils.data.DataLoader(
             rows.NaiveDataset(slice_, 16), **rows.LOADER_KW), args, args.naive_batches)
@@ -178,6 +254,11 @@ def main(argv: list[str] | None = None) -> int:
     if 4 in wanted:
         r["episode_15hz"] = _loader_row("4. EpisodeDataset 15 Hz", lambda: rows.episode_loader(slice_, 15, 16),
                                         args, args.batches)
+    if 6 in wanted:
+        r["episode_50hz_threads"] = _loader_row(
+            "6. EpisodeDataset 50 Hz, decode_threads=2, DataLoader(num_workers=0)",
+            lambda: rows.episode_loader(slice_, 50, 16, decode_threads=2, loader_kw=rows.IN_PROCESS_KW),
+            args, args.batches)
     if 5 in wanted:
         from rayform.torch import EpisodeDataset
 
@@ -194,6 +275,10 @@ def main(argv: list[str] | None = None) -> int:
         ratios["3/5"] = r["episode_50hz"]["samples_per_s"] / r["bound_50hz"]["samples_per_s"]
     if "episode_15hz" in r and "bound_15hz" in r:
         ratios["4/5@15Hz"] = r["episode_15hz"]["samples_per_s"] / r["bound_15hz"]["samples_per_s"]
+    if "episode_50hz_threads" in r and "bound_50hz" in r:
+        ratios["6/5"] = r["episode_50hz_threads"]["samples_per_s"] / r["bound_50hz"]["samples_per_s"]
+    if "episode_50hz_threads" in r and "lerobot" in r:
+        ratios["6/2"] = r["episode_50hz_threads"]["samples_per_s"] / r["lerobot"]["samples_per_s"]
     if "episode_50hz" in r and "naive" in r:
         ratios["3/1"] = r["episode_50hz"]["samples_per_s"] / r["naive"]["samples_per_s"]
     out["ratios"] = ratios
@@ -202,11 +287,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.levers:
         out["levers"] = _levers(w, slice_, args)
 
-    if args.rss_epochs:
-        segs = [s.id for s in slice_.manifest.segments[: max(1, len(slice_.manifest.segments) // 5)]]
-        log(f"[bench] worker RSS over {args.rss_epochs} epochs (EpisodeDataset 15 Hz, {len(segs)} episodes)")
-        out["rss"] = rows.worker_rss(lambda: rows.episode_loader(slice_, 15, 16, segments=segs),
-                                     args.rss_epochs, log)
     out["construction"] = rows.construction_time(slice_, 10_000, 15)
     log(f"[bench] construction on 10,000 segments: {out['construction']['seconds'] * 1e3:.1f} ms")
     out["total_s"] = time.perf_counter() - t_all
