@@ -4,10 +4,12 @@ A batch is grouped by segment; for each segment every stream is read once: table
 aligned with one vectorised ``searchsorted``, and video frames for all samples of the
 segment are fetched in one sorted, de-duplicated ``get_frames_at`` call. With
 ``decode_threads > 0`` those calls run in a per-process thread pool (the decoders release the
-GIL) while the calling thread aligns tables; samples are assembled when all are done. Blobs are reached
-only through ``slice_.blob_path(ref)`` (which fetches a missing blob into the shared cache, or
-raises :class:`~rayform.errors.OfflineError` in offline mode). All per-process state (open
-decoders, loaded tables, resolved paths) is created lazily and reset after a fork.
+GIL) while the calling thread aligns tables; samples are assembled when all are done.
+
+Blobs are reached only through ``slice_.blob_path(ref)`` (which fetches a missing blob into
+the shared cache, or raises :class:`~rayform.errors.OfflineError` in offline mode), always
+from the calling thread. All per-process state (open decoders, loaded tables, resolved paths,
+the thread pool) is created lazily and reset after a fork.
 """
 
 from __future__ import annotations
