@@ -146,19 +146,30 @@ def test_workers_open_their_own_decoders(data) -> None:
     assert ds._reader._pid == os.getpid()
 
 
-def test_decode_threads_give_the_same_bits(data) -> None:
+def test_decode_threads_give_the_same_bits(data, monkeypatch: pytest.MonkeyPatch) -> None:
     slice_, _ = data
+    decoded_in: set[str] = set()
+    get_frames = DecoderCache.get_frames
+
+    def recording(self, *args, **kw):
+        decoded_in.add(threading.current_thread().name)
+        return get_frames(self, *args, **kw)
+
+    monkeypatch.setattr(DecoderCache, "get_frames", recording)
     digests = []
     for threads, workers in ((0, 0), (2, 0), (2, 2)):
         ds = make(slice_, decode_threads=threads)
         ds.set_epoch(1)
         if workers:
-            assert ds[3]["cam0/rgb"].is_contiguous()  # the parent's pool exists before the fork
+            assert ds[3]["cam0/rgb"].is_contiguous()  # the parent decoded in threads before the fork
         loader = DataLoader(ds, batch_size=8, sampler=EpisodeSampler(ds), num_workers=workers)
         digests.append(digest_epoch(loader))
+        # No decode thread outlives a read, so forking workers is always safe.
+        assert not [t for t in threading.enumerate() if t.name.startswith("rayform-decode")]
     assert digests[1] == digests[0]
     assert digests[2] == digests[0]
-    assert any(t.name.startswith("rayform-decode") for t in threading.enumerate())
+    assert "MainThread" in decoded_in
+    assert any(name.startswith("rayform-decode") for name in decoded_in)
     with pytest.raises(rayform.errors.InvalidArgumentError, match="decode_threads"):
         make(slice_, decode_threads=-1)
     with pytest.raises(rayform.errors.InvalidArgumentError, match="decode_threads"):

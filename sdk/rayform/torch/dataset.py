@@ -69,8 +69,8 @@ class EpisodeDataset(Dataset):
             3 MiB at 480x640). The default, 64, holds every video a shuffled batch touches on
             slices of up to 32 two-camera episodes per worker; a smaller LRU reopens decoders.
         decoder_backend: ``"torchcodec"``, ``"pyav"`` or ``None`` (torchcodec if it loads).
-        decode_threads: threads that decode video inside each ``__getitems__`` call, per
-            process (>= 0; 0, the default, decodes in the calling thread). For
+        decode_threads: threads that decode video inside each ``__getitems__`` call (>= 0;
+            0, the default, decodes in the calling thread; the threads end with the call). For
             ``DataLoader(num_workers=0)``: several cores decode with no worker processes and
             no shared-memory transfer (in the benchmark, 2 threads are 1.3x 2 workers). With
             worker processes leave it at 0: the workers already use the cores.
