@@ -6,7 +6,7 @@
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 venv=${1:-"$repo/.peer-venv"}
-setup=${RAYFORM_LEROBOT_SETUP:-"$repo/../shared/peers/lerobot/setup.sh"}
+setup=${RAYFORM_LEROBOT_SETUP:-"$repo/scripts/peer/lerobot/setup.sh"}
 probe='from lerobot.datasets.lerobot_dataset import LeRobotDataset'
 if [ -x "$venv/bin/python" ] && "$venv/bin/python" -c "$probe" >/dev/null 2>&1; then
   echo "$venv/bin/python"
