@@ -31,8 +31,8 @@ from rayform.slice import Slice
 from rayform.torch import EpisodeDataset
 from rayform.torch._index import build_index
 
-__all__ = ["CAMERAS", "IN_PROCESS_KW", "NaiveDataset", "TransferCeiling", "construction_time", "episode_loader", "needed_frames",
-           "sequential_bound", "worker_rss"]
+__all__ = ["CAMERAS", "IN_PROCESS_KW", "NaiveDataset", "TransferCeiling", "construction_time", "episode_loader",
+           "needed_frames", "sequential_bound", "threaded_loader", "worker_rss"]
 
 CAMERAS = ("cam0/rgb", "wrist/rgb")
 STATE, ACTION = "observation/state", "action"
@@ -113,6 +113,11 @@ def episode_loader(slice_: Slice, fps: float, horizon: int, loader_kw: dict[str,
     return DataLoader(ds, **(LOADER_KW if loader_kw is None else loader_kw))
 
 
+def threaded_loader(slice_: Slice, fps: float, horizon: int, threads: int = 2) -> DataLoader:
+    """Row 6: ``EpisodeDataset(decode_threads=threads)`` in ``DataLoader(num_workers=0)``."""
+    return episode_loader(slice_, fps, horizon, decode_threads=threads, loader_kw=IN_PROCESS_KW)
+
+
 def needed_frames(slice_: Slice, fps: float) -> list[tuple[str, int, np.ndarray]]:
     """Per (video path, frame count) the sorted unique frame indices a ``fps`` grid needs."""
     names = [*CAMERAS, STATE, ACTION]
@@ -145,13 +150,14 @@ def _decode_front_to_back(task: tuple[str, int, np.ndarray, int]) -> int:
     return len(idx)
 
 
-def sequential_bound(slice_: Slice, fps: float, samples: int, processes: int | None = None,
+def sequential_bound(slice_: Slice, fps: float, processes: int | None = None,
                      runs: int = 3, chunk: int = BOUND_CHUNK) -> dict[str, Any]:
     """Row 5: decode every needed frame front to back, one video per task, all cores.
 
-    Returns ``samples_per_s`` = grid samples of the epoch / wall seconds of the decode (the
-    median of ``runs`` passes; ``runs`` lists each), plus ``frames`` decoded per pass.
+    Returns ``samples_per_s`` = grid samples of the epoch (``samples``) / wall seconds of the
+    decode (the median of ``runs`` passes; ``runs`` lists each), plus ``frames`` decoded per pass.
     """
+    samples = len(EpisodeDataset(slice_, obs=list(CAMERAS), action=ACTION, fps=fps, shard=None))
     tasks = [(*task, chunk) for task in needed_frames(slice_, fps)]
     processes = processes or os.cpu_count() or 1
     ctx = mp.get_context("fork")

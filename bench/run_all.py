@@ -104,10 +104,10 @@ def _malloc_levers(w: Workload, slice_: Any, args: argparse.Namespace) -> dict[s
         args, args.batches)
     out["malloc_episode_50hz_threads"] = _loader_row(
         "[lever] 6. EpisodeDataset 50 Hz, decode_threads=2, num_workers=0, malloc tuned",
-        lambda: rows.episode_loader(slice_, 50, 16, decode_threads=2, loader_kw=rows.IN_PROCESS_KW),
+        lambda: rows.threaded_loader(slice_, 50, 16),
         args, args.batches)
     out["cpu_per_sample_malloc_threads"] = levers.cpu_per_sample(
-        lambda: rows.episode_loader(slice_, 50, 16, decode_threads=2, loader_kw=rows.IN_PROCESS_KW), args.batches)
+        lambda: rows.threaded_loader(slice_, 50, 16), args.batches)
     if args.hugepage_shm:
         from bench._shm import hugepage_shm
 
@@ -143,11 +143,8 @@ def _levers(w: Workload, slice_: Any, args: argparse.Namespace) -> dict[str, Any
         out[f"block_sampler_{block}"] = _loader_row(
             f"[lever] EpisodeDataset 50 Hz, BlockShuffleSampler(block={block}), decoder_cache_size=64",
             make, args, args.batches)
-    from rayform.torch import EpisodeDataset
-
-    n = len(EpisodeDataset(slice_, obs=list(rows.CAMERAS), action=rows.ACTION, fps=50, shard=None))
     log("[lever] sequential bound with 64-frame get_frames_at calls (the first runs' bound)")
-    out["bound_chunk64"] = rows.sequential_bound(slice_, 50, n, chunk=64)
+    out["bound_chunk64"] = rows.sequential_bound(slice_, 50, chunk=64)
     log(f"  -> {out['bound_chunk64']['samples_per_s']:.1f} samples/s")
     n_seg = min(4, len(slice_.manifest.segments))
     for gop in args.gops:
@@ -160,8 +157,7 @@ def _levers(w: Workload, slice_: Any, args: argparse.Namespace) -> dict[str, Any
                    if st.kind == "video")
         res = _loader_row(f"[lever] gop {gop}: EpisodeDataset 50 Hz", lambda sub=sub: rows.episode_loader(
             sub, 50, 16, decoder_cache_size=64), args, args.batches)
-        n = len(EpisodeDataset(sub, obs=list(rows.CAMERAS), action=rows.ACTION, fps=50, shard=None))
-        res["bound"] = rows.sequential_bound(sub, 50, n)
+        res["bound"] = rows.sequential_bound(sub, 50)
         one = rows.episode_loader(sub, 50, 16, decoder_cache_size=64).dataset
         res["getitems_one_process"] = levers.getitems_rate(one, 10, 32)
         log(f"  one process, no DataLoader: {res['getitems_one_process']:.1f} samples/s")
@@ -188,8 +184,7 @@ def _levers(w: Workload, slice_: Any, args: argparse.Namespace) -> dict[str, Any
     cpu = {
         "episode_50hz": lambda: rows.episode_loader(slice_, 50, 16),
         "transfer_ceiling": lambda: DataLoader(rows.TransferCeiling(8000, w.height, w.width, 16), **rows.LOADER_KW),
-        "episode_50hz_threads": lambda: rows.episode_loader(slice_, 50, 16, decode_threads=2,
-                                                            loader_kw=rows.IN_PROCESS_KW),
+        "episode_50hz_threads": lambda: rows.threaded_loader(slice_, 50, 16),
     }
     out["cpu_per_sample"] = {}
     for key, make_cpu in cpu.items():
@@ -257,30 +252,20 @@ def main(argv: list[str] | None = None) -> int:
     if 6 in wanted:
         r["episode_50hz_threads"] = _loader_row(
             "6. EpisodeDataset 50 Hz, decode_threads=2, DataLoader(num_workers=0)",
-            lambda: rows.episode_loader(slice_, 50, 16, decode_threads=2, loader_kw=rows.IN_PROCESS_KW),
+            lambda: rows.threaded_loader(slice_, 50, 16),
             args, args.batches)
     if 5 in wanted:
-        from rayform.torch import EpisodeDataset
-
         for fps in (50, 15):
-            n = len(EpisodeDataset(slice_, obs=list(rows.CAMERAS), action=rows.ACTION, fps=fps, shard=None))
-            log(f"[bench] 5. sequential-epoch bound at {fps} Hz ({n} samples)")
-            r[f"bound_{fps}hz"] = rows.sequential_bound(slice_, fps, n)
-            log(f"  -> {r[f'bound_{fps}hz']['samples_per_s']:.1f} samples/s")
+            log(f"[bench] 5. sequential-epoch bound at {fps} Hz")
+            r[f"bound_{fps}hz"] = rows.sequential_bound(slice_, fps)
+            log(f"  -> {r[f'bound_{fps}hz']['samples_per_s']:.1f} samples/s ({r[f'bound_{fps}hz']['samples']} samples)")
     out["rows"] = r
-    ratios = {}
-    if "episode_50hz" in r and "lerobot" in r:
-        ratios["3/2"] = r["episode_50hz"]["samples_per_s"] / r["lerobot"]["samples_per_s"]
-    if "episode_50hz" in r and "bound_50hz" in r:
-        ratios["3/5"] = r["episode_50hz"]["samples_per_s"] / r["bound_50hz"]["samples_per_s"]
-    if "episode_15hz" in r and "bound_15hz" in r:
-        ratios["4/5@15Hz"] = r["episode_15hz"]["samples_per_s"] / r["bound_15hz"]["samples_per_s"]
-    if "episode_50hz_threads" in r and "bound_50hz" in r:
-        ratios["6/5"] = r["episode_50hz_threads"]["samples_per_s"] / r["bound_50hz"]["samples_per_s"]
-    if "episode_50hz_threads" in r and "lerobot" in r:
-        ratios["6/2"] = r["episode_50hz_threads"]["samples_per_s"] / r["lerobot"]["samples_per_s"]
-    if "episode_50hz" in r and "naive" in r:
-        ratios["3/1"] = r["episode_50hz"]["samples_per_s"] / r["naive"]["samples_per_s"]
+    # name: (numerator row, denominator row)
+    pairs = {"3/2": ("episode_50hz", "lerobot"), "3/5": ("episode_50hz", "bound_50hz"),
+             "4/5@15Hz": ("episode_15hz", "bound_15hz"), "6/5": ("episode_50hz_threads", "bound_50hz"),
+             "6/2": ("episode_50hz_threads", "lerobot"), "3/1": ("episode_50hz", "naive")}
+    ratios = {name: r[a]["samples_per_s"] / r[b]["samples_per_s"] for name, (a, b) in pairs.items()
+              if a in r and b in r}
     out["ratios"] = ratios
     log("[bench] ratios: " + ", ".join(f"{k} = {v:.2f}" for k, v in ratios.items()))
 

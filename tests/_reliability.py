@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 from conftest import DEMO_SLICE, TOKEN
 
 from rayform._hashing import hash_file
 
-__all__ = ["assert_cache_consistent", "pull_cmd", "sub_env"]
+__all__ = ["assert_cache_consistent", "kill_when_writing", "pull_cmd", "sub_env"]
 
 
 def assert_cache_consistent(cache: Path) -> list[str]:
@@ -28,6 +31,29 @@ def assert_cache_consistent(cache: Path) -> list[str]:
                 if kind == "blobs":
                     names.append(p.name)
     return sorted(names)
+
+
+def kill_when_writing(proc: subprocess.Popen, cache: Path, min_bytes: int = 2048,
+                      timeout_s: float = 30) -> dict[str, int]:
+    """SIGKILL ``proc`` (a puller) once a ``tmp/*.part`` file in ``cache`` exceeds ``min_bytes``.
+
+    Returns:
+        ``{hash: bytes}`` of the partial files it left (a puller killed right after creating
+        one leaves it empty).
+    """
+    tmp = cache / "tmp"
+    try:
+        parts: list[Path] = []
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and not parts:
+            if tmp.is_dir():
+                parts = [p for p in tmp.glob("*.part") if p.stat().st_size > min_bytes]
+            time.sleep(0.02)
+        assert parts, "the puller never started writing"
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    return {p.name.split(".")[0]: p.stat().st_size for p in tmp.glob("*.part")}
 
 
 def pull_cmd(url: str, cache: Path, *extra: str, slice_id: str = DEMO_SLICE) -> list[str]:

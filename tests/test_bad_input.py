@@ -12,6 +12,7 @@ import errno
 import fcntl
 import json
 import math
+import os
 import shutil
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -191,20 +192,10 @@ def test_full_disk_is_a_clear_error_and_cache_stays_consistent(bad: Bad, tmpfs: 
     assert report.blobs == report.fetched_blobs == 4 and client.cache.verify().removed == []
 
 
-def test_cache_on_a_filesystem_without_locking(bad: Bad, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("err", [errno.ENOLCK, errno.ENOSYS], ids=["no-locks", "no-flock-syscall"])
+def test_cache_on_a_filesystem_without_locking(bad: Bad, monkeypatch: pytest.MonkeyPatch, err: int) -> None:
     def no_flock(fd: int, op: int) -> None:
-        raise OSError(errno.ENOLCK, "No locks available")
-
-    monkeypatch.setattr(fcntl, "flock", no_flock)
-    client = bad.client()
-    report = client.pull(DEMO_SLICE, streams=["cam0/rgb", "joints/position_delta"], jobs=4)
-    assert report.fetched_blobs == report.blobs == 12
-    assert len(assert_cache_consistent(bad.cache)) == 12
-
-
-def test_cache_on_a_filesystem_without_flock_syscall(bad: Bad, monkeypatch: pytest.MonkeyPatch) -> None:
-    def no_flock(fd: int, op: int) -> None:
-        raise OSError(errno.ENOSYS, "Function not implemented")
+        raise OSError(err, os.strerror(err))
 
     monkeypatch.setattr(fcntl, "flock", no_flock)
     client = bad.client()

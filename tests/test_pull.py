@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from _proxy import CountingProxy
-from _reliability import assert_cache_consistent, pull_cmd
+from _reliability import assert_cache_consistent, kill_when_writing, pull_cmd
 from conftest import DEMO_SLICE, TOKEN, ServerProcess, forbid_network
 
 import rayform
@@ -85,19 +83,7 @@ def test_sigkill_mid_transfer_then_resume(proxy: CountingProxy, tmp_path: Path) 
     proxy.delay_s = 0.05  # 1 KiB every 50 ms: a 20 KiB blob takes a second
     proc = subprocess.Popen(pull_cmd(proxy.url, cache, "--jobs", "2"), env=_env(),
                             stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            parts = [p for p in (cache / "tmp").glob("*.part") if p.stat().st_size > 2048] \
-                if (cache / "tmp").is_dir() else []
-            if parts:
-                break
-            time.sleep(0.02)
-        assert parts, "the puller never started writing"
-    finally:
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
-    partial = {p.name.split(".")[0]: p.stat().st_size for p in (cache / "tmp").glob("*.part")}
+    partial = kill_when_writing(proc, cache)
     # A puller killed right after creating a .part file leaves it empty: that is fine too.
     assert any(size > 0 for size in partial.values())
     done = assert_cache_consistent(cache)  # whatever finished is complete and correct

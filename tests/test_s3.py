@@ -12,17 +12,15 @@ import json
 import logging
 import os
 import re
-import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 from _proxy import CountingProxy
-from _reliability import assert_cache_consistent
+from _reliability import assert_cache_consistent, kill_when_writing
 from _s3proxy import S3Proxy
 from _seaweed import BUCKET, SeaweedS3
 from conftest import DEMO_SLICE, TOKEN, ServerProcess, forbid_network
@@ -219,19 +217,7 @@ def test_sigkill_mid_transfer_then_resume_from_s3(s3_server: ServerProcess, s3pr
     s3proxy.delay_s = 0.05  # 1 KiB every 50 ms
     proc = subprocess.Popen(_pull_cmd(s3_server.url, cache, "--jobs", "2", "--quiet"), env=_env(),
                             stderr=subprocess.DEVNULL)
-    try:
-        parts: list[Path] = []
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and not parts:
-            if (cache / "tmp").is_dir():
-                parts = [p for p in (cache / "tmp").glob("*.part") if p.stat().st_size > 2048]
-            time.sleep(0.02)
-        assert parts, "the puller never started writing"
-    finally:
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
-    partial = {p.name.split(".")[0]: p.stat().st_size for p in (cache / "tmp").glob("*.part")}
-    partial = {h: size for h, size in partial.items() if size > 0}  # (one may just have begun)
+    partial = {h: size for h, size in kill_when_writing(proc, cache).items() if size > 0}  # (one may just have begun)
     assert partial
     assert not set(partial) & set(assert_cache_consistent(cache))
     s3proxy.delay_s = 0.0

@@ -1,4 +1,5 @@
-"""Validation of the identifiers that cross the wire: slice IDs, segment IDs, BLAKE3 hashes.
+"""Validation of the identifiers that cross the wire: slice IDs, segment IDs, BLAKE3 hashes,
+and the sharded path (``ab/<hash>``) under which a hash is stored.
 
 Shared by the SDK and the server stub so both sides accept exactly the same strings.
 """
@@ -6,6 +7,7 @@ Shared by the SDK and the server stub so both sides accept exactly the same stri
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 from rayform.errors import InvalidArgumentError
 
@@ -61,6 +63,13 @@ def check_hash(value: object) -> str:
             "(a BLAKE3 digest)."
         )
     return value
+
+
+def sharded_path(directory: Path, digest: str) -> Path:
+    """``directory/ab/<digest>``: where a content-addressed file lives, in the client cache
+    and in the server's data root alike (docs/layout.md). Checks ``digest`` first."""
+    check_hash(digest)
+    return directory / digest[:2] / digest
 
 
 def check_stream_name(value: object) -> str:

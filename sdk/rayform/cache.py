@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rayform._hashing import hash_bytes, hash_file
-from rayform._ids import HASH_RE, check_hash
+from rayform._ids import HASH_RE, sharded_path
 from rayform._locks import bounded_lock
 from rayform._partial import PartialBlob, active, owner_dead, parse_tmp_name, tmp_name
 from rayform.errors import CacheError, IntegrityError, RayformError
@@ -114,13 +114,11 @@ class Cache:
     # -- paths -----------------------------------------------------------------------------
     def blob_path(self, digest: str) -> Path:
         """Where blob ``digest`` lives once cached (it may not exist)."""
-        check_hash(digest)
-        return self.root / "blobs" / digest[:2] / digest
+        return sharded_path(self.root / "blobs", digest)
 
     def manifest_path(self, digest: str) -> Path:
         """Where manifest ``digest`` lives once cached (it may not exist)."""
-        check_hash(digest)
-        return self.root / "manifests" / digest[:2] / digest
+        return sharded_path(self.root / "manifests", digest)
 
     def _mkdir(self, path: Path) -> None:
         if path.is_dir():

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Protocol
 from urllib.parse import urlparse
 
-from rayform._ids import check_hash
+from rayform._ids import check_hash, sharded_path
 
 __all__ = [
     "CONFIG_NAME",
@@ -67,8 +67,7 @@ class LocalBlobBackend:
         self.dir.mkdir(parents=True, exist_ok=True)
 
     def path(self, digest: str) -> Path:
-        check_hash(digest)
-        return self.dir / digest[:2] / digest
+        return sharded_path(self.dir, digest)
 
     def exists(self, digest: str) -> bool:
         return self.path(digest).is_file()

@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from rayform._hashing import hash_bytes, new_hasher
-from rayform._ids import check_hash, check_slice_id
+from rayform._ids import check_hash, check_slice_id, sharded_path
 from rayform.manifest import BlobRef, Manifest, canonical_json
 from rayform_server.blobstore import BlobBackend, backend_for_root
 
@@ -57,8 +57,7 @@ class Store:
         return path
 
     def manifest_path(self, digest: str) -> Path:
-        check_hash(digest)
-        return self.root / "manifests" / digest[:2] / digest
+        return sharded_path(self.root / "manifests", digest)
 
     def slice_path(self, slice_id: str) -> Path:
         check_slice_id(slice_id)

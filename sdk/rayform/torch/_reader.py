@@ -86,7 +86,6 @@ class SampleReader:
         self._decoders: DecoderCache | None = None
         self._tables: TableCache | None = None
         self._paths: dict[str, Path] = {}
-        self._pool: ThreadPoolExecutor | None = None  # only during a read() with decode_threads
 
     def _ensure_state(self) -> None:
         if self._pid != os.getpid():
@@ -97,7 +96,7 @@ class SampleReader:
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        state.update(_pid=None, _decoders=None, _tables=None, _paths={}, _pool=None)
+        state.update(_pid=None, _decoders=None, _tables=None, _paths={})
         return state
 
     def _path(self, ref: BlobRef) -> Path:
@@ -119,25 +118,23 @@ class SampleReader:
         self._ensure_state()
         if self.decode_threads > 0:
             # Starting 2 threads costs ~0.1 ms against ~60 ms of decoding per batch of 32.
+            # Leaving the block waits for every decode, even on error.
             with ThreadPoolExecutor(self.decode_threads, thread_name_prefix="rayform-decode") as pool:
-                self._pool = pool
-                try:
-                    return self._read(seg_pos, steps)
-                finally:
-                    self._pool = None  # leaving the block waits for every decode, even on error
-        return self._read(seg_pos, steps)
+                return self._read(seg_pos, steps, pool)
+        return self._read(seg_pos, steps, None)
 
-    def _read(self, seg_pos: np.ndarray, steps: np.ndarray) -> list[dict[str, Any]]:
+    def _read(self, seg_pos: np.ndarray, steps: np.ndarray, pool: ThreadPoolExecutor | None) -> list[dict[str, Any]]:
         out: list[dict[str, Any] | None] = [None] * len(seg_pos)
         # Start every segment's decodes first (in the pool, when there is one), then assemble.
         pending = [(np.flatnonzero(seg_pos == s), s) for s in np.unique(seg_pos)]
-        finishers = [(where, self._read_segment(int(s), steps[where])) for where, s in pending]
+        finishers = [(where, self._read_segment(int(s), steps[where], pool)) for where, s in pending]
         for where, finish in finishers:
             for i, sample in zip(where, finish(), strict=True):
                 out[int(i)] = sample
         return out  # type: ignore[return-value]
 
-    def _read_segment(self, s: int, steps: np.ndarray) -> Callable[[], list[dict[str, Any]]]:
+    def _read_segment(self, s: int, steps: np.ndarray,
+                      pool: ThreadPoolExecutor | None) -> Callable[[], list[dict[str, Any]]]:
         """Starts the segment's video decodes and reads its tables; the returned function
         waits for the frames and builds the samples."""
         index = self.index
@@ -154,7 +151,7 @@ class SampleReader:
         for name in self.obs:
             stream = seg.streams[name]
             if stream.kind == "video":
-                videos[name] = self._video(stream, obs_t)
+                videos[name] = self._video(stream, obs_t, pool)
             else:
                 t_rec, rec = self.table(stream)
                 values = convert(rec[latest_at_or_before(t_rec, obs_t)], stream, self.frame)
@@ -205,7 +202,8 @@ class SampleReader:
             samples.append(sample)
         return samples
 
-    def _video(self, stream: Stream, t_query: np.ndarray) -> tuple[Future[torch.Tensor], np.ndarray]:
+    def _video(self, stream: Stream, t_query: np.ndarray,
+               pool: ThreadPoolExecutor | None) -> tuple[Future[torch.Tensor], np.ndarray]:
         """Frames at the latest frame time <= each query ``t_query (B, n)``.
 
         Returns:
@@ -221,11 +219,12 @@ class SampleReader:
         # Paths are resolved here, in the calling thread: a missing blob is fetched (or
         # OfflineError raised) before any decoding starts.
         args = (stream.blob.hash, self._path(stream.blob), unique, stream.rate_hz)
-        if self._pool is not None:
-            return self._pool.submit(self._decode_contiguous, *args), inverse.reshape(t_query.shape).astype(np.int64)
+        inverse = inverse.reshape(t_query.shape).astype(np.int64)
+        if pool is not None:
+            return pool.submit(self._decode_contiguous, *args), inverse
         done: Future[torch.Tensor] = Future()
         done.set_result(self._decoders.get_frames(*args))
-        return done, inverse.reshape(t_query.shape).astype(np.int64)
+        return done, inverse
 
     def _decode_contiguous(self, key: str, path: Path, indices: np.ndarray, rate_hz: float) -> torch.Tensor:
         # In a pool thread: make the frames contiguous here, in parallel, so that
