@@ -3,15 +3,17 @@
 ::
 
     dataset = rayform.torch.EpisodeDataset(slice_, obs=["cam0/rgb"], action="joints/position_delta", fps=15)
-    loader = DataLoader(dataset, sampler=rayform.torch.EpisodeSampler(dataset), batch_size=64)
+    loader = DataLoader(dataset, sampler=rayform.torch.EpisodeSampler(dataset), batch_size=64,
+                        num_workers=4, collate_fn=rayform.torch.collate)
 
 Semantics, determinism and DDP: ``docs/dataset.md``.
 """
 
 from __future__ import annotations
 
+from rayform.torch._collate import collate
 from rayform.torch._sampler import EpisodeSampler
 from rayform.torch._split import split_episodes
 from rayform.torch.dataset import EpisodeDataset
 
-__all__ = ["EpisodeDataset", "EpisodeSampler", "split_episodes"]
+__all__ = ["EpisodeDataset", "EpisodeSampler", "collate", "split_episodes"]
