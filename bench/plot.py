@@ -18,6 +18,7 @@ LABELS = {
     "episode_15hz": "4. EpisodeDataset\n15 Hz",
     "bound_50hz": "5. sequential bound\n50 Hz",
     "episode_50hz_threads": "6. EpisodeDataset 50 Hz\n2 decode threads,\nno workers",
+    "episode_50hz_collate": "7. EpisodeDataset 50 Hz\nrayform.torch.collate",
 }
 
 
@@ -31,7 +32,7 @@ def plot(results: dict[str, Any], dest: Path) -> None:
     rows = results["rows"]
     keys = [k for k in LABELS if k in rows]
     fig, ax = plt.subplots(figsize=(9, 4.5), dpi=110)
-    colors = ["#999999", "#d98c3a", "#2f6db5", "#5a9be0", "#444444", "#1d8f5a"]
+    colors = ["#999999", "#d98c3a", "#2f6db5", "#5a9be0", "#444444", "#1d8f5a", "#7a3fb0"]
     for i, k in enumerate(keys):
         ax.bar(i, rows[k]["samples_per_s"], color=colors[list(LABELS).index(k)])
         ax.text(i, rows[k]["samples_per_s"], f"{rows[k]['samples_per_s']:.0f}", ha="center", va="bottom")

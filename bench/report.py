@@ -18,6 +18,7 @@ ROWS = (
     ("bound_50hz", "5. sequential-epoch bound, 50 Hz (2 processes)"),
     ("bound_15hz", "5'. sequential-epoch bound, 15 Hz (2 processes)"),
     ("episode_50hz_threads", "6. `EpisodeDataset` fps=50, `decode_threads=2`, `DataLoader(num_workers=0)`"),
+    ("episode_50hz_collate", "7. `EpisodeDataset` fps=50, `collate_fn=rayform.torch.collate`"),
 )
 
 
@@ -56,6 +57,7 @@ def tables(res: dict[str, Any]) -> str:
     cpu = dict(lev.get("cpu_per_sample", {}))
     for key, label in (("cpu_per_sample_hugepage_shm", "episode_50hz, /dev/shm huge=within_size"),
                        ("cpu_per_sample_malloc_threads", "episode_50hz_threads, malloc tuned"),
+                       ("cpu_per_sample_malloc_collate", "episode_50hz_collate, malloc tuned"),
                        ("cpu_per_sample_malloc_hugepage_shm", "episode_50hz, malloc tuned, /dev/shm huge=within_size")):
         if key in lev:
             cpu[label] = lev[key]

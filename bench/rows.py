@@ -3,8 +3,9 @@
 * :class:`NaiveDataset`: row 1, the pattern the PyTorch guide warns about: every
   ``__getitem__`` opens a new torchcodec ``VideoDecoder`` per camera (default arguments) and
   re-reads the table blobs, no cache of any kind;
-* :func:`episode_loader`: rows 3, 4 and 6, ``EpisodeDataset`` in the benchmark's DataLoader
-  (row 6: in the training process, ``decode_threads=2``, ``num_workers=0``);
+* :func:`episode_loader`: rows 3, 4, 6 and 7, ``EpisodeDataset`` in the benchmark's DataLoader
+  (row 6: in the training process, ``decode_threads=2``, ``num_workers=0``; row 7: the
+  benchmark's settings with ``collate_fn=rayform.torch.collate``);
 * :func:`sequential_bound`: row 5, every needed frame decoded front to back once per video,
   one process per core;
 * :func:`worker_rss`, :func:`construction_time`: the memory and construction measurements.
@@ -28,10 +29,10 @@ from bench._timing import LOADER_KW, child_pids, rss_kib
 from rayform._blobfmt import decode_table, decode_timestamps
 from rayform.manifest import Manifest
 from rayform.slice import Slice
-from rayform.torch import EpisodeDataset
+from rayform.torch import EpisodeDataset, collate
 from rayform.torch._index import build_index
 
-__all__ = ["CAMERAS", "IN_PROCESS_KW", "NaiveDataset", "TransferCeiling", "construction_time", "episode_loader",
+__all__ = ["CAMERAS", "COLLATE_KW", "IN_PROCESS_KW", "NaiveDataset", "TransferCeiling", "construction_time", "episode_loader",
            "needed_frames", "sequential_bound", "threaded_loader", "worker_rss"]
 
 CAMERAS = ("cam0/rgb", "wrist/rgb")
@@ -101,12 +102,15 @@ class TransferCeiling(Dataset):
 #: Row 6's DataLoader: the benchmark's settings with no worker processes.
 IN_PROCESS_KW: dict[str, Any] = {"batch_size": 32, "shuffle": True, "num_workers": 0}
 
+#: Row 7's DataLoader: the benchmark's settings, batches collated into reused shared memory.
+COLLATE_KW: dict[str, Any] = {**LOADER_KW, "collate_fn": collate}
+
 
 def episode_loader(slice_: Slice, fps: float, horizon: int, loader_kw: dict[str, Any] | None = None,
                    **kw: Any) -> DataLoader:
-    """Rows 3/4/6: ``EpisodeDataset`` over both cameras and the state, action chunk ``horizon``.
+    """Rows 3/4/6/7: ``EpisodeDataset`` over both cameras and the state, action chunk ``horizon``.
 
-    ``loader_kw`` replaces the benchmark's DataLoader settings (row 6); ``kw`` go to the dataset.
+    ``loader_kw`` replaces the benchmark's DataLoader settings (rows 6, 7); ``kw`` go to the dataset.
     """
     ds = EpisodeDataset(slice_, obs=[*CAMERAS, STATE], action=ACTION, fps=fps, horizon=horizon,
                         shard=None, **kw)

@@ -13,7 +13,9 @@ warm cache, warm-up then the median of ``--runs`` timed runs):
 3. ``EpisodeDataset`` at the native 50 Hz;  4. ``EpisodeDataset`` at 15 Hz;
 5. the sequential-epoch bound (every needed frame decoded front to back, all cores);
 6. ``EpisodeDataset`` at 50 Hz in the training process: ``decode_threads=2`` with
-   ``DataLoader(shuffle=True, batch_size=32, num_workers=0)`` (no worker processes).
+   ``DataLoader(shuffle=True, batch_size=32, num_workers=0)`` (no worker processes);
+7. ``EpisodeDataset`` at 50 Hz in the benchmark's DataLoader with
+   ``collate_fn=rayform.torch.collate`` (each worker's shared memory reused across batches).
 
 Writes ``bench/results/loader.json`` (``--quick``: ``loader-quick.json``) and the plot
 ``docs/benchmarks.png`` (not for ``--quick``).
@@ -89,7 +91,7 @@ def _lerobot_row(w: Workload, args: argparse.Namespace, batches: int) -> dict[st
 
 
 def _malloc_levers(w: Workload, slice_: Any, args: argparse.Namespace) -> dict[str, Any]:
-    """Rows 3 and 6 again with glibc malloc keeping big buffers (bench/_malloc.py).
+    """Rows 3, 6 and 7 again with glibc malloc keeping big buffers (bench/_malloc.py).
 
     Changes this process's allocator for good, so it runs after every default row.
     """
@@ -108,6 +110,11 @@ def _malloc_levers(w: Workload, slice_: Any, args: argparse.Namespace) -> dict[s
         args, args.batches)
     out["cpu_per_sample_malloc_threads"] = levers.cpu_per_sample(
         lambda: rows.threaded_loader(slice_, 50, 16), args.batches)
+    out["malloc_episode_50hz_collate"] = _loader_row(
+        "[lever] 7. EpisodeDataset 50 Hz, rayform.torch.collate, malloc tuned",
+        lambda: rows.episode_loader(slice_, 50, 16, loader_kw=rows.COLLATE_KW), args, args.batches)
+    out["cpu_per_sample_malloc_collate"] = levers.cpu_per_sample(
+        lambda: rows.episode_loader(slice_, 50, 16, loader_kw=rows.COLLATE_KW), args.batches)
     if args.hugepage_shm:
         from bench._shm import hugepage_shm
 
@@ -185,6 +192,7 @@ def _levers(w: Workload, slice_: Any, args: argparse.Namespace) -> dict[str, Any
         "episode_50hz": lambda: rows.episode_loader(slice_, 50, 16),
         "transfer_ceiling": lambda: DataLoader(rows.TransferCeiling(8000, w.height, w.width, 16), **rows.LOADER_KW),
         "episode_50hz_threads": lambda: rows.threaded_loader(slice_, 50, 16),
+        "episode_50hz_collate": lambda: rows.episode_loader(slice_, 50, 16, loader_kw=rows.COLLATE_KW),
     }
     out["cpu_per_sample"] = {}
     for key, make_cpu in cpu.items():
@@ -208,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batches", type=int, default=20, help="batches per timed run (fast rows)")
     ap.add_argument("--naive-batches", type=int, default=4, help="batches per timed run (naive row)")
     ap.add_argument("--rss-epochs", type=int, default=10)
-    ap.add_argument("--rows", default="1,2,3,4,5,6", help="comma-separated rows to run")
+    ap.add_argument("--rows", default="1,2,3,4,5,6,7", help="comma-separated rows to run")
     ap.add_argument("--no-levers", dest="levers", action="store_false", help="skip the lever rows")
     ap.add_argument("--hugepage-shm", action="store_true",
                     help="also measure with /dev/shm remounted huge=within_size (root; restored after)")
@@ -254,6 +262,10 @@ def main(argv: list[str] | None = None) -> int:
             "6. EpisodeDataset 50 Hz, decode_threads=2, DataLoader(num_workers=0)",
             lambda: rows.threaded_loader(slice_, 50, 16),
             args, args.batches)
+    if 7 in wanted:
+        r["episode_50hz_collate"] = _loader_row(
+            "7. EpisodeDataset 50 Hz, collate_fn=rayform.torch.collate",
+            lambda: rows.episode_loader(slice_, 50, 16, loader_kw=rows.COLLATE_KW), args, args.batches)
     if 5 in wanted:
         for fps in (50, 15):
             log(f"[bench] 5. sequential-epoch bound at {fps} Hz")
@@ -263,7 +275,9 @@ def main(argv: list[str] | None = None) -> int:
     # name: (numerator row, denominator row)
     pairs = {"3/2": ("episode_50hz", "lerobot"), "3/5": ("episode_50hz", "bound_50hz"),
              "4/5@15Hz": ("episode_15hz", "bound_15hz"), "6/5": ("episode_50hz_threads", "bound_50hz"),
-             "6/2": ("episode_50hz_threads", "lerobot"), "3/1": ("episode_50hz", "naive")}
+             "6/2": ("episode_50hz_threads", "lerobot"), "7/5": ("episode_50hz_collate", "bound_50hz"),
+             "7/2": ("episode_50hz_collate", "lerobot"), "7/3": ("episode_50hz_collate", "episode_50hz"),
+             "3/1": ("episode_50hz", "naive")}
     ratios = {name: r[a]["samples_per_s"] / r[b]["samples_per_s"] for name, (a, b) in pairs.items()
               if a in r and b in r}
     out["ratios"] = ratios
