@@ -101,9 +101,10 @@ def main() -> int:
     )
     workers = min(8, os.cpu_count() or 1)
     loader = DataLoader(dataset, batch_size=64, num_workers=workers, shuffle=True,
-                        persistent_workers=True)
+                        persistent_workers=True, collate_fn=rayform.torch.collate)
     print(f"{len(dataset)} samples at 15 Hz over {len(slice_.segments)} episodes; "
-          f"DataLoader(batch_size=64, num_workers={workers}, shuffle=True, persistent_workers=True)")
+          f"DataLoader(batch_size=64, num_workers={workers}, shuffle=True, persistent_workers=True, "
+          "collate_fn=rayform.torch.collate)")
     for epoch in range(2):
         dataset.set_epoch(epoch)
         t0 = time.perf_counter()

@@ -90,8 +90,10 @@ def video_times(rng: np.random.Generator, t0: int, seconds: float) -> np.ndarray
     return np.unique(np.concatenate([base[keep], planted]))
 
 
-def build_slice(root: Path, cache_dir: Path, seconds: tuple[float, ...] = (3.0, 2.0)) -> tuple[Slice, list[SegmentTruth]]:
-    """A slice with one segment per entry of ``seconds``; returns it and the ground truth."""
+def build_slice(root: Path, cache_dir: Path, seconds: tuple[float, ...] = (3.0, 2.0),
+                gop: int = 10) -> tuple[Slice, list[SegmentTruth]]:
+    """A slice with one segment per entry of ``seconds`` (video keyframe interval ``gop``);
+    returns it and the ground truth."""
     store = Store(root)
     builder = SliceBuilder(store, description="dataset tests")
     rng = np.random.default_rng(1234)
@@ -112,7 +114,7 @@ def build_slice(root: Path, cache_dir: Path, seconds: tuple[float, ...] = (3.0, 
         builder.add_segment(
             seg_id, site=site, version=version,
             streams=[
-                VideoData("cam0/rgb", (encode_index_frame(i) for i in range(vt.size)), vt, rate_hz=30, gop=10),
+                VideoData("cam0/rgb", (encode_index_frame(i) for i in range(vt.size)), vt, rate_hz=30, gop=gop),
                 TableData("joints/position", jt, np.stack([ji, ji * 0.5], axis=1), rate_hz=100, units="rad"),
                 TableData("joints/position_delta", at, np.stack([ai, -ai], axis=1), rate_hz=50, units="rad"),
                 TableData("ee/pose", pt, pose.astype(np.float32), rate_hz=20, frame="ros", quantity="pose"),

@@ -22,7 +22,7 @@ import copy
 import os
 import threading
 import weakref
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch.utils.data import default_collate, get_worker_info
@@ -43,13 +43,19 @@ def _aligned(nbytes: int) -> int:
     return -(-nbytes // _ALIGN) * _ALIGN
 
 
+def _view(storage: torch.UntypedStorage, offset: int, dtype: torch.dtype, shape: tuple[int, ...]) -> torch.Tensor:
+    """A contiguous ``dtype`` tensor of ``shape`` at byte ``offset`` of ``storage``."""
+    # set_ takes an UntypedStorage at run time; torch's stubs list typed storages only.
+    return torch.empty(0, dtype=dtype).set_(storage, offset // dtype.itemsize, shape)  # type: ignore[call-overload]
+
+
 class _Slot:
     """One shared-memory block; ``flag[0]`` is 1 while a batch in it may still be referenced."""
 
     def __init__(self, nbytes: int) -> None:
         self.storage = torch.UntypedStorage._new_shared(nbytes)
         self.nbytes = nbytes
-        self.flag = torch.empty(0, dtype=torch.int64).set_(self.storage, 0, (1,))
+        self.flag = _view(self.storage, 0, torch.int64, (1,))
         self.flag[0] = 0
 
     def is_free(self) -> bool:
@@ -104,7 +110,7 @@ class _Bump:
         if (elem.device.type != "cpu" or elem.is_nested or elem.layout != torch.strided
                 or self.offset + nbytes > self.slot.nbytes or any(x.shape != elem.shape for x in batch)):
             return default_collate_fn_map[torch.Tensor](batch, collate_fn_map=collate_fn_map)
-        out = torch.empty(0, dtype=elem.dtype).set_(self.slot.storage, self.offset // elem.element_size(), shape)
+        out = _view(self.slot.storage, self.offset, elem.dtype, shape)
         self.offset += _aligned(nbytes)
         self.tensors += 1
         return torch.stack(batch, 0, out=out)
@@ -162,13 +168,14 @@ class _Release:
     """Marks the slot free once the last of its ``count`` tensors (and their views) is freed."""
 
     def __init__(self, flag: torch.Tensor, count: int) -> None:
-        self.flag, self.count = flag, count
+        self.flag: torch.Tensor | None = flag
+        self.count = count
         self.lock = threading.Lock()  # finalizers may run in the pin-memory thread
 
     def done(self) -> None:
         with self.lock:
             self.count -= 1
-            if self.count == 0:
+            if self.count == 0 and self.flag is not None:
                 self.flag[0] = 0
                 self.flag = None  # unmaps with the batch
 
@@ -209,7 +216,7 @@ def _map_tensors(data: Any, fn: Any) -> Any:
                 clone = copy.copy(data)
                 clone.update(items)
                 return clone
-            return type(data)(items)
+            return cast(Any, type(data))(items)
         except TypeError:
             return items
     if isinstance(data, tuple) and hasattr(data, "_fields"):

@@ -5,11 +5,18 @@ at dataset construction, so nothing crosses a DataLoader worker fork. The cache 
 ``os.getpid()`` on every access and forgets (without closing) whatever it inherited from a
 parent process.
 
-Backends: torchcodec's ``VideoDecoder(path, seek_mode="approximate", num_ffmpeg_threads=1)``
-(the stored videos have constant frame rate and no B-frames, so approximate seeking by index
-is exact and skips the full-file scan), or PyAV when torchcodec cannot be imported. Frame
-``i`` of a stored video is its ``i``-th frame; which index to fetch for a time is decided by
-the caller from the timestamps blob.
+Backends, chosen per video when the backend is left to us (``None``):
+
+* all-intra video (our ingest's default): :mod:`._intra`, which decodes each frame's packet
+  directly into planar RGB. It is used only after its first and last frames came out
+  bit-identical to the general backend's, so the choice never changes a pixel;
+* otherwise torchcodec's ``VideoDecoder(path, seek_mode="approximate", num_ffmpeg_threads=1)``
+  (the stored videos have constant frame rate and no B-frames, so approximate seeking by index
+  is exact and skips the full-file scan), or PyAV when torchcodec cannot be imported.
+
+``"torchcodec"`` or ``"pyav"`` forces that backend for every video. Frame ``i`` of a stored
+video is its ``i``-th frame; which index to fetch for a time is decided by the caller from the
+timestamps blob.
 """
 
 from __future__ import annotations
@@ -24,9 +31,14 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
+from rayform.torch._intra import open_intra
+
 __all__ = ["BACKENDS", "DecoderCache", "default_backend"]
 
 BACKENDS = ("torchcodec", "pyav")
+
+#: Decoder caches inherited through fork, never freed (see ``DecoderCache._check_pid``).
+_INHERITED: list[Any] = []
 
 
 class _Decoder(Protocol):
@@ -94,6 +106,27 @@ class _PyAVDecoder:
             container.close()
 
 
+def _general(backend: str, path: Path, rate_hz: float) -> _Decoder:
+    return _TorchCodecDecoder(path) if backend == "torchcodec" else _PyAVDecoder(path, rate_hz)
+
+
+def _checked_intra(path: Path, rate_hz: float) -> _Decoder | None:
+    """The packet decoder for an all-intra video, if it decodes the first and last frames to
+    the same bits as the general backend (same frame count, same colour conversion)."""
+    try:
+        intra = open_intra(path)
+    except Exception:  # a stream PyAV cannot parse: the general backend will say what is wrong
+        return None
+    if intra is None:
+        return None
+    ends = [0, len(intra) - 1]
+    try:
+        same = torch.equal(intra.get_frames_at(ends), _general(default_backend(), path, rate_hz).get_frames_at(ends))
+    except Exception:
+        return None
+    return intra if same else None
+
+
 class _Entry:
     """One cached video: its decoder (opened on first use) and the lock of whoever uses it."""
 
@@ -112,26 +145,31 @@ class DecoderCache:
 
     Args:
         max_open: decoders kept open per process (each holds an open file and FFmpeg state).
-        backend: ``"torchcodec"``, ``"pyav"`` or ``None`` to pick :func:`default_backend`.
+        backend: ``"torchcodec"``, ``"pyav"`` or ``None``: per video, the packet decoder for
+            all-intra video, else :func:`default_backend`.
     """
 
     def __init__(self, max_open: int = 16, backend: str | None = None) -> None:
         self.max_open = max_open
         self._backend = backend
+        self._general: str | None = None
         self._pid = os.getpid()
         self._lock = threading.Lock()
         self._open: OrderedDict[str, _Entry] = OrderedDict()
 
     @property
     def backend(self) -> str:
-        if self._backend is None:
-            self._backend = default_backend()
-        return self._backend
+        """The general backend: the one asked for, else :func:`default_backend`."""
+        if self._general is None:
+            self._general = self._backend or default_backend()
+        return self._general
 
     def _check_pid(self) -> None:
         if self._pid != os.getpid():
-            # Inherited through fork: those decoders share FFmpeg state with the parent.
-            # Drop them without closing (closing would touch the parent's state).
+            # Inherited through fork: those decoders share FFmpeg state with the parent. Keep
+            # them, unused, for good: freeing one runs FFmpeg's cleanup on state that belongs to
+            # the parent's threads (swscale's thread pool then waits forever in the child).
+            _INHERITED.append(self._open)
             self._pid = os.getpid()
             self._lock = threading.Lock()
             self._open = OrderedDict()
@@ -159,8 +197,8 @@ class DecoderCache:
                 self._open.move_to_end(key)
         with entry.lock:
             if entry.decoder is None:  # opened outside the cache lock: other videos go on
-                backend = self.backend
-                entry.decoder = _TorchCodecDecoder(path) if backend == "torchcodec" else _PyAVDecoder(path, rate_hz)
+                decoder = _checked_intra(path, rate_hz) if self._backend is None else None
+                entry.decoder = decoder or _general(self.backend, path, rate_hz)
             return entry.decoder.get_frames_at([int(i) for i in indices])
 
     def __len__(self) -> int:

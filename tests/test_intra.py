@@ -1,0 +1,124 @@
+"""The all-intra packet decoder: the same bits as torchcodec, used only where it fits."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from dataset_helpers import FPS, build_slice, decode_index_frame
+from torch.utils.data import DataLoader
+from torchcodec.decoders import VideoDecoder
+
+from rayform.torch import EpisodeDataset
+from rayform.torch._decode import DecoderCache, _TorchCodecDecoder
+from rayform.torch._intra import IntraDecoder, open_intra
+from rayform_server._video import encode_video
+
+
+def moving_frames(n: int, height: int, width: int) -> list[np.ndarray]:
+    """Frames with texture and motion, so that every frame decodes to different pixels."""
+    y, x = np.mgrid[0:height, 0:width]
+    return [np.stack([(x * 3 + 7 * i) % 256, (y * 5 + 3 * i) % 256, ((x + y) * 2 + 11 * i) % 256], -1).astype(np.uint8)
+            for i in range(n)]
+
+
+def torchcodec_frames(path, indices) -> torch.Tensor:
+    return VideoDecoder(str(path), seek_mode="approximate", num_ffmpeg_threads=1).get_frames_at(indices).data
+
+
+# 102 wide: planes padded to 112, and swscale's planar output is wrong there (packed path).
+@pytest.mark.parametrize("size", [(70, 102), (48, 64), (32, 120), (40, 640)])
+def test_every_frame_matches_torchcodec(tmp_path, size) -> None:
+    path = tmp_path / "v.mp4"
+    encode_video(moving_frames(40, *size), path, rate_hz=30, gop=1)
+    dec = open_intra(path)
+    assert isinstance(dec, IntraDecoder) and len(dec) == 40
+    order = [39, 0, 17, 18, 5, 5, 38]  # random access, repeats, both ends
+    got = dec.get_frames_at(order)
+    assert got.shape == (len(order), 3, *size) and got.dtype == torch.uint8 and got.is_contiguous()
+    assert torch.equal(got, torchcodec_frames(path, order))
+    assert torch.equal(dec.get_frames_at(list(range(40))), torchcodec_frames(path, list(range(40))))
+    with pytest.raises(IndexError, match="outside the video's 40 frames"):
+        dec.get_frames_at([40])
+
+
+def test_only_all_intra_video_qualifies(tmp_path) -> None:
+    path = tmp_path / "v.mp4"
+    encode_video(moving_frames(40, 48, 64), path, rate_hz=30, gop=10)
+    assert open_intra(path) is None
+
+
+@pytest.fixture(scope="module")
+def slices(tmp_path_factory) -> dict:
+    """The dataset tests' slice with all-intra video (gop 1) and with gop 10."""
+    out = {}
+    for gop in (1, 10):
+        root = tmp_path_factory.mktemp(f"gop{gop}")
+        out[gop] = build_slice(root / "store", root / "cache", gop=gop)[0]
+    return out
+
+
+@pytest.fixture(params=[1, 10], ids=["gop1", "gop10"])
+def gop_slice(request, slices):
+    return request.param, slices[request.param]
+
+
+def open_decoders(ds: EpisodeDataset) -> list[type]:
+    return [type(entry.decoder) for entry in ds._reader._decoders._open.values()]
+
+
+def test_dataset_uses_it_for_all_intra_video_with_the_same_bits(gop_slice) -> None:
+    gop, slice_ = gop_slice
+
+    def read(backend):
+        ds = EpisodeDataset(slice_, obs=["cam0/rgb"], action=None, fps=FPS, decoder_backend=backend)
+        n = len(ds)
+        keys = [0, 7, 3, n // 2, n // 2 + 1, n - 2, n - 1, 1]  # both episodes, random order
+        return ds, torch.stack([s["cam0/rgb"] for s in ds.__getitems__(keys)])
+
+    auto, frames = read(None)
+    _, reference = read("torchcodec")
+    assert torch.equal(frames, reference)
+    assert [decode_index_frame(f.numpy()) for f in frames] == [decode_index_frame(f.numpy()) for f in reference]
+    kinds = set(open_decoders(auto))
+    assert kinds == ({IntraDecoder} if gop == 1 else {_TorchCodecDecoder})
+
+
+def test_a_mismatch_with_the_general_decoder_keeps_the_general_one(slices, monkeypatch) -> None:
+    slice_ = slices[1]
+    real = IntraDecoder.get_frames_at
+    monkeypatch.setattr(IntraDecoder, "get_frames_at", lambda self, idx: real(self, idx) ^ 1)  # off by one bit
+    ds = EpisodeDataset(slice_, obs=["cam0/rgb"], action=None, fps=FPS)
+    keys = [0, len(ds) // 2, len(ds) - 1]
+    frames = torch.stack([s["cam0/rgb"] for s in ds.__getitems__(keys)])
+    assert open_decoders(ds) and IntraDecoder not in open_decoders(ds)
+    reference = EpisodeDataset(slice_, obs=["cam0/rgb"], action=None, fps=FPS, decoder_backend="torchcodec")
+    assert torch.equal(frames, torch.stack([s["cam0/rgb"] for s in reference.__getitems__(keys)]))
+
+
+def test_forked_workers_and_threads_give_the_same_bits(gop_slice) -> None:
+    _, slice_ = gop_slice
+
+    def epoch(**kw):
+        ds = EpisodeDataset(slice_, obs=["cam0/rgb"], action=None, fps=FPS,
+                            decode_threads=kw.pop("decode_threads", 0))
+        ds.__getitems__([0, 1])  # the parent opens decoders before the workers fork
+        return torch.cat([b["cam0/rgb"] for b in DataLoader(ds, batch_size=16, **kw)])
+
+    base = epoch()
+    assert torch.equal(base, epoch(num_workers=2))
+    assert torch.equal(base, epoch(decode_threads=2))
+
+
+def test_decoder_cache_keeps_a_forced_backend(gop_slice) -> None:
+    gop, slice_ = gop_slice
+    seg = slice_.manifest.segments[0]
+    path = slice_.blob_path(seg.streams["cam0/rgb"].blob)
+    for backend in ("torchcodec", "pyav"):
+        cache = DecoderCache(4, backend)
+        cache.get_frames("k", path, np.array([0, 3]), 30.0)
+        assert open_decoders_of(cache) != [IntraDecoder]
+
+
+def open_decoders_of(cache: DecoderCache) -> list[type]:
+    return [type(entry.decoder) for entry in cache._open.values()]
