@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from fractions import Fraction
+
 import numpy as np
 import pytest
 import torch
@@ -9,7 +11,7 @@ from dataset_helpers import FPS, build_slice, decode_index_frame
 from torch.utils.data import DataLoader
 from torchcodec.decoders import VideoDecoder
 
-from rayform.torch import EpisodeDataset
+from rayform.torch import EpisodeDataset, _decode
 from rayform.torch._decode import DecoderCache, _TorchCodecDecoder
 from rayform.torch._intra import IntraDecoder, open_intra
 from rayform_server._video import encode_video
@@ -86,6 +88,7 @@ def test_dataset_uses_it_for_all_intra_video_with_the_same_bits(gop_slice) -> No
 
 def test_a_mismatch_with_the_general_decoder_keeps_the_general_one(slices, monkeypatch) -> None:
     slice_ = slices[1]
+    monkeypatch.setattr(_decode, "_VERIFIED", {})  # as in a fresh process
     real = IntraDecoder.get_frames_at
     monkeypatch.setattr(IntraDecoder, "get_frames_at", lambda self, idx: real(self, idx) ^ 1)  # off by one bit
     ds = EpisodeDataset(slice_, obs=["cam0/rgb"], action=None, fps=FPS)
@@ -122,3 +125,46 @@ def test_decoder_cache_keeps_a_forced_backend(gop_slice) -> None:
 
 def open_decoders_of(cache: DecoderCache) -> list[type]:
     return [type(entry.decoder) for entry in cache._open.values()]
+
+
+def test_the_check_runs_once_per_kind_of_video(tmp_path, monkeypatch) -> None:
+    monkeypatch.setattr(_decode, "_VERIFIED", {})
+    checks = []
+    real = _decode._general
+    monkeypatch.setattr(_decode, "_general", lambda *a: checks.append(a[1]) or real(*a))
+    paths = []
+    for k, size in enumerate([(48, 64), (48, 64), (32, 96)]):
+        paths.append(tmp_path / f"{k}.mp4")
+        encode_video(moving_frames(12, *size), paths[-1], rate_hz=30, gop=1)
+    cache = DecoderCache(8)
+    for k, path in enumerate(paths):
+        assert torch.equal(cache.get_frames(str(k), path, np.array([2, 11]), 30.0), torchcodec_frames(path, [2, 11]))
+    assert open_decoders_of(cache) == [IntraDecoder] * 3
+    assert checks == [paths[0], paths[2]]  # the second 48x64 video reuses the first one's check
+
+
+def write_video(path, pts: list[int], container: str, size=(48, 64)) -> None:
+    """All-intra H.264 with the given presentation times in 1/30 s."""
+    import av
+
+    with av.open(str(path), "w", format=container) as out:
+        stream = out.add_stream("libx264", rate=30, options={"g": "1", "bf": "0"})
+        stream.height, stream.width = size
+        stream.pix_fmt = "yuv420p"
+        stream.codec_context.time_base = Fraction(1, 30)
+        for t, rgb in zip(pts, moving_frames(len(pts), *size), strict=True):
+            frame = av.VideoFrame.from_ndarray(rgb, format="rgb24")
+            frame.pts = t
+            out.mux(stream.encode(frame))
+        out.mux(stream.encode(None))
+
+
+def test_only_mp4_at_a_constant_rate_qualifies(tmp_path) -> None:
+    write_video(tmp_path / "cfr.mp4", list(range(20)), "mp4")
+    dec = open_intra(tmp_path / "cfr.mp4")
+    assert dec is not None and len(dec) == 20
+    assert torch.equal(dec.get_frames_at([19, 0, 7]), torchcodec_frames(tmp_path / "cfr.mp4", [19, 0, 7]))
+    write_video(tmp_path / "vfr.mp4", [0, 1, 2, 4, 5, 6, 8, 9], "mp4")
+    assert open_intra(tmp_path / "vfr.mp4") is None
+    write_video(tmp_path / "cfr.mkv", list(range(20)), "matroska")  # positions are not the frames'
+    assert open_intra(tmp_path / "cfr.mkv") is None

@@ -110,21 +110,31 @@ def _general(backend: str, path: Path, rate_hz: float) -> _Decoder:
     return _TorchCodecDecoder(path) if backend == "torchcodec" else _PyAVDecoder(path, rate_hz)
 
 
+#: Per process: video signature (codec, size, pixel format, colour space and range) -> whether
+#: the packet decoder gave the general backend's bits on the first video with it.
+_VERIFIED: dict[tuple[Any, ...], bool] = {}
+
+
 def _checked_intra(path: Path, rate_hz: float) -> _Decoder | None:
-    """The packet decoder for an all-intra video, if it decodes the first and last frames to
-    the same bits as the general backend (same frame count, same colour conversion)."""
+    """The packet decoder for an all-intra video, if it decodes to the same bits as the general
+    backend. Checked on the first and last frames (colour conversion, frame count) of the first
+    video of each signature in this process; the decode itself is bit-exact by the codec's
+    standard, so later videos with that signature only need their own frame table, which
+    :func:`open_intra` checks (constant rate, one keyframe packet per frame)."""
     try:
         intra = open_intra(path)
     except Exception:  # a stream PyAV cannot parse: the general backend will say what is wrong
         return None
     if intra is None:
         return None
-    ends = [0, len(intra) - 1]
-    try:
-        same = torch.equal(intra.get_frames_at(ends), _general(default_backend(), path, rate_hz).get_frames_at(ends))
-    except Exception:
-        return None
-    return intra if same else None
+    if intra.signature not in _VERIFIED:
+        ends = [0, len(intra) - 1]
+        try:
+            general = _general(default_backend(), path, rate_hz).get_frames_at(ends)
+            _VERIFIED[intra.signature] = torch.equal(intra.get_frames_at(ends), general)
+        except Exception:
+            return None
+    return intra if _VERIFIED[intra.signature] else None
 
 
 class _Entry:

@@ -38,16 +38,19 @@ class IntraDecoder:
         codec: FFmpeg decoder name (``"h264"``, ``"hevc"``, ...).
         extradata: the stream's codec extradata (parameter sets), or ``None``.
         width, height: frame size in pixels.
+        signature: what the colour conversion depends on (codec, size, pixel format, colour
+            space and range): videos with the same signature convert alike.
     """
 
     def __init__(self, path: Path, packets: list[tuple[int, int]], codec: str, extradata: bytes | None,
-                 width: int, height: int) -> None:
+                 width: int, height: int, signature: tuple[Any, ...] = ()) -> None:
         import av
         from av.video.reformatter import VideoReformatter
 
         self._av = av
         self._packets = packets
         self.width, self.height = width, height
+        self.signature = signature
         self._ctx: Any = av.CodecContext.create(codec, "r")
         if extradata:
             self._ctx.extradata = extradata
@@ -93,27 +96,39 @@ class IntraDecoder:
 
 
 def open_intra(path: Path) -> IntraDecoder | None:
-    """An :class:`IntraDecoder` for the first video stream of ``path``, or ``None`` if the
-    stream is not all-intra with packets stored in presentation order (or PyAV is missing)."""
+    """An :class:`IntraDecoder` for the first video stream of the MP4 file ``path``, or
+    ``None`` (PyAV missing, another container, or the stream is not all-intra at a constant
+    frame rate with packets stored in presentation order, which is what makes packet ``i``
+    frame ``i``). Reads the container's index, not the packets."""
     try:
         import av
     except ImportError:
         return None
     with av.open(os.fspath(path)) as container:
-        if not container.streams.video:
+        # MP4/MOV index every sample's byte range, and a packet is stored there verbatim
+        # (Matroska, for one, reports the block's position, not the frame's).
+        if "mp4" not in container.format.name.split(",") or not container.streams.video:
             return None
         stream = container.streams.video[0]
-        packets: list[tuple[int, int]] = []
-        last_pts = None
-        for packet in container.demux(stream):
-            if packet.size == 0:  # the demuxer's end-of-stream marker
-                continue
-            if (not packet.is_keyframe or packet.pos is None or packet.pos < 0 or packet.pts is None
-                    or (last_pts is not None and packet.pts <= last_pts)):
-                return None
-            last_pts = packet.pts
-            packets.append((packet.pos, packet.size))
-        ctx = stream.codec_context
-        if not packets or not ctx.width or not ctx.height:
+        entries = stream.index_entries
+        if not stream.frames or len(entries) != stream.frames:
             return None
-        return IntraDecoder(path, packets, ctx.name, ctx.extradata, ctx.width, ctx.height)
+        table = [(e.timestamp, e.pos, e.size, e.is_keyframe) for e in entries]
+        if not all(key and pos >= 0 and size > 0 for _, pos, size, key in table):
+            return None
+        first = next(container.demux(stream))
+        with open(path, "rb") as f:
+            f.seek(table[0][1])
+            if f.read(table[0][2]) != bytes(first):
+                return None
+        steps = [b[0] - a[0] for a, b in zip(table, table[1:], strict=False)]
+        # A constant step (give or take the container's rounding of 1 tick): packet i is frame
+        # i at the nominal rate, as the general decoders index it. Else variable or reordered.
+        if steps and (min(steps) <= 0 or max(steps) - min(steps) > 1):
+            return None
+        ctx = stream.codec_context
+        if not ctx.width or not ctx.height or ctx.format is None:
+            return None
+        return IntraDecoder(path, [(pos, size) for _, pos, size, _ in table], ctx.name, ctx.extradata,
+                            ctx.width, ctx.height, signature=(ctx.name, ctx.width, ctx.height, ctx.format.name,
+                                                              int(ctx.colorspace), int(ctx.color_range)))

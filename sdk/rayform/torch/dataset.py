@@ -68,7 +68,9 @@ class EpisodeDataset(Dataset):
         decoder_cache_size: open video decoders kept per process (>= 1; each holds about
             3 MiB at 480x640). The default, 64, holds every video a shuffled batch touches on
             slices of up to 32 two-camera episodes per worker; a smaller LRU reopens decoders.
-        decoder_backend: ``"torchcodec"``, ``"pyav"`` or ``None`` (torchcodec if it loads).
+        decoder_backend: ``"torchcodec"``, ``"pyav"`` or ``None`` (per video: the all-intra
+            packet decoder where it decodes the same bits, else torchcodec if it loads, else
+            PyAV).
         decode_threads: threads that decode video inside each ``__getitems__`` call (>= 0;
             0, the default, decodes in the calling thread; the threads end with the call). For
             ``DataLoader(num_workers=0)``: several cores decode with no worker processes and
