@@ -43,6 +43,12 @@ def rss_kib(pid: int) -> tuple[int, int]:
     return fields["VmRSS"], fields["VmHWM"]
 
 
+def _epochs(loader: Any) -> Any:
+    """The loader's batches, epoch after epoch, as a training loop draws them."""
+    while True:
+        yield from loader
+
+
 def time_loader(
     make_loader: Callable[[], Any],
     *,
@@ -52,43 +58,46 @@ def time_loader(
     batch_size_of: Callable[[Any], int],
     log: Callable[[str], None] = print,
 ) -> dict[str, Any]:
-    """Time one loader: time to first batch, a warm-up, then ``runs`` timed runs.
+    """Time one loader: time to first batch, a warm-up, then ``runs`` timed windows.
 
-    Each run is a fresh ``iter(loader)`` (a new shuffled epoch; persistent workers are
-    reused) drawing ``batches`` batches. Samples/s of a run = samples drawn / wall seconds,
-    from ``iter()`` to the last batch.
+    The windows are consecutive stretches of ``batches`` batches of one continuous stream of
+    shuffled epochs (a new ``iter(loader)`` whenever an epoch ends, persistent workers
+    reused), as a training loop draws them. Samples/s of a window = samples drawn / wall
+    seconds from the end of the previous batch to the last one of the window.
+
+    (Until the benchmark of 2026-11-29 afternoon each run was a fresh ``iter()`` abandoned
+    after ``batches`` batches: the workers then first finished the up to ``prefetch_factor x
+    num_workers`` batches prefetched for the abandoned epoch, which were charged to the next
+    run: ~15 % of a 20-batch run for the fastest rows, never paid in a full epoch.)
 
     Args:
         make_loader: builds the dataset and the ``DataLoader`` (timed: part of the first batch).
-        batches: batches per timed run.
-        runs: timed runs (the median is reported).
+        batches: batches per timed window.
+        runs: timed windows (the median is reported).
         warmup_batches: batches drawn untimed after the first one.
         batch_size_of: samples in a batch.
         log: where progress lines go.
 
     Returns:
         ``first_batch_s`` (construction + workers start + first batch, s), ``runs``
-        (samples/s of each run), ``samples_per_s`` (median), ``batches``.
+        (samples/s of each window), ``samples_per_s`` (median), ``batches``, ``loader``.
     """
     t0 = time.perf_counter()
     loader = make_loader()
-    batches = min(batches, len(loader))
-    it = iter(loader)
-    next(it)
+    stream = _epochs(loader)
+    next(stream)
     first = time.perf_counter() - t0
     for _ in range(warmup_batches):
-        next(it)
-    del it
+        next(stream)
     rates = []
     for r in range(runs):
         n = 0
         t = time.perf_counter()
-        it = iter(loader)
         for _ in range(batches):
-            n += batch_size_of(next(it))
+            n += batch_size_of(next(stream))
         dt = time.perf_counter() - t
-        del it
         rates.append(n / dt)
-        log(f"  run {r + 1}/{runs}: {n} samples in {dt:.2f} s = {n / dt:.1f} samples/s")
+        log(f"  window {r + 1}/{runs}: {n} samples in {dt:.2f} s = {n / dt:.1f} samples/s")
+    stream.close()  # drops the epoch's iterator: its prefetched batches are discarded
     return {"first_batch_s": first, "runs": rates, "samples_per_s": statistics.median(rates),
             "batches": batches, "loader": loader}

@@ -22,6 +22,7 @@ import cProfile
 import io
 import os
 import pstats
+import statistics
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -33,7 +34,7 @@ from torch.utils.data import Sampler
 from rayform._blobfmt import decode_table, decode_timestamps
 from rayform.slice import Slice
 
-__all__ = ["BlockShuffleSampler", "cpu_per_sample", "getitems_rate", "profile_getitems", "regop_slice"]
+__all__ = ["BlockShuffleSampler", "cpu_per_sample", "full_epochs", "getitems_rate", "profile_getitems", "regop_slice"]
 
 
 class BlockShuffleSampler(Sampler[int]):
@@ -179,3 +180,20 @@ def cpu_per_sample(make_loader: Any, batches: int, runs: int = 3) -> dict[str, A
                         "total_sys_ms": sum(v["sys_ms"] for v in per.values())})
     del loader
     return sorted(results, key=lambda r: r["samples_per_s"])[len(results) // 2]
+
+
+def full_epochs(make_loader: Any, epochs: int = 2) -> dict[str, Any]:
+    """Whole shuffled epochs, each timed from ``iter()`` to its last batch (after one warm-up
+    epoch start): the loader's rate over exactly the work the sequential bound does."""
+    loader = make_loader()
+    it = iter(loader)
+    for _ in range(3):
+        next(it)
+    del it
+    rates = []
+    for _ in range(epochs):
+        t = time.perf_counter()
+        n = sum(len(batch["t_ns"]) for batch in loader)
+        rates.append(n / (time.perf_counter() - t))
+    del loader
+    return {"samples_per_s": statistics.median(rates), "runs": rates, "samples": n}

@@ -138,6 +138,10 @@ def _levers(w: Workload, slice_: Any, args: argparse.Namespace) -> dict[str, Any
         "[lever] no decoding: build + collate + ship samples from 2 workers (ceiling)",
         lambda: DataLoader(rows.TransferCeiling(8000, w.height, w.width, 16), **rows.LOADER_KW),
         args, args.batches)
+    out["transfer_ceiling_collate"] = _loader_row(
+        "[lever] no decoding, collate_fn=rayform.torch.collate (ceiling of row 7)",
+        lambda: DataLoader(rows.TransferCeiling(8000, w.height, w.width, 16), **rows.COLLATE_KW),
+        args, args.batches)
     for size in (4, 64):
         out[f"decoder_cache_{size}"] = _loader_row(
             f"[lever] EpisodeDataset 50 Hz, decoder_cache_size={size}",
@@ -187,6 +191,12 @@ def _levers(w: Workload, slice_: Any, args: argparse.Namespace) -> dict[str, Any
             out["cpu_per_sample_hugepage_shm"] = levers.cpu_per_sample(
                 lambda: rows.episode_loader(slice_, 50, 16), args.batches)
         log(f"[lever] /dev/shm back to huge={old}")
+    for key, make_full in (("full_epoch_episode_50hz", lambda: rows.episode_loader(slice_, 50, 16)),
+                           ("full_epoch_episode_50hz_collate",
+                            lambda: rows.episode_loader(slice_, 50, 16, loader_kw=rows.COLLATE_KW))):
+        log(f"[lever] {key}: whole epochs, each from iter() to its last batch")
+        out[key] = levers.full_epochs(make_full)
+        log(f"  -> {out[key]['samples_per_s']:.1f} samples/s ({', '.join(f'{v:.0f}' for v in out[key]['runs'])})")
     log("[lever] CPU per sample by process (user/system ms), from /proc")
     cpu = {
         "episode_50hz": lambda: rows.episode_loader(slice_, 50, 16),
