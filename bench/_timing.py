@@ -68,7 +68,7 @@ def time_loader(
     (Until the benchmark of 2026-11-29 afternoon each run was a fresh ``iter()`` abandoned
     after ``batches`` batches: the workers then first finished the up to ``prefetch_factor x
     num_workers`` batches prefetched for the abandoned epoch, which were charged to the next
-    run: ~15 % of a 20-batch run for the fastest rows, never paid in a full epoch.)
+    run: ~20 % of a 20-batch run for the fastest rows, never paid in a full epoch.)
 
     Args:
         make_loader: builds the dataset and the ``DataLoader`` (timed: part of the first batch).
