@@ -14,11 +14,11 @@ from typing import Any
 LABELS = {
     "naive": "1. naive\n(decoder per sample)",
     "lerobot": "2. LeRobotDataset\n(50 Hz, torchcodec)",
-    "episode_50hz": "3. EpisodeDataset\n50 Hz",
-    "episode_15hz": "4. EpisodeDataset\n15 Hz",
-    "bound_50hz": "5. sequential bound\n50 Hz",
-    "episode_50hz_threads": "6. EpisodeDataset 50 Hz\n2 decode threads,\nno workers",
-    "episode_50hz_collate": "7. EpisodeDataset 50 Hz\nrayform.torch.collate",
+    "episode_50hz": "3. EpisodeDataset\n50 Hz,\ndefault_collate",
+    "episode_15hz": "4. EpisodeDataset\n15 Hz,\ndefault_collate",
+    "bound_50hz": "5. sequential\nbound, 50 Hz",
+    "episode_50hz_threads": "6. EpisodeDataset\n50 Hz, 2 decode\nthreads, no workers",
+    "episode_50hz_collate": "7. EpisodeDataset\n50 Hz, rayform.\ntorch.collate",
 }
 
 
@@ -31,7 +31,7 @@ def plot(results: dict[str, Any], dest: Path) -> None:
 
     rows = results["rows"]
     keys = [k for k in LABELS if k in rows]
-    fig, ax = plt.subplots(figsize=(9, 4.5), dpi=110)
+    fig, ax = plt.subplots(figsize=(10.5, 4.8), dpi=110)
     colors = ["#999999", "#d98c3a", "#2f6db5", "#5a9be0", "#444444", "#1d8f5a", "#7a3fb0"]
     for i, k in enumerate(keys):
         ax.bar(i, rows[k]["samples_per_s"], color=colors[list(LABELS).index(k)])
@@ -39,7 +39,7 @@ def plot(results: dict[str, Any], dest: Path) -> None:
         for v in rows[k].get("runs", []):
             ax.plot(i, v, "k.", ms=4)
     ax.set_xticks(range(len(keys)), [LABELS[k] for k in keys], fontsize=8)
-    ax.set_ylabel("samples / s (batch 32; rows 1-4: 2 workers)")
+    ax.set_ylabel("samples / s (batch 32; rows 1-4, 7: 2 workers)")
     w = results["workload"]
     ax.set_title(f"{w['episodes']} episodes x {w['frames']} frames, 2 cameras {w['cameras'][0]}x"
                  f"{w['cameras'][1]}, horizon {w['horizon']} — {results['machine']['cores']} CPU cores",
