@@ -148,6 +148,16 @@ def _cpu_s(pid: int) -> tuple[float, float]:
     return int(fields[11]) / tick, int(fields[12]) / tick
 
 
+def _warm(make_loader: Any) -> Any:
+    """A new loader whose workers have started and produced 3 batches of an abandoned epoch."""
+    loader = make_loader()
+    it = iter(loader)
+    for _ in range(3):
+        next(it)
+    del it
+    return loader
+
+
 def cpu_per_sample(make_loader: Any, batches: int, runs: int = 3) -> dict[str, Any]:
     """Where a loader's CPU goes: user and system ms per sample, per process.
 
@@ -158,11 +168,7 @@ def cpu_per_sample(make_loader: Any, batches: int, runs: int = 3) -> dict[str, A
     """
     from bench._timing import child_pids
 
-    loader = make_loader()
-    it = iter(loader)
-    for _ in range(3):
-        next(it)
-    del it
+    loader = _warm(make_loader)
     results = []
     for _ in range(runs):
         it = iter(loader)
@@ -186,11 +192,7 @@ def cpu_per_sample(make_loader: Any, batches: int, runs: int = 3) -> dict[str, A
 def full_epochs(make_loader: Any, epochs: int = 2) -> dict[str, Any]:
     """Whole shuffled epochs, each timed from ``iter()`` to its last batch (after one warm-up
     epoch start): the loader's rate over exactly the work the sequential bound does."""
-    loader = make_loader()
-    it = iter(loader)
-    for _ in range(3):
-        next(it)
-    del it
+    loader = _warm(make_loader)
     rates = []
     for _ in range(epochs):
         t = time.perf_counter()
