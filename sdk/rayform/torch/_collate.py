@@ -132,6 +132,10 @@ def collate(batch: list[Any]) -> Any:
     Safe to hold on to: a slot is reused only after every tensor of its batch, and every view
     of one, has been freed in the main process. A batch sent on to another process is copied
     there (as for any non-shared tensor).
+
+    In a worker it returns a carrier that becomes the batch when the DataLoader hands it to the
+    main process, so pass it as ``collate_fn`` itself; a wrapper that edits batches inside the
+    worker should build on ``default_collate`` instead.
     """
     if get_worker_info() is None:
         return default_collate(batch)
