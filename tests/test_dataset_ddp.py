@@ -29,7 +29,7 @@ from torch.utils.data.distributed import DistributedSampler
 from dataset_helpers import SLICE_ID, StoreClient
 from rayform_server.store import Store
 from rayform.slice import Slice
-from rayform.torch import EpisodeDataset, EpisodeSampler
+from rayform.torch import EpisodeDataset, EpisodeSampler, collate
 
 store_root, out_dir = sys.argv[1], Path(sys.argv[2])
 dist.init_process_group("gloo")
@@ -46,6 +46,9 @@ for even in ("pad", "drop"):
     ds = EpisodeDataset(sl, obs=["joints/position"], action="joints/position_delta", fps=10, ddp_even=even)
     loader = DataLoader(ds, batch_size=5, sampler=EpisodeSampler(ds), num_workers=1)
     result[even] = {"len": len(ds), "sharded": ds.sharded, "samples": keys(loader)}
+    if even == "pad":  # the same epoch through rayform.torch.collate's reused shared memory
+        loader = DataLoader(ds, batch_size=5, sampler=EpisodeSampler(ds), num_workers=1, collate_fn=collate)
+        result["pad_collate"] = keys(loader)
 # The public docs' pattern: DistributedSampler on top of the (auto-sharding) dataset.
 ds = EpisodeDataset(sl, obs=["joints/position"], action="joints/position_delta", fps=10)
 sampler = DistributedSampler(ds, shuffle=True, seed=0)
@@ -88,6 +91,12 @@ def test_ddp_pad_shards_are_disjoint_complete_and_equal(ddp_run) -> None:
     # Padding repeats a rank's own samples only; total duplicates = len difference.
     dup = 2 * r0["len"] - len(everything)
     assert dup >= 0 and sum(c - 1 for c in Counter(map(tuple, r0["samples"] + r1["samples"])).values()) == dup
+
+
+def test_ddp_with_rayform_collate_gives_the_same_epoch(ddp_run) -> None:
+    ranks, _, _ = ddp_run
+    for r in ranks:
+        assert r["pad_collate"] == r["pad"]["samples"] and len(r["pad_collate"]) == r["pad"]["len"]
 
 
 def test_ddp_drop_shards_are_disjoint_and_equal_without_duplicates(ddp_run) -> None:
