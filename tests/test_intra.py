@@ -29,7 +29,7 @@ def torchcodec_frames(path, indices) -> torch.Tensor:
 
 
 # 102 wide: planes padded to 112, and swscale's planar output is wrong there (packed path).
-@pytest.mark.parametrize("size", [(70, 102), (48, 64), (32, 120), (40, 640)])
+@pytest.mark.parametrize("size", [(70, 102), (48, 64), (32, 120), (40, 640)], ids=lambda s: f"{s[0]}x{s[1]}")
 def test_every_frame_matches_torchcodec(tmp_path, size) -> None:
     path = tmp_path / "v.mp4"
     encode_video(moving_frames(40, *size), path, rate_hz=30, gop=1)
