@@ -168,3 +168,20 @@ def test_only_mp4_at_a_constant_rate_qualifies(tmp_path) -> None:
     assert open_intra(tmp_path / "vfr.mp4") is None
     write_video(tmp_path / "cfr.mkv", list(range(20)), "matroska")  # positions are not the frames'
     assert open_intra(tmp_path / "cfr.mkv") is None
+
+
+@pytest.mark.parametrize("edit", [["-itsoffset", "0.5", "-i", "{src}"], ["-ss", "0.2", "-i", "{src}", "-avoid_negative_ts", "make_zero"]],
+                         ids=["delayed", "cut"])
+def test_mp4_with_an_edit_list_still_matches_torchcodec(tmp_path, edit) -> None:
+    import shutil
+    import subprocess
+
+    src, dst = tmp_path / "src.mp4", tmp_path / "edited.mp4"
+    encode_video(moving_frames(20, 48, 64), src, rate_hz=30, gop=1)
+    subprocess.run([shutil.which("ffmpeg") or "ffmpeg", "-v", "error", "-y", *(a.format(src=src) for a in edit),
+                    "-c", "copy", str(dst)], check=True)
+    dec = open_intra(dst)
+    general = VideoDecoder(str(dst), seek_mode="approximate")
+    assert dec is not None and len(dec) == general.metadata.num_frames
+    every = list(range(len(dec)))
+    assert torch.equal(dec.get_frames_at(every), general.get_frames_at(every).data)

@@ -113,7 +113,8 @@ def open_intra(path: Path) -> IntraDecoder | None:
         entries = stream.index_entries
         if not stream.frames or len(entries) != stream.frames:
             return None
-        table = [(e.timestamp, e.pos, e.size, e.is_keyframe) for e in entries]
+        # A sample an edit list drops (``is_discard``) is not a frame the general decoders return.
+        table = [(e.timestamp, e.pos, e.size, e.is_keyframe and not e.is_discard) for e in entries]
         if not all(key and pos >= 0 and size > 0 for _, pos, size, key in table):
             return None
         first = next(container.demux(stream))
