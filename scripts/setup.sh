@@ -5,7 +5,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 need_apt=()
-if ! ldconfig -p 2>/dev/null | grep -q 'libavcodec\.so'; then need_apt+=(ffmpeg); fi
+# FFmpeg: the shared libraries for torchcodec, the ffmpeg CLI for tests that edit videos.
+if ! ldconfig -p 2>/dev/null | grep -q 'libavcodec\.so' || ! command -v ffmpeg >/dev/null 2>&1; then
+  need_apt+=(ffmpeg)
+fi
 command -v curl >/dev/null 2>&1 || need_apt+=(curl)
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
