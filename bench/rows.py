@@ -33,7 +33,8 @@ from rayform.slice import Slice
 from rayform.torch import EpisodeDataset, collate
 from rayform.torch._index import build_index
 
-__all__ = ["CAMERAS", "COLLATE_KW", "IN_PROCESS_KW", "NaiveDataset", "TransferCeiling", "construction_time", "episode_loader",
+__all__ = ["CAMERAS", "COLLATE_KW", "IN_PROCESS_KW", "NaiveDataset", "TransferCeiling", "collate_loader",
+           "construction_time", "episode_loader",
            "needed_frames", "sequential_bound", "threaded_loader", "worker_rss"]
 
 CAMERAS = ("cam0/rgb", "wrist/rgb")
@@ -123,6 +124,11 @@ def threaded_loader(slice_: Slice, fps: float, horizon: int, threads: int = 2) -
     return episode_loader(slice_, fps, horizon, decode_threads=threads, loader_kw=IN_PROCESS_KW)
 
 
+def collate_loader(slice_: Slice, fps: float, horizon: int) -> DataLoader:
+    """Row 7: ``EpisodeDataset`` in the benchmark's DataLoader with ``rayform.torch.collate``."""
+    return episode_loader(slice_, fps, horizon, loader_kw=COLLATE_KW)
+
+
 def needed_frames(slice_: Slice, fps: float) -> list[tuple[str, int, np.ndarray]]:
     """Per (video path, frame count) the sorted unique frame indices a ``fps`` grid needs."""
     names = [*CAMERAS, STATE, ACTION]
@@ -162,8 +168,8 @@ def _decode_front_to_back(task: tuple[str, int, np.ndarray, int, str]) -> int:
     return len(idx)
 
 
-def _bound_rates(slice_: Slice, fps: float, processes: int, runs: int, chunk: int, decoder: str) -> tuple[list[float], int]:
-    samples = len(EpisodeDataset(slice_, obs=list(CAMERAS), action=ACTION, fps=fps, shard=None))
+def _bound_rates(slice_: Slice, fps: float, samples: int, processes: int, runs: int, chunk: int,
+                 decoder: str) -> tuple[list[float], int]:
     tasks = [(*task, chunk, decoder) for task in needed_frames(slice_, fps)]
     rates = []
     with mp.get_context("fork").Pool(processes) as pool:
@@ -192,7 +198,7 @@ def sequential_bound(slice_: Slice, fps: float, processes: int | None = None,
     by_decoder: dict[str, Any] = {}
     for decoder in decoders:
         try:
-            rates, frames = _bound_rates(slice_, fps, processes, runs, chunk, decoder)
+            rates, frames = _bound_rates(slice_, fps, samples, processes, runs, chunk, decoder)
         except ValueError:  # not all-intra: that decoder does not apply
             continue
         by_decoder[decoder] = {"samples_per_s": statistics.median(rates), "runs": rates}

@@ -112,9 +112,9 @@ def _malloc_levers(w: Workload, slice_: Any, args: argparse.Namespace) -> dict[s
         lambda: rows.threaded_loader(slice_, 50, 16), args.batches)
     out["malloc_episode_50hz_collate"] = _loader_row(
         "[lever] 7. EpisodeDataset 50 Hz, rayform.torch.collate, malloc tuned",
-        lambda: rows.episode_loader(slice_, 50, 16, loader_kw=rows.COLLATE_KW), args, args.batches)
+        lambda: rows.collate_loader(slice_, 50, 16), args, args.batches)
     out["cpu_per_sample_malloc_collate"] = levers.cpu_per_sample(
-        lambda: rows.episode_loader(slice_, 50, 16, loader_kw=rows.COLLATE_KW), args.batches)
+        lambda: rows.collate_loader(slice_, 50, 16), args.batches)
     if args.hugepage_shm:
         from bench._shm import hugepage_shm
 
@@ -193,7 +193,7 @@ def _levers(w: Workload, slice_: Any, args: argparse.Namespace) -> dict[str, Any
         log(f"[lever] /dev/shm back to huge={old}")
     for key, make_full in (("full_epoch_episode_50hz", lambda: rows.episode_loader(slice_, 50, 16)),
                            ("full_epoch_episode_50hz_collate",
-                            lambda: rows.episode_loader(slice_, 50, 16, loader_kw=rows.COLLATE_KW))):
+                            lambda: rows.collate_loader(slice_, 50, 16))):
         log(f"[lever] {key}: whole epochs, each from iter() to its last batch")
         out[key] = levers.full_epochs(make_full)
         log(f"  -> {out[key]['samples_per_s']:.1f} samples/s ({', '.join(f'{v:.0f}' for v in out[key]['runs'])})")
@@ -202,7 +202,7 @@ def _levers(w: Workload, slice_: Any, args: argparse.Namespace) -> dict[str, Any
         "episode_50hz": lambda: rows.episode_loader(slice_, 50, 16),
         "transfer_ceiling": lambda: DataLoader(rows.TransferCeiling(8000, w.height, w.width, 16), **rows.LOADER_KW),
         "episode_50hz_threads": lambda: rows.threaded_loader(slice_, 50, 16),
-        "episode_50hz_collate": lambda: rows.episode_loader(slice_, 50, 16, loader_kw=rows.COLLATE_KW),
+        "episode_50hz_collate": lambda: rows.collate_loader(slice_, 50, 16),
     }
     out["cpu_per_sample"] = {}
     for key, make_cpu in cpu.items():
@@ -275,7 +275,7 @@ def main(argv: list[str] | None = None) -> int:
     if 7 in wanted:
         r["episode_50hz_collate"] = _loader_row(
             "7. EpisodeDataset 50 Hz, collate_fn=rayform.torch.collate",
-            lambda: rows.episode_loader(slice_, 50, 16, loader_kw=rows.COLLATE_KW), args, args.batches)
+            lambda: rows.collate_loader(slice_, 50, 16), args, args.batches)
     if 5 in wanted:
         for fps in (50, 15):
             log(f"[bench] 5. sequential-epoch bound at {fps} Hz")

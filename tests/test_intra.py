@@ -65,8 +65,12 @@ def gop_slice(request, slices):
     return request.param, slices[request.param]
 
 
+def open_decoders_of(cache: DecoderCache) -> list[type]:
+    return [type(entry.decoder) for entry in cache._open.values()]
+
+
 def open_decoders(ds: EpisodeDataset) -> list[type]:
-    return [type(entry.decoder) for entry in ds._reader._decoders._open.values()]
+    return open_decoders_of(ds._reader._decoders)
 
 
 def test_dataset_uses_it_for_all_intra_video_with_the_same_bits(gop_slice) -> None:
@@ -121,10 +125,6 @@ def test_decoder_cache_keeps_a_forced_backend(gop_slice) -> None:
         cache = DecoderCache(4, backend)
         cache.get_frames("k", path, np.array([0, 3]), 30.0)
         assert open_decoders_of(cache) != [IntraDecoder]
-
-
-def open_decoders_of(cache: DecoderCache) -> list[type]:
-    return [type(entry.decoder) for entry in cache._open.values()]
 
 
 def test_the_check_runs_once_per_kind_of_video(tmp_path, monkeypatch) -> None:

@@ -203,8 +203,8 @@ def _receive(data: Any, flag: torch.Tensor, tensors: int) -> Any:
 
     out = _map_tensors(data, wrap)
     if wrapped != tensors:
-        # Some slot tensor sits where we could not reach it: never reuse this slot.
-        release.count = -1
+        # Some slot tensor sits where we could not reach it: never mark this slot free.
+        release.flag = None
     return out
 
 

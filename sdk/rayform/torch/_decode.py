@@ -162,7 +162,6 @@ class DecoderCache:
     def __init__(self, max_open: int = 16, backend: str | None = None) -> None:
         self.max_open = max_open
         self._backend = backend
-        self._general: str | None = None
         self._pid = os.getpid()
         self._lock = threading.Lock()
         self._open: OrderedDict[str, _Entry] = OrderedDict()
@@ -170,9 +169,7 @@ class DecoderCache:
     @property
     def backend(self) -> str:
         """The general backend: the one asked for, else :func:`default_backend`."""
-        if self._general is None:
-            self._general = self._backend or default_backend()
-        return self._general
+        return self._backend or default_backend()
 
     def _check_pid(self) -> None:
         if self._pid != os.getpid():

@@ -74,8 +74,9 @@ class EpisodeDataset(Dataset):
         decode_threads: threads that decode video inside each ``__getitems__`` call (>= 0;
             0, the default, decodes in the calling thread; the threads end with the call). For
             ``DataLoader(num_workers=0)``: several cores decode with no worker processes and
-            no shared-memory transfer (in the benchmark, 2 threads are 1.3x 2 workers). With
-            worker processes leave it at 0: the workers already use the cores.
+            no shared-memory transfer. With worker processes leave it at 0 (the workers already
+            use the cores) and pass ``collate_fn=rayform.torch.collate``, which was faster in
+            the benchmark (docs/benchmarks.md).
 
     Raises:
         InvalidArgumentError: a value is not allowed (the message says what is).
