@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+from fakes import store_slice
 
-from rayform.manifest import BlobRef
 from rayform.slice import Slice
 from rayform_server.builder import SliceBuilder, TableData, VideoData
 from rayform_server.store import Store
@@ -28,19 +28,6 @@ SQ = float(np.sqrt(0.5))
 #: A 90 degree yaw (about +z) in ROS, quaternion x, y, z, w.
 YAW90 = (0.0, 0.0, SQ, SQ)
 SLICE_ID = "slc_0123abcd"
-
-
-class StoreClient:
-    """Stand-in for rayform.Client: blobs straight from a server store, no network."""
-
-    def __init__(self, store: Store, cache_dir: Path) -> None:
-        self.store = store
-        self.cache_dir = cache_dir
-        self.calls = 0
-
-    def ensure_blob(self, slice_id: str, ref: BlobRef) -> Path:
-        self.calls += 1
-        return self.store.blob_path(ref.hash)
 
 
 def encode_index_frame(i: int, size: int = 64) -> np.ndarray:
@@ -123,5 +110,4 @@ def build_slice(root: Path, cache_dir: Path, seconds: tuple[float, ...] = (3.0, 
         )
         truths.append(SegmentTruth(seg_id, site, version, t0, vt, jt, at, pt, tt, end))
     manifest = builder.commit(SLICE_ID)
-    client = StoreClient(store, cache_dir)
-    return Slice(SLICE_ID, manifest.hash, manifest, client), truths
+    return store_slice(SLICE_ID, manifest, store, cache_dir), truths

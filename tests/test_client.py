@@ -110,9 +110,9 @@ def _child_fetch(client: rayform.Client, queue: multiprocessing.Queue) -> None: 
 def test_client_works_across_fork_and_pickle(client_env: ServerProcess, method: str) -> None:
     client = rayform.Client()
     client.slices.get(DEMO_SLICE)  # the parent has an open connection now
-    assert client._transport_obj is not None and client._transport_obj._client is not None
+    assert client.connected
     clone = pickle.loads(pickle.dumps(client))
-    assert clone._transport_obj is not None and clone._transport_obj._client is None
+    assert not clone.connected
     ctx = multiprocessing.get_context(method)
     queue = ctx.Queue()
     proc = ctx.Process(target=_child_fetch, args=(client, queue))
@@ -128,8 +128,7 @@ def test_client_works_across_fork_and_pickle(client_env: ServerProcess, method: 
 def test_client_is_a_context_manager_that_closes_and_can_reopen(client_env) -> None:
     with rayform.Client() as client:
         assert client.slices.get(DEMO_SLICE).id == DEMO_SLICE
-        transport = client._transport_obj
-        assert transport is not None and transport._client is not None
-    assert transport._client is None  # connections closed on exit
+        assert client.connected
+    assert not client.connected  # connections closed on exit
     assert client.slices.get(DEMO_SLICE).id == DEMO_SLICE  # and reopened on the next use
     client.close()

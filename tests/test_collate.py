@@ -174,8 +174,9 @@ def as_worker(monkeypatch: pytest.MonkeyPatch):
     from torch.utils.data._utils import worker
 
     monkeypatch.setattr(worker, "_worker_info", object())
-    monkeypatch.setattr(_collate, "_pool", None)
-    return lambda: [int(s.flag[0]) for s in _collate._worker_pool().slots]
+    _collate.forget_slots()
+    yield lambda: [int(busy) for busy in _collate.slots_in_use()]
+    _collate.forget_slots()
 
 
 def ship(data):

@@ -26,7 +26,8 @@ from pathlib import Path
 import torch.distributed as dist
 from torch.utils.data import DataLoader
 from torch.utils.data.distributed import DistributedSampler
-from dataset_helpers import SLICE_ID, StoreClient
+from dataset_helpers import SLICE_ID
+from fakes import StoreBlobs
 from rayform_server.store import Store
 from rayform.slice import Slice
 from rayform.torch import EpisodeDataset, EpisodeSampler, collate
@@ -36,7 +37,7 @@ dist.init_process_group("gloo")
 rank = dist.get_rank()
 store = Store(store_root)
 ref = store.get_slice(SLICE_ID)
-sl = Slice(SLICE_ID, ref["manifest"], store.load_manifest(ref["manifest"]), StoreClient(store, Path(".")))
+sl = Slice(SLICE_ID, ref["manifest"], store.load_manifest(ref["manifest"]), StoreBlobs(store, Path(".")))
 
 def keys(loader):
     return [[s, int(t)] for b in loader for s, t in zip(b["meta"]["segment"], b["t_ns"].tolist())]

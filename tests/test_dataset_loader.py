@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import os
 import socket
 import subprocess
 import sys
@@ -16,7 +15,8 @@ import numpy as np
 import pytest
 import torch
 from conftest import DEMO_SLICE
-from dataset_helpers import FPS, SLICE_ID, StoreClient, build_slice, decode_index_frame
+from dataset_helpers import FPS, SLICE_ID, build_slice, decode_index_frame
+from fakes import StoreBlobs
 from torch.utils.data import DataLoader
 
 import rayform
@@ -85,14 +85,14 @@ import sys
 sys.path.insert(0, {str(TESTS)!r})
 from pathlib import Path
 from torch.utils.data import DataLoader
-from dataset_helpers import StoreClient
+from fakes import StoreBlobs
 from rayform_server.store import Store
 from rayform.slice import Slice
 from rayform.torch import EpisodeSampler
 import test_dataset_loader as t
 store = Store({str(slice_.client.store.root)!r})
 ref = store.get_slice({SLICE_ID!r})
-sl = Slice({SLICE_ID!r}, ref["manifest"], store.load_manifest(ref["manifest"]), StoreClient(store, Path(".")))
+sl = Slice({SLICE_ID!r}, ref["manifest"], store.load_manifest(ref["manifest"]), StoreBlobs(store, Path(".")))
 ds = t.make(sl)
 ds.set_epoch(2)
 print(t.digest_epoch(DataLoader(ds, batch_size=8, sampler=EpisodeSampler(ds), num_workers=2))[0])
@@ -140,10 +140,12 @@ def test_workers_open_their_own_decoders(data) -> None:
     slice_, _ = data
     ds = EpisodeDataset(slice_, obs=OBS, action=ACTION, fps=FPS, decoder_cache_size=1)
     ds[0]  # the parent opens a decoder...
+    opened = ds.open_decoders()
+    assert len(opened) == 1
     loader = DataLoader(ds, batch_size=4, num_workers=2)  # ...the forked workers must not use it
     n = sum(len(b["t_ns"]) for b in loader)
     assert n == len(ds)
-    assert ds._reader._pid == os.getpid()
+    assert ds.open_decoders() == opened  # the parent's own decoder, untouched by its workers
 
 
 def test_decode_threads_give_the_same_bits(data, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -213,14 +215,8 @@ def _synthetic_slice(n_segments: int) -> Slice:
         }
         segments.append(Segment(f"seg_{i:08x}", 1, "lab", t0, t0 + dur + 9, streams))
 
-    class NoBlobs:
-        cache_dir = None
-
-        def ensure_blob(self, slice_id, ref):
-            raise AssertionError("construction must not read blobs")
-
     manifest = Manifest(tuple(segments))
-    return Slice(SLICE_ID, "f" * 64, manifest, NoBlobs())
+    return Slice(SLICE_ID, "f" * 64, manifest, StoreBlobs(None))  # construction reads no blob
 
 
 def test_construction_on_10000_segments_is_fast() -> None:
@@ -236,18 +232,12 @@ def test_construction_on_10000_segments_is_fast() -> None:
 
 def test_store_client_is_only_asked_for_requested_streams(data, tmp_path: Path) -> None:
     slice_, _ = data
-    asked: set[str] = set()
-
-    class Recording(StoreClient):
-        def ensure_blob(self, slice_id, ref):
-            asked.add(ref.hash)
-            return super().ensure_blob(slice_id, ref)
-
-    sl = Slice(slice_.id, slice_.manifest_hash, slice_.manifest, Recording(slice_.client.store, tmp_path))
+    blobs = StoreBlobs(slice_.client.store, tmp_path)
+    sl = Slice(slice_.id, slice_.manifest_hash, slice_.manifest, blobs)
     ds = EpisodeDataset(sl, obs=["joints/position"], action=ACTION, fps=FPS)
     ds.__getitems__(list(range(len(ds))))
     wanted = set(sl.manifest.blobs(["joints/position", ACTION]))
-    assert asked == wanted
+    assert blobs.asked == wanted
 
 
 # -- against the real server stub ---------------------------------------------------------------

@@ -13,10 +13,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from fakes import store_slice
 
 from rayform._blobfmt import decode_table, decode_timestamps
 from rayform.errors import InvalidArgumentError
-from rayform.slice import Slice
 from rayform_server._video import encode_video
 from rayform_server.ingest import add_parser, ingest_lerobot
 from rayform_server.ingest._common import Progress
@@ -64,16 +64,6 @@ np.savez(out,
 '''
 
 
-class _StoreClient:
-    """Stand-in client: blobs straight from the data root."""
-
-    def __init__(self, store: Store) -> None:
-        self.store = store
-
-    def ensure_blob(self, slice_id: str, ref) -> Path:
-        return self.store.blob_path(ref.hash)
-
-
 @pytest.fixture(scope="module")
 def lerobot_v30(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
     """A v3.0 dataset written by LeRobot 0.4.4 and what LeRobotDataset returns for it."""
@@ -111,7 +101,7 @@ def test_v30_matches_lerobot_dataset(lerobot_v30, tmp_path: Path) -> None:
         np.testing.assert_array_equal(t, want_t)
         np.testing.assert_array_equal(v, ref["action"][rows])
 
-    slice_ = Slice("slc_0000a001", m.hash, m, _StoreClient(store))
+    slice_ = store_slice("slc_0000a001", m, store)
     ds = EpisodeDataset(slice_, obs=["top/rgb", "observation/state"], action="action", fps=15, shard=None)
     checked = 0
     for i in range(len(ds)):
@@ -262,7 +252,7 @@ def test_float32_timestamps_snap_to_the_grid(tmp_path: Path, capsys) -> None:
     seg = m.segments[0]
     t, _ = decode_table(store.blob_path(seg.streams["observation/state"].blob.hash).read_bytes())
     np.testing.assert_array_equal(t, grid_offsets_ns(np.arange(n), fps))
-    slice_ = Slice("slc_0000a004", m.hash, m, _StoreClient(store))
+    slice_ = store_slice("slc_0000a004", m, store)
     ds = EpisodeDataset(slice_, obs=["front/rgb"], action="observation/state", fps=fps, horizon=2, shard=None)
     assert len(ds) == n
     for k in range(n):

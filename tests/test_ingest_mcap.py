@@ -9,11 +9,11 @@ from pathlib import Path
 import av
 import numpy as np
 import pytest
+from fakes import store_slice
 from mcap_ros2.writer import Writer
 
 from rayform._blobfmt import decode_table, decode_timestamps
 from rayform.errors import InvalidArgumentError
-from rayform.slice import Slice
 from rayform_server.ingest import add_parser, ingest_mcap
 from rayform_server.ingest._common import Progress
 from rayform_server.store import Store
@@ -132,16 +132,6 @@ def decode_all(path: Path) -> list[np.ndarray]:
         return [f.to_ndarray(format="rgb24") for f in c.decode(video=0)]
 
 
-class _StoreClient:
-    """Stand-in client: blobs straight from the data root."""
-
-    def __init__(self, store: Store) -> None:
-        self.store = store
-
-    def ensure_blob(self, slice_id: str, ref) -> Path:
-        return self.store.blob_path(ref.hash)
-
-
 QUIET = Progress(None)
 
 
@@ -182,7 +172,7 @@ def test_dataset_returns_latest_frame_at_or_before_grid_time(bag, tmp_path: Path
     path, truth = bag
     store = Store(tmp_path / "root")
     m = ingest_mcap(store, [path], "slc_0000000b", progress=QUIET)
-    slice_ = Slice("slc_0000000b", m.hash, m, _StoreClient(store))
+    slice_ = store_slice("slc_0000000b", m, store)
     ds = EpisodeDataset(slice_, obs=["cam0/rgb", "cam1/rgb", "joint_states/position"],
                         action="joint_states/velocity", fps=7, shard=None)
     checked = 0

@@ -12,7 +12,7 @@ from torch.utils.data import DataLoader
 from torchcodec.decoders import VideoDecoder
 
 from rayform.torch import EpisodeDataset, _decode
-from rayform.torch._decode import DecoderCache, _TorchCodecDecoder
+from rayform.torch._decode import DecoderCache, forget_intra_checks, intra_checks
 from rayform.torch._intra import IntraDecoder, open_intra
 from rayform_server._video import encode_video
 
@@ -65,12 +65,13 @@ def gop_slice(request, slices):
     return request.param, slices[request.param]
 
 
-def open_decoders_of(cache: DecoderCache) -> list[type]:
-    return [type(entry.decoder) for entry in cache._open.values()]
-
-
-def open_decoders(ds: EpisodeDataset) -> list[type]:
-    return open_decoders_of(ds._reader._decoders)
+@pytest.fixture
+def fresh_checks():
+    """The packet decoder's checks start empty, as in a fresh process, and whatever a test
+    decides (e.g. with a broken decoder) is forgotten after it."""
+    forget_intra_checks()
+    yield
+    forget_intra_checks()
 
 
 def test_dataset_uses_it_for_all_intra_video_with_the_same_bits(gop_slice) -> None:
@@ -86,19 +87,18 @@ def test_dataset_uses_it_for_all_intra_video_with_the_same_bits(gop_slice) -> No
     _, reference = read("torchcodec")
     assert torch.equal(frames, reference)
     assert [decode_index_frame(f.numpy()) for f in frames] == [decode_index_frame(f.numpy()) for f in reference]
-    kinds = set(open_decoders(auto))
-    assert kinds == ({IntraDecoder} if gop == 1 else {_TorchCodecDecoder})
+    assert set(auto.open_decoders()) == ({"intra"} if gop == 1 else {"torchcodec"})
 
 
-def test_a_mismatch_with_the_general_decoder_keeps_the_general_one(slices, monkeypatch) -> None:
+def test_a_mismatch_with_the_general_decoder_keeps_the_general_one(slices, monkeypatch, fresh_checks) -> None:
     slice_ = slices[1]
-    monkeypatch.setattr(_decode, "_VERIFIED", {})  # as in a fresh process
     real = IntraDecoder.get_frames_at
     monkeypatch.setattr(IntraDecoder, "get_frames_at", lambda self, idx: real(self, idx) ^ 1)  # off by one bit
     ds = EpisodeDataset(slice_, obs=["cam0/rgb"], action=None, fps=FPS)
     keys = [0, len(ds) // 2, len(ds) - 1]
     frames = torch.stack([s["cam0/rgb"] for s in ds.__getitems__(keys)])
-    assert open_decoders(ds) and IntraDecoder not in open_decoders(ds)
+    assert ds.open_decoders() and "intra" not in ds.open_decoders()
+    assert list(intra_checks().values()) == [False]
     reference = EpisodeDataset(slice_, obs=["cam0/rgb"], action=None, fps=FPS, decoder_backend="torchcodec")
     assert torch.equal(frames, torch.stack([s["cam0/rgb"] for s in reference.__getitems__(keys)]))
 
@@ -124,11 +124,10 @@ def test_decoder_cache_keeps_a_forced_backend(gop_slice) -> None:
     for backend in ("torchcodec", "pyav"):
         cache = DecoderCache(4, backend)
         cache.get_frames("k", path, np.array([0, 3]), 30.0)
-        assert open_decoders_of(cache) != [IntraDecoder]
+        assert cache.open_backends() == [backend]
 
 
-def test_the_check_runs_once_per_kind_of_video(tmp_path, monkeypatch) -> None:
-    monkeypatch.setattr(_decode, "_VERIFIED", {})
+def test_the_check_runs_once_per_kind_of_video(tmp_path, monkeypatch, fresh_checks) -> None:
     checks = []
     real = _decode._general
     monkeypatch.setattr(_decode, "_general", lambda *a: checks.append(a[1]) or real(*a))
@@ -139,8 +138,9 @@ def test_the_check_runs_once_per_kind_of_video(tmp_path, monkeypatch) -> None:
     cache = DecoderCache(8)
     for k, path in enumerate(paths):
         assert torch.equal(cache.get_frames(str(k), path, np.array([2, 11]), 30.0), torchcodec_frames(path, [2, 11]))
-    assert open_decoders_of(cache) == [IntraDecoder] * 3
+    assert cache.open_backends() == ["intra"] * 3
     assert checks == [paths[0], paths[2]]  # the second 48x64 video reuses the first one's check
+    assert list(intra_checks().values()) == [True, True]
 
 
 def write_video(path, pts: list[int], container: str, size=(48, 64)) -> None:

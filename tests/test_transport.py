@@ -158,7 +158,9 @@ def test_same_origin_redirect_keeps_authorization(tmp_path: Path) -> None:
 
 def test_transport_pickles_without_connections() -> None:
     t = Transport("http://stub.test:8765", SECRET)
-    t._http()
-    assert t._client is not None
+    t._http()  # opens the connection pool, as a first request would
+    assert t.connected
     clone = pickle.loads(pickle.dumps(t))
-    assert clone._client is None and "***" in repr(clone) and SECRET not in repr(clone)
+    assert not clone.connected and "***" in repr(clone) and SECRET not in repr(clone)
+    t.close()
+    assert not t.connected

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from rayform._hashing import new_hasher
+from rayform._process import PerProcess
 from rayform.errors import IntegrityError
 
 __all__ = ["PartialBlob", "active", "TmpName", "owner_dead", "parse_tmp_name", "tmp_name"]
@@ -26,16 +27,13 @@ _HOST = socket.gethostname().replace(".", "_").replace("/", "_") or "host"
 _CHUNK = 1 << 20
 
 #: Names of the temporary files this process is writing right now (any thread, any Cache).
-ACTIVE: set[str] = set()
-_ACTIVE_PID = [os.getpid()]
+#: A forked child writes none of its parent's files: it starts with an empty set.
+_ACTIVE: PerProcess[set[str]] = PerProcess(set)
 
 
 def active() -> set[str]:
-    """This process's set of temporary files being written (reset after a fork)."""
-    if _ACTIVE_PID[0] != os.getpid():
-        ACTIVE.clear()
-        _ACTIVE_PID[0] = os.getpid()
-    return ACTIVE
+    """This process's set of temporary files being written (empty in a new process)."""
+    return _ACTIVE.get()
 
 
 @dataclass(frozen=True)
@@ -98,7 +96,8 @@ class PartialBlob:
     """A temporary file being filled with one blob's bytes, hashed while written.
 
     The transport writes with :meth:`write` starting at :attr:`offset` (resume with
-    ``Range: bytes=offset-``) and calls :meth:`restart` if the server ignores the range.
+    ``Range: bytes=offset-``) and calls :meth:`restart` if the server ignores the range: it is
+    a :class:`~rayform._seams.DownloadSink`.
     """
 
     def __init__(self, path: Path, expected_hash: str, expected_size: int, mode: int) -> None:
@@ -108,7 +107,6 @@ class PartialBlob:
         self.hasher = new_hasher()
         self.offset = 0
         self.adopted_bytes = 0
-        self.on_bytes: object = None  # optional callable(n) for progress bars
         if path.exists():
             self._f: BinaryIO = path.open("r+b")
             self._rehash_prefix()
@@ -141,8 +139,6 @@ class PartialBlob:
         self._f.write(chunk)
         self.hasher.update(chunk)
         self.offset += len(chunk)
-        if callable(self.on_bytes):
-            self.on_bytes(len(chunk))
 
     def restart(self) -> None:
         """Forget everything written so far (the server ignored our ``Range``)."""

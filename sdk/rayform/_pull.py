@@ -5,12 +5,13 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from rayform._seams import Fetch
 from rayform._units import human_bytes
 from rayform.cache import Cache
 from rayform.manifest import BlobRef
@@ -54,9 +55,6 @@ class PullReport:
             f"fetched {self.fetched_blobs} ({human_bytes(self.fetched_bytes)}) in "
             f"{self.seconds:.1f} s ({human_bytes(rate)}/s), {self.cached_blobs} already cached"
         )
-
-
-Fetch = Callable[..., tuple[Path, int]]
 
 
 def run_pull(

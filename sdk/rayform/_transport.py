@@ -6,23 +6,23 @@ Redirects are followed by hand: the same origin keeps the ``Authorization`` head
 origin (an object store's presigned URL) never receives it; an expired presigned URL (``403``
 from the other origin) makes us ask the stub again for a fresh one.
 
-The ``httpx.Client`` is created lazily, per process: a ``Transport`` pickled into a DataLoader
-worker or inherited through ``fork`` opens its own connections on first use.
+The ``httpx.Client`` is created lazily, per process (a :class:`~rayform._process.PerProcess`):
+a ``Transport`` pickled into a DataLoader worker or inherited through ``fork`` opens its own
+connections on first use.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import re
-import threading
 from collections.abc import Callable
 from typing import Any
 
 import httpx
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_random_exponential
 
-from rayform._partial import PartialBlob
+from rayform._process import PerProcess
+from rayform._seams import DownloadSink, ProgressCallback
 from rayform.errors import (
     AccessDeniedError,
     IntegrityError,
@@ -138,41 +138,34 @@ class Transport:
         self.backoff_s = backoff_s
         self._http_transport = http_transport
         self._sleep = sleep
-        self._client: httpx.Client | None = None
-        self._pid: int | None = None
-        self._lock: threading.Lock | None = None
+        self._client: PerProcess[httpx.Client] = PerProcess(self._open_client)
 
     def __repr__(self) -> str:
         return f"<Transport {self.endpoint} token={'***' if self._token else None}>"
 
-    def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        state.update(_client=None, _pid=None, _lock=None)
-        return state
-
     # -- connections -----------------------------------------------------------------------
+    def _open_client(self) -> httpx.Client:
+        return httpx.Client(
+            timeout=httpx.Timeout(self.timeout),
+            follow_redirects=False,
+            limits=httpx.Limits(max_connections=64, max_keepalive_connections=32),
+            transport=self._http_transport,
+            headers={"Accept-Encoding": "identity", "User-Agent": "rayform-sdk"},
+        )
+
     def _http(self) -> httpx.Client:
-        pid = os.getpid()
-        if self._client is None or self._pid != pid:
-            if self._lock is None or self._pid != pid:
-                self._lock = threading.Lock()
-            with self._lock:
-                if self._client is None or self._pid != pid:
-                    self._client = httpx.Client(
-                        timeout=httpx.Timeout(self.timeout),
-                        follow_redirects=False,
-                        limits=httpx.Limits(max_connections=64, max_keepalive_connections=32),
-                        transport=self._http_transport,
-                        headers={"Accept-Encoding": "identity", "User-Agent": "rayform-sdk"},
-                    )
-                    self._pid = pid
-        return self._client
+        return self._client.get()
+
+    @property
+    def connected(self) -> bool:
+        """Whether this process holds an HTTP connection pool (opened by its first request)."""
+        return self._client.peek() is not None
 
     def close(self) -> None:
         """Close this process's connections (a later request reopens them)."""
-        if self._client is not None and self._pid == os.getpid():
-            self._client.close()
-        self._client = None
+        client = self._client.clear()
+        if client is not None:
+            client.close()
 
     def _url(self, path: str) -> httpx.URL:
         return self.endpoint.join(path.lstrip("/"))
@@ -259,24 +252,32 @@ class Transport:
         except ValueError as exc:
             raise TransportError(f"{what}: the server answered invalid JSON ({exc})") from None
 
-    def download(self, path: str, part: PartialBlob, what: str) -> None:
+    def download(self, path: str, part: DownloadSink, what: str,
+                 on_bytes: ProgressCallback | None = None) -> None:
         """Fill ``part`` from ``part.offset`` to its end with the blob at ``path``.
 
         A broken connection is retried and the download continues where it stopped, with
         ``Range: bytes=<offset>-``.
+
+        Args:
+            path: the blob's URL path, relative to the endpoint.
+            part: where the bytes go (the cache's partial file).
+            what: what is being done, for error messages.
+            on_bytes: called with the size of each chunk written (progress bars).
         """
 
         def once() -> None:
             if part.remaining <= 0:
                 return
             try:
-                self._download_once(path, part, what)
+                self._download_once(path, part, what, on_bytes)
             except httpx.TransportError as exc:
                 raise _Retryable(type(exc).__name__ + (f": {exc}" if str(exc) else "")) from None
 
         self._with_retries(what, once)
 
-    def _download_once(self, path: str, part: PartialBlob, what: str) -> None:
+    def _download_once(self, path: str, part: DownloadSink, what: str,
+                       on_bytes: ProgressCallback | None) -> None:
         url = self._url(path)
         redirects = refreshes = 0
         client = self._http()
@@ -321,6 +322,8 @@ class Transport:
                     )
                 for chunk in resp.iter_bytes():
                     part.write(chunk)
+                    if on_bytes is not None:
+                        on_bytes(len(chunk))
                 if part.remaining > 0:
                     raise _Retryable(f"connection closed after {part.offset} of "
                                      f"{part.expected_size} bytes")

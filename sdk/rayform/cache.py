@@ -12,7 +12,8 @@ A blob appears under its content name only complete and verified: it is written 
 process-unique temporary file on the same filesystem, hashed while streaming, fsync'd, made
 read-only and atomically renamed. Locks only avoid duplicate downloads; two writers without
 working locks still end with one correct blob. This module knows nothing of HTTP: a
-``download`` callable fills a :class:`~rayform._partial.PartialBlob`.
+``download`` callable fills a :class:`~rayform._seams.DownloadSink` (the cache's
+:class:`~rayform._partial.PartialBlob`).
 """
 
 from __future__ import annotations
@@ -26,10 +27,13 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from rayform._env import env_flag
 from rayform._hashing import hash_bytes, hash_file
 from rayform._ids import HASH_RE, sharded_path
 from rayform._locks import bounded_lock
 from rayform._partial import PartialBlob, active, owner_dead, parse_tmp_name, tmp_name
+from rayform._process import PerProcess
+from rayform._seams import DownloadSink
 from rayform.errors import CacheError, IntegrityError, RayformError
 from rayform.manifest import BlobRef
 
@@ -97,19 +101,14 @@ class Cache:
     ) -> None:
         self.root = Path(root).expanduser().absolute()
         self.shared = shared
-        self.locks = locks and os.environ.get("RAYFORM_NO_LOCKS", "") not in ("1", "true", "yes")
+        self.locks = locks and not env_flag("RAYFORM_NO_LOCKS")
         self.stale_s = stale_s
         self.stall_s = stall_s
-        self._touched: set[str] = set()
-        self._pid = os.getpid()
+        #: Blobs whose use this process has recorded (atime is updated once per process).
+        self._touched: PerProcess[set[str]] = PerProcess(set)
 
     def __repr__(self) -> str:
         return f"<Cache {self.root} shared={self.shared} locks={self.locks}>"
-
-    def __getstate__(self) -> dict[str, object]:
-        state = self.__dict__.copy()
-        state["_touched"] = set()
-        return state
 
     # -- paths -----------------------------------------------------------------------------
     def blob_path(self, digest: str) -> Path:
@@ -151,17 +150,16 @@ class Cache:
         return path
 
     def _touch(self, path: Path) -> None:
-        if os.getpid() != self._pid:
-            self._pid, self._touched = os.getpid(), set()
-        if path.name in self._touched:
+        touched = self._touched.get()
+        if path.name in touched:
             return
-        self._touched.add(path.name)
+        touched.add(path.name)
         try:  # record the use in atime (needs ownership; other users' blobs stay as they are)
             os.utime(path, ns=(time.time_ns(), path.stat().st_mtime_ns))
         except OSError:
             pass
 
-    def fetch_blob(self, ref: BlobRef, download: Callable[[PartialBlob], None]) -> tuple[Path, int]:
+    def fetch_blob(self, ref: BlobRef, download: Callable[[DownloadSink], None]) -> tuple[Path, int]:
         """Return the path of blob ``ref``, running ``download`` to fill it if it is missing.
 
         ``download(part)`` must write the bytes from ``part.offset`` to the end with
@@ -281,7 +279,7 @@ class Cache:
         except OSError as exc:
             self._discard(tmp)
             raise cache_error(exc, self.root, f"move a blob into {final.parent}") from exc
-        self._touched.add(final.name)
+        self._touched.get().add(final.name)
 
     @staticmethod
     def _fsync_dir(path: Path) -> None:

@@ -94,13 +94,10 @@ def _cmd_slices(args: argparse.Namespace) -> int:
 
 
 def _cmd_cache(args: argparse.Namespace) -> int:
-    import os
-
-    from platformdirs import user_cache_dir
-
+    from rayform._env import default_cache_dir
     from rayform.cache import Cache
 
-    root = args.cache_dir or os.environ.get("RAYFORM_CACHE_DIR") or user_cache_dir("rayform")
+    root = args.cache_dir or default_cache_dir()
     cache = Cache(root)
     cmd = args.cache_cmd
     if cmd == "path":

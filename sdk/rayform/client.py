@@ -15,15 +15,14 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-import platformdirs
-
+from rayform._env import default_cache_dir, env_flag
 from rayform._ids import check_slice_id, check_stream_name
-from rayform._partial import PartialBlob
 from rayform._pull import PullReport, run_pull
+from rayform._seams import DownloadSink, ProgressCallback
 from rayform._transport import Transport
 from rayform.cache import Cache
 from rayform.errors import (
@@ -38,8 +37,6 @@ from rayform.slice import Slice
 
 __all__ = ["Client", "PullReport", "SliceAPI"]
 
-_TRUE = ("1", "true", "yes", "on")
-
 
 def endpoint_key(endpoint: str) -> str:
     """A directory-safe name for a server, e.g. ``127.0.0.1_8765-1a2b3c4d``."""
@@ -49,10 +46,23 @@ def endpoint_key(endpoint: str) -> str:
 
 
 class SliceAPI:
-    """``client.slices``: resolve and list slices."""
+    """``client.slices``: resolve and list slices.
 
-    def __init__(self, client: Client) -> None:
-        self._client = client
+    Args:
+        resolve: ``resolve(slice_id) -> Slice`` for a well-formed ID (online or offline).
+        list_all: ``list_all() -> [{"id", "manifest", "description"}, ...]``.
+        owner: what the API belongs to (shown in its repr).
+    """
+
+    def __init__(
+        self,
+        resolve: Callable[[str], Slice],
+        list_all: Callable[[], list[dict[str, Any]]],
+        owner: object = None,
+    ) -> None:
+        self._resolve = resolve
+        self._list_all = list_all
+        self._owner = owner
 
     def get(self, slice_id: str) -> Slice:
         """Resolve ``slice_id`` to its manifest and return the :class:`~rayform.Slice`.
@@ -68,22 +78,17 @@ class SliceAPI:
             OfflineError: offline mode and the slice was never resolved here.
             TransportError: the server cannot be reached.
         """
-        return self._client._get_slice(check_slice_id(slice_id))
+        return self._resolve(check_slice_id(slice_id))
 
     def list(self) -> list[dict[str, Any]]:
         """Slices this token may see: ``[{"id", "manifest", "description"}, ...]``.
 
         Offline, the slices remembered in the cache.
         """
-        c = self._client
-        if c.offline:
-            return [{"id": r["id"], "manifest": r["manifest"], "description": r.get("description", "")}
-                    for r in c.cache.refs()]
-        doc = c._transport().get_json("v1/slices", "listing slices")
-        return list(doc.get("slices", []))
+        return self._list_all()
 
     def __repr__(self) -> str:
-        return f"<SliceAPI of {self._client!r}>"
+        return f"<SliceAPI of {self._owner!r}>"
 
 
 class Client:
@@ -123,16 +128,16 @@ class Client:
         self.endpoint: str | None = endpoint.rstrip("/") if endpoint else None
         self._token = token or os.environ.get("RAYFORM_TOKEN") or None
         if cache_dir is None:
-            cache_dir = os.environ.get("RAYFORM_CACHE_DIR") or platformdirs.user_cache_dir("rayform")
+            cache_dir = default_cache_dir()
         if offline is None:
-            offline = os.environ.get("RAYFORM_OFFLINE", "").strip().lower() in _TRUE
+            offline = env_flag("RAYFORM_OFFLINE")
         self.offline = bool(offline)
         self.cache = Cache(cache_dir, shared=shared, locks=locks)
         self.timeout = timeout
         self.attempts = attempts
         self._transport_obj: Transport | None = None
         self._manifests: dict[str, Manifest] = {}
-        self.slices = SliceAPI(self)
+        self.slices = SliceAPI(self._get_slice, self._list_slices, self)
 
     @property
     def cache_dir(self) -> Path:
@@ -166,6 +171,12 @@ class Client:
     def _key(self) -> str | None:
         return endpoint_key(self.endpoint) if self.endpoint else None
 
+    @property
+    def connected(self) -> bool:
+        """Whether this process holds network connections (opened on first use, per process:
+        a forked or unpickled copy holds none until it makes a request)."""
+        return self._transport_obj is not None and self._transport_obj.connected
+
     def close(self) -> None:
         """Close network connections held by this process (reopened on next use)."""
         if self._transport_obj is not None:
@@ -178,6 +189,13 @@ class Client:
         self.close()
 
     # -- slices ----------------------------------------------------------------------------
+    def _list_slices(self) -> list[dict[str, Any]]:
+        if self.offline:
+            return [{"id": r["id"], "manifest": r["manifest"], "description": r.get("description", "")}
+                    for r in self.cache.refs()]
+        doc = self._transport().get_json("v1/slices", "listing slices")
+        return list(doc.get("slices", []))
+
     def _get_slice(self, slice_id: str) -> Slice:
         if self.offline:
             ref = self.cache.get_ref(self._key(), slice_id) or self.cache.get_ref(None, slice_id)
@@ -266,12 +284,12 @@ class Client:
         path, _ = self._fetch(slice_id, ref)
         return path
 
-    def _fetch(self, slice_id: str, ref: BlobRef, on_bytes: Any = None) -> tuple[Path, int]:
+    def _fetch(self, slice_id: str, ref: BlobRef, on_bytes: ProgressCallback | None = None) -> tuple[Path, int]:
         url = f"v1/slices/{slice_id}/blobs/{ref.hash}"
 
-        def download(part: PartialBlob) -> None:
-            part.on_bytes = on_bytes
-            self._transport().download(url, part, f"downloading blob {ref.hash[:12]}... of {slice_id}")
+        def download(part: DownloadSink) -> None:
+            self._transport().download(url, part, f"downloading blob {ref.hash[:12]}... of {slice_id}",
+                                       on_bytes)
 
         return self.cache.fetch_blob(ref, download)
 

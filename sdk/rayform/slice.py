@@ -5,14 +5,11 @@ from __future__ import annotations
 import html
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+from rayform._seams import BlobFetcher
 from rayform._units import human_bytes
 from rayform.errors import NotFoundError
 from rayform.manifest import BlobRef, Manifest, Segment
-
-if TYPE_CHECKING:
-    from rayform.client import Client
 
 __all__ = ["Slice"]
 
@@ -25,10 +22,11 @@ class Slice:
         id: the slice ID, e.g. ``"slc_7c1e04aa"``.
         manifest_hash: BLAKE3 of the manifest this slice points at (pins the exact content).
         manifest: the parsed :class:`~rayform.manifest.Manifest`.
-        client: the :class:`~rayform.Client` used to fetch its blobs.
+        client: the :class:`~rayform.Client` used to fetch its blobs (any
+            :class:`~rayform._seams.BlobFetcher`).
     """
 
-    def __init__(self, slice_id: str, manifest_hash: str, manifest: Manifest, client: Client) -> None:
+    def __init__(self, slice_id: str, manifest_hash: str, manifest: Manifest, client: BlobFetcher) -> None:
         self.id = slice_id
         self.manifest_hash = manifest_hash
         self.manifest = manifest
@@ -73,6 +71,12 @@ class Slice:
         return sum(b.size for b in self.manifest.blobs(list(streams) if streams else None).values())
 
     # -- data ------------------------------------------------------------------------------
+    @property
+    def cache_dir(self) -> Path | None:
+        """The cache directory its blobs are fetched into (files derived from them, such as
+        dataset statistics, are kept there too), or ``None`` if there is none."""
+        return self.client.cache_dir
+
     def blob_path(self, ref: BlobRef) -> Path:
         """Local path of a verified blob of this slice, fetching it into the cache if needed.
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import collections.abc
 import copy
-import os
 import threading
 import weakref
 from typing import Any, cast
@@ -29,7 +28,9 @@ from torch.utils.data import default_collate, get_worker_info
 from torch.utils.data._utils.collate import collate as _collate_with
 from torch.utils.data._utils.collate import default_collate_fn_map
 
-__all__ = ["collate", "MAX_SLOTS"]
+from rayform._process import PerProcess
+
+__all__ = ["collate", "MAX_SLOTS", "forget_slots", "slots_in_use"]
 
 #: Slots per worker process. A worker has at most ``prefetch_factor`` (default 2) batches in
 #: flight, the training step holds one and the worker writes one: four cover the default.
@@ -63,10 +64,9 @@ class _Slot:
 
 
 class _Pool:
-    """A worker's slots (per process: a pool inherited through ``fork`` is discarded)."""
+    """A worker's slots."""
 
     def __init__(self) -> None:
-        self.pid = os.getpid()
         self.slots: list[_Slot] = []
 
     def acquire(self, nbytes: int) -> _Slot | None:
@@ -82,14 +82,21 @@ class _Pool:
         return slot
 
 
-_pool: _Pool | None = None
+#: This process's slots: a worker never writes into slots its parent made.
+_POOL: PerProcess[_Pool] = PerProcess(_Pool)
 
 
-def _worker_pool() -> _Pool:
-    global _pool
-    if _pool is None or _pool.pid != os.getpid():
-        _pool = _Pool()
-    return _pool
+def slots_in_use() -> list[bool]:
+    """For each of this process's slots, oldest first: whether a batch in it may still be
+    referenced (``[]`` in a process that has collated nothing into shared memory)."""
+    pool = _POOL.peek()
+    return [not s.is_free() for s in pool.slots] if pool is not None else []
+
+
+def forget_slots() -> None:
+    """Drop this process's slots (as in a new worker); a slot still referenced by a batch
+    stays mapped until that batch is freed."""
+    _POOL.clear()
 
 
 class _Bump:
@@ -143,7 +150,7 @@ def collate(batch: list[Any]) -> Any:
     _collate_with(batch, collate_fn_map=sizing.fn_map())
     if sizing.offset == _HEADER:  # no tensors to place
         return default_collate(batch)
-    slot = _worker_pool().acquire(sizing.offset)
+    slot = _POOL.get().acquire(sizing.offset)
     if slot is None:  # every slot still referenced: fresh memory, as default_collate does
         return default_collate(batch)
     bump = _Bump(slot)

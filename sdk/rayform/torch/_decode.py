@@ -1,9 +1,9 @@
 """Video decoding: a bounded, per-process LRU of open decoders.
 
 Decoders are opened lazily, on first use, in the process that uses them: nothing is opened
-at dataset construction, so nothing crosses a DataLoader worker fork. The cache also checks
-``os.getpid()`` on every access and forgets (without closing) whatever it inherited from a
-parent process.
+at dataset construction. A :class:`DecoderCache` serves one process: its owner holds it in a
+:class:`~rayform._process.PerProcess` with ``keep_inherited=True``, so a forked DataLoader
+worker starts with an empty cache and never frees (nor uses) the decoders it inherited.
 
 Backends, chosen per video when the backend is left to us (``None``):
 
@@ -31,14 +31,11 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
-from rayform.torch._intra import open_intra
+from rayform.torch._intra import IntraDecoder, open_intra
 
-__all__ = ["BACKENDS", "DecoderCache", "default_backend"]
+__all__ = ["BACKENDS", "DecoderCache", "default_backend", "forget_intra_checks", "intra_checks"]
 
 BACKENDS = ("torchcodec", "pyav")
-
-#: Decoder caches inherited through fork, never freed (see ``DecoderCache._check_pid``).
-_INHERITED: list[Any] = []
 
 
 class _Decoder(Protocol):
@@ -110,9 +107,28 @@ def _general(backend: str, path: Path, rate_hz: float) -> _Decoder:
     return _TorchCodecDecoder(path) if backend == "torchcodec" else _PyAVDecoder(path, rate_hz)
 
 
+def _backend_name(decoder: _Decoder) -> str:
+    if isinstance(decoder, IntraDecoder):
+        return "intra"
+    return "torchcodec" if isinstance(decoder, _TorchCodecDecoder) else "pyav"
+
+
 #: Per process: video signature (codec, size, pixel format, colour space and range) -> whether
-#: the packet decoder gave the general backend's bits on the first video with it.
+#: the packet decoder gave the general backend's bits on the first video with it. A forked
+#: child keeps its parent's verdicts: they are facts about the decoders, not open resources.
 _VERIFIED: dict[tuple[Any, ...], bool] = {}
+
+
+def intra_checks() -> dict[tuple[Any, ...], bool]:
+    """The packet decoder's checks so far in this process (a copy): video signature (codec,
+    size, pixel format, colour space and range) -> whether it gave the general backend's bits."""
+    return dict(_VERIFIED)
+
+
+def forget_intra_checks() -> None:
+    """Forget every check, as in a fresh process: the next video of each signature is checked
+    again before the packet decoder is used for it."""
+    _VERIFIED.clear()
 
 
 def _checked_intra(path: Path, rate_hz: float) -> _Decoder | None:
@@ -162,7 +178,6 @@ class DecoderCache:
     def __init__(self, max_open: int = 16, backend: str | None = None) -> None:
         self.max_open = max_open
         self._backend = backend
-        self._pid = os.getpid()
         self._lock = threading.Lock()
         self._open: OrderedDict[str, _Entry] = OrderedDict()
 
@@ -170,16 +185,6 @@ class DecoderCache:
     def backend(self) -> str:
         """The general backend: the one asked for, else :func:`default_backend`."""
         return self._backend or default_backend()
-
-    def _check_pid(self) -> None:
-        if self._pid != os.getpid():
-            # Inherited through fork: those decoders share FFmpeg state with the parent. Keep
-            # them, unused, for good: freeing one runs FFmpeg's cleanup on state that belongs to
-            # the parent's threads (swscale's thread pool then waits forever in the child).
-            _INHERITED.append(self._open)
-            self._pid = os.getpid()
-            self._lock = threading.Lock()
-            self._open = OrderedDict()
 
     def get_frames(self, key: str, path: Path, indices: np.ndarray, rate_hz: float) -> torch.Tensor:
         """Frames at sorted, unique ``indices`` of the video at ``path``.
@@ -193,7 +198,6 @@ class DecoderCache:
         Returns:
             ``uint8 (N, 3, H, W)``.
         """
-        self._check_pid()
         with self._lock:
             entry = self._open.get(key)
             if entry is None:
@@ -209,5 +213,11 @@ class DecoderCache:
             return entry.decoder.get_frames_at([int(i) for i in indices])
 
     def __len__(self) -> int:
-        self._check_pid()
         return len(self._open)
+
+    def open_backends(self) -> list[str]:
+        """Backend of each video in the cache, least recently used first: ``"intra"`` (the
+        packet decoder), ``"torchcodec"`` or ``"pyav"`` (a video still being opened is left out)."""
+        with self._lock:
+            entries = list(self._open.values())
+        return [_backend_name(e.decoder) for e in entries if e.decoder is not None]

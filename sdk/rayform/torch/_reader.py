@@ -11,12 +11,12 @@ one ``read`` call only: no thread outlives it, so a DataLoader may fork workers 
 Blobs are reached only through ``slice_.blob_path(ref)`` (which fetches a missing blob into
 the shared cache, or raises :class:`~rayform.errors.OfflineError` in offline mode), always
 from the calling thread. All per-process state (open decoders, loaded tables, resolved paths)
-is created lazily and reset after a fork.
+is one :class:`~rayform._process.PerProcess` value: created lazily, fresh in a forked worker,
+dropped when the dataset is pickled into a spawned one.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -25,6 +25,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from rayform._process import PerProcess
+from rayform._seams import BlobSource
 from rayform.manifest import BlobRef, Stream
 from rayform.torch._align import align_values, latest_at_or_before
 from rayform.torch._decode import DecoderCache
@@ -33,6 +35,17 @@ from rayform.torch._index import GridIndex, grid_offsets_ns
 from rayform.torch._tables import TableCache
 
 __all__ = ["SampleReader"]
+
+
+class _ProcessState:
+    """What one process of a reader holds: open decoders, loaded tables, resolved blob paths."""
+
+    __slots__ = ("decoders", "paths", "tables")
+
+    def __init__(self, decoder_cache_size: int, decoder_backend: str | None) -> None:
+        self.decoders = DecoderCache(decoder_cache_size, decoder_backend)
+        self.tables = TableCache()
+        self.paths: dict[str, Path] = {}
 
 
 class SampleReader:
@@ -54,7 +67,7 @@ class SampleReader:
 
     def __init__(
         self,
-        slice_: Any,
+        slice_: BlobSource,
         index: GridIndex,
         obs: Sequence[str],
         action: str | None,
@@ -78,44 +91,36 @@ class SampleReader:
         self.decoder_cache_size = decoder_cache_size
         self.decoder_backend = decoder_backend
         self.decode_threads = decode_threads
-        self._reset()
+        # Decoders inherited through fork share FFmpeg state with the parent: they are kept,
+        # unused, for good. Freeing one runs FFmpeg's cleanup on state that belongs to the
+        # parent's threads (swscale's thread pool then waits forever in the child).
+        self._state = PerProcess(self._new_state, keep_inherited=True)
 
     # -- per-process state -----------------------------------------------------------------
-    def _reset(self) -> None:
-        self._pid: int | None = None
-        self._decoders: DecoderCache | None = None
-        self._tables: TableCache | None = None
-        self._paths: dict[str, Path] = {}
+    def _new_state(self) -> _ProcessState:
+        return _ProcessState(self.decoder_cache_size, self.decoder_backend)
 
-    def _ensure_state(self) -> None:
-        if self._pid != os.getpid():
-            self._pid = os.getpid()
-            self._decoders = DecoderCache(self.decoder_cache_size, self.decoder_backend)
-            self._tables = TableCache()
-            self._paths = {}
+    def open_backends(self) -> list[str]:
+        """This process's open video decoders, least recently used first, by backend
+        (``"intra"``, ``"torchcodec"``, ``"pyav"``); empty before the first read here."""
+        state = self._state.peek()
+        return state.decoders.open_backends() if state is not None else []
 
-    def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        state.update(_pid=None, _decoders=None, _tables=None, _paths={})
-        return state
-
-    def _path(self, ref: BlobRef) -> Path:
-        path = self._paths.get(ref.hash)
+    def _path(self, ref: BlobRef, paths: dict[str, Path]) -> Path:
+        path = paths.get(ref.hash)
         if path is None:
             path = Path(self.slice.blob_path(ref))
-            self._paths[ref.hash] = path
+            paths[ref.hash] = path
         return path
 
     def table(self, stream: Stream) -> tuple[np.ndarray, np.ndarray]:
         """``(t_ns (N,), values (N, D))`` of a table stream (fetched on demand)."""
-        self._ensure_state()
-        assert self._tables is not None
-        return self._tables.table(stream.blob.hash, self._path(stream.blob))
+        state = self._state.get()
+        return state.tables.table(stream.blob.hash, self._path(stream.blob, state.paths))
 
     # -- reading ---------------------------------------------------------------------------
     def read(self, seg_pos: np.ndarray, steps: np.ndarray) -> list[dict[str, Any]]:
         """Samples for parallel arrays of segment positions and grid steps, in that order."""
-        self._ensure_state()
         if self.decode_threads > 0:
             # Starting 2 threads costs ~0.1 ms against ~60 ms of decoding per batch of 32.
             # Leaving the block waits for every decode, even on error.
@@ -124,16 +129,17 @@ class SampleReader:
         return self._read(seg_pos, steps, None)
 
     def _read(self, seg_pos: np.ndarray, steps: np.ndarray, pool: ThreadPoolExecutor | None) -> list[dict[str, Any]]:
+        state = self._state.get()
         out: list[dict[str, Any] | None] = [None] * len(seg_pos)
         # Start every segment's decodes first (in the pool, when there is one), then assemble.
         pending = [(np.flatnonzero(seg_pos == s), s) for s in np.unique(seg_pos)]
-        finishers = [(where, self._read_segment(int(s), steps[where], pool)) for where, s in pending]
+        finishers = [(where, self._read_segment(state, int(s), steps[where], pool)) for where, s in pending]
         for where, finish in finishers:
             for i, sample in zip(where, finish(), strict=True):
                 out[int(i)] = sample
         return out  # type: ignore[return-value]
 
-    def _read_segment(self, s: int, steps: np.ndarray,
+    def _read_segment(self, state: _ProcessState, s: int, steps: np.ndarray,
                       pool: ThreadPoolExecutor | None) -> Callable[[], list[dict[str, Any]]]:
         """Starts the segment's video decodes and reads its tables; the returned function
         waits for the frames and builds the samples."""
@@ -151,7 +157,7 @@ class SampleReader:
         for name in self.obs:
             stream = seg.streams[name]
             if stream.kind == "video":
-                videos[name] = self._video(stream, obs_t, pool)
+                videos[name] = self._video(state, stream, obs_t, pool)
             else:
                 t_rec, rec = self.table(stream)
                 values = convert(rec[latest_at_or_before(t_rec, obs_t)], stream, self.frame)
@@ -202,7 +208,7 @@ class SampleReader:
             samples.append(sample)
         return samples
 
-    def _video(self, stream: Stream, t_query: np.ndarray,
+    def _video(self, state: _ProcessState, stream: Stream, t_query: np.ndarray,
                pool: ThreadPoolExecutor | None) -> tuple[Future[torch.Tensor], np.ndarray]:
         """Frames at the latest frame time <= each query ``t_query (B, n)``.
 
@@ -212,22 +218,23 @@ class SampleReader:
             (B, n)``: query ``[b, k]`` is ``frames[inverse[b, k]]``. Not gathering here saves
             a full copy of every frame per batch.
         """
-        assert self._tables is not None and self._decoders is not None and stream.timestamps is not None
-        frame_t = self._tables.timestamps(stream.timestamps.hash, self._path(stream.timestamps))
+        assert stream.timestamps is not None
+        frame_t = state.tables.timestamps(stream.timestamps.hash, self._path(stream.timestamps, state.paths))
         idx = latest_at_or_before(frame_t, t_query)
         unique, inverse = np.unique(idx.reshape(-1), return_inverse=True)
         # Paths are resolved here, in the calling thread: a missing blob is fetched (or
         # OfflineError raised) before any decoding starts.
-        args = (stream.blob.hash, self._path(stream.blob), unique, stream.rate_hz)
+        args = (stream.blob.hash, self._path(stream.blob, state.paths), unique, stream.rate_hz)
         inverse = inverse.reshape(t_query.shape).astype(np.int64)
         if pool is not None:
-            return pool.submit(self._decode_contiguous, *args), inverse
+            return pool.submit(_decode_contiguous, state.decoders, *args), inverse
         done: Future[torch.Tensor] = Future()
-        done.set_result(self._decoders.get_frames(*args))
+        done.set_result(state.decoders.get_frames(*args))
         return done, inverse
 
-    def _decode_contiguous(self, key: str, path: Path, indices: np.ndarray, rate_hz: float) -> torch.Tensor:
-        # In a pool thread: make the frames contiguous here, in parallel, so that
-        # default_collate's copy in the calling thread is a plain memcpy, not a transpose.
-        assert self._decoders is not None
-        return self._decoders.get_frames(key, path, indices, rate_hz).contiguous()
+
+def _decode_contiguous(decoders: DecoderCache, key: str, path: Path, indices: np.ndarray,
+                       rate_hz: float) -> torch.Tensor:
+    # In a pool thread: make the frames contiguous here, in parallel, so that
+    # default_collate's copy in the calling thread is a plain memcpy, not a transpose.
+    return decoders.get_frames(key, path, indices, rate_hz).contiguous()

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from rayform._hashing import hash_bytes
+from rayform._seams import TableLoader
 from rayform.manifest import canonical_json
 from rayform.torch._align import align_values, latest_at_or_before
 from rayform.torch._frames import convert
@@ -64,7 +65,7 @@ def compute_stats(
     streams: dict[str, str],
     frame: str | None,
     action_mode: str,
-    load_table: Any,
+    load_table: TableLoader,
     cache_dir: Path | None,
 ) -> dict[str, dict[str, Any]]:
     """Statistics of the named table streams (cached under ``cache_dir/stats`` if given).
@@ -74,7 +75,7 @@ def compute_stats(
         streams: stream name -> ``"obs"`` or ``"action"`` (table streams only).
         frame: target coordinate convention.
         action_mode: how the action is aligned.
-        load_table: ``callable(stream) -> (t_ns, values)``.
+        load_table: ``load_table(stream) -> (t_ns (N,), values (N, D))``.
         cache_dir: the Rayform cache directory, or ``None`` to skip the disk cache.
     """
     path = None

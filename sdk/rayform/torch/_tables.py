@@ -3,13 +3,12 @@
 Table blobs (``t_ns int64 (N,)`` + ``values (N, D)``) and video timestamps blobs
 (``int64 (N,)``) are small next to video, so they are read whole with one ``read_bytes`` (no
 file handle stays open) and kept in memory, least recently used first out, up to
-``max_bytes``. The cache notices a changed ``os.getpid()`` (a forked DataLoader worker) and
-starts empty in the new process.
+``max_bytes``. One cache serves one process: its owner holds it in a
+:class:`~rayform._process.PerProcess`, so a forked DataLoader worker starts with an empty one.
 """
 
 from __future__ import annotations
 
-import os
 from collections import OrderedDict
 from pathlib import Path
 
@@ -25,18 +24,10 @@ class TableCache:
 
     def __init__(self, max_bytes: int = 512 << 20) -> None:
         self.max_bytes = max_bytes
-        self._pid = os.getpid()
         self._items: OrderedDict[str, tuple[np.ndarray, np.ndarray | None]] = OrderedDict()
         self._bytes = 0
 
-    def _check_pid(self) -> None:
-        if self._pid != os.getpid():
-            self._pid = os.getpid()
-            self._items.clear()
-            self._bytes = 0
-
     def _get(self, key: str) -> tuple[np.ndarray, np.ndarray | None] | None:
-        self._check_pid()
         item = self._items.get(key)
         if item is not None:
             self._items.move_to_end(key)
@@ -69,5 +60,4 @@ class TableCache:
         return item[0]
 
     def __len__(self) -> int:
-        self._check_pid()
         return len(self._items)

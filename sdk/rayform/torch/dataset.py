@@ -12,7 +12,6 @@ import math
 import numbers
 import sys
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -20,6 +19,7 @@ import torch
 from torch.utils.data import Dataset
 
 from rayform._hashing import hash_bytes
+from rayform._seams import BlobSource
 from rayform.errors import InvalidArgumentError, NotFoundError
 from rayform.manifest import Segment
 from rayform.torch._align import ACTION_MODES
@@ -85,7 +85,7 @@ class EpisodeDataset(Dataset):
 
     def __init__(
         self,
-        slice_: Any,
+        slice_: BlobSource,
         obs: Sequence[str],
         action: str | None,
         fps: float,
@@ -103,7 +103,7 @@ class EpisodeDataset(Dataset):
         decoder_backend: str | None = None,
         decode_threads: int = 0,
     ) -> None:
-        if not hasattr(slice_, "manifest") or not hasattr(slice_, "blob_path"):
+        if not isinstance(slice_, BlobSource):
             raise InvalidArgumentError(
                 f"slice_ must be a rayform.Slice (from client.slices.get(...)), got {type(slice_).__name__}"
             )
@@ -224,10 +224,8 @@ class EpisodeDataset(Dataset):
         roles = {name: "obs" for name in self.obs if self._stream(name).kind == "table"}
         if self.action is not None:
             roles[self.action] = "action"
-        cache_dir = getattr(getattr(self.slice, "client", None), "cache_dir", None)
         return compute_stats(
-            self._index, roles, self.frame, self.action_mode, self._reader.table,
-            Path(cache_dir) if cache_dir is not None else None,
+            self._index, roles, self.frame, self.action_mode, self._reader.table, self.slice.cache_dir,
         )
 
     def describe(self) -> dict[str, Any]:
@@ -251,6 +249,12 @@ class EpisodeDataset(Dataset):
             "world_size": self._world,
             "ddp_even": self.ddp_even,
         }
+
+    def open_decoders(self) -> list[str]:
+        """Backends of the video decoders this process holds open, least recently used first:
+        ``"intra"`` (the packet decoder), ``"torchcodec"`` or ``"pyav"``. Each process (each
+        DataLoader worker) has its own; empty before this process read a frame."""
+        return self._reader.open_backends()
 
     def _stream(self, name: str) -> Any:
         return self._index.segments[0].streams[name]

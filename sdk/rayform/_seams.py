@@ -1,0 +1,132 @@
+"""The seams of the data path, named: what each side of a module boundary needs from the other.
+
+Slice ID → manifest → blobs → cache → decoder → sample → batch::
+
+    EpisodeDataset ──BlobSource──▶ Slice ──BlobFetcher──▶ Client ──Fetch──▶ (pull)
+                                                             │
+                                   Cache.fetch_blob ──DownloadSink──▶ Transport.download
+                                                                      (ProgressCallback)
+    dataset stats ──TableLoader──▶ SampleReader
+
+Each is a :class:`typing.Protocol`: anything with these members fits, so tests and benchmarks
+stand in for a server with a small fake (``tests/fakes.py``) instead of a subclass. The
+runtime-checkable ones are checked with ``isinstance`` where a user hands us the object.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from rayform.manifest import BlobRef, Manifest, Stream
+
+__all__ = [
+    "BlobFetcher",
+    "BlobSource",
+    "DownloadSink",
+    "Fetch",
+    "ProgressCallback",
+    "TableLoader",
+]
+
+#: Called with the number of bytes just received (progress bars). Runs in the downloading
+#: thread: it must be quick and thread-safe.
+ProgressCallback = Callable[[int], None]
+
+
+@runtime_checkable
+class BlobFetcher(Protocol):
+    """What a :class:`~rayform.Slice` needs from the client that resolved it.
+
+    :class:`~rayform.Client` is the real one; ``tests/fakes.py`` has one that reads a server
+    store directly.
+    """
+
+    def ensure_blob(self, slice_id: str, ref: BlobRef) -> Path:
+        """Local path of the verified blob ``ref`` of ``slice_id``, fetched if missing."""
+        ...
+
+    @property
+    def cache_dir(self) -> Path | None:
+        """Directory for files derived from blobs (statistics), or ``None`` to keep none."""
+        ...
+
+    def pull(self, slice_id: str, streams: Sequence[str] | None = None, jobs: int = 8,
+             progress: bool = False) -> object:
+        """Make every blob of the named streams (all if ``None``) of ``slice_id`` local."""
+        ...
+
+
+@runtime_checkable
+class BlobSource(Protocol):
+    """What :class:`~rayform.torch.EpisodeDataset` needs from a slice (a :class:`~rayform.Slice`)."""
+
+    @property
+    def id(self) -> str:
+        """The slice ID, e.g. ``"slc_7c1e04aa"``."""
+        ...
+
+    @property
+    def manifest(self) -> Manifest:
+        """Its parsed manifest: segments, streams, blob references."""
+        ...
+
+    @property
+    def manifest_hash(self) -> str:
+        """BLAKE3 hex of the manifest (pins the exact content)."""
+        ...
+
+    @property
+    def cache_dir(self) -> Path | None:
+        """Directory for files derived from its blobs (statistics), or ``None``."""
+        ...
+
+    def blob_path(self, ref: BlobRef) -> Path:
+        """Local path of a verified blob of this slice, fetched into the cache if missing."""
+        ...
+
+
+class DownloadSink(Protocol):
+    """What a download writes into (:class:`~rayform._partial.PartialBlob`): bytes
+    ``offset..expected_size`` of one blob, in order."""
+
+    @property
+    def offset(self) -> int:
+        """Bytes already held; a resumed download asks for ``Range: bytes=<offset>-``."""
+        ...
+
+    @property
+    def expected_size(self) -> int:
+        """The blob's size in bytes, as its manifest declares."""
+        ...
+
+    @property
+    def remaining(self) -> int:
+        """Bytes still missing."""
+        ...
+
+    def write(self, chunk: bytes) -> None:
+        """Append ``chunk`` at :attr:`offset`."""
+        ...
+
+    def restart(self) -> None:
+        """Forget every byte held (the server ignored the requested range)."""
+        ...
+
+
+class Fetch(Protocol):
+    """Download one blob of a slice into the cache (``Client._fetch``, used by ``pull``)."""
+
+    def __call__(self, slice_id: str, ref: BlobRef, on_bytes: ProgressCallback | None = None, /) -> tuple[Path, int]:
+        """Returns the cached path and the bytes this call downloaded (0 if already cached)."""
+        ...
+
+
+class TableLoader(Protocol):
+    """Reads a table stream: ``(t_ns int64 (N,), values (N, D))`` (``SampleReader.table``)."""
+
+    def __call__(self, stream: Stream, /) -> tuple[np.ndarray, np.ndarray]: ...
