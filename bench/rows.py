@@ -27,7 +27,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from bench._timing import LOADER_KW, child_pids, rss_kib
-from rayform._blobfmt import decode_table, decode_timestamps
+from rayform.format import decode_table, decode_timestamps
 from rayform.manifest import Manifest
 from rayform.slice import Slice
 from rayform.torch import EpisodeDataset, collate

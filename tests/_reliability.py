@@ -11,7 +11,7 @@ from pathlib import Path
 
 from conftest import DEMO_SLICE, TOKEN
 
-from rayform._hashing import hash_file
+from rayform.format import hash_file
 
 __all__ = ["assert_cache_consistent", "kill_when_writing", "pull_cmd", "sub_env"]
 

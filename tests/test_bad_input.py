@@ -25,7 +25,7 @@ from conftest import DEMO_SLICE, TOKEN, ServerProcess
 
 import rayform
 from rayform import errors
-from rayform._hashing import hash_bytes
+from rayform.format import hash_bytes
 from rayform.manifest import canonical_json
 from rayform.torch import EpisodeDataset
 

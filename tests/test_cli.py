@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from conftest import DEMO_SLICE, TOKEN, ServerProcess
 
-from rayform._hashing import hash_file
+from rayform.format import hash_file
 
 
 def _run(*args: str, env: dict[str, str] | None = None,

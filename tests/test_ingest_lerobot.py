@@ -14,8 +14,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from rayform._blobfmt import decode_table, decode_timestamps
 from rayform.errors import InvalidArgumentError
+from rayform.format import decode_table, decode_timestamps
 from rayform.slice import Slice
 from rayform_server._video import encode_video
 from rayform_server.ingest import add_parser, ingest_lerobot

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from mcap_ros2.writer import Writer
 
-from rayform._blobfmt import decode_table, decode_timestamps
 from rayform.errors import InvalidArgumentError
+from rayform.format import decode_table, decode_timestamps
 from rayform.slice import Slice
 from rayform_server.ingest import add_parser, ingest_mcap
 from rayform_server.ingest._common import Progress

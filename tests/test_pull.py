@@ -13,8 +13,8 @@ from _reliability import assert_cache_consistent, kill_when_writing, pull_cmd
 from conftest import DEMO_SLICE, TOKEN, ServerProcess, forbid_network
 
 import rayform
-from rayform._hashing import hash_file
 from rayform.errors import IntegrityError, OfflineError
+from rayform.format import hash_file
 
 
 @pytest.fixture

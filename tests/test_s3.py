@@ -26,8 +26,8 @@ from _seaweed import BUCKET, SeaweedS3
 from conftest import DEMO_SLICE, TOKEN, ServerProcess, forbid_network
 
 import rayform
-from rayform._hashing import hash_file
 from rayform.errors import IntegrityError
+from rayform.format import hash_file
 from rayform_server.blobstore import CONFIG_NAME, configure_root
 
 PREFIX = "demo"

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from conftest import DEMO_SLICE, TOKEN, ServerProcess
 
-from rayform._hashing import hash_bytes
+from rayform.format import hash_bytes
 from rayform.manifest import Manifest
 from rayform_server.builder import SliceBuilder, TableData
 from rayform_server.demo import build_demo
