@@ -20,7 +20,6 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from rayform.errors import NotFoundError
 from rayform.files import write_atomic
 from rayform.format import check_hash, check_slice_id, hash_bytes, new_hasher, sharded_path
 from rayform.manifest import BlobRef, Manifest, canonical_json
@@ -113,8 +112,7 @@ class Store:
         """Point ``slice_id`` at a stored manifest (atomically replaces an older reference)."""
         check_hash(manifest_hash)
         if not self.manifest_path(manifest_hash).exists():
-            raise NotFoundError(f"manifest {manifest_hash} is not in the store: store it first with "
-                                "put_manifest()")
+            raise FileNotFoundError(f"manifest {manifest_hash} is not in the store")
         doc = {"id": slice_id, "manifest": manifest_hash, "description": description}
         write_atomic(self.slice_path(slice_id), canonical_json(doc), mode=0o644, tmp_dir=self.root / "tmp")
 
