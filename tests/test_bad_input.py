@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 from _reliability import assert_cache_consistent
-from conftest import DEMO_SLICE, TOKEN, ServerProcess
+from helpers import DEMO_SLICE, TOKEN, ServerProcess
 
 import rayform
 from rayform import errors

@@ -8,7 +8,7 @@ import pickle
 from pathlib import Path
 
 import pytest
-from conftest import DEMO_SLICE, TOKEN, ServerProcess, forbid_network
+from helpers import DEMO_SLICE, TOKEN, ServerProcess, forbid_network
 
 import rayform
 from rayform.errors import (

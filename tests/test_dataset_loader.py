@@ -15,8 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import DEMO_SLICE
 from dataset_helpers import FPS, SLICE_ID, StoreClient, build_slice, decode_index_frame
+from helpers import DEMO_SLICE
 from torch.utils.data import DataLoader
 
 import rayform

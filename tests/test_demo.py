@@ -9,7 +9,7 @@ from pathlib import Path
 import av
 import numpy as np
 import pytest
-from conftest import DEMO_SLICE
+from helpers import DEMO_SLICE
 
 from rayform.format import SEGMENT_ID_RE, decode_table, decode_timestamps
 from rayform.manifest import Manifest

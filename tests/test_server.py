@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pytest
-from conftest import DEMO_SLICE, TOKEN, ServerProcess
+from helpers import DEMO_SLICE, TOKEN, ServerProcess
 
 from rayform.format import hash_bytes
 from rayform.manifest import Manifest
