@@ -42,7 +42,7 @@ def free_port() -> int:
 
 def make_client(url: str, cache: Path, **kw: object) -> rayform.Client:
     """A client of the server at ``url`` with the test token and its own cache directory."""
-    return rayform.Client(endpoint=url, token=TOKEN, cache_dir=cache, **kw)  # type: ignore[arg-type]
+    return rayform.Client(endpoint=url, token=TOKEN, cache_dir=cache, **kw)
 
 
 class ServerProcess:
