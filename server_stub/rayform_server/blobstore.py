@@ -139,7 +139,7 @@ class S3BlobBackend:
         except ClientError as exc:
             code = exc.response.get("Error", {}).get("Code", "?")
             raise AccessDeniedError(f"the object store {self.describe()} refused access to bucket "
-                             f"{self.bucket!r} (error {code}): {fix}") from None
+                                    f"{self.bucket!r} (error {code}): {fix}") from None
         except BotoCoreError as exc:
             raise TransportError(f"cannot use the object store {self.describe()} ({exc}): {fix}") from None
 
@@ -206,7 +206,7 @@ def _read_config(root: Path) -> dict[str, str] | None:
         return None
     except (OSError, ValueError) as exc:
         raise InvalidArgumentError(f"{root / CONFIG_NAME} is unreadable ({exc}): fix or delete it "
-                         "(deleting it means the blobs are in ROOT/blobs)") from None
+                                   "(deleting it means the blobs are in ROOT/blobs)") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("blobs"), str):
         raise InvalidArgumentError(f"{root / CONFIG_NAME} has no \"blobs\" URL: fix or delete it")
     return doc
@@ -250,17 +250,17 @@ def configure_root(root: str | os.PathLike[str], blobs: str | None,
         if doc is None:
             if endpoint_url:
                 raise InvalidArgumentError(f"an S3 endpoint was given but the data root {root} keeps its blobs "
-                                 "locally: add --blobs s3://BUCKET/PREFIX")
+                                           "locally: add --blobs s3://BUCKET/PREFIX")
             return LocalBlobBackend(root)
         return blob_backend_from_url(doc["blobs"], root,
                                      endpoint_url=endpoint_url or doc.get("s3_endpoint") or None)
     wanted = blobs.rstrip("/")
     if doc is not None and doc["blobs"].rstrip("/") != wanted:
         raise InvalidArgumentError(f"the data root {root} keeps its blobs in {doc['blobs']}, not {blobs}: "
-                         f"pass --blobs {doc['blobs']} or use another --root")
+                                   f"pass --blobs {doc['blobs']} or use another --root")
     if doc is None and any((root / "blobs").rglob("*")):
         raise InvalidArgumentError(f"the data root {root} already holds blobs in {root / 'blobs'}: copy them "
-                         f"to {blobs} and start from a fresh --root, or leave --blobs out")
+                                   f"to {blobs} and start from a fresh --root, or leave --blobs out")
     backend = blob_backend_from_url(wanted, root, endpoint_url=endpoint_url)
     if doc is None and not isinstance(backend, LocalBlobBackend):
         record = {"blobs": wanted, "s3_endpoint": endpoint_url or ""}
