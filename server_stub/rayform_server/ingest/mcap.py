@@ -198,6 +198,19 @@ def _stream(path: Path, pick: _Pick, items: list[tuple[int, Any]]) -> VideoData 
     return TableData(pick.name, t_ns, values, rate_hz=rate, units="m", frame="ros", quantity="pose")
 
 
+def _file_streams(path: Path, streams: dict[str, str] | None, progress: Progress) -> list[VideoData | TableData]:
+    """Every chosen stream of one MCAP file, read and sorted by stamp."""
+    picks = _picks(path, _topics(path), streams)
+    data = _read(path, picks)
+    built: list[VideoData | TableData] = []
+    for pick in picks:
+        items = _sorted_unique(path, pick.topic, data[pick.topic], progress)
+        if pick.kind == "joint" and not streams and _ros.joint_field(items[0][1], pick.field or "").size == 0:
+            continue  # a field this robot does not publish (e.g. empty effort)
+        built.append(_stream(path, pick, items))
+    return built
+
+
 def ingest_mcap(
     store: Store,
     files: Sequence[str | os.PathLike[str]],
@@ -240,14 +253,7 @@ def ingest_mcap(
             if not path.is_file():
                 raise InvalidArgumentError(f"{path} does not exist or is not a file")
             seg_id = segment_id_for("mcap", hash_file(path))
-            picks = _picks(path, _topics(path), streams)
-            data = _read(path, picks)
-            built = []
-            for pick in picks:
-                items = _sorted_unique(path, pick.topic, data[pick.topic], progress)
-                if pick.kind == "joint" and not streams and _ros.joint_field(items[0][1], pick.field or "").size == 0:
-                    continue  # a field this robot does not publish (e.g. empty effort)
-                built.append(_stream(path, pick, items))
+            built = _file_streams(path, streams, progress)
             summary = ", ".join(f"{s.name} ({len(s.t_ns)})" for s in built)
             yield SegmentInput(seg_id, str(path), built, f"{path.name} -> {seg_id} ({i}/{len(files)}): {summary}")
 
