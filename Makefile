@@ -24,7 +24,7 @@ stress: setup
 
 bench: setup
 	@$(PY) -c 'import matplotlib' 2>/dev/null || $(PY) -m pip install -q 'matplotlib>=3.7'
-	$(PY) bench/run_all.py $(BENCH_ARGS)
+	$(PY) -m bench.run_all $(BENCH_ARGS)
 
 peer:
 	@scripts/peer_lerobot.sh

@@ -16,7 +16,7 @@ from typing import Any
 
 __all__ = ["LOADER_KW", "child_pids", "rss_kib", "time_loader"]
 
-#: The DataLoader settings of every loader row (issue 6).
+#: The DataLoader settings every loader row shares, so that rows differ only in the dataset.
 LOADER_KW: dict[str, Any] = {"batch_size": 32, "num_workers": 2, "shuffle": True,
                              "persistent_workers": True}
 

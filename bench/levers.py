@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 from torch.utils.data import Sampler
 
-from rayform._blobfmt import decode_table, decode_timestamps
+from rayform.format import decode_table, decode_timestamps
 from rayform.slice import Slice
 
 __all__ = ["BlockShuffleSampler", "cpu_per_sample", "full_epochs", "getitems_rate", "profile_getitems", "regop_slice"]

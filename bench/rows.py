@@ -27,18 +27,20 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from bench._timing import LOADER_KW, child_pids, rss_kib
-from rayform._blobfmt import decode_table, decode_timestamps
+from rayform.format import decode_table, decode_timestamps
 from rayform.manifest import Manifest
 from rayform.slice import Slice
 from rayform.torch import EpisodeDataset, collate
 from rayform.torch._index import build_index
 
-__all__ = ["CAMERAS", "COLLATE_KW", "IN_PROCESS_KW", "NaiveDataset", "TransferCeiling", "collate_loader",
-           "construction_time", "episode_loader",
-           "needed_frames", "sequential_bound", "threaded_loader", "worker_rss"]
+__all__ = ["CAMERAS", "COLLATE_KW", "HORIZON", "IN_PROCESS_KW", "NaiveDataset", "TransferCeiling",
+           "collate_loader", "construction_time", "episode_loader", "loaders", "needed_frames",
+           "sequential_bound", "threaded_loader", "worker_rss"]
 
 CAMERAS = ("cam0/rgb", "wrist/rgb")
 STATE, ACTION = "observation/state", "action"
+#: Action chunk length of every row.
+HORIZON = 16
 
 
 class NaiveDataset(Dataset):
@@ -127,6 +129,27 @@ def threaded_loader(slice_: Slice, fps: float, horizon: int, threads: int = 2) -
 def collate_loader(slice_: Slice, fps: float, horizon: int) -> DataLoader:
     """Row 7: ``EpisodeDataset`` in the benchmark's DataLoader with ``rayform.torch.collate``."""
     return episode_loader(slice_, fps, horizon, loader_kw=COLLATE_KW)
+
+
+def loaders(slice_: Slice, height: int, width: int) -> dict[str, Callable[[], DataLoader]]:
+    """Every loader the benchmark times more than once, by its key in the results.
+
+    Rows 1, 3, 4, 6 and 7 over ``slice_``, and the two no-decoding ceilings with samples of
+    ``height`` x ``width`` pixels. Each value builds a new dataset and ``DataLoader``.
+    """
+
+    def ceiling(kw: dict[str, Any]) -> DataLoader:
+        return DataLoader(TransferCeiling(8000, height, width, HORIZON), **kw)
+
+    return {
+        "naive": lambda: DataLoader(NaiveDataset(slice_, HORIZON), **LOADER_KW),
+        "episode_50hz": lambda: episode_loader(slice_, 50, HORIZON),
+        "episode_15hz": lambda: episode_loader(slice_, 15, HORIZON),
+        "episode_50hz_threads": lambda: threaded_loader(slice_, 50, HORIZON),
+        "episode_50hz_collate": lambda: collate_loader(slice_, 50, HORIZON),
+        "transfer_ceiling": lambda: ceiling(LOADER_KW),
+        "transfer_ceiling_collate": lambda: ceiling(COLLATE_KW),
+    }
 
 
 def needed_frames(slice_: Slice, fps: float) -> list[tuple[str, int, np.ndarray]]:

@@ -9,9 +9,9 @@ import sys
 import time
 from pathlib import Path
 
-from conftest import DEMO_SLICE, TOKEN
+from helpers import DEMO_SLICE, TOKEN
 
-from rayform._hashing import hash_file
+from rayform.format import hash_file
 
 __all__ = ["assert_cache_consistent", "kill_when_writing", "pull_cmd", "sub_env"]
 
@@ -56,13 +56,16 @@ def kill_when_writing(proc: subprocess.Popen, cache: Path, min_bytes: int = 2048
     return {p.name.split(".")[0]: p.stat().st_size for p in tmp.glob("*.part")}
 
 
-def pull_cmd(url: str, cache: Path, *extra: str, slice_id: str = DEMO_SLICE) -> list[str]:
-    """``rayform pull`` as a subprocess command line."""
+def pull_cmd(url: str, cache: Path, *extra: str, slice_id: str = DEMO_SLICE,
+             quiet: bool = True) -> list[str]:
+    """``rayform pull`` as a subprocess command line (``quiet``: without the progress bar)."""
     return [sys.executable, "-m", "rayform", "pull", slice_id, "--endpoint", url,
-            "--cache-dir", str(cache), "--quiet", *extra]
+            "--cache-dir", str(cache), *(["--quiet"] if quiet else []), *extra]
 
 
-def sub_env(**extra: str) -> dict[str, str]:
-    """The environment for a subprocess client: no RAYFORM_* from outside, our token."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RAYFORM_")}
+def sub_env(*, drop: tuple[str, ...] = ("RAYFORM_",), **extra: str) -> dict[str, str]:
+    """The environment for a subprocess client: none of the variables starting with ``drop``
+    from outside (``RAYFORM_*``; add ``"AWS_"`` to keep the object store's keys away from a
+    client), our token, then ``extra``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(drop)}
     return {**env, "RAYFORM_TOKEN": TOKEN, **extra}

@@ -1,19 +1,19 @@
-"""Shared fixtures: isolated environment and cache for every test, real servers on loopback."""
+"""Fixtures only: isolated environment and cache for every test, real servers on loopback.
+
+What tests share besides fixtures (the token, the demo slice ID, ``ServerProcess``...) is in
+``helpers.py``; import it from there, never from this file.
+"""
 
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
-import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import httpx
 import pytest
-
-TOKEN = "test-token-3f9c2a7d5e1b"  # long and unique, so leak checks can grep for it
+from _faultproxy import FaultProxy
+from helpers import DEMO_SLICE, TOKEN, ServerProcess
 
 _RAYFORM_ENV = ("RAYFORM_ENDPOINT", "RAYFORM_TOKEN", "RAYFORM_CACHE_DIR", "RAYFORM_OFFLINE")
 
@@ -28,65 +28,6 @@ def isolated_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return cache
 
 
-def forbid_network(monkeypatch: pytest.MonkeyPatch, why: str = "a socket was opened in offline mode") -> None:
-    """Make every outgoing socket connection in this process fail the test with ``why``."""
-
-    def no_network(self: socket.socket, *args: object) -> None:
-        raise AssertionError(f"{why}: {args}")
-
-    monkeypatch.setattr(socket.socket, "connect", no_network)
-    monkeypatch.setattr(socket.socket, "connect_ex", no_network)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class ServerProcess:
-    """`rayform-server serve` in a real subprocess on a loopback port."""
-
-    def __init__(self, root: Path, *args: str, token: str | None = TOKEN,
-                 env: dict[str, str] | None = None) -> None:
-        self.root = root
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        cmd = [sys.executable, "-m", "rayform_server", "serve", "--root", str(root),
-               "--host", "127.0.0.1", "--port", str(self.port), *args]
-        if token is not None:
-            cmd += ["--token", token]
-        self.cmd = cmd
-        self.env = {**os.environ, **env} if env else None  # e.g. AWS_* for an S3 blob store
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.start()
-
-    def start(self) -> None:
-        self.proc = subprocess.Popen(self.cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                     env=self.env)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"server exited: {self.proc.stderr.read().decode()}")
-            try:
-                if httpx.get(self.url + "/v1/health", timeout=1).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                time.sleep(0.05)
-        raise RuntimeError("server did not become healthy in 30 s")
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        if self.proc is not None and self.proc.stderr:
-            self.proc.stderr.close()
-
-
 @pytest.fixture(scope="session")
 def demo_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A small demo data root (built once per session): slice DEMO_SLICE."""
@@ -96,8 +37,6 @@ def demo_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     build_demo(root, slice_id=DEMO_SLICE, small=True)
     return root
 
-
-DEMO_SLICE = "slc_7c1e04aa"
 
 
 @pytest.fixture(scope="session")
@@ -114,6 +53,13 @@ def client_env(demo_server: ServerProcess, monkeypatch: pytest.MonkeyPatch) -> S
     monkeypatch.setenv("RAYFORM_ENDPOINT", demo_server.url)
     monkeypatch.setenv("RAYFORM_TOKEN", TOKEN)
     return demo_server
+
+
+@pytest.fixture
+def fproxy(demo_server: ServerProcess) -> Iterator[FaultProxy]:
+    """A fault-injecting proxy in front of the demo server (see ``_faultproxy.py``)."""
+    with FaultProxy(demo_server.url) as p:
+        yield p
 
 
 @pytest.fixture

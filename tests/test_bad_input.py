@@ -21,11 +21,11 @@ from typing import Any
 
 import pytest
 from _reliability import assert_cache_consistent
-from conftest import DEMO_SLICE, TOKEN, ServerProcess
+from helpers import DEMO_SLICE, TOKEN, ServerProcess
 
 import rayform
 from rayform import errors
-from rayform._hashing import hash_bytes
+from rayform.format import hash_bytes
 from rayform.manifest import canonical_json
 from rayform.torch import EpisodeDataset
 

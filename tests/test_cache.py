@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from rayform._hashing import hash_bytes
 from rayform._partial import PartialBlob, tmp_name
 from rayform.cache import Cache
 from rayform.errors import CacheError, IntegrityError, TransportError
+from rayform.format import hash_bytes
 from rayform.manifest import BlobRef
 
 

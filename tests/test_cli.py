@@ -9,9 +9,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import DEMO_SLICE, TOKEN, ServerProcess
+from helpers import DEMO_SLICE, TOKEN, ServerProcess
 
-from rayform._hashing import hash_file
+from rayform.format import hash_file
 
 
 def _run(*args: str, env: dict[str, str] | None = None,
@@ -33,14 +33,23 @@ def test_help_and_usage_errors() -> None:
     assert _run("cache", "prune").returncode == 2  # --max-size is required
 
 
-def test_pull_show_ls_and_cache_commands(client_env: ServerProcess, isolated_env: Path) -> None:
+def _pull_json(*args: str) -> dict[str, object]:
+    """``rayform pull DEMO_SLICE ARGS --json``, parsed."""
+    result = _run("pull", DEMO_SLICE, *args, "--json")
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def test_pull_prints_progress_then_fetches_nothing_again(client_env: ServerProcess) -> None:
     pulled = _run("pull", DEMO_SLICE, "--jobs", "4")
     assert pulled.returncode == 0, pulled.stderr
     assert f"{DEMO_SLICE}: 28 blobs" in pulled.stdout and "fetched 28" in pulled.stdout
     assert "100%" in pulled.stderr  # the progress bar
-    again = json.loads(_run("pull", DEMO_SLICE, "--json").stdout)
+    again = _pull_json()
     assert again["fetched_blobs"] == 0 and again["cached_blobs"] == 28
 
+
+def test_slices_show_and_ls(client_env: ServerProcess) -> None:
     show = json.loads(_run("slices", "show", DEMO_SLICE, "--json").stdout)
     assert show["id"] == DEMO_SLICE and len(show["segments"]) == 4
     assert "cam0/rgb" in show["streams"]
@@ -48,28 +57,37 @@ def test_pull_show_ls_and_cache_commands(client_env: ServerProcess, isolated_env
     assert text.startswith(f"<Slice {DEMO_SLICE}") and "site=lab-" in text
     assert [s["id"] for s in json.loads(_run("slices", "ls", "--json").stdout)] == [DEMO_SLICE]
 
+
+def test_cache_path_du_and_ls(client_env: ServerProcess, isolated_env: Path) -> None:
+    _pull_json()
     assert _run("cache", "path").stdout.strip() == str(isolated_env)
     du = json.loads(_run("cache", "du", "--json").stdout)
     assert du["blobs"] == 28 and du["manifests"] == 1
     entries = json.loads(_run("cache", "ls", "--json").stdout)
     assert len(entries) == 29
 
+
+def test_cache_verify_removes_a_corrupt_blob_and_pull_repairs_it(client_env: ServerProcess,
+                                                                 isolated_env: Path) -> None:
+    _pull_json()
     victim = next(p for p in (isolated_env / "blobs").rglob("*") if p.is_file())
     os.chmod(victim, 0o644)
     victim.write_bytes(b"corrupt")
     verify = json.loads(_run("cache", "verify", "--json").stdout)
     assert verify == {"checked": 29, "removed": [victim.name]}
     # the next pull repairs exactly what verify removed
-    assert json.loads(_run("pull", DEMO_SLICE, "--json").stdout)["fetched_blobs"] == 1
+    assert _pull_json()["fetched_blobs"] == 1
     assert hash_file(victim) == victim.name
 
+
+def test_cache_prune_to_a_size(client_env: ServerProcess) -> None:
+    _pull_json()
     pruned = json.loads(_run("cache", "prune", "--max-size", "100KiB", "--json").stdout)
     assert pruned["evicted"] and json.loads(_run("cache", "du", "--json").stdout)["blob_bytes"] <= 100 * 1024
 
 
 def test_pull_named_streams(client_env: ServerProcess) -> None:
-    out = json.loads(_run("pull", DEMO_SLICE, "--streams", "joints/position", "ee/pose",
-                          "--json").stdout)
+    out = _pull_json("--streams", "joints/position", "ee/pose")
     assert out["blobs"] == 8 and out["fetched_blobs"] == 8
 
 

@@ -8,10 +8,9 @@ import pickle
 from pathlib import Path
 
 import pytest
-from conftest import DEMO_SLICE, TOKEN, ServerProcess, forbid_network
+from helpers import DEMO_SLICE, TOKEN, ServerProcess, forbid_network
 
 import rayform
-from rayform._hashing import hash_file
 from rayform.errors import (
     AccessDeniedError,
     InvalidArgumentError,
@@ -19,6 +18,7 @@ from rayform.errors import (
     OfflineError,
     TransportError,
 )
+from rayform.format import hash_file
 
 
 def test_get_returns_the_demo_slice(client_env: ServerProcess, isolated_env: Path) -> None:

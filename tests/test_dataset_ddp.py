@@ -11,8 +11,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import free_port
 from dataset_helpers import build_slice
+from helpers import free_port
 from torch.utils.data.distributed import DistributedSampler
 
 from rayform.torch import EpisodeDataset

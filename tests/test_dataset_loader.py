@@ -14,9 +14,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import DEMO_SLICE
 from dataset_helpers import FPS, SLICE_ID, build_slice, decode_index_frame
 from fakes import StoreBlobs
+from helpers import DEMO_SLICE
 from torch.utils.data import DataLoader
 
 import rayform

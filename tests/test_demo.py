@@ -9,10 +9,9 @@ from pathlib import Path
 import av
 import numpy as np
 import pytest
-from conftest import DEMO_SLICE
+from helpers import DEMO_SLICE
 
-from rayform._blobfmt import decode_table, decode_timestamps
-from rayform._ids import SEGMENT_ID_RE
+from rayform.format import SEGMENT_ID_RE, decode_table, decode_timestamps
 from rayform.manifest import Manifest
 from rayform_server.demo import SITES, build_demo
 from rayform_server.store import Store

@@ -16,6 +16,26 @@ def test_public_names_resolve():
     assert rayform.torch.EpisodeDataset is not None
 
 
+def test_format_and_files_are_the_public_wire_contract():
+    import rayform.files
+    import rayform.format
+
+    assert sorted(rayform.format.__all__) == [
+        "HASH_RE", "MANIFEST_FORMAT", "MANIFEST_FORMAT_VERSION", "SEGMENT_ID_RE", "SLICE_ID_RE",
+        "STREAM_NAME_RE", "canonical_json", "check_hash", "check_segment_id", "check_slice_id",
+        "check_stream_name", "decode_table", "decode_timestamps", "encode_table",
+        "encode_timestamps", "hash_bytes", "hash_file", "new_hasher", "sharded_path",
+    ]
+    assert sorted(rayform.files.__all__) == ["publish", "unique_tmp_name", "write_atomic"]
+    for module in (rayform.format, rayform.files):
+        for name in module.__all__:
+            assert getattr(module, name) is not None, name
+    doc = rayform.Manifest(segments=()).to_json()
+    assert (doc["format"], doc["format_version"]) == (rayform.format.MANIFEST_FORMAT,
+                                                      rayform.format.MANIFEST_FORMAT_VERSION)
+
+
 def test_import_rayform_does_not_import_torch():
-    code = "import sys, rayform; rayform.Client; assert 'torch' not in sys.modules, 'torch imported'"
+    code = ("import sys, rayform, rayform.format, rayform.files; rayform.Client; "
+            "assert 'torch' not in sys.modules, 'torch imported'")
     subprocess.run([sys.executable, "-c", code], check=True)

@@ -14,13 +14,12 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from _faultproxy import FaultProxy
 from _reliability import assert_cache_consistent, pull_cmd, sub_env
-from conftest import DEMO_SLICE, TOKEN, ServerProcess
+from helpers import DEMO_SLICE, TOKEN
 
 import rayform
 
@@ -44,12 +43,6 @@ _LOADER = textwrap.dedent(f"""
                         action={ACTION!r}, fps=15, horizon=8)
     print(sum(len(b["t_ns"]) for b in DataLoader(ds, batch_size=8, num_workers=2)))
 """)
-
-
-@pytest.fixture
-def fproxy(demo_server: ServerProcess) -> Iterator[FaultProxy]:
-    with FaultProxy(demo_server.url) as p:
-        yield p
 
 
 def _crowd(url: str, cache: Path, fake_locks: bool) -> None:

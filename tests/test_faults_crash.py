@@ -16,25 +16,18 @@ import sys
 import textwrap
 import time
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from _faultproxy import FaultProxy
 from _reliability import assert_cache_consistent, pull_cmd, sub_env
-from conftest import DEMO_SLICE, TOKEN, ServerProcess
+from helpers import DEMO_SLICE, TOKEN
 
 import rayform
 
 THROTTLE_S = 0.01  # per KiB of blob body: the 340 KB demo slice takes ~1.5 s with 4 jobs
 OBS = ["cam0/rgb", "wrist/rgb", "joints/position"]
 ACTION = "joints/position_delta"
-
-
-@pytest.fixture
-def fproxy(demo_server: ServerProcess) -> Iterator[FaultProxy]:
-    with FaultProxy(demo_server.url) as p:
-        yield p
 
 
 def _parts(cache: Path) -> list[Path]:

@@ -8,27 +8,15 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from _faultproxy import Fault, FaultProxy
 from _reliability import assert_cache_consistent
-from conftest import DEMO_SLICE, TOKEN, ServerProcess
+from helpers import DEMO_SLICE, TOKEN, ServerProcess, make_client
 
 import rayform
 from rayform.errors import IntegrityError, TransportError
-
-
-@pytest.fixture
-def fproxy(demo_server: ServerProcess) -> Iterator[FaultProxy]:
-    with FaultProxy(demo_server.url) as p:
-        yield p
-
-
-def _client(url: str, cache: Path, **kw: object) -> rayform.Client:
-    kw.setdefault("timeout", 2.0)
-    return rayform.Client(endpoint=url, token=TOKEN, cache_dir=cache, **kw)
 
 
 def _expected(client: rayform.Client) -> list[str]:
@@ -57,7 +45,7 @@ def test_fault_ends_in_complete_verified_pull(fproxy: FaultProxy, tmp_path: Path
     injected = sum(f.times for f in faults)
     fproxy.add(*faults)
     cache = tmp_path / "cache"
-    client = _client(fproxy.url, cache, timeout=1.0)
+    client = make_client(fproxy.url, cache, timeout=1.0)
     t0 = time.monotonic()
     report = client.pull(DEMO_SLICE, jobs=4)
     elapsed = time.monotonic() - t0
@@ -69,7 +57,7 @@ def test_fault_ends_in_complete_verified_pull(fproxy: FaultProxy, tmp_path: Path
 
 
 def test_persistent_5xx_gives_transport_error_and_no_blob(fproxy: FaultProxy, tmp_path: Path) -> None:
-    client = _client(fproxy.url, tmp_path / "cache", attempts=3)
+    client = make_client(fproxy.url, tmp_path / "cache", attempts=3, timeout=2.0)
     ref = client.slices.get(DEMO_SLICE).segments[0].streams["cam0/rgb"].blob
     fproxy.add(Fault("503", match=ref.hash, times=100, retry_after_s=0))
     with pytest.raises(TransportError, match=r"failed after 3 attempts: HTTP 503.*RAYFORM_OFFLINE"):
@@ -85,7 +73,7 @@ def test_persistent_5xx_gives_transport_error_and_no_blob(fproxy: FaultProxy, tm
 
 
 def test_bit_flipped_twice_on_one_blob_is_integrity_error(fproxy: FaultProxy, tmp_path: Path) -> None:
-    client = _client(fproxy.url, tmp_path / "cache")
+    client = make_client(fproxy.url, tmp_path / "cache", timeout=2.0)
     ref = client.slices.get(DEMO_SLICE).segments[1].streams["wrist/rgb"].blob
     fproxy.add(Fault("flip", match=ref.hash, times=2))
     with pytest.raises(IntegrityError, match="failed verification twice"):
@@ -98,7 +86,7 @@ def test_bit_flipped_twice_on_one_blob_is_integrity_error(fproxy: FaultProxy, tm
 def test_stalls_on_every_attempt_give_transport_error_in_bounded_time(
     fproxy: FaultProxy, tmp_path: Path
 ) -> None:
-    client = _client(fproxy.url, tmp_path / "cache", timeout=0.5, attempts=2)
+    client = make_client(fproxy.url, tmp_path / "cache", timeout=0.5, attempts=2)
     ref = client.slices.get(DEMO_SLICE).segments[0].streams["joints/position"].blob
     fproxy.add(Fault("stall", match=ref.hash, times=2, stall_s=5.0))
     t0 = time.monotonic()
@@ -112,7 +100,7 @@ def test_server_goes_away_and_comes_back(demo_root: Path, tmp_path: Path) -> Non
     server = ServerProcess(demo_root)
     try:
         cache = tmp_path / "cache"
-        client = _client(server.url, cache, attempts=12)
+        client = make_client(server.url, cache, attempts=12, timeout=2.0)
         expected = _expected(client)
         server.stop()
         back = threading.Timer(1.5, server.start)
@@ -129,7 +117,7 @@ def test_server_goes_away_and_comes_back(demo_root: Path, tmp_path: Path) -> Non
 
 def test_server_gone_for_good_is_a_clear_error(demo_root: Path, tmp_path: Path) -> None:
     server = ServerProcess(demo_root)
-    client = _client(server.url, tmp_path / "cache", attempts=3)
+    client = make_client(server.url, tmp_path / "cache", attempts=3, timeout=2.0)
     client.slices.get(DEMO_SLICE)
     server.stop()
     t0 = time.monotonic()

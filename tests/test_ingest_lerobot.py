@@ -15,8 +15,8 @@ import pyarrow.parquet as pq
 import pytest
 from fakes import store_slice
 
-from rayform._blobfmt import decode_table, decode_timestamps
 from rayform.errors import InvalidArgumentError
+from rayform.format import decode_table, decode_timestamps
 from rayform_server._video import encode_video
 from rayform_server.ingest import add_parser, ingest_lerobot
 from rayform_server.ingest._common import Progress

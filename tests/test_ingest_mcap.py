@@ -12,8 +12,8 @@ import pytest
 from fakes import store_slice
 from mcap_ros2.writer import Writer
 
-from rayform._blobfmt import decode_table, decode_timestamps
 from rayform.errors import InvalidArgumentError
+from rayform.format import decode_table, decode_timestamps
 from rayform_server.ingest import add_parser, ingest_mcap
 from rayform_server.ingest._common import Progress
 from rayform_server.store import Store

@@ -7,10 +7,18 @@ import json
 import numpy as np
 import pytest
 
-from rayform._blobfmt import decode_table, decode_timestamps, encode_table, encode_timestamps
-from rayform._hashing import hash_bytes
-from rayform._ids import check_hash, check_segment_id, check_slice_id, check_stream_name
 from rayform.errors import IntegrityError, InvalidArgumentError, ManifestError
+from rayform.format import (
+    check_hash,
+    check_segment_id,
+    check_slice_id,
+    check_stream_name,
+    decode_table,
+    decode_timestamps,
+    encode_table,
+    encode_timestamps,
+    hash_bytes,
+)
 from rayform.manifest import BlobRef, Manifest, Segment, Stream
 
 H1, H2, H3 = ("a" * 64, "b" * 64, "c" * 64)

@@ -2,19 +2,18 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from _proxy import CountingProxy
-from _reliability import assert_cache_consistent, kill_when_writing, pull_cmd
-from conftest import DEMO_SLICE, TOKEN, ServerProcess, forbid_network
+from _reliability import assert_cache_consistent, kill_when_writing, pull_cmd, sub_env
+from helpers import DEMO_SLICE, ServerProcess, forbid_network, make_client
 
 import rayform
-from rayform._hashing import hash_file
 from rayform.errors import IntegrityError, OfflineError
+from rayform.format import hash_file
 
 
 @pytest.fixture
@@ -23,19 +22,11 @@ def proxy(demo_server: ServerProcess) -> Iterator[CountingProxy]:
         yield p
 
 
-def _client(url: str, cache: Path, **kw: object) -> rayform.Client:
-    return rayform.Client(endpoint=url, token=TOKEN, cache_dir=cache, **kw)
 
-
-
-
-def _env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RAYFORM_")}
-    return {**env, "RAYFORM_TOKEN": TOKEN, **extra}
 
 
 def test_pull_fetches_each_blob_once_then_nothing(proxy: CountingProxy, tmp_path: Path) -> None:
-    client = _client(proxy.url, tmp_path / "cache")
+    client = make_client(proxy.url, tmp_path / "cache")
     report = client.pull(DEMO_SLICE, jobs=4)
     expected = client.slices.get(DEMO_SLICE).manifest.blobs()
     assert report.blobs == len(expected) == report.fetched_blobs
@@ -43,14 +34,14 @@ def test_pull_fetches_each_blob_once_then_nothing(proxy: CountingProxy, tmp_path
     assert proxy.blob_gets() == {h: 1 for h in expected}
     assert assert_cache_consistent(tmp_path / "cache") == sorted(expected)
     before = len(proxy.requests)
-    again = _client(proxy.url, tmp_path / "cache").pull(DEMO_SLICE)
+    again = make_client(proxy.url, tmp_path / "cache").pull(DEMO_SLICE)
     assert again.fetched_blobs == 0 and again.fetched_bytes == 0
     assert again.cached_blobs == report.blobs
     assert [p for p, _ in proxy.requests[before:]] == [f"/v1/slices/{DEMO_SLICE}"]
 
 
 def test_pull_named_streams_only(proxy: CountingProxy, tmp_path: Path) -> None:
-    client = _client(proxy.url, tmp_path / "cache")
+    client = make_client(proxy.url, tmp_path / "cache")
     report = client.pull(DEMO_SLICE, streams=["joints/position"])
     wanted = client.slices.get(DEMO_SLICE).manifest.blobs(["joints/position"])
     assert report.fetched_blobs == len(wanted) == 4
@@ -63,13 +54,13 @@ def test_pull_named_streams_only(proxy: CountingProxy, tmp_path: Path) -> None:
 def test_four_processes_pull_one_cache(proxy: CountingProxy, tmp_path: Path, locks: bool) -> None:
     proxy.delay_s = 0.002  # ~0.5 MB/s per blob: the four pullers overlap
     cache = tmp_path / "shared-cache"
-    env = _env() if locks else _env(RAYFORM_NO_LOCKS="1")
+    env = sub_env() if locks else sub_env(RAYFORM_NO_LOCKS="1")
     procs = [subprocess.Popen(pull_cmd(proxy.url, cache, "--jobs", "4"), env=env,
                               stderr=subprocess.PIPE) for _ in range(4)]
     for p in procs:
         _, err = p.communicate(timeout=120)
         assert p.returncode == 0, err.decode()
-    expected = _client(proxy.url, cache).slices.get(DEMO_SLICE).manifest.blobs()
+    expected = make_client(proxy.url, cache).slices.get(DEMO_SLICE).manifest.blobs()
     assert assert_cache_consistent(cache) == sorted(expected)
     assert list((cache / "tmp").iterdir()) == []
     gets = proxy.blob_gets()
@@ -81,7 +72,7 @@ def test_four_processes_pull_one_cache(proxy: CountingProxy, tmp_path: Path, loc
 def test_sigkill_mid_transfer_then_resume(proxy: CountingProxy, tmp_path: Path) -> None:
     cache = tmp_path / "cache"
     proxy.delay_s = 0.05  # 1 KiB every 50 ms: a 20 KiB blob takes a second
-    proc = subprocess.Popen(pull_cmd(proxy.url, cache, "--jobs", "2"), env=_env(),
+    proc = subprocess.Popen(pull_cmd(proxy.url, cache, "--jobs", "2"), env=sub_env(),
                             stderr=subprocess.DEVNULL)
     partial = kill_when_writing(proc, cache)
     # A puller killed right after creating a .part file leaves it empty: that is fine too.
@@ -90,9 +81,9 @@ def test_sigkill_mid_transfer_then_resume(proxy: CountingProxy, tmp_path: Path) 
     assert not set(partial) & set(done)
     proxy.delay_s = 0.0
     before = len(proxy.requests)
-    result = subprocess.run(pull_cmd(proxy.url, cache), env=_env(), capture_output=True)
+    result = subprocess.run(pull_cmd(proxy.url, cache), env=sub_env(), capture_output=True)
     assert result.returncode == 0, result.stderr.decode()
-    expected = _client(proxy.url, cache).slices.get(DEMO_SLICE).manifest.blobs()
+    expected = make_client(proxy.url, cache).slices.get(DEMO_SLICE).manifest.blobs()
     assert assert_cache_consistent(cache) == sorted(expected)
     assert list((cache / "tmp").iterdir()) == [], (partial, done, proxy.requests[before:])
     resumed = [(p, r) for p, r in proxy.requests[before:] if r is not None]
@@ -102,7 +93,7 @@ def test_sigkill_mid_transfer_then_resume(proxy: CountingProxy, tmp_path: Path) 
 
 
 def test_corrupted_bytes_raise_integrity_error(proxy: CountingProxy, tmp_path: Path) -> None:
-    client = _client(proxy.url, tmp_path / "cache")
+    client = make_client(proxy.url, tmp_path / "cache")
     ref = client.slices.get(DEMO_SLICE).segments[0].streams["joints/position"].blob
     proxy.corrupt.add(ref.hash)
     with pytest.raises(IntegrityError, match="failed verification"):
@@ -118,14 +109,14 @@ def test_offline_after_pull_with_server_stopped(demo_root: Path, tmp_path: Path,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     server = ServerProcess(demo_root)
     try:
-        online = _client(server.url, tmp_path / "cache")
+        online = make_client(server.url, tmp_path / "cache")
         online.pull(DEMO_SLICE, streams=["cam0/rgb", "joints/position"])
     finally:
         server.stop()
 
     forbid_network(monkeypatch)
     monkeypatch.setenv("RAYFORM_OFFLINE", "1")
-    client = _client(server.url, tmp_path / "cache")
+    client = make_client(server.url, tmp_path / "cache")
     slice_ = client.slices.get(DEMO_SLICE)
     assert slice_.id == DEMO_SLICE and len(slice_.segments) == 4
     seg = slice_.segments[0]

@@ -20,14 +20,14 @@ from pathlib import Path
 import httpx
 import pytest
 from _proxy import CountingProxy
-from _reliability import assert_cache_consistent, kill_when_writing
+from _reliability import assert_cache_consistent, kill_when_writing, pull_cmd, sub_env
 from _s3proxy import S3Proxy
 from _seaweed import BUCKET, SeaweedS3
-from conftest import DEMO_SLICE, TOKEN, ServerProcess, forbid_network
+from helpers import DEMO_SLICE, TOKEN, ServerProcess, forbid_network, make_client
 
 import rayform
-from rayform._hashing import hash_file
 from rayform.errors import IntegrityError
+from rayform.format import hash_file
 from rayform_server.blobstore import CONFIG_NAME, configure_root
 
 PREFIX = "demo"
@@ -79,20 +79,10 @@ def _reset_proxy(request: pytest.FixtureRequest) -> None:
         proxy.delay_s, proxy.hold_s, proxy.hold_next = 0.0, 0.0, 0
 
 
+#: A client subprocess gets neither RAYFORM_* nor the object store's AWS_* keys from outside.
+_NO_KEYS = ("RAYFORM_", "AWS_")
+
 # -- helpers --------------------------------------------------------------------------------
-def _client(url: str, cache: Path, **kw: object) -> rayform.Client:
-    return rayform.Client(endpoint=url, token=TOKEN, cache_dir=cache, **kw)
-
-
-
-def _pull_cmd(url: str, cache: Path, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "rayform", "pull", DEMO_SLICE, "--endpoint", url,
-            "--cache-dir", str(cache), *extra]
-
-
-def _env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAYFORM_", "AWS_"))}
-    return {**env, "RAYFORM_TOKEN": TOKEN, **extra}
 
 
 def _secrets(proxy: S3Proxy) -> list[str]:
@@ -108,7 +98,7 @@ def _assert_no_secret(text: str, proxy: S3Proxy) -> None:
 
 
 def _expected(url: str, cache: Path) -> dict[str, rayform.manifest.BlobRef]:
-    return _client(url, cache).slices.get(DEMO_SLICE).manifest.blobs()
+    return make_client(url, cache).slices.get(DEMO_SLICE).manifest.blobs()
 
 
 # -- the stub's side ------------------------------------------------------------------------
@@ -169,7 +159,7 @@ def test_pull_from_s3_each_blob_once_then_nothing(s3_server: ServerProcess, s3pr
     caplog.set_level(logging.DEBUG)
     cache = tmp_path / "cache"
     mark = s3proxy.mark()
-    client = _client(s3_server.url, cache)
+    client = make_client(s3_server.url, cache)
     report = client.pull(DEMO_SLICE, jobs=4)
     expected = client.slices.get(DEMO_SLICE).manifest.blobs()
     assert report.blobs == report.fetched_blobs == len(expected) == 28
@@ -177,7 +167,7 @@ def test_pull_from_s3_each_blob_once_then_nothing(s3_server: ServerProcess, s3pr
     assert s3proxy.object_gets(mark) == {h: 1 for h in expected}
     assert assert_cache_consistent(cache) == sorted(expected)
     again_mark = s3proxy.mark()
-    again = _client(s3_server.url, cache).pull(DEMO_SLICE)
+    again = make_client(s3_server.url, cache).pull(DEMO_SLICE)
     assert again.fetched_blobs == 0 and again.cached_blobs == 28
     assert s3proxy.seen[again_mark:] == []
     # The client's Authorization never reaches the object store; nor does the token in any form.
@@ -200,7 +190,7 @@ def test_four_processes_pull_one_cache_from_s3(s3_server: ServerProcess, s3proxy
     s3proxy.delay_s = 0.002  # the four pullers overlap
     cache = tmp_path / "shared-cache"
     mark = s3proxy.mark()
-    procs = [subprocess.Popen(_pull_cmd(s3_server.url, cache, "--jobs", "4", "--quiet"), env=_env(),
+    procs = [subprocess.Popen(pull_cmd(s3_server.url, cache, "--jobs", "4"), env=sub_env(drop=_NO_KEYS),
                               stderr=subprocess.PIPE) for _ in range(4)]
     for p in procs:
         _, err = p.communicate(timeout=120)
@@ -215,14 +205,14 @@ def test_sigkill_mid_transfer_then_resume_from_s3(s3_server: ServerProcess, s3pr
                                                   tmp_path: Path) -> None:
     cache = tmp_path / "cache"
     s3proxy.delay_s = 0.05  # 1 KiB every 50 ms
-    proc = subprocess.Popen(_pull_cmd(s3_server.url, cache, "--jobs", "2", "--quiet"), env=_env(),
+    proc = subprocess.Popen(pull_cmd(s3_server.url, cache, "--jobs", "2"), env=sub_env(drop=_NO_KEYS),
                             stderr=subprocess.DEVNULL)
     partial = {h: size for h, size in kill_when_writing(proc, cache).items() if size > 0}  # (one may just have begun)
     assert partial
     assert not set(partial) & set(assert_cache_consistent(cache))
     s3proxy.delay_s = 0.0
     mark = s3proxy.mark()
-    result = subprocess.run(_pull_cmd(s3_server.url, cache), env=_env(), capture_output=True, text=True)
+    result = subprocess.run(pull_cmd(s3_server.url, cache, quiet=False), env=sub_env(drop=_NO_KEYS), capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert assert_cache_consistent(cache) == sorted(_expected(s3_server.url, cache))
     assert list((cache / "tmp").iterdir()) == []
@@ -235,7 +225,7 @@ def test_sigkill_mid_transfer_then_resume_from_s3(s3_server: ServerProcess, s3pr
 
 def test_corrupt_object_in_store_raises_integrity_error(s3_server: ServerProcess, s3proxy: S3Proxy,
                                                         seaweed: SeaweedS3, tmp_path: Path) -> None:
-    client = _client(s3_server.url, tmp_path / "cache")
+    client = make_client(s3_server.url, tmp_path / "cache")
     ref = client.slices.get(DEMO_SLICE).segments[1].streams["joints/position"].blob
     s3 = seaweed.s3_client()
     key = f"{PREFIX}/{ref.hash[:2]}/{ref.hash}"
@@ -261,7 +251,7 @@ def test_expired_presigned_url_is_refreshed(s3_root: Path, s3proxy: S3Proxy, sea
     server = ServerProcess(s3_root, "--s3-endpoint", s3proxy.url, "--presign-expiry", "1", env=seaweed.env)
     try:
         with CountingProxy(server.url) as stub:
-            client = _client(stub.url, tmp_path / "cache")
+            client = make_client(stub.url, tmp_path / "cache")
             ref = client.slices.get(DEMO_SLICE).segments[0].streams["cam0/rgb"].blob
             mark = s3proxy.mark()
             s3proxy.hold_s, s3proxy.hold_next = 2.5, 1  # the first URL expires in flight
@@ -280,7 +270,7 @@ def test_server_log_holds_no_presigned_url(s3_root: Path, s3proxy: S3Proxy, seaw
     server = ServerProcess(s3_root, "--s3-endpoint", s3proxy.url, env=seaweed.env)
     try:
         mark = s3proxy.mark()
-        _client(server.url, tmp_path / "cache").pull(DEMO_SLICE, streams=["ee/pose"])
+        make_client(server.url, tmp_path / "cache").pull(DEMO_SLICE, streams=["ee/pose"])
         assert len(s3proxy.presigned(mark)) == 4
     finally:
         assert server.proc is not None and server.proc.stderr is not None
@@ -303,7 +293,7 @@ def test_cluster_loses_a_volume_server_pull_completes_then_offline(
         _demo_into_s3(root, cluster, "cl")
         server = ServerProcess(root, env=cluster.env)  # the root remembers its store
         cluster.kill("v2")
-        client = _client(server.url, tmp_path / "cache")
+        client = make_client(server.url, tmp_path / "cache")
         report = client.pull(DEMO_SLICE, streams=["cam0/rgb", "joints/position"], jobs=4)
         wanted = client.slices.get(DEMO_SLICE).manifest.blobs(["cam0/rgb", "joints/position"])
         assert report.fetched_blobs == len(wanted) == 12
@@ -318,7 +308,7 @@ def test_cluster_loses_a_volume_server_pull_completes_then_offline(
 
     forbid_network(monkeypatch)
     monkeypatch.setenv("RAYFORM_OFFLINE", "1")
-    offline = _client(server.url, tmp_path / "cache")
+    offline = make_client(server.url, tmp_path / "cache")
     seg = offline.slices.get(DEMO_SLICE).segments[2]
     assert hash_file(offline.ensure_blob(DEMO_SLICE, seg.streams["cam0/rgb"].blob)) == \
         seg.streams["cam0/rgb"].blob.hash

@@ -6,15 +6,15 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import ServerProcess
 from fakes import StoreBlobs, store_slice
+from helpers import ServerProcess
 
 import rayform
-from rayform._hashing import hash_bytes, hash_file
 from rayform._partial import PartialBlob
 from rayform._seams import BlobFetcher, BlobSource
 from rayform._transport import Transport
 from rayform.errors import InvalidArgumentError
+from rayform.format import hash_bytes, hash_file
 from rayform.manifest import BlobRef
 from rayform.torch import EpisodeDataset
 from rayform_server.demo import DEMO_SLICE

@@ -23,7 +23,7 @@ import httpx
 import pytest
 from _faultproxy import Fault, FaultProxy
 from _reliability import assert_cache_consistent, pull_cmd, sub_env
-from conftest import DEMO_SLICE, TOKEN, ServerProcess
+from helpers import DEMO_SLICE, TOKEN, ServerProcess
 
 import rayform
 from rayform.errors import RayformError

@@ -12,9 +12,9 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pytest
-from conftest import DEMO_SLICE, TOKEN, ServerProcess
+from helpers import DEMO_SLICE, TOKEN, ServerProcess
 
-from rayform._hashing import hash_bytes
+from rayform.format import hash_bytes
 from rayform.manifest import Manifest
 from rayform_server.builder import SliceBuilder, TableData
 from rayform_server.demo import build_demo

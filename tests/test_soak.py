@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 from _reliability import assert_cache_consistent
-from conftest import DEMO_SLICE, TOKEN, ServerProcess
+from helpers import DEMO_SLICE, TOKEN, ServerProcess
 from torch.utils.data import DataLoader
 
 import rayform

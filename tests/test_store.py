@@ -8,9 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rayform._blobfmt import decode_table, decode_timestamps
-from rayform._hashing import hash_bytes, hash_file
 from rayform.errors import InvalidArgumentError
+from rayform.format import decode_table, decode_timestamps, hash_bytes, hash_file
 from rayform.manifest import Manifest
 from rayform_server.builder import SliceBuilder, TableData, VideoData
 from rayform_server.store import Store

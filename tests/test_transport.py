@@ -9,10 +9,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from rayform._hashing import hash_bytes
 from rayform._partial import PartialBlob
 from rayform._transport import Transport
 from rayform.errors import AccessDeniedError, InvalidArgumentError, NotFoundError, TransportError
+from rayform.format import hash_bytes
 
 SECRET = "s3cr3t-token-for-transport-tests"
 DATA = bytes(range(256)) * 400  # 102400 bytes

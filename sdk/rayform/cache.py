@@ -35,6 +35,7 @@ from rayform._partial import PartialBlob, active, owner_dead, parse_tmp_name, tm
 from rayform._process import PerProcess
 from rayform._seams import DownloadSink
 from rayform.errors import CacheError, IntegrityError, RayformError
+from rayform.files import write_atomic
 from rayform.manifest import BlobRef
 
 __all__ = ["Cache", "CacheEntry", "VerifyReport"]
@@ -305,17 +306,11 @@ class Cache:
     def _write_atomic(self, dest: Path, data: bytes, mode: int) -> None:
         self._mkdir(self.root / "tmp")
         self._mkdir(dest.parent)
-        tmp = self.root / "tmp" / tmp_name(hash_bytes(dest.name.encode()), "tmp")
+        # A name `rayform cache` recognises: it may clear the leftovers of a killed writer.
+        name = tmp_name(hash_bytes(dest.name.encode()), "tmp")
         try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            os.chmod(tmp, mode)
-            os.replace(tmp, dest)
+            write_atomic(dest, data, mode=mode, tmp_dir=self.root / "tmp", tmp_name=name)
         except OSError as exc:
-            self._discard(tmp)
             raise cache_error(exc, self.root, f"write {dest.name}") from exc
 
     def put_manifest(self, data: bytes, digest: str) -> Path:

@@ -16,6 +16,8 @@ from fractions import Fraction
 import av
 import numpy as np
 
+from rayform.errors import InvalidArgumentError
+
 __all__ = ["DEFAULT_CRF", "DEFAULT_GOP", "encode_video"]
 
 #: Keyframe interval in frames. 1 (every frame a keyframe) makes a random frame cost one
@@ -50,7 +52,7 @@ def encode_video(
         ``(count, height, width)``.
 
     Raises:
-        ValueError: a frame has the wrong dtype/shape, odd dimensions, or there are no frames.
+        InvalidArgumentError: a frame has the wrong dtype/shape, odd dimensions, or there are no frames.
     """
     rate = Fraction(rate_hz).limit_denominator(1001)
     count = 0
@@ -61,11 +63,11 @@ def encode_video(
         for frame in frames:
             frame = np.asarray(frame)
             if frame.dtype != np.uint8 or frame.ndim != 3 or frame.shape[2] != 3:
-                raise ValueError(f"frame {count}: expected (H, W, 3) uint8, got {frame.dtype} {frame.shape}")
+                raise InvalidArgumentError(f"frame {count}: expected (H, W, 3) uint8, got {frame.dtype} {frame.shape}")
             if stream is None:
                 height, width = frame.shape[:2]
                 if height % 2 or width % 2:
-                    raise ValueError(f"frame size {width}x{height} must be even for H.264 4:2:0")
+                    raise InvalidArgumentError(f"frame size {width}x{height} must be even for H.264 4:2:0")
                 stream = container.add_stream("libx264", rate=rate)
                 stream.width, stream.height = width, height
                 stream.pix_fmt = "yuv420p"
@@ -79,7 +81,7 @@ def encode_video(
                 }
                 stream.thread_count = 1
             elif frame.shape[:2] != (height, width):
-                raise ValueError(
+                raise InvalidArgumentError(
                     f"frame {count} is {frame.shape[1]}x{frame.shape[0]}, earlier frames are "
                     f"{width}x{height}: all frames of a stream must have one size"
                 )
@@ -90,7 +92,7 @@ def encode_video(
                 container.mux(packet)
             count += 1
         if stream is None:
-            raise ValueError("no frames to encode")
+            raise InvalidArgumentError("no frames to encode")
         for packet in stream.encode(None):
             container.mux(packet)
     finally:

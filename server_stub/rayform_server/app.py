@@ -6,7 +6,7 @@ Request handling, in order, before any file is opened:
    than GET/HEAD -> 405; a request body -> 413; ``.``/``..`` segments, encoded slashes,
    backslashes or NUL in the raw path -> 400.
 2. The bearer token -> 401 when missing or wrong (``/v1/health`` needs none).
-3. Path parameters against the ``rayform._ids`` regexes -> 400.
+3. Path parameters against the ``rayform.format`` regexes -> 400.
 4. The token's scope -> 404, exactly as for an unknown slice.
 5. For blobs: the hash must be referenced by the slice's manifest -> else 404.
 
@@ -36,9 +36,10 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from rayform._ids import HASH_RE, SLICE_ID_RE
+from rayform.errors import InvalidArgumentError
+from rayform.format import HASH_RE, SLICE_ID_RE
 from rayform_server.auth import Auth, Grant
-from rayform_server.blobstore import BlobBackend
+from rayform_server.blobstore import DEFAULT_PRESIGN_EXPIRY_S, BlobBackend
 from rayform_server.store import Store
 
 __all__ = ["DEFAULT_PRESIGN_EXPIRY_S", "MAX_TARGET_BYTES", "create_app"]
@@ -48,8 +49,6 @@ MAX_TARGET_BYTES = 2048
 _CHUNK = 256 * 1024
 _REFS_CACHE_SIZE = 64
 _RANGE_RE = re.compile(r"^bytes=(\d*)-(\d*)$")
-#: Lifetime of a presigned blob URL in seconds (clients ask again when one expires).
-DEFAULT_PRESIGN_EXPIRY_S = 300
 
 
 class ApiError(Exception):
@@ -329,7 +328,7 @@ def create_app(
     """
     auth = Auth.from_options(token, tokens_file, allow_anonymous)
     if presign_expiry_s < 1:
-        raise ValueError(f"presign_expiry_s must be at least 1 second, got {presign_expiry_s}")
+        raise InvalidArgumentError(f"presign_expiry_s must be at least 1 second, got {presign_expiry_s}")
     api = _Api(Store(root, blobs=blobs), auth, presign_expiry_s)
     routes = [
         Route("/v1/health", api.health, methods=["GET", "HEAD"]),

@@ -16,15 +16,17 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Protocol
 from urllib.parse import urlparse
 
-from rayform._ids import check_hash, sharded_path
+from rayform.errors import AccessDeniedError, InvalidArgumentError, TransportError
+from rayform.files import publish, write_atomic
+from rayform.format import check_hash, sharded_path
 
 __all__ = [
     "CONFIG_NAME",
+    "DEFAULT_PRESIGN_EXPIRY_S",
     "BlobBackend",
     "LocalBlobBackend",
     "S3BlobBackend",
@@ -35,6 +37,8 @@ __all__ = [
 
 #: The file in a data root that says where its blobs live (absent: the local ``blobs/``).
 CONFIG_NAME = "blobstore.json"
+#: Lifetime of a presigned blob URL in seconds (clients ask again when one expires).
+DEFAULT_PRESIGN_EXPIRY_S = 300
 
 
 class BlobBackend(Protocol):
@@ -81,8 +85,7 @@ class LocalBlobBackend:
             src.unlink(missing_ok=True)
             return
         dest.parent.mkdir(parents=True, exist_ok=True)
-        os.chmod(src, 0o444)
-        os.replace(src, dest)
+        publish(src, dest, mode=0o444)
 
     def local_path(self, digest: str) -> Path | None:
         return self.path(digest)
@@ -135,10 +138,10 @@ class S3BlobBackend:
                 self._s3.create_bucket(Bucket=self.bucket)
         except ClientError as exc:
             code = exc.response.get("Error", {}).get("Code", "?")
-            raise ValueError(f"the object store {self.describe()} refused access to bucket "
-                             f"{self.bucket!r} (error {code}): {fix}") from None
+            raise AccessDeniedError(f"the object store {self.describe()} refused access to bucket "
+                                    f"{self.bucket!r} (error {code}): {fix}") from None
         except BotoCoreError as exc:
-            raise ValueError(f"cannot use the object store {self.describe()} ({exc}): {fix}") from None
+            raise TransportError(f"cannot use the object store {self.describe()} ({exc}): {fix}") from None
 
     def key(self, digest: str) -> str:
         check_hash(digest)
@@ -191,7 +194,7 @@ def blob_backend_from_url(url: str | None, root: Path, *, endpoint_url: str | No
         return S3BlobBackend(parsed.netloc, parsed.path, endpoint_url=endpoint_url)
     if parsed.scheme == "file":
         return LocalBlobBackend(Path(parsed.path))
-    raise ValueError(f"unsupported blob store {url!r}: use s3://BUCKET/PREFIX or leave it out for the local root")
+    raise InvalidArgumentError(f"unsupported blob store {url!r}: use s3://BUCKET/PREFIX or leave it out for the local root")
 
 
 
@@ -202,10 +205,10 @@ def _read_config(root: Path) -> dict[str, str] | None:
     except FileNotFoundError:
         return None
     except (OSError, ValueError) as exc:
-        raise ValueError(f"{root / CONFIG_NAME} is unreadable ({exc}): fix or delete it "
-                         "(deleting it means the blobs are in ROOT/blobs)") from None
+        raise InvalidArgumentError(f"{root / CONFIG_NAME} is unreadable ({exc}): fix or delete it "
+                                   "(deleting it means the blobs are in ROOT/blobs)") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("blobs"), str):
-        raise ValueError(f"{root / CONFIG_NAME} has no \"blobs\" URL: fix or delete it")
+        raise InvalidArgumentError(f"{root / CONFIG_NAME} has no \"blobs\" URL: fix or delete it")
     return doc
 
 
@@ -215,7 +218,7 @@ def backend_for_root(root: str | os.PathLike[str]) -> BlobBackend:
     Without ``ROOT/blobstore.json`` this is the local directory ``ROOT/blobs``.
 
     Raises:
-        ValueError: the configuration file is unreadable or names an unsupported store.
+        InvalidArgumentError: the configuration file is unreadable or names an unsupported store.
     """
     root = Path(root)
     doc = _read_config(root)
@@ -237,7 +240,7 @@ def configure_root(root: str | os.PathLike[str], blobs: str | None,
             for the same store).
 
     Raises:
-        ValueError: ``blobs`` differs from the store the root already records, or is not a
+        InvalidArgumentError: ``blobs`` differs from the store the root already records, or is not a
             supported URL.
     """
     root = Path(root)
@@ -246,25 +249,20 @@ def configure_root(root: str | os.PathLike[str], blobs: str | None,
     if blobs is None:
         if doc is None:
             if endpoint_url:
-                raise ValueError(f"an S3 endpoint was given but the data root {root} keeps its blobs "
-                                 "locally: add --blobs s3://BUCKET/PREFIX")
+                raise InvalidArgumentError(f"an S3 endpoint was given but the data root {root} keeps its blobs "
+                                           "locally: add --blobs s3://BUCKET/PREFIX")
             return LocalBlobBackend(root)
         return blob_backend_from_url(doc["blobs"], root,
                                      endpoint_url=endpoint_url or doc.get("s3_endpoint") or None)
     wanted = blobs.rstrip("/")
     if doc is not None and doc["blobs"].rstrip("/") != wanted:
-        raise ValueError(f"the data root {root} keeps its blobs in {doc['blobs']}, not {blobs}: "
-                         f"pass --blobs {doc['blobs']} or use another --root")
+        raise InvalidArgumentError(f"the data root {root} keeps its blobs in {doc['blobs']}, not {blobs}: "
+                                   f"pass --blobs {doc['blobs']} or use another --root")
     if doc is None and any((root / "blobs").rglob("*")):
-        raise ValueError(f"the data root {root} already holds blobs in {root / 'blobs'}: copy them "
-                         f"to {blobs} and start from a fresh --root, or leave --blobs out")
+        raise InvalidArgumentError(f"the data root {root} already holds blobs in {root / 'blobs'}: copy them "
+                                   f"to {blobs} and start from a fresh --root, or leave --blobs out")
     backend = blob_backend_from_url(wanted, root, endpoint_url=endpoint_url)
     if doc is None and not isinstance(backend, LocalBlobBackend):
         record = {"blobs": wanted, "s3_endpoint": endpoint_url or ""}
-        fd, tmp = tempfile.mkstemp(dir=root, prefix=".blobstore-")
-        with os.fdopen(fd, "w") as f:
-            json.dump(record, f, indent=2, sort_keys=True)
-            f.write("\n")
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, root / CONFIG_NAME)
+        write_atomic(root / CONFIG_NAME, (json.dumps(record, indent=2, sort_keys=True) + "\n").encode())
     return backend

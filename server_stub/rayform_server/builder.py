@@ -27,8 +27,14 @@ from pathlib import Path
 
 import numpy as np
 
-from rayform._blobfmt import encode_table, encode_timestamps
-from rayform._ids import check_segment_id, check_slice_id, check_stream_name
+from rayform.errors import InvalidArgumentError
+from rayform.format import (
+    check_segment_id,
+    check_slice_id,
+    check_stream_name,
+    encode_table,
+    encode_timestamps,
+)
 from rayform.manifest import CARTESIAN_QUANTITIES, FRAME_CONVENTIONS, Manifest, Segment, Stream
 from rayform_server._video import DEFAULT_CRF, DEFAULT_GOP, encode_video
 from rayform_server.store import Store
@@ -93,7 +99,7 @@ class SliceBuilder:
 
     def __init__(self, store: Store, description: str = "", *, gop: int = DEFAULT_GOP) -> None:
         if gop < 1:
-            raise ValueError(f"gop (keyframe interval in frames) must be at least 1, got {gop}")
+            raise InvalidArgumentError(f"gop (keyframe interval in frames) must be at least 1, got {gop}")
         self.store = store
         self.description = description
         self.gop = gop
@@ -110,23 +116,23 @@ class SliceBuilder:
         """Store a segment's blobs and remember it for :meth:`commit`.
 
         Raises:
-            ValueError: bad IDs, names, timestamps, shapes or conventions.
+            InvalidArgumentError: bad IDs, names, timestamps, shapes or conventions.
         """
         check_segment_id(segment_id)
         if any(s.id == segment_id for s in self.segments):
-            raise ValueError(f"segment {segment_id} was already added")
+            raise InvalidArgumentError(f"segment {segment_id} was already added")
         if not streams:
-            raise ValueError(f"segment {segment_id} has no streams")
+            raise InvalidArgumentError(f"segment {segment_id} has no streams")
         built: dict[str, Stream] = {}
         for data in streams:
             check_stream_name(data.name)
             if data.name in built:
-                raise ValueError(f"segment {segment_id}: stream {data.name} given twice")
+                raise InvalidArgumentError(f"segment {segment_id}: stream {data.name} given twice")
             t_ns = np.asarray(data.t_ns, dtype=np.int64)
             if t_ns.ndim != 1 or t_ns.size == 0:
-                raise ValueError(f"{data.name}: t_ns must be a non-empty 1-D array")
+                raise InvalidArgumentError(f"{data.name}: t_ns must be a non-empty 1-D array")
             if t_ns.size > 1 and not np.all(np.diff(t_ns) > 0):
-                raise ValueError(f"{data.name}: t_ns must be strictly increasing")
+                raise InvalidArgumentError(f"{data.name}: t_ns must be strictly increasing")
             if isinstance(data, VideoData):
                 built[data.name] = self._video(data, t_ns)
             else:
@@ -143,14 +149,17 @@ class SliceBuilder:
         return seg
 
     def _video(self, data: VideoData, t_ns: np.ndarray) -> Stream:
-        # An MP4 stored as is keeps whatever keyframe interval it was given (None: unknown).
-        gop = data.gop if data.gop is not None or data.video_file is not None else self.gop
+        gop: int | None
         if data.video_file is not None:
             if data.shape is None:
-                raise ValueError(f"{data.name}: shape is required with video_file")
+                raise InvalidArgumentError(f"{data.name}: shape is required with video_file")
+            gop = data.gop  # an MP4 stored as is keeps its keyframe interval (None: unknown)
             ref = self.store.put_file(data.video_file)
             count, shape = int(t_ns.size), tuple(data.shape)
         else:
+            if data.frames is None:
+                raise InvalidArgumentError(f"{data.name}: give the frames or an encoded video_file")
+            gop = data.gop if data.gop is not None else self.gop
             fd, tmp = tempfile.mkstemp(dir=self.store.root / "tmp", suffix=".mp4")
             os.close(fd)
             try:
@@ -160,7 +169,7 @@ class SliceBuilder:
                 Path(tmp).unlink(missing_ok=True)
             shape = (h, w, 3)
             if count != t_ns.size:
-                raise ValueError(f"{data.name}: {count} frames but {t_ns.size} timestamps")
+                raise InvalidArgumentError(f"{data.name}: {count} frames but {t_ns.size} timestamps")
         ts = self.store.put_bytes(encode_timestamps(t_ns))
         return Stream(
             name=data.name, kind="video", blob=ref, timestamps=ts, rate_hz=float(data.rate_hz),
@@ -173,13 +182,13 @@ class SliceBuilder:
         if values.ndim == 1:
             values = values[:, None]
         if values.ndim != 2 or values.shape[0] != t_ns.size:
-            raise ValueError(f"{data.name}: values must be (N, D) with N={t_ns.size}, got {values.shape}")
+            raise InvalidArgumentError(f"{data.name}: values must be (N, D) with N={t_ns.size}, got {values.shape}")
         if data.frame is not None and data.frame not in FRAME_CONVENTIONS:
-            raise ValueError(f"{data.name}: frame must be one of {FRAME_CONVENTIONS}, got {data.frame!r}")
+            raise InvalidArgumentError(f"{data.name}: frame must be one of {FRAME_CONVENTIONS}, got {data.frame!r}")
         if data.quantity is not None:
             want = CARTESIAN_QUANTITIES.get(data.quantity)
             if want is None or values.shape[1] != want or data.frame is None:
-                raise ValueError(
+                raise InvalidArgumentError(
                     f"{data.name}: quantity {data.quantity!r} needs a frame convention and "
                     f"values of width {want}"
                 )
@@ -195,7 +204,7 @@ class SliceBuilder:
         """Write the manifest and point ``slice_id`` at it. Returns the manifest."""
         check_slice_id(slice_id)
         if not self.segments:
-            raise ValueError("a slice needs at least one segment")
+            raise InvalidArgumentError("a slice needs at least one segment")
         manifest = Manifest(segments=tuple(self.segments), description=self.description)
         digest = self.store.put_manifest(manifest)
         self.store.set_slice(slice_id, digest, self.description)

@@ -27,14 +27,17 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rayform.errors import RayformError
-from rayform_server.blobstore import LocalBlobBackend, configure_root
+from rayform_server.blobstore import DEFAULT_PRESIGN_EXPIRY_S, LocalBlobBackend, configure_root
 
 __all__ = ["build_parser", "main"]
 
+if TYPE_CHECKING:
+    Subparsers = argparse._SubParsersAction[argparse.ArgumentParser]
+
 _DEFAULT_PORT = 8765
-DEFAULT_PRESIGN_EXPIRY_S = 300  # = rayform_server.app.DEFAULT_PRESIGN_EXPIRY_S (not imported: starlette)
 
 
 def _err(text: str) -> None:
@@ -146,23 +149,19 @@ def _with_blob_root(func: Callable[[argparse.Namespace], int]) -> Callable[[argp
     return run
 
 
-def _add_ingest(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    """Register ``ingest`` if the optional ingest module is there (with the S3 options)."""
+def _ingest_leaf(leaf: argparse.ArgumentParser) -> None:
+    """Give an ingest subcommand the S3 options and open the root's blob store first."""
+    _add_blob_args(leaf)
+    leaf.set_defaults(func=_with_blob_root(leaf.get_default("func")))
+
+
+def _add_ingest(subparsers: Subparsers) -> None:
+    """Register ``ingest`` (with the S3 options) if its optional dependencies are installed."""
     try:
-        from rayform_server import ingest
-    except ImportError:
+        from rayform_server.ingest import add_parser
+    except ImportError:  # pyarrow or mcap missing: serve and demo still work
         return
-    add = getattr(ingest, "add_parser", None)
-    if not callable(add):
-        return
-    parser = add(subparsers)
-    for action in getattr(parser, "_actions", []):
-        if isinstance(action, argparse._SubParsersAction):
-            for leaf in action.choices.values():
-                _add_blob_args(leaf)
-                func = leaf.get_default("func")
-                if func is not None:
-                    leaf.set_defaults(func=_with_blob_root(func))
+    add_parser(subparsers, leaf_options=_ingest_leaf)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -227,7 +226,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args) or 0)
-    except (RayformError, ValueError) as exc:
+    except RayformError as exc:
         _err(f"error: {exc}")
         return 2
     except KeyboardInterrupt:

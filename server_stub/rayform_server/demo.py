@@ -32,8 +32,8 @@ from pathlib import Path
 
 import numpy as np
 
-from rayform._hashing import hash_bytes
-from rayform._ids import check_slice_id
+from rayform.errors import InvalidArgumentError
+from rayform.format import check_slice_id, hash_bytes
 from rayform.manifest import Manifest, Segment
 from rayform_server._demo_scene import (
     ARM_BASES,
@@ -266,12 +266,11 @@ def build_demo(
         The committed manifest.
 
     Raises:
-        InvalidArgumentError: ``slice_id`` is malformed.
-        ValueError: ``jobs`` is below 1.
+        InvalidArgumentError: ``slice_id`` is malformed or ``jobs`` is below 1.
     """
     check_slice_id(slice_id)
     if jobs < 1:
-        raise ValueError(f"jobs must be at least 1, got {jobs}")
+        raise InvalidArgumentError(f"jobs must be at least 1, got {jobs}")
     spec = demo_spec(small)
     store = Store(root)
     root_s = str(Path(store.root))

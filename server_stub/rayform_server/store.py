@@ -20,8 +20,8 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from rayform._hashing import hash_bytes, new_hasher
-from rayform._ids import check_hash, check_slice_id, sharded_path
+from rayform.files import write_atomic
+from rayform.format import check_hash, check_slice_id, hash_bytes, new_hasher, sharded_path
 from rayform.manifest import BlobRef, Manifest, canonical_json
 from rayform_server.blobstore import BlobBackend, backend_for_root
 
@@ -68,11 +68,6 @@ class Store:
         fd, name = tempfile.mkstemp(dir=self.root / "tmp", prefix="put-")
         return fd, Path(name)
 
-    def _place(self, tmp: Path, dest: Path) -> None:
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        os.chmod(tmp, 0o444)
-        os.replace(tmp, dest)
-
     def put_bytes(self, data: bytes) -> BlobRef:
         """Store ``data`` as a blob; idempotent. Returns its hash and size."""
         digest = hash_bytes(data)
@@ -109,10 +104,8 @@ class Store:
         digest = hash_bytes(data)
         dest = self.manifest_path(digest)
         if not dest.exists():
-            fd, tmp = self._tmp()
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-            self._place(tmp, dest)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            write_atomic(dest, data, mode=0o444, tmp_dir=self.root / "tmp")
         return digest
 
     def set_slice(self, slice_id: str, manifest_hash: str, description: str = "") -> None:
@@ -121,11 +114,7 @@ class Store:
         if not self.manifest_path(manifest_hash).exists():
             raise FileNotFoundError(f"manifest {manifest_hash} is not in the store")
         doc = {"id": slice_id, "manifest": manifest_hash, "description": description}
-        fd, tmp = self._tmp()
-        with os.fdopen(fd, "wb") as f:
-            f.write(canonical_json(doc))
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, self.slice_path(slice_id))
+        write_atomic(self.slice_path(slice_id), canonical_json(doc), mode=0o644, tmp_dir=self.root / "tmp")
 
     def delete_slice(self, slice_id: str) -> None:
         self.slice_path(slice_id).unlink(missing_ok=True)

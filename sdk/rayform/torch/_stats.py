@@ -18,8 +18,6 @@ concurrent writers are harmless and a stale file can never be read for other inp
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +25,7 @@ import numpy as np
 
 from rayform._hashing import hash_bytes
 from rayform._seams import TableLoader
+from rayform.files import write_atomic
 from rayform.manifest import canonical_json
 from rayform.torch._align import align_values, latest_at_or_before
 from rayform.torch._frames import convert
@@ -119,13 +118,6 @@ def compute_stats(
 def _write_atomic(path: Path, data: bytes) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".stats-")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        write_atomic(path, data, mode=0o644)
     except OSError:
         pass  # a read-only cache only costs a recomputation next time

@@ -13,15 +13,20 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from rayform.errors import RayformError
 from rayform_server._video import DEFAULT_GOP
 from rayform_server.ingest._common import Progress, parse_stream_specs
 from rayform_server.ingest.lerobot import ingest_lerobot
 from rayform_server.ingest.mcap import ingest_mcap
+from rayform_server.store import Store
 
 __all__ = ["add_parser", "ingest_lerobot", "ingest_mcap"]
+
+if TYPE_CHECKING:
+    Subparsers = argparse._SubParsersAction[argparse.ArgumentParser]
 
 
 def _common_args(p: argparse.ArgumentParser, source: str) -> None:
@@ -38,11 +43,23 @@ def _common_args(p: argparse.ArgumentParser, source: str) -> None:
                    "fastest random access; 10 is ~3x smaller; see docs/video-encoding.md)")
 
 
-def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+def add_parser(
+    subparsers: Subparsers,
+    *,
+    leaf_options: Callable[[argparse.ArgumentParser], None] | None = None,
+) -> argparse.ArgumentParser:
     """Register ``ingest`` (with ``lerobot`` and ``mcap``) on the server CLI's subparsers.
 
     Each leaf sets ``func``: a callable taking the parsed arguments and returning an exit code
     (0 on success, 2 on bad input, with the reason on stderr).
+
+    Args:
+        subparsers: what ``ArgumentParser.add_subparsers()`` returned.
+        leaf_options: called with each leaf's parser once it is complete, e.g. to add options
+            that every command of the CLI shares or to wrap its ``func``.
+
+    Returns:
+        The ``ingest`` parser.
     """
     ingest = subparsers.add_parser("ingest", help="ingest LeRobot datasets or ROS 2 MCAP bags")
     kinds = ingest.add_subparsers(dest="ingest_kind", metavar="{lerobot,mcap}")
@@ -58,12 +75,13 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     _common_args(mc, "TOPIC[:FIELD]")
     mc.add_argument("files", nargs="+", help="MCAP files")
     mc.set_defaults(func=_run_mcap)
+    if leaf_options is not None:
+        for leaf in (lr, mc):
+            leaf_options(leaf)
     return ingest
 
 
-def _run(args: argparse.Namespace, work: Any) -> int:
-    from rayform_server.store import Store
-
+def _run(args: argparse.Namespace, work: Callable[[Store, Progress], None]) -> int:
     progress = Progress(None if args.quiet else sys.stderr)
     try:
         work(Store(args.root), progress)
@@ -74,7 +92,7 @@ def _run(args: argparse.Namespace, work: Any) -> int:
 
 
 def _run_lerobot(args: argparse.Namespace) -> int:
-    def work(store: Any, progress: Progress) -> None:
+    def work(store: Store, progress: Progress) -> None:
         ingest_lerobot(
             store, args.path, args.slice_id, streams=parse_stream_specs(args.stream, "FEATURE") or None,
             site=args.site, dataset_id=args.dataset_id, progress=progress, gop=args.gop,
@@ -84,7 +102,7 @@ def _run_lerobot(args: argparse.Namespace) -> int:
 
 
 def _run_mcap(args: argparse.Namespace) -> int:
-    def work(store: Any, progress: Progress) -> None:
+    def work(store: Store, progress: Progress) -> None:
         ingest_mcap(
             store, args.files, args.slice_id,
             streams=parse_stream_specs(args.stream, "TOPIC[:FIELD]") or None,

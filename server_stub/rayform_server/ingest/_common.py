@@ -1,20 +1,26 @@
-"""Helpers shared by the ingesters: stream specs, names, segment IDs, progress, rates."""
+"""Helpers shared by the ingesters: stream specs, names, segment IDs, progress, rates, and
+the commit of the segments into one slice."""
 
 from __future__ import annotations
 
 import re
 import sys
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import TextIO
 
 import numpy as np
 
-from rayform._hashing import hash_bytes
-from rayform._ids import STREAM_NAME_RE
 from rayform.errors import InvalidArgumentError
+from rayform.format import STREAM_NAME_RE, hash_bytes
+from rayform.manifest import Manifest
+from rayform_server.builder import SliceBuilder, TableData, VideoData
+from rayform_server.store import Store
 
 __all__ = [
     "Progress",
+    "SegmentInput",
+    "commit_segments",
     "nominal_rate_hz",
     "parse_stream_specs",
     "sanitize_stream_name",
@@ -88,3 +94,52 @@ class Progress:
     def __call__(self, message: str) -> None:
         if self.stream is not None:
             print(f"[{self.prefix}] {message}", file=self.stream, flush=True)
+
+
+@dataclass
+class SegmentInput:
+    """One recording, read and ready to store as a segment.
+
+    Attributes:
+        id: the segment ID (:func:`segment_id_for`).
+        label: names the recording in errors, e.g. ``"episode 3"`` or a file path.
+        streams: the segment's streams.
+        done: the progress line printed once the segment is stored.
+    """
+
+    id: str
+    label: str
+    streams: list[VideoData | TableData]
+    done: str
+
+
+def commit_segments(
+    store: Store,
+    slice_id: str,
+    segments: Iterable[SegmentInput],
+    *,
+    description: str,
+    site: str,
+    gop: int,
+    progress: Progress,
+) -> Manifest:
+    """Store every segment's blobs, then write the manifest and point ``slice_id`` at it.
+
+    ``segments`` may be a generator that reads each recording when asked, so only one
+    recording is in memory at a time. The manifest and the slice reference are written only
+    after the last segment, so a failure never leaves a half-written slice.
+
+    Raises:
+        InvalidArgumentError: a segment's streams are inconsistent (the message starts with
+            the segment's label), or there is no segment at all.
+    """
+    builder = SliceBuilder(store, description=description, gop=gop)
+    for seg in segments:
+        try:
+            builder.add_segment(seg.id, site=site, streams=seg.streams)
+        except InvalidArgumentError as exc:
+            raise InvalidArgumentError(f"{seg.label}: {exc}") from exc
+        progress(seg.done)
+    manifest = builder.commit(slice_id)
+    progress(f"slice {slice_id} -> manifest {manifest.hash[:16]}... ({len(manifest.segments)} segments)")
+    return manifest

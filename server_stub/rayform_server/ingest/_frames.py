@@ -30,6 +30,8 @@ def _decoded(path: str, start_s: float) -> Iterator[tuple[float, av.VideoFrame]]
             raise InvalidArgumentError(f"{path} has no video stream")
         stream = container.streams.video[0]
         tb = stream.time_base
+        if tb is None:
+            raise InvalidArgumentError(f"{path}: its video stream has no time base")
         if start_s > 0:
             container.seek(int(start_s / tb), stream=stream, backward=True, any_frame=False)
         try:

@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -92,7 +93,7 @@ def _load_json(path: Path) -> Any:
         raise InvalidArgumentError(f"cannot read {path}: {exc}") from exc
 
 
-def open_layout(path: str | Path) -> LeRobotLayout:
+def open_layout(path: str | os.PathLike[str]) -> LeRobotLayout:
     """Read a LeRobot dataset's metadata.
 
     Raises:

@@ -20,17 +20,24 @@ named features are ingested):
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 
-from rayform._ids import check_slice_id
 from rayform.errors import InvalidArgumentError
+from rayform.format import check_slice_id
 from rayform.manifest import Manifest
 from rayform_server._video import DEFAULT_GOP
-from rayform_server.builder import SliceBuilder, TableData, VideoData
-from rayform_server.ingest._common import Progress, sanitize_stream_name, segment_id_for
+from rayform_server.builder import TableData, VideoData
+from rayform_server.ingest._common import (
+    Progress,
+    SegmentInput,
+    commit_segments,
+    sanitize_stream_name,
+    segment_id_for,
+)
 from rayform_server.ingest._frames import frames_at
 from rayform_server.ingest._lerobot_layout import Episode, LeRobotLayout, open_layout
 from rayform_server.store import Store
@@ -198,16 +205,14 @@ def ingest_lerobot(
         f"LeRobot {layout.version} dataset {ds_id}: {len(layout.episodes)} episodes at "
         f"{layout.fps:g} fps; streams: " + ", ".join(f"{n} <- {f}" for n, f in chosen.items())
     )
-    builder = SliceBuilder(store, description=f"LeRobot dataset {ds_id} ({layout.version})", gop=gop)
-    for i, ep in enumerate(layout.episodes, 1):
-        seg_id = segment_id_for("lerobot", ds_id, str(ep.index))
-        try:
-            builder.add_segment(seg_id, site=site, streams=_episode_streams(layout, ep, chosen, progress))
-        except InvalidArgumentError:
-            raise
-        except ValueError as exc:
-            raise InvalidArgumentError(f"episode {ep.index}: {exc}") from exc
-        progress(f"episode {ep.index} -> {seg_id} ({i}/{len(layout.episodes)}, {ep.length} frames)")
-    manifest = builder.commit(slice_id)
-    progress(f"slice {slice_id} -> manifest {manifest.hash[:16]}... ({len(manifest.segments)} segments)")
-    return manifest
+
+    def segments() -> Iterator[SegmentInput]:
+        for i, ep in enumerate(layout.episodes, 1):
+            seg_id = segment_id_for("lerobot", ds_id, str(ep.index))
+            yield SegmentInput(
+                seg_id, f"episode {ep.index}", _episode_streams(layout, ep, chosen, progress),
+                f"episode {ep.index} -> {seg_id} ({i}/{len(layout.episodes)}, {ep.length} frames)",
+            )
+
+    return commit_segments(store, slice_id, segments(), site=site, gop=gop, progress=progress,
+                           description=f"LeRobot dataset {ds_id} ({layout.version})")

@@ -29,15 +29,16 @@ import numpy as np
 from mcap.reader import make_reader
 from mcap_ros2.decoder import DecoderFactory
 
-from rayform._hashing import new_hasher
-from rayform._ids import check_slice_id
 from rayform.errors import InvalidArgumentError
+from rayform.format import check_slice_id, hash_file
 from rayform.manifest import Manifest
 from rayform_server._video import DEFAULT_GOP
-from rayform_server.builder import SliceBuilder, TableData, VideoData
+from rayform_server.builder import TableData, VideoData
 from rayform_server.ingest import _ros
 from rayform_server.ingest._common import (
     Progress,
+    SegmentInput,
+    commit_segments,
     nominal_rate_hz,
     sanitize_stream_name,
     segment_id_for,
@@ -197,12 +198,17 @@ def _stream(path: Path, pick: _Pick, items: list[tuple[int, Any]]) -> VideoData 
     return TableData(pick.name, t_ns, values, rate_hz=rate, units="m", frame="ros", quantity="pose")
 
 
-def _file_hash(path: Path) -> str:
-    h = new_hasher()
-    with path.open("rb") as f:
-        while chunk := f.read(1 << 20):
-            h.update(chunk)
-    return h.hexdigest()
+def _file_streams(path: Path, streams: dict[str, str] | None, progress: Progress) -> list[VideoData | TableData]:
+    """Every chosen stream of one MCAP file, read and sorted by stamp."""
+    picks = _picks(path, _topics(path), streams)
+    data = _read(path, picks)
+    built: list[VideoData | TableData] = []
+    for pick in picks:
+        items = _sorted_unique(path, pick.topic, data[pick.topic], progress)
+        if pick.kind == "joint" and not streams and _ros.joint_field(items[0][1], pick.field or "").size == 0:
+            continue  # a field this robot does not publish (e.g. empty effort)
+        built.append(_stream(path, pick, items))
+    return built
 
 
 def ingest_mcap(
@@ -240,28 +246,16 @@ def ingest_mcap(
     progress = progress or Progress()
     if not files:
         raise InvalidArgumentError("no MCAP files given")
-    builder = SliceBuilder(store, description="ROS 2 bags: " + ", ".join(Path(f).name for f in files), gop=gop)
-    for i, file in enumerate(files, 1):
-        path = Path(file)
-        if not path.is_file():
-            raise InvalidArgumentError(f"{path} does not exist or is not a file")
-        seg_id = segment_id_for("mcap", _file_hash(path))
-        picks = _picks(path, _topics(path), streams)
-        data = _read(path, picks)
-        built = []
-        for pick in picks:
-            items = _sorted_unique(path, pick.topic, data[pick.topic], progress)
-            if pick.kind == "joint" and not streams and _ros.joint_field(items[0][1], pick.field or "").size == 0:
-                continue  # a field this robot does not publish (e.g. empty effort)
-            built.append(_stream(path, pick, items))
-        try:
-            builder.add_segment(seg_id, site=site, streams=built)
-        except InvalidArgumentError:
-            raise
-        except ValueError as exc:
-            raise InvalidArgumentError(f"{path}: {exc}") from exc
-        summary = ", ".join(f"{s.name} ({len(s.t_ns)})" for s in built)
-        progress(f"{path.name} -> {seg_id} ({i}/{len(files)}): {summary}")
-    manifest = builder.commit(slice_id)
-    progress(f"slice {slice_id} -> manifest {manifest.hash[:16]}... ({len(manifest.segments)} segments)")
-    return manifest
+
+    def segments() -> Iterator[SegmentInput]:
+        for i, file in enumerate(files, 1):
+            path = Path(file)
+            if not path.is_file():
+                raise InvalidArgumentError(f"{path} does not exist or is not a file")
+            seg_id = segment_id_for("mcap", hash_file(path))
+            built = _file_streams(path, streams, progress)
+            summary = ", ".join(f"{s.name} ({len(s.t_ns)})" for s in built)
+            yield SegmentInput(seg_id, str(path), built, f"{path.name} -> {seg_id} ({i}/{len(files)}): {summary}")
+
+    return commit_segments(store, slice_id, segments(), site=site, gop=gop, progress=progress,
+                           description="ROS 2 bags: " + ", ".join(Path(f).name for f in files))
