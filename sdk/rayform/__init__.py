@@ -24,8 +24,10 @@ from rayform.errors import (
     NotFoundError,
     OfflineError,
     RayformError,
+    SliceChangedError,
     TransportError,
 )
+from rayform._uri import DatasetURI
 from rayform.manifest import BlobRef, Manifest, Segment, Stream
 
 __version__ = "0.1.0"
@@ -42,8 +44,10 @@ __all__ = [
     "NotFoundError",
     "OfflineError",
     "RayformError",
+    "DatasetURI",
     "Segment",
     "Slice",
+    "SliceChangedError",
     "Stream",
     "TransportError",
     "__version__",
