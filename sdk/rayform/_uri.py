@@ -173,6 +173,11 @@ class DatasetURI:
                 f"{_shown(uri)}: the path must end in /slc_...@MANIFEST_HASH (a dataset URI pins "
                 "the manifest); get one from dataset.uri"
             )
+        if not SLICE_ID_RE.match(slice_id) or not HASH_RE.match(manifest_hash):
+            raise InvalidArgumentError(
+                f"{_shown(uri)}: the path must end in /slc_<8-64 hex>@<manifest hash: 64 hex>; "
+                "copy the whole URI from dataset.uri"
+            )
         endpoint = f"{SCHEMES[parts.scheme]}://{parts.netloc}{prefix}" if parts.netloc else None
         query = _parse_query(parts.query, uri)
         try:
