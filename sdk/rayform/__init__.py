@@ -15,6 +15,7 @@ import importlib
 from typing import Any
 
 from rayform import errors
+from rayform._uri import DatasetURI
 from rayform.errors import (
     AccessDeniedError,
     CacheError,
@@ -27,7 +28,6 @@ from rayform.errors import (
     SliceChangedError,
     TransportError,
 )
-from rayform._uri import DatasetURI
 from rayform.manifest import BlobRef, Manifest, Segment, Stream
 
 __version__ = "0.1.0"
