@@ -118,7 +118,8 @@ class RayformDataset(Dataset):
         targets = [k for k in self._spec if k.startswith("action")]
         features = specs([k for k in self._spec if k not in targets])
         assert features is not None  # t_ns is always there
-        return TensorDatasetSchema(features=features, targets=specs(targets))
+        # targets=None is allowed at run time (MLflow annotates it as required)
+        return TensorDatasetSchema(features=features, targets=specs(targets))  # type: ignore[arg-type]
 
     def to_dict(self) -> dict[str, str]:
         """Name, digest, source, source type, schema and profile, as MLflow stores them."""

@@ -25,6 +25,7 @@ from typing import Any
 
 import wandb
 from wandb.sdk.artifacts.artifact_manifest_entry import ArtifactManifestEntry
+from wandb.sdk.lib.paths import LogicalPath
 
 from rayform._uri import DatasetURI
 from rayform.errors import InvalidArgumentError
@@ -74,7 +75,7 @@ def log_dataset(run: Any, ds: Any, *, key: str = "dataset", name: str | None = N
     # itself), so the entry is made here: its digest is the manifest hash, which pins every
     # byte, and the host is left out of the digest so any server name gives the same version.
     artifact.manifest.add_entry(ArtifactManifestEntry(
-        path="manifest", ref=uri.slice_uri, digest=uri.manifest_hash, size=ds.slice.nbytes,
+        path=LogicalPath("manifest"), ref=uri.slice_uri, digest=uri.manifest_hash, size=ds.slice.nbytes,
     ))
     run.use_artifact(artifact)
     return artifact
