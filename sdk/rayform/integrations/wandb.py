@@ -15,7 +15,8 @@ The artifact (type ``dataset``, named after the slice) holds one reference entry
 pointing at ``rayform://HOST/slc_...@MANIFEST_HASH`` with the manifest hash as its digest, so
 the artifact's digest depends on the manifest hash alone: every run that trains on the same
 slice version uses the same artifact version, and W&B's lineage graph links them. Nothing is
-uploaded. Needs ``wandb>=0.19``.
+uploaded. Offline runs (``WANDB_MODE=offline``) record the same input, and ``wandb sync``
+sends it. Needs ``wandb>=0.19``.
 """
 
 from __future__ import annotations
@@ -77,5 +78,20 @@ def log_dataset(run: Any, ds: Any, *, key: str = "dataset", name: str | None = N
     artifact.manifest.add_entry(ArtifactManifestEntry(
         path=LogicalPath("manifest"), ref=uri.slice_uri, digest=uri.manifest_hash, size=ds.slice.nbytes,
     ))
-    run.use_artifact(artifact)
+    _use(run, artifact)
     return artifact
+
+
+def _use(run: Any, artifact: Any) -> None:
+    """Mark ``artifact`` as an input of ``run``, online or offline."""
+    if not getattr(run, "offline", False):
+        run.use_artifact(artifact)
+        return
+    # W&B refuses use_artifact() offline, yet for a new artifact use_artifact() only records
+    # the artifact with "use after commit" set, which `wandb sync` later replays as an input.
+    # Record exactly that, so a cluster run trained offline links like an online one.
+    log = getattr(run, "_log_artifact", None)
+    if log is not None:
+        log(artifact, is_user_created=True, use_after_commit=True)
+    else:  # a W&B without the private hook: the run at least records the artifact
+        run.log_artifact(artifact)
