@@ -23,6 +23,8 @@ from rayform.integrations._common import sample_spec
 from rayform.integrations.mlflow import RayformDatasetSource, from_episode_dataset
 
 TESTS = Path(__file__).parent
+# One `mlflow server` start per module (10-40 s on two busy cores).
+pytestmark = pytest.mark.slow
 
 
 class MlflowServer:
