@@ -170,3 +170,11 @@ def test_offline_without_the_pinned_manifest_names_the_fix(monkeypatch: pytest.M
     uri = f"rayform+http://127.0.0.1:9/{DEMO_SLICE}@{HASH}?v=1&action=&action_mode=hold&fps=15&frame=&horizon=1&obs=cam0/rgb&obs_steps=1&seed=0"
     with pytest.raises(OfflineError, match=f"rayform pull {DEMO_SLICE}"):
         EpisodeDataset.from_uri(uri)
+
+
+def test_constructed_uri_equals_its_parse():
+    uri = DatasetURI(endpoint="http://127.0.0.1:8765/", slice_id="slc_7c1e04aa", manifest_hash=HASH,
+                     obs=["cam0/rgb"], action="joints/position_delta", fps=15, segments=["seg_0a1b2c3d"])
+    assert DatasetURI.parse(str(uri)) == uri and hash(DatasetURI.parse(str(uri))) == hash(uri)
+    assert str(uri).startswith(f"rayform+http://127.0.0.1:8765/slc_7c1e04aa@{HASH}?v=1&")
+    assert uri.dataset_kwargs()["segments"] == ["seg_0a1b2c3d"]

@@ -81,6 +81,13 @@ class DatasetURI:
     def __post_init__(self) -> None:
         if self.endpoint is not None:
             object.__setattr__(self, "endpoint", _clean_endpoint(self.endpoint))
+        # Lists become tuples so that equal URIs compare equal and hash alike.
+        if isinstance(self.obs, str):
+            raise InvalidArgumentError(f"dataset URI: obs={self.obs!r}; pass a sequence of stream names")
+        object.__setattr__(self, "obs", tuple(self.obs))
+        if self.segments is not None:
+            object.__setattr__(self, "segments", tuple(self.segments))
+        object.__setattr__(self, "fps", float(self.fps))
         if not SLICE_ID_RE.match(self.slice_id):
             raise InvalidArgumentError(f"dataset URI: malformed slice ID {self.slice_id!r}; expected e.g. slc_7c1e04aa")
         if not HASH_RE.match(self.manifest_hash):
