@@ -18,11 +18,10 @@ from typing import TYPE_CHECKING, Any
 
 from rayform._uri import DatasetURI, _clean_endpoint
 from rayform.errors import InvalidArgumentError, OfflineError, SliceChangedError
-from rayform.manifest import Manifest
-from rayform.slice import Slice
 
 if TYPE_CHECKING:
     from rayform.client import Client
+    from rayform.slice import Slice
     from rayform.torch.dataset import EpisodeDataset
 
 __all__ = ["OPTIONS", "dataset_from_uri", "dataset_uri", "resolve_pinned"]
@@ -36,7 +35,10 @@ def dataset_uri(ds: EpisodeDataset) -> DatasetURI:
     """The :class:`DatasetURI` of ``ds`` (its slice's server, manifest and arguments)."""
     slice_ = ds.slice
     chosen = [seg.id for seg in ds.segments]
-    every = chosen == [seg.id for seg in slice_.segments]
+    # Compared with the whole manifest, not slice_.segments: a selection view of a slice
+    # keeps the ID and manifest hash, so only an explicit list rebuilds its episodes.
+    pinned = slice_.manifest.segments
+    every = len(chosen) == len(pinned) and chosen == [seg.id for seg in pinned]
     return DatasetURI(
         endpoint=getattr(getattr(slice_, "client", None), "endpoint", None),
         slice_id=slice_.id, manifest_hash=slice_.manifest_hash, obs=tuple(ds.obs),
@@ -78,11 +80,13 @@ def resolve_pinned(client: Client, slice_id: str, manifest_hash: str) -> Slice:
                 f"(RAYFORM_OFFLINE=1); with network access run `rayform pull {slice_id}` while "
                 "the server still serves that version"
             )
-        return Slice(slice_id, manifest_hash, Manifest.from_bytes(data, expected_hash=manifest_hash), client)
+        # The client's own constructor: it verifies the bytes against the hash and knows every
+        # manifest format version.
+        return client._make_slice(slice_id, manifest_hash, data)
     slice_ = client.slices.get(slice_id)
     if slice_.manifest_hash != manifest_hash:
         raise SliceChangedError(
-            f"slice {slice_id} on {client.endpoint} now resolves to manifest "
+            f"slice {slice_id} on {_clean_endpoint(client.endpoint) if client.endpoint else 'the server'} now resolves to manifest "
             f"{slice_.manifest_hash[:12]}..., not {manifest_hash[:12]}... that the dataset URI "
             "pins: it was rebuilt since the dataset was logged, so its samples may differ. To "
             "reproduce the run, use a cache that still holds the pinned manifest and blobs with "
