@@ -34,16 +34,18 @@ OPTIONS = ("transform", "shard", "ddp_even", "decoder_cache_size", "decoder_back
 def dataset_uri(ds: EpisodeDataset) -> DatasetURI:
     """The :class:`DatasetURI` of ``ds`` (its slice's server, manifest and arguments)."""
     slice_ = ds.slice
-    chosen = [seg.id for seg in ds.segments]
     # Compared with the whole manifest, not slice_.segments: a selection view of a slice
     # keeps the ID and manifest hash, so only an explicit list rebuilds its episodes.
-    pinned = slice_.manifest.segments
-    every = len(chosen) == len(pinned) and chosen == [seg.id for seg in pinned]
+    pinned, used = slice_.manifest.segments, ds.segments
+    every = used is pinned or (
+        len(used) == len(pinned) and all(a.id == b.id for a, b in zip(used, pinned, strict=True))
+    )
+    chosen = None if every else tuple(seg.id for seg in used)
     return DatasetURI(
         endpoint=getattr(getattr(slice_, "client", None), "endpoint", None),
         slice_id=slice_.id, manifest_hash=slice_.manifest_hash, obs=tuple(ds.obs),
         action=ds.action, fps=ds.fps, horizon=ds.horizon, frame=ds.frame, obs_steps=ds.obs_steps,
-        action_mode=ds.action_mode, seed=ds.seed, segments=None if every else tuple(chosen),
+        action_mode=ds.action_mode, seed=ds.seed, segments=chosen,
     )
 
 
