@@ -178,3 +178,12 @@ def test_constructed_uri_equals_its_parse():
     assert DatasetURI.parse(str(uri)) == uri and hash(DatasetURI.parse(str(uri))) == hash(uri)
     assert str(uri).startswith(f"rayform+http://127.0.0.1:8765/slc_7c1e04aa@{HASH}?v=1&")
     assert uri.dataset_kwargs()["segments"] == ["seg_0a1b2c3d"]
+
+
+def test_uri_without_a_host_uses_the_configured_server(client_env: ServerProcess):
+    ds = demo_dataset(rayform.Client(), DEMO_SLICE)
+    hostless = "rayform:///" + ds.uri.split("/", 3)[3]
+    assert hostless.startswith(f"rayform:///{DEMO_SLICE}@")
+    again = EpisodeDataset.from_uri(hostless)
+    assert again.slice.client.endpoint == client_env.url
+    assert again.uri == ds.uri  # the rebuilt dataset names the server it was read from

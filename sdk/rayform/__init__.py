@@ -5,6 +5,7 @@ Public API::
     client = rayform.Client()                  # endpoint/token/cache from args or env
     slice_ = client.slices.get("slc_7c1e04aa")  # -> rayform.Slice
     dataset = rayform.torch.EpisodeDataset(slice_, obs=[...], action="...", fps=15)
+    dataset.uri                                 # the dataset as trained (rayform.DatasetURI)
 
 ``rayform.torch`` is imported lazily so that ``import rayform`` does not need torch.
 """
