@@ -154,3 +154,13 @@ def test_token_is_in_nothing_mlflow_stored(tracking: MlflowServer):
     assert any(p.name == "mlflow.db" for p in files) and any(p.name == "dataset.json" for p in files)
     for path in files:
         assert TOKEN.encode() not in path.read_bytes(), f"token leaked into {path}"
+
+
+def test_mlflow_resolves_a_dataset_uri_to_the_rayform_source():
+    from mlflow.data.dataset_source_registry import resolve_dataset_source
+
+    uri = (f"rayform://data.example.com/{DEMO_SLICE}@{'0' * 64}?v=1&action=&action_mode=hold"
+           "&fps=15&frame=&horizon=1&obs=cam0/rgb&obs_steps=1&seed=0")
+    source = resolve_dataset_source(uri)
+    assert isinstance(source, RayformDatasetSource) and source.uri == uri
+    assert RayformDatasetSource.from_json(source.to_json()).uri == uri
