@@ -39,3 +39,15 @@ def test_import_rayform_does_not_import_torch():
     code = ("import sys, rayform, rayform.format, rayform.files; rayform.Client; "
             "assert 'torch' not in sys.modules, 'torch imported'")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_import_rayform_does_not_import_trackers():
+    # The mlflow entry point loads rayform.integrations.mlflow whenever mlflow.data is
+    # imported, so that module must not drag torch in either.
+    code = (
+        "import sys, rayform; rayform.Client; rayform.DatasetURI\n"
+        "assert not {'mlflow', 'wandb'} & set(sys.modules), 'a tracker was imported'\n"
+        "import rayform.integrations.mlflow\n"
+        "assert 'torch' not in sys.modules, 'torch imported by the mlflow integration'\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)

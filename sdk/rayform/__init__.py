@@ -5,6 +5,7 @@ Public API::
     client = rayform.Client()                  # endpoint/token/cache from args or env
     slice_ = client.slices.get("slc_7c1e04aa")  # -> rayform.Slice
     dataset = rayform.torch.EpisodeDataset(slice_, obs=[...], action="...", fps=15)
+    dataset.uri                                 # the dataset as trained (rayform.DatasetURI)
 
 ``rayform.torch`` is imported lazily so that ``import rayform`` does not need torch.
 """
@@ -15,6 +16,7 @@ import importlib
 from typing import Any
 
 from rayform import errors
+from rayform._uri import DatasetURI
 from rayform.errors import (
     AccessDeniedError,
     CacheError,
@@ -24,6 +26,7 @@ from rayform.errors import (
     NotFoundError,
     OfflineError,
     RayformError,
+    SliceChangedError,
     TransportError,
 )
 from rayform.manifest import BlobRef, Manifest, Segment, Stream
@@ -42,8 +45,10 @@ __all__ = [
     "NotFoundError",
     "OfflineError",
     "RayformError",
+    "DatasetURI",
     "Segment",
     "Slice",
+    "SliceChangedError",
     "Stream",
     "TransportError",
     "__version__",

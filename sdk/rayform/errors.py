@@ -5,6 +5,7 @@
     RayformError
     ├── InvalidArgumentError        bad value passed by the caller (also a ValueError)
     ├── NotFoundError               unknown slice, stream, segment or blob
+    │   └── SliceChangedError       a slice no longer resolves to the manifest a dataset URI pins
     ├── AccessDeniedError           missing/wrong token (401) or out of scope (403)
     ├── OfflineError                offline mode and the object is not cached
     ├── IntegrityError              bytes do not match their BLAKE3 hash, size or format
@@ -27,6 +28,7 @@ __all__ = [
     "NotFoundError",
     "OfflineError",
     "RayformError",
+    "SliceChangedError",
     "TransportError",
 ]
 
@@ -41,6 +43,15 @@ class InvalidArgumentError(RayformError, ValueError):
 
 class NotFoundError(RayformError, LookupError):
     """The server (or the manifest) has no such slice, stream, segment or blob."""
+
+
+class SliceChangedError(NotFoundError):
+    """The server's slice now resolves to another manifest than the one a dataset URI pins.
+
+    The slice was rebuilt under the same ID, so its samples may differ from those trained on.
+    The message names both manifest hashes and how to get the pinned bytes (a cache that holds
+    them, used offline) or to train on the current version.
+    """
 
 
 class AccessDeniedError(RayformError, PermissionError):

@@ -213,6 +213,39 @@ class EpisodeDataset(Dataset):
             torch.manual_seed(int(digest[:15], 16))
             return self.transform(sample)  # type: ignore[misc]
 
+    # -- lineage ---------------------------------------------------------------------------
+    @property
+    def uri(self) -> str:
+        """The dataset as trained, as a canonical URI: ``rayform://HOST/slc_...@MANIFEST?v=1&...``.
+
+        Pins the manifest hash and every argument that changes the samples (docs/tracking.md);
+        never holds the token. :meth:`from_uri` rebuilds the dataset from it.
+        """
+        from rayform.torch._uri import dataset_uri
+
+        return str(dataset_uri(self))
+
+    @classmethod
+    def from_uri(cls, uri: str, client: Any = None, **options: Any) -> EpisodeDataset:
+        """Rebuild the dataset ``uri`` (from :attr:`uri`) names: same slice version, same samples.
+
+        Args:
+            uri: a dataset URI.
+            client: the :class:`~rayform.Client` to use; default one for the URI's server,
+                configured from the environment (``RAYFORM_TOKEN``, ``RAYFORM_OFFLINE``, ...).
+            **options: ``transform``, ``shard``, ``ddp_even``, ``decoder_cache_size``,
+                ``decoder_backend``, ``decode_threads`` (not in the URI: they never change
+                which samples the dataset holds).
+
+        Raises:
+            SliceChangedError: the server's slice no longer resolves to the pinned manifest.
+            OfflineError: offline and the pinned manifest is not cached.
+            InvalidArgumentError: not a dataset URI, or an option that the URI fixes.
+        """
+        from rayform.torch._uri import dataset_from_uri
+
+        return dataset_from_uri(uri, client, **options)
+
     # -- metadata --------------------------------------------------------------------------
     def stats(self) -> dict[str, dict[str, Any]]:
         """Per-stream ``mean``/``std``/``min``/``max`` (lists, one per component) and ``count``.
@@ -231,6 +264,7 @@ class EpisodeDataset(Dataset):
     def describe(self) -> dict[str, Any]:
         """A JSON-able summary for experiment trackers (``wandb.config.update(...)``)."""
         return {
+            "uri": self.uri,
             "slice": self.slice.id,
             "manifest_hash": getattr(self.slice, "manifest_hash", None),
             "obs": list(self.obs),

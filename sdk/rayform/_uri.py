@@ -1,0 +1,289 @@
+"""Dataset URIs: one string that names a dataset exactly as it was trained on.
+
+::
+
+    rayform://127.0.0.1:8765/slc_7c1e04aa@<manifest hash>?v=1&action=joints/position_delta
+        &action_mode=hold&fps=15&frame=ros&horizon=16&obs=cam0/rgb,joints/position
+        &obs_steps=1&seed=0
+
+The path pins the slice *and* the manifest (its BLAKE3 hash, so every byte); the query holds
+every argument that changes which samples the dataset yields. The encoding is canonical
+(``docs/tracking.md`` defines it): one dataset has one URI, so the URI can be compared,
+hashed and used as a key. The access token is never part of it.
+
+This module needs neither torch nor a network; ``rayform.torch.EpisodeDataset.uri`` and
+``EpisodeDataset.from_uri`` build on it.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote, unquote, urlsplit
+
+from rayform._hashing import hash_bytes
+from rayform._ids import HASH_RE, SEGMENT_ID_RE, SLICE_ID_RE, STREAM_NAME_RE
+from rayform.errors import InvalidArgumentError
+
+__all__ = ["QUERY_VERSION", "SCHEMES", "DatasetURI"]
+
+#: Version of the query encoding; a parser refuses versions and parameters it does not know,
+#: so an old SDK never silently builds a different dataset from a newer URI.
+QUERY_VERSION = 1
+#: URI scheme -> the server's URL scheme. ``rayform://`` is HTTPS; plain HTTP (a server on
+#: loopback or a trusted network) is spelled out, so a URI never downgrades TLS by accident.
+SCHEMES = {"rayform": "https", "rayform+http": "http"}
+# Parameters of query version 1, in canonical (alphabetical) order after ``v``. "select" and
+# "mix" are reserved for slice views and mixtures; see docs/tracking.md.
+_PARAMS = ("action", "action_mode", "fps", "frame", "horizon", "obs", "obs_steps", "seed", "segments")
+_RESERVED = ("select", "mix")
+_SAFE = "/,"  # stream names and IDs never contain "," so lists need no escaping
+
+
+@dataclass(frozen=True)
+class DatasetURI:
+    """A parsed dataset URI: which slice, which manifest, which arguments.
+
+    ``str(uri)`` is the canonical form; ``DatasetURI.parse(str(uri)) == uri``.
+
+    Attributes:
+        endpoint: the server's base URL (``"https://rayform.example.com"``), or ``None`` for
+            ``rayform:///slc_...`` (whatever server ``RAYFORM_ENDPOINT`` names, or the cache).
+        slice_id: e.g. ``"slc_7c1e04aa"``.
+        manifest_hash: BLAKE3 hex digest of the manifest the dataset was built on.
+        obs: observation stream names, in the dataset's order.
+        action: the action stream, or ``None``.
+        fps: grid rate in Hz.
+        horizon: action chunk length in grid steps.
+        frame: ``"ros"``, ``"opencv"`` or ``None``.
+        obs_steps: observation history in grid steps.
+        action_mode: ``"hold"``, ``"nearest"`` or ``"linear"``.
+        seed: the dataset's seed.
+        segments: the selected segment IDs in order, or ``None`` for every segment.
+    """
+
+    endpoint: str | None
+    slice_id: str
+    manifest_hash: str
+    obs: tuple[str, ...]
+    action: str | None
+    fps: float
+    horizon: int = 1
+    frame: str | None = None
+    obs_steps: int = 1
+    action_mode: str = "hold"
+    seed: int = 0
+    segments: tuple[str, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if self.endpoint is not None:
+            object.__setattr__(self, "endpoint", _clean_endpoint(self.endpoint))
+        # Lists become tuples so that equal URIs compare equal and hash alike.
+        if isinstance(self.obs, str):
+            raise InvalidArgumentError(f"dataset URI: obs={self.obs!r}; pass a sequence of stream names")
+        object.__setattr__(self, "obs", tuple(self.obs))
+        if self.segments is not None:
+            object.__setattr__(self, "segments", tuple(self.segments))
+        object.__setattr__(self, "fps", float(self.fps))
+        if not SLICE_ID_RE.match(self.slice_id):
+            raise InvalidArgumentError(f"dataset URI: malformed slice ID {self.slice_id!r}; expected e.g. slc_7c1e04aa")
+        if not HASH_RE.match(self.manifest_hash):
+            raise InvalidArgumentError(
+                f"dataset URI: malformed manifest hash {self.manifest_hash!r}; expected 64 lowercase hex digits"
+            )
+        for name in (*self.obs, *([self.action] if self.action else [])):
+            if not STREAM_NAME_RE.match(name):
+                raise InvalidArgumentError(f"dataset URI: malformed stream name {name!r}, e.g. cam0/rgb")
+        for seg in self.segments or ():
+            if not SEGMENT_ID_RE.match(seg):
+                raise InvalidArgumentError(f"dataset URI: malformed segment ID {seg!r}, e.g. seg_0a1b2c3d")
+        if not self.obs:
+            raise InvalidArgumentError("dataset URI: obs= names no stream; a dataset has at least one")
+        if not (math.isfinite(self.fps) and self.fps > 0):
+            raise InvalidArgumentError(f"dataset URI: fps={self.fps!r}; use a finite number > 0 (Hz)")
+
+    # -- formatting ------------------------------------------------------------------------
+    @property
+    def query(self) -> str:
+        """The canonical query: ``v`` first, then every parameter in alphabetical order."""
+        values: dict[str, str] = {
+            "action": self.action or "",
+            "action_mode": self.action_mode,
+            "fps": _format_float(self.fps),
+            "frame": self.frame or "",
+            "horizon": str(self.horizon),
+            "obs": ",".join(self.obs),
+            "obs_steps": str(self.obs_steps),
+            "seed": str(self.seed),
+        }
+        if self.segments is not None:
+            values["segments"] = ",".join(self.segments)
+        parts = [f"v={QUERY_VERSION}"] + [f"{k}={quote(values[k], safe=_SAFE)}" for k in _PARAMS if k in values]
+        return "&".join(parts)
+
+    @property
+    def slice_uri(self) -> str:
+        """The pinned slice alone, without dataset arguments: ``rayform://HOST/slc_...@HASH``."""
+        return f"{_authority(self.endpoint)}/{self.slice_id}@{self.manifest_hash}"
+
+    def __str__(self) -> str:
+        return f"{self.slice_uri}?{self.query}"
+
+    @property
+    def digest(self) -> str:
+        """A short fingerprint of the data and arguments, independent of the server's address.
+
+        ``<first 16 hex digits of the manifest hash>-<8 hex digits of the slice ID and
+        query>``: datasets on the same manifest share the prefix; the same dataset reached
+        through another host name has the same digest.
+        """
+        args = hash_bytes(f"{self.slice_id}?{self.query}".encode())
+        return f"{self.manifest_hash[:16]}-{args[:8]}"
+
+    def dataset_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments for ``EpisodeDataset(slice_, **kwargs)`` that rebuild this dataset."""
+        return {
+            "obs": list(self.obs), "action": self.action, "fps": self.fps, "horizon": self.horizon,
+            "frame": self.frame, "obs_steps": self.obs_steps, "action_mode": self.action_mode,
+            "seed": self.seed, "segments": list(self.segments) if self.segments is not None else None,
+        }
+
+    # -- parsing ---------------------------------------------------------------------------
+    @classmethod
+    def parse(cls, uri: str) -> DatasetURI:
+        """Parse a dataset URI (canonical or not); ``str()`` of the result is canonical.
+
+        Raises:
+            InvalidArgumentError: not a dataset URI, an unknown query version or parameter, a
+                missing parameter, or credentials in the URI (the message says which).
+        """
+        if not isinstance(uri, str):
+            raise InvalidArgumentError(f"a dataset URI is a string, got {type(uri).__name__}")
+        parts = urlsplit(uri)
+        if parts.scheme not in SCHEMES:
+            raise InvalidArgumentError(
+                f"{_shown(uri)} is not a dataset URI: it starts with 'rayform://' (HTTPS server) "
+                "or 'rayform+http://'; get one from dataset.uri"
+            )
+        if "@" in parts.netloc:
+            raise InvalidArgumentError(
+                "a dataset URI never holds credentials: remove the 'user:password@' part and pass "
+                "the token as RAYFORM_TOKEN or Client(token=...)"
+            )
+        prefix, _, last = parts.path.rpartition("/")
+        slice_id, at, manifest_hash = last.partition("@")
+        if not at:
+            raise InvalidArgumentError(
+                f"{_shown(uri)}: the path must end in /slc_...@MANIFEST_HASH (a dataset URI pins "
+                "the manifest); get one from dataset.uri"
+            )
+        if not SLICE_ID_RE.match(slice_id) or not HASH_RE.match(manifest_hash):
+            raise InvalidArgumentError(
+                f"{_shown(uri)}: the path must end in /slc_<8-64 hex>@<manifest hash: 64 hex>; "
+                "copy the whole URI from dataset.uri"
+            )
+        endpoint = f"{SCHEMES[parts.scheme]}://{parts.netloc}{prefix}" if parts.netloc else None
+        query = _parse_query(parts.query, uri)
+        try:
+            return cls(
+                endpoint=endpoint, slice_id=slice_id, manifest_hash=manifest_hash,
+                obs=tuple(_split_list(query["obs"])), action=query["action"] or None,
+                fps=_parse_float("fps", query["fps"]), horizon=_parse_int("horizon", query["horizon"]),
+                frame=query["frame"] or None, obs_steps=_parse_int("obs_steps", query["obs_steps"]),
+                action_mode=query["action_mode"], seed=_parse_int("seed", query["seed"]),
+                segments=tuple(_split_list(query["segments"])) if "segments" in query else None,
+            )
+        except InvalidArgumentError as exc:
+            raise InvalidArgumentError(f"{exc} (in {_shown(uri)})") from None
+
+    @classmethod
+    def from_args(cls, endpoint: str | None, slice_id: str, manifest_hash: str,
+                  args: Mapping[str, Any]) -> DatasetURI:
+        """Build from ``dataset_kwargs()``-style arguments (lists become tuples)."""
+        segments = args.get("segments")
+        return cls(
+            endpoint=endpoint, slice_id=slice_id, manifest_hash=manifest_hash,
+            obs=tuple(args["obs"]), action=args.get("action"), fps=float(args["fps"]),
+            horizon=int(args.get("horizon", 1)), frame=args.get("frame"),
+            obs_steps=int(args.get("obs_steps", 1)), action_mode=str(args.get("action_mode", "hold")),
+            seed=int(args.get("seed", 0)), segments=tuple(segments) if segments is not None else None,
+        )
+
+
+# -- helpers ---------------------------------------------------------------------------------
+def _clean_endpoint(endpoint: str) -> str:
+    """``scheme://host[:port][/prefix]`` without credentials, query or trailing slash."""
+    parts = urlsplit(endpoint.rstrip("/"))
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise InvalidArgumentError(f"endpoint {endpoint.split('@')[-1]!r}: use an http(s) URL")
+    netloc = parts.netloc.rpartition("@")[2]  # never carry user:password into a URI
+    return f"{parts.scheme}://{netloc}{parts.path.rstrip('/')}"
+
+
+def _authority(endpoint: str | None) -> str:
+    if endpoint is None:
+        return "rayform://"
+    scheme, _, rest = endpoint.partition("://")
+    return f"{'rayform' if scheme == 'https' else 'rayform+http'}://{rest}"
+
+
+def _parse_query(query: str, uri: str) -> dict[str, str]:
+    values: dict[str, str] = {}
+    for item in query.split("&") if query else []:
+        key, eq, value = item.partition("=")
+        if not eq:
+            raise InvalidArgumentError(f"dataset URI query item {item!r} has no '=': write key=value")
+        if key in values:
+            raise InvalidArgumentError(f"dataset URI names {key!r} twice: give each parameter once")
+        values[key] = unquote(value)
+    version = values.pop("v", None)
+    if version != str(QUERY_VERSION):
+        raise InvalidArgumentError(
+            f"{_shown(uri)} has query version v={version}; this rayform reads v={QUERY_VERSION}. "
+            + ("Upgrade rayform (`pip install -U rayform`) to read it." if version else
+               "A dataset URI comes from dataset.uri and starts its query with v=1.")
+        )
+    unknown = sorted(set(values) - set(_PARAMS))
+    if unknown:
+        reserved = [k for k in unknown if k in _RESERVED]
+        hint = (f"{', '.join(reserved)} (slice views, mixtures) need a newer rayform: "
+                "`pip install -U rayform`" if reserved else f"v=1 knows {', '.join(_PARAMS)}")
+        raise InvalidArgumentError(f"dataset URI has unknown parameter(s) {', '.join(unknown)}: {hint}")
+    missing = [k for k in _PARAMS if k not in values and k != "segments"]
+    if missing:
+        raise InvalidArgumentError(
+            f"dataset URI lacks {', '.join(missing)}: every argument is spelled out so that a URI "
+            "never depends on defaults; copy the whole URI from dataset.uri"
+        )
+    return values
+
+
+def _split_list(value: str) -> list[str]:
+    return value.split(",") if value else []
+
+
+def _format_float(value: float) -> str:
+    """Shortest text that reads back to the same float; integral values without ``.0``."""
+    text = repr(float(value))
+    return text[:-2] if text.endswith(".0") else text
+
+
+def _parse_float(name: str, text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise InvalidArgumentError(f"dataset URI: {name}={text!r} is not a number") from None
+
+
+def _parse_int(name: str, text: str) -> int:
+    if not re.fullmatch(r"-?[0-9]+", text):
+        raise InvalidArgumentError(f"dataset URI: {name}={text!r} is not an integer")
+    return int(text)
+
+
+def _shown(value: str) -> str:
+    return repr(value) if len(value) <= 120 else repr(value[:117] + "...")
+

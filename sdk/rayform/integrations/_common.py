@@ -1,0 +1,56 @@
+"""What every tracker records about a dataset: its sample layout and the slice's profile.
+
+Both are read from the manifest alone, without fetching or decoding anything, so logging a
+dataset costs no I/O.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["dataset_profile", "sample_spec"]
+
+
+def sample_spec(ds: Any) -> dict[str, tuple[str, tuple[int, ...]]]:
+    """``{key: (dtype, shape)}`` of one sample's tensors, as ``ds[i]`` returns them.
+
+    Cameras ``(3, H, W) uint8``, vectors ``(D,) float32``, each with a leading ``obs_steps``
+    axis and a ``<key>_is_pad`` mask when ``obs_steps > 1``; ``action (horizon, D) float32``,
+    ``action_is_pad (horizon,) bool`` and ``t_ns () int64``. ``meta`` is not a tensor and is
+    left out.
+    """
+    first = ds.segments[0].streams
+    history = (ds.obs_steps,) if ds.obs_steps > 1 else ()
+    spec: dict[str, tuple[str, tuple[int, ...]]] = {}
+    for name in ds.obs:
+        stream = first[name]
+        if stream.kind == "video":
+            h, w, c = stream.shape
+            spec[name] = ("uint8", (*history, c, h, w))
+        else:
+            spec[name] = ("float32", (*history, *stream.shape))
+        if history:
+            spec[f"{name}_is_pad"] = ("bool", history)
+    if ds.action is not None:
+        spec["action"] = ("float32", (ds.horizon, *first[ds.action].shape))
+        spec["action_is_pad"] = ("bool", (ds.horizon,))
+    spec["t_ns"] = ("int64", ())
+    return spec
+
+
+def dataset_profile(ds: Any) -> dict[str, Any]:
+    """The slice as the dataset uses it: episodes, hours, sites, samples, manifest hash."""
+    sites: dict[str, int] = {}
+    seconds = 0.0
+    for seg in ds.segments:
+        sites[seg.site] = sites.get(seg.site, 0) + 1
+        seconds += seg.duration_s
+    return {
+        "slice": ds.slice.id,
+        "manifest_hash": ds.slice.manifest_hash,
+        "segments": len(ds.segments),
+        "hours": round(seconds / 3600, 6),
+        "sites": dict(sorted(sites.items())),
+        "samples": sum(ds.segment_lengths.values()),
+        "fps": ds.fps,
+    }

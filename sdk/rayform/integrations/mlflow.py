@@ -1,0 +1,148 @@
+"""MLflow: a Rayform dataset as an ``mlflow.data`` dataset whose source rebuilds it.
+
+::
+
+    import mlflow
+    from rayform.integrations.mlflow import from_episode_dataset
+
+    with mlflow.start_run():
+        mlflow.log_input(from_episode_dataset(dataset), context="training")
+
+    # later, in any process with rayform installed:
+    run = mlflow.get_run(run_id)
+    source = mlflow.data.get_source(run.inputs.dataset_inputs[0])
+    dataset = source.load()          # the same EpisodeDataset: same slice version, same samples
+
+The logged input holds the name, a digest (manifest hash and arguments), the dataset URI as
+its source, the tensor schema of a sample and the slice's profile (episodes, hours, sites).
+MLflow finds :class:`RayformDatasetSource` through the ``mlflow.dataset_source`` entry point
+that ``pip install "rayform[mlflow]"`` registers. Needs ``mlflow>=2.16``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from mlflow.data.dataset import Dataset
+from mlflow.data.dataset_source import DatasetSource
+
+from rayform._uri import SCHEMES, DatasetURI
+from rayform.errors import InvalidArgumentError
+from rayform.integrations._common import dataset_profile, sample_spec
+
+__all__ = ["RayformDataset", "RayformDatasetSource", "from_episode_dataset"]
+
+
+class RayformDatasetSource(DatasetSource):
+    """Where a Rayform dataset comes from: its dataset URI (``ds.uri``).
+
+    Args:
+        uri: a dataset URI, ``rayform://HOST/slc_...@MANIFEST?v=1&...``.
+    """
+
+    def __init__(self, uri: str) -> None:
+        self.uri = str(DatasetURI.parse(uri))  # validated and canonical
+
+    @staticmethod
+    def _get_source_type() -> str:
+        return "rayform"
+
+    def load(self, client: Any = None, **options: Any) -> Any:
+        """Rebuild the dataset: ``EpisodeDataset.from_uri(self.uri, client, **options)``.
+
+        Raises:
+            SliceChangedError: the server's slice no longer resolves to the pinned manifest.
+            OfflineError: offline and the pinned manifest is not cached.
+        """
+        from rayform.torch import EpisodeDataset
+
+        return EpisodeDataset.from_uri(self.uri, client, **options)
+
+    @staticmethod
+    def _can_resolve(raw_source: Any) -> bool:
+        return isinstance(raw_source, str) and raw_source.split("://", 1)[0] in SCHEMES
+
+    @classmethod
+    def _resolve(cls, raw_source: Any) -> RayformDatasetSource:
+        return cls(raw_source)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"uri": self.uri}
+
+    @classmethod
+    def from_dict(cls, source_dict: dict[Any, Any]) -> RayformDatasetSource:
+        return cls(source_dict["uri"])
+
+    def __repr__(self) -> str:
+        return f"RayformDatasetSource({self.uri!r})"
+
+
+class RayformDataset(Dataset):
+    """An ``mlflow.data`` dataset describing a Rayform ``EpisodeDataset``; see the module docs.
+
+    Build it with :func:`from_episode_dataset`.
+    """
+
+    def __init__(self, ds: Any, name: str | None = None) -> None:
+        self._ds = ds
+        self._uri = DatasetURI.parse(ds.uri)
+        self._profile = dataset_profile(ds)
+        self._spec = sample_spec(ds)
+        super().__init__(source=RayformDatasetSource(str(self._uri)), name=name or ds.slice.id)
+
+    def _compute_digest(self) -> str:
+        return self._uri.digest
+
+    @property
+    def dataset(self) -> Any:
+        """The ``EpisodeDataset`` this describes."""
+        return self._ds
+
+    @property
+    def profile(self) -> dict[str, Any]:
+        """Episodes, hours, sites, samples, slice and manifest hash."""
+        return dict(self._profile)
+
+    @property
+    def schema(self) -> Any:
+        """A ``TensorDatasetSchema``: observations as features, the action chunk as targets."""
+        import numpy as np
+        from mlflow.data.schema import TensorDatasetSchema
+        from mlflow.types import Schema, TensorSpec
+
+        def specs(keys: list[str]) -> Schema | None:
+            cols = [TensorSpec(np.dtype(self._spec[k][0]), self._spec[k][1], name=k) for k in keys]
+            return Schema(cols) if cols else None  # type: ignore[arg-type]
+
+        targets = [k for k in self._spec if k.startswith("action")]
+        features = specs([k for k in self._spec if k not in targets])
+        assert features is not None  # t_ns is always there
+        # targets=None is allowed at run time (MLflow annotates it as required)
+        return TensorDatasetSchema(features=features, targets=specs(targets))  # type: ignore[arg-type]
+
+    def to_dict(self) -> dict[str, str]:
+        """Name, digest, source, source type, schema and profile, as MLflow stores them."""
+        config = super().to_dict()
+        config["schema"] = json.dumps(self.schema.to_dict())
+        config["profile"] = json.dumps(self._profile)
+        return config
+
+
+def from_episode_dataset(ds: Any, name: str | None = None) -> RayformDataset:
+    """Describe ``ds`` for ``mlflow.log_input(..., context="training")``.
+
+    Reads only the manifest (no fetch, no decode).
+
+    Args:
+        ds: a :class:`rayform.torch.EpisodeDataset`.
+        name: the dataset's name in MLflow; default the slice ID.
+
+    Raises:
+        InvalidArgumentError: ``ds`` is not an ``EpisodeDataset``.
+    """
+    if not hasattr(ds, "uri") or not hasattr(ds, "segments"):
+        raise InvalidArgumentError(
+            f"from_episode_dataset() takes a rayform.torch.EpisodeDataset, got {type(ds).__name__}"
+        )
+    return RayformDataset(ds, name=name)

@@ -1,0 +1,118 @@
+"""``EpisodeDataset.uri`` and ``EpisodeDataset.from_uri``: a dataset to a URI and back.
+
+The URI pins the manifest hash, so ``from_uri`` rebuilds the same samples or refuses:
+
+* online, the server must still resolve the slice ID to the pinned manifest, else
+  :class:`~rayform.errors.SliceChangedError`;
+* offline (``RAYFORM_OFFLINE=1``), the pinned manifest is read from the cache by its hash,
+  whatever slice version the cache resolved last, so a run can be reproduced from a cache
+  that holds its bytes even after the slice was rebuilt.
+
+The format itself is :class:`rayform.DatasetURI` (``docs/tracking.md``).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any
+
+from rayform._uri import DatasetURI, _clean_endpoint
+from rayform.errors import InvalidArgumentError, OfflineError, SliceChangedError
+
+if TYPE_CHECKING:
+    from rayform.client import Client
+    from rayform.slice import Slice
+    from rayform.torch.dataset import EpisodeDataset
+
+__all__ = ["OPTIONS", "dataset_from_uri", "dataset_uri", "resolve_pinned"]
+
+#: ``EpisodeDataset`` arguments that change how samples are read or distributed, never which
+#: samples a dataset holds, so they are not in the URI and ``from_uri`` accepts them again.
+OPTIONS = ("transform", "shard", "ddp_even", "decoder_cache_size", "decoder_backend", "decode_threads")
+
+
+def dataset_uri(ds: EpisodeDataset) -> DatasetURI:
+    """The :class:`DatasetURI` of ``ds`` (its slice's server, manifest and arguments)."""
+    slice_ = ds.slice
+    # Compared with the whole manifest, not slice_.segments: a selection view of a slice
+    # keeps the ID and manifest hash, so only an explicit list rebuilds its episodes.
+    pinned, used = slice_.manifest.segments, ds.segments
+    every = used is pinned or (
+        len(used) == len(pinned) and all(a.id == b.id for a, b in zip(used, pinned, strict=True))
+    )
+    chosen = None if every else tuple(seg.id for seg in used)
+    return DatasetURI(
+        endpoint=getattr(getattr(slice_, "client", None), "endpoint", None),
+        slice_id=slice_.id, manifest_hash=slice_.manifest_hash, obs=tuple(ds.obs),
+        action=ds.action, fps=ds.fps, horizon=ds.horizon, frame=ds.frame, obs_steps=ds.obs_steps,
+        action_mode=ds.action_mode, seed=ds.seed, segments=chosen,
+    )
+
+
+def dataset_from_uri(uri: str | DatasetURI, client: Client | None = None, **options: Any) -> EpisodeDataset:
+    """Rebuild the dataset a URI names; see :meth:`EpisodeDataset.from_uri`."""
+    from rayform.torch.dataset import EpisodeDataset
+
+    parsed = uri if isinstance(uri, DatasetURI) else DatasetURI.parse(uri)
+    unknown = sorted(set(options) - set(OPTIONS))
+    if unknown:
+        raise InvalidArgumentError(
+            f"from_uri() got {', '.join(unknown)}: the URI fixes every argument that changes the "
+            f"samples; only {', '.join(OPTIONS)} may be passed again"
+        )
+    if client is None:
+        client = _client_for(parsed)
+    slice_ = resolve_pinned(client, parsed.slice_id, parsed.manifest_hash)
+    return EpisodeDataset(slice_, **parsed.dataset_kwargs(), **options)
+
+
+def resolve_pinned(client: Client, slice_id: str, manifest_hash: str) -> Slice:
+    """``slice_id`` at exactly ``manifest_hash``, from the server (online) or the cache (offline).
+
+    Raises:
+        SliceChangedError: online, the server resolves ``slice_id`` to another manifest.
+        OfflineError: offline, and the pinned manifest is not in the cache.
+    """
+    if client.offline:
+        data = client.cache.get_manifest(manifest_hash)
+        if data is None:
+            raise OfflineError(
+                f"manifest {manifest_hash[:12]}... of slice {slice_id} (the version the dataset "
+                f"URI pins) is not in the cache {client.cache_dir} and offline mode is on "
+                f"(RAYFORM_OFFLINE=1); with network access run `rayform pull {slice_id}` while "
+                "the server still serves that version"
+            )
+        # The client's own constructor: it verifies the bytes against the hash and knows every
+        # manifest format version.
+        return client._make_slice(slice_id, manifest_hash, data)
+    slice_ = client.slices.get(slice_id)
+    if slice_.manifest_hash != manifest_hash:
+        raise SliceChangedError(
+            f"slice {slice_id} on {_clean_endpoint(client.endpoint) if client.endpoint else 'the server'} now resolves to manifest "
+            f"{slice_.manifest_hash[:12]}..., not {manifest_hash[:12]}... that the dataset URI "
+            "pins: it was rebuilt since the dataset was logged, so its samples may differ. To "
+            "reproduce the run, use a cache that still holds the pinned manifest and blobs with "
+            f"RAYFORM_OFFLINE=1; to train on the current version, build a new dataset from "
+            f"client.slices.get({slice_id!r})"
+        )
+    return slice_
+
+
+def _client_for(parsed: DatasetURI) -> Client:
+    """A client for the URI's server, configured from the environment like ``Client()``.
+
+    The environment's token is sent only to the server the environment names: a URI read from
+    a tracker that names another host is refused rather than handed ``RAYFORM_TOKEN``.
+    """
+    from rayform.client import Client
+
+    configured = os.environ.get("RAYFORM_ENDPOINT") or None
+    if parsed.endpoint is None:
+        return Client()
+    if configured is not None and _clean_endpoint(configured) != parsed.endpoint:
+        raise InvalidArgumentError(
+            f"the dataset URI names the server {parsed.endpoint} but RAYFORM_ENDPOINT is "
+            f"{_clean_endpoint(configured)}; RAYFORM_TOKEN is only sent to the latter. If both are "
+            "the same data, pass client=rayform.Client() to use your configured server"
+        )
+    return Client(endpoint=parsed.endpoint)

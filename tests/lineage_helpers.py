@@ -1,0 +1,73 @@
+"""Helpers of the lineage tests (dataset URIs, MLflow, W&B): datasets on the demo slice and
+sample comparison."""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from rayform._hashing import hash_bytes
+from rayform.torch import EpisodeDataset
+from rayform_server.store import Store
+
+OBS = ["cam0/rgb", "wrist/rgb", "joints/position"]
+ACTION = "joints/position_delta"
+#: Indices compared between a dataset and its rebuild: first, a middle one, the last.
+PICKS = (0, 17, -1)
+
+
+def demo_dataset(client: Any, slice_id: str, **kwargs: Any) -> EpisodeDataset:
+    """The README's dataset on the demo slice, two episodes in reverse order, seed 3."""
+    slice_ = client.slices.get(slice_id)
+    segments = kwargs.pop("segments", [s.id for s in slice_.segments[:2]][::-1])
+    return EpisodeDataset(slice_, obs=OBS, action=ACTION, fps=15, horizon=4, frame="ros",
+                          segments=segments, seed=3, **kwargs)
+
+
+def assert_same_samples(a: EpisodeDataset, b: EpisodeDataset) -> None:
+    """Same length and, at PICKS, equal tensors (bit for bit) and equal meta."""
+    assert len(a) == len(b)
+    for i in PICKS:
+        x, y = a[i], b[i]
+        assert x.keys() == y.keys()
+        for key, value in x.items():
+            if isinstance(value, torch.Tensor):
+                assert torch.equal(value, y[key]), (i, key)
+            else:
+                assert value == y[key], (i, key)
+
+
+def sample_digests(ds: EpisodeDataset) -> list[str]:
+    """A hash per PICKS sample: comparable across processes."""
+    out = []
+    for i in PICKS:
+        sample = ds[i]
+        parts = [f"{k}:{v.dtype}:{tuple(v.shape)}:{v.numpy().tobytes().hex()}"
+                 for k, v in sorted(sample.items()) if isinstance(v, torch.Tensor)]
+        parts.append(repr(sorted(sample["meta"].items())))
+        out.append(hash_bytes("\n".join(parts).encode()))
+    return out
+
+
+def copy_root(src: Path, dst: Path) -> Path:
+    """A private copy of a data root (so a test may rebuild its slices)."""
+    shutil.copytree(src, dst)
+    return dst
+
+
+def rebuild_slice_without_first_segment(root: Path, slice_id: str) -> str:
+    """Point ``slice_id`` at a new manifest (its segments minus the first): same ID, other
+    content, as when data owners rebuild a slice. Returns the new manifest hash."""
+    store = Store(root)
+    current = store.get_slice(slice_id)
+    assert current is not None
+    manifest = store.load_manifest(current["manifest"])
+    changed = replace(manifest, segments=manifest.segments[1:])
+    digest = store.put_manifest(changed)
+    store.set_slice(slice_id, digest, description="rebuilt")
+    return digest
+
