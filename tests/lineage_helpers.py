@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from rayform._hashing import hash_bytes
+from rayform.format import hash_bytes
 from rayform.torch import EpisodeDataset
 from rayform_server.store import Store
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import mlflow
 import pytest
-from conftest import DEMO_SLICE, TOKEN, ServerProcess, free_port
+from helpers import DEMO_SLICE, TOKEN, ServerProcess, free_port
 from lineage_helpers import demo_dataset, sample_digests
 
 import rayform

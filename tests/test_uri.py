@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import DEMO_SLICE, TOKEN, ServerProcess, forbid_network
+from helpers import DEMO_SLICE, TOKEN, ServerProcess, forbid_network
 from lineage_helpers import (
     ACTION,
     assert_same_samples,

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 import wandb
-from conftest import DEMO_SLICE, TOKEN, ServerProcess
+from helpers import DEMO_SLICE, TOKEN, ServerProcess
 from lineage_helpers import assert_same_samples, demo_dataset
 from wandb.proto import wandb_internal_pb2 as pb
 
