@@ -181,6 +181,31 @@ class EpisodeSampler(Sampler[SampleKey]):
         self._pending = {"epoch": int(state["epoch"]), "history": [list(h) for h in history]}
         self._live = None
 
+    @staticmethod
+    def state_in(loader_state: dict[str, Any]) -> dict[str, Any]:
+        """The sampler's state inside a ``StatefulDataLoader.state_dict()``.
+
+        ``StatefulDataLoader`` refuses a state saved with another ``num_workers``; load this
+        into a fresh ``EpisodeSampler`` (and a fresh loader) to resume on any worker count.
+        Needs ``snapshot_every_n_steps=1`` (the default), so the snapshot is the last batch.
+        """
+        if isinstance(loader_state, dict) and loader_state.get("_steps_since_snapshot", 0):
+            raise InvalidArgumentError(
+                "this StatefulDataLoader state is older than its last batch "
+                "(snapshot_every_n_steps > 1): save with snapshot_every_n_steps=1"
+            )
+        stack: list[Any] = [loader_state]
+        while stack:
+            item = stack.pop()
+            if isinstance(item, dict):
+                if item.get("format") == STATE_FORMAT:
+                    return item
+                stack.extend(item.values())
+        raise InvalidArgumentError(
+            "no EpisodeSampler state in this loader state: was the loader built with "
+            "sampler=EpisodeSampler(dataset)?"
+        )
+
     # -- internals -------------------------------------------------------------------------
     def _next_cursor(self, consume: bool) -> _Cursor:
         rank, world = _rank_world(self.dataset)
