@@ -3,9 +3,11 @@
 An epoch is ``num_samples`` draws (default: the sources' samples added up). Source ``k`` gets
 exactly ``round(num_samples * w_k / sum(w))`` of them (largest remainders, so they add up), and
 the draws are placed by a seeded permutation of the epoch, so every stretch of the epoch holds
-the sources in about their proportions. Without replacement (default) source ``k`` hands out
-its samples in a shuffled order and starts a new shuffled pass only after all of them; with
-``replacement=True`` each draw is an independent uniform choice. Everything derives from
+the sources in about their proportions. Without replacement (default) the draws of source
+``k`` are passes over all its samples (draws ``0 .. n_k - 1`` hold each sample once, the next
+``n_k`` each once more, every pass shuffled), so within an epoch every sample of a source is
+drawn equally often, give or take one; with ``replacement=True`` each draw is an independent
+uniform choice. Everything derives from
 ``(seed, epoch, position)`` (``_perm.py``), so :class:`~rayform.torch.EpisodeSampler` shards,
 resumes and jumps over a mixture as over one dataset.
 """
@@ -40,8 +42,8 @@ class MixtureDataset(Dataset):
         sources: ``[(dataset, weight), ...]``: :class:`~rayform.torch.EpisodeDataset` s with
             the same sample keys and shapes, weights > 0 (normalised to sum to 1).
         num_samples: draws per epoch (default: the sources' sample counts added up).
-        replacement: draw each sample independently (``True``) or hand out every sample of
-            a source once before repeating any (``False``, default).
+        replacement: draw each sample independently (``True``) or draw every sample of a
+            source equally often within an epoch, give or take one (``False``, default).
         seed: seed of the mixture's order.
 
     Raises:
