@@ -28,13 +28,13 @@ def derive_key(*tags: object) -> int:
 
 
 def mix64(x: np.ndarray) -> np.ndarray:
-    """The splitmix64 finaliser over ``uint64 (N,)``: a fast avalanche hash, wrapping."""
-    with np.errstate(over="ignore"):
-        x = x ^ (x >> np.uint64(30))
-        x = x * _M1
-        x = x ^ (x >> np.uint64(27))
-        x = x * _M2
-        return x ^ (x >> np.uint64(31))
+    """The splitmix64 finaliser over ``uint64 (N,)``: a fast avalanche hash (multiplications
+    wrap modulo 2**64, which numpy does silently for arrays)."""
+    x = x ^ (x >> np.uint64(30))
+    x = x * _M1
+    x = x ^ (x >> np.uint64(27))
+    x = x * _M2
+    return x ^ (x >> np.uint64(31))
 
 
 class Permutation:
@@ -52,7 +52,7 @@ class Permutation:
         half = max(1, (max(self.n - 1, 1).bit_length() + 1) // 2)
         self._half = np.uint64(half)
         self._mask = np.uint64((1 << half) - 1)
-        keys = mix64(np.arange(_ROUNDS, dtype=np.uint64) + np.uint64(key & 0xFFFFFFFFFFFFFFFF))
+        keys = mix64(np.arange(_ROUNDS, dtype=np.uint64) ^ np.uint64(key & 0xFFFFFFFFFFFFFFFF))
         self._keys = [np.uint64(k) for k in keys]
 
     def __call__(self, positions: np.ndarray) -> np.ndarray:

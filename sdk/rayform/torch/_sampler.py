@@ -33,7 +33,7 @@ from rayform.torch._order import Part, Stream, plan
 __all__ = ["EpisodeSampler", "SampleKey"]
 
 STATE_FORMAT = "rayform.EpisodeSampler/1"
-_CHUNK = 1024
+_CHUNK = 8192
 
 
 class SampleKey(NamedTuple):
@@ -80,7 +80,7 @@ class EpisodeSampler(Sampler[SampleKey]):
     def __len__(self) -> int:
         if self._live is not None and self._yielded < self._live.part.length - self._start:
             return self._live.part.length - self._start
-        cursor = self._next_cursor(consume=False)
+        cursor = self._next_cursor(consume=False, strict=False)
         return cursor.part.length - cursor.history[-1][1]
 
     def __iter__(self) -> Iterator[SampleKey]:
@@ -207,20 +207,23 @@ class EpisodeSampler(Sampler[SampleKey]):
         )
 
     # -- internals -------------------------------------------------------------------------
-    def _next_cursor(self, consume: bool) -> _Cursor:
+    def _next_cursor(self, consume: bool, strict: bool = True) -> _Cursor:
         rank, world = _rank_world(self.dataset)
         epoch = int(self.dataset.epoch)
-        if self._pending is None:
+        pending = self._pending
+        if pending is not None and pending["epoch"] != epoch and not strict:
+            pending = None  # len() before set_epoch: the length of a fresh epoch, no error
+        if pending is None:
             history = [[world, 0]]
         else:
-            saved = self._pending["epoch"]
+            saved = pending["epoch"]
             if saved != epoch:
                 raise InvalidArgumentError(
                     f"the loaded sampler state is in epoch {saved} but the dataset is at epoch "
                     f"{epoch}: call dataset.set_epoch({saved}) before iterating (resume the epoch "
                     "the checkpoint was taken in)"
                 )
-            history = [list(h) for h in self._pending["history"]]
+            history = [list(h) for h in pending["history"]]
             if history[-1][0] != world:  # a new world size reads what is left, re-cut
                 history.append([world, 0])
             if consume:
