@@ -9,7 +9,7 @@ Progress is a *history* ``[(W0, c0), (W1, c1), ...]``: every rank of world ``Wi`
 keys of its part. A segment with world ``W`` cuts what is left (the streams' unread slots, in
 stream order) into ``W`` consecutive parts whose sizes differ by at most one, the larger ones
 first; each rank reads its part in order, and a rank whose part is one short reads one *pad*
-(a distinct slot repeated from the start of the segment) so that every rank yields the same
+(a distinct slot repeated from the start of the epoch's streams) so that every rank yields the same
 number of keys. Hence:
 
 * every slot of the epoch is read exactly once over all segments, plus at most ``W - 1`` pads
@@ -178,8 +178,12 @@ def _take(pieces: Sequence[Piece], start: int, count: int) -> list[Piece]:
     return out
 
 
-def split(pieces: Sequence[Piece], world: int) -> list[Part]:
-    """Cut ``pieces`` into ``world`` consecutive parts (see the module docstring)."""
+def split(pieces: Sequence[Piece], world: int, pad_from: Sequence[Piece]) -> list[Part]:
+    """Cut ``pieces`` into ``world`` consecutive parts (see the module docstring).
+
+    Pads repeat distinct slots from the start of ``pad_from`` (the epoch's first pieces), so
+    they do not depend on how far the epoch got: a same-size resume pads alike.
+    """
     total = sum(p.hi - p.lo for p in pieces)
     q, rem = divmod(total, world)
     length = q + (rem > 0)
@@ -188,7 +192,7 @@ def split(pieces: Sequence[Piece], world: int) -> list[Part]:
         size = q + (r < rem)
         pads: tuple[tuple[int, int], ...] = ()
         if size < length:
-            head = _take(pieces, (r - rem) % total, 1)[0]
+            head = _take(pad_from, (r - rem) % sum(p.hi - p.lo for p in pad_from), 1)[0]
             pads = ((head.stream, head.lo),)
         parts.append(Part(tuple(_take(pieces, pos, size)), pads, length))
         pos += size
@@ -206,10 +210,11 @@ def plan(lengths: Sequence[int], history: Sequence[Sequence[int]]) -> list[Part]
     Returns:
         One :class:`Part` per rank of the last segment's world.
     """
-    pieces = [Piece(s, 0, int(m)) for s, m in enumerate(lengths) if m > 0]
+    first = [Piece(s, 0, int(m)) for s, m in enumerate(lengths) if m > 0]
+    pieces = first
     parts: list[Part] = []
     for i, (world, consumed) in enumerate(history):
-        parts = split(pieces, world)
+        parts = split(pieces, world, first)
         if i < len(history) - 1:
             pieces = [piece for part in parts for piece in _take(part.pieces, consumed, 1 << 62)]
     return parts
