@@ -11,15 +11,16 @@ Measures, each as a median over repeats:
    1,000,000 episodes x 1,000 samples (the position is computed, nothing is replayed);
 3. time to the first batch of a real ``DataLoader`` (2 workers, ``rayform.torch.collate``, the
    demo slice, two cameras): fresh vs resumed half-way through the epoch;
-4. keys/s of the two samplers alone, and samples/s over whole epochs of the same
-   ``DataLoader`` with the previous sampler (one ``numpy`` permutation per epoch) and with this
-   one, alternated (A/B/A/B...).
+4. keys/s of the two samplers alone, and samples/s and CPU ms per sample (this process and
+   its workers) over one epoch of the same ``DataLoader`` with the previous sampler (one
+   ``numpy`` permutation per epoch) and with this one, alternated (A/B/A/B...).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import resource
 import statistics
 import sys
 import time
@@ -81,6 +82,11 @@ class _Virtual:
         return {"samples": len(self)}
 
 
+def _cpu_s() -> float:
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
 def median_s(fn: Any, repeats: int) -> float:
     times = []
     for _ in range(repeats):
@@ -103,7 +109,6 @@ def open_slice() -> Any:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--epochs", type=int, default=3, help="epochs per A/B throughput run")
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "resume.json")
     args = parser.parse_args(argv)
 
@@ -170,27 +175,35 @@ def main(argv: list[str] | None = None) -> int:
     out["first_batch_resumed_s"] = statistics.median(resumed)
     out["samples"] = n
 
-    # 4. Throughput A/B on the same DataLoader settings.
-    def epochs_rate(kind: str) -> float:
+    # 4. Throughput A/B on the same DataLoader settings. Wall time on a shared machine swings
+    # with other load, so CPU time (this process plus its reaped workers) is reported beside it.
+    def epoch_rate(kind: str) -> tuple[float, float]:
         ds = make()
+        ds.set_epoch(1)
         s = PreviousSampler(ds) if kind == "previous" else rt.EpisodeSampler(ds)
-        loader = DataLoader(ds, batch_size=batch, sampler=s, num_workers=2, collate_fn=rt.collate,
-                            persistent_workers=True)
-        next(iter(loader))  # start the workers, untimed
+        loader = DataLoader(ds, batch_size=batch, sampler=s, num_workers=2, collate_fn=rt.collate)
+        cpu0 = _cpu_s()
         t = time.perf_counter()
-        for epoch in range(args.epochs):
-            ds.set_epoch(epoch + 1)
-            for _ in loader:
-                pass
-        return args.epochs * n / (time.perf_counter() - t)
+        for _ in loader:
+            pass
+        wall = time.perf_counter() - t
+        del loader  # its workers exit and are reaped: their CPU time is now counted
+        return n / wall, (_cpu_s() - cpu0) / n * 1e3
 
     rates: dict[str, list[float]] = {"previous": [], "episode_sampler": []}
+    cpu: dict[str, list[float]] = {"previous": [], "episode_sampler": []}
     for _ in range(args.repeats):
         for kind in rates:
-            rates[kind].append(epochs_rate(kind))
+            r, c = epoch_rate(kind)
+            rates[kind].append(r)
+            cpu[kind].append(c)
     out["throughput"] = {k: statistics.median(v) for k, v in rates.items()}
+    out["cpu_ms_per_sample"] = {k: statistics.median(v) for k, v in cpu.items()}
     out["throughput_runs"] = rates
-    out["throughput_ratio"] = out["throughput"]["episode_sampler"] / out["throughput"]["previous"]
+    out["cpu_ms_per_sample_runs"] = cpu
+    pairs = [b / a for a, b in zip(rates["previous"], rates["episode_sampler"], strict=True)]
+    out["throughput_ratio_median_of_pairs"] = statistics.median(pairs)
+    out["cpu_ratio"] = out["cpu_ms_per_sample"]["episode_sampler"] / out["cpu_ms_per_sample"]["previous"]
 
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(out, indent=2))

@@ -23,6 +23,15 @@ def test_permutation_is_a_bijection_fixed_by_its_key(n: int) -> None:
     assert np.array_equal(Permutation(n, 1, shuffle=False)(np.arange(n)), np.arange(n))
 
 
+def test_tweaks_are_independent_permutations() -> None:
+    p = Permutation(100, derive_key("t"))
+    a = p(np.arange(100), tweak=np.zeros(100, np.int64))
+    b = p(np.arange(100), tweak=np.ones(100, np.int64))
+    assert sorted(a.tolist()) == sorted(b.tolist()) == list(range(100)) and not np.array_equal(a, b)
+    mixed = p(np.arange(200) % 100, tweak=np.arange(200) // 100)
+    assert np.array_equal(mixed[:100], a) and np.array_equal(mixed[100:], b)
+
+
 def test_a_position_of_a_billion_sample_epoch_costs_the_same_as_the_first() -> None:
     p = Permutation(10**9, derive_key("big"))
     far = p(np.array([0, 10**9 - 1, 123_456_789]))

@@ -241,12 +241,9 @@ class _MixtureStream:
             if mix.replacement:
                 key = np.uint64(derive_key("draw", mix.seed, self._epoch, k))
                 local = (mix64(j.astype(np.uint64) ^ key) % np.uint64(n)).astype(np.int64)
-            else:  # pass p of source k is its own shuffled order of all its samples
-                local = np.empty(len(j), dtype=np.int64)
-                for p in np.unique(j // n).tolist():
-                    at = j // n == p
-                    perm = Permutation(n, derive_key("source", mix.seed, self._epoch, k, p), self._shuffle)
-                    local[at] = perm(j[at] % n)
+            else:  # pass j // n of source k is its own shuffled order of all its samples
+                perm = Permutation(n, derive_key("source", mix.seed, self._epoch, k), self._shuffle)
+                local = perm(j % n, tweak=j // n)
             out[mask] = mix._offsets[k] + local
         return out
 

@@ -55,22 +55,27 @@ class Permutation:
         keys = mix64(np.arange(_ROUNDS, dtype=np.uint64) ^ np.uint64(key & 0xFFFFFFFFFFFFFFFF))
         self._keys = [np.uint64(k) for k in keys]
 
-    def __call__(self, positions: np.ndarray) -> np.ndarray:
-        """Map ``positions`` (any int array, values in ``[0, n)``) to permuted positions."""
+    def __call__(self, positions: np.ndarray, tweak: np.ndarray | None = None) -> np.ndarray:
+        """Map ``positions`` (int array, values in ``[0, n)``) to permuted positions.
+
+        ``tweak`` (int array like ``positions``) selects, per element, one of 2**64 further
+        independent permutations (e.g. one per pass over a small source), still vectorised.
+        """
         p = np.asarray(positions, dtype=np.int64)
         if not self.shuffle:
             return p.copy()
-        y = self._encrypt(p.astype(np.uint64))
+        t = np.zeros(len(p), np.uint64) if tweak is None else mix64(np.asarray(tweak).astype(np.uint64))
+        y = self._encrypt(p.astype(np.uint64), t)
         out_of_range = y >= np.uint64(self.n)
         # Cycle walking: re-encrypt the few that left [0, n); the cycle through a position
         # below n always returns below n, so this ends (on average in < 4 steps).
         while out_of_range.any():
-            y[out_of_range] = self._encrypt(y[out_of_range])
+            y[out_of_range] = self._encrypt(y[out_of_range], t[out_of_range])
             out_of_range = y >= np.uint64(self.n)
         return y.astype(np.int64)
 
-    def _encrypt(self, x: np.ndarray) -> np.ndarray:
+    def _encrypt(self, x: np.ndarray, tweak: np.ndarray) -> np.ndarray:
         left, right = x >> self._half, x & self._mask
         for k in self._keys:
-            left, right = right, left ^ (mix64(right ^ k) & self._mask)
+            left, right = right, left ^ (mix64(right ^ k ^ tweak) & self._mask)
         return (left << self._half) | right
