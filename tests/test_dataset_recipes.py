@@ -53,6 +53,7 @@ def test_recipe_runs(client_env, tmp_path: Path, title: str, code: str) -> None:
     assert done.returncode == 0, done.stderr[-4000:]
 
 
+@pytest.mark.slow
 def test_torchrun_recipe_stops_and_resumes_on_more_ranks(client_env, tmp_path: Path) -> None:
     (code,) = [c for t, c, skip in blocks() if skip and "torchrun" in c]
     (tmp_path / "train_ddp.py").write_text(code)

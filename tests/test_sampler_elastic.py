@@ -91,6 +91,7 @@ def torchrun(root: Path, script: Path, out: Path, world: int, phase: str, batche
     return [json.loads((out / f"{phase}{r}.json").read_text()) for r in range(world)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("first", "second"), [(2, 3), (3, 2)])
 def test_elastic_resume_sees_every_sample_once(store, tmp_path: Path, first: int, second: int) -> None:
     root, script, everything = store
