@@ -65,7 +65,7 @@ class EpisodeDataset(Dataset):
             :class:`~rayform.torch.EpisodeSampler` which shard this process reads; the dataset's
             index space (``len``) is always all ranks' samples.
         ddp_even: how ``EpisodeSampler`` cuts the shards: ``"split"`` (consecutive episodes,
-            sizes equal to one sample, at most ``world_size - 1`` episodes shared by two
+            sizes equal to within one sample, at most ``world_size - 1`` episodes shared by two
             ranks), ``"pad"`` or ``"drop"`` (whole episodes; see ``docs/dataset.md``).
         decoder_cache_size: open video decoders kept per process (>= 1; each holds about
             3 MiB at 480x640). The default, 64, holds every video a shuffled batch touches on
