@@ -15,7 +15,7 @@ from dataset_helpers import build_slice
 from helpers import free_port
 from torch.utils.data.distributed import DistributedSampler
 
-from rayform.torch import EpisodeDataset
+from rayform.torch import EpisodeDataset, EpisodeSampler
 from rayform.torch._shard import rank_indices
 
 TESTS = Path(__file__).resolve().parent
@@ -43,10 +43,11 @@ def keys(loader):
     return [[s, int(t)] for b in loader for s, t in zip(b["meta"]["segment"], b["t_ns"].tolist())]
 
 result = {}
-for even in ("pad", "drop"):
+for even in ("pad", "drop", "split"):
     ds = EpisodeDataset(sl, obs=["joints/position"], action="joints/position_delta", fps=10, ddp_even=even)
-    loader = DataLoader(ds, batch_size=5, sampler=EpisodeSampler(ds), num_workers=1)
-    result[even] = {"len": len(ds), "sharded": ds.sharded, "samples": keys(loader)}
+    sampler = EpisodeSampler(ds)
+    loader = DataLoader(ds, batch_size=5, sampler=sampler, num_workers=1)
+    result[even] = {"len": len(sampler), "sharded": ds.sharded, "samples": keys(loader)}
     if even == "pad":  # the same epoch through rayform.torch.collate's reused shared memory
         loader = DataLoader(ds, batch_size=5, sampler=EpisodeSampler(ds), num_workers=1, collate_fn=collate)
         result["pad_collate"] = keys(loader)
@@ -55,7 +56,7 @@ ds = EpisodeDataset(sl, obs=["joints/position"], action="joints/position_delta",
 sampler = DistributedSampler(ds, shuffle=True, seed=0)
 sampler.set_epoch(1)
 loader = DataLoader(ds, batch_size=5, sampler=sampler)
-result["distributed_sampler"] = {"len": len(ds), "sharded": ds.sharded, "samples": keys(loader)}
+result["distributed_sampler"] = {"len": len(ds), "sampler_len": len(sampler), "samples": keys(loader)}
 (out_dir / f"rank{rank}.json").write_text(json.dumps(result))
 dist.barrier()
 dist.destroy_process_group()
@@ -70,7 +71,9 @@ def ddp_run(tmp_path_factory: pytest.TempPathFactory):
     script.write_text(textwrap.dedent(SCRIPT))
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--nnodes=1",
            f"--master_port={free_port()}", str(script), str(root / "store"), str(root)]
-    env = {**__import__("os").environ, "PYTHONPATH": str(TESTS), "OMP_NUM_THREADS": "1"}
+    # This checkout's packages first: the subprocess must run the code under test.
+    path = [str(TESTS), str(TESTS.parent / "sdk"), str(TESTS.parent / "server_stub")]
+    env = {**__import__("os").environ, "PYTHONPATH": ":".join(path), "OMP_NUM_THREADS": "1"}
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=env)
     assert out.returncode == 0, out.stderr[-4000:]
     ranks = [json.loads((root / f"rank{r}.json").read_text()) for r in range(2)]
@@ -114,16 +117,26 @@ def test_ddp_drop_shards_are_disjoint_and_equal_without_duplicates(ddp_run) -> N
 def test_distributed_sampler_gets_one_complete_epoch(ddp_run) -> None:
     ranks, everything, _ = ddp_run
     r0, r1 = (r["distributed_sampler"] for r in ranks)
-    # Documented behaviour: the dataset stops sharding itself once a DistributedSampler asks
-    # for its length, so the sampler splits the complete epoch (no quarter of the data).
-    assert not r0["sharded"] and not r1["sharded"]
+    # Documented behaviour: the dataset's index space is every rank's samples (its len() does
+    # not depend on who asks), so DistributedSampler splits one complete epoch by sample.
     assert r0["len"] == r1["len"] == len(everything)
+    assert r0["sampler_len"] == r1["sampler_len"] == -(-len(everything) // 2)
     s0 = [tuple(x) for x in r0["samples"]]
     s1 = [tuple(x) for x in r1["samples"]]
     assert len(s0) == len(s1)
     assert set(s0) | set(s1) == everything
     # DistributedSampler itself pads the last round with at most world_size - 1 repeats.
     assert len(s0) + len(s1) - len(everything) <= 1
+
+
+def test_ddp_split_shards_cover_the_epoch_once_with_at_most_one_pad(ddp_run) -> None:
+    ranks, everything, _ = ddp_run
+    r0, r1 = (r["split"] for r in ranks)
+    assert r0["sharded"] and r0["len"] == r1["len"] == len(r0["samples"]) == len(r1["samples"])
+    both = [tuple(x) for x in r0["samples"] + r1["samples"]]
+    assert set(both) == everything and len(both) - len(everything) <= 1
+    # Consecutive episodes per rank: at most one episode is shared by the two ranks.
+    assert len({s for s, _ in r0["samples"]} & {s for s, _ in r1["samples"]}) <= 1
 
 
 def test_rank_indices_balance_many_worlds() -> None:
@@ -151,7 +164,10 @@ def test_explicit_shard_and_distributed_sampler_in_one_process(tmp_path: Path) -
     slice_, _ = build_slice(tmp_path / "store", tmp_path / "cache", seconds=(1.0, 1.5, 1.0))
     whole = EpisodeDataset(slice_, obs=["joints/position"], action=None, fps=10, shard=None)
     part = EpisodeDataset(slice_, obs=["joints/position"], action=None, fps=10, shard=(1, 2))
-    assert part.sharded and len(part) < len(whole)
+    # The index space never depends on the caller: EpisodeSampler reads rank 1's shard,
+    # DistributedSampler splits the whole epoch by sample.
+    assert part.sharded and part.shard == (1, 2) and len(part) == len(whole)
+    assert len(EpisodeSampler(part)) == -(-len(whole) // 2)
     sampler = DistributedSampler(part, num_replicas=2, rank=1, shuffle=False)
-    assert not part.sharded and len(part) == len(whole)
-    assert len(sampler) == -(-len(whole) // 2)
+    assert len(sampler) == -(-len(whole) // 2) and len(part) == len(whole)
+    assert set(EpisodeSampler(whole, shuffle=False).next_indices(len(whole)).tolist()) == set(range(len(whole)))

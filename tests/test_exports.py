@@ -14,6 +14,11 @@ def test_public_names_resolve():
     assert issubclass(rayform.OfflineError, rayform.RayformError)
     assert issubclass(rayform.InvalidArgumentError, ValueError)
     assert rayform.torch.EpisodeDataset is not None
+    assert set(rayform.torch.__all__) == {
+        "EpisodeDataset", "EpisodeSampler", "MixtureDataset", "collate", "split_episodes"
+    }
+    for name in rayform.torch.__all__:
+        assert getattr(rayform.torch, name) is not None, name
 
 
 def test_format_and_files_are_the_public_wire_contract():

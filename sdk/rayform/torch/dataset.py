@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 import numbers
-import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -27,8 +26,8 @@ from rayform.torch._decode import BACKENDS
 from rayform.torch._epoch import SharedEpoch
 from rayform.torch._frames import check_frame
 from rayform.torch._index import GridIndex, build_index
+from rayform.torch._order import DDP_EVEN, Stream, episode_streams
 from rayform.torch._reader import SampleReader
-from rayform.torch._shard import DDP_EVEN, rank_indices
 from rayform.torch._stats import compute_stats
 
 __all__ = ["EpisodeDataset"]
@@ -61,10 +60,13 @@ class EpisodeDataset(Dataset):
         transform: optional ``callable(sample) -> sample`` applied per sample; torch's RNG
             inside it is seeded from ``(seed, epoch, index)``.
         seed: seed of every random choice (sampler order, transform RNG).
-        shard: ``"auto"`` (shard by episode when ``torch.distributed`` is initialised),
-            ``None`` (never), or ``(rank, world_size)``.
-        ddp_even: ``"pad"`` or ``"drop"``: how shards are brought to one length (see
-            ``docs/dataset.md``).
+        shard: ``"auto"`` (the ``torch.distributed`` rank and world size when it is initialised
+            as the dataset is built), ``None`` (one process), or ``(rank, world_size)``. It tells
+            :class:`~rayform.torch.EpisodeSampler` which shard this process reads; the dataset's
+            index space (``len``) is always all ranks' samples.
+        ddp_even: how ``EpisodeSampler`` cuts the shards: ``"split"`` (consecutive episodes,
+            sizes equal to within one sample, at most ``world_size - 1`` episodes shared by two
+            ranks), ``"pad"`` or ``"drop"`` (whole episodes; see ``docs/dataset.md``).
         decoder_cache_size: open video decoders kept per process (>= 1; each holds about
             3 MiB at 480x640). The default, 64, holds every video a shuffled batch touches on
             slices of up to 32 two-camera episodes per worker; a smaller LRU reopens decoders.
@@ -98,7 +100,7 @@ class EpisodeDataset(Dataset):
         transform: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
         seed: int = 0,
         shard: str | tuple[int, int] | None = "auto",
-        ddp_even: str = "pad",
+        ddp_even: str = "split",
         decoder_cache_size: int = 64,
         decoder_backend: str | None = None,
         decode_threads: int = 0,
@@ -126,13 +128,11 @@ class EpisodeDataset(Dataset):
         self._segments = _select_segments(slice_, segments)
         self.obs, self.action = _check_streams(slice_, self._segments, obs, action)
         self._rank, self._world = _resolve_shard(shard)
+        self._shard_auto = shard == "auto"
         self._epoch = SharedEpoch(0)  # shared with forked (persistent) workers
 
         names = [*self.obs, *([self.action] if self.action else [])]
         self._index: GridIndex = build_index(self._segments, names, self.fps)
-        self._local: np.ndarray | None = None
-        if self._world > 1:
-            self._local = rank_indices(self._index.offsets, self._rank, self._world, ddp_even)
         self._reader = SampleReader(
             slice_, self._index, self.obs, self.action, horizon=self.horizon,
             obs_steps=self.obs_steps, action_mode=action_mode, frame=self.frame,
@@ -142,14 +142,12 @@ class EpisodeDataset(Dataset):
 
     # -- size and epochs -------------------------------------------------------------------
     def __len__(self) -> int:
-        """Samples this process iterates over (this rank's shard when sharded).
+        """Samples of the dataset's episodes, all ranks' together (one epoch of the index space).
 
-        When called by a ``DistributedSampler`` (which shards by itself), the dataset drops
-        its own sharding first, so the sampler splits one complete epoch (docs/dataset.md).
+        The index space is the same on every rank: sharding is the sampler's job
+        (:class:`~rayform.torch.EpisodeSampler` by episode, ``DistributedSampler`` by sample).
         """
-        if self._local is not None and _called_by_distributed_sampler():
-            self._local = None
-        return len(self._local) if self._local is not None else len(self._index)
+        return len(self._index)
 
     @property
     def epoch(self) -> int:
@@ -158,8 +156,21 @@ class EpisodeDataset(Dataset):
 
     @property
     def sharded(self) -> bool:
-        """Whether this dataset iterates over one rank's episodes only."""
-        return self._local is not None
+        """Whether :class:`~rayform.torch.EpisodeSampler` gives this rank a shard (world > 1)."""
+        return self._world > 1
+
+    @property
+    def shard(self) -> tuple[int, int]:
+        """``(rank, world_size)`` that :class:`~rayform.torch.EpisodeSampler` shards for."""
+        return self._rank, self._world
+
+    def _order_streams(self, world: int, epoch: int, shuffle: bool) -> list[Stream]:
+        # The sampler's hook: how an epoch is laid out for a first world size (_order.py).
+        return episode_streams(self._index.offsets, world, self.ddp_even, self.seed, epoch, shuffle)
+
+    def _order_fingerprint(self) -> dict[str, Any]:
+        # What a saved sampler position is only valid for.
+        return {"samples": len(self._index), "episodes": len(self._index.segments), "ddp_even": self.ddp_even}
 
     def set_epoch(self, epoch: int) -> None:
         """Select the epoch: same seed and epoch give the same order and samples."""
@@ -190,7 +201,7 @@ class EpisodeDataset(Dataset):
             i = int(i) + n if i < 0 else int(i)
             if not 0 <= i < n:
                 raise IndexError(f"index {key!r} out of range for a dataset of {n} samples")
-            flat[j] = self._local[i] if self._local is not None else i
+            flat[j] = i
             epochs.append(int(epoch))
         return flat, epochs
 
@@ -278,7 +289,9 @@ class EpisodeDataset(Dataset):
             "epoch": self._epoch.get(),
             "episodes": len(self._index.segments),
             "samples": len(self._index),
-            "samples_this_rank": len(self),
+            "samples_this_rank": episode_streams(
+                self._index.offsets, self._world, self.ddp_even, self.seed, 0, False
+            )[self._rank].length,
             "rank": self._rank,
             "world_size": self._world,
             "ddp_even": self.ddp_even,
@@ -404,11 +417,3 @@ def _resolve_shard(shard: Any) -> tuple[int, int]:
         f"shard={shard!r}: use 'auto' (follow torch.distributed), None (no sharding) or "
         "(rank, world_size) with 0 <= rank < world_size"
     )
-
-
-def _called_by_distributed_sampler() -> bool:
-    """Whether ``len()`` was called from a ``DistributedSampler`` method."""
-    from torch.utils.data.distributed import DistributedSampler
-
-    frame = sys._getframe(2)  # 0: here, 1: __len__, 2: the caller
-    return isinstance(frame.f_locals.get("self"), DistributedSampler)

@@ -1,0 +1,298 @@
+"""``MixtureDataset``: several ``EpisodeDataset`` s drawn from with weights, one epoch at a time.
+
+An epoch is ``num_samples`` draws (default: the sources' samples added up). Source ``k`` gets
+exactly ``round(num_samples * w_k / sum(w))`` of them (largest remainders, so they add up), and
+the draws are placed by a seeded permutation of the epoch, so every stretch of the epoch holds
+the sources in about their proportions. Without replacement (default) the draws of source
+``k`` are passes over all its samples (draws ``0 .. n_k - 1`` hold each sample once, the next
+``n_k`` each once more, every pass shuffled), so within an epoch every sample of a source is
+drawn equally often, give or take one; with ``replacement=True`` each draw is an independent
+uniform choice. Everything derives from
+``(seed, epoch, position)`` (``_perm.py``), so :class:`~rayform.torch.EpisodeSampler` shards,
+resumes and jumps over a mixture as over one dataset.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from torch.utils.data import Dataset
+
+from rayform.errors import InvalidArgumentError
+from rayform.torch._epoch import SharedEpoch
+from rayform.torch._order import Stream
+from rayform.torch._perm import Permutation, derive_key, mix64
+
+__all__ = ["MixtureDataset"]
+
+
+class MixtureDataset(Dataset):
+    """Samples of several datasets, each source drawn with its weight.
+
+    Iterate it with ``DataLoader(mixture, sampler=EpisodeSampler(mixture), ...)``: the
+    sampler draws the epoch; a plain or ``DistributedSampler`` would ignore the weights and
+    is refused. Each sample's ``meta`` gains ``source`` (the position of its dataset in
+    ``sources``); its ``slice`` already names the slice.
+
+    Args:
+        sources: ``[(dataset, weight), ...]``: :class:`~rayform.torch.EpisodeDataset` s with
+            the same sample keys and shapes, weights > 0 (normalised to sum to 1).
+        num_samples: draws per epoch (default: the sources' sample counts added up).
+        replacement: draw each sample independently (``True``) or draw every sample of a
+            source equally often within an epoch, give or take one (``False``, default).
+        seed: seed of the mixture's order.
+
+    Raises:
+        InvalidArgumentError: a weight, count or source is not allowed, or the sources differ
+            in a sample key or shape (the message names it).
+    """
+
+    sources: tuple[Any, ...]
+    weights: tuple[float, ...]
+    quotas: np.ndarray
+    num_samples: int
+    replacement: bool
+    seed: int
+    _epoch: SharedEpoch
+
+    def __init__(
+        self,
+        sources: Sequence[tuple[Any, float]],
+        *,
+        num_samples: int | None = None,
+        replacement: bool = False,
+        seed: int = 0,
+    ) -> None:
+        if isinstance(sources, (str, bytes)) or not isinstance(sources, Sequence) or not sources:
+            raise InvalidArgumentError(
+                f"sources={sources!r}: pass a non-empty list of (EpisodeDataset, weight) pairs"
+            )
+        datasets: list[Any] = []
+        weights: list[float] = []
+        for item in sources:
+            if not (isinstance(item, tuple) and len(item) == 2 and hasattr(item[0], "_order_streams")):
+                raise InvalidArgumentError(f"sources entry {item!r}: use (EpisodeDataset, weight)")
+            w = item[1]
+            if isinstance(w, bool) or not isinstance(w, numbers.Real) or not math.isfinite(w) or w <= 0:
+                raise InvalidArgumentError(f"weight {w!r}: use a finite number > 0, e.g. 0.7")
+            if len(item[0]) == 0:
+                raise InvalidArgumentError(f"source {len(datasets)} ({item[0]!r}) has no samples")
+            datasets.append(item[0])
+            weights.append(float(w))
+        _check_same_keys(datasets)
+        shards = {ds.shard for ds in datasets}
+        if len(shards) != 1:
+            raise InvalidArgumentError(
+                f"the sources are sharded differently ({sorted(shards)}): build them with the same shard="
+            )
+        self.sources = tuple(datasets)
+        total = sum(weights)
+        self.weights = tuple(w / total for w in weights)
+        self._sizes = np.array([len(ds) for ds in datasets], dtype=np.int64)
+        self._offsets = np.concatenate([[0], np.cumsum(self._sizes)]).astype(np.int64)
+        if num_samples is None:
+            num_samples = int(self._sizes.sum())
+        if isinstance(num_samples, bool) or not isinstance(num_samples, numbers.Integral) or num_samples < 1:
+            raise InvalidArgumentError(f"num_samples={num_samples!r}: use an integer >= 1")
+        self.num_samples = int(num_samples)
+        self.replacement = bool(replacement)
+        if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
+            raise InvalidArgumentError(f"seed={seed!r}: use an integer")
+        self.seed = int(seed)
+        self.quotas = _quotas(self.num_samples, self.weights)
+        self._shard_auto = any(getattr(ds, "_shard_auto", False) for ds in datasets)
+        self._epoch = SharedEpoch(0)
+
+    # -- size, epochs, sharding ------------------------------------------------------------
+    def __len__(self) -> int:
+        """The index space: every source's samples, one after the other."""
+        return int(self._offsets[-1])
+
+    @property
+    def epoch(self) -> int:
+        """The epoch set by :meth:`set_epoch` (starts at 0)."""
+        return self._epoch.get()
+
+    def set_epoch(self, epoch: int) -> None:
+        """Select the epoch: same seed and epoch give the same draws in the same order."""
+        if isinstance(epoch, bool) or not isinstance(epoch, numbers.Integral) or epoch < 0:
+            raise InvalidArgumentError(f"epoch={epoch!r}: use a non-negative integer")
+        self._epoch.set(int(epoch))
+
+    @property
+    def shard(self) -> tuple[int, int]:
+        """``(rank, world_size)`` of the sources."""
+        return self.sources[0].shard  # type: ignore[no-any-return]
+
+    def locate(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(source (N,), index in that source (N,))`` of mixture indices ``(N,)``."""
+        indices = np.asarray(indices, dtype=np.int64)
+        src = np.searchsorted(self._offsets, indices, side="right") - 1
+        return src, indices - self._offsets[src]
+
+    def _order_streams(self, world: int, epoch: int, shuffle: bool) -> list[Stream]:
+        return [_MixtureStream(self, epoch, shuffle)]
+
+    def _order_fingerprint(self) -> dict[str, Any]:
+        return {"samples": self._sizes.tolist(), "weights": list(self.weights),
+                "num_samples": self.num_samples, "replacement": self.replacement}
+
+    # -- samples ---------------------------------------------------------------------------
+    def __getitem__(self, key: tuple[int, int]) -> dict[str, Any]:
+        """One sample for a key ``(index, epoch)`` from :class:`~rayform.torch.EpisodeSampler`."""
+        return self.__getitems__([key])[0]
+
+    def __getitems__(self, keys: Sequence[tuple[int, int]]) -> list[dict[str, Any]]:
+        """Samples for many keys, each source's read in one batched call."""
+        flat = np.empty(len(keys), dtype=np.int64)
+        epochs = []
+        for j, key in enumerate(keys):
+            if not isinstance(key, tuple):
+                raise InvalidArgumentError(
+                    f"MixtureDataset got the plain index {key!r}: its draws come from "
+                    "rayform.torch.EpisodeSampler(mixture), which applies the weights (a plain or "
+                    "DistributedSampler would not); use DataLoader(mixture, sampler=EpisodeSampler(mixture))"
+                )
+            flat[j], e = int(key[0]), int(key[1])
+            if not 0 <= flat[j] < len(self):
+                raise IndexError(f"index {key!r} out of range for a mixture of {len(self)} samples")
+            epochs.append(e)
+        src, local = self.locate(flat)
+        out: list[dict[str, Any]] = [{}] * len(keys)
+        for k in np.unique(src).tolist():
+            where = np.flatnonzero(src == k)
+            samples = self.sources[k].__getitems__([(int(local[j]), epochs[j]) for j in where])
+            for j, sample in zip(where.tolist(), samples, strict=True):
+                sample["meta"] = {**sample["meta"], "source": int(k)}
+                out[j] = sample
+        return out
+
+    # -- metadata --------------------------------------------------------------------------
+    def describe(self) -> dict[str, Any]:
+        """A JSON-able summary for trackers: every source's ``describe()`` with its weight."""
+        return {
+            "type": "MixtureDataset",
+            "seed": self.seed,
+            "epoch": self.epoch,
+            "num_samples": self.num_samples,
+            "replacement": self.replacement,
+            "sources": [
+                {"weight": w, "draws_per_epoch": int(q), **ds.describe()}
+                for ds, w, q in zip(self.sources, self.weights, self.quotas, strict=True)
+            ],
+        }
+
+    def stats(self) -> dict[str, Any]:
+        """``{"sources": [stats per source], "combined": {stream: stats}}``.
+
+        ``combined`` is the distribution the mixture draws from: each source's statistics
+        weighted by its weight (``mean``/``std`` of the mixture), ``min``/``max`` over all
+        sources and ``count`` the sources' counts added up. Streams are keyed by their name in
+        the first source (the action as ``"action"`` when names differ).
+        """
+        per = [ds.stats() for ds in self.sources]
+        combined: dict[str, dict[str, Any]] = {}
+        for name in per[0]:
+            rows = [_by_role(ds, p, self.sources[0], name) for ds, p in zip(self.sources, per, strict=True)]
+            if any(r is None for r in rows):
+                continue
+            w = np.array(self.weights)[:, None]
+            mean = np.array([r["mean"] for r in rows])  # type: ignore[index]
+            std = np.array([r["std"] for r in rows])  # type: ignore[index]
+            mix_mean = (w * mean).sum(0)
+            var = (w * (std**2 + mean**2)).sum(0) - mix_mean**2
+            combined[name] = {
+                "mean": mix_mean.tolist(),
+                "std": np.sqrt(np.maximum(var, 0.0)).tolist(),
+                "min": np.min([r["min"] for r in rows], axis=0).tolist(),  # type: ignore[index]
+                "max": np.max([r["max"] for r in rows], axis=0).tolist(),  # type: ignore[index]
+                "count": int(sum(r["count"] for r in rows)),  # type: ignore[index]
+            }
+        return {"sources": per, "combined": combined}
+
+    def __repr__(self) -> str:
+        parts = ", ".join(f"{ds.slice.id}:{w:.3g}" for ds, w in zip(self.sources, self.weights, strict=True))
+        return f"<MixtureDataset [{parts}] num_samples={self.num_samples} replacement={self.replacement}>"
+
+
+class _MixtureStream:
+    """The epoch's draws: slot ``j`` is the mixture index of draw ``j``."""
+
+    def __init__(self, mix: MixtureDataset, epoch: int, shuffle: bool) -> None:
+        self.length = mix.num_samples
+        self._mix, self._epoch, self._shuffle = mix, epoch, shuffle
+        self._order = Permutation(self.length, derive_key("mixture", mix.seed, epoch), shuffle)
+        self._bounds = np.concatenate([[0], np.cumsum(mix.quotas)]).astype(np.int64)
+
+    def keys(self, slots: np.ndarray) -> np.ndarray:
+        u = self._order(slots)
+        src = np.searchsorted(self._bounds, u, side="right") - 1
+        draw = u - self._bounds[src]
+        out = np.empty(len(u), dtype=np.int64)
+        mix = self._mix
+        for k in np.unique(src).tolist():
+            mask = src == k
+            n = int(mix._sizes[k])
+            j = draw[mask]
+            if mix.replacement:
+                key = np.uint64(derive_key("draw", mix.seed, self._epoch, k))
+                local = (mix64(j.astype(np.uint64) ^ key) % np.uint64(n)).astype(np.int64)
+            else:  # pass j // n of source k is its own shuffled order of all its samples
+                perm = Permutation(n, derive_key("source", mix.seed, self._epoch, k), self._shuffle)
+                local = perm(j % n, tweak=j // n)
+            out[mask] = mix._offsets[k] + local
+        return out
+
+
+def _quotas(total: int, weights: Sequence[float]) -> np.ndarray:
+    """Draws per source: ``total * w`` rounded by largest remainders (they add up to ``total``)."""
+    exact = np.array(weights) * total
+    base = np.floor(exact).astype(np.int64)
+    rest = total - int(base.sum())
+    order = np.lexsort((np.arange(len(exact)), -(exact - base)))
+    base[order[:rest]] += 1
+    return base
+
+
+def _sample_keys(ds: Any) -> dict[str, str]:
+    """Sample key -> what fixes its shape, for comparing sources."""
+    keys = {"t_ns": "()", "meta": "dict"}
+    for name in ds.obs:
+        s = ds._stream(name)
+        shape = list(s.shape[-1:] if s.kind == "table" else s.shape)
+        keys[name] = f"{s.kind} {shape} x{ds.obs_steps}"
+        if ds.obs_steps > 1:
+            keys[f"{name}_is_pad"] = f"({ds.obs_steps},)"
+    if ds.action is not None:
+        keys["action"] = f"({ds.horizon}, {list(ds._stream(ds.action).shape)[-1]})"
+        keys["action_is_pad"] = f"({ds.horizon},)"
+    return keys
+
+
+def _check_same_keys(datasets: Sequence[Any]) -> None:
+    first = _sample_keys(datasets[0])
+    for k, ds in enumerate(datasets[1:], start=1):
+        other = _sample_keys(ds)
+        for key in sorted(set(first) | set(other)):
+            if key not in other or key not in first:
+                where = 0 if key in first else k
+                raise InvalidArgumentError(
+                    f"sample key {key!r} is in source {where} but not in source {k if where == 0 else 0}: "
+                    "mixed sources need the same obs names, action and obs_steps"
+                )
+            if first[key] != other[key]:
+                raise InvalidArgumentError(
+                    f"sample key {key!r} differs between source 0 ({first[key]}) and source {k} "
+                    f"({other[key]}): mixed sources need the same shapes (horizon, obs_steps, stream shapes)"
+                )
+
+
+def _by_role(ds: Any, stats: dict[str, Any], first: Any, name: str) -> dict[str, Any] | None:
+    """The stats of ``ds`` for the stream that plays ``name``'s role in ``first``."""
+    if name == first.action and ds.action is not None:
+        return stats.get(ds.action)  # type: ignore[no-any-return]
+    return stats.get(name)  # type: ignore[no-any-return]

@@ -1,0 +1,220 @@
+"""The order of an epoch across ranks, as a pure function of (seed, epoch, history, rank, position).
+
+An epoch is read from *streams*: numbered sequences whose slot ``j`` stands for one dataset
+index, computed in O(1) (:class:`RangeStream`, :class:`ArrayStream`; a mixture brings its own).
+The first world size of the epoch, ``W0``, fixes the streams: for a plain dataset, stream
+``r`` is rank ``r``'s shard read in a seeded shuffled order, so a rank keeps its episodes.
+
+Progress is a *history* ``[(W0, c0), (W1, c1), ...]``: every rank of world ``Wi`` read ``ci``
+keys of its part. A segment with world ``W`` cuts what is left (the streams' unread slots, in
+stream order) into ``W`` consecutive parts whose sizes differ by at most one, the larger ones
+first; each rank reads its part in order, and a rank whose part is one short reads one *pad*
+(a distinct slot repeated from the start of the epoch's streams) so that every rank yields the same
+number of keys. Hence:
+
+* every slot of the epoch is read exactly once over all segments, plus at most ``W - 1`` pads
+  at the end of the last segment (``W`` its world size);
+* cutting the leftovers of a world-``W`` segment again at world ``W`` gives every rank exactly
+  the rest of its own part, so a same-size resume continues the uninterrupted order and
+  ``[(W, a), (W, b)]`` equals ``[(W, a + b)]``;
+* locating position ``p`` of a part costs a binary search over its pieces, never a replay.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from rayform.torch._perm import Permutation, derive_key
+from rayform.torch._shard import assign_episodes, rank_indices
+
+__all__ = [
+    "DDP_EVEN",
+    "ArrayStream",
+    "EpisodeOrder",
+    "Part",
+    "Piece",
+    "RangeStream",
+    "Stream",
+    "episode_streams",
+    "plan",
+]
+
+
+#: How shards are cut: consecutive ranges (exact), or whole episodes padded or dropped.
+DDP_EVEN = ("split", "pad", "drop")
+
+
+class Stream(Protocol):
+    """Slots ``0 .. length - 1``, each standing for one dataset index."""
+
+    length: int
+
+    def keys(self, slots: np.ndarray) -> np.ndarray:
+        """Dataset indices ``int64 (N,)`` of ``slots (N,)``."""
+        ...
+
+
+class RangeStream:
+    """The indices ``start .. start + length - 1`` in the order of a :class:`Permutation`."""
+
+    def __init__(self, start: int, length: int, perm: Permutation) -> None:
+        self.start, self.length, self.perm = int(start), int(length), perm
+
+    def keys(self, slots: np.ndarray) -> np.ndarray:
+        return self.start + self.perm(slots)
+
+
+class ArrayStream:
+    """The entries of an index array (built on first use) in the order of a permutation."""
+
+    def __init__(self, length: int, build: Callable[[], np.ndarray], perm: Permutation) -> None:
+        self.length, self._build, self.perm = int(length), build, perm
+        self._array: np.ndarray | None = None
+
+    def keys(self, slots: np.ndarray) -> np.ndarray:
+        if self._array is None:
+            self._array = np.asarray(self._build(), dtype=np.int64)
+        return self._array[self.perm(slots)]
+
+
+class EpisodeOrder(Protocol):
+    """Anything that gives the streams of an epoch for a first world size."""
+
+    def streams(self, world: int) -> list[Stream]:
+        ...
+
+
+def episode_streams(
+    offsets: np.ndarray, world: int, ddp_even: str, seed: int, epoch: int, shuffle: bool
+) -> list[Stream]:
+    """The streams of a plain dataset whose first world size is ``world``.
+
+    ``"split"`` gives rank ``r`` the ``r``-th of ``world`` consecutive ranges of the dataset's
+    index space (episodes in dataset order; sizes differ by at most one, so at most
+    ``world - 1`` episodes are cut between two neighbouring ranks). ``"pad"`` and ``"drop"``
+    give whole episodes (``rayform.torch._shard``). Each stream is read in the order of a
+    permutation keyed by ``(seed, epoch, world, rank)``.
+    """
+    n = int(offsets[-1])
+
+    def perm(r: int, m: int) -> Permutation:
+        return Permutation(m, derive_key("episode", seed, epoch, world, r), shuffle)
+
+    if ddp_even == "split" or world == 1:
+        q, rem = divmod(n, world)
+        out: list[Stream] = []
+        for r in range(world):
+            m = q + (r < rem)
+            out.append(RangeStream(r * q + min(r, rem), m, perm(r, m)))
+        return out
+    counts = np.diff(np.asarray(offsets, dtype=np.int64))
+    loads = np.bincount(assign_episodes(counts, world), weights=counts, minlength=world)
+    m = int(loads.max() if ddp_even == "pad" else loads.min())
+
+    def build(r: int) -> Callable[[], np.ndarray]:
+        return lambda: rank_indices(offsets, r, world, ddp_even)
+
+    return [ArrayStream(m, build(r), perm(r, m)) for r in range(world)]
+
+
+@dataclass(frozen=True)
+class Piece:
+    """Slots ``lo .. hi - 1`` of stream ``stream``."""
+
+    stream: int
+    lo: int
+    hi: int
+
+
+@dataclass(frozen=True)
+class Part:
+    """What one rank reads in one segment: its pieces in order, then its pads.
+
+    Attributes:
+        pieces: the slots this rank reads, in order.
+        pads: ``(stream, slot)`` repeated after them (at most one).
+        length: keys every rank of the segment yields (pieces plus pads).
+    """
+
+    pieces: tuple[Piece, ...]
+    pads: tuple[tuple[int, int], ...]
+    length: int
+
+    def locate(self, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(stream (N,), slot (N,))`` of positions ``0 <= p < length`` of this part."""
+        positions = np.asarray(positions, dtype=np.int64)
+        sizes = np.array([p.hi - p.lo for p in self.pieces], dtype=np.int64)
+        ends = np.cumsum(sizes)
+        own = int(ends[-1]) if len(ends) else 0
+        stream = np.empty(len(positions), dtype=np.int64)
+        slot = np.empty(len(positions), dtype=np.int64)
+        real = positions < own
+        if real.any():
+            at = np.searchsorted(ends, positions[real], side="right")
+            starts = ends - sizes
+            stream[real] = np.array([p.stream for p in self.pieces], dtype=np.int64)[at]
+            lo = np.array([p.lo for p in self.pieces], dtype=np.int64)[at]
+            slot[real] = lo + positions[real] - starts[at]
+        for j in np.flatnonzero(~real):
+            stream[j], slot[j] = self.pads[int(positions[j]) - own]
+        return stream, slot
+
+
+def _take(pieces: Sequence[Piece], start: int, count: int) -> list[Piece]:
+    """The slots at positions ``start .. start + count - 1`` of the concatenated ``pieces``."""
+    out, pos = [], 0
+    for p in pieces:
+        size = p.hi - p.lo
+        a, b = max(start - pos, 0), min(start + count - pos, size)
+        if a < b:
+            out.append(Piece(p.stream, p.lo + a, p.lo + b))
+        pos += size
+        if pos >= start + count:
+            break
+    return out
+
+
+def split(pieces: Sequence[Piece], world: int, pad_from: Sequence[Piece]) -> list[Part]:
+    """Cut ``pieces`` into ``world`` consecutive parts (see the module docstring).
+
+    Pads repeat distinct slots from the start of ``pad_from`` (the epoch's first pieces), so
+    they do not depend on how far the epoch got: a same-size resume pads alike.
+    """
+    total = sum(p.hi - p.lo for p in pieces)
+    q, rem = divmod(total, world)
+    length = q + (rem > 0)
+    parts, pos = [], 0
+    for r in range(world):
+        size = q + (r < rem)
+        pads: tuple[tuple[int, int], ...] = ()
+        if size < length:
+            head = _take(pad_from, (r - rem) % sum(p.hi - p.lo for p in pad_from), 1)[0]
+            pads = ((head.stream, head.lo),)
+        parts.append(Part(tuple(_take(pieces, pos, size)), pads, length))
+        pos += size
+    return parts
+
+
+def plan(lengths: Sequence[int], history: Sequence[Sequence[int]]) -> list[Part]:
+    """Parts of the last segment of ``history`` over streams of the given ``lengths``.
+
+    Args:
+        lengths: slots of each stream (one per rank of the first world size).
+        history: ``(world, consumed)`` per segment; every rank of a segment consumed the
+            same number of keys (pads included).
+
+    Returns:
+        One :class:`Part` per rank of the last segment's world.
+    """
+    first = [Piece(s, 0, int(m)) for s, m in enumerate(lengths) if m > 0]
+    pieces = first
+    parts: list[Part] = []
+    for i, (world, consumed) in enumerate(history):
+        parts = split(pieces, world, first)
+        if i < len(history) - 1:
+            pieces = [piece for part in parts for piece in _take(part.pieces, consumed, 1 << 62)]
+    return parts
