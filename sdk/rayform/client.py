@@ -150,6 +150,9 @@ class Client:
                 f"offline={self.offline})")
 
     def __getstate__(self) -> dict[str, Any]:
+        # Connections are dropped by the transport's PerProcess holder. The parsed manifests
+        # travel (a spawned worker need not re-parse them), copied in one step because another
+        # thread may resolve a slice while a DataLoader pickles this client.
         state = self.__dict__.copy()
         state["_manifests"] = dict(self._manifests)
         return state
