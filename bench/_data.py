@@ -124,7 +124,7 @@ def _pull(w: Workload, log: Any) -> float:
         server.wait(timeout=30)
 
 
-class _StoreClient:
+class StoreClient:
     """Stand-in client reading blobs straight from the data root (when the real one fails)."""
 
     def __init__(self, root: Path) -> None:
@@ -159,5 +159,5 @@ def open_slice(w: Workload, log: Any = print) -> tuple[Any, dict[str, Any]]:
 
         store = Store(w.root)
         digest = store.get_slice(SLICE_ID)["manifest"]
-        return Slice(SLICE_ID, digest, store.load_manifest(digest), _StoreClient(w.root)), {
+        return Slice(SLICE_ID, digest, store.load_manifest(digest), StoreClient(w.root)), {
             "client": f"stand-in (data root; real client failed: {type(exc).__name__})"}

@@ -70,7 +70,7 @@ def regop_slice(src: Slice, root: Path, gop: int, segments: int, slice_id: str) 
     """
     from torchcodec.decoders import VideoDecoder
 
-    from bench._data import _StoreClient
+    from bench._data import StoreClient
     from rayform_server.builder import SliceBuilder, TableData, VideoData
     from rayform_server.store import Store
 
@@ -93,7 +93,7 @@ def regop_slice(src: Slice, root: Path, gop: int, segments: int, slice_id: str) 
         builder.commit(slice_id)
         ref = store.get_slice(slice_id)
     digest = ref["manifest"]
-    return Slice(slice_id, digest, store.load_manifest(digest), _StoreClient(root))
+    return Slice(slice_id, digest, store.load_manifest(digest), StoreClient(root))
 
 
 def getitems_rate(dataset: Any, batches: int, batch_size: int, seed: int = 2) -> float:

@@ -2,7 +2,7 @@
 
 Run (a few minutes on 2 cores; the demo data root is built once into ``.bench/resume-demo``)::
 
-    PYTHONPATH=sdk:server_stub python bench/resume.py
+    .venv/bin/python -m bench.resume
 
 Measures, each as a median over repeats:
 
@@ -52,16 +52,6 @@ class PreviousSampler(Sampler[tuple[int, int]]):
             yield (i, epoch)
 
 
-class _StoreClient:
-    def __init__(self, root: Path) -> None:
-        from rayform_server.store import Store
-
-        self.store, self.cache_dir = Store(root), None
-
-    def ensure_blob(self, slice_id: str, ref: Any) -> Path:
-        return self.store.blob_path(ref.hash)
-
-
 class _Virtual:
     """Just the sampler's hooks over a huge index space (no manifest, no data)."""
 
@@ -97,13 +87,14 @@ def median_s(fn: Any, repeats: int) -> float:
 
 
 def open_slice() -> Any:
+    from bench._data import StoreClient
     from rayform.slice import Slice
     from rayform_server.demo import build_demo
     from rayform_server.store import Store
 
     manifest = build_demo(ROOT, slice_id=SLICE_ID, jobs=2)
     store = Store(ROOT)
-    return Slice(SLICE_ID, manifest.hash, store.load_manifest(manifest.hash), _StoreClient(ROOT))
+    return Slice(SLICE_ID, manifest.hash, store.load_manifest(manifest.hash), StoreClient(ROOT))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -114,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import rayform.torch as rt
 
-    out: dict[str, Any] = {"command": "PYTHONPATH=sdk:server_stub python bench/resume.py"}
+    out: dict[str, Any] = {"command": ".venv/bin/python -m bench.resume"}
 
     # 1. state_dict() mid-epoch.
     virtual = _Virtual(1_000_000, 1_000)
