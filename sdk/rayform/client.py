@@ -21,7 +21,9 @@ from typing import Any
 
 import platformdirs
 
+from rayform._columnar import ColumnarManifest
 from rayform._ids import check_slice_id, check_stream_name
+from rayform._manifest_io import open_manifest
 from rayform._partial import PartialBlob
 from rayform._pull import PullReport, run_pull
 from rayform._transport import Transport
@@ -131,7 +133,7 @@ class Client:
         self.timeout = timeout
         self.attempts = attempts
         self._transport_obj: Transport | None = None
-        self._manifests: dict[str, Manifest] = {}
+        self._manifests: dict[str, Manifest | ColumnarManifest] = {}
         self.slices = SliceAPI(self)
 
     @property
@@ -225,7 +227,12 @@ class Client:
         return slice_
 
     def _make_slice(self, slice_id: str, digest: str, data: bytes) -> Slice:
-        manifest = self._manifests.get(digest) or Manifest.from_bytes(data, expected_hash=digest)
+        fetch = None
+        if not self.offline:
+            def fetch(page: str) -> bytes:
+                return self._transport().get_bytes(f"v1/slices/{slice_id}/pages/{page}",
+                                                   f"fetching manifest page {page[:12]}... of {slice_id}")
+        manifest = self._manifests.get(digest) or open_manifest(self.cache, slice_id, digest, data, fetch)
         self._manifests[digest] = manifest
         self._manifests[slice_id] = manifest
         return Slice(slice_id, digest, manifest, self)
@@ -235,6 +242,8 @@ class Client:
         manifest = self._manifests.get(slice_id)
         if manifest is None:
             return []
+        if isinstance(manifest, ColumnarManifest):
+            return manifest.streams_with_blob(digest)
         names = {n for seg in manifest.segments for n, s in seg.streams.items()
                  if any(b.hash == digest for b in s.blobs())}
         return sorted(names)

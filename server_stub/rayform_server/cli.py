@@ -2,7 +2,8 @@
 
 ::
 
-    rayform-server demo   --root DIR [--slice slc_...] [--small] [--seed N] [--jobs N] [S3]
+    rayform-server demo   --root DIR [--slice slc_...] [--small] [--seed N] [--jobs N]
+                          [--episodes N [--share-blobs]] [S3]
     rayform-server serve  --root DIR [--host 127.0.0.1] [--port 8765]
                           [--token T | --tokens-file F | --allow-anonymous]
                           [S3] [--presign-expiry SECONDS]
@@ -90,13 +91,27 @@ def _demo(args: argparse.Namespace) -> int:
 
     configure_root(Path(args.root), args.blobs, args.s3_endpoint)
     spec = demo_spec(args.small)
-    _err(f"building demo slice {args.slice} in {args.root}: {spec.episodes} episodes, cameras "
-         f"{spec.size[1]}x{spec.size[0]}, {args.jobs} process(es)")
+    episodes = spec.episodes if args.episodes is None else args.episodes
+    if episodes < 1:
+        _err(f"error: --episodes {episodes}: use a positive number of episodes, e.g. --episodes 1000")
+        return 2
+    rendered = min(episodes, spec.episodes) if args.share_blobs else episodes
+    _err(f"building demo slice {args.slice} in {args.root}: {episodes} episodes ({rendered} rendered), "
+         f"cameras {spec.size[1]}x{spec.size[0]}, {args.jobs} process(es)")
     t0 = time.perf_counter()
-    manifest = build_demo(args.root, args.slice, small=args.small, seed=args.seed, jobs=args.jobs,
-                          progress=lambda line: _err("  " + line))
+    if args.share_blobs:
+        from rayform_server._fleet import build_shared_demo
+        from rayform_server.store import Store
+
+        digest = build_shared_demo(args.root, args.slice, episodes, small=args.small, seed=args.seed,
+                                   jobs=args.jobs, progress=lambda line: _err("  " + line))
+        manifest = Store(args.root).load_manifest(digest)
+    else:
+        manifest = build_demo(args.root, args.slice, small=args.small, seed=args.seed, jobs=args.jobs,
+                              progress=lambda line: _err("  " + line), episodes=args.episodes)
     dt = time.perf_counter() - t0
-    size = sum(b.size for b in manifest.blobs().values())
+    summary = getattr(manifest, "summary", None)
+    size = summary["nbytes"] if summary else sum(b.size for b in manifest.blobs().values())
     _err(f"slice {args.slice} -> manifest {manifest.hash[:12]}...: {len(manifest.segments)} segments, "
          f"{len(manifest.stream_names())} streams, {size / 1e6:.1f} MB in {dt:.1f} s")
     _err(f"serve it with: rayform-server serve --root {args.root} --token <TOKEN>")
@@ -208,6 +223,11 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--slice", default="slc_7c1e04aa", help="slice ID to create (default slc_7c1e04aa)")
     demo.add_argument("--small", action="store_true", help="4 short low-resolution episodes (for tests)")
     demo.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    demo.add_argument("--episodes", type=int, default=None,
+                      help="number of episodes (default 20, or 4 with --small)")
+    demo.add_argument("--share-blobs", action="store_true",
+                      help="render only a small pool of episodes and list --episodes segments that "
+                      "reuse its blobs under their own IDs: a 1,000,000-segment slice in seconds")
     demo.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
                       help="episodes rendered in parallel (default: min(2, CPUs))")
     _add_blob_args(demo)
