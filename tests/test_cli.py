@@ -50,15 +50,15 @@ def test_pull_show_ls_and_cache_commands(client_env: ServerProcess, isolated_env
 
     assert _run("cache", "path").stdout.strip() == str(isolated_env)
     du = json.loads(_run("cache", "du", "--json").stdout)
-    assert du["blobs"] == 28 and du["manifests"] == 1
+    assert du["blobs"] == 28 and du["manifests"] == 2  # the v2 root and its one page
     entries = json.loads(_run("cache", "ls", "--json").stdout)
-    assert len(entries) == 29
+    assert len(entries) == 30  # 28 blobs, the root, its page
 
     victim = next(p for p in (isolated_env / "blobs").rglob("*") if p.is_file())
     os.chmod(victim, 0o644)
     victim.write_bytes(b"corrupt")
     verify = json.loads(_run("cache", "verify", "--json").stdout)
-    assert verify == {"checked": 29, "removed": [victim.name]}
+    assert verify == {"checked": 30, "removed": [victim.name]}
     # the next pull repairs exactly what verify removed
     assert json.loads(_run("pull", DEMO_SLICE, "--json").stdout)["fetched_blobs"] == 1
     assert hash_file(victim) == victim.name
