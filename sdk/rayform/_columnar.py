@@ -50,6 +50,8 @@ PAGE_FORMAT = "arrow-ipc-file"
 #: Segments per page: ~4 MB pages for five streams, so 1,000,000 segments is 62 pages.
 PAGE_ROWS = 16384
 _HASH_BYTES = HASH_BYTES
+#: The ``ts_hash`` of a stream without a timestamps blob (a table).
+NO_HASH = bytes(HASH_BYTES)
 
 
 def _pa() -> Any:
@@ -61,11 +63,13 @@ def _pa() -> Any:
     return pa
 
 
-def stream_type() -> pa.DataType:
-    """The Arrow type of one stream row (the stream table's schema)."""
+def stream_type(plain: bool = False) -> pa.DataType:
+    """The Arrow type of one stream row (the stream table's schema); ``plain``: strings
+    instead of dictionary-encoded strings."""
     pa = _pa()
     h = pa.binary(_HASH_BYTES)
-    word = pa.dictionary(pa.int32(), pa.string())  # a few distinct values, repeated per row
+    # A few distinct values repeated per row: dictionary-encoded in pages.
+    word = pa.string() if plain else pa.dictionary(pa.int32(), pa.string())
     return pa.struct([
         ("name", word), ("kind", word),
         ("blob_hash", h), ("blob_size", pa.int64()),
@@ -76,13 +80,14 @@ def stream_type() -> pa.DataType:
     ])
 
 
-def page_schema() -> pa.Schema:
+def page_schema(plain: bool = False) -> pa.Schema:
     """The Arrow schema of a page (the segment table)."""
     pa = _pa()
     return pa.schema([
-        ("id", pa.string()), ("version", pa.int64()), ("site", pa.dictionary(pa.int32(), pa.string())),
+        ("id", pa.string()), ("version", pa.int64()),
+        ("site", pa.string() if plain else pa.dictionary(pa.int32(), pa.string())),
         ("start_ns", pa.int64()), ("end_ns", pa.int64()),
-        ("streams", pa.list_(stream_type())),
+        ("streams", pa.list_(stream_type(plain))),
     ])
 
 
@@ -97,11 +102,15 @@ def segments_to_table(segments: Sequence[Segment]) -> pa.Table:
             streams.append({
                 "name": name, "kind": s.kind,
                 "blob_hash": bytes.fromhex(s.blob.hash), "blob_size": s.blob.size,
-                "ts_hash": bytes.fromhex(s.timestamps.hash) if s.timestamps else None,
-                "ts_size": s.timestamps.size if s.timestamps else None,
+                # No nulls anywhere: Arrow leaves the bytes under a null unspecified, and a
+                # page's bytes must depend only on its content. "Absent" is spelled
+                # as 32 zero bytes (no timestamps blob), 0 (gop) and "" (strings).
+                "ts_hash": bytes.fromhex(s.timestamps.hash) if s.timestamps else NO_HASH,
+                "ts_size": s.timestamps.size if s.timestamps else 0,
                 "rate_hz": float(s.rate_hz), "shape": list(s.shape), "dtype": s.dtype,
-                "count": s.count, "t0_ns": s.t0_ns, "t1_ns": s.t1_ns, "units": s.units,
-                "frame": s.frame, "quantity": s.quantity, "codec": s.codec, "gop": s.gop,
+                "count": s.count, "t0_ns": s.t0_ns, "t1_ns": s.t1_ns, "units": s.units or "",
+                "frame": s.frame or "", "quantity": s.quantity or "", "codec": s.codec or "",
+                "gop": s.gop or 0,
             })
         rows.append({"id": seg.id, "version": seg.version, "site": seg.site,
                      "start_ns": seg.start_ns, "end_ns": seg.end_ns, "streams": streams})
@@ -115,12 +124,18 @@ def table_to_pages(table: pa.Table, page_rows: int = PAGE_ROWS) -> list[bytes]:
     same positions (e.g. a slice and the same slice with segments appended) share those pages.
     """
     pa = _pa()
-    table = table.cast(page_schema())
+    plain, schema = page_schema(plain=True), page_schema()
+    table = table.cast(plain)
     pages = []
     for start in range(0, max(table.num_rows, 1), page_rows):
+        # Re-encoded per page, so a page's dictionaries (hence its bytes) depend only on its
+        # own rows, never on the table it was cut from.
+        # `take` (not a slice) makes every buffer, nested ones too, start at the page's row.
+        rows = pa.array(np.arange(start, min(start + page_rows, table.num_rows), dtype=np.int64))
+        page = table.take(rows).combine_chunks().cast(schema)
         sink = pa.BufferOutputStream()
-        with pa.ipc.new_file(sink, table.schema) as writer:
-            writer.write_table(table.slice(start, page_rows).combine_chunks())
+        with pa.ipc.new_file(sink, schema) as writer:
+            writer.write_table(page)
         pages.append(sink.getvalue().to_pybytes())
     return pages
 
@@ -259,9 +274,14 @@ def _check_pages(tables: list[pa.Table], doc: dict[str, Any]) -> None:
         raise ManifestError("manifest lists a malformed segment ID (expected seg_ and 8 to 64 hex digits)")
     if pc.count_distinct(ids).as_py() != n:
         raise ManifestError("manifest lists a segment twice")
-    for t in tables:  # the dictionaries only: a few values per page
+    for t in tables:  # null counts and dictionaries only: a few values per page
+        if any(t.column(c).null_count for c in t.column_names):
+            raise ManifestError("a manifest page holds a null: v2 pages spell absent values explicitly")
         for chunk in t.column("streams").chunks:
-            kinds = chunk.values.field("kind")
+            values = chunk.values
+            if any(values.field(i).null_count for i in range(values.type.num_fields)):
+                raise ManifestError("a manifest page holds a null stream field")
+            kinds = values.field("kind")
             if kinds.null_count or not set(kinds.dictionary.to_pylist()) <= {"video", "table"}:
                 raise ManifestError("manifest lists a stream of unknown kind (expected video or table)")
 

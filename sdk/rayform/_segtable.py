@@ -119,7 +119,7 @@ class _Columns:
         return np.asarray(self._cache[key])
 
     def hashes(self, name: str) -> np.ndarray:
-        """``(R, 32) uint8`` raw digests of ``blob_hash``/``ts_hash`` (zeros where null)."""
+        """``(R, 32) uint8`` raw digests of ``blob_hash``/``ts_hash`` (zeros: no blob)."""
         parts = []
         for values, _ in self._values():
             arr = values.field(name)
@@ -129,9 +129,9 @@ class _Columns:
         return np.concatenate(parts) if parts else np.zeros((0, HASH_BYTES), np.uint8)
 
     def present(self, name: str) -> np.ndarray:
-        """``bool (R,)``: whether the stream rows' nullable field ``name`` is set."""
-        parts = [~_np(values.field(name).is_null()) for values, _ in self._values()]
-        return np.concatenate(parts) if parts else np.zeros(0, bool)
+        """``bool (R,)``: whether the stream rows' hash field ``name`` names a blob (a table
+        stream's ``ts_hash`` is 32 zero bytes)."""
+        return np.asarray(self.hashes(name).any(axis=1))
 
     def row(self, i: int) -> dict[str, Any]:
         return dict(self.table.slice(i, 1).to_pylist()[0])
@@ -151,7 +151,7 @@ class _Columns:
         for h, s in (("blob_hash", "blob_size"), ("ts_hash", "ts_size")):
             keep = mask & self.present(h)
             digests.append(self.hashes(h)[keep])
-            sizes.append(np.nan_to_num(self.field(s).astype(np.float64))[keep].astype(np.int64))
+            sizes.append(self.field(s)[keep].astype(np.int64))
         all_d, all_s = np.concatenate(digests), np.concatenate(sizes)
         if not len(all_d):
             return all_d, all_s
@@ -170,7 +170,7 @@ class _Columns:
             seg_row = self.row(int(self.stream_seg[rows[0]]))
             first = next(s for s in seg_row["streams"] if s["name"] == name)
             info[name] = {k: first[k] for k in ("kind", "rate_hz", "shape", "dtype", *OPTIONAL_STR)
-                          if first[k] is not None} | {"segments": int(rows.size)}
+                          if first[k] not in (None, "")} | {"segments": int(rows.size)}
         return {
             "segments": self.n,
             "streams": info,
@@ -310,12 +310,13 @@ class SegmentTable(Sequence[Segment]):
 def _segment(d: dict[str, Any]) -> Segment:
     streams = {}
     for s in d["streams"]:
-        ts = BlobRef(s["ts_hash"].hex(), int(s["ts_size"])) if s["ts_hash"] is not None else None
+        ts = BlobRef(s["ts_hash"].hex(), int(s["ts_size"])) if any(s["ts_hash"]) else None
         streams[s["name"]] = Stream(
             name=s["name"], kind=s["kind"], blob=BlobRef(s["blob_hash"].hex(), int(s["blob_size"])),
             rate_hz=float(s["rate_hz"]), shape=tuple(s["shape"]), dtype=s["dtype"], count=int(s["count"]),
-            t0_ns=int(s["t0_ns"]), t1_ns=int(s["t1_ns"]), timestamps=ts, units=s["units"],
-            frame=s["frame"], quantity=s["quantity"], codec=s["codec"], gop=s["gop"],
+            t0_ns=int(s["t0_ns"]), t1_ns=int(s["t1_ns"]), timestamps=ts, units=s["units"] or None,
+            frame=s["frame"] or None, quantity=s["quantity"] or None, codec=s["codec"] or None,
+            gop=s["gop"] or None,
         )
     return Segment(id=d["id"], version=int(d["version"]), site=d["site"], start_ns=int(d["start_ns"]),
                    end_ns=int(d["end_ns"]), streams=streams)
