@@ -23,7 +23,7 @@ import numpy as np
 
 from rayform._hashing import hash_bytes
 from rayform._ids import HASH_RE
-from rayform._segtable import HASH_BYTES, SegmentTable, _Columns
+from rayform._segtable import HASH_BYTES, SegmentTable, _Columns, arrow_ints
 from rayform.errors import ManifestError, NotFoundError
 from rayform.manifest import FORMAT, BlobRef, Manifest, Segment, canonical_json
 
@@ -131,7 +131,7 @@ def table_to_pages(table: pa.Table, page_rows: int = PAGE_ROWS) -> list[bytes]:
         # Re-encoded per page, so a page's dictionaries (hence its bytes) depend only on its
         # own rows, never on the table it was cut from.
         # `take` (not a slice) makes every buffer, nested ones too, start at the page's row.
-        rows = pa.array(np.arange(start, min(start + page_rows, table.num_rows), dtype=np.int64))
+        rows = arrow_ints(np.arange(start, min(start + page_rows, table.num_rows)))
         page = table.take(rows).combine_chunks().cast(schema)
         sink = pa.BufferOutputStream()
         with pa.ipc.new_file(sink, schema) as writer:

@@ -21,6 +21,7 @@ __all__ = ["SegmentTable"]
 
 HASH_BYTES = 32
 OPTIONAL_STR = ("units", "frame", "quantity", "codec")
+_FLOATS = {"halffloat": "float16", "float": "float32", "double": "float64"}
 
 
 def _pa() -> Any:
@@ -30,8 +31,53 @@ def _pa() -> Any:
     return pa
 
 
+def arrow_ints(values: np.ndarray) -> Any:
+    """An Arrow ``int64`` array over a numpy array's buffer (``pa.array(ndarray)`` would
+    import pandas to check for a Series: ~1 s in a fresh process)."""
+    data = np.ascontiguousarray(values, dtype=np.int64)
+    return _pa().Array.from_buffers(_pa().int64(), len(data), [None, _pa().py_buffer(data)])
+
+
+def arrow_strings(values: Sequence[str]) -> Any:
+    """An Arrow ``string`` array of ``values``, built from buffers (see :func:`arrow_ints`)."""
+    encoded = [v.encode() for v in values]
+    offsets = np.zeros(len(encoded) + 1, dtype=np.int32)
+    np.cumsum([len(b) for b in encoded], out=offsets[1:])
+    pa = _pa()
+    return pa.Array.from_buffers(pa.string(), len(encoded), [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(encoded))])
+
+
 def _np(arr: Any) -> np.ndarray:
+    """A numpy view of a fixed-width Arrow array (chunks concatenated; other types converted).
+
+    Reads the data buffer directly: pyarrow's own ``to_numpy`` may import pandas (~1 s).
+    """
+    pa = _pa()
+    if isinstance(arr, pa.ChunkedArray):
+        parts = [_np(c) for c in arr.chunks]
+        return np.concatenate(parts) if len(parts) != 1 else parts[0]
+    t = arr.type
+    if arr.null_count == 0 and (pa.types.is_integer(t) or pa.types.is_floating(t)):
+        dtype = np.dtype(_FLOATS.get(str(t), str(t)))  # (t.to_pandas_dtype imports pandas)
+        return np.frombuffer(arr.buffers()[1], dtype=dtype, count=len(arr), offset=arr.offset * dtype.itemsize)
+    if arr.null_count == 0 and pa.types.is_boolean(t):
+        return _bits(arr.buffers()[1], arr.offset, len(arr))
     return np.asarray(arr.to_numpy(zero_copy_only=False))
+
+
+def _bits(buf: Any, offset: int, n: int) -> np.ndarray:
+    """``bool (n,)`` from an Arrow bitmap (least significant bit first)."""
+    raw = np.unpackbits(np.frombuffer(buf, dtype=np.uint8), bitorder="little")
+    return raw[offset:offset + n].astype(bool)
+
+
+def _ints_or(arr: Any, missing: int) -> np.ndarray:
+    """An Arrow integer array as ``int64`` numpy, ``missing`` where null."""
+    values = np.frombuffer(arr.buffers()[1], dtype=np.dtype(str(arr.type)), count=len(arr),
+                           offset=arr.offset * arr.type.bit_width // 8).astype(np.int64)
+    if arr.null_count:
+        values[~_bits(arr.buffers()[0], arr.offset, len(arr))] = missing
+    return values
 
 
 class _Columns:
@@ -65,14 +111,14 @@ class _Columns:
 
     @property
     def stream_seg(self) -> np.ndarray:
-        """``int64 (R,)``: the segment position of every stream row."""
+        """``int32 (R,)``: the segment position of every stream row."""
         if "seg" not in self._cache:
             parts, base = [], 0
             for _, offs in self._values():
                 n = len(offs) - 1
-                parts.append(np.repeat(np.arange(base, base + n, dtype=np.int64), np.diff(offs)))
+                parts.append(np.repeat(np.arange(base, base + n, dtype=np.int32), np.diff(offs)))
                 base += n
-            self._cache["seg"] = np.concatenate(parts) if parts else np.zeros(0, np.int64)
+            self._cache["seg"] = np.concatenate(parts) if parts else np.zeros(0, np.int32)
         return np.asarray(self._cache["seg"])
 
     @property
@@ -107,16 +153,14 @@ class _Columns:
 
     def field(self, name: str) -> np.ndarray:
         """A stream-row field of every stream row, ``(R,)`` numpy (strings as objects)."""
-        key = "field:" + name
-        if key not in self._cache:
-            parts = []
-            for values, _ in self._values():
-                col = values.field(name)
-                if _pa().types.is_dictionary(col.type):
-                    col = col.cast(col.type.value_type)
-                parts.append(_np(col))
-            self._cache[key] = np.concatenate(parts) if parts else np.zeros(0)
-        return np.asarray(self._cache[key])
+        # Not kept: the index needs t0/t1 once, and a kept copy would sit in every worker.
+        parts = []
+        for values, _ in self._values():
+            col = values.field(name)
+            if _pa().types.is_dictionary(col.type):
+                col = col.cast(col.type.value_type)
+            parts.append(_np(col))
+        return np.concatenate(parts) if parts else np.zeros(0)
 
     def hashes(self, name: str) -> np.ndarray:
         """``(R, 32) uint8`` raw digests of ``blob_hash``/``ts_hash`` (zeros: no blob)."""
@@ -243,18 +287,18 @@ class SegmentTable(Sequence[Segment]):
     def ids(self) -> Any:
         """The segment IDs as an Arrow string array (no Python string per segment)."""
         ids = self._c.table.column("id")
-        return ids if self.rows is None else ids.take(_pa().array(self.rows))
+        return ids if self.rows is None else ids.take(arrow_ints(self.rows))
 
     def sites(self) -> Any:
         """The sites as an Arrow string array."""
         sites = self._c.table.column("site").cast(_pa().string())
-        return sites if self.rows is None else sites.take(_pa().array(self.rows))
+        return sites if self.rows is None else sites.take(arrow_ints(self.rows))
 
     def find(self, segment_ids: Sequence[str]) -> np.ndarray:
         """Positions (in this table) of ``segment_ids``; ``-1`` where absent."""
         pa = _pa()
-        found = pa.compute.index_in(pa.array(list(segment_ids), pa.string()), value_set=self.ids())
-        return np.asarray(_np(pa.compute.fill_null(found, -1)), dtype=np.int64)
+        found = pa.compute.index_in(arrow_strings(list(segment_ids)), value_set=self.ids())
+        return _ints_or(found, -1)
 
     def stream_names(self) -> list[str]:
         """Sorted names of the streams present in at least one of these segments."""
@@ -293,7 +337,7 @@ class SegmentTable(Sequence[Segment]):
             part = sel[start:start + n]
             start += n
             if part.any():
-                col = values.field(field).filter(_pa().array(part))
+                col = values.field(field).take(arrow_ints(np.flatnonzero(part)))
                 out.update(str(x) for x in _pa().compute.unique(col.cast(_pa().string())).to_pylist())
         return out
 

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from rayform._columnar import not_found
-from rayform._segtable import SegmentTable
+from rayform._segtable import SegmentTable, arrow_strings
 from rayform.errors import InvalidArgumentError
 
 __all__ = ["select_rows"]
@@ -43,8 +43,8 @@ def _columns(slice_: Any) -> tuple[Sequence[Any], np.ndarray, dict[str, np.ndarr
         pos = segs.positions()
         num = {k: segs.column(k) for k in ("version", "start_ns", "end_ns")}
         strings = {
-            "id": lambda: np.asarray(segs.ids().to_numpy(zero_copy_only=False), dtype=object),
-            "site": lambda: np.asarray(segs.sites().to_numpy(zero_copy_only=False), dtype=object),
+            "id": lambda: np.array(segs.ids().to_pylist(), dtype=object),
+            "site": lambda: np.array(segs.sites().to_pylist(), dtype=object),
         }
     else:
         rows = slice_._rows
@@ -109,11 +109,10 @@ def select_rows(
         selection["segments"] = list(seg_ids)
     if site_list is not None:
         if isinstance(segs, SegmentTable):
-            import pyarrow as pa
             import pyarrow.compute as pc
 
-            mask = pc.is_in(segs.sites(), value_set=pa.array(site_list, pa.string()))
-            keep &= np.asarray(mask.to_numpy(zero_copy_only=False), dtype=bool)
+            mask = pc.is_in(segs.sites(), value_set=arrow_strings(site_list))
+            keep &= np.array(mask.to_pylist(), dtype=bool)
         else:
             keep &= np.isin(strings["site"](), site_list)
         selection["sites"] = list(site_list)
