@@ -83,17 +83,22 @@ import torch
 from torch.utils.data import DataLoader
 from rayform.torch import EpisodeDataset, collate
 def mem(pid):
-    out = {}
+    # Rss: every resident page mapped; Pss: shared pages divided among their sharers; Uss
+    # (Private_Clean + Private_Dirty): pages only this process has, i.e. its own copies.
+    out = {"uss_mib": 0.0}
     for line in open(f"/proc/{pid}/smaps_rollup"):
         key, _, rest = line.partition(":")
         if key in ("Rss", "Pss"):
             out[key.lower() + "_mib"] = int(rest.split()[0]) / 1024
+        if key in ("Private_Clean", "Private_Dirty"):
+            out["uss_mib"] += int(rest.split()[0]) / 1024
     return out
 client = rayform.Client(cache_dir=sys.argv[1], offline=True)
 s = client.slices.get(sys.argv[2])
 ds = EpisodeDataset(s, obs=["joints/position"], action="joints/position_delta", fps=15, horizon=16)
 loader = DataLoader(ds, batch_size=16, num_workers=2, shuffle=True, collate_fn=collate,
                     generator=torch.Generator().manual_seed(0))
+at_fork = mem(os.getpid())
 it = iter(loader)
 t0 = time.perf_counter()
 for _ in range(200):
@@ -101,7 +106,7 @@ for _ in range(200):
 dt = time.perf_counter() - t0
 workers = [mem(w.pid) for w in it._workers]
 print(json.dumps({"segments": len(s.segments), "samples": len(ds), "seconds_200_batches": dt,
-                  "workers": workers, "main": mem(os.getpid())}))
+                  "workers": workers, "main": mem(os.getpid()), "main_at_fork": at_fork}))
 del it
 """
 
