@@ -132,7 +132,8 @@ def _slices(args: argparse.Namespace) -> int:
         if ref is None:
             continue
         manifest = store.load_manifest(ref["manifest"])
-        size = sum(b.size for b in manifest.blobs().values())
+        summary = getattr(manifest, "summary", None)  # v2: from the root, no page read
+        size = summary["nbytes"] if summary else sum(b.size for b in manifest.blobs().values())
         print(f"{slice_id}  manifest {ref['manifest'][:12]}  {len(manifest.segments):4d} segments  "
               f"{size / 1e6:8.1f} MB  {ref.get('description', '')}")
         count += 1
