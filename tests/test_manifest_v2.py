@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import pickle
 import shutil
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -194,3 +196,9 @@ def test_shared_blob_demo_and_big_slice_show(tmp_path: Path, demo_root: Path, mo
         assert len(listed) == 1000
     finally:
         server.stop()
+
+
+def test_import_rayform_does_not_import_pyarrow() -> None:
+    code = "import sys, rayform; rayform.Client; print('pyarrow' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
