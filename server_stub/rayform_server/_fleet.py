@@ -25,7 +25,7 @@ from rayform_server.builder import commit_table
 from rayform_server.demo import SITES, build_demo, demo_spec, segment_id
 from rayform_server.store import Store
 
-__all__ = ["build_shared_demo", "shared_ids"]
+__all__ = ["build_shared_demo", "demo_description", "shared_ids", "stage_demo"]
 
 
 def shared_ids(seed: int, count: int) -> list[str]:
@@ -83,3 +83,34 @@ def build_shared_demo(
     digest = commit_table(store, table, description)
     store.set_slice(slice_id, digest, description)
     return digest
+
+
+def demo_description(episodes: int, seed: int) -> str:
+    """The description :func:`~rayform_server.demo.build_demo` gives its slice."""
+    return (f"demo: bimanual pick-and-place, {episodes} episodes from {len(SITES)} sites "
+            f"(procedurally generated, seed {seed})")
+
+
+def stage_demo(root: str | os.PathLike[str], batch: str, shard: int, shards: int, *, small: bool = False,
+               seed: int = 0, episodes: int | None = None,
+               progress: Callable[[str], None] | None = None) -> int:
+    """Render the demo episodes ``i`` with ``i % shards == shard`` and stage each in ``batch``
+    (one worker of a distributed build; ``rayform-server commit`` then makes the slice).
+    Returns the number staged. Ordered by episode index, so the committed slice is the
+    ordinary demo's, byte for byte."""
+    from rayform_server.demo import build_episode
+    from rayform_server.staging import stage_segment
+
+    if not 0 <= shard < shards:
+        raise ValueError(f"shard {shard}/{shards}: use 0 <= shard < shards, e.g. --shard 0/4")
+    spec = demo_spec(small)
+    n = spec.episodes if episodes is None else episodes
+    store = Store(root)
+    count = 0
+    for i in range(shard, n, shards):
+        seg = build_episode(str(store.root), spec, seed, i)
+        stage_segment(store, batch, seg, order=f"{i:012d}")
+        count += 1
+        if progress is not None:
+            progress(f"staged episode {i + 1}/{n}: {seg.id} in batch {batch}")
+    return count
