@@ -99,6 +99,11 @@ def test_v2_slice_and_its_v1_twin_give_identical_samples(root: Path, tmp_path: P
     assert np.array_equal(da._index.offsets, db._index.offsets)
     indices = list(range(0, len(da), 11)) + [len(da) - 1]
     _assert_same(_samples(da, indices), _samples(db, indices))
+    # A spawned worker receives the pages' paths, not their bytes, and reads the same samples.
+    pickled = pickle.dumps(da)
+    page = v2.doc["pages"][0]
+    assert page["size"] > 4000 and len(pickled) < page["size"]
+    _assert_same(_samples(pickle.loads(pickled), indices[:3]), _samples(db, indices[:3]))
     assert repr(a).split(" manifest=")[1].split()[1:] == repr(b).split(" manifest=")[1].split()[1:]
     assert a._repr_html_().count("<tr>") == b._repr_html_().count("<tr>") == 6
 

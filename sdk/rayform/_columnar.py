@@ -172,7 +172,7 @@ class ColumnarManifest:
         self.description = str(doc.get("description", ""))
         self.summary: dict[str, Any] = doc["summary"]
         self._page_paths = page_paths
-        self.segments = SegmentTable(_Columns(pages))
+        self.segments = SegmentTable(_Columns(pages, page_paths))
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Pickled (spawned DataLoader workers) as paths: the receiver maps the same pages.

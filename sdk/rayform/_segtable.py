@@ -83,12 +83,20 @@ def _ints_or(arr: Any, missing: int) -> np.ndarray:
 class _Columns:
     """Columns of the pages (one Arrow table each, in manifest order), derived lazily."""
 
-    def __init__(self, pages: Sequence[Any]) -> None:
+    def __init__(self, pages: Sequence[Any], paths: Sequence[str] | None = None) -> None:
         pa = _pa()
         self.pages = list(pages)
+        self.paths = list(paths) if paths is not None else None
         self.table = pa.concat_tables(self.pages) if len(self.pages) > 1 else self.pages[0]
         self.n = self.table.num_rows
         self._cache: dict[str, Any] = {}
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Pickled (spawned DataLoader workers) as the pages' paths: the receiver maps the same
+        # files instead of receiving a copy of the columns.
+        if self.paths is None:
+            return (_Columns, (self.pages,))
+        return (_map_columns, (self.paths,))
 
     def _values(self) -> list[Any]:
         """Per page, the flattened stream rows (a StructArray) and the list offsets."""
@@ -224,6 +232,13 @@ class _Columns:
             "duration_ns": int((end - start).sum()),
             "nbytes": int(self.unique_blobs(None)[1].sum()),
         }
+
+
+def _map_columns(paths: list[str]) -> _Columns:
+    pa = _pa()
+    import pyarrow.ipc  # noqa: F401
+
+    return _Columns([pa.ipc.open_file(pa.memory_map(p, "r")).read_all() for p in paths], paths)
 
 
 class SegmentTable(Sequence[Segment]):
