@@ -260,6 +260,9 @@ def open_pages(root: bytes, doc: dict[str, Any], page_paths: Sequence[str | Path
     if not tables:
         raise ManifestError("a v2 manifest lists no page: it needs at least one segment")
     _check_pages(tables, doc)
+    # The checks' scratch memory (hash tables over every ID) would otherwise stay in Arrow's
+    # allocator, in this process and in every DataLoader worker forked from it.
+    pa.default_memory_pool().release_unused()
     return ColumnarManifest(root, doc, tables, [str(p) for p in page_paths])
 
 
