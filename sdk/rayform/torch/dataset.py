@@ -182,7 +182,9 @@ class EpisodeDataset(Dataset):
     @property
     def segment_lengths(self) -> dict[str, int]:
         """Grid samples per episode ID."""
-        return {seg.id: int(n) for seg, n in zip(self._index.segments, self._index.count, strict=True)}
+        segs = self._index.segments
+        ids = segs.ids().to_pylist() if isinstance(segs, SegmentTable) else [seg.id for seg in segs]
+        return {seg_id: int(n) for seg_id, n in zip(ids, self._index.count, strict=True)}
 
     # -- samples ---------------------------------------------------------------------------
     def _resolve(self, keys: Sequence[Any]) -> tuple[np.ndarray, list[int]]:
