@@ -28,6 +28,7 @@ from rayform import errors
 from rayform.format import hash_bytes
 from rayform.manifest import canonical_json
 from rayform.torch import EpisodeDataset
+from rayform_server.store import Store
 
 OBS = ["cam0/rgb", "joints/position"]
 ACTION = "joints/position_delta"
@@ -67,7 +68,8 @@ def bad_server(demo_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Ite
     root = tmp_path_factory.mktemp("bad-root") / "root"
     shutil.copytree(demo_root, root)
     ref = json.loads((root / "slices" / f"{DEMO_SLICE}.json").read_bytes())
-    doc = json.loads((root / "manifests" / ref["manifest"][:2] / ref["manifest"]).read_bytes())
+    # Edits are made to the v1 twin of the demo's manifest (the v2 pages: test_manifest_v2.py).
+    doc = Store(root).load_manifest(ref["manifest"]).to_v1().to_json()
     _put_manifest(root, "slc_bad00001", b'{"format": "rayform.manifest", "segments": [')
     _put_manifest(root, "slc_bad00002", canonical_json({**doc, "format_version": 99}))
     good = canonical_json({**doc, "description": "tampered below"})

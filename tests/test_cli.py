@@ -62,9 +62,9 @@ def test_cache_path_du_and_ls(client_env: ServerProcess, isolated_env: Path) -> 
     _pull_json()
     assert _run("cache", "path").stdout.strip() == str(isolated_env)
     du = json.loads(_run("cache", "du", "--json").stdout)
-    assert du["blobs"] == 28 and du["manifests"] == 1
+    assert du["blobs"] == 28 and du["manifests"] == 2  # the v2 root and its one page
     entries = json.loads(_run("cache", "ls", "--json").stdout)
-    assert len(entries) == 29
+    assert len(entries) == 30  # 28 blobs, the root, its page
 
 
 def test_cache_verify_removes_a_corrupt_blob_and_pull_repairs_it(client_env: ServerProcess,
@@ -74,7 +74,7 @@ def test_cache_verify_removes_a_corrupt_blob_and_pull_repairs_it(client_env: Ser
     os.chmod(victim, 0o644)
     victim.write_bytes(b"corrupt")
     verify = json.loads(_run("cache", "verify", "--json").stdout)
-    assert verify == {"checked": 29, "removed": [victim.name]}
+    assert verify == {"checked": 30, "removed": [victim.name]}
     # the next pull repairs exactly what verify removed
     assert _pull_json()["fetched_blobs"] == 1
     assert hash_file(victim) == victim.name

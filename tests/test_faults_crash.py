@@ -35,6 +35,14 @@ def _parts(cache: Path) -> list[Path]:
     return [p for p in tmp.glob("*.part") if p.stat().st_size > 0] if tmp.is_dir() else []
 
 
+def _blob_requests(fproxy: FaultProxy) -> int:
+    while True:
+        try:  # the proxy's thread may add a path while we sum
+            return sum(n for path, n in list(fproxy.stats.requests.items()) if "/blobs/" in path)
+        except RuntimeError:
+            continue
+
+
 def _kill_pulls(fproxy: FaultProxy, tmp_path: Path, kills: int, seed: int) -> Counter[str]:
     """SIGKILL ``kills`` throttled `rayform pull` processes; after each, check and complete a copy."""
     rng = random.Random(seed)
@@ -46,9 +54,17 @@ def _kill_pulls(fproxy: FaultProxy, tmp_path: Path, kills: int, seed: int) -> Co
         if cache.is_dir() and len(assert_cache_consistent(cache)) == len(expected):
             shutil.rmtree(cache)  # complete: start the next series of kills from empty
         fproxy.throttle_s = THROTTLE_S
+        early, delay = rng.random() < 0.25, rng.uniform(0.05, 0.9)
+        started = _blob_requests(fproxy)
         proc = subprocess.Popen(pull_cmd(fproxy.url, cache, "--jobs", "4"), env=sub_env(),
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        time.sleep(rng.uniform(0.05, 0.9))
+        if not early:
+            # Count the delay from the first blob request, not from the spawn: interpreter and
+            # import start-up (slow on a loaded machine) must not decide where the kill lands.
+            deadline = time.monotonic() + 60
+            while _blob_requests(fproxy) == started and proc.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.005)
+        time.sleep(delay)
         proc.send_signal(signal.SIGKILL)
         proc.wait()
         done = assert_cache_consistent(cache) if cache.is_dir() else []

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from _manifests import served_manifest
 from _proxy import CountingProxy
 from _reliability import assert_cache_consistent, kill_when_writing, pull_cmd, sub_env
 from _s3proxy import S3Proxy
@@ -108,7 +109,7 @@ def test_blob_requests_redirect_to_presigned_urls_after_the_checks(s3_server: Se
     doc = httpx.get(f"{s3_server.url}/v1/slices/{DEMO_SLICE}", headers=auth).json()
     manifest = httpx.get(f"{s3_server.url}/v1/slices/{DEMO_SLICE}/manifest", headers=auth)
     assert manifest.status_code == 200  # metadata stays on the stub
-    digest = next(iter(rayform.manifest.Manifest.from_bytes(manifest.content, doc["manifest"]).blobs()))
+    digest = next(iter(served_manifest(s3_server.url, DEMO_SLICE, auth, manifest.content, doc["manifest"]).blobs()))
     blob = f"{s3_server.url}/v1/slices/{DEMO_SLICE}/blobs/{digest}"
     for method in ("GET", "HEAD"):
         resp = httpx.request(method, blob, headers=auth)

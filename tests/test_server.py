@@ -12,6 +12,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pytest
+from _manifests import served_manifest
 from helpers import DEMO_SLICE, TOKEN, ServerProcess
 
 from rayform.format import hash_bytes
@@ -48,7 +49,7 @@ def raw_request(port: int, target: str, method: str = "GET", headers: dict[str, 
 def manifest(demo_server: ServerProcess) -> Manifest:
     r = httpx.get(f"{demo_server.url}/v1/slices/{DEMO_SLICE}/manifest", headers=_auth())
     assert r.status_code == 200
-    return Manifest.from_bytes(r.content)
+    return served_manifest(demo_server.url, DEMO_SLICE, _auth(), r.content)
 
 
 @pytest.fixture(scope="module")
@@ -89,7 +90,7 @@ def test_slice_resolves_to_manifest_whose_hashes_match(demo_server: ServerProces
     assert r.status_code == 200 and r.headers["content-type"].startswith("application/json")
     assert hash_bytes(r.content) == ref["manifest"] and len(r.content) == ref["manifest_size"]
     assert r.headers["etag"] == f'"{ref["manifest"]}"'
-    m = Manifest.from_bytes(r.content, expected_hash=ref["manifest"])
+    m = served_manifest(demo_server.url, DEMO_SLICE, _auth(), r.content, ref["manifest"])
     listed = httpx.get(demo_server.url + "/v1/slices", headers=_auth()).json()["slices"]
     assert {s["id"]: s["manifest"] for s in listed}[DEMO_SLICE] == ref["manifest"]
     with httpx.Client(headers=_auth()) as client:

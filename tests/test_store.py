@@ -58,7 +58,7 @@ def test_commit_writes_manifest_and_slice_reference(tmp_path: Path) -> None:
     ])
     assert (seg.start_ns, seg.end_ns) == (0, int(T[-1]))
     assert _files(tmp_path, "manifests") == [] and list(store.list_slices()) == []  # not before commit
-    m = b.commit("slc_0000abcd")
+    m = b.commit("slc_0000abcd", format_version=1)  # v2 commits: tests/test_manifest_v2.py
     ref = store.get_slice("slc_0000abcd")
     assert ref == {"id": "slc_0000abcd", "manifest": m.hash, "description": "unit test"}
     assert hash_bytes(store.read_manifest_bytes(m.hash)) == m.hash
@@ -72,7 +72,7 @@ def test_commit_writes_manifest_and_slice_reference(tmp_path: Path) -> None:
     # Re-committing the same content gives the same manifest (content addressing).
     b2 = SliceBuilder(store, description="unit test")
     b2.segments = list(b.segments)
-    assert b2.commit("slc_0000abcd").hash == m.hash
+    assert b2.commit("slc_0000abcd", format_version=1).hash == m.hash
     assert len(_files(tmp_path, "manifests")) == 1
 
 

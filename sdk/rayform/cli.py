@@ -54,32 +54,46 @@ def _cmd_pull(args: argparse.Namespace) -> int:
     return 0
 
 
-def _slice_json(s: Any) -> dict[str, Any]:
-    return {
+#: ``slices show`` lists the segments of slices up to this size without ``--segments``.
+SHOW_SEGMENTS_UP_TO = 100
+
+
+def _slice_json(s: Any, segments: bool) -> dict[str, Any]:
+    doc = {
         "id": s.id,
         "manifest": s.manifest_hash,
         "bytes": s.nbytes,
         "duration_s": round(s.duration_s, 3),
         "streams": s.streams,
-        "segments": [
+        "segment_count": len(s.segments),
+    }
+    if segments:
+        doc["segments"] = [
             {"id": g.id, "version": g.version, "site": g.site, "start_ns": g.start_ns,
              "end_ns": g.end_ns, "bytes": g.nbytes,
              "streams": {n: {"kind": st.kind, "rate_hz": st.rate_hz, "shape": list(st.shape),
                              "count": st.count, "bytes": st.nbytes}
                          for n, st in sorted(g.streams.items())}}
             for g in s.segments
-        ],
-    }
+        ]
+    return doc
 
 
 def _cmd_slices(args: argparse.Namespace) -> int:
     client = _client(args)
     if args.slices_cmd == "show":
         s = client.slices.get(args.slice_id)
+        listing = args.segments or len(s.segments) <= SHOW_SEGMENTS_UP_TO
         if args.json:
-            _print_json(_slice_json(s))
+            _print_json(_slice_json(s, listing))
             return 0
         print(repr(s))
+        if not listing:
+            # A fleet slice: the summary only (it comes from the manifest root, no page read).
+            for name, kind, rate, shape, dtype, units, frame in s._stream_rows():
+                print(f"  stream {name}: {kind} {rate:g} Hz {shape} {dtype} {units} {frame}".rstrip())
+            print(f"  {len(s.segments)} segments; list them with `rayform slices show {s.id} --segments`")
+            return 0
         for g in s.segments:
             print(f"  {g.id} v{g.version} site={g.site} {g.duration_s:.1f}s "
                   f"{human_bytes(g.nbytes)} streams={','.join(sorted(g.streams))}")
@@ -173,6 +187,8 @@ def build_parser() -> argparse.ArgumentParser:
     ssub = slices.add_subparsers(dest="slices_cmd", required=True, metavar="SUBCOMMAND")
     show = ssub.add_parser("show", parents=[common], help="segments and streams of a slice")
     show.add_argument("slice_id", metavar="SLICE_ID")
+    show.add_argument("--segments", action="store_true",
+                      help=f"list every segment (the default only up to {SHOW_SEGMENTS_UP_TO} segments)")
     ssub.add_parser("ls", parents=[common], help="slices your token may see")
     slices.set_defaults(func=_cmd_slices)
 

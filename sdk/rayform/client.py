@@ -19,8 +19,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from rayform._columnar import ColumnarManifest
 from rayform._env import default_cache_dir, env_flag
 from rayform._ids import check_slice_id, check_stream_name
+from rayform._manifest_io import open_manifest
 from rayform._pull import PullReport, run_pull
 from rayform._seams import DownloadSink, ProgressCallback
 from rayform._transport import Transport
@@ -136,7 +138,7 @@ class Client:
         self.timeout = timeout
         self.attempts = attempts
         self._transport_obj: Transport | None = None
-        self._manifests: dict[str, Manifest] = {}
+        self._manifests: dict[str, Manifest | ColumnarManifest] = {}
         self.slices = SliceAPI(self._get_slice, self._list_slices, self)
 
     @property
@@ -246,7 +248,12 @@ class Client:
         return slice_
 
     def _make_slice(self, slice_id: str, digest: str, data: bytes) -> Slice:
-        manifest = self._manifests.get(digest) or Manifest.from_bytes(data, expected_hash=digest)
+        fetch = None
+        if not self.offline:
+            def fetch(page: str) -> bytes:
+                return self._transport().get_bytes(f"v1/slices/{slice_id}/pages/{page}",
+                                                   f"fetching manifest page {page[:12]}... of {slice_id}")
+        manifest = self._manifests.get(digest) or open_manifest(self.cache, slice_id, digest, data, fetch)
         self._manifests[digest] = manifest
         self._manifests[slice_id] = manifest
         return Slice(slice_id, digest, manifest, self)
@@ -256,6 +263,8 @@ class Client:
         manifest = self._manifests.get(slice_id)
         if manifest is None:
             return []
+        if isinstance(manifest, ColumnarManifest):
+            return manifest.streams_with_blob(digest)
         names = {n for seg in manifest.segments for n, s in seg.streams.items()
                  if any(b.hash == digest for b in s.blobs())}
         return sorted(names)

@@ -33,6 +33,14 @@ the same hash):
 :class:`rayform.Manifest`, :class:`rayform.Segment`, :class:`rayform.Stream` and
 :class:`rayform.BlobRef`.
 
+**Manifest version 2** (:data:`MANIFEST_FORMAT_VERSION_2`, :data:`PAGE_FORMAT`,
+:data:`PAGE_ROWS`): a small canonical-JSON root (the manifest's name is its BLAKE3) that lists
+pages of the segment table, each an Arrow IPC file of up to ``PAGE_ROWS`` segments named by
+its own BLAKE3. :func:`segments_to_table`, :func:`table_to_pages` and :func:`build_root` write
+it; :func:`load_manifest` reads either version (checking every page against its hash) into a
+:class:`rayform.Manifest` or a memory-mapped :class:`ColumnarManifest`; :func:`page_refs` lists
+a root's pages. Details: ``docs/manifest.md``.
+
 Example::
 
     >>> from rayform.format import check_slice_id, hash_bytes
@@ -45,6 +53,17 @@ Example::
 from __future__ import annotations
 
 from rayform._blobfmt import decode_table, decode_timestamps, encode_table, encode_timestamps
+from rayform._columnar import FORMAT_VERSION_2 as MANIFEST_FORMAT_VERSION_2
+from rayform._columnar import (
+    PAGE_FORMAT,
+    PAGE_ROWS,
+    ColumnarManifest,
+    build_root,
+    page_refs,
+    segments_to_table,
+    table_to_pages,
+)
+from rayform._columnar import load as load_manifest
 from rayform._hashing import hash_bytes, hash_file, new_hasher
 from rayform._ids import (
     HASH_RE,
@@ -65,9 +84,14 @@ __all__ = [
     "HASH_RE",
     "MANIFEST_FORMAT",
     "MANIFEST_FORMAT_VERSION",
+    "MANIFEST_FORMAT_VERSION_2",
+    "PAGE_FORMAT",
+    "PAGE_ROWS",
     "SEGMENT_ID_RE",
     "SLICE_ID_RE",
     "STREAM_NAME_RE",
+    "ColumnarManifest",
+    "build_root",
     "canonical_json",
     "check_hash",
     "check_segment_id",
@@ -79,6 +103,10 @@ __all__ = [
     "encode_timestamps",
     "hash_bytes",
     "hash_file",
+    "load_manifest",
     "new_hasher",
+    "page_refs",
+    "segments_to_table",
     "sharded_path",
+    "table_to_pages",
 ]

@@ -5,6 +5,9 @@ BLAKE3 hash of its canonical bytes (UTF-8, sorted keys, no whitespace). It lists
 (episodes); each segment lists its streams. See ``docs/manifest.md`` for the schema.
 
 All times are integers in nanoseconds; rates are in Hz.
+
+Version 2 (a root listing Arrow pages of the same fields, for slices of millions of segments)
+is read by ``rayform._columnar``; its segments are the same :class:`Segment` objects.
 """
 
 from __future__ import annotations
@@ -215,6 +218,12 @@ class Manifest:
         if not isinstance(doc, dict) or doc.get("format") != FORMAT:
             raise ManifestError(f"not a Rayform manifest (expected \"format\": \"{FORMAT}\")")
         version = doc.get("format_version")
+        if version == 2:
+            raise ManifestError(
+                "manifest format_version 2 is a root that lists columnar pages, not a whole "
+                "manifest: open it with client.slices.get(...) (or Store.load_manifest on the "
+                "server), which fetch, check and map its pages"
+            )
         if version != FORMAT_VERSION:
             raise ManifestError(
                 f"manifest format_version {version!r} is not supported by this SDK (it reads "

@@ -3,72 +3,168 @@
 from __future__ import annotations
 
 import html
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
+import numpy as np
+
+from rayform._columnar import not_found as _columnar_not_found
 from rayform._seams import BlobFetcher
+from rayform._segtable import SegmentTable
 from rayform._units import human_bytes
-from rayform.errors import NotFoundError
-from rayform.manifest import BlobRef, Manifest, Segment
+from rayform.manifest import BlobRef, Segment
 
 __all__ = ["Slice"]
 
 
 
 class Slice:
-    """A slice resolved to its manifest.
+    """A slice resolved to its manifest, or a selection of it (:meth:`select`).
 
     Attributes:
-        id: the slice ID, e.g. ``"slc_7c1e04aa"``.
+        id: the slice ID, e.g. ``"slc_7c1e04aa"`` (a selection keeps its parent's ID).
         manifest_hash: BLAKE3 of the manifest this slice points at (pins the exact content).
-        manifest: the parsed :class:`~rayform.manifest.Manifest`.
+        manifest: the parsed manifest (:class:`~rayform.manifest.Manifest` for version 1; a
+            columnar, memory-mapped one for version 2).
         client: the :class:`~rayform.Client` used to fetch its blobs (any
             :class:`~rayform._seams.BlobFetcher`).
+        parent: the slice this one was selected from (``None`` for a whole slice).
+        selection: the arguments of :meth:`select` that made this view (``None`` for a whole
+            slice), JSON-able, so a tracker can reproduce it.
     """
 
-    def __init__(self, slice_id: str, manifest_hash: str, manifest: Manifest, client: BlobFetcher) -> None:
+    def __init__(self, slice_id: str, manifest_hash: str, manifest: Any, client: BlobFetcher, *,
+                 rows: np.ndarray | None = None, parent: Slice | None = None,
+                 selection: dict[str, Any] | None = None) -> None:
         self.id = slice_id
         self.manifest_hash = manifest_hash
         self.manifest = manifest
         self.client = client
+        self.parent = parent
+        self.selection = selection
+        self._rows = rows
+        self._segments: Sequence[Segment] | None = None
         self._by_id: dict[str, Segment] | None = None
+
+    @property
+    def _columnar(self) -> bool:
+        return isinstance(self.manifest.segments, SegmentTable)
 
     # -- contents --------------------------------------------------------------------------
     @property
-    def segments(self) -> tuple[Segment, ...]:
-        """Every segment (episode) in manifest order."""
-        return self.manifest.segments
+    def segments(self) -> Sequence[Segment]:
+        """Every segment (episode) in manifest order.
+
+        A tuple for a version 1 manifest; for version 2 a lazy sequence over the columns that
+        builds a :class:`~rayform.manifest.Segment` only when one is indexed.
+        """
+        if self._segments is None:
+            every = self.manifest.segments
+            if self._rows is None:
+                self._segments = every
+            elif isinstance(every, SegmentTable):
+                self._segments = SegmentTable(every._c, self._rows)
+            else:
+                self._segments = tuple(every[int(i)] for i in self._rows)
+        return self._segments
 
     @property
     def streams(self) -> list[str]:
         """Sorted names of every stream present in at least one segment."""
-        return self.manifest.stream_names()
+        if self._rows is None:
+            return list(self.manifest.stream_names())
+        segs = self.segments
+        if isinstance(segs, SegmentTable):
+            return segs.stream_names()
+        return sorted({n for s in segs for n in s.streams})
 
     @property
     def nbytes(self) -> int:
         """Total stored size of every blob, in bytes."""
-        return sum(b.size for b in self.manifest.blobs().values())
+        if self._columnar and self._rows is None:
+            return int(self.manifest.summary["nbytes"])
+        return self.stream_nbytes()
 
     @property
     def duration_s(self) -> float:
         """Sum of segment durations in seconds."""
-        return sum(s.duration_s for s in self.segments)
+        segs = self.segments
+        if isinstance(segs, SegmentTable):
+            return segs.duration_ns() / 1e9
+        return sum(s.duration_s for s in segs)
 
     def segment(self, segment_id: str) -> Segment:
         """The segment with this ID; :class:`NotFoundError` if the slice has none."""
+        segs = self.segments
+        if isinstance(segs, SegmentTable):
+            pos = int(segs.find([segment_id])[0])
+            if pos < 0:
+                raise _columnar_not_found(self.id, segment_id)
+            return segs[pos]
         if self._by_id is None:
-            self._by_id = {s.id: s for s in self.segments}
+            self._by_id = {s.id: s for s in segs}
         try:
             return self._by_id[segment_id]
         except KeyError:
-            raise NotFoundError(
-                f"slice {self.id} has no segment {segment_id!r}; list them with "
-                f"`rayform slices show {self.id}`"
-            ) from None
+            raise _columnar_not_found(self.id, segment_id) from None
 
     def stream_nbytes(self, streams: Sequence[str] | None = None) -> int:
         """Bytes needed to hold the named streams (all if ``None``)."""
-        return sum(b.size for b in self.manifest.blobs(list(streams) if streams else None).values())
+        names = list(streams) if streams else None
+        segs = self.segments
+        if isinstance(segs, SegmentTable):
+            return sum(b.size for b in segs.blobs(names).values())
+        if self._rows is None:
+            return sum(b.size for b in self.manifest.blobs(names).values())
+        out: dict[str, int] = {}
+        for seg in segs:
+            for name, st in seg.streams.items():
+                if names is None or name in names:
+                    out.update((b.hash, b.size) for b in st.blobs())
+        return sum(out.values())
+
+    def select(
+        self,
+        *,
+        segments: Sequence[str] | None = None,
+        sites: Sequence[str] | None = None,
+        start_ns: int | None = None,
+        end_ns: int | None = None,
+        where: Callable[[dict[str, np.ndarray]], np.ndarray] | None = None,
+    ) -> Slice:
+        """A view of some of this slice's segments, without copying the manifest.
+
+        Every argument narrows the selection (they combine with *and*); manifest order is kept.
+
+        Args:
+            segments: segment IDs to keep.
+            sites: sites to keep, e.g. ``["lab-zurich"]``.
+            start_ns: keep segments that end at or after this time (ns, Unix epoch).
+            end_ns: keep segments that start before this time (ns): with ``start_ns``, the
+                segments that overlap ``[start_ns, end_ns)``.
+            where: a predicate on segment columns: called with a dict of ``(S,)`` numpy
+                arrays (``version``, ``start_ns``, ``end_ns``, ``duration_ns``; ``id`` and
+                ``site`` as object arrays only if the predicate asks for them) and returning a
+                ``(S,)`` bool mask, e.g. ``lambda c: c["version"] >= 2``.
+
+        Returns:
+            A :class:`Slice` with the same ``id`` and ``manifest_hash``, whose ``parent`` is
+            this slice and whose ``selection`` records these arguments.
+
+        Raises:
+            NotFoundError: a listed segment ID is not in this slice.
+            InvalidArgumentError: a bad argument, or a selection that keeps no segment.
+        """
+        from rayform._select import select_rows
+
+        rows, selection = select_rows(self, segments=segments, sites=sites, start_ns=start_ns,
+                                      end_ns=end_ns, where=where)
+        if self.selection is not None:
+            selection = {"within": self.selection, **selection}
+        root = self.parent if self.parent is not None else self
+        return Slice(self.id, self.manifest_hash, self.manifest, self.client, rows=rows,
+                     parent=root, selection=selection)
 
     # -- data ------------------------------------------------------------------------------
     @property
@@ -94,28 +190,42 @@ class Slice:
         return len(self.segments)
 
     def __repr__(self) -> str:
+        sel = f" selection={self.selection}" if self.selection is not None else ""
         return (
             f"<Slice {self.id} manifest={self.manifest_hash[:12]} segments={len(self.segments)} "
             f"streams={self.streams} size={human_bytes(self.nbytes)} "
-            f"duration={self.duration_s:.1f}s>"
+            f"duration={self.duration_s:.1f}s{sel}>"
         )
 
-    def _repr_html_(self) -> str:
+    def _stream_rows(self) -> list[tuple[Any, ...]]:
+        keys = ("kind", "rate_hz", "shape", "dtype", "units", "frame")
+        if self._columnar:
+            info = self.manifest.summary["streams"]
+            return [(name, *(tuple(v) if isinstance(v := info[name].get(k, ""), list) else v for k in keys))
+                    for name in self.streams]
         rows = []
         for name in self.streams:
-            example = next(s.streams[name] for s in self.segments if name in s.streams)
-            rows.append(
-                "<tr>" + "".join(
-                    f"<td>{html.escape(str(v))}</td>"
-                    for v in (name, example.kind, example.rate_hz, tuple(example.shape),
-                              example.dtype, example.units or "", example.frame or "")
-                ) + "</tr>"
-            )
-        sites = sorted({s.site for s in self.segments})
+            ex = next(s.streams[name] for s in self.segments if name in s.streams)
+            rows.append((name, ex.kind, ex.rate_hz, tuple(ex.shape), ex.dtype, ex.units or "", ex.frame or ""))
+        return rows
+
+    def _sites(self) -> list[str]:
+        segs = self.segments
+        if isinstance(segs, SegmentTable):
+            if self._rows is None:
+                return list(self.manifest.summary["sites"])
+            import pyarrow.compute as pc
+
+            return sorted(str(x) for x in pc.unique(segs.sites()).to_pylist())
+        return sorted({s.site for s in segs})
+
+    def _repr_html_(self) -> str:
+        rows = ["<tr>" + "".join(f"<td>{html.escape(str(v))}</td>" for v in row) + "</tr>"
+                for row in self._stream_rows()]
         return (
             f"<div><b>Slice {html.escape(self.id)}</b> &middot; {len(self.segments)} segments "
             f"&middot; {self.duration_s:.1f} s &middot; {human_bytes(self.nbytes)} &middot; "
-            f"sites: {html.escape(', '.join(sites))}<br><code>manifest {self.manifest_hash}</code>"
+            f"sites: {html.escape(', '.join(self._sites()))}<br><code>manifest {self.manifest_hash}</code>"
             "<table><tr><th>stream</th><th>kind</th><th>rate (Hz)</th><th>shape</th>"
             "<th>dtype</th><th>units</th><th>frame</th></tr>" + "".join(rows) + "</table></div>"
         )

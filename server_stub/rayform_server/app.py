@@ -8,7 +8,7 @@ Request handling, in order, before any file is opened:
 2. The bearer token -> 401 when missing or wrong (``/v1/health`` needs none).
 3. Path parameters against the ``rayform.format`` regexes -> 400.
 4. The token's scope -> 404, exactly as for an unknown slice.
-5. For blobs: the hash must be referenced by the slice's manifest -> else 404.
+5. For blobs (and v2 manifest pages): the hash must be referenced by the slice's manifest -> else 404.
 
 Blobs are streamed from disk in 256 KiB chunks, whole or one byte range. With blobs in object
 storage (:class:`~rayform_server.blobstore.S3BlobBackend`) a blob request that passed every
@@ -113,6 +113,7 @@ class _Api:
         self.auth = auth
         self.presign_expiry_s = presign_expiry_s
         self._refs: OrderedDict[str, frozenset[str]] = OrderedDict()
+        self._pages: OrderedDict[str, frozenset[str]] = OrderedDict()
 
     # -- helpers ---------------------------------------------------------------------------
     def _grant(self, request: Request) -> Grant:
@@ -176,6 +177,27 @@ class _Api:
             return Response(status_code=304, headers=headers)
         data = self.store.read_manifest_bytes(digest)
         return Response(data, media_type="application/json", headers=headers)
+
+    async def get_page(self, request: Request) -> Response:
+        """A page of a v2 manifest: only the pages the slice's manifest root lists."""
+        slice_id, ref = self._slice(request)
+        digest = request.path_params["hash"]
+        if not HASH_RE.match(digest):
+            raise ApiError(400, "invalid_argument", f"malformed content hash {digest[:80]!r}: "
+                           "expected 64 lowercase hex digits (a page hash from the manifest root)")
+        pages = self._pages.get(ref["manifest"])
+        if pages is None:
+            pages = self._pages[ref["manifest"]] = self.store.page_hashes(ref["manifest"])
+            while len(self._pages) > _REFS_CACHE_SIZE:
+                self._pages.popitem(last=False)
+        if digest not in pages:
+            raise ApiError(404, "not_found", f"page {digest[:12]}... is not part of the manifest of "
+                           f"slice {slice_id}: take page hashes from the manifest root")
+        headers = {"ETag": f'"{digest}"', "Cache-Control": "public, max-age=31536000, immutable"}
+        if _etag_matches(request.headers.get("if-none-match"), digest):
+            return Response(status_code=304, headers=headers)
+        data = await run_in_threadpool(self.store.read_manifest_bytes, digest)
+        return Response(data, media_type="application/vnd.apache.arrow.file", headers=headers)
 
     async def get_blob(self, request: Request) -> Response:
         slice_id, ref = self._slice(request)
@@ -336,6 +358,7 @@ def create_app(
         Route("/v1/slices/{slice_id}", api.get_slice, methods=["GET", "HEAD"]),
         Route("/v1/slices/{slice_id}/manifest", api.get_manifest, methods=["GET", "HEAD"]),
         Route("/v1/slices/{slice_id}/blobs/{hash}", api.get_blob, methods=["GET", "HEAD"]),
+        Route("/v1/slices/{slice_id}/pages/{hash}", api.get_page, methods=["GET", "HEAD"]),
     ]
     app = Starlette(
         routes=routes,

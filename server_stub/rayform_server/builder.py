@@ -29,17 +29,22 @@ import numpy as np
 
 from rayform.errors import InvalidArgumentError
 from rayform.format import (
+    PAGE_ROWS,
+    ColumnarManifest,
+    build_root,
     check_segment_id,
     check_slice_id,
     check_stream_name,
     encode_table,
     encode_timestamps,
+    segments_to_table,
+    table_to_pages,
 )
 from rayform.manifest import CARTESIAN_QUANTITIES, FRAME_CONVENTIONS, Manifest, Segment, Stream
 from rayform_server._video import DEFAULT_CRF, DEFAULT_GOP, encode_video
 from rayform_server.store import Store
 
-__all__ = ["SliceBuilder", "TableData", "VideoData"]
+__all__ = ["SliceBuilder", "TableData", "VideoData", "commit_table"]
 
 
 @dataclass
@@ -200,12 +205,30 @@ class SliceBuilder:
             quantity=data.quantity,
         )
 
-    def commit(self, slice_id: str) -> Manifest:
-        """Write the manifest and point ``slice_id`` at it. Returns the manifest."""
+    def commit(self, slice_id: str, *, format_version: int = 2) -> Manifest | ColumnarManifest:
+        """Write the manifest and point ``slice_id`` at it. Returns the manifest.
+
+        Args:
+            slice_id: the slice to create or replace.
+            format_version: 2 (columnar pages, the default) or 1 (one JSON document, for
+                readers older than the v2 format).
+        """
         check_slice_id(slice_id)
         if not self.segments:
             raise InvalidArgumentError("a slice needs at least one segment")
-        manifest = Manifest(segments=tuple(self.segments), description=self.description)
-        digest = self.store.put_manifest(manifest)
+        if format_version not in (1, 2):
+            raise InvalidArgumentError(f"format_version must be 1 or 2, got {format_version!r}")
+        if format_version == 1:
+            manifest = Manifest(segments=tuple(self.segments), description=self.description)
+            digest = self.store.put_manifest(manifest)
+        else:
+            digest = commit_table(self.store, segments_to_table(self.segments), self.description)
         self.store.set_slice(slice_id, digest, self.description)
-        return manifest
+        return self.store.load_manifest(digest) if format_version == 2 else manifest
+
+
+def commit_table(store: Store, table: object, description: str, page_rows: int = PAGE_ROWS) -> str:
+    """Store a segment table (``pyarrow.Table`` of the v2 page schema) as a v2 manifest;
+    returns its hash. Pages first, root last: a crash leaves no root naming a missing page."""
+    pages = table_to_pages(table, page_rows)  # type: ignore[arg-type]
+    return store.put_manifest_v2(build_root(table, pages, description, page_rows), pages)  # type: ignore[arg-type]

@@ -2,7 +2,9 @@
 
 ::
 
-    rayform-server demo   --root DIR [--slice slc_...] [--small] [--seed N] [--jobs N] [S3]
+    rayform-server demo   --root DIR [--slice slc_...] [--small] [--seed N] [--jobs N]
+                          [--episodes N [--share-blobs]] [--stage BATCH --shard I/N] [S3]
+    rayform-server commit --root DIR --stage BATCH --slice slc_... [--expect N]
     rayform-server serve  --root DIR [--host 127.0.0.1] [--port 8765]
                           [--token T | --tokens-file F | --allow-anonymous]
                           [S3] [--presign-expiry SECONDS]
@@ -93,16 +95,58 @@ def _demo(args: argparse.Namespace) -> int:
 
     configure_root(Path(args.root), args.blobs, args.s3_endpoint)
     spec = demo_spec(args.small)
-    _err(f"building demo slice {args.slice} in {args.root}: {spec.episodes} episodes, cameras "
-         f"{spec.size[1]}x{spec.size[0]}, {args.jobs} process(es)")
+    episodes = spec.episodes if args.episodes is None else args.episodes
+    if episodes < 1:
+        _err(f"error: --episodes {episodes}: use a positive number of episodes, e.g. --episodes 1000")
+        return 2
+    rendered = min(episodes, spec.episodes) if args.share_blobs else episodes
+    _err(f"building demo slice {args.slice} in {args.root}: {episodes} episodes ({rendered} rendered), "
+         f"cameras {spec.size[1]}x{spec.size[0]}, {args.jobs} process(es)")
     t0 = time.perf_counter()
-    manifest = build_demo(args.root, args.slice, small=args.small, seed=args.seed, jobs=args.jobs,
-                          progress=lambda line: _err("  " + line))
+    if args.stage is not None:
+        from rayform_server._fleet import stage_demo
+
+        shard, shards = _shard(args.shard)
+        n = stage_demo(args.root, args.stage, shard, shards, small=args.small, seed=args.seed,
+                       episodes=args.episodes, progress=lambda line: _err("  " + line))
+        _err(f"staged {n} episodes in batch {args.stage}; when every shard is done run: "
+             f"rayform-server commit --root {args.root} --stage {args.stage} --slice {args.slice}")
+        return 0
+    if args.share_blobs:
+        from rayform_server._fleet import build_shared_demo
+        from rayform_server.store import Store
+
+        digest = build_shared_demo(args.root, args.slice, episodes, small=args.small, seed=args.seed,
+                                   jobs=args.jobs, progress=lambda line: _err("  " + line))
+        manifest = Store(args.root).load_manifest(digest)
+    else:
+        manifest = build_demo(args.root, args.slice, small=args.small, seed=args.seed, jobs=args.jobs,
+                              progress=lambda line: _err("  " + line), episodes=args.episodes)
     dt = time.perf_counter() - t0
-    size = sum(b.size for b in manifest.blobs().values())
+    summary = getattr(manifest, "summary", None)
+    size = summary["nbytes"] if summary else sum(b.size for b in manifest.blobs().values())
     _err(f"slice {args.slice} -> manifest {manifest.hash[:12]}...: {len(manifest.segments)} segments, "
          f"{len(manifest.stream_names())} streams, {size / 1e6:.1f} MB in {dt:.1f} s")
     _err(f"serve it with: rayform-server serve --root {args.root} --token <TOKEN>")
+    return 0
+
+
+def _shard(text: str) -> tuple[int, int]:
+    try:
+        shard, shards = (int(x) for x in text.split("/"))
+    except ValueError:
+        raise ValueError(f"--shard {text!r}: use I/N, e.g. --shard 0/4 (this worker's index and the worker count)") from None
+    return shard, shards
+
+
+def _commit(args: argparse.Namespace) -> int:
+    from rayform_server.staging import commit_staged
+    from rayform_server.store import Store
+
+    store = Store(args.root)
+    description = args.description if args.description is not None else f"staged batch {args.stage}"
+    digest = commit_staged(store, args.stage, args.slice, description, expect=args.expect)
+    _err(f"slice {args.slice} -> manifest {digest[:12]}... from staging batch {args.stage}")
     return 0
 
 
@@ -120,7 +164,8 @@ def _slices(args: argparse.Namespace) -> int:
         if ref is None:
             continue
         manifest = store.load_manifest(ref["manifest"])
-        size = sum(b.size for b in manifest.blobs().values())
+        summary = getattr(manifest, "summary", None)  # v2: from the root, no page read
+        size = summary["nbytes"] if summary else sum(b.size for b in manifest.blobs().values())
         print(f"{slice_id}  manifest {ref['manifest'][:12]}  {len(manifest.segments):4d} segments  "
               f"{size / 1e6:8.1f} MB  {ref.get('description', '')}")
         count += 1
@@ -207,10 +252,34 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--slice", default="slc_7c1e04aa", help="slice ID to create (default slc_7c1e04aa)")
     demo.add_argument("--small", action="store_true", help="4 short low-resolution episodes (for tests)")
     demo.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    demo.add_argument("--episodes", type=int, default=None,
+                      help="number of episodes (default 20, or 4 with --small)")
+    demo.add_argument("--share-blobs", action="store_true",
+                      help="render only a small pool of episodes and list --episodes segments that "
+                      "reuse its blobs under their own IDs: a 1,000,000-segment slice in seconds")
     demo.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
                       help="episodes rendered in parallel (default: min(2, CPUs))")
+    demo.add_argument("--stage", metavar="BATCH", default=None,
+                      help="distributed build: stage this worker's episodes in BATCH instead of "
+                      "committing (then `rayform-server commit --stage BATCH`)")
+    demo.add_argument("--shard", metavar="I/N", default="0/1",
+                      help="with --stage: build the episodes i with i %% N == I (default 0/1)")
     _add_blob_args(demo)
     demo.set_defaults(func=_demo)
+
+    commit = sub.add_parser(
+        "commit", help="make a slice from a staging batch",
+        description="Build one manifest from every segment staged in BATCH (by `demo --stage` "
+        "or staging.stage_segment on many machines) and point the slice at it; the batch is "
+        "then removed. Refuses a batch that names a blob missing from the store.",
+    )
+    commit.add_argument("--root", required=True, help="data root the workers staged into")
+    commit.add_argument("--stage", metavar="BATCH", required=True, help="the staging batch")
+    commit.add_argument("--slice", required=True, help="slice ID to create or replace")
+    commit.add_argument("--expect", type=int, default=None,
+                        help="refuse unless exactly this many segments are staged")
+    commit.add_argument("--description", default=None, help="slice description (default: the batch name)")
+    commit.set_defaults(func=_commit)
 
     slices = sub.add_parser("slices", help="list the slices of a data root",
                             description="List each slice with its manifest hash, segment count and size.")

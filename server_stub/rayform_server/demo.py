@@ -27,13 +27,13 @@ import multiprocessing
 import os
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 
 from rayform.errors import InvalidArgumentError
-from rayform.format import check_slice_id, hash_bytes
+from rayform.format import ColumnarManifest, check_slice_id, hash_bytes
 from rayform.manifest import Manifest, Segment
 from rayform_server._demo_scene import (
     ARM_BASES,
@@ -248,7 +248,8 @@ def build_demo(
     seed: int = 0,
     jobs: int = 1,
     progress: Callable[[str], None] | None = None,
-) -> Manifest:
+    episodes: int | None = None,
+) -> Manifest | ColumnarManifest:
     """Generate the demo episodes into the data root ``root`` and commit slice ``slice_id``.
 
     Deterministic: the same ``(small, seed)`` always writes the same blobs and manifest, so
@@ -261,6 +262,7 @@ def build_demo(
         seed: everything random derives from it.
         jobs: episodes built in parallel processes (1 = in this process).
         progress: called with one line of text per finished episode.
+        episodes: number of episodes (default: the spec's, 20 or 4 with ``small``).
 
     Returns:
         The committed manifest.
@@ -272,6 +274,10 @@ def build_demo(
     if jobs < 1:
         raise InvalidArgumentError(f"jobs must be at least 1, got {jobs}")
     spec = demo_spec(small)
+    if episodes is not None:
+        if episodes < 1:
+            raise ValueError(f"episodes must be at least 1, got {episodes}")
+        spec = replace(spec, episodes=int(episodes))
     store = Store(root)
     root_s = str(Path(store.root))
     builder = SliceBuilder(

@@ -20,6 +20,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+from rayform import format as wire
 from rayform.files import write_atomic
 from rayform.format import check_hash, check_slice_id, hash_bytes, new_hasher, sharded_path
 from rayform.manifest import BlobRef, Manifest, canonical_json
@@ -100,7 +101,17 @@ class Store:
 
     def put_manifest(self, manifest: Manifest) -> str:
         """Store a manifest under the hash of its canonical bytes; returns the hash."""
-        data = manifest.to_bytes()
+        return self._put_object(manifest.to_bytes())
+
+    def put_manifest_v2(self, root: bytes, pages: list[bytes]) -> str:
+        """Store a v2 manifest: its pages first, then the root that names them; returns the
+        root's hash. Pages live beside manifests (metadata stays on the stub, whatever the
+        blob backend), each under the hash of its bytes."""
+        for page in pages:
+            self._put_object(page)
+        return self._put_object(root)
+
+    def _put_object(self, data: bytes) -> str:
         digest = hash_bytes(data)
         dest = self.manifest_path(digest)
         if not dest.exists():
@@ -130,8 +141,17 @@ class Store:
     def read_manifest_bytes(self, digest: str) -> bytes:
         return self.manifest_path(digest).read_bytes()
 
-    def load_manifest(self, digest: str) -> Manifest:
-        return Manifest.from_bytes(self.read_manifest_bytes(digest), expected_hash=digest)
+    def load_manifest(self, digest: str) -> Manifest | wire.ColumnarManifest:
+        """The manifest ``digest`` (v1 or v2; a v2 manifest's pages are mapped from disk)."""
+
+        def pages(refs: list[dict[str, object]]) -> list[Path]:
+            return [self.manifest_path(str(r["hash"])) for r in refs]
+
+        return wire.load_manifest(self.read_manifest_bytes(digest), digest, pages)
+
+    def page_hashes(self, digest: str) -> frozenset[str]:
+        """Hashes of the pages of manifest ``digest`` (empty for a v1 manifest)."""
+        return frozenset(str(r["hash"]) for r in wire.page_refs(self.read_manifest_bytes(digest)))
 
     def has_blob(self, digest: str) -> bool:
         return self.blobs.exists(digest)

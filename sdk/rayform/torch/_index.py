@@ -15,12 +15,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
+from rayform._segtable import SegmentTable
+from rayform.errors import InvalidArgumentError, NotFoundError
 from rayform.manifest import Segment
 
-__all__ = ["GridIndex", "build_index", "grid_offsets_ns"]
+__all__ = ["GridIndex", "build_index", "check_table_streams", "grid_offsets_ns", "select_table", "selection_of"]
 
 
 def grid_offsets_ns(steps: np.ndarray | int, fps: float) -> np.ndarray:
@@ -38,7 +41,8 @@ class GridIndex:
     """Per-segment grids of a dataset, flattened.
 
     Attributes:
-        segments: the selected segments, in dataset order.
+        segments: the selected segments, in dataset order (a tuple, or for a version 2
+            manifest a lazy :class:`~rayform._columnar.SegmentTable`).
         start_ns: ``int64 (S,)`` first grid time of each segment, ns.
         count: ``int64 (S,)`` grid points per segment (0 when the streams never overlap).
         offsets: ``int64 (S + 1,)`` cumulative counts: segment ``s`` owns flat indices
@@ -46,7 +50,7 @@ class GridIndex:
         fps: grid rate in Hz.
     """
 
-    segments: tuple[Segment, ...]
+    segments: Sequence[Segment]
     start_ns: np.ndarray
     count: np.ndarray
     offsets: np.ndarray
@@ -78,12 +82,20 @@ def build_index(segments: Sequence[Segment], streams: Sequence[str], fps: float)
         The flattened :class:`GridIndex`.
     """
     n_seg = len(segments)
-    first = np.empty(n_seg, dtype=np.int64)
-    last = np.empty(n_seg, dtype=np.int64)
-    for i, seg in enumerate(segments):
-        recs = seg.streams
-        first[i] = max(recs[name].t0_ns for name in streams)
-        last[i] = min(recs[name].t1_ns for name in streams)
+    if isinstance(segments, SegmentTable):
+        # Columns, not objects: a few vectorised passes, whatever the number of segments.
+        first = np.full(n_seg, np.iinfo(np.int64).min, dtype=np.int64)
+        last = np.full(n_seg, np.iinfo(np.int64).max, dtype=np.int64)
+        for name in streams:
+            np.maximum(first, segments.stream_field(name, "t0_ns")[1], out=first)
+            np.minimum(last, segments.stream_field(name, "t1_ns")[1], out=last)
+    else:
+        first = np.empty(n_seg, dtype=np.int64)
+        last = np.empty(n_seg, dtype=np.int64)
+        for i, seg in enumerate(segments):
+            recs = seg.streams
+            first[i] = max(recs[name].t0_ns for name in streams)
+            last[i] = min(recs[name].t1_ns for name in streams)
     span = last - first
     count = np.where(span >= 0, np.floor(span * (fps / 1e9) + 1e-9).astype(np.int64) + 1, 0)
     # Guard against float rounding: the last grid point must not pass `last`.
@@ -91,4 +103,59 @@ def build_index(segments: Sequence[Segment], streams: Sequence[str], fps: float)
     count = count - over.astype(np.int64)
     offsets = np.zeros(n_seg + 1, dtype=np.int64)
     np.cumsum(count, out=offsets[1:])
-    return GridIndex(tuple(segments), first, count, offsets, float(fps))
+    kept = segments if isinstance(segments, SegmentTable) else tuple(segments)
+    return GridIndex(kept, first, count, offsets, float(fps))
+
+
+# -- the columnar checks EpisodeDataset runs before building the index -----------------------
+def select_table(slice_id: str, table: SegmentTable, segment_ids: Sequence[str]) -> SegmentTable:
+    """The segments ``segment_ids`` of ``table``, in that order (vectorised lookups)."""
+    if isinstance(segment_ids, str):
+        raise InvalidArgumentError(f"segments={segment_ids!r}: pass a list of segment IDs, e.g. [{segment_ids!r}]")
+    ids = list(segment_ids)
+    if not ids:
+        raise InvalidArgumentError("segments=[] selects no episode: pass at least one segment ID")
+    found = table.find(ids)
+    if (found < 0).any():
+        bad = ids[int(np.flatnonzero(found < 0)[0])]
+        raise NotFoundError(
+            f"slice {slice_id} has no segment {bad!r}; list them with "
+            f"`rayform slices show {slice_id} --segments` or use split_episodes(slice_)"
+        )
+    uniq, counts = np.unique(found, return_counts=True)
+    if (counts > 1).any():
+        raise InvalidArgumentError(f"segments lists {table[int(uniq[counts > 1][0])].id} twice: list each episode once")
+    return SegmentTable(table._c, table.positions()[found])
+
+
+def check_table_streams(slice_id: str, table: SegmentTable, names: Sequence[str], action: Any) -> None:
+    """Every named stream is in every segment and the action is a table (vectorised)."""
+    available = table.stream_names()
+    for name in names:
+        present, _ = table.stream_field(name, "t0_ns")
+        n_missing = int((~present).sum())
+        if n_missing == len(table):
+            raise NotFoundError(
+                f"stream {name!r} is not in slice {slice_id}; available streams: {', '.join(available)}"
+            )
+        if n_missing:
+            example = table[int(np.flatnonzero(~present)[0])].id
+            raise NotFoundError(
+                f"stream {name!r} is missing from {n_missing} of {len(table)} episodes "
+                f"(e.g. {example}); select episodes that have it with segments=[...]"
+            )
+    if action is not None and table.stream_values(action, "kind") != {"table"}:
+        raise InvalidArgumentError(
+            f"action={action!r} is a video stream: the action must be a table (vector) stream"
+        )
+
+
+def selection_of(slice_: Any) -> dict[str, Any]:
+    """``describe()`` keys of a :meth:`~rayform.Slice.select` view: its parent slice, the
+    parent's manifest hash and the selection (nothing for a whole slice)."""
+    selection = getattr(slice_, "selection", None)
+    if selection is None:
+        return {}
+    parent = slice_.parent
+    return {"parent_slice": parent.id, "parent_manifest_hash": parent.manifest_hash,
+            "selection": selection}

@@ -37,6 +37,8 @@ def split_episodes(
             f"val_fraction={val_fraction!r}: use a number between 0 and 1, e.g. 0.1"
         )
     items: Iterable[Any] = getattr(slice_or_segments, "segments", slice_or_segments)
+    if hasattr(items, "ids"):  # a v2 manifest's lazy segments: the ID column, no Segment objects
+        items = items.ids().to_pylist()
     train: list[str] = []
     val: list[str] = []
     for item in items:

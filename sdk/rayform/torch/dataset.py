@@ -19,13 +19,20 @@ from torch.utils.data import Dataset
 
 from rayform._hashing import hash_bytes
 from rayform._seams import BlobSource
+from rayform._segtable import SegmentTable
 from rayform.errors import InvalidArgumentError, NotFoundError
 from rayform.manifest import Segment
 from rayform.torch._align import ACTION_MODES
 from rayform.torch._decode import BACKENDS
 from rayform.torch._epoch import SharedEpoch
 from rayform.torch._frames import check_frame
-from rayform.torch._index import GridIndex, build_index
+from rayform.torch._index import (
+    GridIndex,
+    build_index,
+    check_table_streams,
+    select_table,
+    selection_of,
+)
 from rayform.torch._order import DDP_EVEN, Stream, episode_streams
 from rayform.torch._reader import SampleReader
 from rayform.torch._stats import compute_stats
@@ -179,14 +186,16 @@ class EpisodeDataset(Dataset):
         self._epoch.set(int(epoch))
 
     @property
-    def segments(self) -> tuple[Segment, ...]:
+    def segments(self) -> Sequence[Segment]:
         """The dataset's episodes (all ranks' together), in order."""
         return self._index.segments
 
     @property
     def segment_lengths(self) -> dict[str, int]:
         """Grid samples per episode ID."""
-        return {seg.id: int(n) for seg, n in zip(self._index.segments, self._index.count, strict=True)}
+        segs = self._index.segments
+        ids = segs.ids().to_pylist() if isinstance(segs, SegmentTable) else [seg.id for seg in segs]
+        return {seg_id: int(n) for seg_id, n in zip(ids, self._index.count, strict=True)}
 
     # -- samples ---------------------------------------------------------------------------
     def _resolve(self, keys: Sequence[Any]) -> tuple[np.ndarray, list[int]]:
@@ -295,6 +304,7 @@ class EpisodeDataset(Dataset):
             "rank": self._rank,
             "world_size": self._world,
             "ddp_even": self.ddp_even,
+            **selection_of(self.slice),
         }
 
     def open_decoders(self) -> list[str]:
@@ -338,8 +348,12 @@ def _choice(name: str, value: Any, allowed: Sequence[Any]) -> None:
         raise InvalidArgumentError(f"{name}={value!r}: use one of {', '.join(map(repr, allowed))}")
 
 
-def _select_segments(slice_: Any, segments: Sequence[str] | None) -> tuple[Segment, ...]:
-    all_segments = tuple(slice_.manifest.segments)
+def _select_segments(slice_: Any, segments: Sequence[str] | None) -> Sequence[Segment]:
+    every = getattr(slice_, "segments", None)
+    every = slice_.manifest.segments if every is None else every
+    if isinstance(every, SegmentTable):  # a v2 manifest: vectorised, nothing per segment
+        return every if segments is None else select_table(slice_.id, every, segments)
+    all_segments = tuple(every)
     if segments is None:
         return all_segments
     if isinstance(segments, str):
@@ -362,7 +376,7 @@ def _select_segments(slice_: Any, segments: Sequence[str] | None) -> tuple[Segme
 
 
 def _check_streams(
-    slice_: Any, segments: tuple[Segment, ...], obs: Sequence[str], action: str | None
+    slice_: Any, segments: Sequence[Segment], obs: Sequence[str], action: str | None
 ) -> tuple[list[str], str | None]:
     if isinstance(obs, str) or not all(isinstance(o, str) for o in obs) or not obs:
         raise InvalidArgumentError(f"obs={obs!r}: pass a non-empty list of stream names, e.g. ['cam0/rgb']")
@@ -375,6 +389,11 @@ def _check_streams(
             f"slice {slice_.id} has no episodes, so there is nothing to sample; pick a slice "
             "with data (`rayform slices ls`) or ask its owners to rebuild it"
         )
+    if isinstance(segments, SegmentTable):
+        check_table_streams(slice_.id, segments, [*obs, *([action] if action else [])], action)
+        if action is not None and action in obs:
+            raise InvalidArgumentError(f"{action!r} is both in obs and the action: use it once")
+        return list(obs), action
     available = sorted({name for seg in segments for name in seg.streams})
     for name in [*obs, *([action] if action else [])]:
         missing = [seg.id for seg in segments if name not in seg.streams]

@@ -12,7 +12,7 @@ from typing import TextIO
 import numpy as np
 
 from rayform.errors import InvalidArgumentError
-from rayform.format import STREAM_NAME_RE, hash_bytes
+from rayform.format import STREAM_NAME_RE, ColumnarManifest, hash_bytes
 from rayform.manifest import Manifest
 from rayform_server.builder import SliceBuilder, TableData, VideoData
 from rayform_server.store import Store
@@ -122,7 +122,7 @@ def commit_segments(
     site: str,
     gop: int,
     progress: Progress,
-) -> Manifest:
+) -> Manifest | ColumnarManifest:
     """Store every segment's blobs, then write the manifest and point ``slice_id`` at it.
 
     ``segments`` may be a generator that reads each recording when asked, so only one

@@ -27,7 +27,7 @@ import numpy as np
 import pyarrow as pa
 
 from rayform.errors import InvalidArgumentError
-from rayform.format import check_slice_id
+from rayform.format import ColumnarManifest, check_slice_id
 from rayform.manifest import Manifest
 from rayform_server._video import DEFAULT_GOP
 from rayform_server.builder import TableData, VideoData
@@ -173,7 +173,7 @@ def ingest_lerobot(
     dataset_id: str | None = None,
     progress: Progress | None = None,
     gop: int = DEFAULT_GOP,
-) -> Manifest:
+) -> Manifest | ColumnarManifest:
     """Ingest the LeRobot dataset at ``path`` as slice ``slice_id`` of ``store``.
 
     Args:

@@ -30,7 +30,7 @@ from mcap.reader import make_reader
 from mcap_ros2.decoder import DecoderFactory
 
 from rayform.errors import InvalidArgumentError
-from rayform.format import check_slice_id, hash_file
+from rayform.format import ColumnarManifest, check_slice_id, hash_file
 from rayform.manifest import Manifest
 from rayform_server._video import DEFAULT_GOP
 from rayform_server.builder import TableData, VideoData
@@ -220,7 +220,7 @@ def ingest_mcap(
     site: str = "local",
     progress: Progress | None = None,
     gop: int = DEFAULT_GOP,
-) -> Manifest:
+) -> Manifest | ColumnarManifest:
     """Ingest ROS 2 MCAP bags as slice ``slice_id`` of ``store``, one segment per file.
 
     Args:

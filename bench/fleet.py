@@ -1,0 +1,222 @@
+"""Benchmark: a fleet-sized slice (manifest format v2) opened, indexed and fed to workers.
+
+Builds ``rayform-server demo --small --episodes N --share-blobs`` (N segments over the small
+demo's 4 rendered episodes), serves it on loopback, then measures, each step in a fresh
+process so its max RSS is its own:
+
+* **cold**: ``client.slices.get`` into an empty cache (root + pages fetched in parallel,
+  every page checked against its hash); seconds and MB beside the size the v1 JSON of the
+  same slice would have (computed exactly from the per-segment JSON, not built);
+* **warm, offline**: ``slices.get`` seconds and the process's max RSS; ``EpisodeDataset(...)``
+  construction seconds and ``len()``;
+* **loader**: ``DataLoader(num_workers=2)`` over the N-segment slice and over a
+  1,000-segment slice, RSS and PSS of each worker after 200 batches;
+* **v1 for comparison**: ``Manifest.from_bytes`` of the v1 JSON of 10,000 segments.
+
+Usage::
+
+    python bench/fleet.py [--segments 1000000] [--root DIR]
+
+Writes ``bench/results/fleet-<N>.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import secrets
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+SLICE = "slc_7c1e04aa"
+SMALL = "slc_00001000"
+HERE = Path(__file__).resolve().parent
+
+_COMMON = """
+import json, os, resource, sys, time
+t_start = time.perf_counter()
+import rayform
+def rss_mib():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+"""
+
+COLD = _COMMON + """
+client = rayform.Client(sys.argv[1], sys.argv[2], cache_dir=sys.argv[3])
+t0 = time.perf_counter()
+s = client.slices.get(sys.argv[4])
+dt = time.perf_counter() - t0
+s.pull(jobs=8)  # the blobs (the pool's 28), so the warm steps run offline
+pages = s.manifest.doc["pages"]
+print(json.dumps({"seconds": dt, "pages": len(pages), "page_bytes": sum(p["size"] for p in pages),
+                  "root_bytes": len(s.manifest.to_bytes()), "segments": len(s.segments)}))
+"""
+
+WARM = _COMMON + """
+from rayform.torch import EpisodeDataset
+client = rayform.Client(cache_dir=sys.argv[1], offline=True)
+t0 = time.perf_counter()
+s = client.slices.get(sys.argv[2])
+t_get = time.perf_counter() - t0
+rss_get = rss_mib()
+t0 = time.perf_counter()
+ds = EpisodeDataset(s, obs=["cam0/rgb", "wrist/rgb", "joints/position"], action="joints/position_delta",
+                    fps=15, horizon=16, frame="ros")
+t_ds = time.perf_counter() - t0
+t0 = time.perf_counter()
+r = repr(s)
+t_repr = time.perf_counter() - t0
+print(json.dumps({"get_seconds": t_get, "get_max_rss_mib": rss_get, "dataset_seconds": t_ds,
+                  "len": len(ds), "segments": len(s.segments), "repr_seconds": t_repr,
+                  "max_rss_mib": rss_mib()}))
+"""
+
+LOADER = _COMMON + """
+import torch
+from torch.utils.data import DataLoader
+from rayform.torch import EpisodeDataset, collate
+def mem(pid):
+    # Rss: every resident page mapped; Pss: shared pages divided among their sharers; Uss
+    # (Private_Clean + Private_Dirty): pages only this process has, i.e. its own copies.
+    out = {"uss_mib": 0.0}
+    for line in open(f"/proc/{pid}/smaps_rollup"):
+        key, _, rest = line.partition(":")
+        if key in ("Rss", "Pss"):
+            out[key.lower() + "_mib"] = int(rest.split()[0]) / 1024
+        if key in ("Private_Clean", "Private_Dirty"):
+            out["uss_mib"] += int(rest.split()[0]) / 1024
+    return out
+client = rayform.Client(cache_dir=sys.argv[1], offline=True)
+s = client.slices.get(sys.argv[2])
+ds = EpisodeDataset(s, obs=["joints/position"], action="joints/position_delta", fps=15, horizon=16)
+loader = DataLoader(ds, batch_size=16, num_workers=2, shuffle=True, collate_fn=collate,
+                    generator=torch.Generator().manual_seed(0))
+at_fork = mem(os.getpid())
+it = iter(loader)
+t0 = time.perf_counter()
+for _ in range(200):
+    next(it)
+dt = time.perf_counter() - t0
+workers = [mem(w.pid) for w in it._workers]
+print(json.dumps({"segments": len(s.segments), "samples": len(ds), "seconds_200_batches": dt,
+                  "workers": workers, "main": mem(os.getpid()), "main_at_fork": at_fork}))
+del it
+"""
+
+V1 = """
+import json, sys, time
+from rayform.manifest import Manifest
+data = open(sys.argv[1], "rb").read()
+t0 = time.perf_counter()
+m = Manifest.from_bytes(data)
+print(json.dumps({"seconds": time.perf_counter() - t0, "bytes": len(data), "segments": len(m.segments)}))
+"""
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _py(code: str, *args: str) -> dict:
+    out = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
+                         env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=900)
+    if out.returncode != 0:
+        raise RuntimeError(out.stderr[-3000:])
+    return dict(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+def _demo(root: Path, slice_id: str, episodes: int) -> float:
+    t0 = time.perf_counter()
+    subprocess.run(["rayform-server", "demo", "--root", str(root), "--small", "--slice", slice_id,
+                    "--episodes", str(episodes), "--share-blobs", "--jobs", "1"],
+                   check=True, capture_output=True)
+    return time.perf_counter() - t0
+
+
+def _v1_json_bytes(root: Path, slice_id: str) -> int:
+    """Exact size of the v1 JSON of a shared-blob demo slice (IDs have one length, so each
+    segment's JSON is as long as its pool episode's), computed without building it."""
+    from rayform.manifest import Manifest, canonical_json
+    from rayform_server.store import Store
+
+    store = Store(root)
+    m = store.load_manifest(store.get_slice(slice_id)["manifest"])
+    n = len(m.segments)
+    pool = [m.segments[i] for i in range(min(n, 4))]
+    per = [len(canonical_json(s.to_json())) for s in pool]
+    total = sum(per[i % len(pool)] for i in range(len(pool))) * (n // len(pool))
+    total += sum(per[: n % len(pool)])
+    empty = len(Manifest(segments=(), description=m.description).to_bytes())
+    return empty + total + (n - 1)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--segments", type=int, default=1_000_000)
+    ap.add_argument("--root", type=Path, default=None, help="data root (default: a temporary one)")
+    args = ap.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="rayform-fleet-"))
+    root = args.root or work / "root"
+    result: dict = {"segments": args.segments}
+    try:
+        result["build_seconds"] = _demo(root, SLICE, args.segments)
+        _demo(root, SMALL, 1000)
+        token = secrets.token_hex(16)
+        port = _free_port()
+        server = subprocess.Popen(["rayform-server", "serve", "--root", str(root), "--host", "127.0.0.1",
+                                   "--port", str(port), "--token", token],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        url = f"http://127.0.0.1:{port}"
+        try:
+            for _ in range(200):
+                try:
+                    if httpx.get(url + "/v1/health", timeout=1).status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    time.sleep(0.1)
+            cache = work / "cache"
+            result["cold"] = _py(COLD, url, token, str(cache), SLICE)
+            _py(COLD, url, token, str(cache), SMALL)
+        finally:
+            server.terminate()
+            server.wait()
+        result["cold"]["v1_json_bytes"] = _v1_json_bytes(root, SLICE)
+        result["warm"] = _py(WARM, str(cache), SLICE)
+        result["loader"] = _py(LOADER, str(cache), SLICE)
+        result["loader_1000"] = _py(LOADER, str(cache), SMALL)
+        # v1 for comparison: the JSON of 10,000 of these segments.
+        from rayform_server.store import Store
+
+        store = Store(root)
+        m = store.load_manifest(store.get_slice(SMALL)["manifest"])
+        from rayform.manifest import Manifest
+
+        v1 = Manifest(segments=tuple(m.segments) * 10, description="")
+        # 10 copies of 1,000 segments: IDs repeat, so parse without the uniqueness check's
+        # failure: give each copy its own IDs.
+        from dataclasses import replace
+
+        segs = tuple(replace(s, id=f"seg_{i:016x}") for i, s in enumerate(v1.segments))
+        path = work / "v1.json"
+        path.write_bytes(Manifest(segments=segs, description="").to_bytes())
+        result["v1_10000"] = _py(V1, str(path))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    out = HERE / "results" / f"fleet-{args.segments}.json"
+    out.parent.mkdir(exist_ok=True)
+    out.write_text(json.dumps(result, indent=2, sort_keys=True))
+    print(json.dumps(result, indent=2, sort_keys=True))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,338 @@
+"""Manifest format version 2: the segment table as Apache Arrow IPC pages.
+
+A v2 manifest is a small canonical-JSON *root* (named, like v1, by the BLAKE3 of its bytes)
+that lists *pages*: Arrow IPC files of up to ``page_rows`` segments each, every page named by
+the BLAKE3 of its bytes. One row is one segment; its ``streams`` column is a list of structs,
+one per stream (sorted by name), whose flattened child is the stream table. See
+``docs/manifest.md``.
+
+Pages are opened by memory map: opening a slice of 1,000,000 segments reads the root, maps the
+pages and builds no Python object per segment; :class:`SegmentTable` materialises a
+:class:`~rayform.manifest.Segment` only when one is asked for. ``pyarrow`` is imported here
+lazily, so ``import rayform`` stays cheap.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from rayform._hashing import hash_bytes
+from rayform._ids import HASH_RE
+from rayform._segtable import HASH_BYTES, SegmentTable, _Columns, arrow_ints
+from rayform.errors import ManifestError, NotFoundError
+from rayform.manifest import FORMAT, BlobRef, Manifest, Segment, canonical_json
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+__all__ = [
+    "FORMAT_VERSION_2",
+    "PAGE_FORMAT",
+    "PAGE_ROWS",
+    "ColumnarManifest",
+    "SegmentTable",
+    "build_root",
+    "load",
+    "open_pages",
+    "page_refs",
+    "parse_root",
+    "segments_to_table",
+    "table_to_pages",
+]
+
+FORMAT_VERSION_2 = 2
+PAGE_FORMAT = "arrow-ipc-file"
+#: Segments per page: ~4 MB pages for five streams, so 1,000,000 segments is 62 pages.
+PAGE_ROWS = 16384
+_HASH_BYTES = HASH_BYTES
+#: The ``ts_hash`` of a stream without a timestamps blob (a table).
+NO_HASH = bytes(HASH_BYTES)
+
+
+def _pa() -> Any:
+    # Lazily: ~150 ms, paid only by code that opens a v2 manifest.
+    import pyarrow as pa
+    import pyarrow.compute
+    import pyarrow.ipc  # noqa: F401
+
+    return pa
+
+
+def stream_type(plain: bool = False) -> pa.DataType:
+    """The Arrow type of one stream row (the stream table's schema); ``plain``: strings
+    instead of dictionary-encoded strings."""
+    pa = _pa()
+    h = pa.binary(_HASH_BYTES)
+    # A few distinct values repeated per row: dictionary-encoded in pages.
+    word = pa.string() if plain else pa.dictionary(pa.int32(), pa.string())
+    return pa.struct([
+        ("name", word), ("kind", word),
+        ("blob_hash", h), ("blob_size", pa.int64()),
+        ("ts_hash", h), ("ts_size", pa.int64()),
+        ("rate_hz", pa.float64()), ("shape", pa.list_(pa.int64())), ("dtype", word),
+        ("count", pa.int64()), ("t0_ns", pa.int64()), ("t1_ns", pa.int64()),
+        ("units", word), ("frame", word), ("quantity", word), ("codec", word), ("gop", pa.int64()),
+    ])
+
+
+def page_schema(plain: bool = False) -> pa.Schema:
+    """The Arrow schema of a page (the segment table)."""
+    pa = _pa()
+    return pa.schema([
+        ("id", pa.string()), ("version", pa.int64()),
+        ("site", pa.string() if plain else pa.dictionary(pa.int32(), pa.string())),
+        ("start_ns", pa.int64()), ("end_ns", pa.int64()),
+        ("streams", pa.list_(stream_type(plain))),
+    ])
+
+
+# -- writing ---------------------------------------------------------------------------------
+def segments_to_table(segments: Sequence[Segment]) -> pa.Table:
+    """The segment table of ``segments`` (one Python pass; the writer's side only)."""
+    pa = _pa()
+    rows = []
+    for seg in segments:
+        streams = []
+        for name, s in sorted(seg.streams.items()):
+            streams.append({
+                "name": name, "kind": s.kind,
+                "blob_hash": bytes.fromhex(s.blob.hash), "blob_size": s.blob.size,
+                # No nulls anywhere: Arrow leaves the bytes under a null unspecified, and a
+                # page's bytes must depend only on its content. "Absent" is spelled
+                # as 32 zero bytes (no timestamps blob), 0 (gop) and "" (strings).
+                "ts_hash": bytes.fromhex(s.timestamps.hash) if s.timestamps else NO_HASH,
+                "ts_size": s.timestamps.size if s.timestamps else 0,
+                "rate_hz": float(s.rate_hz), "shape": list(s.shape), "dtype": s.dtype,
+                "count": s.count, "t0_ns": s.t0_ns, "t1_ns": s.t1_ns, "units": s.units or "",
+                "frame": s.frame or "", "quantity": s.quantity or "", "codec": s.codec or "",
+                "gop": s.gop or 0,
+            })
+        rows.append({"id": seg.id, "version": seg.version, "site": seg.site,
+                     "start_ns": seg.start_ns, "end_ns": seg.end_ns, "streams": streams})
+    return pa.Table.from_pylist(rows, schema=page_schema())
+
+
+def table_to_pages(table: pa.Table, page_rows: int = PAGE_ROWS) -> list[bytes]:
+    """Split the segment table into pages of ``page_rows`` rows, each an Arrow IPC file.
+
+    Pages are cut at fixed row positions, so two slices that share a run of segments at the
+    same positions (e.g. a slice and the same slice with segments appended) share those pages.
+    """
+    pa = _pa()
+    plain, schema = page_schema(plain=True), page_schema()
+    table = table.cast(plain)
+    pages = []
+    for start in range(0, max(table.num_rows, 1), page_rows):
+        # Re-encoded per page, so a page's dictionaries (hence its bytes) depend only on its
+        # own rows, never on the table it was cut from.
+        # `take` (not a slice) makes every buffer, nested ones too, start at the page's row.
+        rows = arrow_ints(np.arange(start, min(start + page_rows, table.num_rows)))
+        page = table.take(rows).combine_chunks().cast(schema)
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_file(sink, schema) as writer:
+            writer.write_table(page)
+        pages.append(sink.getvalue().to_pybytes())
+    return pages
+
+
+def build_root(table: pa.Table, pages: Sequence[bytes], description: str, page_rows: int = PAGE_ROWS) -> bytes:
+    """The canonical bytes of the root document for ``table`` stored as ``pages``."""
+    cols = _Columns([table])
+    doc = {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION_2,
+        "description": description,
+        "page_format": PAGE_FORMAT,
+        "page_rows": page_rows,
+        "pages": [{"hash": hash_bytes(p), "size": len(p),
+                   "segments": min(page_rows, table.num_rows - i * page_rows)}
+                  for i, p in enumerate(pages)],
+        "summary": cols.summary(),
+    }
+    return canonical_json(doc)
+
+
+class ColumnarManifest:
+    """A parsed v2 manifest: the root document and its mapped pages.
+
+    Offers what :class:`~rayform.manifest.Manifest` offers (``segments``, ``blobs``,
+    ``stream_names``, ``hash``, ``to_bytes``), plus ``summary`` (from the root, no page read).
+    """
+
+    format_version = FORMAT_VERSION_2
+
+    def __init__(self, root: bytes, doc: dict[str, Any], pages: list[pa.Table], page_paths: list[str]) -> None:
+        self._root = root
+        self.doc = doc
+        self.description = str(doc.get("description", ""))
+        self.summary: dict[str, Any] = doc["summary"]
+        self._page_paths = page_paths
+        self.segments = SegmentTable(_Columns(pages, page_paths))
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Pickled (spawned DataLoader workers) as paths: the receiver maps the same pages.
+        return (_reopen, (self._root, self._page_paths))
+
+    def __repr__(self) -> str:
+        return f"<ColumnarManifest {self.hash[:12]} segments={len(self.segments)}>"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ColumnarManifest) and other._root == self._root
+
+    def __hash__(self) -> int:
+        return hash(self._root)
+
+    def to_bytes(self) -> bytes:
+        """The root's canonical bytes (what the manifest hash names)."""
+        return self._root
+
+    @property
+    def hash(self) -> str:
+        return hash_bytes(self._root)
+
+    def blobs(self, streams: list[str] | None = None) -> dict[str, BlobRef]:
+        return self.segments.blobs(streams)
+
+    def to_v1(self) -> Manifest:
+        """The same segments as a version 1 manifest (builds every segment: small slices only)."""
+        return Manifest(segments=tuple(self.segments), description=self.description)
+
+    def stream_names(self) -> list[str]:
+        return sorted(self.summary["streams"])
+
+    def streams_with_blob(self, digest: str) -> list[str]:
+        """Names of the streams that hold blob ``digest`` (for error messages)."""
+        c = self.segments._c
+        raw = np.frombuffer(bytes.fromhex(digest), dtype=np.uint8)
+        hit = (c.hashes("blob_hash") == raw).all(axis=1) | (c.hashes("ts_hash") == raw).all(axis=1)
+        return sorted({c.name_list[k] for k in np.unique(c.name_code[hit])})
+
+
+def _reopen(root: bytes, page_paths: list[str]) -> ColumnarManifest:
+    return open_pages(root, parse_root(root), page_paths)
+
+
+def parse_root(data: bytes, doc: Any = None) -> dict[str, Any]:
+    """Parse and check a v2 root document (the bytes' hash is checked by the caller)."""
+    try:
+        doc = json.loads(data) if doc is None else doc
+        pages = doc["pages"]
+        if doc.get("page_format") != PAGE_FORMAT:
+            raise ManifestError(f"unknown page_format {doc.get('page_format')!r} (expected {PAGE_FORMAT!r})")
+        for p in pages:
+            if not isinstance(p["hash"], str) or not HASH_RE.match(p["hash"]) or int(p["size"]) < 0:
+                raise ManifestError(f"malformed page reference {p!r}")
+        if not isinstance(doc["summary"]["streams"], dict):
+            raise ManifestError("summary.streams must be an object")
+    except ManifestError:
+        raise
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ManifestError(f"manifest root breaks the v2 schema: {type(exc).__name__}: {exc}") from exc
+    return dict(doc)
+
+
+def open_pages(root: bytes, doc: dict[str, Any], page_paths: Sequence[str | Path]) -> ColumnarManifest:
+    """Map verified pages (in root order) and check them against the root and the schema.
+
+    Raises:
+        ManifestError: a page is not an Arrow IPC file of the page schema, or disagrees with
+            the root (row counts), or lists a segment twice or a malformed ID.
+    """
+    pa = _pa()
+    schema = page_schema()
+    tables = []
+    for ref, path in zip(doc["pages"], page_paths, strict=True):
+        try:
+            table = pa.ipc.open_file(pa.memory_map(str(path), "r")).read_all()
+        except (pa.ArrowInvalid, OSError) as exc:
+            raise ManifestError(f"manifest page {ref['hash'][:12]}... is not an Arrow IPC file: {exc}") from exc
+        if not table.schema.equals(schema) or table.num_rows != int(ref["segments"]):
+            raise ManifestError(
+                f"manifest page {ref['hash'][:12]}... does not match the v2 page schema or its "
+                f"row count {ref['segments']}"
+            )
+        tables.append(table)
+    if not tables:
+        raise ManifestError("a v2 manifest lists no page: it needs at least one segment")
+    _check_pages(tables, doc)
+    # The checks' scratch memory (hash tables over every ID) would otherwise stay in Arrow's
+    # allocator, in this process and in every DataLoader worker forked from it.
+    pa.default_memory_pool().release_unused()
+    return ColumnarManifest(root, doc, tables, [str(p) for p in page_paths])
+
+
+def _check_pages(tables: list[pa.Table], doc: dict[str, Any]) -> None:
+    pa = _pa()
+    pc = pa.compute
+    n = sum(t.num_rows for t in tables)
+    if n != int(doc["summary"]["segments"]):
+        raise ManifestError(f"manifest pages hold {n} segments, the root says {doc['summary']['segments']}")
+    ids = pa.chunked_array([c for t in tables for c in t.column("id").chunks], pa.string())
+    if ids.null_count or pc.all(pc.match_substring_regex(ids, r"^seg_[0-9a-f]{8,64}$")).as_py() not in (True, None):
+        raise ManifestError("manifest lists a malformed segment ID (expected seg_ and 8 to 64 hex digits)")
+    if pc.count_distinct(ids).as_py() != n:
+        raise ManifestError("manifest lists a segment twice")
+    for t in tables:  # null counts and dictionaries only: a few values per page
+        if any(t.column(c).null_count for c in t.column_names):
+            raise ManifestError("a manifest page holds a null: v2 pages spell absent values explicitly")
+        for chunk in t.column("streams").chunks:
+            values = chunk.values
+            if any(values.field(i).null_count for i in range(values.type.num_fields)):
+                raise ManifestError("a manifest page holds a null stream field")
+            kinds = values.field("kind")
+            if kinds.null_count or not set(kinds.dictionary.to_pylist()) <= {"video", "table"}:
+                raise ManifestError("manifest lists a stream of unknown kind (expected video or table)")
+
+
+def load(
+    data: bytes,
+    expected_hash: str | None,
+    read_pages: Callable[[list[dict[str, Any]]], Sequence[str | Path]],
+) -> Manifest | ColumnarManifest:
+    """Parse manifest bytes of either version.
+
+    Args:
+        data: the manifest's bytes (v1 JSON, or a v2 root).
+        expected_hash: BLAKE3 the bytes must have (``None``: unchecked).
+        read_pages: for v2, given the root's page references (``{"hash", "size",
+            "segments"}``), returns each page's verified local path, in order.
+
+    Raises:
+        ManifestError: bad hash, bad JSON, unknown version, a schema break.
+    """
+    if expected_hash is not None and hash_bytes(data) != expected_hash:
+        raise ManifestError(
+            f"manifest bytes do not match their hash {expected_hash[:12]}...: the copy is corrupt. "
+            "Run `rayform cache verify` and fetch the slice again."
+        )
+    try:
+        doc = json.loads(data)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ManifestError(f"manifest is not valid JSON: {exc}") from exc
+    if isinstance(doc, dict) and doc.get("format") == FORMAT and doc.get("format_version") == FORMAT_VERSION_2:
+        checked = parse_root(data, doc)
+        return open_pages(data, checked, list(read_pages(checked["pages"])))
+    return Manifest.from_json(doc)
+
+
+def page_refs(data: bytes) -> list[dict[str, Any]]:
+    """The page references of v2 manifest bytes; ``[]`` for a v1 manifest."""
+    try:
+        doc = json.loads(data)
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return []
+    if isinstance(doc, dict) and doc.get("format_version") == FORMAT_VERSION_2:
+        return list(parse_root(data, doc)["pages"])
+    return []
+
+
+def not_found(slice_id: str, segment_id: str) -> NotFoundError:
+    return NotFoundError(
+        f"slice {slice_id} has no segment {segment_id!r}; list them with "
+        f"`rayform slices show {slice_id} --segments`"
+    )

@@ -1,0 +1,381 @@
+"""The segments of a version 2 manifest as columns over memory-mapped pages.
+
+:class:`_Columns` holds the pages' Arrow tables (mapped, never copied whole) and derives numpy
+arrays from them only when asked (``t0_ns`` of every stream row for the grid index, the blob
+hashes for a pull), each once. :class:`SegmentTable` is the ``Sequence[Segment]`` over them: a
+selection is an array of positions, and indexing builds one
+:class:`~rayform.manifest.Segment` (keeping the last few thousand).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Iterator, Sequence
+from typing import Any, overload
+
+import numpy as np
+
+from rayform.manifest import BlobRef, Segment, Stream
+
+__all__ = ["SegmentTable"]
+
+HASH_BYTES = 32
+OPTIONAL_STR = ("units", "frame", "quantity", "codec")
+_FLOATS = {"halffloat": "float16", "float": "float32", "double": "float64"}
+
+
+def _pa() -> Any:
+    import pyarrow as pa
+    import pyarrow.compute  # noqa: F401
+
+    return pa
+
+
+def arrow_ints(values: np.ndarray) -> Any:
+    """An Arrow ``int64`` array over a numpy array's buffer (``pa.array(ndarray)`` would
+    import pandas to check for a Series: ~1 s in a fresh process)."""
+    data = np.ascontiguousarray(values, dtype=np.int64)
+    return _pa().Array.from_buffers(_pa().int64(), len(data), [None, _pa().py_buffer(data)])
+
+
+def arrow_strings(values: Sequence[str]) -> Any:
+    """An Arrow ``string`` array of ``values``, built from buffers (see :func:`arrow_ints`)."""
+    encoded = [v.encode() for v in values]
+    offsets = np.zeros(len(encoded) + 1, dtype=np.int32)
+    np.cumsum([len(b) for b in encoded], out=offsets[1:])
+    pa = _pa()
+    return pa.Array.from_buffers(pa.string(), len(encoded), [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(encoded))])
+
+
+def _np(arr: Any) -> np.ndarray:
+    """A numpy view of a fixed-width Arrow array (chunks concatenated; other types converted).
+
+    Reads the data buffer directly: pyarrow's own ``to_numpy`` may import pandas (~1 s).
+    """
+    pa = _pa()
+    if isinstance(arr, pa.ChunkedArray):
+        parts = [_np(c) for c in arr.chunks]
+        return np.concatenate(parts) if len(parts) != 1 else parts[0]
+    t = arr.type
+    if arr.null_count == 0 and (pa.types.is_integer(t) or pa.types.is_floating(t)):
+        dtype = np.dtype(_FLOATS.get(str(t), str(t)))  # (t.to_pandas_dtype imports pandas)
+        return np.frombuffer(arr.buffers()[1], dtype=dtype, count=len(arr), offset=arr.offset * dtype.itemsize)
+    if arr.null_count == 0 and pa.types.is_boolean(t):
+        return _bits(arr.buffers()[1], arr.offset, len(arr))
+    return np.asarray(arr.to_numpy(zero_copy_only=False))
+
+
+def _bits(buf: Any, offset: int, n: int) -> np.ndarray:
+    """``bool (n,)`` from an Arrow bitmap (least significant bit first)."""
+    raw = np.unpackbits(np.frombuffer(buf, dtype=np.uint8), bitorder="little")
+    return raw[offset:offset + n].astype(bool)
+
+
+def _ints_or(arr: Any, missing: int) -> np.ndarray:
+    """An Arrow integer array as ``int64`` numpy, ``missing`` where null."""
+    values = np.frombuffer(arr.buffers()[1], dtype=np.dtype(str(arr.type)), count=len(arr),
+                           offset=arr.offset * arr.type.bit_width // 8).astype(np.int64)
+    if arr.null_count:
+        values[~_bits(arr.buffers()[0], arr.offset, len(arr))] = missing
+    return values
+
+
+class _Columns:
+    """Columns of the pages (one Arrow table each, in manifest order), derived lazily."""
+
+    def __init__(self, pages: Sequence[Any], paths: Sequence[str] | None = None) -> None:
+        pa = _pa()
+        self.pages = list(pages)
+        self.paths = list(paths) if paths is not None else None
+        self.table = pa.concat_tables(self.pages) if len(self.pages) > 1 else self.pages[0]
+        self.n = self.table.num_rows
+        self._cache: dict[str, Any] = {}
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Pickled (spawned DataLoader workers) as the pages' paths: the receiver maps the same
+        # files instead of receiving a copy of the columns.
+        if self.paths is None:
+            return (_Columns, (self.pages,))
+        return (_map_columns, (self.paths,))
+
+    def _values(self) -> list[Any]:
+        """Per page, the flattened stream rows (a StructArray) and the list offsets."""
+        if "values" not in self._cache:
+            out = []
+            for page in self.pages:
+                lists = page.column("streams")
+                for chunk in lists.chunks:
+                    offs = _np(chunk.offsets)
+                    out.append((chunk.values.slice(int(offs[0]), int(offs[-1] - offs[0])), offs - offs[0]))
+            self._cache["values"] = out
+        return list(self._cache["values"])
+
+    def col(self, name: str) -> np.ndarray:
+        """A segment column (``version``, ``start_ns``, ``end_ns``) as ``(S,)`` numpy."""
+        key = "col:" + name
+        if key not in self._cache:
+            self._cache[key] = _np(self.table.column(name))
+        return np.asarray(self._cache[key])
+
+    @property
+    def stream_seg(self) -> np.ndarray:
+        """``int32 (R,)``: the segment position of every stream row."""
+        if "seg" not in self._cache:
+            parts, base = [], 0
+            for _, offs in self._values():
+                n = len(offs) - 1
+                parts.append(np.repeat(np.arange(base, base + n, dtype=np.int32), np.diff(offs)))
+                base += n
+            self._cache["seg"] = np.concatenate(parts) if parts else np.zeros(0, np.int32)
+        return np.asarray(self._cache["seg"])
+
+    @property
+    def name_list(self) -> list[str]:
+        self._names()
+        return list(self._cache["names"])
+
+    @property
+    def name_code(self) -> np.ndarray:
+        """``int32 (R,)``: index into :attr:`name_list` of every stream row."""
+        self._names()
+        return np.asarray(self._cache["codes"])
+
+    def _names(self) -> None:
+        if "codes" in self._cache:
+            return
+        pa = _pa()
+        names: list[str] = []
+        codes = []
+        for values, _ in self._values():
+            col = values.field("name")
+            if not pa.types.is_dictionary(col.type):
+                col = col.dictionary_encode()
+            local = [str(x) for x in col.dictionary.to_pylist()]
+            for name in local:
+                if name not in names:
+                    names.append(name)
+            remap = np.array([names.index(x) for x in local], dtype=np.int32)
+            codes.append(remap[_np(col.indices).astype(np.int64)] if len(local) else np.zeros(len(col), np.int32))
+        self._cache["names"] = names
+        self._cache["codes"] = np.concatenate(codes) if codes else np.zeros(0, np.int32)
+
+    def field(self, name: str) -> np.ndarray:
+        """A stream-row field of every stream row, ``(R,)`` numpy (strings as objects)."""
+        # Not kept: the index needs t0/t1 once, and a kept copy would sit in every worker.
+        parts = []
+        for values, _ in self._values():
+            col = values.field(name)
+            if _pa().types.is_dictionary(col.type):
+                col = col.cast(col.type.value_type)
+            parts.append(_np(col))
+        return np.concatenate(parts) if parts else np.zeros(0)
+
+    def hashes(self, name: str) -> np.ndarray:
+        """``(R, 32) uint8`` raw digests of ``blob_hash``/``ts_hash`` (zeros: no blob)."""
+        parts = []
+        for values, _ in self._values():
+            arr = values.field(name)
+            buf = np.frombuffer(arr.buffers()[1], dtype=np.uint8)
+            start = arr.offset * HASH_BYTES
+            parts.append(buf[start:start + len(arr) * HASH_BYTES].reshape(len(arr), HASH_BYTES))
+        return np.concatenate(parts) if parts else np.zeros((0, HASH_BYTES), np.uint8)
+
+    def present(self, name: str) -> np.ndarray:
+        """``bool (R,)``: whether the stream rows' hash field ``name`` names a blob (a table
+        stream's ``ts_hash`` is 32 zero bytes)."""
+        return np.asarray(self.hashes(name).any(axis=1))
+
+    def row(self, i: int) -> dict[str, Any]:
+        return dict(self.table.slice(i, 1).to_pylist()[0])
+
+    def stream_mask(self, streams: Sequence[str] | None) -> np.ndarray:
+        if streams is None:
+            return np.ones(len(self.name_code), dtype=bool)
+        names = self.name_list
+        return np.isin(self.name_code, [names.index(s) for s in streams if s in names])
+
+    def unique_blobs(self, streams: Sequence[str] | None, rows: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Unique ``(digests (U, 32) uint8, sizes (U,) int64)`` of the named streams' blobs."""
+        mask = self.stream_mask(streams)
+        if rows is not None:
+            mask &= np.isin(self.stream_seg, rows)
+        digests, sizes = [], []
+        for h, s in (("blob_hash", "blob_size"), ("ts_hash", "ts_size")):
+            keep = mask & self.present(h)
+            digests.append(self.hashes(h)[keep])
+            sizes.append(self.field(s)[keep].astype(np.int64))
+        all_d, all_s = np.concatenate(digests), np.concatenate(sizes)
+        if not len(all_d):
+            return all_d, all_s
+        keys = np.ascontiguousarray(all_d).view(np.dtype((np.void, HASH_BYTES))).ravel()
+        _, first = np.unique(keys, return_index=True)
+        return all_d[first], all_s[first]
+
+    def summary(self) -> dict[str, Any]:
+        """The root document's ``summary`` (written once, by the manifest's writer)."""
+        start, end = self.col("start_ns"), self.col("end_ns")
+        pc = _pa().compute
+        sites = pc.unique(self.table.column("site").cast(_pa().string()))
+        info: dict[str, Any] = {}
+        for code, name in enumerate(self.name_list):
+            rows = np.flatnonzero(self.name_code == code)
+            seg_row = self.row(int(self.stream_seg[rows[0]]))
+            first = next(s for s in seg_row["streams"] if s["name"] == name)
+            info[name] = {k: first[k] for k in ("kind", "rate_hz", "shape", "dtype", *OPTIONAL_STR)
+                          if first[k] not in (None, "")} | {"segments": int(rows.size)}
+        return {
+            "segments": self.n,
+            "streams": info,
+            "sites": sorted(str(x) for x in sites.to_pylist()),
+            "start_ns": int(start.min()) if self.n else 0,
+            "end_ns": int(end.max()) if self.n else 0,
+            "duration_ns": int((end - start).sum()),
+            "nbytes": int(self.unique_blobs(None)[1].sum()),
+        }
+
+
+def _map_columns(paths: list[str]) -> _Columns:
+    pa = _pa()
+    import pyarrow.ipc  # noqa: F401
+
+    return _Columns([pa.ipc.open_file(pa.memory_map(p, "r")).read_all() for p in paths], paths)
+
+
+class SegmentTable(Sequence[Segment]):
+    """The segments of a v2 manifest (or a selection of them), as columns.
+
+    A ``Sequence[Segment]``: ``len`` and the column methods cost no Python per segment;
+    indexing builds one :class:`~rayform.manifest.Segment` (and keeps the last few thousand).
+
+    Args:
+        columns: the whole manifest's columns.
+        rows: positions of the selected segments in manifest order (``None``: all).
+    """
+
+    _CACHE = 4096
+
+    def __init__(self, columns: _Columns, rows: np.ndarray | None = None) -> None:
+        self._c = columns
+        self.rows = None if rows is None else np.asarray(rows, dtype=np.int64)
+        self._made: OrderedDict[int, Segment] = OrderedDict()
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_made": OrderedDict()}
+
+    def __len__(self) -> int:
+        return self._c.n if self.rows is None else len(self.rows)
+
+    def positions(self) -> np.ndarray:
+        """``int64 (S,)`` manifest positions of these segments."""
+        return np.arange(self._c.n, dtype=np.int64) if self.rows is None else self.rows
+
+    @overload
+    def __getitem__(self, i: int) -> Segment: ...
+    @overload
+    def __getitem__(self, i: slice) -> SegmentTable: ...
+    def __getitem__(self, i: int | slice) -> Segment | SegmentTable:
+        if isinstance(i, slice):
+            return SegmentTable(self._c, self.positions()[i])
+        n = len(self)
+        if not -n <= i < n:
+            raise IndexError(f"segment position {i} out of range for {n} segments")
+        i = i + n if i < 0 else i
+        row = int(self.rows[i]) if self.rows is not None else int(i)
+        seg = self._made.get(row)
+        if seg is None:
+            seg = _segment(self._c.row(row))
+            self._made[row] = seg
+            if len(self._made) > self._CACHE:
+                self._made.popitem(last=False)
+        return seg
+
+    def __iter__(self) -> Iterator[Segment]:
+        for i in range(len(self)):
+            yield self[i]
+
+    # -- columns ---------------------------------------------------------------------------
+    def column(self, name: str) -> np.ndarray:
+        """A segment column (``version``, ``start_ns``, ``end_ns``) for these segments."""
+        values = self._c.col(name)
+        return values if self.rows is None else values[self.rows]
+
+    def ids(self) -> Any:
+        """The segment IDs as an Arrow string array (no Python string per segment)."""
+        ids = self._c.table.column("id")
+        return ids if self.rows is None else ids.take(arrow_ints(self.rows))
+
+    def sites(self) -> Any:
+        """The sites as an Arrow string array."""
+        sites = self._c.table.column("site").cast(_pa().string())
+        return sites if self.rows is None else sites.take(arrow_ints(self.rows))
+
+    def find(self, segment_ids: Sequence[str]) -> np.ndarray:
+        """Positions (in this table) of ``segment_ids``; ``-1`` where absent."""
+        pa = _pa()
+        found = pa.compute.index_in(arrow_strings(list(segment_ids)), value_set=self.ids())
+        return _ints_or(found, -1)
+
+    def stream_names(self) -> list[str]:
+        """Sorted names of the streams present in at least one of these segments."""
+        c = self._c
+        codes = c.name_code if self.rows is None else c.name_code[np.isin(c.stream_seg, self.rows)]
+        return sorted(c.name_list[int(k)] for k in np.unique(codes))
+
+    def stream_field(self, name: str, field: str) -> tuple[np.ndarray, np.ndarray]:
+        """``(present (S,) bool, values (S,))`` of one stream's ``field`` in these segments."""
+        c = self._c
+        if name not in c.name_list:
+            return np.zeros(len(self), dtype=bool), np.zeros(len(self), dtype=np.int64)
+        sel = c.name_code == c.name_list.index(name)
+        raw = c.field(field)[sel]
+        segs = c.stream_seg[sel]
+        full = np.zeros(c.n, dtype=raw.dtype)
+        present = np.zeros(c.n, dtype=bool)
+        full[segs] = raw
+        present[segs] = True
+        if self.rows is not None:
+            return present[self.rows], full[self.rows]
+        return present, full
+
+    def stream_values(self, name: str, field: str) -> set[str]:
+        """The distinct values of one stream's string ``field`` (e.g. ``kind``) in these segments."""
+        c = self._c
+        if name not in c.name_list:
+            return set()
+        sel = c.name_code == c.name_list.index(name)
+        if self.rows is not None:
+            sel &= np.isin(c.stream_seg, self.rows)
+        out: set[str] = set()
+        start = 0
+        for values, _ in c._values():
+            n = len(values)
+            part = sel[start:start + n]
+            start += n
+            if part.any():
+                col = values.field(field).take(arrow_ints(np.flatnonzero(part)))
+                out.update(str(x) for x in _pa().compute.unique(col.cast(_pa().string())).to_pylist())
+        return out
+
+    def blobs(self, streams: Sequence[str] | None = None) -> dict[str, BlobRef]:
+        """Unique blobs of these segments by hash (optionally only the named streams)."""
+        digests, sizes = self._c.unique_blobs(streams, self.rows)
+        hexes = [d.tobytes().hex() for d in digests]
+        return {h: BlobRef(h, int(s)) for h, s in zip(hexes, sizes, strict=True)}
+
+    def duration_ns(self) -> int:
+        return int((self.column("end_ns") - self.column("start_ns")).sum())
+
+
+def _segment(d: dict[str, Any]) -> Segment:
+    streams = {}
+    for s in d["streams"]:
+        ts = BlobRef(s["ts_hash"].hex(), int(s["ts_size"])) if any(s["ts_hash"]) else None
+        streams[s["name"]] = Stream(
+            name=s["name"], kind=s["kind"], blob=BlobRef(s["blob_hash"].hex(), int(s["blob_size"])),
+            rate_hz=float(s["rate_hz"]), shape=tuple(s["shape"]), dtype=s["dtype"], count=int(s["count"]),
+            t0_ns=int(s["t0_ns"]), t1_ns=int(s["t1_ns"]), timestamps=ts, units=s["units"] or None,
+            frame=s["frame"] or None, quantity=s["quantity"] or None, codec=s["codec"] or None,
+            gop=s["gop"] or None,
+        )
+    return Segment(id=d["id"], version=int(d["version"]), site=d["site"], start_ns=int(d["start_ns"]),
+                   end_ns=int(d["end_ns"]), streams=streams)

@@ -1,0 +1,59 @@
+"""Distributed ingest: several processes stage episodes at once, one step commits the slice."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from helpers import DEMO_SLICE
+
+from rayform_server._fleet import demo_description
+from rayform_server.staging import commit_staged, stage_segment, staged
+from rayform_server.store import Store
+
+
+def _server(*args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-m", "rayform_server", *args], text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def test_parallel_staging_then_one_commit_is_the_serial_build(tmp_path: Path, demo_root: Path) -> None:
+    root = tmp_path / "shared"
+    workers = [_server("demo", "--root", str(root), "--small", "--stage", "run-1", "--shard", f"{k}/3")
+               for k in range(3)]
+    for w in workers:
+        _, err = w.communicate(timeout=300)
+        assert w.returncode == 0, err
+    store = Store(root)
+    assert list(store.list_slices()) == []  # staged, not visible: no half slice
+    assert [seg.id for _, seg in staged(store, "run-1")] == [
+        s.id for s in Store(demo_root).load_manifest(Store(demo_root).get_slice(DEMO_SLICE)["manifest"]).segments]
+
+    out = subprocess.run([sys.executable, "-m", "rayform_server", "commit", "--root", str(root), "--stage",
+                          "run-1", "--slice", DEMO_SLICE, "--expect", "5"], capture_output=True, text=True)
+    assert out.returncode == 2 and "holds 4 segments, expected 5" in out.stderr
+    assert "Traceback" not in out.stderr and list(store.list_slices()) == []
+
+    out = subprocess.run([sys.executable, "-m", "rayform_server", "commit", "--root", str(root), "--stage",
+                          "run-1", "--slice", DEMO_SLICE, "--expect", "4",
+                          "--description", demo_description(4, 0)], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    # The same bytes as one process building the demo: same manifest hash.
+    assert store.get_slice(DEMO_SLICE)["manifest"] == Store(demo_root).get_slice(DEMO_SLICE)["manifest"]
+    assert not (root / "staging" / "run-1").exists()
+
+
+def test_commit_refuses_a_segment_whose_blob_is_missing(tmp_path: Path, demo_root: Path) -> None:
+    source = Store(demo_root)
+    seg = source.load_manifest(source.get_slice(DEMO_SLICE)["manifest"]).segments[0]
+    store = Store(tmp_path / "other")  # staged by a worker that wrote its blobs elsewhere
+    stage_segment(store, "b", seg)
+    with pytest.raises(ValueError, match="not in the store"):
+        commit_staged(store, "b", "slc_0000beef")
+    with pytest.raises(ValueError, match="holds no segment"):
+        commit_staged(store, "empty", "slc_0000beef")
+    with pytest.raises(ValueError, match="staging batch"):
+        stage_segment(store, "../escape", seg)
+    assert list(store.list_slices()) == []
