@@ -4,14 +4,14 @@ sample comparison."""
 from __future__ import annotations
 
 import shutil
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from rayform.format import hash_bytes
+from rayform.format import hash_bytes, segments_to_table
 from rayform.torch import EpisodeDataset
+from rayform_server.builder import commit_table
 from rayform_server.store import Store
 
 OBS = ["cam0/rgb", "wrist/rgb", "joints/position"]
@@ -65,9 +65,8 @@ def rebuild_slice_without_first_segment(root: Path, slice_id: str) -> str:
     store = Store(root)
     current = store.get_slice(slice_id)
     assert current is not None
-    manifest = store.load_manifest(current["manifest"])
-    changed = replace(manifest, segments=manifest.segments[1:])
-    digest = store.put_manifest(changed)
+    segments = list(store.load_manifest(current["manifest"]).segments)
+    digest = commit_table(store, segments_to_table(segments[1:]), "rebuilt")
     store.set_slice(slice_id, digest, description="rebuilt")
     return digest
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from dataset_helpers import StoreClient
+from fakes import StoreBlobs
 from helpers import DEMO_SLICE, TOKEN, ServerProcess, forbid_network
 
 import rayform
@@ -89,7 +89,7 @@ def test_v2_slice_and_its_v1_twin_give_identical_samples(root: Path, tmp_path: P
     store = Store(root)
     v2 = _v2(store)
     digest = store.put_manifest(v2.to_v1())
-    client = StoreClient(store, tmp_path)
+    client = StoreBlobs(store, tmp_path)
     a = Slice(DEMO_SLICE, v2.hash, v2, client)
     b = Slice(DEMO_SLICE, digest, store.load_manifest(digest), client)
     assert isinstance(b.manifest, Manifest)

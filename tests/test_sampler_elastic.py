@@ -24,7 +24,8 @@ from itertools import islice
 from pathlib import Path
 import torch.distributed as dist
 from torch.utils.data import DataLoader
-from dataset_helpers import SLICE_ID, StoreClient
+from dataset_helpers import SLICE_ID
+from fakes import StoreBlobs
 from rayform_server.store import Store
 from rayform.slice import Slice
 from rayform.torch import EpisodeDataset, EpisodeSampler
@@ -32,7 +33,7 @@ from rayform.torch import EpisodeDataset, EpisodeSampler
 store_root, out_dir, phase, batches = sys.argv[1], Path(sys.argv[2]), sys.argv[3], int(sys.argv[4])
 store = Store(store_root)
 ref = store.get_slice(SLICE_ID)
-sl = Slice(SLICE_ID, ref["manifest"], store.load_manifest(ref["manifest"]), StoreClient(store, Path(".")))
+sl = Slice(SLICE_ID, ref["manifest"], store.load_manifest(ref["manifest"]), StoreBlobs(store, Path(".")))
 
 def build():
     ds = EpisodeDataset(sl, obs=["joints/position"], action="joints/position_delta", fps=10, seed=3)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from dataset_helpers import StoreClient
+from fakes import StoreBlobs
 from helpers import DEMO_SLICE
 
 from rayform import format as wire
@@ -28,7 +28,7 @@ def slices(demo_root: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[S
     v2 = store.load_manifest(digest)
     assert isinstance(v2, wire.ColumnarManifest)
     v1 = v2.to_v1()
-    client = StoreClient(store, tmp_path_factory.mktemp("select-cache"))
+    client = StoreBlobs(store, tmp_path_factory.mktemp("select-cache"))
     return Slice(DEMO_SLICE, digest, v2, client), Slice(DEMO_SLICE, v1.hash, v1, client)
 
 
@@ -101,7 +101,7 @@ def test_view_gives_the_samples_of_a_slice_built_from_the_same_segments(
     builder = SliceBuilder(store, description="zurich only")
     builder.segments = list(view.segments)
     own = builder.commit("slc_0000cafe")
-    alone = Slice("slc_0000cafe", own.hash, own, StoreClient(store, tmp_path))
+    alone = Slice("slc_0000cafe", own.hash, own, StoreBlobs(store, tmp_path))
 
     a = EpisodeDataset(view, obs=OBS, action=ACTION, fps=15, horizon=4)
     b = EpisodeDataset(alone, obs=OBS, action=ACTION, fps=15, horizon=4)

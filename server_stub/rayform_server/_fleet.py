@@ -18,6 +18,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from rayform.errors import InvalidArgumentError
 from rayform.format import check_slice_id, hash_bytes, segments_to_table
 from rayform_server.builder import commit_table
 from rayform_server.demo import SITES, build_demo, demo_spec, segment_id
@@ -59,7 +60,7 @@ def build_shared_demo(
 
     check_slice_id(slice_id)
     if episodes < 1:
-        raise ValueError(f"episodes must be at least 1, got {episodes}")
+        raise InvalidArgumentError(f"episodes must be at least 1, got {episodes}")
     spec = demo_spec(small)
     pool_n = min(episodes, spec.episodes)
     store = Store(root)
@@ -100,7 +101,7 @@ def stage_demo(root: str | os.PathLike[str], batch: str, shard: int, shards: int
     from rayform_server.staging import stage_segment
 
     if not 0 <= shard < shards:
-        raise ValueError(f"shard {shard}/{shards}: use 0 <= shard < shards, e.g. --shard 0/4")
+        raise InvalidArgumentError(f"shard {shard}/{shards}: use 0 <= shard < shards, e.g. --shard 0/4")
     spec = demo_spec(small)
     n = spec.episodes if episodes is None else episodes
     store = Store(root)

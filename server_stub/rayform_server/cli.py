@@ -135,7 +135,7 @@ def _shard(text: str) -> tuple[int, int]:
     try:
         shard, shards = (int(x) for x in text.split("/"))
     except ValueError:
-        raise ValueError(f"--shard {text!r}: use I/N, e.g. --shard 0/4 (this worker's index and the worker count)") from None
+        raise argparse.ArgumentTypeError(f"--shard {text!r}: use I/N, e.g. --shard 0/4 (this worker's index and the worker count)") from None
     return shard, shards
 
 

@@ -276,7 +276,7 @@ def build_demo(
     spec = demo_spec(small)
     if episodes is not None:
         if episodes < 1:
-            raise ValueError(f"episodes must be at least 1, got {episodes}")
+            raise InvalidArgumentError(f"episodes must be at least 1, got {episodes}")
         spec = replace(spec, episodes=int(episodes))
     store = Store(root)
     root_s = str(Path(store.root))

@@ -23,6 +23,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from rayform.errors import InvalidArgumentError
 from rayform.format import segments_to_table
 from rayform.manifest import FORMAT, Manifest, Segment, canonical_json
 from rayform_server.builder import commit_table
@@ -36,7 +37,7 @@ BATCH_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
 
 def _batch_dir(store: Store, batch: str) -> Path:
     if not isinstance(batch, str) or not BATCH_RE.match(batch):
-        raise ValueError(f"staging batch {batch!r}: use 1 to 64 letters, digits, '_', '.' or '-', e.g. 'run-0412'")
+        raise InvalidArgumentError(f"staging batch {batch!r}: use 1 to 64 letters, digits, '_', '.' or '-', e.g. 'run-0412'")
     return store.root / "staging" / batch
 
 
@@ -75,7 +76,7 @@ def staged(store: Store, batch: str) -> list[tuple[str, Segment]]:
             one = Manifest.from_json({"format": FORMAT, "format_version": 1, "segments": [doc["segment"]]})
             out.append((str(doc["order"]), one.segments[0]))
         except (ValueError, KeyError, TypeError) as exc:
-            raise ValueError(f"staged file {path} is unreadable ({exc}): re-run the task that wrote it") from exc
+            raise InvalidArgumentError(f"staged file {path} is unreadable ({exc}): re-run the task that wrote it") from exc
     return sorted(out, key=lambda p: (p[0], p[1].id))
 
 
@@ -85,15 +86,15 @@ def commit_staged(store: Store, batch: str, slice_id: str, description: str = ""
     ``slice_id`` at it and remove the batch. Returns the manifest hash.
 
     Raises:
-        ValueError: the batch is empty, holds another count than ``expect``, or names a blob
+        InvalidArgumentError: the batch is empty, holds another count than ``expect``, or names a blob
             missing from the store (a worker died between its blobs and its staging file, or
             wrote to another store).
     """
     pairs = staged(store, batch)
     if not pairs:
-        raise ValueError(f"staging batch {batch!r} in {store.root} holds no segment: run the workers first")
+        raise InvalidArgumentError(f"staging batch {batch!r} in {store.root} holds no segment: run the workers first")
     if expect is not None and len(pairs) != expect:
-        raise ValueError(
+        raise InvalidArgumentError(
             f"staging batch {batch!r} holds {len(pairs)} segments, expected {expect}: wait for "
             "the remaining workers or re-run the failed ones, then commit again"
         )
@@ -102,7 +103,7 @@ def commit_staged(store: Store, batch: str, slice_id: str, description: str = ""
         for stream in seg.streams.values():
             for ref in stream.blobs():
                 if not store.has_blob(ref.hash):
-                    raise ValueError(
+                    raise InvalidArgumentError(
                         f"segment {seg.id} of batch {batch!r} names blob {ref.hash[:12]}... "
                         f"({stream.name}), which is not in the store: re-run the task that staged it"
                     )
