@@ -269,7 +269,7 @@ def build_demo(
         InvalidArgumentError: ``slice_id`` is malformed.
         ValueError: ``jobs`` is below 1.
     """
-    check_slice_id(slice_id)
+    check_slice_id(slice_id, new=True)
     if jobs < 1:
         raise ValueError(f"jobs must be at least 1, got {jobs}")
     spec = demo_spec(small)
