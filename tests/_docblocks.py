@@ -1,26 +1,9 @@
 """The examples of README.md and docs/: finding them, and comparing what they show with what runs.
 
-How a doc author writes an example (also in docs/contributing-docs.md):
-
-* A fenced block tagged ``sh``, ``bash``, ``shell``, ``console``, ``python`` or ``pycon`` runs in
-  the docs tests (``tests/test_docs_examples.py``) against the demo slice. Other tags
-  (``text``, ``json``, none) are not run.
-* A block that cannot run there gets ``<!-- not-run: <reason> -->`` on the line right before
-  its opening fence. A marker without a reason, or one not followed by a fence, fails the tests.
-* Shell: a block with lines starting with ``$ `` is a transcript: each ``$ `` command (a line
-  ending in ``\\`` continues it) runs, and the lines after it, up to the next ``$ ``, are the
-  output it must print (stdout and stderr together, as a terminal shows them). A line ``...``
-  stands for any number of lines, and ``...`` inside a line for any text. A command whose
-  shown output has no ``error`` in it must exit 0 (as at a prompt: ``cmd | head -3`` is fine).
-  A shell block without ``$ `` runs as one ``bash -eu`` script and must exit 0; its output is
-  not compared.
-* Python: the blocks of one page run in order in one interpreter, sharing their variables,
-  like the cells of a notebook. Lines starting with ``>>> `` make a block a doctest: the
-  lines after each one are its expected output (``...`` as above).
-* Numbers that legitimately vary are normalised before comparing, in the shown and the real
-  output alike: durations and rates, tqdm's ``[elapsed<eta, rate]`` and bar width, loopback
-  ports, and the page's temporary working directory. Everything else must match exactly.
-  Commands run on an 80-column pseudo-terminal, so the output is what a user sees there.
+The rules a doc author follows (which blocks run, the ``<!-- not-run: <reason> -->`` marker,
+``$ `` transcripts and their expected output, ``...`` wildcards, ``>>> `` doctests, what is
+normalised) are written for them in docs/contributing-docs.md; this module implements them and
+``tests/test_docs_examples.py`` runs them.
 """
 
 from __future__ import annotations

@@ -1,19 +1,22 @@
 """Every shell and Python example of README.md and docs/ runs against the demo slice, or says
-why not. How a doc author marks blocks and shows output: the docstring of ``_docblocks.py``.
+why not. How a doc author marks blocks and shows output: docs/contributing-docs.md (and the
+docstring of ``_docblocks.py``).
 
-One real demo slice (``rayform-server demo``, the full 20 episodes) is built and served on a
-loopback port for the whole session; each page gets a fresh working directory and cache, so
-its outputs do not depend on which pages ran before it.
+The demo root (``rayform-server demo``, the full 20 episodes) and small stand-in recordings
+are built once; each page gets a fresh working directory holding them, its own server of that
+``data/`` and an empty cache, so its outputs do not depend on which pages ran before it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import fcntl
 import json
 import os
 import pty
 import shutil
+import signal
 import struct
 import subprocess
 import sys
@@ -40,24 +43,46 @@ PAGES = doc_files()
 
 
 @pytest.fixture(scope="module")
-def docs_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    """The demo slice as a user builds it (`rayform-server demo --root data/`), served with a
-    token: what every page may assume (docs/server.md shows the two commands)."""
-    root = tmp_path_factory.mktemp("docs-demo") / "data"
-    subprocess.run([str(BIN / "rayform-server"), "demo", "--root", str(root)], check=True,
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=900)
-    server = ServerProcess(root)
-    yield server
-    server.stop()
+def docs_inputs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """What every page's working directory starts with: ``data/``, the demo root as a user
+    builds it (`rayform-server demo --root data/`, docs/server.md), and small recordings that
+    stand in for a reader's own: ``my_lerobot_dataset/`` (LeRobot v2.1 layout, 4 episodes of
+    4 s at 10 fps: a 64x48 camera, state and action) and ``bags/run_001.mcap``,
+    ``bags/run_002.mcap`` (ROS 2 bags: two cameras, joint states, a pose)."""
+    from test_ingest_lerobot import _write_v21
+    from test_ingest_mcap import write_bag
+
+    inputs = tmp_path_factory.mktemp("docs-inputs")
+    subprocess.run([str(BIN / "rayform-server"), "demo", "--root", str(inputs / "data")],
+                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=900)
+    _write_v21(inputs / "my_lerobot_dataset", episodes=4, n=40, fps=10, action=True)
+    (inputs / "bags").mkdir()
+    for k in (1, 2):
+        write_bag(inputs / "bags" / f"run_00{k}.mcap", seed=k)
+    return inputs
 
 
-def _workdir(server: ServerProcess, tmp_path: Path) -> Path:
-    """A fresh working directory holding ``data/``, a copy of the served demo root (hard
-    links: stored files are never modified in place, so a page that ingests more into it
-    leaves the server's root alone)."""
+@pytest.fixture
+def page_env(docs_inputs: Path, tmp_path: Path) -> Iterator[tuple[Path, dict[str, str]]]:
+    """A fresh working directory (a copy of ``docs_inputs``, by hard links: stored files are
+    never modified in place), its ``data/`` served on a loopback port with a token, and the
+    environment a reader has set: RAYFORM_ENDPOINT, RAYFORM_TOKEN (also $TOKEN) and an empty
+    RAYFORM_CACHE_DIR. Processes a page leaves running (`... &`) are stopped afterwards."""
     cwd = tmp_path / "work"
-    shutil.copytree(server.root, cwd / "data", copy_function=os.link)
-    return cwd
+    shutil.copytree(docs_inputs, cwd, copy_function=os.link)
+    server = ServerProcess(cwd / "data")
+    env = _env(server, tmp_path / "cache")
+    try:
+        yield cwd, env
+    finally:
+        server.stop()
+        for pgid in _GROUPS:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pgid, signal.SIGTERM)
+        _GROUPS.clear()
+
+
+_GROUPS: list[int] = []  # process groups of the page's shell commands, for the cleanup
 
 
 def _env(server: ServerProcess, cache: Path) -> dict[str, str]:
@@ -69,8 +94,12 @@ def _env(server: ServerProcess, cache: Path) -> dict[str, str]:
 
 
 def _shell(cmd: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["bash", "-eu", "-c", cmd], cwd=cwd, env=env, text=True,
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=300)
+    proc = subprocess.Popen(["bash", "-eu", "-c", cmd], cwd=cwd, env=env, text=True,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, start_new_session=True)
+    _GROUPS.append(proc.pid)
+    out, _ = proc.communicate(timeout=300)
+    return subprocess.CompletedProcess(cmd, proc.returncode, out)
 
 
 def _in_terminal(cmd: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -81,7 +110,9 @@ def _in_terminal(cmd: str, cwd: Path, env: dict[str, str]) -> subprocess.Complet
     try:
         # As typed at an interactive prompt: no -e, no pipefail (`... | head -3` is fine).
         proc = subprocess.Popen(["bash", "-c", cmd], cwd=cwd, env=env,
-                                stdin=subprocess.DEVNULL, stdout=slave, stderr=slave)
+                                stdin=subprocess.DEVNULL, stdout=slave, stderr=slave,
+                                start_new_session=True)
+        _GROUPS.append(proc.pid)
     finally:
         os.close(slave)
     chunks: list[bytes] = []
@@ -139,15 +170,16 @@ def test_every_block_runs_or_says_why_not() -> None:
         problems += bad
         runnable += sum(b.runs for b in blocks)
     assert not problems, "\n".join(problems)
-    assert runnable >= 8  # the collector finds the examples at all
+    assert runnable >= 20  # the collector finds the examples at all
 
 
 @pytest.mark.parametrize("page", PAGES, ids=[str(p.relative_to(REPO)) for p in PAGES])
-def test_examples_of_the_page_run(page: Path, docs_server: ServerProcess, tmp_path: Path) -> None:
+def test_examples_of_the_page_run(page: Path, request: pytest.FixtureRequest) -> None:
     blocks, problems = collect(page)
     assert not problems, "\n".join(problems)
-    cwd = _workdir(docs_server, tmp_path)
-    env = _env(docs_server, tmp_path / "cache")
+    if not any(b.runs for b in blocks):
+        return  # nothing to run: no server needed
+    cwd, env = request.getfixturevalue("page_env")
     pending: list[Block] = []  # consecutive Python blocks share one interpreter
     for block in [b for b in blocks if b.runs]:
         if block.lang in ("python", "pycon", "py"):
@@ -161,16 +193,13 @@ def test_examples_of_the_page_run(page: Path, docs_server: ServerProcess, tmp_pa
         _run_python(pending, cwd, env)
 
 
-def test_a_changed_output_fails(docs_server: ServerProcess, tmp_path: Path) -> None:
+def test_a_changed_output_fails(page_env: tuple[Path, dict[str, str]]) -> None:
     """The comparison is not vacuous: a doc that shows a stale number fails."""
-    page = tmp_path / "stale.md"
-    page.write_text(f"```console\n$ rayform slices ls\n{DEMO_SLICE}  1b446bd59659  demo\n```\n")
-    block = Block(REPO / "docs" / page.name, 1, "console", page.read_text().split("\n", 1)[1]
-                  .rsplit("```", 1)[0], None)
-    cwd = tmp_path / "work"
-    cwd.mkdir()
+    cwd, env = page_env
+    block = Block(REPO / "docs" / "stale.md", 1, "console",
+                  f"$ rayform slices ls\n{DEMO_SLICE}  1b446bd59659  demo\n", None)
     with pytest.raises(pytest.fail.Exception, match="printed something else"):
-        _run_shell(block, cwd, _env(docs_server, tmp_path / "cache"))
+        _run_shell(block, cwd, env)
 
 
 def test_markers_need_a_reason_and_a_fence(tmp_path: Path) -> None:
@@ -209,3 +238,17 @@ def test_transcripts_and_matching() -> None:
         "fetched 3 (1 MiB) in <duration> (<rate>) from <host>:<port>")
     assert normalise("x: 100%|██████▌   | 1.0M/2.0M [00:01<00:02, 1.2MB/s]") == (
         "x: 100%|<bar>| 1.0M/2.0M [<elapsed<eta, rate>]")
+
+
+def test_a_python_block_that_prints_something_else_fails(tmp_path: Path) -> None:
+    spec = tmp_path / "blocks.json"
+    spec.write_text(json.dumps([
+        {"where": "docs/x.md:1", "code": "value = 41\n"},
+        {"where": "docs/x.md:5", "code": ">>> value + 1\n42\n"},  # shares the namespace
+        {"where": "docs/x.md:9", "code": ">>> value\n40\n"},
+    ]))
+    result = subprocess.run([sys.executable, str(RUNNER), str(spec)], capture_output=True,
+                            text=True, timeout=60)
+    assert result.returncode == 1
+    assert "FAILED: docs/x.md:9: 1 doctest example(s) differ" in result.stdout
+    assert "FAILED: docs/x.md:5" not in result.stdout
