@@ -206,3 +206,15 @@ def test_dir_of_the_package_is_the_public_api() -> None:
     names = _run([sys.executable, "-c", code]).stdout.split()
     assert {"Client", "Slice", "torch", "errors", "RayformError", "__version__"} <= set(names)
     assert not {"Any", "annotations", "importlib"} & set(names)
+
+
+def test_slices_ls_on_a_server_with_no_slices_for_the_token_says_so(tmp_path: Path) -> None:
+    (tmp_path / "empty-root" / "slices").mkdir(parents=True)
+    server = ServerProcess(tmp_path / "empty-root")
+    try:
+        env = {**os.environ, "RAYFORM_ENDPOINT": server.url, "RAYFORM_TOKEN": TOKEN}
+        result = rayform("slices", "ls", env=env)
+    finally:
+        server.stop()
+    assert (result.returncode, result.stdout) == (0, "")
+    assert result.stderr == f"your token may read no slices on {server.url}\n"
