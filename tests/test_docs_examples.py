@@ -173,6 +173,9 @@ def test_every_block_runs_or_says_why_not() -> None:
     assert runnable >= 20  # the collector finds the examples at all
 
 
+# The first page that runs builds the full demo slice (~25 s on an idle 2-core machine, a few
+# minutes when the machine is shared), and README.md's loader starts 8 workers.
+@pytest.mark.timeout(900)
 @pytest.mark.parametrize("page", PAGES, ids=[str(p.relative_to(REPO)) for p in PAGES])
 def test_examples_of_the_page_run(page: Path, request: pytest.FixtureRequest) -> None:
     blocks, problems = collect(page)
@@ -193,6 +196,7 @@ def test_examples_of_the_page_run(page: Path, request: pytest.FixtureRequest) ->
         _run_python(pending, cwd, env)
 
 
+@pytest.mark.timeout(900)
 def test_a_changed_output_fails(page_env: tuple[Path, dict[str, str]]) -> None:
     """The comparison is not vacuous: a doc that shows a stale number fails."""
     cwd, env = page_env
