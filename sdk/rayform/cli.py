@@ -13,6 +13,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from rayform import __version__
 from rayform._units import human_bytes
 from rayform.errors import InvalidArgumentError, RayformError
 
@@ -191,8 +192,6 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=_ENV_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    from rayform import __version__
-
     p.add_argument("--version", action="version", version=f"rayform {__version__}")
     sub = p.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
 
