@@ -2,7 +2,7 @@
 PY := .venv/bin/python
 export OMP_NUM_THREADS ?= 1
 
-.PHONY: setup demo test lint stress bench peer clean
+.PHONY: setup demo test lint stress bench peer docs clean
 
 setup:
 	@scripts/setup.sh
@@ -25,6 +25,11 @@ stress: setup
 bench: setup
 	@$(PY) -c 'import matplotlib' 2>/dev/null || $(PY) -m pip install -q 'matplotlib>=3.7'
 	$(PY) -m bench.run_all $(BENCH_ARGS)
+
+# The browsable site: docs/ plus the API reference from the docstrings; --strict fails on a
+# broken link or a stale name. Open build/site/index.html.
+docs: setup
+	$(PY) -m mkdocs build --strict --site-dir build/site
 
 peer:
 	@scripts/peer_lerobot.sh

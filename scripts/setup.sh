@@ -10,13 +10,15 @@ if ! ldconfig -p 2>/dev/null | grep -q 'libavcodec\.so' || ! command -v ffmpeg >
   need_apt+=(ffmpeg)
 fi
 command -v curl >/dev/null 2>&1 || need_apt+=(curl)
+# Chromium: the docs test screenshots the built site headless (tests/test_docs_site.py).
+command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     echo "setup: installing Debian packages: ${need_apt[*]}"
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
   else
-    echo "setup: please install these system packages first (FFmpeg shared libraries for torchcodec): ${need_apt[*]}" >&2
+    echo "setup: please install these system packages first (FFmpeg shared libraries for torchcodec; chromium for the docs test): ${need_apt[*]}" >&2
     echo "       e.g. sudo apt-get install ${need_apt[*]}" >&2
     exit 1
   fi

@@ -124,8 +124,10 @@ def test_v30_matches_lerobot_dataset(lerobot_v30, tmp_path: Path) -> None:
     assert ingest_lerobot(Store(tmp_path / "again"), path, "slc_0000a001", progress=QUIET).hash == m.hash
 
 
-def _write_v21(root: Path, episodes: int = 2, n: int = 20, fps: int = 10, jitter_s: float = 0.0) -> dict:
-    """A LeRobot v2.1-layout dataset by hand: one parquet file and one MP4 per episode.
+def _write_v21(root: Path, episodes: int = 2, n: int = 20, fps: int = 10, jitter_s: float = 0.0,
+               action: bool = False) -> dict:
+    """A LeRobot v2.1-layout dataset by hand: one parquet file and one MP4 per episode
+    (and a 4-D ``action`` column when ``action``; docs/recipes.md ingests one).
 
     ``truth["t"]`` holds the times the ingest must store: ``frame_index / fps`` snapped to
     ns when ``jitter_s`` is 0, else the float32 timestamps (jittered by up to ``jitter_s``).
@@ -141,6 +143,8 @@ def _write_v21(root: Path, episodes: int = 2, n: int = 20, fps: int = 10, jitter
         "index": {"dtype": "int64", "shape": [1], "names": None},
         "task_index": {"dtype": "int64", "shape": [1], "names": None},
     }
+    if action:
+        features["action"] = {"dtype": "float32", "shape": [4], "names": None}
     info = {"codebase_version": "v2.1", "fps": fps, "chunks_size": 1000, "total_episodes": episodes,
             "data_path": "data/chunk-{episode_chunk:03d}/episode_{episode_index:06d}.parquet",
             "video_path": "videos/chunk-{episode_chunk:03d}/{video_key}/episode_{episode_index:06d}.mp4",
@@ -157,6 +161,10 @@ def _write_v21(root: Path, episodes: int = 2, n: int = 20, fps: int = 10, jitter
             "observation.state": pa.FixedSizeListArray.from_arrays(pa.array(state.ravel()), 4),
             "timestamp": ts, "frame_index": np.arange(n), "episode_index": np.full(n, e),
             "index": np.arange(n) + e * n, "task_index": np.zeros(n, np.int64)})
+        if action:
+            moves = rng.standard_normal((n, 4)).astype(np.float32)
+            table = table.append_column(
+                "action", pa.FixedSizeListArray.from_arrays(pa.array(moves.ravel()), 4))
         (root / "data" / "chunk-000").mkdir(parents=True, exist_ok=True)
         pq.write_table(table, root / "data" / "chunk-000" / f"episode_{e:06d}.parquet")
         video = root / "videos" / "chunk-000" / "observation.images.front" / f"episode_{e:06d}.mp4"

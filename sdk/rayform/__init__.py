@@ -69,3 +69,8 @@ def __getattr__(name: str) -> Any:
 
         return Slice
     raise AttributeError(f"module 'rayform' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    # Tab completion in a notebook: the public names (incl. the lazy ones), not `Any` etc.
+    return sorted({*__all__, "torch"})

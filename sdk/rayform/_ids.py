@@ -34,13 +34,23 @@ def _shown(value: object) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-def check_slice_id(value: object) -> str:
-    """Return ``value`` if it is a slice ID (``slc_`` + 8-64 lowercase hex), else raise."""
+def check_slice_id(value: object, *, new: bool = False) -> str:
+    """Return ``value`` if it is a slice ID (``slc_`` + 8-64 lowercase hex), else raise.
+
+    Args:
+        value: the candidate ID.
+        new: the caller is naming a slice it is about to create (ingest, demo), so the hint
+            says how to choose an ID rather than where to find an existing one.
+    """
     if not isinstance(value, str) or not SLICE_ID_RE.match(value):
+        if new:
+            hint = ("Choose a new one, e.g. 'slc_' plus 8 random hex digits: "
+                    "python -c \"import secrets; print('slc_' + secrets.token_hex(4))\"")
+        else:
+            hint = "`rayform slices ls` lists the slice IDs your token may read."
         raise InvalidArgumentError(
             f"malformed slice ID {_shown(value)}: a slice ID is 'slc_' followed by 8 to 64 "
-            "lowercase hex digits, e.g. 'slc_7c1e04aa'. Copy it from `rayform slices show` or "
-            "from the web UI."
+            f"lowercase hex digits, e.g. 'slc_7c1e04aa'. {hint}"
         )
     return value
 

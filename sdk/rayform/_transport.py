@@ -216,6 +216,11 @@ class Transport:
         detail = f" ({msg})" if msg else ""
         if status == 400:
             raise InvalidArgumentError(f"{what}: the server rejected the request{detail}")
+        if status == 401 and not self._token:
+            raise AccessDeniedError(
+                f"{what}: the server requires an access token and RAYFORM_TOKEN is not set; "
+                "set RAYFORM_TOKEN to your token (or pass token= to rayform.Client)"
+            )
         if status == 401:
             raise AccessDeniedError(
                 f"{what}: the server did not accept the access token; check RAYFORM_TOKEN "

@@ -76,6 +76,23 @@ def cache_error(exc: OSError, root: Path, action: str) -> CacheError:
     return CacheError(f"cannot {action}: {exc.strerror or exc}; {hint}")
 
 
+def _check_root(root: Path) -> None:
+    """Raise CacheError unless ``root`` is, or can become, a directory.
+
+    Checked up front because a file in its place otherwise surfaces later as a bare
+    ``NotADirectoryError`` deep inside a read, and listings of it look like an empty cache.
+    """
+    p = root
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    if not p.is_dir():
+        where = "is a file" if p == root else f"is under {p}, which is a file"
+        raise CacheError(
+            f"the cache directory {root} {where}, not a directory; set RAYFORM_CACHE_DIR "
+            "(or --cache-dir, or cache_dir=) to a directory, e.g. ~/.cache/rayform"
+        )
+
+
 class Cache:
     """A content-addressed store of blobs and manifests under ``root``.
 
@@ -101,6 +118,7 @@ class Cache:
         stall_s: float = 10.0,
     ) -> None:
         self.root = Path(root).expanduser().absolute()
+        _check_root(self.root)
         self.shared = shared
         self.locks = locks and not env_flag("RAYFORM_NO_LOCKS")
         self.stale_s = stale_s

@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 from collections.abc import Sequence
 from typing import Any
 
+from rayform import __version__
 from rayform._units import human_bytes
 from rayform.errors import InvalidArgumentError, RayformError
 
@@ -101,6 +103,12 @@ def _cmd_slices(args: argparse.Namespace) -> int:
     rows = client.slices.list()
     if args.json:
         _print_json(rows)
+    elif not rows and client.offline:
+        # An empty listing offline means "nothing pulled into this cache", not "no slices".
+        print(f"no slices are remembered in the cache {client.cache_dir}; with network access, "
+              "`rayform pull SLICE_ID` into it first", file=sys.stderr)
+    elif not rows:
+        print(f"your token may read no slices on {client.endpoint}", file=sys.stderr)
     else:
         for r in rows:
             print(f"{r['id']}  {str(r.get('manifest', ''))[:12]}  {r.get('description', '')}")
@@ -115,7 +123,10 @@ def _cmd_cache(args: argparse.Namespace) -> int:
     cache = Cache(root)
     cmd = args.cache_cmd
     if cmd == "path":
-        print(cache.root)
+        if args.json:
+            _print_json({"path": str(cache.root)})
+        else:
+            print(cache.root)
         return 0
     if cmd == "ls":
         entries = list(cache.ls())
@@ -155,6 +166,29 @@ def _cmd_cache(args: argparse.Namespace) -> int:
     return 0
 
 
+_ENV_HELP = """\
+environment variables:
+  RAYFORM_ENDPOINT   server URL (same as --endpoint)
+  RAYFORM_TOKEN      access token; never printed
+  RAYFORM_CACHE_DIR  cache directory (same as --cache-dir; default ~/.cache/rayform on Linux)
+  RAYFORM_OFFLINE    1: never touch the network (same as --offline)
+  RAYFORM_NO_LOCKS   1: no per-blob file locks (for filesystems where locking hangs)
+
+docs: docs/cli.md; `rayform COMMAND --help` for each command's options."""
+
+
+def _stdout_closed() -> int:
+    """The reader of our output went away (``rayform cache ls | head -1``): end quietly.
+
+    Like coreutils, which die of SIGPIPE: no message, exit status 128 + SIGPIPE. stdout is
+    pointed at /dev/null so that the interpreter's final flush does not complain either.
+    """
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return 141
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``rayform``."""
     common = argparse.ArgumentParser(add_help=False)
@@ -168,7 +202,10 @@ def build_parser() -> argparse.ArgumentParser:
         prog="rayform",
         description="Rayform: fetch slices of robot data into a shared, verified cache. "
                     "The token is read from $RAYFORM_TOKEN and never printed.",
+        epilog=_ENV_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    p.add_argument("--version", action="version", version=f"rayform {__version__}")
     sub = p.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
 
     pull = sub.add_parser("pull", parents=[common], help="prefetch a slice into the cache",
@@ -210,7 +247,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit code."""
     args = build_parser().parse_args(argv)
     try:
-        return int(args.func(args))
+        code = int(args.func(args))
+        sys.stdout.flush()  # a closed pipe shows up here, inside the try, not at exit
+        return code
+    except BrokenPipeError:
+        return _stdout_closed()
     except RayformError as exc:
         print(f"rayform: error: {exc}", file=sys.stderr)
         return 1

@@ -294,7 +294,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``rayform-server``; returns the exit code."""
     args = build_parser().parse_args(argv)
     try:
-        return int(args.func(args) or 0)
+        code = int(args.func(args) or 0)
+        sys.stdout.flush()  # a closed pipe shows up here, inside the try, not at exit
+        return code
+    except BrokenPipeError:
+        # `rayform-server slices --root R | head -1`: end quietly, as coreutils do.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return 141
     except RayformError as exc:
         _err(f"error: {exc}")
         return 2

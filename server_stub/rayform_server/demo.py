@@ -270,7 +270,7 @@ def build_demo(
     Raises:
         InvalidArgumentError: ``slice_id`` is malformed or ``jobs`` is below 1.
     """
-    check_slice_id(slice_id)
+    check_slice_id(slice_id, new=True)
     if jobs < 1:
         raise InvalidArgumentError(f"jobs must be at least 1, got {jobs}")
     spec = demo_spec(small)

@@ -53,7 +53,9 @@ class EpisodeDataset(Dataset):
     Args:
         slice_: a :class:`~rayform.Slice` from ``client.slices.get(...)``.
         obs: observation stream names, e.g. ``["cam0/rgb", "joints/position"]``.
-        action: action stream name (a table stream), or ``None`` for no action.
+        action: action stream name (a table stream), or ``None`` for no action stream:
+            samples then have no ``action``/``action_is_pad`` keys. Required (no default)
+            so that leaving out the action is a decision, not an accident.
         fps: grid rate in Hz (> 0).
         horizon: action chunk length in grid steps (>= 1).
         frame: coordinate convention for Cartesian streams: ``"ros"``, ``"opencv"`` or

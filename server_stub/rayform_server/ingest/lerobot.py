@@ -196,7 +196,7 @@ def ingest_lerobot(
         InvalidArgumentError: not a LeRobot dataset, unknown feature, unreadable or
             inconsistent files.
     """
-    check_slice_id(slice_id)
+    check_slice_id(slice_id, new=True)
     progress = progress or Progress()
     layout = open_layout(path)
     chosen = _pick_streams(layout, streams)

@@ -71,6 +71,24 @@ def default_stream_names(topic: str, kind: str) -> list[tuple[str, str | None]]:
     return [(sanitize_stream_name(words), None)]
 
 
+_MCAP_MAGIC = b"\x89MCAP0\r\n"
+
+
+def _mcap_reason(path: Path, exc: Exception) -> str:
+    """Why the MCAP reader gave up, in words: its own exceptions are often empty."""
+    try:
+        with path.open("rb") as f:
+            head = f.read(len(_MCAP_MAGIC))
+    except OSError as err:
+        return str(err)
+    if not head:
+        return "the file is empty (0 bytes)"
+    if not _MCAP_MAGIC.startswith(head) and not head.startswith(_MCAP_MAGIC):
+        return f"it does not start with the MCAP magic bytes (it starts with {head!r})"
+    text = str(exc).strip()
+    return text or f"{type(exc).__name__} while reading the header (truncated file?)"
+
+
 def _open(path: Path) -> tuple[Any, Any]:
     try:
         f = path.open("rb")
@@ -81,7 +99,10 @@ def _open(path: Path) -> tuple[Any, Any]:
         reader.get_header()
     except Exception as exc:  # mcap raises many types (McapError, struct.error, ...)
         f.close()
-        raise InvalidArgumentError(f"{path} is not a readable MCAP file: {exc}") from exc
+        raise InvalidArgumentError(
+            f"{path} is not a readable MCAP file: {_mcap_reason(path, exc)}; "
+            "pass complete ROS 2 .mcap bags"
+        ) from exc
     return f, reader
 
 
@@ -242,7 +263,7 @@ def ingest_mcap(
         InvalidArgumentError: unreadable file, unknown topic or field, unsupported type,
             topic without messages, mixed image sizes or joint counts.
     """
-    check_slice_id(slice_id)
+    check_slice_id(slice_id, new=True)
     progress = progress or Progress()
     if not files:
         raise InvalidArgumentError("no MCAP files given")
