@@ -22,6 +22,7 @@ from typing import Any
 import platformdirs
 
 from rayform._ids import check_slice_id, check_stream_name
+from rayform._limits import resolve_stall_timeout
 from rayform._partial import PartialBlob
 from rayform._pull import PullReport, run_pull
 from rayform._transport import Transport
@@ -98,8 +99,12 @@ class Client:
         locks: per-blob file locks against duplicate downloads (``RAYFORM_NO_LOCKS=1``
             disables them); correctness never depends on them.
         shared: group-writable cache for a team (directories setgid ``0o2775``).
-        timeout: per-request timeout in seconds.
+        timeout: per-request timeout in seconds (connect, and each read).
         attempts: attempts per request before giving up (retries back off exponentially).
+        stall_timeout: seconds any network operation may go without progress, retries
+            included, before it fails with a :class:`~rayform.errors.TransportError` naming the
+            side that failed (the server or its object store); default
+            ``RAYFORM_STALL_TIMEOUT``, else 120.
     """
 
     def __init__(
@@ -113,6 +118,7 @@ class Client:
         shared: bool = False,
         timeout: float = 30.0,
         attempts: int = 5,
+        stall_timeout: float | None = None,
     ) -> None:
         endpoint = endpoint or os.environ.get("RAYFORM_ENDPOINT") or None
         if endpoint is not None and not re.match(r"^https?://[^\s/]+", endpoint):
@@ -130,6 +136,7 @@ class Client:
         self.cache = Cache(cache_dir, shared=shared, locks=locks)
         self.timeout = timeout
         self.attempts = attempts
+        self.stall_timeout = resolve_stall_timeout(stall_timeout)
         self._transport_obj: Transport | None = None
         self._manifests: dict[str, Manifest] = {}
         self.slices = SliceAPI(self)
@@ -159,7 +166,8 @@ class Client:
             )
         if self._transport_obj is None:
             self._transport_obj = Transport(
-                self.endpoint, self._token, timeout=self.timeout, attempts=self.attempts
+                self.endpoint, self._token, timeout=self.timeout, attempts=self.attempts,
+                stall_timeout=self.stall_timeout,
             )
         return self._transport_obj
 
