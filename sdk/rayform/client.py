@@ -21,8 +21,9 @@ from typing import Any
 
 import platformdirs
 
+from rayform._evict import EvictReport, Pins, check_fits, evict_lru
 from rayform._ids import check_slice_id, check_stream_name
-from rayform._limits import resolve_stall_timeout
+from rayform._limits import resolve_cache_limit, resolve_stall_timeout
 from rayform._partial import PartialBlob
 from rayform._pull import PullReport, run_pull
 from rayform._transport import Transport
@@ -105,6 +106,9 @@ class Client:
             included, before it fails with a :class:`~rayform.errors.TransportError` naming the
             side that failed (the server or its object store); default
             ``RAYFORM_STALL_TIMEOUT``, else 120.
+        cache_limit: bytes the cache's blobs may take, an ``int`` or a size such as ``"10GB"``;
+            default ``RAYFORM_CACHE_LIMIT``, else no limit. Each fetch evicts least recently
+            used blobs that no process is using (``docs/cache.md``).
     """
 
     def __init__(
@@ -119,6 +123,7 @@ class Client:
         timeout: float = 30.0,
         attempts: int = 5,
         stall_timeout: float | None = None,
+        cache_limit: int | str | None = None,
     ) -> None:
         endpoint = endpoint or os.environ.get("RAYFORM_ENDPOINT") or None
         if endpoint is not None and not re.match(r"^https?://[^\s/]+", endpoint):
@@ -137,6 +142,9 @@ class Client:
         self.timeout = timeout
         self.attempts = attempts
         self.stall_timeout = resolve_stall_timeout(stall_timeout)
+        self.cache_limit = resolve_cache_limit(cache_limit)
+        self._pins = Pins(4)  # only from a fetch until the reader pins it itself
+        self._evictions: list[EvictReport] = []
         self._transport_obj: Transport | None = None
         self._manifests: dict[str, Manifest] = {}
         self.slices = SliceAPI(self)
@@ -266,22 +274,40 @@ class Client:
             IntegrityError: the server's bytes do not match the hash.
             CacheError: the cache cannot be written.
         """
-        path = self.cache.get_blob(ref.hash)
-        if path is not None:
-            return path
-        if self.offline:
-            raise self._offline_missing(slice_id, [ref])
-        path, _ = self._fetch(slice_id, ref)
-        return path
+        path: Path | None = None
+        for _ in range(3):  # a bounded cache may evict it between the fetch and the pin
+            path = self.cache.get_blob(ref.hash)
+            if path is None:
+                if self.offline:
+                    raise self._offline_missing(slice_id, [ref])
+                path, _ = self._fetch(slice_id, ref)
+            if self.cache_limit is None or self._pins.pin(path):
+                return path
+        assert path is not None
+        return path  # evicted again and again: the caller opens it now or fetches once more
 
-    def _fetch(self, slice_id: str, ref: BlobRef, on_bytes: Any = None) -> tuple[Path, int]:
+    def _fetch(self, slice_id: str, ref: BlobRef, on_bytes: Any = None, *,
+               limit: int | None = None, keep: frozenset[str] = frozenset()) -> tuple[Path, int]:
         url = f"v1/slices/{slice_id}/blobs/{ref.hash}"
 
         def download(part: PartialBlob) -> None:
             part.on_bytes = on_bytes
             self._transport().download(url, part, f"downloading blob {ref.hash[:12]}... of {slice_id}")
 
-        return self.cache.fetch_blob(ref, download)
+        path, fetched = self.cache.fetch_blob(ref, download)
+        limit = limit if limit is not None else self.cache_limit
+        if limit is not None and fetched:
+            if self.cache_limit is not None:
+                self._pins.pin(path)
+            report = evict_lru(self.cache.root, limit, keep | {ref.hash})
+            if report.evicted:
+                self._evictions.append(report)
+        return path, fetched
+
+    def _take_evictions(self) -> list[EvictReport]:
+        """Eviction passes since the last call (for progress reports)."""
+        out, self._evictions = self._evictions, []
+        return out
 
     def pull(
         self,
@@ -289,6 +315,7 @@ class Client:
         streams: Sequence[str] | None = None,
         jobs: int = 8,
         progress: bool = False,
+        max_cache: int | str | None = None,
     ) -> PullReport:
         """Fetch every blob of ``slice_id`` (or of the named streams) into the cache.
 
@@ -297,8 +324,11 @@ class Client:
             streams: stream names such as ``["cam0/rgb"]``; all streams if None.
             jobs: parallel downloads.
             progress: show a progress bar (bytes, rate, ETA) on stderr.
+            max_cache: keep the cache's blobs under this many bytes (``"10GB"`` works),
+                evicting least recently used blobs of other work; default ``cache_limit``.
 
         Raises:
+            InvalidArgumentError: what was asked for does not fit under ``max_cache``.
             NotFoundError: a named stream is in no segment of the slice.
             OfflineError: offline mode and something is missing.
         """
@@ -315,8 +345,15 @@ class Client:
                     f"{', '.join(slice_.streams)}"
                 )
         refs = list(slice_.manifest.blobs(names).values())
+        limit = resolve_cache_limit(max_cache) if max_cache is not None else self.cache_limit
+        check_fits(limit, sum(r.size for r in refs), f"the blobs of {slice_id} to pull")
+        keep = frozenset(r.hash for r in refs)
+
+        def fetch(sid: str, ref: BlobRef, on_bytes: Any = None) -> tuple[Path, int]:
+            return self._fetch(sid, ref, on_bytes, limit=limit, keep=keep)
+
         if self.offline:
             missing = [r for r in refs if not self.cache.has_blob(r.hash)]
             if missing:
                 raise self._offline_missing(slice_id, missing)
-        return run_pull(slice_id, refs, self.cache, self._fetch, jobs=jobs, progress=progress)
+        return run_pull(slice_id, refs, self.cache, fetch, jobs=jobs, progress=progress)

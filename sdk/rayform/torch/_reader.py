@@ -25,11 +25,13 @@ from typing import Any
 import numpy as np
 import torch
 
+from rayform._evict import Pins
 from rayform.manifest import BlobRef, Stream
 from rayform.torch._align import align_values, latest_at_or_before
 from rayform.torch._decode import DecoderCache
 from rayform.torch._frames import convert
 from rayform.torch._index import GridIndex, grid_offsets_ns
+from rayform.torch._readahead import reader_pins
 from rayform.torch._tables import TableCache
 
 __all__ = ["SampleReader"]
@@ -86,6 +88,10 @@ class SampleReader:
         self._decoders: DecoderCache | None = None
         self._tables: TableCache | None = None
         self._paths: dict[str, Path] = {}
+        self._pins: Pins | None = None
+
+    def _streams(self) -> list[str]:
+        return [*self.obs, *([self.action] if self.action else [])]
 
     def _ensure_state(self) -> None:
         if self._pid != os.getpid():
@@ -93,17 +99,20 @@ class SampleReader:
             self._decoders = DecoderCache(self.decoder_cache_size, self.decoder_backend)
             self._tables = TableCache()
             self._paths = {}
+            self._pins = reader_pins(self.slice, self.index.segments, self._streams())
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        state.update(_pid=None, _decoders=None, _tables=None, _paths={})
+        state.update(_pid=None, _decoders=None, _tables=None, _paths={}, _pins=None)
         return state
 
     def _path(self, ref: BlobRef) -> Path:
         path = self._paths.get(ref.hash)
-        if path is None:
+        if path is None or not path.is_file():  # a bounded cache evicted it: fetch it again
             path = Path(self.slice.blob_path(ref))
             self._paths[ref.hash] = path
+        if self._pins is not None:  # in use: no bounded cache may evict it
+            self._pins.pin(path)
         return path
 
     def table(self, stream: Stream) -> tuple[np.ndarray, np.ndarray]:

@@ -27,6 +27,7 @@ from rayform.torch._decode import BACKENDS
 from rayform.torch._epoch import SharedEpoch
 from rayform.torch._frames import check_frame
 from rayform.torch._index import GridIndex, build_index
+from rayform.torch._readahead import check_cache_fits
 from rayform.torch._reader import SampleReader
 from rayform.torch._shard import DDP_EVEN, rank_indices
 from rayform.torch._stats import compute_stats
@@ -129,6 +130,7 @@ class EpisodeDataset(Dataset):
         self._epoch = SharedEpoch(0)  # shared with forked (persistent) workers
 
         names = [*self.obs, *([self.action] if self.action else [])]
+        check_cache_fits(slice_, self._segments, names)
         self._index: GridIndex = build_index(self._segments, names, self.fps)
         self._local: np.ndarray | None = None
         if self._world > 1:
