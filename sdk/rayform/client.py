@@ -15,13 +15,15 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import platformdirs
 
-from rayform._evict import EvictReport, Pins, check_fits, evict_lru
+from rayform._evict import Pins, check_fits, evict_lru
+from rayform._fetchlog import fetch_log
 from rayform._ids import check_slice_id, check_stream_name
 from rayform._limits import resolve_cache_limit, resolve_stall_timeout
 from rayform._partial import PartialBlob
@@ -144,7 +146,6 @@ class Client:
         self.stall_timeout = resolve_stall_timeout(stall_timeout)
         self.cache_limit = resolve_cache_limit(cache_limit)
         self._pins = Pins(4)  # only from a fetch until the reader pins it itself
-        self._evictions: list[EvictReport] = []
         self._transport_obj: Transport | None = None
         self._manifests: dict[str, Manifest] = {}
         self.slices = SliceAPI(self)
@@ -280,7 +281,12 @@ class Client:
             if path is None:
                 if self.offline:
                     raise self._offline_missing(slice_id, [ref])
-                path, _ = self._fetch(slice_id, ref)
+                t0 = time.monotonic()
+                path, fetched = self._fetch(slice_id, ref)
+                if not fetched:  # another thread or process had it on the way
+                    fetch_log().waited(time.monotonic() - t0)
+            else:
+                fetch_log().hit()
             if self.cache_limit is None or self._pins.pin(path):
                 return path
         assert path is not None
@@ -294,20 +300,18 @@ class Client:
             part.on_bytes = on_bytes
             self._transport().download(url, part, f"downloading blob {ref.hash[:12]}... of {slice_id}")
 
+        t0 = time.monotonic()
         path, fetched = self.cache.fetch_blob(ref, download)
+        if fetched:
+            fetch_log().fetched(fetched, time.monotonic() - t0)
         limit = limit if limit is not None else self.cache_limit
         if limit is not None and fetched:
             if self.cache_limit is not None:
                 self._pins.pin(path)
             report = evict_lru(self.cache.root, limit, keep | {ref.hash})
             if report.evicted:
-                self._evictions.append(report)
+                fetch_log().evicted(report.evicted, report.evicted_bytes)
         return path, fetched
-
-    def _take_evictions(self) -> list[EvictReport]:
-        """Eviction passes since the last call (for progress reports)."""
-        out, self._evictions = self._evictions, []
-        return out
 
     def pull(
         self,

@@ -27,7 +27,7 @@ from rayform.torch._decode import BACKENDS
 from rayform.torch._epoch import SharedEpoch
 from rayform.torch._frames import check_frame
 from rayform.torch._index import GridIndex, build_index
-from rayform.torch._readahead import check_cache_fits
+from rayform.torch._readahead import DEFAULT_READAHEAD_BYTES, ReadAhead, check_cache_fits
 from rayform.torch._reader import SampleReader
 from rayform.torch._shard import DDP_EVEN, rank_indices
 from rayform.torch._stats import compute_stats
@@ -78,6 +78,9 @@ class EpisodeDataset(Dataset):
             no shared-memory transfer. With worker processes leave it at 0 (the workers already
             use the cores) and pass ``collate_fn=rayform.torch.collate``, which was faster in
             the benchmark (docs/benchmarks.md).
+        readahead_bytes: with :class:`~rayform.torch.EpisodeSampler`, blobs that the next
+            batches of this process need are fetched in the background, at most this many
+            bytes in flight (default 256 MiB; 0 turns it off; see docs/dataset.md).
 
     Raises:
         InvalidArgumentError: a value is not allowed (the message says what is).
@@ -103,6 +106,7 @@ class EpisodeDataset(Dataset):
         decoder_cache_size: int = 64,
         decoder_backend: str | None = None,
         decode_threads: int = 0,
+        readahead_bytes: int = DEFAULT_READAHEAD_BYTES,
     ) -> None:
         if not hasattr(slice_, "manifest") or not hasattr(slice_, "blob_path"):
             raise InvalidArgumentError(
@@ -141,6 +145,7 @@ class EpisodeDataset(Dataset):
             decoder_cache_size=self.decoder_cache_size, decoder_backend=decoder_backend,
             decode_threads=self.decode_threads,
         )
+        self._readahead = ReadAhead(self, max_bytes=_int("readahead_bytes", readahead_bytes))
 
     # -- size and epochs -------------------------------------------------------------------
     def __len__(self) -> int:
@@ -203,6 +208,7 @@ class EpisodeDataset(Dataset):
     def __getitems__(self, keys: Sequence[int | tuple[int, int]]) -> list[dict[str, Any]]:
         """Samples for many keys; frames of each episode are decoded in one batched call."""
         flat, epochs = self._resolve(keys)
+        self._readahead.saw(keys)
         seg, step = self._index.locate(flat)
         samples = self._reader.read(seg, step)
         if self.transform is not None:
