@@ -75,10 +75,64 @@ def test_same_samples_with_readahead_in_workers(demo_server: ServerProcess, tmp_
 
 
 def test_each_rank_prefetches_only_its_shard(demo_server: ServerProcess, tmp_path: Path) -> None:
-    ds = _dataset(demo_server.url, tmp_path / "rank0", shard=(0, 2))
+    ds = _dataset(demo_server.url, tmp_path / "rank0", shard=(0, 2), decode_threads=2)
     mine = {h for seg_pos in set(ds._index.locate(ds._local)[0].tolist())
             for h in segment_blobs(ds._index.segments[seg_pos], [*OBS, ACTION])}
     _batches(ds, epochs=1)
     assert ds._readahead.join(30)
     cached = set(assert_cache_consistent(tmp_path / "rank0"))
     assert cached == mine and len(mine) < len(ds.slice.manifest.blobs([*OBS, ACTION]))
+
+
+DDP_SCRIPT = f"""
+import json, sys
+from pathlib import Path
+import torch.distributed as dist
+from torch.utils.data import DataLoader
+import rayform
+from rayform.torch import EpisodeDataset, EpisodeSampler
+from rayform.torch._readahead import segment_blobs
+
+url, out = sys.argv[1], Path(sys.argv[2])
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+client = rayform.Client(endpoint=url, cache_dir=out / f"cache{{rank}}")
+names = {[*OBS, ACTION]!r}
+samples = {{}}
+for ahead in (0, 1 << 30):
+    ds = EpisodeDataset(client.slices.get("{DEMO_SLICE}"), obs=names[:-1], action=names[-1], fps=15,
+                        horizon=4, readahead_bytes=ahead)
+    loader = DataLoader(ds, batch_size=4, sampler=EpisodeSampler(ds), num_workers=1)
+    samples[ahead] = [b["t_ns"].tolist() + b["cam0/rgb"].flatten()[::97].tolist() for b in loader]
+    if ahead == 0:  # the read-ahead run starts from a cold cache
+        import shutil; shutil.rmtree(out / f"cache{{rank}}" / "blobs")
+mine = sorted({{h for s in set(ds._index.locate(ds._local)[0].tolist())
+               for h in segment_blobs(ds._index.segments[s], names)}})
+cached = sorted(p.name for p in (out / f"cache{{rank}}" / "blobs").rglob("*") if p.is_file())
+(out / f"rank{{rank}}.json").write_text(json.dumps({{"same": samples[0] == samples[1 << 30],
+    "mine": mine, "cached": cached, "n": len(samples[0])}}))
+dist.barrier()
+dist.destroy_process_group()
+"""
+
+
+def test_readahead_under_torchrun_prefetches_each_ranks_shard(demo_server: ServerProcess, tmp_path: Path) -> None:
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from conftest import free_port
+
+    script = tmp_path / "ddp_readahead.py"
+    script.write_text(DDP_SCRIPT)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--nnodes=1",
+           f"--master_port={free_port()}", str(script), demo_server.url, str(tmp_path)]
+    env = {**os.environ, "RAYFORM_TOKEN": TOKEN, "OMP_NUM_THREADS": "1"}
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=env)
+    assert out.returncode == 0, out.stderr[-4000:]
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+    for r in ranks:
+        assert r["same"] and r["n"] > 0  # identical samples with and without read-ahead
+        assert r["cached"] == r["mine"]  # each rank fetched its own shard's blobs, nothing else
+    assert not set(ranks[0]["mine"]) & set(ranks[1]["mine"])
