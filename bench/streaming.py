@@ -68,7 +68,13 @@ class Setup:
 
         self.token = secrets.token_urlsafe(16)
         self.link = Link(None, 0.0)
-        self.weed = SeaweedS3(work / "weed")
+        for attempt in range(3):  # weed mini sometimes draws a port it reserves for gRPC
+            try:
+                self.weed = SeaweedS3(work / f"weed{attempt}")
+                break
+            except RuntimeError:
+                if attempt == 2:
+                    raise
         s3_port = int(self.weed.endpoint.rsplit(":", 1)[1])
         store_port = self.link.forward(s3_port)
         s3_root = _s3_root(root, work, f"http://127.0.0.1:{store_port}", self.weed.env)
@@ -160,14 +166,17 @@ def run(gop: int, rates: list[float | None], workers: int, limit_rows: bool, wor
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--gops", type=int, nargs="+", default=[1, 10],
+                   help="encodings to run: 1 (all-intra, full rows) and/or 10 (cold rows only)")
     p.add_argument("--out", type=Path, default=HERE / "results" / "streaming.json")
     args = p.parse_args()
     with tempfile.TemporaryDirectory(prefix="rayform-bench-stream-") as tmp:
         work = Path(tmp)
-        results = [
-            run(1, [None, 100 * MB, 30 * MB], args.workers, True, work),
-            run(10, [100 * MB, 30 * MB], args.workers, False, work),
-        ]
+        results = []
+        if 1 in args.gops:
+            results.append(run(1, [None, 100 * MB, 30 * MB], args.workers, True, work))
+        if 10 in args.gops:
+            results.append(run(10, [100 * MB, 30 * MB], args.workers, False, work))
     doc = {"benchmark": "streaming", "slice": SLICE, "obs": OBS, "action": ACTION,
            "loader": f"batch 32, {args.workers} workers, EpisodeSampler, rayform.torch.collate",
            "results": results, "cpus": os.cpu_count(), "load_avg_1m_at_end": round(os.getloadavg()[0], 2),

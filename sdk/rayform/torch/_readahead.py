@@ -206,8 +206,9 @@ class ReadAhead:
             try:
                 path = slice_.blob_path(ref)
                 if getattr(slice_.client, "cache_limit", None) is not None:  # scheduled to read: keep it
-                    if self._pins is None:
-                        self._pins = Pins(max(8, 2 * self.threads))
+                    with self._lock:
+                        if self._pins is None:
+                            self._pins = Pins(max(8, 2 * self.threads))
                     self._pins.pin(path)
             except Exception as exc:  # the reader fetches it on demand and raises the real error
                 log.debug("read-ahead of blob %s... failed: %s", ref.hash[:12], exc)
