@@ -93,7 +93,11 @@ class Link:
             finally:
                 writer.close()
 
-        await asyncio.gather(up(), down())
+        try:
+            await asyncio.gather(up(), down())
+        except asyncio.CancelledError:  # the link is closing
+            up_w.close()
+            writer.close()
 
     def set_rate(self, rate_bps: float | None) -> None:
         """Change the bandwidth (the shared bucket starts empty)."""

@@ -23,6 +23,7 @@ import os
 import platform
 import secrets
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -123,7 +124,14 @@ def _streams_bytes(ds: Any) -> int:
     return sum(r.size for r in ds.slice.manifest.blobs([*OBS, ACTION]).values())
 
 
-def run(gop: int, rates: list[float | None], workers: int, limit_rows: bool, work: Path) -> dict[str, Any]:
+def _median_row(rows: list[dict[str, float]]) -> dict[str, Any]:
+    out: dict[str, Any] = {k: statistics.median(r[k] for r in rows) for k in rows[0]}
+    out["runs"] = rows
+    return out
+
+
+def run(gop: int, rates: list[float | None], workers: int, limit_rows: bool, work: Path,
+        repeats: int) -> dict[str, Any]:
     setup = Setup(_root(gop), work / f"gop{gop}")
     out: dict[str, Any] = {"gop": gop, "rows": {}}
     try:
@@ -131,24 +139,31 @@ def run(gop: int, rates: list[float | None], workers: int, limit_rows: bool, wor
         warm = _dataset(setup, warm_cache)
         warm.slice.client.pull(SLICE, streams=[*OBS, ACTION])
         out["bytes"] = _streams_bytes(warm)
-        out["rows"]["warm"] = _epoch(warm, 0, workers)
-        for rate in rates:
-            name = "unthrottled" if rate is None else f"{rate / MB:g}MBps_5ms"
-            setup.link.set_rate(rate)
-            setup.link.latency_s = 0.0 if rate is None else 0.005
-            cold = work / f"cold{gop}-{name}"
-            before = setup.link.bytes_down
-            row = _epoch(_dataset(setup, cold), 0, workers)
-            row["bytes_down"] = setup.link.bytes_down - before
-            row["ratio_cold_over_warm"] = round(row["samples_per_s"] / out["rows"]["warm"]["samples_per_s"], 3)
-            out["rows"][f"cold_{name}"] = row
-            shutil.rmtree(cold, ignore_errors=True)
+        cases: list[tuple[str, float | None, dict[str, Any]]] = [("warm", None, {})]
+        cases += [("cold_" + ("unthrottled" if r is None else f"{r / MB:g}MBps_5ms"), r, {}) for r in rates]
+        if gop == 1:
+            cases.append(("cold_100MBps_5ms_readahead_off", 100 * MB, {"readahead_bytes": 0}))
+        runs: dict[str, list[dict[str, float]]] = {name: [] for name, _, _ in cases}
+        for rep in range(repeats):  # interleaved, so every row sees the same machine load
+            for name, rate, kw in cases:
+                setup.link.set_rate(rate)
+                setup.link.latency_s = 0.0 if rate is None else 0.005
+                cache = warm_cache if name == "warm" else work / f"cold{gop}-{name}-{rep}"
+                before = setup.link.bytes_down
+                row = _epoch(_dataset(setup, cache, **kw), 0, workers)
+                row["bytes_down"] = setup.link.bytes_down - before
+                runs[name].append(row)
+                if name != "warm":
+                    shutil.rmtree(cache, ignore_errors=True)
+        for name in runs:
+            out["rows"][name] = _median_row(runs[name])
+        warm_row = out["rows"]["warm"]
+        for row in out["rows"].values():
+            row["warm_epoch_over_epoch"] = round(warm_row["epoch_s"] / row["epoch_s"], 3)
+            row["after5pct_over_warm"] = round(row["samples_per_s"] / warm_row["samples_per_s"], 3)
         if limit_rows:
             setup.link.set_rate(100 * MB)
             setup.link.latency_s = 0.005
-            off = _epoch(_dataset(setup, work / "off", readahead_bytes=0), 0, workers)
-            off["ratio_cold_over_warm"] = round(off["samples_per_s"] / out["rows"]["warm"]["samples_per_s"], 3)
-            out["rows"]["cold_100MBps_5ms_readahead_off"] = off
             for label, limit in (("unlimited", None), ("limit_25pct", out["bytes"] // 4)):
                 ds = _dataset(setup, work / f"two-{label}", cache_limit=limit)
                 epochs = []
@@ -166,6 +181,8 @@ def run(gop: int, rates: list[float | None], workers: int, limit_rows: bool, wor
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--repeats", type=int, default=2, help="interleaved runs per row (median kept)")
+    p.add_argument("--no-limit", action="store_true", help="skip the two-epoch cache-limit rows")
     p.add_argument("--gops", type=int, nargs="+", default=[1, 10],
                    help="encodings to run: 1 (all-intra, full rows) and/or 10 (cold rows only)")
     p.add_argument("--out", type=Path, default=HERE / "results" / "streaming.json")
@@ -174,9 +191,10 @@ def main() -> None:
         work = Path(tmp)
         results = []
         if 1 in args.gops:
-            results.append(run(1, [None, 100 * MB, 30 * MB], args.workers, True, work))
+            results.append(run(1, [None, 100 * MB, 30 * MB], args.workers, not args.no_limit, work,
+                               args.repeats))
         if 10 in args.gops:
-            results.append(run(10, [100 * MB, 30 * MB], args.workers, False, work))
+            results.append(run(10, [100 * MB, 30 * MB], args.workers, False, work, args.repeats))
     doc = {"benchmark": "streaming", "slice": SLICE, "obs": OBS, "action": ACTION,
            "loader": f"batch 32, {args.workers} workers, EpisodeSampler, rayform.torch.collate",
            "results": results, "cpus": os.cpu_count(), "load_avg_1m_at_end": round(os.getloadavg()[0], 2),

@@ -20,6 +20,7 @@ import errno
 import fcntl
 import os
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -28,7 +29,7 @@ from pathlib import Path
 from rayform._units import human_bytes
 from rayform.errors import InvalidArgumentError
 
-__all__ = ["EvictReport", "Pins", "check_fits", "evict_lru"]
+__all__ = ["EvictReport", "Evictor", "Pins", "check_fits", "evict_lru"]
 
 #: Pins one process keeps by default (a segment's blobs plus a read-ahead window).
 DEFAULT_MAX_PINS = 32
@@ -172,6 +173,37 @@ def evict_lru(root: Path, limit: int, keep: Iterable[str] = ()) -> EvictReport:
         else:
             skipped += 1
     return EvictReport(evicted, evicted_bytes, total, skipped)
+
+
+class Evictor:
+    """Runs :func:`evict_lru` after fetches, skipping the directory scan while clearly unneeded.
+
+    A scan lists every cached blob; on a big cache over NFS that costs more than a small
+    fetch. It is skipped while the last scan's total plus what this process fetched since is
+    under half the limit and that scan is under a second old (other processes may be filling
+    the cache meanwhile, so the estimate is trusted only briefly).
+    """
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._estimate: int | None = None
+        self._at = 0.0
+
+    def __getstate__(self) -> dict[str, object]:
+        return {"root": self.root}
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        self.__init__(state["root"])  # type: ignore[misc,arg-type]
+
+    def after_fetch(self, nbytes: int, limit: int, keep: Iterable[str]) -> EvictReport | None:
+        now = time.monotonic()
+        if self._estimate is not None:
+            self._estimate += nbytes
+            if self._estimate < limit // 2 and now - self._at < 1.0:
+                return None
+        report = evict_lru(self.root, limit, keep)
+        self._estimate, self._at = report.total_bytes, time.monotonic()
+        return report
 
 
 def check_fits(limit: int | None, need: int, what: str) -> None:

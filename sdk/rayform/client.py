@@ -22,7 +22,7 @@ from typing import Any
 
 import platformdirs
 
-from rayform._evict import Pins, check_fits, evict_lru
+from rayform._evict import Evictor, Pins, check_fits
 from rayform._fetchlog import fetch_log
 from rayform._ids import check_slice_id, check_stream_name
 from rayform._limits import resolve_cache_limit, resolve_stall_timeout
@@ -146,6 +146,7 @@ class Client:
         self.stall_timeout = resolve_stall_timeout(stall_timeout)
         self.cache_limit = resolve_cache_limit(cache_limit)
         self._pins = Pins(4)  # only from a fetch until the reader pins it itself
+        self._evictor = Evictor(self.cache.root)
         self._transport_obj: Transport | None = None
         self._manifests: dict[str, Manifest] = {}
         self.slices = SliceAPI(self)
@@ -308,8 +309,8 @@ class Client:
         if limit is not None and fetched:
             if self.cache_limit is not None:
                 self._pins.pin(path)
-            report = evict_lru(self.cache.root, limit, keep | {ref.hash})
-            if report.evicted:
+            report = self._evictor.after_fetch(fetched, limit, keep | {ref.hash})
+            if report is not None and report.evicted:
                 fetch_log().evicted(report.evicted, report.evicted_bytes)
         return path, fetched
 
