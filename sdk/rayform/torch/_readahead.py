@@ -36,7 +36,7 @@ log = logging.getLogger("rayform.fetch")
 #: Default bytes read-ahead may have in flight per process.
 DEFAULT_READAHEAD_BYTES = 256 << 20
 _THREADS = 4
-_MAX_BATCHES_AHEAD = 64
+_MAX_BATCHES_AHEAD = 32
 
 
 def segment_blobs(segment: Any, names: Sequence[str]) -> dict[str, Any]:
@@ -100,6 +100,8 @@ class ReadAhead:
         self._lock = threading.Lock()
         self._queue: collections.deque[Any] = collections.deque()
         self._scheduled: set[str] = set()
+        self._present: set[str] = set()  # seen in the cache (not trusted under a cache limit)
+        self._done_until: tuple[int, int] = (-1, -1)  # (epoch, batch start) fully handled
         self._in_flight = 0  # bytes queued or downloading
         self._workers: list[threading.Thread] = []
         self._plan: tuple[int, np.ndarray, np.ndarray] | None = None  # epoch, order, position
@@ -151,9 +153,12 @@ class ReadAhead:
         info = get_worker_info()
         step = info.num_workers if info is not None else 1
         starts = [(first // bs + step * k) * bs for k in range(1, _MAX_BATCHES_AHEAD + 1)]
-        self._schedule(order, starts, bs)
+        done_epoch, done_start = self._done_until
+        if done_epoch == epoch:  # batches already handled cost nothing again (warm caches)
+            starts = [s for s in starts if s > done_start]
+        self._schedule(order, starts, bs, epoch)
 
-    def _schedule(self, order: np.ndarray, starts: list[int], bs: int) -> None:
+    def _schedule(self, order: np.ndarray, starts: list[int], bs: int, epoch: int) -> None:
         ds = self.dataset
         names = [*ds.obs, *([ds.action] if ds.action else [])]
         client = ds.slice.client
@@ -163,6 +168,7 @@ class ReadAhead:
             budget = min(budget, limit // 4)
         with self._lock:
             window = self._in_flight
+        trust = limit is None  # under a limit a blob seen cached may be evicted before use
         for start in starts:
             if start >= len(order):
                 break
@@ -171,15 +177,20 @@ class ReadAhead:
             seg_pos, _ = ds._index.locate(flat)
             for s in dict.fromkeys(seg_pos.tolist()):
                 for ref in segment_blobs(ds._index.segments[s], names).values():
+                    if ref.hash in self._present:
+                        continue
                     with self._lock:
                         if ref.hash in self._scheduled:
                             continue
                     if client.cache.has_blob(ref.hash):
+                        if trust:
+                            self._present.add(ref.hash)
                         continue
                     window += ref.size
                     if window > budget:
-                        return
+                        return  # this batch is not done: look at it again next time
                     self._enqueue(ref)
+            self._done_until = (epoch, start)
 
     # -- fetching --------------------------------------------------------------------------
     def _enqueue(self, ref: Any) -> None:
@@ -215,6 +226,7 @@ class ReadAhead:
             finally:
                 with self._lock:
                     self._in_flight -= ref.size
+                    self._scheduled.discard(ref.hash)  # cached now (or failed): the cache says
 
     def _epoch_done(self, epoch: int) -> None:
         """Log the summary of the previous epoch when a new one starts."""
