@@ -16,7 +16,7 @@ from dataclasses import dataclass, fields
 
 from rayform._units import human_bytes
 
-__all__ = ["FetchCounts", "FetchLog", "ahead", "fetch_log"]
+__all__ = ["FetchCounts", "FetchLog", "ahead", "fetch_log", "mark_ahead"]
 
 log = logging.getLogger("rayform.fetch")
 
