@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import json
+import random
 import socket
 import struct
 import threading
@@ -51,6 +52,9 @@ class FaultProxy:
         self.stats = Stats()
         #: seconds to sleep between 1 KiB chunks of blob bodies (slows pulls so kills land mid-transfer)
         self.throttle_s = 0.0
+        #: fraction of all requests answered 503 or 429 with ``Retry-After: 1`` at random
+        self.busy_rate = 0.0
+        self._rng = random.Random(1234)
         self._faults: list[Fault] = []
         self._lock = threading.Lock()
         self._loop = asyncio.new_event_loop()
@@ -136,6 +140,9 @@ class FaultProxy:
         path = target.split("?", 1)[0]
         self.stats.requests[path] += 1
         fault = self._take(path)
+        if fault is None and self.busy_rate and self._rng.random() < self.busy_rate:
+            self.stats.faults["busy"] += 1
+            fault = Fault(self._rng.choice(("503", "429")), retry_after_s=1)
         try:
             await self._respond(writer, method, target, headers, path, fault)
         except (ConnectionError, OSError):

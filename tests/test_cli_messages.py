@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import DEMO_SLICE, TOKEN, ServerProcess
+from helpers import DEMO_SLICE, TOKEN, ServerProcess
 
 BIN = Path(sys.executable).parent  # the console scripts installed next to this interpreter
 SDK = Path(__file__).resolve().parents[1] / "sdk"

@@ -35,7 +35,7 @@ from _docblocks import (
     terminal,
     transcript,
 )
-from conftest import DEMO_SLICE, TOKEN, ServerProcess
+from helpers import DEMO_SLICE, TOKEN, ServerProcess
 
 BIN = Path(sys.executable).parent
 RUNNER = Path(__file__).resolve().parent / "_docrunner.py"

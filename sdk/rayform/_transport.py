@@ -1,7 +1,8 @@
 """The thin HTTP layer: connection reuse, retries, typed errors, resumable blob downloads.
 
-Retries live here and nowhere else: connection errors, timeouts, ``5xx`` and ``429`` are retried
-with exponential backoff and jitter (honouring ``Retry-After``); ``4xx`` answers never are.
+Retries live here and nowhere else (the policy is in :mod:`rayform._retry`): connection errors,
+timeouts, ``5xx`` and ``429`` are retried with exponential backoff and jitter (honouring
+``Retry-After``), within a bound on the time without progress; ``4xx`` answers never are.
 Redirects are followed by hand: the same origin keeps the ``Authorization`` header, any other
 origin (an object store's presigned URL) never receives it; an expired presigned URL (``403``
 from the other origin) makes us ask the stub again for a fresh one.
@@ -19,9 +20,9 @@ from collections.abc import Callable
 from typing import Any
 
 import httpx
-from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_random_exponential
 
 from rayform._process import PerProcess
+from rayform._retry import Retryable, RetryPolicy, Side, run_with_retries
 from rayform._seams import DownloadSink, ProgressCallback
 from rayform.errors import (
     AccessDeniedError,
@@ -65,13 +66,8 @@ _MAX_URL_REFRESHES = 2
 _MAX_RETRY_AFTER_S = 60.0
 
 
-class _Retryable(Exception):
-    """A failure worth retrying (network, timeout, 5xx, 429)."""
-
-    def __init__(self, reason: str, retry_after: float | None = None) -> None:
-        super().__init__(reason)
-        self.reason = reason
-        self.retry_after = retry_after
+#: The ``error`` code of a server ``503`` that means its object store did not answer.
+STORE_UNAVAILABLE = "store_unavailable"
 
 
 def _origin(url: httpx.URL) -> tuple[str, str, int | None]:
@@ -99,12 +95,33 @@ def _declared_size(resp: httpx.Response) -> int | None:
 
 
 def _server_message(resp: httpx.Response) -> str:
+    return _server_error(resp)[1]
+
+
+def _server_error(resp: httpx.Response) -> tuple[str, str]:
+    """``(error code, message)`` of a JSON error body, or empty strings."""
     try:
         body = resp.read()
         doc = httpx.Response(200, content=body).json()
-        return str(doc.get("message") or doc.get("error") or "").strip()
+        return str(doc.get("error") or ""), str(doc.get("message") or doc.get("error") or "").strip()
     except Exception:
-        return ""
+        return "", ""
+
+
+def _host(url: httpx.URL) -> str:
+    """``host:port`` of a URL: what errors may show of an object store's presigned URL."""
+    port = _origin(url)[2]
+    return f"{url.host}:{port}" if port else url.host
+
+
+def _network_failure(exc: httpx.TransportError, timeout_s: float, side: Side = "server",
+                     host: str | None = None) -> Retryable:
+    name = type(exc).__name__
+    if isinstance(exc, httpx.TimeoutException):
+        reason = f"{name}: no answer within {timeout_s:.3g} s"
+    else:
+        reason = name + (f": {exc}" if str(exc) else "")
+    return Retryable(reason, side=side, host=host)
 
 
 class Transport:
@@ -113,8 +130,12 @@ class Transport:
     Args:
         endpoint: base URL, e.g. ``http://127.0.0.1:8765``.
         token: bearer token (never logged, never shown).
-        timeout: connect/read timeout per request in seconds.
-        attempts: total attempts per request, first one included.
+        timeout: connect/read timeout per request in seconds (each attempt; never more than
+            the time left under ``stall_timeout``).
+        attempts: total attempts per request, first one included ("come back later" answers,
+            ``429``/``503`` with ``Retry-After``, are waited out without using one up).
+        stall_timeout: seconds an operation may go without progress, retries included, before
+            it fails with :class:`~rayform.errors.TransportError`.
         backoff_s: base of the exponential backoff in seconds (jittered, capped at 10 s).
         http_transport: an ``httpx`` transport to use instead of the network (tests).
         sleep: the sleep function used between retries (tests).
@@ -127,6 +148,7 @@ class Transport:
         *,
         timeout: float = 30.0,
         attempts: int = 5,
+        stall_timeout: float = 120.0,
         backoff_s: float = 0.25,
         http_transport: httpx.BaseTransport | None = None,
         sleep: Callable[[float], None] | None = None,
@@ -135,6 +157,7 @@ class Transport:
         self._token = token
         self.timeout = timeout
         self.attempts = max(1, attempts)
+        self.stall_timeout = stall_timeout
         self.backoff_s = backoff_s
         self._http_transport = http_transport
         self._sleep = sleep
@@ -176,42 +199,30 @@ class Transport:
         return {}
 
     # -- retries ---------------------------------------------------------------------------
-    def _wait(self, state: Any) -> float:
-        exc = state.outcome.exception() if state.outcome else None
-        if isinstance(exc, _Retryable) and exc.retry_after is not None:
-            return exc.retry_after
-        return wait_random_exponential(multiplier=self.backoff_s, max=10.0)(state)
+    def _policy(self) -> RetryPolicy:
+        return RetryPolicy(str(self.endpoint).rstrip("/"), self.attempts, self.backoff_s,
+                           self.stall_timeout, self._sleep)
 
-    def _with_retries(self, what: str, fn: Callable[[], Any]) -> Any:
-        kwargs: dict[str, Any] = {}
-        if self._sleep is not None:
-            kwargs["sleep"] = self._sleep
-        retrying = Retrying(
-            stop=stop_after_attempt(self.attempts),
-            wait=self._wait,
-            retry=retry_if_exception_type(_Retryable),
-            reraise=True,
-            before_sleep=lambda s: log.info(
-                "retrying %s (attempt %d): %s", what, s.attempt_number,
-                s.outcome.exception() if s.outcome else "?",
-            ),
-            **kwargs,
-        )
-        try:
-            return retrying(fn)
-        except _Retryable as exc:
-            raise TransportError(
-                f"{what} failed after {self.attempts} attempts: {exc.reason}. Check that the "
-                f"server {self.endpoint} is reachable (RAYFORM_ENDPOINT), then retry; cached "
-                "data stays usable with RAYFORM_OFFLINE=1."
-            ) from None
+    def _with_retries(self, what: str, fn: Callable[[float], Any],
+                      progress: Callable[[], int] | None = None) -> Any:
+        return run_with_retries(self._policy(), what, fn, progress=progress)
 
-    def _check(self, resp: httpx.Response, what: str) -> None:
+    def _timeout(self, left_s: float) -> httpx.Timeout:
+        return httpx.Timeout(min(self.timeout, left_s))
+
+    def _check(self, resp: httpx.Response, what: str, host: str | None = None) -> None:
         status = resp.status_code
         if status < 300:
             return
         if status == 429 or status >= 500:
-            raise _Retryable(f"HTTP {status}", _retry_after(resp))
+            after = _retry_after(resp)
+            code, message = _server_error(resp)
+            busy = status in (429, 503) and after is not None and after > 0
+            if host is not None:  # the object store answered itself
+                raise Retryable(f"HTTP {status}", after, side="direct", host=host, busy=busy)
+            if code == STORE_UNAVAILABLE:  # the server is fine; what it stands in front of is not
+                raise Retryable(f"HTTP {status}: {message}", after, side="store")
+            raise Retryable(f"HTTP {status}", after, busy=busy)
         msg = _server_message(resp)
         detail = f" ({msg})" if msg else ""
         if status == 400:
@@ -238,12 +249,13 @@ class Transport:
     def get_bytes(self, path: str, what: str) -> bytes:
         """GET ``path`` (relative to the endpoint) and return the body, with retries."""
 
-        def once() -> bytes:
+        def once(left_s: float) -> bytes:
             url = self._url(path)
+            timeout = self._timeout(left_s)
             try:
-                resp = self._http().get(url, headers=self._headers(url))
+                resp = self._http().get(url, headers=self._headers(url), timeout=timeout)
             except httpx.TransportError as exc:
-                raise _Retryable(type(exc).__name__ + (f": {exc}" if str(exc) else "")) from None
+                raise _network_failure(exc, min(self.timeout, left_s)) from None
             self._check(resp, what)
             return resp.content
 
@@ -262,7 +274,7 @@ class Transport:
         """Fill ``part`` from ``part.offset`` to its end with the blob at ``path``.
 
         A broken connection is retried and the download continues where it stopped, with
-        ``Range: bytes=<offset>-``.
+        ``Range: bytes=<offset>-``. Bytes received count as progress (see ``stall_timeout``).
 
         Args:
             path: the blob's URL path, relative to the endpoint.
@@ -271,66 +283,89 @@ class Transport:
             on_bytes: called with the size of each chunk written (progress bars).
         """
 
-        def once() -> None:
+        def once(left_s: float) -> None:
             if part.remaining <= 0:
                 return
-            try:
-                self._download_once(path, part, what, on_bytes)
-            except httpx.TransportError as exc:
-                raise _Retryable(type(exc).__name__ + (f": {exc}" if str(exc) else "")) from None
+            self._download_once(path, part, what, left_s, on_bytes)
 
-        self._with_retries(what, once)
+        self._with_retries(what, once, progress=lambda: part.offset)
 
-    def _download_once(self, path: str, part: DownloadSink, what: str,
+    def _download_once(self, path: str, part: DownloadSink, what: str, left_s: float,
                        on_bytes: ProgressCallback | None) -> None:
         url = self._url(path)
         redirects = refreshes = 0
         client = self._http()
+        timeout = self._timeout(left_s)
         while True:
             headers = self._headers(url)
             if part.offset:
                 headers["Range"] = f"bytes={part.offset}-"
             foreign = _origin(url) != _origin(self.endpoint)
-            with client.stream("GET", url, headers=headers) as resp:
-                status = resp.status_code
-                if status in (301, 302, 303, 307, 308) and "location" in resp.headers:
-                    redirects += 1
-                    if redirects > _MAX_REDIRECTS:
-                        raise TransportError(f"{what}: too many redirects")
-                    url = url.join(resp.headers["location"])
-                    continue
-                if foreign and status == 403:  # presigned URL expired: ask the stub again
+            host = _host(url) if foreign else None
+            try:
+                self._stream_once(client, url, headers, part, what, timeout, host, on_bytes)
+                return
+            except httpx.TransportError as exc:
+                raise _network_failure(exc, float(timeout.read or 0), "direct" if foreign else "server",
+                                       host) from None
+            except _Redirect as redirect:
+                if redirect.refresh:
                     refreshes += 1
                     if refreshes > _MAX_URL_REFRESHES:
                         raise AccessDeniedError(
                             f"{what}: the object store refused {refreshes} fresh download URLs; "
                             "check the server's storage credentials"
-                        )
+                        ) from None
                     url, redirects = self._url(path), 0
-                    continue
-                if status == 416 and part.offset:
-                    part.restart()  # our partial copy is longer than the blob: start over
-                    continue
-                self._check(resp, what)
-                if status == 200 and part.offset:
-                    part.restart()  # the range was ignored: take the whole body
-                elif status == 206:
-                    start = resp.headers.get("content-range", "").removeprefix("bytes ").split("-")[0]
-                    if start != str(part.offset):
-                        raise _Retryable(f"unexpected Content-Range {start!r}")
-                total = _declared_size(resp)
-                if total is not None and total != part.expected_size:
-                    raise IntegrityError(
-                        f"{what}: the server holds {total} bytes for this blob but its manifest "
-                        f"declares {part.expected_size}; nothing was cached. The data on the "
-                        "server is inconsistent: report it to the data owners."
-                    )
-                for chunk in resp.iter_bytes():
-                    part.write(chunk)
-                    if on_bytes is not None:
-                        on_bytes(len(chunk))
-                if part.remaining > 0:
-                    raise _Retryable(f"connection closed after {part.offset} of "
-                                     f"{part.expected_size} bytes")
-                return
+                elif redirect.location is not None:
+                    redirects += 1
+                    if redirects > _MAX_REDIRECTS:
+                        raise TransportError(f"{what}: too many redirects") from None
+                    url = url.join(redirect.location)
 
+    def _stream_once(self, client: httpx.Client, url: httpx.URL, headers: dict[str, str],
+                     part: DownloadSink, what: str, timeout: httpx.Timeout, host: str | None,
+                     on_bytes: ProgressCallback | None = None) -> None:
+        """One GET of the blob into ``part``; raises :class:`_Redirect` to go elsewhere."""
+        foreign = host is not None
+        with client.stream("GET", url, headers=headers, timeout=timeout) as resp:
+            status = resp.status_code
+            if status in (301, 302, 303, 307, 308) and "location" in resp.headers:
+                raise _Redirect(resp.headers["location"])
+            if foreign and status == 403:  # presigned URL expired: ask the stub again
+                raise _Redirect(None, refresh=True)
+            if status == 416 and part.offset:
+                part.restart()  # our partial copy is longer than the blob: start over
+                raise _Redirect(str(url))
+            self._check(resp, what, host)
+            if status == 200 and part.offset:
+                part.restart()  # the range was ignored: take the whole body
+            elif status == 206:
+                start = resp.headers.get("content-range", "").removeprefix("bytes ").split("-")[0]
+                if start != str(part.offset):
+                    raise Retryable(f"unexpected Content-Range {start!r}")
+            total = _declared_size(resp)
+            if total is not None and total != part.expected_size:
+                raise IntegrityError(
+                    f"{what}: the server holds {total} bytes for this blob but its manifest "
+                    f"declares {part.expected_size}; nothing was cached. The data on the "
+                    "server is inconsistent: report it to the data owners."
+                )
+            for chunk in resp.iter_bytes():
+                part.write(chunk)
+                if on_bytes is not None:
+                    on_bytes(len(chunk))
+            if part.remaining > 0:
+                raise Retryable(f"connection closed after {part.offset} of "
+                                f"{part.expected_size} bytes", side="direct" if foreign else "server",
+                                host=host)
+
+
+
+class _Redirect(Exception):
+    """Go to ``location`` (relative to the current URL), or ask the server again (``refresh``)."""
+
+    def __init__(self, location: str | None, *, refresh: bool = False) -> None:
+        super().__init__(location)
+        self.location = location
+        self.refresh = refresh

@@ -48,7 +48,7 @@ def _print_json(doc: Any) -> None:
 def _cmd_pull(args: argparse.Namespace) -> int:
     client = _client(args)
     report = client.pull(args.slice_id, streams=args.streams or None, jobs=args.jobs,
-                         progress=not args.quiet and not args.json)
+                         progress=not args.quiet and not args.json, max_cache=args.max_cache)
     if args.json:
         _print_json(report.to_json())
     elif not args.quiet:
@@ -216,6 +216,9 @@ def build_parser() -> argparse.ArgumentParser:
     pull.add_argument("--streams", nargs="+", metavar="S", help="only these streams, e.g. cam0/rgb")
     pull.add_argument("--jobs", "-j", type=int, default=8, help="parallel downloads (default 8)")
     pull.add_argument("--quiet", "-q", action="store_true", help="no progress bar or summary")
+    pull.add_argument("--max-cache", metavar="SIZE", default=None,
+                      help="keep the cache's blobs under SIZE (e.g. 50GB), evicting least recently "
+                           "used blobs nobody is reading (default RAYFORM_CACHE_LIMIT)")
     pull.add_argument("--shared", action="store_true",
                       help="group-writable shared cache (directories setgid, files group-readable)")
     pull.set_defaults(func=_cmd_pull)

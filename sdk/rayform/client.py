@@ -15,13 +15,17 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from rayform._columnar import ColumnarManifest
 from rayform._env import default_cache_dir, env_flag
+from rayform._evict import Evictor, Pins, check_fits
+from rayform._fetchlog import fetch_log
 from rayform._ids import check_slice_id, check_stream_name
+from rayform._limits import resolve_cache_limit, resolve_stall_timeout
 from rayform._manifest_io import open_manifest
 from rayform._pull import PullReport, run_pull
 from rayform._seams import DownloadSink, ProgressCallback
@@ -105,8 +109,15 @@ class Client:
         locks: per-blob file locks against duplicate downloads (``RAYFORM_NO_LOCKS=1``
             disables them); correctness never depends on them.
         shared: group-writable cache for a team (directories setgid ``0o2775``).
-        timeout: per-request timeout in seconds.
+        timeout: per-request timeout in seconds (connect, and each read).
         attempts: attempts per request before giving up (retries back off exponentially).
+        stall_timeout: seconds any network operation may go without progress, retries
+            included, before it fails with a :class:`~rayform.errors.TransportError` naming the
+            side that failed (the server or its object store); default
+            ``RAYFORM_STALL_TIMEOUT``, else 120.
+        cache_limit: bytes the cache's blobs may take, an ``int`` or a size such as ``"10GB"``;
+            default ``RAYFORM_CACHE_LIMIT``, else no limit. Each fetch evicts least recently
+            used blobs that no process is using (``docs/cache.md``).
     """
 
     def __init__(
@@ -120,6 +131,8 @@ class Client:
         shared: bool = False,
         timeout: float = 30.0,
         attempts: int = 5,
+        stall_timeout: float | None = None,
+        cache_limit: int | str | None = None,
     ) -> None:
         endpoint = endpoint or os.environ.get("RAYFORM_ENDPOINT") or None
         if endpoint is not None and not re.match(r"^https?://[^\s/]+", endpoint):
@@ -137,6 +150,10 @@ class Client:
         self.cache = Cache(cache_dir, shared=shared, locks=locks)
         self.timeout = timeout
         self.attempts = attempts
+        self.stall_timeout = resolve_stall_timeout(stall_timeout)
+        self.cache_limit = resolve_cache_limit(cache_limit)
+        self._pins = Pins(4)  # only from a fetch until the reader pins it itself
+        self._evictor = Evictor(self.cache.root)
         self._transport_obj: Transport | None = None
         self._manifests: dict[str, Manifest | ColumnarManifest] = {}
         self.slices = SliceAPI(self._get_slice, self._list_slices, self)
@@ -169,7 +186,8 @@ class Client:
             )
         if self._transport_obj is None:
             self._transport_obj = Transport(
-                self.endpoint, self._token, timeout=self.timeout, attempts=self.attempts
+                self.endpoint, self._token, timeout=self.timeout, attempts=self.attempts,
+                stall_timeout=self.stall_timeout,
             )
         return self._transport_obj
 
@@ -288,22 +306,43 @@ class Client:
             IntegrityError: the server's bytes do not match the hash.
             CacheError: the cache cannot be written.
         """
-        path = self.cache.get_blob(ref.hash)
-        if path is not None:
-            return path
-        if self.offline:
-            raise self._offline_missing(slice_id, [ref])
-        path, _ = self._fetch(slice_id, ref)
-        return path
+        path: Path | None = None
+        for _ in range(3):  # a bounded cache may evict it between the fetch and the pin
+            path = self.cache.get_blob(ref.hash)
+            if path is None:
+                if self.offline:
+                    raise self._offline_missing(slice_id, [ref])
+                t0 = time.monotonic()
+                path, fetched = self._fetch(slice_id, ref)
+                if not fetched:  # another thread or process had it on the way
+                    fetch_log().waited(time.monotonic() - t0)
+            else:
+                fetch_log().hit()
+            if self.cache_limit is None or self._pins.pin(path):
+                return path
+        assert path is not None
+        return path  # evicted again and again: the caller opens it now or fetches once more
 
-    def _fetch(self, slice_id: str, ref: BlobRef, on_bytes: ProgressCallback | None = None) -> tuple[Path, int]:
+    def _fetch(self, slice_id: str, ref: BlobRef, on_bytes: ProgressCallback | None = None, *,
+               limit: int | None = None, keep: frozenset[str] = frozenset()) -> tuple[Path, int]:
         url = f"v1/slices/{slice_id}/blobs/{ref.hash}"
 
         def download(part: DownloadSink) -> None:
             self._transport().download(url, part, f"downloading blob {ref.hash[:12]}... of {slice_id}",
                                        on_bytes)
 
-        return self.cache.fetch_blob(ref, download)
+        t0 = time.monotonic()
+        path, fetched = self.cache.fetch_blob(ref, download)
+        if fetched:
+            fetch_log().fetched(fetched, time.monotonic() - t0)
+        limit = limit if limit is not None else self.cache_limit
+        if limit is not None and fetched:
+            if self.cache_limit is not None:
+                self._pins.pin(path)
+            report = self._evictor.after_fetch(fetched, limit, keep | {ref.hash})
+            if report is not None and report.evicted:
+                fetch_log().evicted(report.evicted, report.evicted_bytes)
+        return path, fetched
 
     def pull(
         self,
@@ -311,6 +350,7 @@ class Client:
         streams: Sequence[str] | None = None,
         jobs: int = 8,
         progress: bool = False,
+        max_cache: int | str | None = None,
     ) -> PullReport:
         """Fetch every blob of ``slice_id`` (or of the named streams) into the cache.
 
@@ -319,8 +359,11 @@ class Client:
             streams: stream names such as ``["cam0/rgb"]``; all streams if None.
             jobs: parallel downloads.
             progress: show a progress bar (bytes, rate, ETA) on stderr.
+            max_cache: keep the cache's blobs under this many bytes (``"10GB"`` works),
+                evicting least recently used blobs of other work; default ``cache_limit``.
 
         Raises:
+            InvalidArgumentError: what was asked for does not fit under ``max_cache``.
             NotFoundError: a named stream is in no segment of the slice.
             OfflineError: offline mode and something is missing.
         """
@@ -337,8 +380,15 @@ class Client:
                     f"{', '.join(slice_.streams)}"
                 )
         refs = list(slice_.manifest.blobs(names).values())
+        limit = resolve_cache_limit(max_cache) if max_cache is not None else self.cache_limit
+        check_fits(limit, sum(r.size for r in refs), f"the blobs of {slice_id} to pull")
+        keep = frozenset(r.hash for r in refs)
+
+        def fetch(sid: str, ref: BlobRef, on_bytes: ProgressCallback | None = None) -> tuple[Path, int]:
+            return self._fetch(sid, ref, on_bytes, limit=limit, keep=keep)
+
         if self.offline:
             missing = [r for r in refs if not self.cache.has_blob(r.hash)]
             if missing:
                 raise self._offline_missing(slice_id, missing)
-        return run_pull(slice_id, refs, self.cache, self._fetch, jobs=jobs, progress=progress)
+        return run_pull(slice_id, refs, self.cache, fetch, jobs=jobs, progress=progress)

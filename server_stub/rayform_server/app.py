@@ -48,6 +48,9 @@ __all__ = ["DEFAULT_PRESIGN_EXPIRY_S", "MAX_TARGET_BYTES", "create_app"]
 MAX_TARGET_BYTES = 2048
 _CHUNK = 256 * 1024
 _REFS_CACHE_SIZE = 64
+#: The error code of a ``503`` that means the object store behind the server did not answer
+#: (clients say so, instead of blaming the server's address).
+STORE_UNAVAILABLE = "store_unavailable"
 _RANGE_RE = re.compile(r"^bytes=(\d*)-(\d*)$")
 
 
@@ -247,8 +250,11 @@ class _Api:
         try:
             present, url = await run_in_threadpool(lookup)
         except Exception as exc:  # the store is down or refuses us: a server fault, retryable
-            raise ApiError(503, "unavailable", f"the object store {blobs.describe()} did not answer "
-                           f"({type(exc).__name__}); retry with backoff",
+            host = blobs.host() if hasattr(blobs, "host") else "?"
+            within = getattr(blobs, "lookup_timeout_s", None)
+            when = f" within {within:g} s" if within else ""
+            raise ApiError(503, STORE_UNAVAILABLE, f"the object store at {host} did not "
+                           f"answer{when} ({type(exc).__name__}); retry with backoff",
                            {"Retry-After": "1"}) from None
         if not present:
             raise ApiError(404, "not_found", f"blob {digest[:12]}... of slice {slice_id} is missing "

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 from urllib.parse import urlparse
 
 from rayform.errors import AccessDeniedError, InvalidArgumentError, TransportError
@@ -103,26 +103,54 @@ class S3BlobBackend:
     Credentials come from the standard AWS environment variables (``AWS_ACCESS_KEY_ID``,
     ``AWS_SECRET_ACCESS_KEY``, ``AWS_REGION``...). Presigned URLs use SigV4 (boto3 would
     default to SigV2 for custom endpoints).
+
+    Requests made while serving (does a blob exist?) use one attempt with a short timeout,
+    ``lookup_timeout_s`` (default ``RAYFORM_SERVER_STORE_TIMEOUT``, else 5 s): a stalled store
+    must turn into a quick ``503`` with ``Retry-After``, never a request that hangs while the
+    client waits. Uploads (ingest) keep botocore's patient defaults.
     """
 
     def __init__(self, bucket: str, prefix: str = "", *, endpoint_url: str | None = None,
-                 region: str | None = None, create_bucket: bool = True) -> None:
+                 region: str | None = None, create_bucket: bool = True,
+                 lookup_timeout_s: float | None = None) -> None:
         import boto3
-        from botocore.config import Config
 
         self.bucket = bucket
         self.prefix = prefix.strip("/")
         self.endpoint_url = endpoint_url
-        self._s3 = boto3.client(
-            "s3",
-            endpoint_url=endpoint_url,
-            region_name=region or os.environ.get("AWS_REGION") or "us-east-1",
-            config=Config(signature_version="s3v4", s3={"addressing_style": "path"},
-                          retries={"max_attempts": 5, "mode": "standard"}),
-        )
+        self._region = region or os.environ.get("AWS_REGION") or "us-east-1"
+        self._s3 = boto3.client("s3", endpoint_url=endpoint_url, region_name=self._region,
+                                config=self._config(retries={"max_attempts": 5, "mode": "standard"}))
+        if lookup_timeout_s is None:
+            lookup_timeout_s = float(os.environ.get("RAYFORM_SERVER_STORE_TIMEOUT") or 5.0)
+        self.set_lookup_timeout(lookup_timeout_s)
         self._known: set[str] = set()
         if create_bucket:
             self._ensure_bucket()
+
+    @staticmethod
+    def _config(**kw: object) -> Any:
+        from botocore.config import Config
+
+        return Config(signature_version="s3v4", s3={"addressing_style": "path"}, **kw)
+
+    def set_lookup_timeout(self, seconds: float) -> None:
+        """Connect/read timeout in seconds of the requests made while serving (one attempt)."""
+        import boto3
+
+        if not seconds > 0:
+            raise ValueError(f"the object store timeout must be a positive number of seconds, got {seconds!r}")
+        self.lookup_timeout_s = float(seconds)
+        self._lookup = boto3.client(
+            "s3", endpoint_url=self.endpoint_url, region_name=self._region,
+            config=self._config(connect_timeout=seconds, read_timeout=seconds,
+                                retries={"max_attempts": 1, "mode": "standard"}))
+
+    def host(self) -> str:
+        """``host[:port]`` of the object store (what errors may show of it)."""
+        if self.endpoint_url:
+            return urlparse(self.endpoint_url).netloc or self.endpoint_url
+        return "s3.amazonaws.com"
 
     def _ensure_bucket(self) -> None:
         from botocore.exceptions import BotoCoreError, ClientError
@@ -131,7 +159,7 @@ class S3BlobBackend:
                "then start again")
         try:
             try:
-                self._s3.head_bucket(Bucket=self.bucket)
+                self._lookup.head_bucket(Bucket=self.bucket)
             except ClientError as exc:
                 if exc.response.get("Error", {}).get("Code") not in ("404", "NoSuchBucket", "NotFound"):
                     raise
@@ -153,7 +181,7 @@ class S3BlobBackend:
         if digest in self._known:
             return True
         try:
-            self._s3.head_object(Bucket=self.bucket, Key=self.key(digest))
+            self._lookup.head_object(Bucket=self.bucket, Key=self.key(digest))
         except ClientError as exc:
             if exc.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
                 return False

@@ -60,6 +60,8 @@ def _serve(args: argparse.Namespace) -> int:
     if token is None and args.tokens_file is None and not args.allow_anonymous:
         token = os.environ.get("RAYFORM_SERVER_TOKEN") or None
     blobs = configure_root(root, args.blobs, args.s3_endpoint)
+    if args.store_timeout is not None and hasattr(blobs, "set_lookup_timeout"):
+        blobs.set_lookup_timeout(args.store_timeout)
     app = create_app(root, token=token, tokens_file=args.tokens_file, allow_anonymous=args.allow_anonymous,
                      blobs=blobs, presign_expiry_s=args.presign_expiry)
     family = socket.AF_INET6 if ":" in args.host else socket.AF_INET
@@ -237,6 +239,10 @@ def build_parser() -> argparse.ArgumentParser:
     access.add_argument("--allow-anonymous", action="store_true",
                         help="serve every slice without any token (only for a trusted network)")
     _add_blob_args(serve)
+    serve.add_argument("--store-timeout", metavar="SECONDS", type=float, default=None,
+                       help="with --blobs: how long one request to the object store may take while "
+                            "serving before the server answers 503 with Retry-After (default "
+                            "RAYFORM_SERVER_STORE_TIMEOUT, else 5)")
     serve.add_argument("--presign-expiry", metavar="SECONDS", type=int, default=DEFAULT_PRESIGN_EXPIRY_S,
                        help="with --blobs: lifetime of the presigned blob URLs the server redirects to "
                        f"(default {DEFAULT_PRESIGN_EXPIRY_S}; clients ask again when one expires)")

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from rayform._evict import Pins
 from rayform._process import PerProcess
 from rayform._seams import BlobSource
 from rayform.manifest import BlobRef, Stream
@@ -32,6 +33,7 @@ from rayform.torch._align import align_values, latest_at_or_before
 from rayform.torch._decode import DecoderCache
 from rayform.torch._frames import convert
 from rayform.torch._index import GridIndex, grid_offsets_ns
+from rayform.torch._readahead import reader_pins
 from rayform.torch._tables import TableCache
 
 __all__ = ["SampleReader"]
@@ -40,12 +42,13 @@ __all__ = ["SampleReader"]
 class _ProcessState:
     """What one process of a reader holds: open decoders, loaded tables, resolved blob paths."""
 
-    __slots__ = ("decoders", "paths", "tables")
+    __slots__ = ("decoders", "paths", "pins", "tables")
 
-    def __init__(self, decoder_cache_size: int, decoder_backend: str | None) -> None:
+    def __init__(self, decoder_cache_size: int, decoder_backend: str | None, pins: Pins | None) -> None:
         self.decoders = DecoderCache(decoder_cache_size, decoder_backend)
         self.tables = TableCache()
         self.paths: dict[str, Path] = {}
+        self.pins = pins  # the blobs being read, which a bounded cache must not evict
 
 
 class SampleReader:
@@ -98,7 +101,11 @@ class SampleReader:
 
     # -- per-process state -----------------------------------------------------------------
     def _new_state(self) -> _ProcessState:
-        return _ProcessState(self.decoder_cache_size, self.decoder_backend)
+        pins = reader_pins(self.slice, self.index.segments, self._streams())
+        return _ProcessState(self.decoder_cache_size, self.decoder_backend, pins)
+
+    def _streams(self) -> list[str]:
+        return [*self.obs, *([self.action] if self.action else [])]
 
     def open_backends(self) -> list[str]:
         """This process's open video decoders, least recently used first, by backend
@@ -106,17 +113,19 @@ class SampleReader:
         state = self._state.peek()
         return state.decoders.open_backends() if state is not None else []
 
-    def _path(self, ref: BlobRef, paths: dict[str, Path]) -> Path:
-        path = paths.get(ref.hash)
-        if path is None:
+    def _path(self, ref: BlobRef, state: _ProcessState) -> Path:
+        path = state.paths.get(ref.hash)
+        if path is None or (state.pins is not None and not path.is_file()):  # evicted: fetch again
             path = Path(self.slice.blob_path(ref))
-            paths[ref.hash] = path
+            state.paths[ref.hash] = path
+        if state.pins is not None:  # in use: no bounded cache may evict it
+            state.pins.pin(path)
         return path
 
     def table(self, stream: Stream) -> tuple[np.ndarray, np.ndarray]:
         """``(t_ns (N,), values (N, D))`` of a table stream (fetched on demand)."""
         state = self._state.get()
-        return state.tables.table(stream.blob.hash, self._path(stream.blob, state.paths))
+        return state.tables.table(stream.blob.hash, self._path(stream.blob, state))
 
     # -- reading ---------------------------------------------------------------------------
     def read(self, seg_pos: np.ndarray, steps: np.ndarray) -> list[dict[str, Any]]:
@@ -219,12 +228,12 @@ class SampleReader:
             a full copy of every frame per batch.
         """
         assert stream.timestamps is not None
-        frame_t = state.tables.timestamps(stream.timestamps.hash, self._path(stream.timestamps, state.paths))
+        frame_t = state.tables.timestamps(stream.timestamps.hash, self._path(stream.timestamps, state))
         idx = latest_at_or_before(frame_t, t_query)
         unique, inverse = np.unique(idx.reshape(-1), return_inverse=True)
         # Paths are resolved here, in the calling thread: a missing blob is fetched (or
         # OfflineError raised) before any decoding starts.
-        args = (stream.blob.hash, self._path(stream.blob, state.paths), unique, stream.rate_hz)
+        args = (stream.blob.hash, self._path(stream.blob, state), unique, stream.rate_hz)
         inverse = inverse.reshape(t_query.shape).astype(np.int64)
         if pool is not None:
             return pool.submit(_decode_contiguous, state.decoders, *args), inverse

@@ -34,6 +34,7 @@ from rayform.torch._index import (
     selection_of,
 )
 from rayform.torch._order import DDP_EVEN, Stream, episode_streams
+from rayform.torch._readahead import DEFAULT_READAHEAD_BYTES, ReadAhead, check_cache_fits
 from rayform.torch._reader import SampleReader
 from rayform.torch._stats import compute_stats
 
@@ -88,6 +89,9 @@ class EpisodeDataset(Dataset):
             no shared-memory transfer. With worker processes leave it at 0 (the workers already
             use the cores) and pass ``collate_fn=rayform.torch.collate``, which was faster in
             the benchmark (docs/benchmarks.md).
+        readahead_bytes: with :class:`~rayform.torch.EpisodeSampler`, blobs that the next
+            batches of this process need are fetched in the background, at most this many
+            bytes in flight (default 256 MiB; 0 turns it off; see docs/dataset.md).
 
     Raises:
         InvalidArgumentError: a value is not allowed (the message says what is).
@@ -113,6 +117,7 @@ class EpisodeDataset(Dataset):
         decoder_cache_size: int = 64,
         decoder_backend: str | None = None,
         decode_threads: int = 0,
+        readahead_bytes: int = DEFAULT_READAHEAD_BYTES,
     ) -> None:
         if not isinstance(slice_, BlobSource):
             raise InvalidArgumentError(
@@ -141,6 +146,7 @@ class EpisodeDataset(Dataset):
         self._epoch = SharedEpoch(0)  # shared with forked (persistent) workers
 
         names = [*self.obs, *([self.action] if self.action else [])]
+        check_cache_fits(slice_, self._segments, names)
         self._index: GridIndex = build_index(self._segments, names, self.fps)
         self._reader = SampleReader(
             slice_, self._index, self.obs, self.action, horizon=self.horizon,
@@ -148,6 +154,7 @@ class EpisodeDataset(Dataset):
             decoder_cache_size=self.decoder_cache_size, decoder_backend=decoder_backend,
             decode_threads=self.decode_threads,
         )
+        self._readahead = ReadAhead(self, max_bytes=_int("readahead_bytes", readahead_bytes))
 
     # -- size and epochs -------------------------------------------------------------------
     def __len__(self) -> int:
@@ -223,6 +230,7 @@ class EpisodeDataset(Dataset):
     def __getitems__(self, keys: Sequence[int | tuple[int, int]]) -> list[dict[str, Any]]:
         """Samples for many keys; frames of each episode are decoded in one batched call."""
         flat, epochs = self._resolve(keys)
+        self._readahead.saw(keys)
         seg, step = self._index.locate(flat)
         samples = self._reader.read(seg, step)
         if self.transform is not None:

@@ -1,0 +1,207 @@
+"""Streaming from a cold cache: read-ahead, a bounded cache, and what all-intra video costs.
+
+The stub serves the demo slice from SeaweedFS (``weed mini``) on loopback; every byte the SDK
+receives, from the stub and from the object store its 307s point at, crosses one throttled
+"link" (``bench/_throttle.py``: a shared token bucket plus a latency per request). For each
+link speed the same loader (2 workers, ``EpisodeSampler``, ``rayform.torch.collate``, batch
+32, two cameras + joints) runs one epoch on a warm cache and one on a cold cache; samples/s
+are counted after the first 5 % of the epoch (worker start-up and the first fetches).
+
+    python -m bench.streaming            # a few minutes; writes bench/results/streaming.json
+
+Rows: unthrottled, 100 MB/s + 5 ms, 30 MB/s + 5 ms (GOP 1, the ingest default); read-ahead
+off at 100 MB/s; a cache limit at 25 % of the streams' bytes for two epochs beside no limit;
+the same at GOP 10 (a keyframe every 10 frames, about 3x fewer bytes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import secrets
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent / "tests"))
+
+from bench._throttle import Link  # noqa: E402
+
+SLICE = "slc_7c1e04aa"
+OBS = ["cam0/rgb", "wrist/rgb", "joints/position"]
+ACTION = "joints/position_delta"
+MB = 10**6
+
+
+def _root(gop: int) -> Path:
+    """The full demo slice encoded with keyframes every ``gop`` frames (built once)."""
+    root = HERE.parent / ".bench" / f"stream-root-gop{gop}"
+    if (root / "slices").is_dir():
+        return root
+    from rayform_server import demo
+
+    t0 = time.perf_counter()
+    defaults = demo.build_episode.__defaults__
+    demo.build_episode.__defaults__ = (gop,)  # in-process build (jobs=1) at this GOP
+    try:
+        demo.build_demo(root, slice_id=SLICE, small=False, jobs=1)
+    finally:
+        demo.build_episode.__defaults__ = defaults
+    print(f"built {root.name} in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
+    return root
+
+
+class Setup:
+    """SeaweedFS + the stub on an S3 copy of ``root``, both behind one throttled link."""
+
+    def __init__(self, root: Path, work: Path) -> None:
+        from _seaweed import SeaweedS3
+
+        from bench.bench_pull import _s3_root, _start_server
+
+        self.token = secrets.token_urlsafe(16)
+        self.link = Link(None, 0.0)
+        for attempt in range(3):  # weed mini sometimes draws a port it reserves for gRPC
+            try:
+                self.weed = SeaweedS3(work / f"weed{attempt}")
+                break
+            except RuntimeError:
+                if attempt == 2:
+                    raise
+        s3_port = int(self.weed.endpoint.rsplit(":", 1)[1])
+        store_port = self.link.forward(s3_port)
+        s3_root = _s3_root(root, work, f"http://127.0.0.1:{store_port}", self.weed.env)
+        self.proc, url = _start_server(s3_root, self.token, env=self.weed.env)
+        self.url = f"http://127.0.0.1:{self.link.forward(int(url.rsplit(':', 1)[1]))}"
+
+    def close(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(10)
+        self.link.close()
+        self.weed.stop()
+
+
+def _dataset(setup: Setup, cache: Path, **kw: Any) -> Any:
+    import rayform
+    from rayform.torch import EpisodeDataset
+
+    limit = kw.pop("cache_limit", None)
+    client = rayform.Client(endpoint=setup.url, token=setup.token, cache_dir=cache, cache_limit=limit)
+    return EpisodeDataset(client.slices.get(SLICE), obs=OBS, action=ACTION, fps=15, horizon=16, **kw)
+
+
+def _epoch(ds: Any, epoch: int, workers: int) -> dict[str, float]:
+    """Samples/s after the first 5 % of batches, and the whole epoch's wall time."""
+    from torch.utils.data import DataLoader
+
+    import rayform
+    from rayform.torch import EpisodeSampler
+
+    ds.set_epoch(epoch)
+    loader = DataLoader(ds, sampler=EpisodeSampler(ds), batch_size=32, num_workers=workers,
+                        collate_fn=rayform.torch.collate)
+    skip = max(1, math.ceil(0.05 * len(loader)))
+    t0 = time.perf_counter()
+    t_start, counted = t0, 0
+    for i, batch in enumerate(loader):
+        if i == skip - 1:
+            t_start = time.perf_counter()
+        elif i >= skip:
+            counted += len(batch["t_ns"])
+    end = time.perf_counter()
+    return {"samples_per_s": round(counted / (end - t_start), 1), "epoch_s": round(end - t0, 2)}
+
+
+def _streams_bytes(ds: Any) -> int:
+    return sum(r.size for r in ds.slice.manifest.blobs([*OBS, ACTION]).values())
+
+
+def _median_row(rows: list[dict[str, float]]) -> dict[str, Any]:
+    out: dict[str, Any] = {k: statistics.median(r[k] for r in rows) for k in rows[0]}
+    out["runs"] = rows
+    return out
+
+
+def run(gop: int, rates: list[float | None], workers: int, limit_rows: bool, work: Path,
+        repeats: int) -> dict[str, Any]:
+    setup = Setup(_root(gop), work / f"gop{gop}")
+    out: dict[str, Any] = {"gop": gop, "rows": {}}
+    try:
+        warm_cache = work / f"warm{gop}"
+        warm = _dataset(setup, warm_cache)
+        warm.slice.client.pull(SLICE, streams=[*OBS, ACTION])
+        out["bytes"] = _streams_bytes(warm)
+        cases: list[tuple[str, float | None, dict[str, Any]]] = [("warm", None, {})]
+        cases += [("cold_" + ("unthrottled" if r is None else f"{r / MB:g}MBps_5ms"), r, {}) for r in rates]
+        if gop == 1:
+            cases.append(("cold_100MBps_5ms_readahead_off", 100 * MB, {"readahead_bytes": 0}))
+        runs: dict[str, list[dict[str, float]]] = {name: [] for name, _, _ in cases}
+        for rep in range(repeats):  # interleaved, so every row sees the same machine load
+            for name, rate, kw in cases:
+                setup.link.set_rate(rate)
+                setup.link.latency_s = 0.0 if rate is None else 0.005
+                cache = warm_cache if name == "warm" else work / f"cold{gop}-{name}-{rep}"
+                before = setup.link.bytes_down
+                row = _epoch(_dataset(setup, cache, **kw), 0, workers)
+                row["bytes_down"] = setup.link.bytes_down - before
+                runs[name].append(row)
+                if name != "warm":
+                    shutil.rmtree(cache, ignore_errors=True)
+        for name in runs:
+            out["rows"][name] = _median_row(runs[name])
+        warm_row = out["rows"]["warm"]
+        for row in out["rows"].values():
+            row["warm_epoch_over_epoch"] = round(warm_row["epoch_s"] / row["epoch_s"], 3)
+            row["after5pct_over_warm"] = round(row["samples_per_s"] / warm_row["samples_per_s"], 3)
+        if limit_rows:
+            setup.link.set_rate(100 * MB)
+            setup.link.latency_s = 0.005
+            for label, limit in (("unlimited", None), ("limit_25pct", out["bytes"] // 4)):
+                ds = _dataset(setup, work / f"two-{label}", cache_limit=limit)
+                epochs = []
+                for e in range(2):
+                    before = setup.link.bytes_down
+                    row = _epoch(ds, e, workers)
+                    row["bytes_down"] = setup.link.bytes_down - before
+                    epochs.append(row)
+                out["rows"][f"two_epochs_{label}"] = {"cache_limit": limit, "epochs": epochs}
+    finally:
+        setup.close()
+    return out
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--repeats", type=int, default=2, help="interleaved runs per row (median kept)")
+    p.add_argument("--no-limit", action="store_true", help="skip the two-epoch cache-limit rows")
+    p.add_argument("--gops", type=int, nargs="+", default=[1, 10],
+                   help="encodings to run: 1 (all-intra, full rows) and/or 10 (cold rows only)")
+    p.add_argument("--out", type=Path, default=HERE / "results" / "streaming.json")
+    args = p.parse_args()
+    with tempfile.TemporaryDirectory(prefix="rayform-bench-stream-") as tmp:
+        work = Path(tmp)
+        results = []
+        if 1 in args.gops:
+            results.append(run(1, [None, 100 * MB, 30 * MB], args.workers, not args.no_limit, work,
+                               args.repeats))
+        if 10 in args.gops:
+            results.append(run(10, [100 * MB, 30 * MB], args.workers, False, work, args.repeats))
+    doc = {"benchmark": "streaming", "slice": SLICE, "obs": OBS, "action": ACTION,
+           "loader": f"batch 32, {args.workers} workers, EpisodeSampler, rayform.torch.collate",
+           "results": results, "cpus": os.cpu_count(), "load_avg_1m_at_end": round(os.getloadavg()[0], 2),
+           "python": platform.python_version()}
+    args.out.write_text(json.dumps(doc, indent=2) + "\n")
+    print(json.dumps(doc, indent=2))
+
+
+if __name__ == "__main__":
+    main()
