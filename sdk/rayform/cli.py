@@ -168,11 +168,13 @@ def _cmd_cache(args: argparse.Namespace) -> int:
 
 _ENV_HELP = """\
 environment variables:
-  RAYFORM_ENDPOINT   server URL (same as --endpoint)
-  RAYFORM_TOKEN      access token; never printed
-  RAYFORM_CACHE_DIR  cache directory (same as --cache-dir; default ~/.cache/rayform on Linux)
-  RAYFORM_OFFLINE    1: never touch the network (same as --offline)
-  RAYFORM_NO_LOCKS   1: no per-blob file locks (for filesystems where locking hangs)
+  RAYFORM_ENDPOINT       server URL (same as --endpoint)
+  RAYFORM_TOKEN          access token; never printed
+  RAYFORM_CACHE_DIR      cache directory (same as --cache-dir; default ~/.cache/rayform on Linux)
+  RAYFORM_OFFLINE        1: never touch the network (same as --offline)
+  RAYFORM_NO_LOCKS       1: no per-blob file locks (for filesystems where locking hangs)
+  RAYFORM_CACHE_LIMIT    bytes the cache may hold, e.g. 50GB (evicts least recently used blobs)
+  RAYFORM_STALL_TIMEOUT  seconds a download may make no progress before it fails (default 120)
 
 docs: docs/cli.md; `rayform COMMAND --help` for each command's options."""
 
