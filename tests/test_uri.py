@@ -21,6 +21,7 @@ from rayform import DatasetURI, InvalidArgumentError, OfflineError, SliceChanged
 from rayform.torch import EpisodeDataset
 
 HASH = "ab" * 32
+ARGS = "action=&action_mode=hold&fps=15&frame=&horizon=1&obs=a&obs_steps=1&seed=0"
 
 
 @pytest.fixture(scope="module")
@@ -94,9 +95,13 @@ def test_digest_ignores_the_host_and_follows_data_and_arguments():
     (f"https://h/slc_7c1e04aa@{HASH}?v=1", "not a dataset URI"),
     ("rayform://h/slc_7c1e04aa?v=1", "must end in /slc_...@MANIFEST_HASH"),
     (f"rayform://user:{TOKEN}@h/slc_7c1e04aa@{HASH}?v=1", "never holds credentials"),
-    (f"rayform://h/slc_7c1e04aa@{HASH}?v=2&obs=a", "v=2; this rayform reads v=1"),
+    (f"rayform://h/slc_7c1e04aa@{HASH}?v=3&obs=a", "v=3; this rayform reads v=1 and v=2"),
     (f"rayform://h/slc_7c1e04aa@{HASH}?obs=a", "starts its query with v=1"),
-    (f"rayform://h/slc_7c1e04aa@{HASH}?v=1&obs=a&select=site:x", "select .*newer rayform"),
+    (f"rayform://h/slc_7c1e04aa@{HASH}?v=1&obs=a&select=sites:x", "select= under v=1"),
+    (f"rayform://h/slc_7c1e04aa@{HASH}?v=2&{ARGS}&select=site:x", "KEY one of end_ns"),
+    (f"rayform://h/slc_7c1e04aa@{HASH}?v=2&{ARGS}&select=sites:", "lists nothing"),
+    (f"rayform://h/slc_7c1e04aa@{HASH}?v=2&obs=a&mix=1:x", "mixture URI"),
+    ("rayform:///mix?v=2&mix=1:x", "MixtureDataset.from_uri"),
     (f"rayform://h/slc_7c1e04aa@{HASH}?v=1&obs=a&colour=red", "unknown parameter"),
     (f"rayform://h/slc_7c1e04aa@{HASH}?v=1&obs=a", "lacks action, action_mode, fps"),
     (f"rayform://h/slc_7c1e04aa@{HASH[:-1]}?v=1", "manifest hash"),

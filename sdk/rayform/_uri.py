@@ -26,6 +26,7 @@ from urllib.parse import quote, unquote, urlsplit
 
 from rayform._hashing import hash_bytes
 from rayform._ids import HASH_RE, SEGMENT_ID_RE, SLICE_ID_RE, STREAM_NAME_RE
+from rayform._selexpr import parse_selection, selection_expression
 from rayform.errors import InvalidArgumentError
 
 __all__ = ["QUERY_VERSION", "SCHEMES", "DatasetURI"]
@@ -33,13 +34,17 @@ __all__ = ["QUERY_VERSION", "SCHEMES", "DatasetURI"]
 #: Version of the query encoding; a parser refuses versions and parameters it does not know,
 #: so an old SDK never silently builds a different dataset from a newer URI.
 QUERY_VERSION = 1
+#: The query version of a URI with ``select=`` (a selection view); a URI without one stays
+#: version 1, so every URI written before views existed reads and prints the same.
+SELECT_VERSION = 2
 #: URI scheme -> the server's URL scheme. ``rayform://`` is HTTPS; plain HTTP (a server on
 #: loopback or a trusted network) is spelled out, so a URI never downgrades TLS by accident.
 SCHEMES = {"rayform": "https", "rayform+http": "http"}
-# Parameters of query version 1, in canonical (alphabetical) order after ``v``. "select" and
-# "mix" are reserved for slice views and mixtures; see docs/tracking.md.
-_PARAMS = ("action", "action_mode", "fps", "frame", "horizon", "obs", "obs_steps", "seed", "segments")
-_RESERVED = ("select", "mix")
+# Parameters, in canonical (alphabetical) order after ``v``; "select" only from version 2.
+# "mix" belongs to mixture URIs (rayform._mixuri); see docs/tracking.md.
+_PARAMS = ("action", "action_mode", "fps", "frame", "horizon", "obs", "obs_steps", "seed", "segments", "select")
+_OPTIONAL = ("segments", "select")
+_RESERVED = ("mix",)
 _SAFE = "/,"  # stream names and IDs never contain "," so lists need no escaping
 
 
@@ -63,6 +68,8 @@ class DatasetURI:
         action_mode: ``"hold"``, ``"nearest"`` or ``"linear"``.
         seed: the dataset's seed.
         segments: the selected segment IDs in order, or ``None`` for every segment.
+        select: a selection view of the slice as a canonical expression
+            (``"sites:lab-a;start_ns:..."``, see ``rayform._selexpr``), or ``None``.
     """
 
     endpoint: str | None
@@ -77,6 +84,7 @@ class DatasetURI:
     action_mode: str = "hold"
     seed: int = 0
     segments: tuple[str, ...] | None = None
+    select: str | None = None
 
     def __post_init__(self) -> None:
         if self.endpoint is not None:
@@ -88,6 +96,8 @@ class DatasetURI:
         if self.segments is not None:
             object.__setattr__(self, "segments", tuple(self.segments))
         object.__setattr__(self, "fps", float(self.fps))
+        if self.select is not None:
+            object.__setattr__(self, "select", selection_expression(parse_selection(self.select)))
         if not SLICE_ID_RE.match(self.slice_id):
             raise InvalidArgumentError(f"dataset URI: malformed slice ID {self.slice_id!r}; expected e.g. slc_7c1e04aa")
         if not HASH_RE.match(self.manifest_hash):
@@ -121,8 +131,20 @@ class DatasetURI:
         }
         if self.segments is not None:
             values["segments"] = ",".join(self.segments)
-        parts = [f"v={QUERY_VERSION}"] + [f"{k}={quote(values[k], safe=_SAFE)}" for k in _PARAMS if k in values]
-        return "&".join(parts)
+        parts = [f"{k}={quote(values[k], safe=_SAFE)}" for k in _PARAMS if k in values]
+        if self.select is not None:
+            # Already percent-encoded item by item; its separators stay readable.
+            parts.append(f"select={self.select}")
+        return "&".join([f"v={self.version}", *parts])
+
+    @property
+    def version(self) -> int:
+        """The query version: 2 with ``select=``, else 1."""
+        return SELECT_VERSION if self.select is not None else QUERY_VERSION
+
+    def selection(self) -> dict[str, Any] | None:
+        """``Slice.select`` keyword arguments of ``select=``, or ``None`` for the whole slice."""
+        return parse_selection(self.select) if self.select is not None else None
 
     @property
     def slice_uri(self) -> str:
@@ -173,6 +195,11 @@ class DatasetURI:
                 "a dataset URI never holds credentials: remove the 'user:password@' part and pass "
                 "the token as RAYFORM_TOKEN or Client(token=...)"
             )
+        if parts.path.rstrip("/").endswith("/mix"):
+            raise InvalidArgumentError(
+                f"{_shown(uri)} names a mixture of datasets: rebuild it with "
+                "rayform.torch.MixtureDataset.from_uri(uri)"
+            )
         prefix, _, last = parts.path.rpartition("/")
         slice_id, at, manifest_hash = last.partition("@")
         if not at:
@@ -195,6 +222,7 @@ class DatasetURI:
                 frame=query["frame"] or None, obs_steps=_parse_int("obs_steps", query["obs_steps"]),
                 action_mode=query["action_mode"], seed=_parse_int("seed", query["seed"]),
                 segments=tuple(_split_list(query["segments"])) if "segments" in query else None,
+                select=query.get("select"),
             )
         except InvalidArgumentError as exc:
             raise InvalidArgumentError(f"{exc} (in {_shown(uri)})") from None
@@ -205,6 +233,7 @@ class DatasetURI:
         """Build from ``dataset_kwargs()``-style arguments (lists become tuples)."""
         segments = args.get("segments")
         return cls(
+            select=args.get("select"),
             endpoint=endpoint, slice_id=slice_id, manifest_hash=manifest_hash,
             obs=tuple(args["obs"]), action=args.get("action"), fps=float(args["fps"]),
             horizon=int(args.get("horizon", 1)), frame=args.get("frame"),
@@ -232,27 +261,36 @@ def _authority(endpoint: str | None) -> str:
 
 def _parse_query(query: str, uri: str) -> dict[str, str]:
     values: dict[str, str] = {}
+    known = (str(QUERY_VERSION), str(SELECT_VERSION))
     for item in query.split("&") if query else []:
         key, eq, value = item.partition("=")
         if not eq:
             raise InvalidArgumentError(f"dataset URI query item {item!r} has no '=': write key=value")
         if key in values:
             raise InvalidArgumentError(f"dataset URI names {key!r} twice: give each parameter once")
-        values[key] = unquote(value)
+        # select= is percent-encoded item by item (rayform._selexpr decodes it)
+        values[key] = value if key == "select" else unquote(value)
     version = values.pop("v", None)
-    if version != str(QUERY_VERSION):
+    if version not in known:
         raise InvalidArgumentError(
-            f"{_shown(uri)} has query version v={version}; this rayform reads v={QUERY_VERSION}. "
+            f"{_shown(uri)} has query version v={version}; this rayform reads v={QUERY_VERSION} "
+            f"and v={SELECT_VERSION}. "
             + ("Upgrade rayform (`pip install -U rayform`) to read it." if version else
                "A dataset URI comes from dataset.uri and starts its query with v=1.")
         )
-    unknown = sorted(set(values) - set(_PARAMS))
+    allowed = _PARAMS if version == str(SELECT_VERSION) else tuple(k for k in _PARAMS if k != "select")
+    unknown = sorted(set(values) - set(allowed))
     if unknown:
         reserved = [k for k in unknown if k in _RESERVED]
-        hint = (f"{', '.join(reserved)} (slice views, mixtures) need a newer rayform: "
-                "`pip install -U rayform`" if reserved else f"v=1 knows {', '.join(_PARAMS)}")
+        if "select" in unknown:
+            raise InvalidArgumentError(
+                f"dataset URI has select= under v={version}: a selection view is query version "
+                f"v={SELECT_VERSION}; copy the whole URI from dataset.uri"
+            )
+        hint = (f"{', '.join(reserved)} belong(s) to a mixture URI "
+                "(rayform:///mix?v=2&...): rebuild it with MixtureDataset.from_uri" if reserved else f"v={version} knows {', '.join(allowed)}")
         raise InvalidArgumentError(f"dataset URI has unknown parameter(s) {', '.join(unknown)}: {hint}")
-    missing = [k for k in _PARAMS if k not in values and k != "segments"]
+    missing = [k for k in _PARAMS if k not in values and k not in _OPTIONAL]
     if missing:
         raise InvalidArgumentError(
             f"dataset URI lacks {', '.join(missing)}: every argument is spelled out so that a URI "

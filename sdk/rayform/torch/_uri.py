@@ -14,8 +14,13 @@ The format itself is :class:`rayform.DatasetURI` (``docs/tracking.md``).
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
+from rayform._segtable import SegmentTable
+from rayform._selexpr import selection_expression
 from rayform._uri import DatasetURI, _clean_endpoint
 from rayform.errors import InvalidArgumentError, OfflineError, SliceChangedError
 
@@ -34,19 +39,48 @@ OPTIONS = ("transform", "shard", "ddp_even", "decoder_cache_size", "decoder_back
 def dataset_uri(ds: EpisodeDataset) -> DatasetURI:
     """The :class:`DatasetURI` of ``ds`` (its slice's server, manifest and arguments)."""
     slice_ = ds.slice
-    # Compared with the whole manifest, not slice_.segments: a selection view of a slice
-    # keeps the ID and manifest hash, so only an explicit list rebuilds its episodes.
-    pinned, used = slice_.manifest.segments, ds.segments
-    every = used is pinned or (
-        len(used) == len(pinned) and all(a.id == b.id for a, b in zip(used, pinned, strict=True))
-    )
-    chosen = None if every else tuple(seg.id for seg in used)
+    select, chosen = _chosen(ds)
     return DatasetURI(
         endpoint=getattr(getattr(slice_, "client", None), "endpoint", None),
         slice_id=slice_.id, manifest_hash=slice_.manifest_hash, obs=tuple(ds.obs),
         action=ds.action, fps=ds.fps, horizon=ds.horizon, frame=ds.frame, obs_steps=ds.obs_steps,
-        action_mode=ds.action_mode, seed=ds.seed, segments=chosen,
+        action_mode=ds.action_mode, seed=ds.seed, segments=chosen, select=select,
     )
+
+
+def _chosen(ds: EpisodeDataset) -> tuple[str | None, tuple[str, ...] | None]:
+    """``(select expression, segment IDs)`` that rebuild the episodes of ``ds``.
+
+    A dataset on every segment of a selection view names the view (``select=``) when it is
+    expressible; otherwise (a ``where=`` predicate, or ``segments=`` chosen by hand) the
+    episodes are listed, which rebuilds them exactly from the whole slice.
+    """
+    slice_, used = ds.slice, ds.segments
+    selection = getattr(slice_, "selection", None)
+    if selection is not None and _same(used, slice_.segments):
+        expr = selection_expression(selection)
+        if expr is not None:
+            return expr, None
+    if _same(used, slice_.manifest.segments):
+        return None, None
+    return None, tuple(_ids(used))
+
+
+def _same(a: Sequence[Any], b: Sequence[Any]) -> bool:
+    """Same segments in the same order; compares columns, not objects, for a v2 manifest."""
+    if a is b:
+        return True
+    if len(a) != len(b):
+        return False
+    if isinstance(a, SegmentTable) and isinstance(b, SegmentTable) and a._c is b._c:
+        return bool(np.array_equal(a.positions(), b.positions()))
+    return _ids(a) == _ids(b)
+
+
+def _ids(segs: Sequence[Any]) -> list[str]:
+    if isinstance(segs, SegmentTable):
+        return [str(x) for x in segs.ids().to_pylist()]
+    return [s.id for s in segs]
 
 
 def dataset_from_uri(uri: str | DatasetURI, client: Client | None = None, **options: Any) -> EpisodeDataset:
@@ -63,6 +97,9 @@ def dataset_from_uri(uri: str | DatasetURI, client: Client | None = None, **opti
     if client is None:
         client = _client_for(parsed)
     slice_ = resolve_pinned(client, parsed.slice_id, parsed.manifest_hash)
+    selection = parsed.selection()
+    if selection is not None:
+        slice_ = slice_.select(**selection)
     return EpisodeDataset(slice_, **parsed.dataset_kwargs(), **options)
 
 
