@@ -25,7 +25,7 @@ def test_a_view_is_named_by_its_selection_and_rebuilds_the_same_samples(client_e
     ds = _dataset(view)
     uri = ds.uri
     assert "&segments=" not in uri
-    assert f"?v=2&" in uri and uri.endswith(f"&select=sites:{site};start_ns:{start}")
+    assert "?v=2&" in uri and uri.endswith(f"&select=sites:{site};start_ns:{start}")
     again = EpisodeDataset.from_uri(uri)
     assert again.uri == uri
     assert again.slice.selection == {"sites": [site], "start_ns": start}
