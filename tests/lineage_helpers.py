@@ -10,7 +10,7 @@ from typing import Any
 import torch
 
 from rayform.format import hash_bytes, segments_to_table
-from rayform.torch import EpisodeDataset
+from rayform.torch import EpisodeDataset, EpisodeSampler, MixtureDataset
 from rayform_server.builder import commit_table
 from rayform_server.store import Store
 
@@ -70,3 +70,27 @@ def rebuild_slice_without_first_segment(root: Path, slice_id: str) -> str:
     store.set_slice(slice_id, digest, description="rebuilt")
     return digest
 
+
+
+def demo_mixture(client: Any, slice_id: str, **options: Any) -> MixtureDataset:
+    """A mixture of two datasets on the demo slice: a selection view (weight 3) and two
+    episodes in reverse order (weight 1), 40 draws with replacement, seed 5. ``options`` go to
+    both sources."""
+    slice_ = client.slices.get(slice_id)
+    site = slice_.segments[0].site
+    view = EpisodeDataset(slice_.select(sites=[site]), obs=OBS, action=ACTION, fps=15, horizon=4,
+                          frame="ros", seed=1, **options)
+    return MixtureDataset([(view, 3), (demo_dataset(client, slice_id, **options), 1)], num_samples=40,
+                          replacement=True, seed=5)
+
+
+def mixture_digests(mix: MixtureDataset, n: int = 6) -> list[str]:
+    """A hash per sample of the first ``n`` draws of epoch 0 (what a DataLoader would read)."""
+    keys = [(int(i), 0) for i in EpisodeSampler(mix).next_indices(n)]
+    out = []
+    for sample in mix.__getitems__(keys):
+        parts = [f"{k}:{v.dtype}:{tuple(v.shape)}:{v.numpy().tobytes().hex()}"
+                 for k, v in sorted(sample.items()) if isinstance(v, torch.Tensor)]
+        parts.append(repr(sorted(sample["meta"].items())))
+        out.append(hash_bytes("\n".join(parts).encode()))
+    return out

@@ -16,6 +16,7 @@ import importlib
 from typing import Any
 
 from rayform import errors
+from rayform._mixuri import MixtureURI
 from rayform._uri import DatasetURI
 from rayform.errors import (
     AccessDeniedError,
@@ -42,6 +43,7 @@ __all__ = [
     "InvalidArgumentError",
     "Manifest",
     "ManifestError",
+    "MixtureURI",
     "NotFoundError",
     "OfflineError",
     "RayformError",

@@ -90,6 +90,7 @@ class MixtureDataset(Dataset):
                 f"the sources are sharded differently ({sorted(shards)}): build them with the same shard="
             )
         self.sources = tuple(datasets)
+        self._given_weights = tuple(weights)  # as passed: the URI rebuilds exactly these
         total = sum(weights)
         self.weights = tuple(w / total for w in weights)
         self._sizes = np.array([len(ds) for ds in datasets], dtype=np.int64)
@@ -172,10 +173,34 @@ class MixtureDataset(Dataset):
         return out
 
     # -- metadata --------------------------------------------------------------------------
+    @property
+    def uri(self) -> str:
+        """The mixture as trained, one canonical string (``rayform:///mix?v=2&mix=W:URI&...``):
+        every source's dataset URI with its weight as given, ``num_samples``, ``replacement``
+        and ``seed``; :meth:`from_uri` rebuilds it. See ``docs/tracking.md``."""
+        from rayform.torch._uri import mixture_uri
+
+        return str(mixture_uri(self))
+
+    @classmethod
+    def from_uri(cls, uri: str, client: Any = None, **options: Any) -> MixtureDataset:
+        """Rebuild the mixture ``uri`` names: each source as ``EpisodeDataset.from_uri`` would
+        (``client`` and ``options`` go to every source), the same weights and draws.
+
+        Raises:
+            InvalidArgumentError: not a mixture URI, or an option that is fixed by it.
+            SliceChangedError: a source's slice no longer resolves to its pinned manifest.
+            OfflineError: offline and a pinned manifest is not cached.
+        """
+        from rayform.torch._uri import mixture_from_uri
+
+        return mixture_from_uri(uri, client, **options)
+
     def describe(self) -> dict[str, Any]:
         """A JSON-able summary for trackers: every source's ``describe()`` with its weight."""
         return {
             "type": "MixtureDataset",
+            "uri": self.uri,
             "seed": self.seed,
             "epoch": self.epoch,
             "num_samples": self.num_samples,

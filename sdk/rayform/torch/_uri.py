@@ -21,19 +21,23 @@ import numpy as np
 
 from rayform._segtable import SegmentTable
 from rayform._selexpr import selection_expression
+from rayform._mixuri import MixtureURI, is_mixture_uri
 from rayform._uri import DatasetURI, _clean_endpoint
 from rayform.errors import InvalidArgumentError, OfflineError, SliceChangedError
 
 if TYPE_CHECKING:
     from rayform.client import Client
     from rayform.slice import Slice
+    from rayform.torch._mixture import MixtureDataset
     from rayform.torch.dataset import EpisodeDataset
 
-__all__ = ["OPTIONS", "dataset_from_uri", "dataset_uri", "resolve_pinned"]
+__all__ = ["OPTIONS", "dataset_from_uri", "dataset_uri", "load_uri", "mixture_from_uri", "mixture_uri",
+           "resolve_pinned"]
 
 #: ``EpisodeDataset`` arguments that change how samples are read or distributed, never which
 #: samples a dataset holds, so they are not in the URI and ``from_uri`` accepts them again.
-OPTIONS = ("transform", "shard", "ddp_even", "decoder_cache_size", "decoder_backend", "decode_threads")
+OPTIONS = ("transform", "shard", "ddp_even", "decoder_cache_size", "decoder_backend", "decode_threads",
+           "readahead_bytes")
 
 
 def dataset_uri(ds: EpisodeDataset) -> DatasetURI:
@@ -101,6 +105,39 @@ def dataset_from_uri(uri: str | DatasetURI, client: Client | None = None, **opti
     if selection is not None:
         slice_ = slice_.select(**selection)
     return EpisodeDataset(slice_, **parsed.dataset_kwargs(), **options)
+
+
+def mixture_uri(mix: MixtureDataset) -> MixtureURI:
+    """The :class:`~rayform._mixuri.MixtureURI` of ``mix``: its sources' URIs and weights as
+    given, ``num_samples``, ``replacement`` and ``seed``."""
+    return MixtureURI(
+        tuple((w, dataset_uri(ds)) for w, ds in zip(mix._given_weights, mix.sources, strict=True)),
+        num_samples=mix.num_samples, replacement=mix.replacement, seed=mix.seed,
+    )
+
+
+def mixture_from_uri(uri: str | MixtureURI, client: Client | None = None, **options: Any) -> MixtureDataset:
+    """Rebuild the mixture a URI names; see :meth:`MixtureDataset.from_uri`."""
+    from rayform.torch._mixture import MixtureDataset
+
+    parsed = uri if isinstance(uri, MixtureURI) else MixtureURI.parse(uri)
+    clients: dict[str | None, Client] = {}
+    sources = []
+    for weight, source in parsed.sources:
+        # One client per server (a URI without a host shares the configured one).
+        own = client if client is not None else clients.get(source.endpoint)
+        if own is None:
+            own = clients[source.endpoint] = _client_for(source)
+        sources.append((dataset_from_uri(source, own, **options), weight))
+    return MixtureDataset(sources, num_samples=parsed.num_samples, replacement=parsed.replacement,
+                          seed=parsed.seed)
+
+
+def load_uri(uri: str, client: Client | None = None, **options: Any) -> EpisodeDataset | MixtureDataset:
+    """An ``EpisodeDataset`` or a ``MixtureDataset``, whichever ``uri`` names."""
+    if is_mixture_uri(uri):
+        return mixture_from_uri(uri, client, **options)
+    return dataset_from_uri(uri, client, **options)
 
 
 def resolve_pinned(client: Client, slice_id: str, manifest_hash: str) -> Slice:
