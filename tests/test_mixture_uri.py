@@ -12,7 +12,6 @@ import rayform
 from rayform import DatasetURI, InvalidArgumentError, MixtureURI
 from rayform.torch import EpisodeDataset, MixtureDataset
 
-
 # Read-ahead off: it is not what these tests check, and it does not change samples.
 NO_READAHEAD = {"readahead_bytes": 0}
 

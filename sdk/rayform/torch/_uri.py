@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from rayform._mixuri import MixtureURI, is_mixture_uri
 from rayform._segtable import SegmentTable
 from rayform._selexpr import selection_expression
-from rayform._mixuri import MixtureURI, is_mixture_uri
 from rayform._uri import DatasetURI, _clean_endpoint
 from rayform.errors import InvalidArgumentError, OfflineError, SliceChangedError
 
