@@ -59,7 +59,8 @@ def _chosen(ds: EpisodeDataset) -> tuple[str | None, tuple[str, ...] | None]:
     expressible; otherwise (a ``where=`` predicate, or ``segments=`` chosen by hand) the
     episodes are listed, which rebuilds them exactly from the whole slice.
     """
-    slice_, used = ds.slice, ds.segments
+    slice_: Any = ds.slice  # a Slice in practice; BlobSource is its reading seam
+    used = ds.segments
     selection = getattr(slice_, "selection", None)
     if selection is not None and _same(used, slice_.segments):
         expr = selection_expression(selection)
