@@ -15,12 +15,13 @@ import httpx
 import mlflow
 import pytest
 from helpers import DEMO_SLICE, TOKEN, ServerProcess, free_port
-from lineage_helpers import demo_dataset, sample_digests
+from lineage_helpers import demo_dataset, demo_mixture, mixture_digests, sample_digests
 
 import rayform
-from rayform import SliceChangedError
+from rayform import MixtureURI, SliceChangedError
 from rayform.integrations._common import sample_spec
 from rayform.integrations.mlflow import RayformDatasetSource, from_episode_dataset
+from rayform.torch import MixtureDataset
 
 TESTS = Path(__file__).parent
 # One `mlflow server` start per module (10-40 s on two busy cores).
@@ -85,7 +86,7 @@ def tracking(mlflow_server: MlflowServer, client_env: ServerProcess,
     return mlflow_server
 
 
-def _log_training_run(ds: rayform.torch.EpisodeDataset) -> str:
+def _log_training_run(ds: rayform.torch.EpisodeDataset | rayform.torch.MixtureDataset) -> str:
     with mlflow.start_run() as run:
         mlflow.log_input(from_episode_dataset(ds), context="training")
         mlflow.log_dict(ds.describe(), "dataset.json")
@@ -136,6 +137,39 @@ def test_logged_input_rebuilds_the_same_samples_in_a_fresh_process(tracking: Mlf
     assert rebuilt["type"] == "RayformDatasetSource"
     assert rebuilt["uri"] == ds.uri
     assert rebuilt["samples"] == sample_digests(ds)
+
+
+_REBUILD_MIXTURE = """
+import json, sys, mlflow
+from lineage_helpers import mixture_digests
+run = mlflow.get_run(sys.argv[1])
+mix = mlflow.data.get_source(run.inputs.dataset_inputs[0]).load(readahead_bytes=0)
+print(json.dumps({"type": type(mix).__name__, "uri": mix.uri, "samples": mixture_digests(mix)}))
+"""
+
+
+def test_logged_mixture_rebuilds_the_same_draws_in_a_fresh_process(tracking: MlflowServer):
+    mix = demo_mixture(rayform.Client(), DEMO_SLICE, readahead_bytes=0)
+    run_id = _log_training_run(mix)
+
+    (logged_input,) = mlflow.get_run(run_id).inputs.dataset_inputs
+    logged = logged_input.dataset
+    assert logged.name == DEMO_SLICE and logged.source_type == "rayform"
+    assert logged.digest == MixtureURI.parse(mix.uri).digest
+    assert json.loads(logged.source) == {"uri": mix.uri}
+    profile = json.loads(logged.profile)
+    assert [p["weight"] for p in profile["sources"]] == [3, 1]
+    assert [p["manifest_hash"] for p in profile["sources"]] == [ds.slice.manifest_hash for ds in mix.sources]
+    assert profile["num_samples"] == 40 and profile["sources"][1]["segments"] == 2
+    # The digest covers the weights: the same sources weighted otherwise log another digest.
+    reweighted = MixtureDataset([(ds, 1) for ds in mix.sources], num_samples=40, replacement=True, seed=5)
+    assert from_episode_dataset(reweighted).digest != logged.digest
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
+    out = subprocess.run([sys.executable, "-c", _REBUILD_MIXTURE, run_id], env=env, check=True,
+                         capture_output=True, text=True, timeout=120)
+    rebuilt = json.loads(out.stdout.strip().splitlines()[-1])
+    assert rebuilt == {"type": "MixtureDataset", "uri": mix.uri, "samples": mixture_digests(mix)}
 
 
 def test_source_refuses_a_slice_that_changed(tracking: MlflowServer):

@@ -27,9 +27,10 @@ from typing import Any
 from mlflow.data.dataset import Dataset
 from mlflow.data.dataset_source import DatasetSource
 
+from rayform._mixuri import MixtureURI, is_mixture_uri
 from rayform._uri import SCHEMES, DatasetURI
 from rayform.errors import InvalidArgumentError
-from rayform.integrations._common import dataset_profile, sample_spec
+from rayform.integrations._common import dataset_profile, is_mixture, mixture_profile, sample_spec
 
 __all__ = ["RayformDataset", "RayformDatasetSource", "from_episode_dataset"]
 
@@ -38,26 +39,29 @@ class RayformDatasetSource(DatasetSource):
     """Where a Rayform dataset comes from: its dataset URI (``ds.uri``).
 
     Args:
-        uri: a dataset URI, ``rayform://HOST/slc_...@MANIFEST?v=1&...``.
+        uri: a dataset URI, ``rayform://HOST/slc_...@MANIFEST?v=1&...``, or a mixture's
+            (``rayform:///mix?v=2&...``).
     """
 
     def __init__(self, uri: str) -> None:
-        self.uri = str(DatasetURI.parse(uri))  # validated and canonical
+        # validated and canonical
+        self.uri = str(MixtureURI.parse(uri) if is_mixture_uri(uri) else DatasetURI.parse(uri))
 
     @staticmethod
     def _get_source_type() -> str:
         return "rayform"
 
     def load(self, client: Any = None, **options: Any) -> Any:
-        """Rebuild the dataset: ``EpisodeDataset.from_uri(self.uri, client, **options)``.
+        """Rebuild the dataset: ``EpisodeDataset.from_uri(self.uri, client, **options)``, or
+        ``MixtureDataset.from_uri`` for a mixture.
 
         Raises:
             SliceChangedError: the server's slice no longer resolves to the pinned manifest.
             OfflineError: offline and the pinned manifest is not cached.
         """
-        from rayform.torch import EpisodeDataset
+        from rayform.torch._uri import load_uri
 
-        return EpisodeDataset.from_uri(self.uri, client, **options)
+        return load_uri(self.uri, client, **options)
 
     @staticmethod
     def _can_resolve(raw_source: Any) -> bool:
@@ -86,22 +90,32 @@ class RayformDataset(Dataset):
 
     def __init__(self, ds: Any, name: str | None = None) -> None:
         self._ds = ds
-        self._uri = DatasetURI.parse(ds.uri)
-        self._profile = dataset_profile(ds)
-        self._spec = sample_spec(ds)
-        super().__init__(source=RayformDatasetSource(str(self._uri)), name=name or ds.slice.id)
+        self._uri: DatasetURI | MixtureURI
+        if is_mixture(ds):
+            self._uri = MixtureURI.parse(ds.uri)
+            self._profile = mixture_profile(ds)
+            self._spec = sample_spec(ds.sources[0])  # the sources share keys and shapes
+            default = "+".join(dict.fromkeys(src.slice_id for _, src in self._uri.sources))
+        else:
+            self._uri = DatasetURI.parse(ds.uri)
+            self._profile = dataset_profile(ds)
+            self._spec = sample_spec(ds)
+            default = ds.slice.id
+        super().__init__(source=RayformDatasetSource(str(self._uri)), name=name or default)
 
     def _compute_digest(self) -> str:
+        # A mixture's digest covers every source's manifest hash and weight (MixtureURI.digest).
         return self._uri.digest
 
     @property
     def dataset(self) -> Any:
-        """The ``EpisodeDataset`` this describes."""
+        """The ``EpisodeDataset`` (or ``MixtureDataset``) this describes."""
         return self._ds
 
     @property
     def profile(self) -> dict[str, Any]:
-        """Episodes, hours, sites, samples, slice and manifest hash."""
+        """Episodes, hours, sites, samples, slice and manifest hash (a mixture: per source,
+        with its weight and draws per epoch)."""
         return dict(self._profile)
 
     @property
@@ -135,14 +149,15 @@ def from_episode_dataset(ds: Any, name: str | None = None) -> RayformDataset:
     Reads only the manifest (no fetch, no decode).
 
     Args:
-        ds: a :class:`rayform.torch.EpisodeDataset`.
-        name: the dataset's name in MLflow; default the slice ID.
+        ds: a :class:`rayform.torch.EpisodeDataset` or :class:`rayform.torch.MixtureDataset`.
+        name: the dataset's name in MLflow; default the slice ID (a mixture: its sources'
+            slice IDs joined by ``+``).
 
     Raises:
-        InvalidArgumentError: ``ds`` is not an ``EpisodeDataset``.
+        InvalidArgumentError: ``ds`` is neither.
     """
-    if not hasattr(ds, "uri") or not hasattr(ds, "segments"):
+    if not hasattr(ds, "uri") or not (hasattr(ds, "segments") or is_mixture(ds)):
         raise InvalidArgumentError(
-            f"from_episode_dataset() takes a rayform.torch.EpisodeDataset, got {type(ds).__name__}"
+            f"from_episode_dataset() takes a rayform.torch.EpisodeDataset or MixtureDataset, got {type(ds).__name__}"
         )
     return RayformDataset(ds, name=name)

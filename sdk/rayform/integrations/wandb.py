@@ -15,7 +15,9 @@ The artifact (type ``dataset``, named after the slice) holds one reference entry
 pointing at ``rayform://HOST/slc_...@MANIFEST_HASH`` with the manifest hash as its digest, so
 the artifact's digest depends on the manifest hash alone: every run that trains on the same
 slice version uses the same artifact version, and W&B's lineage graph links them. Nothing is
-uploaded. Offline runs (``WANDB_MODE=offline``) record the same input, and ``wandb sync``
+uploaded. A ``MixtureDataset`` is logged the same way: its ``describe()`` (with ``"uri"``) in
+the config and one reference entry per source (``0-slc_...``, ``1-slc_...``, in the mixture's
+order), so the artifact's version follows the sources' manifests. Offline runs (``WANDB_MODE=offline``) record the same input, and ``wandb sync``
 sends it. Needs ``wandb>=0.19``.
 """
 
@@ -28,9 +30,10 @@ import wandb
 from wandb.sdk.artifacts.artifact_manifest_entry import ArtifactManifestEntry
 from wandb.sdk.lib.paths import LogicalPath
 
+from rayform._mixuri import MixtureURI
 from rayform._uri import DatasetURI
 from rayform.errors import InvalidArgumentError
-from rayform.integrations._common import dataset_profile, sample_spec
+from rayform.integrations._common import dataset_profile, is_mixture, mixture_profile, sample_spec
 
 __all__ = ["log_dataset"]
 
@@ -44,9 +47,10 @@ def log_dataset(run: Any, ds: Any, *, key: str = "dataset", name: str | None = N
 
     Args:
         run: the ``wandb.Run`` from ``wandb.init()``.
-        ds: a :class:`rayform.torch.EpisodeDataset`.
+        ds: a :class:`rayform.torch.EpisodeDataset` or :class:`rayform.torch.MixtureDataset`.
         key: the ``run.config`` key (e.g. ``"val_dataset"`` for a second dataset).
-        name: the artifact's name; default the slice ID.
+        name: the artifact's name; default the slice ID (a mixture: ``mix-`` and its sources'
+            slice IDs).
 
     Returns:
         The ``wandb.Artifact`` the run now uses.
@@ -55,9 +59,13 @@ def log_dataset(run: Any, ds: Any, *, key: str = "dataset", name: str | None = N
         InvalidArgumentError: ``ds`` is not an ``EpisodeDataset`` or ``key`` is not a name.
     """
     if not hasattr(ds, "uri") or not hasattr(ds, "describe"):
-        raise InvalidArgumentError(f"log_dataset() takes a rayform.torch.EpisodeDataset, got {type(ds).__name__}")
+        raise InvalidArgumentError(
+            f"log_dataset() takes a rayform.torch.EpisodeDataset or MixtureDataset, got {type(ds).__name__}"
+        )
     if not isinstance(key, str) or not _KEY_RE.match(key):
         raise InvalidArgumentError(f"key={key!r}: use a config key such as 'dataset' or 'val_dataset'")
+    if is_mixture(ds):
+        return _log_mixture(run, ds, key, name)
     uri = DatasetURI.parse(ds.uri)
     info = ds.describe()
     info["digest"] = uri.digest
@@ -78,6 +86,31 @@ def log_dataset(run: Any, ds: Any, *, key: str = "dataset", name: str | None = N
     artifact.manifest.add_entry(ArtifactManifestEntry(
         path=LogicalPath("manifest"), ref=uri.slice_uri, digest=uri.manifest_hash, size=ds.slice.nbytes,
     ))
+    _use(run, artifact)
+    return artifact
+
+
+def _log_mixture(run: Any, mix: Any, key: str, name: str | None) -> Any:
+    uri = MixtureURI.parse(mix.uri)
+    info = mix.describe()
+    info["digest"] = uri.digest
+    run.config.update({key: info}, allow_val_change=True)
+    slices = list(dict.fromkeys(src.slice_id for _, src in uri.sources))
+    artifact = wandb.Artifact(
+        name or ("mix-" + "-".join(slices))[:128], type="dataset",
+        description=f"Rayform mixture of {len(uri.sources)} datasets on {', '.join(slices)}",
+        metadata={
+            "mixture_uri": str(uri), "profile": mixture_profile(mix),
+            "sample": {k: {"dtype": d, "shape": list(s)} for k, (d, s) in sample_spec(mix.sources[0]).items()},
+        },
+    )
+    # One entry per source, digest its manifest hash: the artifact's version follows the data
+    # (weights and arguments are in the config and metadata), like a single dataset's.
+    for k, ((_, src), ds) in enumerate(zip(uri.sources, mix.sources, strict=True)):
+        artifact.manifest.add_entry(ArtifactManifestEntry(
+            path=LogicalPath(f"{k}-{src.slice_id}"), ref=src.slice_uri, digest=src.manifest_hash,
+            size=ds.slice.nbytes,
+        ))
     _use(run, artifact)
     return artifact
 
