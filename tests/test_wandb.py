@@ -12,13 +12,13 @@ from typing import Any
 import pytest
 import wandb
 from helpers import DEMO_SLICE, TOKEN, ServerProcess
-from lineage_helpers import assert_same_samples, demo_dataset
+from lineage_helpers import assert_same_samples, demo_dataset, demo_mixture, mixture_digests
 from wandb.proto import wandb_internal_pb2 as pb
 
 import rayform
-from rayform import InvalidArgumentError
+from rayform import InvalidArgumentError, MixtureURI
 from rayform.integrations.wandb import log_dataset
-from rayform.torch import EpisodeDataset
+from rayform.torch import EpisodeDataset, MixtureDataset
 
 
 @pytest.fixture
@@ -75,7 +75,7 @@ def logged(run_dir: Path) -> tuple[dict[str, Any], list[Any]]:
     return config, artifacts
 
 
-def _train(ds: EpisodeDataset, root: Path, **kwargs: Any) -> tuple[Path, Any]:
+def _train(ds: EpisodeDataset | MixtureDataset, root: Path, **kwargs: Any) -> tuple[Path, Any]:
     run = wandb.init(project="rayform-test", dir=root)
     artifact = log_dataset(run, ds, **kwargs)
     run_dir = Path(run.dir).parent
@@ -105,6 +105,28 @@ def test_logged_run_rebuilds_the_same_samples(wandb_dir: Path):
 
     rebuilt = EpisodeDataset.from_uri(config["dataset"]["uri"])
     assert_same_samples(ds, rebuilt)
+
+
+def test_logged_mixture_rebuilds_the_same_draws(wandb_dir: Path):
+    mix = demo_mixture(rayform.Client(), DEMO_SLICE, readahead_bytes=0)
+    run_dir, artifact = _train(mix, wandb_dir)
+    config, artifacts = logged(run_dir)
+
+    assert config["dataset"]["uri"] == mix.uri
+    assert config["dataset"]["digest"] == MixtureURI.parse(mix.uri).digest
+    assert [s["weight"] for s in config["dataset"]["sources"]] == list(mix.weights)
+    (record,) = artifacts
+    assert record.name == f"mix-{DEMO_SLICE}" and record.type == "dataset" and record.use_after_commit
+    assert record.digest == artifact.digest
+    entries = sorted(record.manifest.contents, key=lambda e: e.path)
+    assert [e.path for e in entries] == [f"0-{DEMO_SLICE}", f"1-{DEMO_SLICE}"]
+    assert [e.digest for e in entries] == [ds.slice.manifest_hash for ds in mix.sources]
+    assert all(e.ref == ds.uri.split("?")[0] for e, ds in zip(entries, mix.sources, strict=True))
+    metadata = json.loads(record.metadata)
+    assert [p["weight"] for p in metadata["profile"]["sources"]] == [3, 1]
+
+    rebuilt = MixtureDataset.from_uri(config["dataset"]["uri"], readahead_bytes=0)
+    assert mixture_digests(rebuilt) == mixture_digests(mix)
 
 
 def test_runs_on_the_same_slice_version_share_the_artifact(wandb_dir: Path):
