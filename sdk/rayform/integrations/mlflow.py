@@ -59,9 +59,11 @@ class RayformDatasetSource(DatasetSource):
             SliceChangedError: the server's slice no longer resolves to the pinned manifest.
             OfflineError: offline and the pinned manifest is not cached.
         """
-        from rayform.torch._uri import load_uri
+        from rayform.torch import EpisodeDataset, MixtureDataset
 
-        return load_uri(self.uri, client, **options)
+        if is_mixture_uri(self.uri):
+            return MixtureDataset.from_uri(self.uri, client, **options)
+        return EpisodeDataset.from_uri(self.uri, client, **options)
 
     @staticmethod
     def _can_resolve(raw_source: Any) -> bool:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from rayform._mixuri import MixtureURI, is_mixture_uri
+from rayform._mixuri import MixtureURI
 from rayform._segtable import SegmentTable
 from rayform._selexpr import selection_expression
 from rayform._uri import DatasetURI, _clean_endpoint
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from rayform.torch._mixture import MixtureDataset
     from rayform.torch.dataset import EpisodeDataset
 
-__all__ = ["OPTIONS", "dataset_from_uri", "dataset_uri", "load_uri", "mixture_from_uri", "mixture_uri",
+__all__ = ["OPTIONS", "dataset_from_uri", "dataset_uri", "mixture_from_uri", "mixture_uri",
            "resolve_pinned"]
 
 #: ``EpisodeDataset`` arguments that change how samples are read or distributed, never which
@@ -111,6 +111,12 @@ def dataset_from_uri(uri: str | DatasetURI, client: Client | None = None, **opti
 def mixture_uri(mix: MixtureDataset) -> MixtureURI:
     """The :class:`~rayform._mixuri.MixtureURI` of ``mix``: its sources' URIs and weights as
     given, ``num_samples``, ``replacement`` and ``seed``."""
+    nested = [k for k, ds in enumerate(mix.sources) if not hasattr(ds, "slice")]
+    if nested:
+        raise InvalidArgumentError(
+            f"source {nested[0]} of the mixture is not an EpisodeDataset, so the mixture has no URI: "
+            "build one mixture of EpisodeDatasets with the weights multiplied out"
+        )
     return MixtureURI(
         tuple((w, dataset_uri(ds)) for w, ds in zip(mix._given_weights, mix.sources, strict=True)),
         num_samples=mix.num_samples, replacement=mix.replacement, seed=mix.seed,
@@ -132,13 +138,6 @@ def mixture_from_uri(uri: str | MixtureURI, client: Client | None = None, **opti
         sources.append((dataset_from_uri(source, own, **options), weight))
     return MixtureDataset(sources, num_samples=parsed.num_samples, replacement=parsed.replacement,
                           seed=parsed.seed)
-
-
-def load_uri(uri: str, client: Client | None = None, **options: Any) -> EpisodeDataset | MixtureDataset:
-    """An ``EpisodeDataset`` or a ``MixtureDataset``, whichever ``uri`` names."""
-    if is_mixture_uri(uri):
-        return mixture_from_uri(uri, client, **options)
-    return dataset_from_uri(uri, client, **options)
 
 
 def resolve_pinned(client: Client, slice_id: str, manifest_hash: str) -> Slice:
