@@ -7,7 +7,10 @@
         &obs_steps=1&seed=0
 
 The path pins the slice *and* the manifest (its BLAKE3 hash, so every byte); the query holds
-every argument that changes which samples the dataset yields. The encoding is canonical
+every argument that changes which samples the dataset yields; a dataset on a
+``Slice.select`` view names the selection in ``select=`` (query version 2, see
+``rayform._selexpr``) instead of listing its episodes. Mixtures have their own form
+(``rayform._mixuri``). The encoding is canonical
 (``docs/tracking.md`` defines it): one dataset has one URI, so the URI can be compared,
 hashed and used as a key. The access token is never part of it.
 
