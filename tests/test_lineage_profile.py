@@ -6,7 +6,6 @@ from __future__ import annotations
 import time
 from typing import Any
 
-import mlflow  # noqa: F401  (before rayform.integrations.mlflow, as the docs import them)
 import pytest
 from fakes import StoreBlobs
 from helpers import DEMO_SLICE

@@ -198,3 +198,17 @@ def test_mlflow_resolves_a_dataset_uri_to_the_rayform_source():
     source = resolve_dataset_source(uri)
     assert isinstance(source, RayformDatasetSource) and source.uri == uri
     assert RayformDatasetSource.from_json(source.to_json()).uri == uri
+
+
+def test_importing_the_integration_before_mlflow_still_registers_the_source():
+    # The entry point names rayform.integrations.mlflow, which imports mlflow.data, which
+    # loads the entry points: the source must still register, without a warning.
+    uri = (f"rayform://data.example.com/{DEMO_SLICE}@{'0' * 64}?v=1&action=&action_mode=hold"
+           "&fps=15&frame=&horizon=1&obs=cam0/rgb&obs_steps=1&seed=0")
+    code = ("import sys\n"
+            "from rayform.integrations.mlflow import RayformDatasetSource, from_episode_dataset\n"
+            "from mlflow.data.dataset_source_registry import resolve_dataset_source\n"
+            "import rayform.integrations as pkg\n"
+            "assert pkg.mlflow is sys.modules['rayform.integrations.mlflow']\n"
+            "assert type(resolve_dataset_source(sys.argv[1])) is RayformDatasetSource\n")
+    subprocess.run([sys.executable, "-W", "error", "-c", code, uri], check=True, timeout=120)

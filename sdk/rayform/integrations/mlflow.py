@@ -22,7 +22,20 @@ that ``pip install "rayform[mlflow]"`` registers. Needs ``mlflow>=2.16``.
 from __future__ import annotations
 
 import json
+import sys
 from typing import Any
+
+if "mlflow.data" not in sys.modules:
+    # Importing mlflow.data loads the "mlflow.dataset_source" entry points, and ours names
+    # this module, which is only half executed now: MLflow would fail to register the source
+    # (a warning, and get_source() not finding it in this process). So mlflow.data is imported
+    # with this module out of sys.modules: the entry point executes a complete copy, and the
+    # import that brought us here returns that copy (the import system reads sys.modules again).
+    _this = sys.modules.pop(__name__)
+    try:
+        import mlflow.data  # noqa: F401
+    finally:
+        sys.modules.setdefault(__name__, _this)
 
 from mlflow.data.dataset import Dataset
 from mlflow.data.dataset_source import DatasetSource
