@@ -22,79 +22,19 @@ that ``pip install "rayform[mlflow]"`` registers. Needs ``mlflow>=2.16``.
 from __future__ import annotations
 
 import json
-import sys
 from typing import Any
 
-if "mlflow.data" not in sys.modules:
-    # Importing mlflow.data loads the "mlflow.dataset_source" entry points, and ours names
-    # this module, which is only half executed now: MLflow would fail to register the source
-    # (a warning, and get_source() not finding it in this process). So mlflow.data is imported
-    # with this module out of sys.modules: the entry point executes a complete copy, and the
-    # import that brought us here returns that copy (the import system reads sys.modules again).
-    _this = sys.modules.pop(__name__)
-    try:
-        import mlflow.data  # noqa: F401
-    finally:
-        sys.modules.setdefault(__name__, _this)
-
+# mlflow.data first: it loads the entry points, among them our _mlflow_source.
+import mlflow.data  # noqa: F401
 from mlflow.data.dataset import Dataset
-from mlflow.data.dataset_source import DatasetSource
 
-from rayform._mixuri import MixtureURI, is_mixture_uri
-from rayform._uri import SCHEMES, DatasetURI
+from rayform._mixuri import MixtureURI
+from rayform._uri import DatasetURI
 from rayform.errors import InvalidArgumentError
 from rayform.integrations._common import dataset_profile, is_mixture, mixture_profile, sample_spec
+from rayform.integrations._mlflow_source import RayformDatasetSource
 
 __all__ = ["RayformDataset", "RayformDatasetSource", "from_episode_dataset"]
-
-
-class RayformDatasetSource(DatasetSource):
-    """Where a Rayform dataset comes from: its dataset URI (``ds.uri``).
-
-    Args:
-        uri: a dataset URI, ``rayform://HOST/slc_...@MANIFEST?v=1&...``, or a mixture's
-            (``rayform:///mix?v=2&...``).
-    """
-
-    def __init__(self, uri: str) -> None:
-        # validated and canonical
-        self.uri = str(MixtureURI.parse(uri) if is_mixture_uri(uri) else DatasetURI.parse(uri))
-
-    @staticmethod
-    def _get_source_type() -> str:
-        return "rayform"
-
-    def load(self, client: Any = None, **options: Any) -> Any:
-        """Rebuild the dataset: ``EpisodeDataset.from_uri(self.uri, client, **options)``, or
-        ``MixtureDataset.from_uri`` for a mixture.
-
-        Raises:
-            SliceChangedError: the server's slice no longer resolves to the pinned manifest.
-            OfflineError: offline and the pinned manifest is not cached.
-        """
-        from rayform.torch import EpisodeDataset, MixtureDataset
-
-        if is_mixture_uri(self.uri):
-            return MixtureDataset.from_uri(self.uri, client, **options)
-        return EpisodeDataset.from_uri(self.uri, client, **options)
-
-    @staticmethod
-    def _can_resolve(raw_source: Any) -> bool:
-        return isinstance(raw_source, str) and raw_source.split("://", 1)[0] in SCHEMES
-
-    @classmethod
-    def _resolve(cls, raw_source: Any) -> RayformDatasetSource:
-        return cls(raw_source)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"uri": self.uri}
-
-    @classmethod
-    def from_dict(cls, source_dict: dict[Any, Any]) -> RayformDatasetSource:
-        return cls(source_dict["uri"])
-
-    def __repr__(self) -> str:
-        return f"RayformDatasetSource({self.uri!r})"
 
 
 class RayformDataset(Dataset):
