@@ -86,6 +86,9 @@ class _EpochPlan:
         self.epoch = epoch
         self.streams: list[Stream] = dataset._order_streams(world, epoch, True)
         self.part: Part = plan([s.length for s in self.streams], [[world, 0]])[rank]
+        # Indices of positions lo .. lo + len(vals) - 1, computed a window at a time: one
+        # vectorised call serves the next batches instead of one small call per batch.
+        self._lo, self._vals = 0, np.zeros(0, dtype=np.int64)
 
     def position(self, index: int) -> int | None:
         """Where this rank's part reads dataset ``index`` (its first read), or ``None``."""
@@ -98,9 +101,22 @@ class _EpochPlan:
                 return self.part.position_of(s, slot)
         return None
 
-    def indices(self, start: int, stop: int) -> np.ndarray:
-        """Dataset indices at positions ``start .. stop - 1`` of the part, ``int64 (N,)``."""
-        positions = np.arange(max(start, 0), min(stop, self.part.length), dtype=np.int64)
+    def indices(self, start: int, stop: int, window: int = 0) -> np.ndarray:
+        """Dataset indices at positions ``start .. stop - 1`` of the part, ``int64 (N,)``.
+
+        ``window``: positions to compute (and keep) at once when ``start .. stop`` is not kept,
+        half of them before ``start``: the batch being read lags the furthest one scheduled.
+        """
+        start, stop = max(start, 0), min(stop, self.part.length)
+        if start >= stop:
+            return np.zeros(0, dtype=np.int64)
+        if not (self._lo <= start and stop <= self._lo + len(self._vals)):
+            lo = max(start - window // 2, 0)
+            self._lo, self._vals = lo, self._compute(lo, max(stop, start + window // 2))
+        return self._vals[start - self._lo:stop - self._lo]
+
+    def _compute(self, start: int, stop: int) -> np.ndarray:
+        positions = np.arange(start, min(stop, self.part.length), dtype=np.int64)
         stream, slot = self.part.locate(positions)
         out = np.empty(len(positions), dtype=np.int64)
         for s in np.unique(stream).tolist():
@@ -117,10 +133,12 @@ class _State:
         self.queue: collections.deque[Any] = collections.deque()
         self.scheduled: set[str] = set()
         self.present: set[str] = set()  # seen in the cache (not trusted under a cache limit)
+        self.present_segments: set[int] = set()  # episodes whose blobs are all in ``present``
         self.done_until: tuple[int, int] = (-1, -1)  # (epoch, batch start) fully handled
         self.in_flight = 0  # bytes queued or downloading
         self.workers: list[threading.Thread] = []
         self.plan: _EpochPlan | None = None
+        self.expect = -1  # where this process's next batch starts in the plan, if it follows it
         self.pins: Pins | None = None
         self.epoch_seen: int | None = None
         self.closed = False
@@ -166,21 +184,28 @@ class ReadAhead:
         planned = self._plan(st, epoch)
         if planned is None:
             return
-        bs = len(keys)
-        first = planned.position(int(keys[0][0]))
-        if first is None or not np.array_equal(planned.indices(first, first + bs), [int(k[0]) for k in keys]):
-            return  # not our sampler's order (another sampler, shuffle=False, elastic resume)
         from torch.utils.data import get_worker_info
 
         info = get_worker_info()
         step = info.num_workers if info is not None else 1
+        bs = len(keys)
+        window = 2 * step * bs * (_MAX_BATCHES_AHEAD + 1)
+        wanted = [int(k[0]) for k in keys]
+        first: int | None = st.expect  # usually where the last batch said (no inverse needed)
+        if first is None or first < 0 or planned.indices(first, first + bs, window).tolist() != wanted:
+            first = planned.position(wanted[0])
+            if first is None or planned.indices(first, first + bs, window).tolist() != wanted:
+                st.expect = -1
+                return  # not our sampler's order (another sampler, shuffle=False, elastic resume)
+        st.expect = first + step * bs
         starts = [first + step * bs * k for k in range(1, _MAX_BATCHES_AHEAD + 1)]
         done_epoch, done_start = st.done_until
         if done_epoch == epoch:  # batches already handled cost nothing again (warm caches)
             starts = [s for s in starts if s > done_start]
-        self._schedule(st, planned, starts, bs, epoch)
+        self._schedule(st, planned, starts, bs, epoch, window)
 
-    def _schedule(self, st: _State, planned: _EpochPlan, starts: list[int], bs: int, epoch: int) -> None:
+    def _schedule(self, st: _State, planned: _EpochPlan, starts: list[int], bs: int, epoch: int,
+                  positions: int) -> None:
         ds = self.dataset
         names = [*ds.obs, *([ds.action] if ds.action else [])]
         slice_ = ds.slice
@@ -192,13 +217,18 @@ class ReadAhead:
             window = st.in_flight
         trust = limit is None  # under a limit a blob seen cached may be evicted before use
         for start in starts:
-            flat = planned.indices(start, start + bs)
+            flat = planned.indices(start, start + bs, positions)
             if not len(flat):
                 break
             seg_pos, _ = ds._index.locate(flat)
             for s in dict.fromkeys(seg_pos.tolist()):
-                for ref in segment_blobs(ds._index.segments[s], names).values():
+                if s in st.present_segments:
+                    continue
+                cached = 0
+                refs = segment_blobs(ds._index.segments[s], names)
+                for ref in refs.values():
                     if ref.hash in st.present:
+                        cached += 1
                         continue
                     with st.lock:
                         if ref.hash in st.scheduled:
@@ -206,11 +236,14 @@ class ReadAhead:
                     if not slice_.would_fetch(ref):  # cached (or offline: nothing to fetch)
                         if trust:
                             st.present.add(ref.hash)
+                            cached += 1
                         continue
                     window += ref.size
                     if window > budget:
                         return  # this batch is not done: look at it again next time
                     self._enqueue(st, ref)
+                if cached == len(refs):  # every blob of the episode is here: skip it from now on
+                    st.present_segments.add(s)
             st.done_until = (epoch, start)
 
     # -- fetching --------------------------------------------------------------------------
