@@ -34,6 +34,11 @@ class _Episodes:
         self.shard = (rank, world)
         self.ddp_even = ddp_even
         self.seed, self.epoch = 7, 3
+        self._index = self  # the plan also finds each index's episode
+
+    def locate(self, flat: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        seg = np.searchsorted(self.offsets, flat, side="right") - 1
+        return seg, flat - self.offsets[seg]
 
     def _order_fingerprint(self) -> dict[str, object]:
         return {"samples": int(self.offsets[-1])}
@@ -57,6 +62,7 @@ def test_every_position_of_every_rank_is_found_where_the_sampler_reads_it(ddp_ev
         resumed = EpisodeSampler(ds)  # a same-size resume continues the planned order
         resumed.load_state_dict(sampler.state_dict(consumed=4))
         assert [k.sample for k in resumed] == p.indices(4, len(expected)).tolist()
+        assert np.array_equal(p.episodes(0, len(expected)), ds.locate(got)[0])
         for pos, index in enumerate(got.tolist()):
             first = p.position(index)
             assert first is not None and first <= pos and got[first] == index

@@ -32,7 +32,7 @@ import numpy as np
 from rayform._evict import Pins, check_fits
 from rayform._fetchlog import FetchLog, fetch_log, mark_ahead
 from rayform._process import PerProcess
-from rayform.torch._order import Part, Stream, plan
+from rayform.torch._order import ArrayStream, Part, RangeStream, Stream, plan
 
 __all__ = ["ReadAhead", "check_cache_fits", "reader_pins", "segment_blobs"]
 
@@ -86,17 +86,17 @@ class _EpochPlan:
         self.epoch = epoch
         self.streams: list[Stream] = dataset._order_streams(world, epoch, True)
         self.part: Part = plan([s.length for s in self.streams], [[world, 0]])[rank]
-        # Indices of positions lo .. lo + len(vals) - 1, computed a window at a time: one
-        # vectorised call serves the next batches instead of one small call per batch.
-        self._lo, self._vals = 0, np.zeros(0, dtype=np.int64)
+        self._locate = dataset._index.locate
+        # Indices (and their episodes) of positions lo .. lo + len(vals) - 1, computed a window
+        # at a time: one vectorised call serves the next batches, not one small call per batch.
+        self._lo, self._vals, self._segs = 0, np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
 
     def position(self, index: int) -> int | None:
         """Where this rank's part reads dataset ``index`` (its first read), or ``None``."""
         for s, stream in enumerate(self.streams):
-            slot_of = getattr(stream, "slot_of", None)
-            if slot_of is None:
+            if not isinstance(stream, (RangeStream, ArrayStream)):
                 return None  # a stream without an inverse (a mixture's): no plan
-            slot = slot_of(index)
+            slot = stream.slot_of(index)
             if slot is not None:
                 return self.part.position_of(s, slot)
         return None
@@ -107,13 +107,23 @@ class _EpochPlan:
         ``window``: positions to compute (and keep) at once when ``start .. stop`` is not kept,
         half of them before ``start``: the batch being read lags the furthest one scheduled.
         """
+        kept = self._keep(start, stop, window)  # first: it may replace the kept window
+        return self._vals[kept]
+
+    def episodes(self, start: int, stop: int, window: int = 0) -> np.ndarray:
+        """Episode (segment) positions of those indices, ``int64 (N,)``."""
+        kept = self._keep(start, stop, window)
+        return self._segs[kept]
+
+    def _keep(self, start: int, stop: int, window: int) -> slice:
         start, stop = max(start, 0), min(stop, self.part.length)
         if start >= stop:
-            return np.zeros(0, dtype=np.int64)
+            return slice(0, 0)
         if not (self._lo <= start and stop <= self._lo + len(self._vals)):
             lo = max(start - window // 2, 0)
             self._lo, self._vals = lo, self._compute(lo, max(stop, start + window // 2))
-        return self._vals[start - self._lo:stop - self._lo]
+            self._segs = self._locate(self._vals)[0]
+        return slice(start - self._lo, stop - self._lo)
 
     def _compute(self, start: int, stop: int) -> np.ndarray:
         positions = np.arange(start, min(stop, self.part.length), dtype=np.int64)
@@ -217,10 +227,9 @@ class ReadAhead:
             window = st.in_flight
         trust = limit is None  # under a limit a blob seen cached may be evicted before use
         for start in starts:
-            flat = planned.indices(start, start + bs, positions)
-            if not len(flat):
+            seg_pos = planned.episodes(start, start + bs, positions)
+            if not len(seg_pos):
                 break
-            seg_pos, _ = ds._index.locate(flat)
             for s in dict.fromkeys(seg_pos.tolist()):
                 if s in st.present_segments:
                     continue
