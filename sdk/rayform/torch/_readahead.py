@@ -42,6 +42,8 @@ log = logging.getLogger("rayform.fetch")
 DEFAULT_READAHEAD_BYTES = 256 << 20
 _THREADS = 4
 _MAX_BATCHES_AHEAD = 32
+#: Planned positions computed at once at least (small batches: one call's fixed cost shared).
+_MIN_WINDOW = 4096
 
 
 def segment_blobs(segment: Any, names: Sequence[str]) -> dict[str, Any]:
@@ -199,7 +201,7 @@ class ReadAhead:
         info = get_worker_info()
         step = info.num_workers if info is not None else 1
         bs = len(keys)
-        window = 2 * step * bs * (_MAX_BATCHES_AHEAD + 1)
+        window = max(2 * step * bs * (_MAX_BATCHES_AHEAD + 1), _MIN_WINDOW)
         wanted = [int(k[0]) for k in keys]
         first: int | None = st.expect  # usually where the last batch said (no inverse needed)
         if first is None or first < 0 or planned.indices(first, first + bs, window).tolist() != wanted:
