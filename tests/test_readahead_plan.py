@@ -8,10 +8,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import DEMO_SLICE, TOKEN, ServerProcess
+from torch.utils.data import DataLoader
 
+import rayform
 from rayform._evict import Pins
-from rayform._fetchlog import FetchLog
-from rayform.torch import EpisodeSampler
+from rayform._fetchlog import FetchLog, fetch_log
+from rayform.torch import EpisodeDataset, EpisodeSampler
 from rayform.torch._order import Stream, episode_streams
 from rayform.torch._perm import Permutation, derive_key
 from rayform.torch._readahead import _EpochPlan
@@ -54,7 +57,7 @@ def test_every_position_of_every_rank_is_found_where_the_sampler_reads_it(ddp_ev
     parts = set()
     for rank in range(world):
         ds = _Episodes(counts, rank, world, ddp_even)
-        p = _EpochPlan(ds, epoch=3)
+        p = _EpochPlan(ds, 3, True)
         sampler = EpisodeSampler(ds)
         expected = [k.sample for k in sampler]
         got = p.indices(0, len(expected) + 5)
@@ -106,3 +109,12 @@ def test_pins_and_fetch_counts_are_per_process(tmp_path: Path) -> None:
     assert pins.pinned() == {"abcdef"} and counts.total().fetched_bytes == 10  # the parent keeps its own
     pins.close()
     assert pins.pinned() == set()
+
+
+def test_an_unshuffled_sampler_is_read_ahead_too(demo_server: ServerProcess, tmp_path: Path) -> None:
+    client = rayform.Client(endpoint=demo_server.url, token=TOKEN, cache_dir=tmp_path)
+    ds = EpisodeDataset(client.slices.get(DEMO_SLICE), obs=["joints/position"], action=None, fps=15)
+    before = fetch_log().total()
+    n = sum(len(b["t_ns"]) for b in DataLoader(ds, sampler=EpisodeSampler(ds, shuffle=False), batch_size=4))
+    assert ds._readahead.join(30)
+    assert n == len(ds) and fetch_log().total().ahead_bytes > before.ahead_bytes

@@ -10,7 +10,8 @@ batches ``w, w + W, ...``), up to ``max_bytes`` in flight. Each rank's part is i
 (``dataset.shard``), so each rank prefetches only its shard. A resumed epoch at the same world
 size continues the same order, so its first batch is found like any other; after an elastic
 resume (another world size) the keys are not where the plan puts them and read-ahead waits
-for the next epoch (samples are the same either way).
+for the next epoch (samples are the same either way). Each process keeps a window of the
+planned order and where its next batch should start, so a batch costs O(batch size).
 
 Fetching threads are started lazily in the process that reads, never inherited through a
 fork nor pickled into a worker, and they exit as soon as there is nothing left to fetch: no
@@ -83,10 +84,10 @@ def reader_pins(slice_: Any, segments: Sequence[Any], names: Sequence[str]) -> P
 class _EpochPlan:
     """This rank's part of one epoch as a fresh sampler lays it out, with O(batch) lookups."""
 
-    def __init__(self, dataset: Any, epoch: int) -> None:
+    def __init__(self, dataset: Any, epoch: int, shuffle: bool) -> None:
         rank, world = dataset.shard
-        self.epoch = epoch
-        self.streams: list[Stream] = dataset._order_streams(world, epoch, True)
+        self.epoch, self.shuffle = epoch, shuffle
+        self.streams: list[Stream] = dataset._order_streams(world, epoch, shuffle)
         self.part: Part = plan([s.length for s in self.streams], [[world, 0]])[rank]
         self._locate = dataset._index.locate
         # Indices (and their episodes) of positions lo .. lo + len(vals) - 1, computed a window
@@ -149,7 +150,9 @@ class _State:
         self.done_until: tuple[int, int] = (-1, -1)  # (epoch, batch start) fully handled
         self.in_flight = 0  # bytes queued or downloading
         self.workers: list[threading.Thread] = []
-        self.plan: _EpochPlan | None = None
+        self.plans: dict[bool, _EpochPlan | None] = {}  # of epoch ``plan_epoch``, by shuffle
+        self.plan_epoch = -1
+        self.shuffle = True  # the order the last batch followed
         self.expect = -1  # where this process's next batch starts in the plan, if it follows it
         self.pins: Pins | None = None
         self.epoch_seen: int | None = None
@@ -172,16 +175,35 @@ class ReadAhead:
         self._state: PerProcess[_State] = PerProcess(_State)
 
     # -- planning --------------------------------------------------------------------------
-    def _plan(self, st: _State, epoch: int) -> _EpochPlan | None:
+    def _plan(self, st: _State, epoch: int, shuffle: bool) -> _EpochPlan | None:
         """This rank's planned part of ``epoch``, or None if it cannot be planned."""
-        if st.plan is not None and st.plan.epoch == epoch:
-            return st.plan
-        try:
-            st.plan = _EpochPlan(self.dataset, epoch)
-        except Exception as exc:  # an order we cannot replay: no read-ahead, nothing else changes
-            log.debug("read-ahead off: cannot plan epoch %d (%s)", epoch, exc)
-            return None
-        return st.plan
+        if st.plan_epoch != epoch:
+            st.plans, st.plan_epoch = {}, epoch
+        if shuffle not in st.plans:
+            try:
+                st.plans[shuffle] = _EpochPlan(self.dataset, epoch, shuffle)
+            except Exception as exc:  # an order we cannot replay: no read-ahead, nothing else changes
+                log.debug("read-ahead off: cannot plan epoch %d (%s)", epoch, exc)
+                st.plans[shuffle] = None
+        return st.plans[shuffle]
+
+    def _locate(self, st: _State, epoch: int, wanted: list[int], window: int) -> tuple[_EpochPlan, int] | None:
+        """The plan and position of the batch ``wanted``: where the last batch said it would
+        be, else found by inverting the order (``EpisodeSampler(shuffle=True)``'s first, then
+        ``shuffle=False``'s); None if neither order reads it there."""
+        bs = len(wanted)
+        planned = self._plan(st, epoch, st.shuffle)
+        first = st.expect
+        if planned is not None and first >= 0 and planned.indices(first, first + bs, window).tolist() == wanted:
+            return planned, first
+        for shuffle in (st.shuffle, not st.shuffle):
+            planned = self._plan(st, epoch, shuffle)
+            found = planned.position(wanted[0]) if planned is not None else None
+            if planned is not None and found is not None and \
+                    planned.indices(found, found + bs, window).tolist() == wanted:
+                st.shuffle = shuffle
+                return planned, found
+        return None
 
     def saw(self, keys: Sequence[Any]) -> None:
         """A batch with ``keys`` is being read: schedule what the next batches need.
@@ -193,22 +215,17 @@ class ReadAhead:
         st = self._state.get()
         epoch = int(keys[0][1])
         self._epoch_done(st, epoch)
-        planned = self._plan(st, epoch)
-        if planned is None:
-            return
         from torch.utils.data import get_worker_info
 
         info = get_worker_info()
         step = info.num_workers if info is not None else 1
         bs = len(keys)
         window = max(2 * step * bs * (_MAX_BATCHES_AHEAD + 1), _MIN_WINDOW)
-        wanted = [int(k[0]) for k in keys]
-        first: int | None = st.expect  # usually where the last batch said (no inverse needed)
-        if first is None or first < 0 or planned.indices(first, first + bs, window).tolist() != wanted:
-            first = planned.position(wanted[0])
-            if first is None or planned.indices(first, first + bs, window).tolist() != wanted:
-                st.expect = -1
-                return  # not our sampler's order (another sampler, shuffle=False, elastic resume)
+        located = self._locate(st, epoch, [int(k[0]) for k in keys], window)
+        if located is None:
+            st.expect = -1
+            return  # not the sampler's fresh order (a resume on another number of ranks)
+        planned, first = located
         st.expect = first + step * bs
         starts = [first + step * bs * k for k in range(1, _MAX_BATCHES_AHEAD + 1)]
         done_epoch, done_start = st.done_until
