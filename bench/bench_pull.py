@@ -47,7 +47,8 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _start_server(root: Path, token: str, env: dict[str, str] | None = None) -> tuple[subprocess.Popen[bytes], str]:
+def start_server(root: Path, token: str, env: dict[str, str] | None = None) -> tuple[subprocess.Popen[bytes], str]:
+    """A ``rayform-server serve`` of ``root`` on a free loopback port: ``(process, url)``."""
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
     proc = subprocess.Popen([sys.executable, "-m", "rayform_server", "serve", "--root", str(root),
@@ -114,7 +115,7 @@ def _time_curl_pairs(curl: str, pairs: list[tuple[str, str]], jobs: int, work: P
     return time.perf_counter() - t0
 
 
-def _s3_root(local: Path, work: Path, endpoint: str, env: dict[str, str]) -> Path:
+def s3_root_copy(local: Path, work: Path, endpoint: str, env: dict[str, str]) -> Path:
     """A data root with the same manifests and slices as ``local`` whose blobs are in S3."""
     from rayform_server.blobstore import configure_root
 
@@ -168,10 +169,10 @@ def _run_s3(root: Path | None, jobs: int, repeats: int, curl: str) -> dict[str, 
         weed = SeaweedS3(work / "weed")
         procs: list[subprocess.Popen[bytes]] = []
         try:
-            s3_root = _s3_root(root, work, weed.endpoint, weed.env)
-            local_proc, local_url = _start_server(root, token)
+            s3_root = s3_root_copy(root, work, weed.endpoint, weed.env)
+            local_proc, local_url = start_server(root, token)
             procs.append(local_proc)
-            s3_proc, s3_url = _start_server(s3_root, token, env=weed.env)
+            s3_proc, s3_url = start_server(s3_root, token, env=weed.env)
             procs.append(s3_proc)
             from rayform.manifest import Manifest
 
@@ -251,7 +252,7 @@ def main() -> None:
             t0 = time.perf_counter()
             build_demo(root, slice_id=SLICE, small=False, jobs=os.cpu_count() or 1)
             print(f"built demo root in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
-        proc, url = _start_server(root, token)
+        proc, url = start_server(root, token)
         try:
             header_file = work / "auth-header"
             header_file.write_text(f"Authorization: Bearer {token}\n")

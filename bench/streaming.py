@@ -65,7 +65,7 @@ class Setup:
     def __init__(self, root: Path, work: Path) -> None:
         from _seaweed import SeaweedS3
 
-        from bench.bench_pull import _s3_root, _start_server
+        from bench.bench_pull import s3_root_copy, start_server
 
         self.token = secrets.token_urlsafe(16)
         self.link = Link(None, 0.0)
@@ -78,8 +78,8 @@ class Setup:
                     raise
         s3_port = int(self.weed.endpoint.rsplit(":", 1)[1])
         store_port = self.link.forward(s3_port)
-        s3_root = _s3_root(root, work, f"http://127.0.0.1:{store_port}", self.weed.env)
-        self.proc, url = _start_server(s3_root, self.token, env=self.weed.env)
+        s3_root = s3_root_copy(root, work, f"http://127.0.0.1:{store_port}", self.weed.env)
+        self.proc, url = start_server(s3_root, self.token, env=self.weed.env)
         self.url = f"http://127.0.0.1:{self.link.forward(int(url.rsplit(':', 1)[1]))}"
 
     def close(self) -> None:

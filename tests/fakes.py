@@ -1,7 +1,7 @@
 """The tests' one stand-in for ``rayform.Client`` behind a ``Slice``: blobs from a server store.
 
 :class:`StoreBlobs` satisfies :class:`rayform._seams.BlobFetcher` (``ensure_blob``,
-``cache_dir``, ``pull``), so ``Slice(..., StoreBlobs(store))`` is a slice whose blobs come
+``cache_dir``, ``pull``, ``cache_limit``, ``would_fetch``), so ``Slice(..., StoreBlobs(store))`` is a slice whose blobs come
 straight from a data root: no server, no network, no cache. It records what it was asked for.
 """
 
@@ -47,6 +47,15 @@ class StoreBlobs:
     def pull(self, slice_id: str, streams: Sequence[str] | None = None, jobs: int = 8,
              progress: bool = False) -> None:
         """Nothing to do: every blob of a store is already local."""
+
+    @property
+    def cache_limit(self) -> int | None:
+        """No limit: blobs stay in the store."""
+        return None
+
+    def would_fetch(self, ref: BlobRef) -> bool:
+        """Never: every blob of a store is already local."""
+        return False
 
 
 def store_slice(slice_id: str, manifest: Manifest, store: Store | None,

@@ -10,7 +10,7 @@ import pytest
 import torch
 from _faultproxy import FaultProxy
 from _reliability import assert_cache_consistent
-from helpers import DEMO_SLICE, TOKEN, ServerProcess
+from helpers import DEMO_SLICE, TOKEN, ServerProcess, free_port
 from torch.utils.data import DataLoader
 
 import rayform
@@ -34,6 +34,14 @@ def _batches(ds: EpisodeDataset, epochs: int = 2, **kw: object) -> list[torch.Te
         for b in DataLoader(ds, sampler=EpisodeSampler(ds), batch_size=8, **kw):
             out.append(torch.cat([b["cam0/rgb"].flatten().float(), b["action"].flatten(), b["t_ns"].float()]))
     return out
+
+
+def _shard_blobs(ds: EpisodeDataset, keys: list[int] | None = None) -> set[str]:
+    """Hashes of the blobs the samples ``keys`` need (default: this rank's epoch-0 keys)."""
+    if keys is None:
+        keys = [k.sample for k in EpisodeSampler(ds)]
+    segs = set(ds._index.locate(torch.tensor(keys).numpy())[0].tolist())
+    return {h for s in segs for h in segment_blobs(ds._index.segments[s], [*OBS, ACTION])}
 
 
 def _readahead_threads() -> list[threading.Thread]:
@@ -76,8 +84,7 @@ def test_same_samples_with_readahead_in_workers(demo_server: ServerProcess, tmp_
 
 def test_each_rank_prefetches_only_its_shard(demo_server: ServerProcess, tmp_path: Path) -> None:
     ds = _dataset(demo_server.url, tmp_path / "rank0", shard=(0, 2), decode_threads=2)
-    mine = {h for seg_pos in set(ds._index.locate(ds._local)[0].tolist())
-            for h in segment_blobs(ds._index.segments[seg_pos], [*OBS, ACTION])}
+    mine = _shard_blobs(ds)
     _batches(ds, epochs=1)
     assert ds._readahead.join(30)
     cached = set(assert_cache_consistent(tmp_path / "rank0"))
@@ -106,7 +113,9 @@ for ahead in (0, 1 << 30):
     samples[ahead] = [b["t_ns"].tolist() + b["cam0/rgb"].flatten()[::97].tolist() for b in loader]
     if ahead == 0:  # the read-ahead run starts from a cold cache
         import shutil; shutil.rmtree(out / f"cache{{rank}}" / "blobs")
-mine = sorted({{h for s in set(ds._index.locate(ds._local)[0].tolist())
+import numpy as np
+keys = np.array([k.sample for k in EpisodeSampler(ds)])
+mine = sorted({{h for s in set(ds._index.locate(keys)[0].tolist())
                for h in segment_blobs(ds._index.segments[s], names)}})
 cached = sorted(p.name for p in (out / f"cache{{rank}}" / "blobs").rglob("*") if p.is_file())
 (out / f"rank{{rank}}.json").write_text(json.dumps({{"same": samples[0] == samples[1 << 30],
@@ -122,8 +131,6 @@ def test_readahead_under_torchrun_prefetches_each_ranks_shard(demo_server: Serve
     import subprocess
     import sys
 
-    from conftest import free_port
-
     script = tmp_path / "ddp_readahead.py"
     script.write_text(DDP_SCRIPT)
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--nnodes=1",
@@ -136,3 +143,37 @@ def test_readahead_under_torchrun_prefetches_each_ranks_shard(demo_server: Serve
         assert r["same"] and r["n"] > 0  # identical samples with and without read-ahead
         assert r["cached"] == r["mine"]  # each rank fetched its own shard's blobs, nothing else
     assert not set(ranks[0]["mine"]) & set(ranks[1]["mine"])
+
+
+def test_readahead_after_a_resumed_sampler_state(demo_server: ServerProcess, tmp_path: Path) -> None:
+    # Uninterrupted epoch 1, read without read-ahead: the reference.
+    ref = _dataset(demo_server.url, tmp_path / "ref", readahead_bytes=0)
+    ref.set_epoch(1)
+    whole = [b["t_ns"] for b in DataLoader(ref, sampler=EpisodeSampler(ref), batch_size=4)]
+    # A checkpoint after 3 batches of epoch 1 (the sampler's position, nothing else).
+    ds = _dataset(demo_server.url, tmp_path / "ckpt", readahead_bytes=0)
+    ds.set_epoch(1)
+    sampler = EpisodeSampler(ds)
+    it = iter(sampler)
+    first = [next(it).sample for _ in range(12)]
+    state = sampler.state_dict(consumed=12)
+    rest = [int(i) for i in sampler.next_indices(len(ds))]
+    # Resume on a cold cache with read-ahead: it reads ahead from the resumed position.
+    with FaultProxy(demo_server.url) as proxy:
+        proxy.throttle_s = 0.001
+        resumed = _dataset(proxy.url, tmp_path / "on")
+        resumed.set_epoch(1)
+        sampler = EpisodeSampler(resumed)
+        sampler.load_state_dict(state)
+        before = fetch_log().total()
+        tail = [b["t_ns"] for b in DataLoader(resumed, sampler=sampler, batch_size=4)]
+        assert resumed._readahead.join(30)
+        after = fetch_log().total()
+        transfers = dict(proxy.stats.transfers)
+    got = torch.cat(tail)
+    assert torch.equal(got, torch.cat(whole)[12:]) and len(rest) == len(got)  # same samples
+    assert after.ahead_bytes > before.ahead_bytes, "a resumed epoch fell back to on-demand reads"
+    assert set(transfers.values()) == {1}, "a blob crossed the wire twice"
+    cached = set(assert_cache_consistent(tmp_path / "on"))
+    assert cached == _shard_blobs(resumed, rest)  # only what the rest of the epoch reads
+    assert first and _readahead_threads() == []

@@ -84,3 +84,19 @@ def test_pull_progress_counts_every_byte_once(client_env: ServerProcess, capsys:
     for seg in slice_.segments:
         ref = seg.streams["joints/position"].blob
         assert hash_file(slice_.blob_path(ref)) == ref.hash
+
+
+def test_a_slice_tells_its_cache_limit_and_what_a_read_would_download(client_env: ServerProcess,
+                                                                      isolated_env: Path, demo_root: Path) -> None:
+    slice_ = rayform.Client(cache_limit=10**9).slices.get(DEMO_SLICE)
+    ref = next(iter(slice_.segments[0].streams["joints/position"].blobs()))
+    assert slice_.cache_limit == 10**9 and slice_.would_fetch(ref)
+    slice_.blob_path(ref)
+    assert not slice_.would_fetch(ref)  # cached now
+    missing = next(iter(slice_.segments[0].streams["cam0/rgb"].blobs()))
+    assert slice_.would_fetch(missing)
+    offline = rayform.Client(offline=True).slices.get(DEMO_SLICE)  # the resolution is cached
+    assert offline.cache_limit is None and not offline.would_fetch(missing)  # offline never downloads
+    store = Store(demo_root)
+    fake = store_slice(DEMO_SLICE, store.load_manifest(store.get_slice(DEMO_SLICE)["manifest"]), store)
+    assert fake.cache_limit is None and not fake.would_fetch(ref)

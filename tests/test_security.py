@@ -32,7 +32,7 @@ from rayform.errors import RayformError
 def test_token_in_no_log_exception_repr_progress_line_or_url(
     demo_server: ServerProcess, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.DEBUG)  # every logger: rayform, httpx, httpcore, tenacity
+    caplog.set_level(logging.DEBUG)  # every logger: rayform, httpx, httpcore
     seen: list[str] = []
     with FaultProxy(demo_server.url) as proxy:
         proxy.add(Fault("503", times=2, retry_after_s=0), Fault("reset", times=2))

@@ -26,6 +26,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from rayform._process import PerProcess
 from rayform._units import human_bytes
 from rayform.errors import InvalidArgumentError
 
@@ -35,36 +36,33 @@ __all__ = ["EvictReport", "Evictor", "Pins", "check_fits", "evict_lru"]
 DEFAULT_MAX_PINS = 32
 
 
+class _Held:
+    """One process's pins: descriptors by blob hash (least recently pinned first)."""
+
+    def __init__(self) -> None:
+        self.fds: OrderedDict[str, int] = OrderedDict()
+        self.lock = threading.Lock()
+
+
 class Pins:
     """This process's pinned blobs: open read-only descriptors holding a shared ``flock``.
 
-    Safe to use from several threads; reset (without touching the parent's descriptors' locks,
-    which the child shares) after a fork.
+    Safe to use from several threads. The pins are per process (:class:`~rayform._process.
+    PerProcess`): a forked child starts with none, without touching the parent's descriptors'
+    locks (which the child shares), and a pickled copy starts with none.
     """
 
     def __init__(self, max_pins: int = DEFAULT_MAX_PINS) -> None:
         self.max_pins = max_pins
-        self._fds: OrderedDict[str, int] = OrderedDict()
-        self._lock = threading.Lock()
-        self._pid = os.getpid()
-
-    def __getstate__(self) -> dict[str, object]:
-        return {"max_pins": self.max_pins}
-
-    def __setstate__(self, state: dict[str, object]) -> None:
-        self.__init__(int(state["max_pins"]))  # type: ignore[misc,call-overload]
-
-    def _check_pid(self) -> None:
-        if self._pid != os.getpid():  # a forked child: these are the parent's pins
-            self._fds, self._lock, self._pid = OrderedDict(), threading.Lock(), os.getpid()
+        self._held: PerProcess[_Held] = PerProcess(_Held)
 
     def pin(self, path: Path) -> bool:
         """Pin the blob at ``path`` (or mark it most recently pinned). False if it is gone."""
-        self._check_pid()
+        held = self._held.get()
         name = path.name
-        with self._lock:
-            if name in self._fds:
-                self._fds.move_to_end(name)
+        with held.lock:
+            if name in held.fds:
+                held.fds.move_to_end(name)
                 return True
         try:
             fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
@@ -72,30 +70,30 @@ class Pins:
             return False
         with contextlib.suppress(OSError):  # no flock here: eviction may race (see module doc)
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        with self._lock:
-            if name in self._fds:
+        with held.lock:
+            if name in held.fds:
                 os.close(fd)
-                self._fds.move_to_end(name)
+                held.fds.move_to_end(name)
                 return True
-            self._fds[name] = fd
-            while len(self._fds) > self.max_pins:
-                _, old = self._fds.popitem(last=False)
+            held.fds[name] = fd
+            while len(held.fds) > self.max_pins:
+                _, old = held.fds.popitem(last=False)
                 os.close(old)
         return True
 
     def pinned(self) -> set[str]:
         """Hashes of the blobs this process has pinned."""
-        self._check_pid()
-        with self._lock:
-            return set(self._fds)
+        held = self._held.get()
+        with held.lock:
+            return set(held.fds)
 
     def close(self) -> None:
         """Drop every pin of this process."""
-        self._check_pid()
-        with self._lock:
-            for fd in self._fds.values():
+        held = self._held.get()
+        with held.lock:
+            for fd in held.fds.values():
                 os.close(fd)
-            self._fds.clear()
+            held.fds.clear()
 
 
 @dataclass(frozen=True)
@@ -186,24 +184,26 @@ class Evictor:
 
     def __init__(self, root: Path) -> None:
         self.root = root
-        self._estimate: int | None = None
-        self._at = 0.0
-
-    def __getstate__(self) -> dict[str, object]:
-        return {"root": self.root}
-
-    def __setstate__(self, state: dict[str, object]) -> None:
-        self.__init__(state["root"])  # type: ignore[misc,arg-type]
+        self._scan: PerProcess[_LastScan] = PerProcess(_LastScan)  # what this process fetched since
 
     def after_fetch(self, nbytes: int, limit: int, keep: Iterable[str]) -> EvictReport | None:
         now = time.monotonic()
-        if self._estimate is not None:
-            self._estimate += nbytes
-            if self._estimate < limit // 2 and now - self._at < 1.0:
+        scan = self._scan.get()
+        if scan.estimate is not None:
+            scan.estimate += nbytes
+            if scan.estimate < limit // 2 and now - scan.at < 1.0:
                 return None
         report = evict_lru(self.root, limit, keep)
-        self._estimate, self._at = report.total_bytes, time.monotonic()
+        scan.estimate, scan.at = report.total_bytes, time.monotonic()
         return report
+
+
+class _LastScan:
+    """One process's estimate of the cache's bytes (the last scan plus its fetches since)."""
+
+    def __init__(self) -> None:
+        self.estimate: int | None = None
+        self.at = 0.0  # time.monotonic() of the last scan
 
 
 def check_fits(limit: int | None, need: int, what: str) -> None:

@@ -9,11 +9,11 @@ summary per epoch with :meth:`FetchLog.summary`.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from dataclasses import dataclass, fields
 
+from rayform._process import PerProcess
 from rayform._units import human_bytes
 
 __all__ = ["FetchCounts", "FetchLog", "ahead", "fetch_log", "mark_ahead"]
@@ -46,38 +46,38 @@ class FetchCounts:
     stall_s: float = 0.0
 
 
+class _Counters:
+    """One process's counters (since the last take, and since it started)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.counts = FetchCounts()
+        self.total = FetchCounts()
+        self.last_log = time.monotonic()
+        self.logged_bytes = 0
+
+
 class FetchLog:
-    """Thread-safe counters plus rate-limited progress logging; reset after a fork."""
+    """Thread-safe counters plus rate-limited progress logging; per process (a forked or
+    spawned worker counts its own fetches from zero)."""
 
     def __init__(self, interval_s: float = 5.0) -> None:
         self.interval_s = interval_s
-        self._reset()
-
-    def _reset(self) -> None:
-        self._pid = os.getpid()
-        self._lock = threading.Lock()
-        self._counts = FetchCounts()
-        self._total = FetchCounts()
-        self._last_log = time.monotonic()
-        self._logged_bytes = 0
-
-    def _check_pid(self) -> None:
-        if self._pid != os.getpid():
-            self._reset()
+        self._counters: PerProcess[_Counters] = PerProcess(_Counters)
 
     def _add(self, **kw: float) -> None:
-        self._check_pid()
-        with self._lock:
-            for c in (self._counts, self._total):
+        c = self._counters.get()
+        with c.lock:
+            for counts in (c.counts, c.total):
                 for k, v in kw.items():
-                    setattr(c, k, getattr(c, k) + v)
+                    setattr(counts, k, getattr(counts, k) + v)
             now = time.monotonic()
-            if kw.get("fetched_bytes") and now - self._last_log >= self.interval_s:
-                rate = (self._total.fetched_bytes - self._logged_bytes) / (now - self._last_log)
+            if kw.get("fetched_bytes") and now - c.last_log >= self.interval_s:
+                rate = (c.total.fetched_bytes - c.logged_bytes) / (now - c.last_log)
                 log.info("fetched %d blobs (%s, %s/s) so far, %s of it ahead of need, %.1f s "
-                         "stalled", self._total.fetched_blobs, human_bytes(self._total.fetched_bytes),
-                         human_bytes(rate), human_bytes(self._total.ahead_bytes), self._total.stall_s)
-                self._last_log, self._logged_bytes = now, self._total.fetched_bytes
+                         "stalled", c.total.fetched_blobs, human_bytes(c.total.fetched_bytes),
+                         human_bytes(rate), human_bytes(c.total.ahead_bytes), c.total.stall_s)
+                c.last_log, c.logged_bytes = now, c.total.fetched_bytes
 
     def fetched(self, nbytes: int, seconds: float) -> None:
         """A blob of ``nbytes`` was downloaded in ``seconds`` (stall time unless read-ahead)."""
@@ -99,16 +99,16 @@ class FetchLog:
 
     def take(self) -> FetchCounts:
         """The counters since the last call, and start again from zero."""
-        self._check_pid()
-        with self._lock:
-            out, self._counts = self._counts, FetchCounts()
+        c = self._counters.get()
+        with c.lock:
+            out, c.counts = c.counts, FetchCounts()
         return out
 
     def total(self) -> FetchCounts:
         """The counters since this process started."""
-        self._check_pid()
-        with self._lock:
-            return FetchCounts(**{f.name: getattr(self._total, f.name) for f in fields(FetchCounts)})
+        c = self._counters.get()
+        with c.lock:
+            return FetchCounts(**{f.name: getattr(c.total, f.name) for f in fields(FetchCounts)})
 
     @staticmethod
     def summary(c: FetchCounts) -> str:

@@ -60,6 +60,15 @@ class BlobFetcher(Protocol):
         """Make every blob of the named streams (all if ``None``) of ``slice_id`` local."""
         ...
 
+    @property
+    def cache_limit(self) -> int | None:
+        """Bytes the cache's blobs may take (bytes), or ``None`` for no limit."""
+        ...
+
+    def would_fetch(self, ref: BlobRef) -> bool:
+        """True if :meth:`ensure_blob` would download ``ref`` now (online, not cached)."""
+        ...
+
 
 @runtime_checkable
 class BlobSource(Protocol):
@@ -87,6 +96,15 @@ class BlobSource(Protocol):
 
     def blob_path(self, ref: BlobRef) -> Path:
         """Local path of a verified blob of this slice, fetched into the cache if missing."""
+        ...
+
+    @property
+    def cache_limit(self) -> int | None:
+        """Bytes the cache's blobs may take (bytes), or ``None`` for no limit."""
+        ...
+
+    def would_fetch(self, ref: BlobRef) -> bool:
+        """True if :meth:`blob_path` would download ``ref`` now (online, not cached)."""
         ...
 
 

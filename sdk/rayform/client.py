@@ -298,6 +298,10 @@ class Client:
             f"on (RAYFORM_OFFLINE=1); with network access run `{cmd}`"
         )
 
+    def would_fetch(self, ref: BlobRef) -> bool:
+        """True if :meth:`ensure_blob` would download ``ref`` now (online and not cached)."""
+        return not self.offline and not self.cache.has_blob(ref.hash)
+
     def ensure_blob(self, slice_id: str, ref: BlobRef) -> Path:
         """Path of the verified, read-only cached copy of ``ref``, downloading it if missing.
 

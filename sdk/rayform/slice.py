@@ -181,6 +181,15 @@ class Slice:
         """
         return self.client.ensure_blob(self.id, ref)
 
+    @property
+    def cache_limit(self) -> int | None:
+        """Bytes its client's cache may hold (``Client(cache_limit=...)``), or ``None``."""
+        return self.client.cache_limit
+
+    def would_fetch(self, ref: BlobRef) -> bool:
+        """True if :meth:`blob_path` would download ``ref`` now (online and not cached)."""
+        return self.client.would_fetch(ref)
+
     def pull(self, streams: Sequence[str] | None = None, *, jobs: int = 8, progress: bool = False) -> None:
         """Prefetch every blob of the named streams (all if ``None``) into the cache."""
         self.client.pull(self.id, streams=streams, jobs=jobs, progress=progress)

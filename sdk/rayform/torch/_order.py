@@ -67,6 +67,12 @@ class RangeStream:
     def keys(self, slots: np.ndarray) -> np.ndarray:
         return self.start + self.perm(slots)
 
+    def slot_of(self, index: int) -> int | None:
+        """The slot whose key is ``index``, or ``None`` if this stream does not read it."""
+        if not self.start <= index < self.start + self.length:
+            return None
+        return int(self.perm.inverse(np.array([index - self.start]))[0])
+
 
 class ArrayStream:
     """The entries of an index array (built on first use) in the order of a permutation."""
@@ -74,11 +80,27 @@ class ArrayStream:
     def __init__(self, length: int, build: Callable[[], np.ndarray], perm: Permutation) -> None:
         self.length, self._build, self.perm = int(length), build, perm
         self._array: np.ndarray | None = None
+        self._sorted: tuple[np.ndarray, np.ndarray] | None = None  # for slot_of, built on first use
 
     def keys(self, slots: np.ndarray) -> np.ndarray:
+        return self._built()[self.perm(slots)]
+
+    def slot_of(self, index: int) -> int | None:
+        """The slot whose key is ``index``, or ``None`` if this stream does not read it."""
+        if self._sorted is None:
+            array = self._built()
+            order = np.argsort(array, kind="stable")
+            self._sorted = (array[order], order)
+        values, at = self._sorted
+        j = int(np.searchsorted(values, index))
+        if j >= len(values) or values[j] != index or at[j] >= self.length:
+            return None
+        return int(self.perm.inverse(np.array([at[j]]))[0])
+
+    def _built(self) -> np.ndarray:
         if self._array is None:
             self._array = np.asarray(self._build(), dtype=np.int64)
-        return self._array[self.perm(slots)]
+        return self._array
 
 
 class EpisodeOrder(Protocol):
@@ -162,6 +184,19 @@ class Part:
         for j in np.flatnonzero(~real):
             stream[j], slot[j] = self.pads[int(positions[j]) - own]
         return stream, slot
+
+
+    def position_of(self, stream: int, slot: int) -> int | None:
+        """The first position of this part that reads ``(stream, slot)``, or ``None``."""
+        pos = 0
+        for p in self.pieces:
+            if p.stream == stream and p.lo <= slot < p.hi:
+                return pos + slot - p.lo
+            pos += p.hi - p.lo
+        for j, pad in enumerate(self.pads):
+            if pad == (stream, slot):
+                return pos + j
+        return None
 
 
 def _take(pieces: Sequence[Piece], start: int, count: int) -> list[Piece]:

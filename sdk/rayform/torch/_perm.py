@@ -74,6 +74,29 @@ class Permutation:
             out_of_range = y >= np.uint64(self.n)
         return y.astype(np.int64)
 
+    def inverse(self, values: np.ndarray) -> np.ndarray:
+        """The positions that map to ``values`` (values in ``[0, n)``, no tweak): O(1) each.
+
+        Walks the cycle backwards: the forward walk from a position stops at the first value
+        below ``n``, so the backward walk from that value stops at the position.
+        """
+        y = np.asarray(values, dtype=np.int64)
+        if not self.shuffle:
+            return y.copy()
+        x = self._decrypt(y.astype(np.uint64))
+        out_of_range = x >= np.uint64(self.n)
+        while out_of_range.any():
+            x[out_of_range] = self._decrypt(x[out_of_range])
+            out_of_range = x >= np.uint64(self.n)
+        return x.astype(np.int64)
+
+    def _decrypt(self, y: np.ndarray) -> np.ndarray:
+        tweak = np.zeros(len(y), np.uint64)
+        left, right = y >> self._half, y & self._mask
+        for k in reversed(self._keys):
+            left, right = right ^ (mix64(left ^ k ^ tweak) & self._mask), left
+        return (left << self._half) | right
+
     def _encrypt(self, x: np.ndarray, tweak: np.ndarray) -> np.ndarray:
         left, right = x >> self._half, x & self._mask
         for k in self._keys:

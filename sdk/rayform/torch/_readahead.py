@@ -1,12 +1,17 @@
 """Streaming a cold cache: read-ahead of the blobs that the coming batches need.
 
-The order of an epoch is known in advance: with :class:`~rayform.torch.EpisodeSampler` it
-depends only on (seed, epoch). When a batch reaches ``EpisodeDataset.__getitems__``, the
-dataset calls :meth:`ReadAhead.saw` with its keys; we find the batch in the epoch's planned
-order and schedule, in the background, the missing blobs of the batches *this process* will
+The order of an epoch is known in advance: with :class:`~rayform.torch.EpisodeSampler` it is
+a pure function of (seed, epoch, rank, position) (``_order.py``). When a batch reaches
+``EpisodeDataset.__getitems__``, the dataset calls :meth:`ReadAhead.saw` with its keys; we
+find the batch's position in this rank's part of the epoch (an O(1) inverse of the order, no
+replay) and schedule, in the background, the missing blobs of the batches *this process* will
 read next (a DataLoader hands batches to its workers in turn: worker ``w`` of ``W`` gets
-batches ``w, w + W, ...``), up to ``max_bytes`` in flight. Each rank's sampler covers its own
-shard, so each rank prefetches only its shard.
+batches ``w, w + W, ...``), up to ``max_bytes`` in flight. Each rank's part is its own shard
+(``dataset.shard``), so each rank prefetches only its shard. A resumed epoch at the same world
+size continues the same order, so its first batch is found like any other; after an elastic
+resume (another world size) the keys are not where the plan puts them and read-ahead waits
+for the next epoch (samples are the same either way). Each process keeps a window of the
+planned order and where its next batch should start, so a batch costs O(batch size).
 
 Fetching threads are started lazily in the process that reads, never inherited through a
 fork nor pickled into a worker, and they exit as soon as there is nothing left to fetch: no
@@ -19,7 +24,6 @@ from __future__ import annotations
 
 import collections
 import logging
-import os
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -28,6 +32,8 @@ import numpy as np
 
 from rayform._evict import Pins, check_fits
 from rayform._fetchlog import FetchLog, fetch_log, mark_ahead
+from rayform._process import PerProcess
+from rayform.torch._order import ArrayStream, Part, RangeStream, Stream, plan
 
 __all__ = ["ReadAhead", "check_cache_fits", "reader_pins", "segment_blobs"]
 
@@ -37,6 +43,8 @@ log = logging.getLogger("rayform.fetch")
 DEFAULT_READAHEAD_BYTES = 256 << 20
 _THREADS = 4
 _MAX_BATCHES_AHEAD = 32
+#: Planned positions computed at once at least (small batches: one call's fixed cost shared).
+_MIN_WINDOW = 4096
 
 
 def segment_blobs(segment: Any, names: Sequence[str]) -> dict[str, Any]:
@@ -54,7 +62,7 @@ def check_cache_fits(slice_: Any, segments: Sequence[Any], names: Sequence[str])
     A sample needs every blob of its segment's streams at once; below that, a bounded cache
     would evict what it is reading (or wait forever, in other libraries).
     """
-    limit = getattr(getattr(slice_, "client", None), "cache_limit", None)
+    limit = slice_.cache_limit
     if limit is None or not segments:
         return
     sizes = [(sum(r.size for r in segment_blobs(seg, names).values()), seg.id) for seg in segments]
@@ -68,9 +76,87 @@ def reader_pins(slice_: Any, segments: Sequence[Any], names: Sequence[str]) -> P
     They hold the blobs of about one segment (the most recently used): what a batch is reading.
     Older pins are dropped, so a process never holds more of a small cache than it needs.
     """
-    if getattr(getattr(slice_, "client", None), "cache_limit", None) is None or not segments:
+    if slice_.cache_limit is None or not segments:
         return None
     return Pins(len(segment_blobs(segments[0], names)))  # every segment has these streams
+
+
+class _EpochPlan:
+    """This rank's part of one epoch as a fresh sampler lays it out, with O(batch) lookups."""
+
+    def __init__(self, dataset: Any, epoch: int, shuffle: bool) -> None:
+        rank, world = dataset.shard
+        self.epoch, self.shuffle = epoch, shuffle
+        self.streams: list[Stream] = dataset._order_streams(world, epoch, shuffle)
+        self.part: Part = plan([s.length for s in self.streams], [[world, 0]])[rank]
+        self._locate = dataset._index.locate
+        # Indices (and their episodes) of positions lo .. lo + len(vals) - 1, computed a window
+        # at a time: one vectorised call serves the next batches, not one small call per batch.
+        self._lo, self._vals, self._segs = 0, np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+
+    def position(self, index: int) -> int | None:
+        """Where this rank's part reads dataset ``index`` (its first read), or ``None``."""
+        for s, stream in enumerate(self.streams):
+            if not isinstance(stream, (RangeStream, ArrayStream)):
+                return None  # a stream without an inverse (a mixture's): no plan
+            slot = stream.slot_of(index)
+            if slot is not None:
+                return self.part.position_of(s, slot)
+        return None
+
+    def indices(self, start: int, stop: int, window: int = 0) -> np.ndarray:
+        """Dataset indices at positions ``start .. stop - 1`` of the part, ``int64 (N,)``.
+
+        ``window``: positions to compute (and keep) at once when ``start .. stop`` is not kept,
+        half of them before ``start``: the batch being read lags the furthest one scheduled.
+        """
+        kept = self._keep(start, stop, window)  # first: it may replace the kept window
+        return self._vals[kept]
+
+    def episodes(self, start: int, stop: int, window: int = 0) -> np.ndarray:
+        """Episode (segment) positions of those indices, ``int64 (N,)``."""
+        kept = self._keep(start, stop, window)
+        return self._segs[kept]
+
+    def _keep(self, start: int, stop: int, window: int) -> slice:
+        start, stop = max(start, 0), min(stop, self.part.length)
+        if start >= stop:
+            return slice(0, 0)
+        if not (self._lo <= start and stop <= self._lo + len(self._vals)):
+            lo = max(start - window // 2, 0)
+            self._lo, self._vals = lo, self._compute(lo, max(stop, start + window // 2))
+            self._segs = self._locate(self._vals)[0]
+        return slice(start - self._lo, stop - self._lo)
+
+    def _compute(self, start: int, stop: int) -> np.ndarray:
+        positions = np.arange(start, min(stop, self.part.length), dtype=np.int64)
+        stream, slot = self.part.locate(positions)
+        out = np.empty(len(positions), dtype=np.int64)
+        for s in np.unique(stream).tolist():
+            mask = stream == s
+            out[mask] = self.streams[s].keys(slot[mask])
+        return out
+
+
+class _State:
+    """What one process's read-ahead holds: never crosses a fork or a pickle."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.queue: collections.deque[Any] = collections.deque()
+        self.scheduled: set[str] = set()
+        self.present: set[str] = set()  # seen in the cache (not trusted under a cache limit)
+        self.present_segments: set[int] = set()  # episodes whose blobs are all in ``present``
+        self.done_until: tuple[int, int] = (-1, -1)  # (epoch, batch start) fully handled
+        self.in_flight = 0  # bytes queued or downloading
+        self.workers: list[threading.Thread] = []
+        self.plans: dict[bool, _EpochPlan | None] = {}  # of epoch ``plan_epoch``, by shuffle
+        self.plan_epoch = -1
+        self.shuffle = True  # the order the last batch followed
+        self.expect = -1  # where this process's next batch starts in the plan, if it follows it
+        self.pins: Pins | None = None
+        self.epoch_seen: int | None = None
+        self.closed = False
 
 
 class ReadAhead:
@@ -86,164 +172,164 @@ class ReadAhead:
         self.dataset = dataset
         self.max_bytes = max_bytes
         self.threads = threads
-        self._reset()
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {"dataset": self.dataset, "max_bytes": self.max_bytes, "threads": self.threads}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._reset()
-
-    def _reset(self) -> None:
-        self._pid = os.getpid()
-        self._lock = threading.Lock()
-        self._queue: collections.deque[Any] = collections.deque()
-        self._scheduled: set[str] = set()
-        self._present: set[str] = set()  # seen in the cache (not trusted under a cache limit)
-        self._done_until: tuple[int, int] = (-1, -1)  # (epoch, batch start) fully handled
-        self._in_flight = 0  # bytes queued or downloading
-        self._workers: list[threading.Thread] = []
-        self._plan: tuple[int, np.ndarray, np.ndarray] | None = None  # epoch, order, position
-        self._pins: Pins | None = None
-        self._epoch_seen: int | None = None
-        self._closed = False
+        self._state: PerProcess[_State] = PerProcess(_State)
 
     # -- planning --------------------------------------------------------------------------
-    def _order(self, epoch: int) -> tuple[np.ndarray, np.ndarray] | None:
-        """The epoch's planned order of dataset indices and each index's position, or None."""
-        if self._plan is not None and self._plan[0] == epoch:
-            return self._plan[1], self._plan[2]
-        from rayform.torch._sampler import EpisodeSampler
+    def _plan(self, st: _State, epoch: int, shuffle: bool) -> _EpochPlan | None:
+        """This rank's planned part of ``epoch``, or None if it cannot be planned."""
+        if st.plan_epoch != epoch:
+            st.plans, st.plan_epoch = {}, epoch
+        if shuffle not in st.plans:
+            try:
+                st.plans[shuffle] = _EpochPlan(self.dataset, epoch, shuffle)
+            except Exception as exc:  # an order we cannot replay: no read-ahead, nothing else changes
+                log.debug("read-ahead off: cannot plan epoch %d (%s)", epoch, exc)
+                st.plans[shuffle] = None
+        return st.plans[shuffle]
 
-        if self.dataset.epoch != epoch:  # never set the epoch here: workers share it
-            return None
-        try:
-            order = np.fromiter((k[0] if isinstance(k, tuple) else k for k in EpisodeSampler(self.dataset)),
-                                dtype=np.int64, count=len(self.dataset))
-        except Exception as exc:  # a sampler we cannot replay: no read-ahead, nothing else changes
-            log.debug("read-ahead off: cannot plan epoch %d (%s)", epoch, exc)
-            return None
-        position = np.empty_like(order)
-        position[order] = np.arange(len(order))
-        self._plan = (epoch, order, position)
-        return order, position
+    def _locate(self, st: _State, epoch: int, wanted: list[int], window: int) -> tuple[_EpochPlan, int] | None:
+        """The plan and position of the batch ``wanted``: where the last batch said it would
+        be, else found by inverting the order (``EpisodeSampler(shuffle=True)``'s first, then
+        ``shuffle=False``'s); None if neither order reads it there."""
+        bs = len(wanted)
+        planned = self._plan(st, epoch, st.shuffle)
+        first = st.expect
+        if planned is not None and first >= 0 and planned.indices(first, first + bs, window).tolist() == wanted:
+            return planned, first
+        for shuffle in (st.shuffle, not st.shuffle):
+            planned = self._plan(st, epoch, shuffle)
+            found = planned.position(wanted[0]) if planned is not None else None
+            if planned is not None and found is not None and \
+                    planned.indices(found, found + bs, window).tolist() == wanted:
+                st.shuffle = shuffle
+                return planned, found
+        return None
 
     def saw(self, keys: Sequence[Any]) -> None:
-        """A batch with ``keys`` is being read: schedule what the next batches need."""
+        """A batch with ``keys`` is being read: schedule what the next batches need.
+
+        Costs O(batch): the batch is located by inverting the order, never by a replay.
+        """
         if self.max_bytes <= 0 or not keys or not isinstance(keys[0], tuple):
             return  # only EpisodeSampler's (index, epoch) keys come with a known order
-        if self._pid != os.getpid():
-            self._reset()
-        client = getattr(self.dataset.slice, "client", None)
-        if getattr(client, "offline", True) or not hasattr(client, "cache"):
-            return  # offline, or a slice without a Rayform client: nothing to fetch
+        st = self._state.get()
         epoch = int(keys[0][1])
-        self._epoch_done(epoch)
-        planned = self._order(epoch)
-        if planned is None:
-            return
-        order, position = planned
-        n, bs = len(order), len(keys)
-        first = int(position[int(keys[0][0])])
-        if any(first + j >= n or order[first + j] != int(k[0]) for j, k in enumerate(keys)):
-            return  # not our sampler's order (another sampler, or shuffle=False): no plan
+        self._epoch_done(st, epoch)
         from torch.utils.data import get_worker_info
 
         info = get_worker_info()
         step = info.num_workers if info is not None else 1
-        starts = [(first // bs + step * k) * bs for k in range(1, _MAX_BATCHES_AHEAD + 1)]
-        done_epoch, done_start = self._done_until
+        bs = len(keys)
+        window = max(2 * step * bs * (_MAX_BATCHES_AHEAD + 1), _MIN_WINDOW)
+        located = self._locate(st, epoch, [int(k[0]) for k in keys], window)
+        if located is None:
+            st.expect = -1
+            return  # not the sampler's fresh order (a resume on another number of ranks)
+        planned, first = located
+        st.expect = first + step * bs
+        starts = [first + step * bs * k for k in range(1, _MAX_BATCHES_AHEAD + 1)]
+        done_epoch, done_start = st.done_until
         if done_epoch == epoch:  # batches already handled cost nothing again (warm caches)
             starts = [s for s in starts if s > done_start]
-        self._schedule(order, starts, bs, epoch)
+        self._schedule(st, planned, starts, bs, epoch, window)
 
-    def _schedule(self, order: np.ndarray, starts: list[int], bs: int, epoch: int) -> None:
+    def _schedule(self, st: _State, planned: _EpochPlan, starts: list[int], bs: int, epoch: int,
+                  positions: int) -> None:
         ds = self.dataset
         names = [*ds.obs, *([ds.action] if ds.action else [])]
-        client = ds.slice.client
+        slice_ = ds.slice
         budget = self.max_bytes
-        limit = getattr(client, "cache_limit", None)
+        limit = slice_.cache_limit
         if limit is not None:  # leave room for what the readers pin
             budget = min(budget, limit // 4)
-        with self._lock:
-            window = self._in_flight
+        with st.lock:
+            window = st.in_flight
         trust = limit is None  # under a limit a blob seen cached may be evicted before use
         for start in starts:
-            if start >= len(order):
+            seg_pos = planned.episodes(start, start + bs, positions)
+            if not len(seg_pos):
                 break
-            flat = order[start:start + bs]
-            flat = ds._local[flat] if ds._local is not None else flat
-            seg_pos, _ = ds._index.locate(flat)
             for s in dict.fromkeys(seg_pos.tolist()):
-                for ref in segment_blobs(ds._index.segments[s], names).values():
-                    if ref.hash in self._present:
+                if s in st.present_segments:
+                    continue
+                cached = 0
+                refs = segment_blobs(ds._index.segments[s], names)
+                for ref in refs.values():
+                    if ref.hash in st.present:
+                        cached += 1
                         continue
-                    with self._lock:
-                        if ref.hash in self._scheduled:
+                    with st.lock:
+                        if ref.hash in st.scheduled:
                             continue
-                    if client.cache.has_blob(ref.hash):
+                    if not slice_.would_fetch(ref):  # cached (or offline: nothing to fetch)
                         if trust:
-                            self._present.add(ref.hash)
+                            st.present.add(ref.hash)
+                            cached += 1
                         continue
                     window += ref.size
                     if window > budget:
                         return  # this batch is not done: look at it again next time
-                    self._enqueue(ref)
-            self._done_until = (epoch, start)
+                    self._enqueue(st, ref)
+                if cached == len(refs):  # every blob of the episode is here: skip it from now on
+                    st.present_segments.add(s)
+            st.done_until = (epoch, start)
 
     # -- fetching --------------------------------------------------------------------------
-    def _enqueue(self, ref: Any) -> None:
-        with self._lock:
-            if self._closed:
+    def _enqueue(self, st: _State, ref: Any) -> None:
+        with st.lock:
+            if st.closed:
                 return
-            self._scheduled.add(ref.hash)
-            self._queue.append(ref)
-            self._in_flight += ref.size
-            self._workers = [t for t in self._workers if t.is_alive()]
-            if len(self._workers) < min(self.threads, len(self._queue)):
-                t = threading.Thread(target=self._work, name="rayform-readahead", daemon=True)
-                self._workers.append(t)
+            st.scheduled.add(ref.hash)
+            st.queue.append(ref)
+            st.in_flight += ref.size
+            st.workers = [t for t in st.workers if t.is_alive()]
+            if len(st.workers) < min(self.threads, len(st.queue)):
+                t = threading.Thread(target=self._work, args=(st,), name="rayform-readahead", daemon=True)
+                st.workers.append(t)
                 t.start()
 
-    def _work(self) -> None:
+    def _work(self, st: _State) -> None:
         mark_ahead()
         slice_ = self.dataset.slice
         while True:
-            with self._lock:
-                if not self._queue or self._closed:
+            with st.lock:
+                if not st.queue or st.closed:
                     return  # nothing left: the thread ends (none outlives the work)
-                ref = self._queue.popleft()
+                ref = st.queue.popleft()
             try:
                 path = slice_.blob_path(ref)
-                if getattr(slice_.client, "cache_limit", None) is not None:  # scheduled to read: keep it
-                    with self._lock:
-                        if self._pins is None:
-                            self._pins = Pins(max(8, 2 * self.threads))
-                    self._pins.pin(path)
+                if slice_.cache_limit is not None:  # scheduled to read: keep it
+                    with st.lock:
+                        if st.pins is None:
+                            st.pins = Pins(max(8, 2 * self.threads))
+                    st.pins.pin(path)
             except Exception as exc:  # the reader fetches it on demand and raises the real error
                 log.debug("read-ahead of blob %s... failed: %s", ref.hash[:12], exc)
             finally:
-                with self._lock:
-                    self._in_flight -= ref.size
-                    self._scheduled.discard(ref.hash)  # cached now (or failed): the cache says
+                with st.lock:
+                    st.in_flight -= ref.size
+                    st.scheduled.discard(ref.hash)  # cached now (or failed): the cache says
 
-    def _epoch_done(self, epoch: int) -> None:
+    def _epoch_done(self, st: _State, epoch: int) -> None:
         """Log the summary of the previous epoch when a new one starts."""
-        if self._epoch_seen is not None and epoch != self._epoch_seen:
-            log.info("epoch %d: %s", self._epoch_seen, FetchLog.summary(fetch_log().take()))
-        elif self._epoch_seen is None:
+        if st.epoch_seen is not None and epoch != st.epoch_seen:
+            log.info("epoch %d: %s", st.epoch_seen, FetchLog.summary(fetch_log().take()))
+        elif st.epoch_seen is None:
             fetch_log().take()
-        self._epoch_seen = epoch
+        st.epoch_seen = epoch
 
     def join(self, timeout_s: float | None = None) -> bool:
         """Wait until every scheduled blob is fetched; True if no read-ahead thread is left."""
-        for t in list(self._workers):
+        st = self._state.peek()
+        if st is None:
+            return True
+        for t in list(st.workers):
             t.join(timeout_s)
-        return not any(t.is_alive() for t in self._workers)
+        return not any(t.is_alive() for t in st.workers)
 
     def close(self) -> None:
         """Stop scheduling; running downloads finish, queued ones are dropped."""
-        with self._lock:
-            self._closed = True
-            self._queue.clear()
+        st = self._state.get()
+        with st.lock:
+            st.closed = True
+            st.queue.clear()
