@@ -25,7 +25,7 @@ from rayform._hashing import hash_bytes
 from rayform._ids import HASH_RE
 from rayform._segtable import HASH_BYTES, SegmentTable, _Columns, arrow_ints
 from rayform.errors import ManifestError, NotFoundError
-from rayform.manifest import FORMAT, BlobRef, Manifest, Segment, canonical_json
+from rayform.manifest import FORMAT, BlobRef, Manifest, Segment, canonical_json, parse_manifest_json
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -305,15 +305,7 @@ def load(
     Raises:
         ManifestError: bad hash, bad JSON, unknown version, a schema break.
     """
-    if expected_hash is not None and hash_bytes(data) != expected_hash:
-        raise ManifestError(
-            f"manifest bytes do not match their hash {expected_hash[:12]}...: the copy is corrupt. "
-            "Run `rayform cache verify` and fetch the slice again."
-        )
-    try:
-        doc = json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ManifestError(f"manifest is not valid JSON: {exc}") from exc
+    doc = parse_manifest_json(data, expected_hash)
     if isinstance(doc, dict) and doc.get("format") == FORMAT and doc.get("format_version") == FORMAT_VERSION_2:
         checked = parse_root(data, doc)
         return open_pages(data, checked, list(read_pages(checked["pages"])))

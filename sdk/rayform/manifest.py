@@ -202,16 +202,7 @@ class Manifest:
             ManifestError: the bytes fail ``expected_hash``, are not JSON, are of another
                 format or version, or break the schema.
         """
-        if expected_hash is not None and hash_bytes(data) != expected_hash:
-            raise ManifestError(
-                f"manifest bytes do not match their hash {expected_hash[:12]}...: the copy is "
-                "corrupt. Run `rayform cache verify` and fetch the slice again."
-            )
-        try:
-            doc = json.loads(data)
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise ManifestError(f"manifest is not valid JSON: {exc}") from exc
-        return cls.from_json(doc)
+        return cls.from_json(parse_manifest_json(data, expected_hash))
 
     @classmethod
     def from_json(cls, doc: Any) -> Manifest:
@@ -313,3 +304,20 @@ def _parse_segment(d: dict[str, Any]) -> Segment:
         end_ns=int(d["end_ns"]),
         streams=streams,
     )
+
+
+def parse_manifest_json(data: bytes, expected_hash: str | None) -> Any:
+    """The JSON document of manifest bytes of any version, checked against ``expected_hash``.
+
+    Raises:
+        ManifestError: the bytes fail ``expected_hash`` or are not JSON.
+    """
+    if expected_hash is not None and hash_bytes(data) != expected_hash:
+        raise ManifestError(
+            f"manifest bytes do not match their hash {expected_hash[:12]}...: the copy is "
+            "corrupt. Run `rayform cache verify` and fetch the slice again."
+        )
+    try:
+        return json.loads(data)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ManifestError(f"manifest is not valid JSON: {exc}") from exc

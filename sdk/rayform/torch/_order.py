@@ -185,6 +185,14 @@ class Part:
             stream[j], slot[j] = self.pads[int(positions[j]) - own]
         return stream, slot
 
+    def keys(self, streams: Sequence[Stream], positions: np.ndarray) -> np.ndarray:
+        """Dataset indices ``int64 (N,)`` this part reads at ``positions``, given its streams."""
+        stream, slot = self.locate(positions)
+        out = np.empty(len(stream), dtype=np.int64)
+        for s in np.unique(stream).tolist():
+            mask = stream == s
+            out[mask] = streams[s].keys(slot[mask])
+        return out
 
     def position_of(self, stream: int, slot: int) -> int | None:
         """The first position of this part that reads ``(stream, slot)``, or ``None``."""

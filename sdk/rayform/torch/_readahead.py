@@ -129,13 +129,7 @@ class _EpochPlan:
         return slice(start - self._lo, stop - self._lo)
 
     def _compute(self, start: int, stop: int) -> np.ndarray:
-        positions = np.arange(start, min(stop, self.part.length), dtype=np.int64)
-        stream, slot = self.part.locate(positions)
-        out = np.empty(len(positions), dtype=np.int64)
-        for s in np.unique(stream).tolist():
-            mask = stream == s
-            out[mask] = self.streams[s].keys(slot[mask])
-        return out
+        return self.part.keys(self.streams, np.arange(start, min(stop, self.part.length), dtype=np.int64))
 
 
 class _State:

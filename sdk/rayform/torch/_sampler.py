@@ -234,12 +234,7 @@ class EpisodeSampler(Sampler[SampleKey]):
 
 
 def _keys(cursor: _Cursor, positions: np.ndarray) -> np.ndarray:
-    stream, slot = cursor.part.locate(positions)
-    out = np.empty(len(positions), dtype=np.int64)
-    for s in np.unique(stream).tolist():
-        mask = stream == s
-        out[mask] = cursor.streams[s].keys(slot[mask])
-    return out
+    return cursor.part.keys(cursor.streams, positions)
 
 
 def _rank_world(dataset: Any) -> tuple[int, int]:
