@@ -16,7 +16,7 @@ import pytest
 
 import rayform
 
-__all__ = ["DEMO_SLICE", "TOKEN", "ServerProcess", "forbid_network", "free_port", "make_client"]
+__all__ = ["DEMO_SLICE", "TOKEN", "ServerProcess", "forbid_network", "free_port", "make_client", "torchrun"]
 
 TOKEN = "test-token-3f9c2a7d5e1b"  # long and unique, so leak checks can grep for it
 #: The slice the session's small demo root holds (the ``demo_root`` fixture).
@@ -87,3 +87,23 @@ class ServerProcess:
                 self.proc.wait()
         if self.proc is not None and self.proc.stderr:
             self.proc.stderr.close()
+
+
+TESTS = Path(__file__).resolve().parent
+
+
+def torchrun(world: int, script: str | Path, *args: str, cwd: Path | None = None,
+             env: dict[str, str] | None = None, timeout: float = 240) -> None:
+    """Run ``script`` under ``torch.distributed.run`` with ``world`` local ranks (gloo on
+    loopback); fails the test with the ranks' stderr if any rank fails.
+
+    The checkout's ``tests``, ``sdk`` and ``server_stub`` come first on ``PYTHONPATH`` so the
+    ranks run the code under test, whatever is installed.
+    """
+    path = [str(TESTS), str(TESTS.parent / "sdk"), str(TESTS.parent / "server_stub")]
+    full = {**os.environ, **(env or {}), "OMP_NUM_THREADS": "1"}
+    full["PYTHONPATH"] = os.pathsep.join([*path, *(env or {}).get("PYTHONPATH", "").split(os.pathsep)]).rstrip(os.pathsep)
+    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={world}", "--nnodes=1",
+           f"--master_port={free_port()}", str(script), *args]
+    done = subprocess.run(cmd, cwd=cwd, env=full, capture_output=True, text=True, timeout=timeout)
+    assert done.returncode == 0, done.stderr[-4000:]

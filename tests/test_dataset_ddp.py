@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import textwrap
 from collections import Counter
 from pathlib import Path
@@ -12,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from dataset_helpers import build_slice
-from helpers import free_port
+from helpers import torchrun
 from torch.utils.data.distributed import DistributedSampler
 
 from rayform.torch import EpisodeDataset, EpisodeSampler
@@ -69,13 +67,7 @@ def ddp_run(tmp_path_factory: pytest.TempPathFactory):
     slice_, truths = build_slice(root / "store", root / "cache", seconds=(3.0, 1.0, 2.0, 1.5, 2.5))
     script = root / "ddp_script.py"
     script.write_text(textwrap.dedent(SCRIPT))
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--nnodes=1",
-           f"--master_port={free_port()}", str(script), str(root / "store"), str(root)]
-    # This checkout's packages first: the subprocess must run the code under test.
-    path = [str(TESTS), str(TESTS.parent / "sdk"), str(TESTS.parent / "server_stub")]
-    env = {**__import__("os").environ, "PYTHONPATH": ":".join(path), "OMP_NUM_THREADS": "1"}
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=env)
-    assert out.returncode == 0, out.stderr[-4000:]
+    torchrun(2, script, str(root / "store"), str(root))
     ranks = [json.loads((root / f"rank{r}.json").read_text()) for r in range(2)]
     full = EpisodeDataset(slice_, obs=["joints/position"], action="joints/position_delta", fps=10)
     everything = {(s["meta"]["segment"], int(s["t_ns"])) for s in full.__getitems__(list(range(len(full))))}

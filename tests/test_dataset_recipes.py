@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import free_port
+from helpers import torchrun
 
 ROOT = Path(__file__).resolve().parent.parent
 SECTIONS = ("## Distributed training (DDP)", "## Resume", "## Mixtures")
@@ -58,13 +58,7 @@ def test_torchrun_recipe_stops_and_resumes_on_more_ranks(client_env, tmp_path: P
     (code,) = [c for t, c, skip in blocks() if skip and "torchrun" in c]
     (tmp_path / "train_ddp.py").write_text(code)
 
-    def torchrun(n: int, *args: str) -> None:
-        cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={n}", "--nnodes=1",
-               f"--master_port={free_port()}", "train_ddp.py", *args]
-        done = subprocess.run(cmd, cwd=tmp_path, env=env(), capture_output=True, text=True, timeout=300)
-        assert done.returncode == 0, done.stderr[-4000:]
-
-    torchrun(2)
+    torchrun(2, "train_ddp.py", cwd=tmp_path, env=env(), timeout=300)
     state = json.loads((tmp_path / "ckpt.json").read_text())
     assert state["epoch"] == 0 and state["history"] == [[2, 24]]
-    torchrun(3, "ckpt.json")
+    torchrun(3, "train_ddp.py", "ckpt.json", cwd=tmp_path, env=env(), timeout=300)

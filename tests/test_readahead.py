@@ -10,7 +10,7 @@ import pytest
 import torch
 from _faultproxy import FaultProxy
 from _reliability import assert_cache_consistent
-from helpers import DEMO_SLICE, TOKEN, ServerProcess, free_port
+from helpers import DEMO_SLICE, TOKEN, ServerProcess, torchrun
 from torch.utils.data import DataLoader
 
 import rayform
@@ -127,17 +127,10 @@ dist.destroy_process_group()
 
 def test_readahead_under_torchrun_prefetches_each_ranks_shard(demo_server: ServerProcess, tmp_path: Path) -> None:
     import json
-    import os
-    import subprocess
-    import sys
 
     script = tmp_path / "ddp_readahead.py"
     script.write_text(DDP_SCRIPT)
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--nnodes=1",
-           f"--master_port={free_port()}", str(script), demo_server.url, str(tmp_path)]
-    env = {**os.environ, "RAYFORM_TOKEN": TOKEN, "OMP_NUM_THREADS": "1"}
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=env)
-    assert out.returncode == 0, out.stderr[-4000:]
+    torchrun(2, script, demo_server.url, str(tmp_path), env={"RAYFORM_TOKEN": TOKEN})
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
     for r in ranks:
         assert r["same"] and r["n"] > 0  # identical samples with and without read-ahead

@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import textwrap
 from collections import Counter
 from pathlib import Path
 
 import pytest
 from dataset_helpers import build_slice
-from helpers import free_port
+from helpers import torchrun
 
 from rayform.torch import EpisodeDataset
 
@@ -82,13 +79,8 @@ def store(tmp_path_factory: pytest.TempPathFactory):
     return root, script, everything
 
 
-def torchrun(root: Path, script: Path, out: Path, world: int, phase: str, batches: int) -> list[dict]:
-    path = [str(TESTS), str(TESTS.parent / "sdk"), str(TESTS.parent / "server_stub")]
-    env = {**os.environ, "PYTHONPATH": ":".join(path), "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={world}", "--nnodes=1",
-           f"--master_port={free_port()}", str(script), str(root / "store"), str(out), phase, str(batches)]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=env)
-    assert done.returncode == 0, done.stderr[-4000:]
+def run_phase(root: Path, script: Path, out: Path, world: int, phase: str, batches: int) -> list[dict]:
+    torchrun(world, script, str(root / "store"), str(out), phase, str(batches))
     return [json.loads((out / f"{phase}{r}.json").read_text()) for r in range(world)]
 
 
@@ -96,8 +88,8 @@ def torchrun(root: Path, script: Path, out: Path, world: int, phase: str, batche
 @pytest.mark.parametrize(("first", "second"), [(2, 3), (3, 2)])
 def test_elastic_resume_sees_every_sample_once(store, tmp_path: Path, first: int, second: int) -> None:
     root, script, everything = store
-    saved = torchrun(root, script, tmp_path, first, "save", batches=3)
-    resumed = torchrun(root, script, tmp_path, second, "resume", batches=0)
+    saved = run_phase(root, script, tmp_path, first, "save", batches=3)
+    resumed = run_phase(root, script, tmp_path, second, "resume", batches=0)
     # The state is global: every rank saved the same one.
     assert all(r["state"] == saved[0]["state"] for r in saved)
     assert saved[0]["state"]["history"] == [[first, 12]]
