@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 import re
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -140,16 +140,8 @@ class _Api:
         return slice_id, ref
 
     def _referenced(self, manifest_hash: str) -> frozenset[str]:
-        refs = self._refs.get(manifest_hash)
-        if refs is None:
-            manifest = self.store.load_manifest(manifest_hash)
-            refs = frozenset(manifest.blobs())
-            self._refs[manifest_hash] = refs
-            while len(self._refs) > _REFS_CACHE_SIZE:
-                self._refs.popitem(last=False)
-        else:
-            self._refs.move_to_end(manifest_hash)
-        return refs
+        return _memo(self._refs, manifest_hash,
+                     lambda: frozenset(self.store.load_manifest(manifest_hash).blobs()))
 
     # -- endpoints -------------------------------------------------------------------------
     async def health(self, request: Request) -> Response:
@@ -184,15 +176,8 @@ class _Api:
     async def get_page(self, request: Request) -> Response:
         """A page of a v2 manifest: only the pages the slice's manifest root lists."""
         slice_id, ref = self._slice(request)
-        digest = request.path_params["hash"]
-        if not HASH_RE.match(digest):
-            raise ApiError(400, "invalid_argument", f"malformed content hash {digest[:80]!r}: "
-                           "expected 64 lowercase hex digits (a page hash from the manifest root)")
-        pages = self._pages.get(ref["manifest"])
-        if pages is None:
-            pages = self._pages[ref["manifest"]] = self.store.page_hashes(ref["manifest"])
-            while len(self._pages) > _REFS_CACHE_SIZE:
-                self._pages.popitem(last=False)
+        digest = _hash_param(request, "a page hash from the manifest root")
+        pages = _memo(self._pages, ref["manifest"], lambda: self.store.page_hashes(ref["manifest"]))
         if digest not in pages:
             raise ApiError(404, "not_found", f"page {digest[:12]}... is not part of the manifest of "
                            f"slice {slice_id}: take page hashes from the manifest root")
@@ -204,10 +189,7 @@ class _Api:
 
     async def get_blob(self, request: Request) -> Response:
         slice_id, ref = self._slice(request)
-        digest = request.path_params["hash"]
-        if not HASH_RE.match(digest):
-            raise ApiError(400, "invalid_argument", f"malformed content hash {digest[:80]!r}: "
-                           "expected 64 lowercase hex digits (a BLAKE3 digest from the manifest)")
+        digest = _hash_param(request, "a BLAKE3 digest from the manifest")
         if digest not in self._referenced(ref["manifest"]):
             raise ApiError(404, "not_found", f"blob {digest[:12]}... is not part of slice {slice_id}: "
                            "take blob hashes from this slice's manifest")
@@ -373,3 +355,26 @@ def create_app(
     )
     app.router.redirect_slashes = False  # "/v1/slices/" is an unknown path, not a redirect
     return app
+
+
+def _hash_param(request: Request, what: str) -> str:
+    """The ``{hash}`` of the URL, or a 400 naming what a valid one is (``what``)."""
+    digest = str(request.path_params["hash"])
+    if not HASH_RE.match(digest):
+        raise ApiError(400, "invalid_argument", f"malformed content hash {digest[:80]!r}: "
+                       f"expected 64 lowercase hex digits ({what})")
+    return digest
+
+
+def _memo(cache: OrderedDict[str, frozenset[str]], key: str,
+          compute: Callable[[], frozenset[str]]) -> frozenset[str]:
+    """``cache[key]``, computed on a miss; least recently used entries beyond
+    ``_REFS_CACHE_SIZE`` are dropped (a server may serve many manifests over its life)."""
+    value = cache.get(key)
+    if value is None:
+        value = cache[key] = compute()
+        while len(cache) > _REFS_CACHE_SIZE:
+            cache.popitem(last=False)
+    else:
+        cache.move_to_end(key)
+    return value
