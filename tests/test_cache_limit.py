@@ -38,6 +38,8 @@ for epoch in range(1):
         for key in [*{OBS!r}, "action", "t_ns"]:
             h.update(batch[key].numpy().tobytes())
 print(h.hexdigest())
+from rayform._fetchlog import fetch_log
+print("evicted", fetch_log().total().evicted_blobs, file=sys.stderr)
 """
 
 
@@ -92,9 +94,14 @@ def test_eviction_races_four_readers_and_a_puller(demo_server: ServerProcess, tm
     assert puller.returncode == 0, puller.stderr
     assert_cache_consistent(cache)  # no corrupt or partial blob under a content name
     # Over the limit only by what is in flight: each of the 5 processes may hold one segment's
-    # blobs pinned or just downloaded before its eviction pass.
-    assert limit < peak[0] <= limit + 5 * per_segment, (limit, peak[0])
-    assert _blob_bytes(cache) <= limit + 5 * per_segment
+    # blobs pinned or just downloaded before its eviction pass. Whether the peak crosses the
+    # limit at all depends on timing, so only the upper bound is asserted.
+    bound = limit + 5 * per_segment
+    assert peak[0] <= bound, (limit, peak[0])
+    assert _blob_bytes(cache) <= bound
+    # Every reader read every blob (twice the limit) into one cache: readers had to evict.
+    evicted = sum(int(err.rsplit("evicted ", 1)[1].split()[0]) for _, err in outs)
+    assert evicted > 0, [err for _, err in outs]
 
 
 def test_limit_below_one_segment_is_a_clear_error_up_front(demo_server: ServerProcess, tmp_path: Path) -> None:
