@@ -9,8 +9,9 @@ process so its max RSS is its own:
   same slice would have (computed exactly from the per-segment JSON, not built);
 * **warm, offline**: ``slices.get`` seconds and the process's max RSS; ``EpisodeDataset(...)``
   construction seconds and ``len()``;
-* **loader**: ``DataLoader(num_workers=2)`` over the N-segment slice and over a
-  1,000-segment slice, RSS and PSS of each worker after 200 batches;
+* **loader**: ``DataLoader(num_workers=2, shuffle=True)`` over the N-segment slice and over a
+  1,000-segment slice, RSS and PSS of each worker after 200 batches; and the N-segment loader
+  with ``sampler=EpisodeSampler(ds)`` instead of ``shuffle=True``;
 * **v1 for comparison**: ``Manifest.from_bytes`` of the v1 JSON of 10,000 segments.
 
 Usage::
@@ -81,7 +82,7 @@ print(json.dumps({"get_seconds": t_get, "get_max_rss_mib": rss_get, "dataset_sec
 LOADER = _COMMON + """
 import torch
 from torch.utils.data import DataLoader
-from rayform.torch import EpisodeDataset, collate
+from rayform.torch import EpisodeDataset, EpisodeSampler, collate
 def mem(pid):
     # Rss: every resident page mapped; Pss: shared pages divided among their sharers; Uss
     # (Private_Clean + Private_Dirty): pages only this process has, i.e. its own copies.
@@ -96,8 +97,11 @@ def mem(pid):
 client = rayform.Client(cache_dir=sys.argv[1], offline=True)
 s = client.slices.get(sys.argv[2])
 ds = EpisodeDataset(s, obs=["joints/position"], action="joints/position_delta", fps=15, horizon=16)
-loader = DataLoader(ds, batch_size=16, num_workers=2, shuffle=True, collate_fn=collate,
-                    generator=torch.Generator().manual_seed(0))
+if sys.argv[3] == "sampler":
+    loader = DataLoader(ds, batch_size=16, num_workers=2, sampler=EpisodeSampler(ds), collate_fn=collate)
+else:  # torch's RandomSampler: its permutation is a list of every index, in the main process
+    loader = DataLoader(ds, batch_size=16, num_workers=2, shuffle=True, collate_fn=collate,
+                        generator=torch.Generator().manual_seed(0))
 at_fork = mem(os.getpid())
 it = iter(loader)
 t0 = time.perf_counter()
@@ -191,8 +195,9 @@ def main() -> int:
             server.wait()
         result["cold"]["v1_json_bytes"] = _v1_json_bytes(root, SLICE)
         result["warm"] = _py(WARM, str(cache), SLICE)
-        result["loader"] = _py(LOADER, str(cache), SLICE)
-        result["loader_1000"] = _py(LOADER, str(cache), SMALL)
+        result["loader"] = _py(LOADER, str(cache), SLICE, "shuffle")
+        result["loader_1000"] = _py(LOADER, str(cache), SMALL, "shuffle")
+        result["loader_sampler"] = _py(LOADER, str(cache), SLICE, "sampler")
         # v1 for comparison: the JSON of 10,000 of these segments.
         from rayform_server.store import Store
 

@@ -207,3 +207,38 @@ def test_import_rayform_does_not_import_pyarrow() -> None:
     code = "import sys, rayform; rayform.Client; print('pyarrow' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def _mapped_kib(paths: set[str]) -> int:
+    """KiB of this process's resident memory mapped from ``paths`` (from /proc/self/smaps)."""
+    total, current = 0, ""
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            head = line.split()
+            if head and "-" in head[0] and not head[0].endswith(":"):
+                current = head[5] if len(head) > 5 else ""
+            elif head and head[0] == "Rss:" and current in paths:
+                total += int(head[1])
+    return total
+
+
+def test_touched_manifest_pages_are_given_back(tmp_path: Path) -> None:
+    # Three pages (16,384 segments each): rows spread over all of them.
+    root = tmp_path / "fleet"
+    build_shared_demo(root, DEMO_SLICE, 40_000, small=True, seed=0)
+    m = _v2(Store(root))
+    pages = {str(Path(p).resolve()) for p in m._page_paths}
+    assert len(pages) == 3
+    assert _mapped_kib(pages) == 0  # opening read every ID, then unmapped them
+    table = m.segments
+    present, t0 = table.stream_field("joints/position", "t0_ns")
+    assert present.all() and _mapped_kib(pages) > 0  # a column read maps its buffers...
+    table.release_pages()
+    assert _mapped_kib(pages) == 0  # ...until given back
+    pool = [table[i] for i in range(4)]
+    rng = np.random.default_rng(0)
+    for i in rng.integers(0, len(table), 200).tolist():
+        seg = table[int(i)]
+        # Still right after the unmaps: the pages are mapped again from the page cache.
+        assert seg.streams == pool[int(i) % 4].streams and seg.streams["joints/position"].t0_ns == t0[i]
+        assert _mapped_kib(pages) == 0, "a row's page stayed mapped after the Segment was built"

@@ -23,6 +23,7 @@ import numpy as np
 
 from rayform._hashing import hash_bytes
 from rayform._ids import HASH_RE
+from rayform._pagemap import PageMaps
 from rayform._segtable import HASH_BYTES, SegmentTable, _Columns, arrow_ints
 from rayform.errors import ManifestError, NotFoundError
 from rayform.manifest import FORMAT, BlobRef, Manifest, Segment, canonical_json, parse_manifest_json
@@ -166,13 +167,14 @@ class ColumnarManifest:
 
     format_version = FORMAT_VERSION_2
 
-    def __init__(self, root: bytes, doc: dict[str, Any], pages: list[pa.Table], page_paths: list[str]) -> None:
+    def __init__(self, root: bytes, doc: dict[str, Any], pages: list[pa.Table], page_paths: list[str],
+                 maps: PageMaps | None = None) -> None:
         self._root = root
         self.doc = doc
         self.description = str(doc.get("description", ""))
         self.summary: dict[str, Any] = doc["summary"]
         self._page_paths = page_paths
-        self.segments = SegmentTable(_Columns(pages, page_paths))
+        self.segments = SegmentTable(_Columns(pages, page_paths, maps))
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Pickled (spawned DataLoader workers) as paths: the receiver maps the same pages.
@@ -246,9 +248,10 @@ def open_pages(root: bytes, doc: dict[str, Any], page_paths: Sequence[str | Path
     pa = _pa()
     schema = page_schema()
     tables = []
+    maps = PageMaps()
     for ref, path in zip(doc["pages"], page_paths, strict=True):
         try:
-            table = pa.ipc.open_file(pa.memory_map(str(path), "r")).read_all()
+            table = maps.table(path)
         except (pa.ArrowInvalid, OSError) as exc:
             raise ManifestError(f"manifest page {ref['hash'][:12]}... is not an Arrow IPC file: {exc}") from exc
         if not table.schema.equals(schema) or table.num_rows != int(ref["segments"]):
@@ -263,7 +266,8 @@ def open_pages(root: bytes, doc: dict[str, Any], page_paths: Sequence[str | Path
     # The checks' scratch memory (hash tables over every ID) would otherwise stay in Arrow's
     # allocator, in this process and in every DataLoader worker forked from it.
     pa.default_memory_pool().release_unused()
-    return ColumnarManifest(root, doc, tables, [str(p) for p in page_paths])
+    maps.release()  # the checks read every ID: unmap them
+    return ColumnarManifest(root, doc, tables, [str(p) for p in page_paths], maps)
 
 
 def _check_pages(tables: list[pa.Table], doc: dict[str, Any]) -> None:

@@ -148,6 +148,10 @@ class EpisodeDataset(Dataset):
         names = [*self.obs, *([self.action] if self.action else [])]
         check_cache_fits(slice_, self._segments, names)
         self._index: GridIndex = build_index(self._segments, names, self.fps)
+        if isinstance(self._segments, SegmentTable):
+            # The checks and the index read columns of every segment: unmap those pages, or
+            # every DataLoader worker would inherit them as its own resident memory.
+            self._segments.release_pages()
         self._reader = SampleReader(
             slice_, self._index, self.obs, self.action, horizon=self.horizon,
             obs_steps=self.obs_steps, action_mode=action_mode, frame=self.frame,
