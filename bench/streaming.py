@@ -10,8 +10,10 @@ are counted after the first 5 % of the epoch (worker start-up and the first fetc
     python -m bench.streaming            # a few minutes; writes bench/results/streaming.json
 
 Rows: unthrottled, 100 MB/s + 5 ms, 30 MB/s + 5 ms (GOP 1, the ingest default); read-ahead
-off at 100 MB/s; a cache limit at 25 % of the streams' bytes for two epochs beside no limit;
-the same at GOP 10 (a keyframe every 10 frames, about 3x fewer bytes).
+off at 100 MB/s; a cache limit at 25 % of the streams' bytes for two epochs beside no limit,
+shuffled over the whole slice and within windows of episodes (``EpisodeSampler(window=W)``,
+``W`` episodes filling at most half the limit); the same at GOP 10 (a keyframe every 10
+frames, about 3x fewer bytes). ``--limit-only`` runs only the cache-limit rows (GOP 1).
 """
 
 from __future__ import annotations
@@ -98,7 +100,7 @@ def _dataset(setup: Setup, cache: Path, **kw: Any) -> Any:
     return EpisodeDataset(client.slices.get(SLICE), obs=OBS, action=ACTION, fps=15, horizon=16, **kw)
 
 
-def _epoch(ds: Any, epoch: int, workers: int) -> dict[str, float]:
+def _epoch(ds: Any, epoch: int, workers: int, window: int | None = None) -> dict[str, float]:
     """Samples/s after the first 5 % of batches, and the whole epoch's wall time."""
     from torch.utils.data import DataLoader
 
@@ -106,7 +108,7 @@ def _epoch(ds: Any, epoch: int, workers: int) -> dict[str, float]:
     from rayform.torch import EpisodeSampler
 
     ds.set_epoch(epoch)
-    loader = DataLoader(ds, sampler=EpisodeSampler(ds), batch_size=32, num_workers=workers,
+    loader = DataLoader(ds, sampler=EpisodeSampler(ds, window=window), batch_size=32, num_workers=workers,
                         collate_fn=rayform.torch.collate)
     skip = max(1, math.ceil(0.05 * len(loader)))
     t0 = time.perf_counter()
@@ -131,15 +133,17 @@ def _median_row(rows: list[dict[str, float]]) -> dict[str, Any]:
 
 
 def run(gop: int, rates: list[float | None], workers: int, limit_rows: bool, work: Path,
-        repeats: int) -> dict[str, Any]:
+        repeats: int, cold_rows: bool = True) -> dict[str, Any]:
     setup = Setup(_root(gop), work / f"gop{gop}")
     out: dict[str, Any] = {"gop": gop, "rows": {}}
     try:
         warm_cache = work / f"warm{gop}"
         warm = _dataset(setup, warm_cache)
-        warm.slice.client.pull(SLICE, streams=[*OBS, ACTION])
         out["bytes"] = _streams_bytes(warm)
-        cases: list[tuple[str, float | None, dict[str, Any]]] = [("warm", None, {})]
+        episodes = len(warm.slice.segments)
+        if cold_rows:
+            warm.slice.client.pull(SLICE, streams=[*OBS, ACTION])
+        cases: list[tuple[str, float | None, dict[str, Any]]] = [("warm", None, {})] if cold_rows else []
         cases += [("cold_" + ("unthrottled" if r is None else f"{r / MB:g}MBps_5ms"), r, {}) for r in rates]
         if gop == 1:
             cases.append(("cold_100MBps_5ms_readahead_off", 100 * MB, {"readahead_bytes": 0}))
@@ -157,22 +161,26 @@ def run(gop: int, rates: list[float | None], workers: int, limit_rows: bool, wor
                     shutil.rmtree(cache, ignore_errors=True)
         for name in runs:
             out["rows"][name] = _median_row(runs[name])
-        warm_row = out["rows"]["warm"]
         for row in out["rows"].values():
+            warm_row = out["rows"]["warm"]
             row["warm_epoch_over_epoch"] = round(warm_row["epoch_s"] / row["epoch_s"], 3)
             row["after5pct_over_warm"] = round(row["samples_per_s"] / warm_row["samples_per_s"], 3)
         if limit_rows:
             setup.link.set_rate(100 * MB)
             setup.link.latency_s = 0.005
-            for label, limit in (("unlimited", None), ("limit_25pct", out["bytes"] // 4)):
-                ds = _dataset(setup, work / f"two-{label}", cache_limit=limit)
+            limit = out["bytes"] // 4
+            # Episodes whose blobs fill at most half the limit (the rest: read-ahead, pins).
+            window = max(1, int(limit / 2 / (out["bytes"] / episodes)))
+            for label, cap, w in (("unlimited", None, None), ("limit_25pct", limit, None),
+                                  ("limit_25pct_window", limit, window)):
+                ds = _dataset(setup, work / f"two-{label}", cache_limit=cap)
                 epochs = []
                 for e in range(2):
                     before = setup.link.bytes_down
-                    row = _epoch(ds, e, workers)
+                    row = _epoch(ds, e, workers, w)
                     row["bytes_down"] = setup.link.bytes_down - before
                     epochs.append(row)
-                out["rows"][f"two_epochs_{label}"] = {"cache_limit": limit, "epochs": epochs}
+                out["rows"][f"two_epochs_{label}"] = {"cache_limit": cap, "window": w, "epochs": epochs}
     finally:
         setup.close()
     return out
@@ -183,6 +191,7 @@ def main() -> None:
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--repeats", type=int, default=2, help="interleaved runs per row (median kept)")
     p.add_argument("--no-limit", action="store_true", help="skip the two-epoch cache-limit rows")
+    p.add_argument("--limit-only", action="store_true", help="only the two-epoch cache-limit rows (GOP 1)")
     p.add_argument("--gops", type=int, nargs="+", default=[1, 10],
                    help="encodings to run: 1 (all-intra, full rows) and/or 10 (cold rows only)")
     p.add_argument("--out", type=Path, default=HERE / "results" / "streaming.json")
@@ -190,10 +199,12 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="rayform-bench-stream-") as tmp:
         work = Path(tmp)
         results = []
-        if 1 in args.gops:
+        if args.limit_only:
+            results.append(run(1, [], args.workers, True, work, args.repeats, cold_rows=False))
+        elif 1 in args.gops:
             results.append(run(1, [None, 100 * MB, 30 * MB], args.workers, not args.no_limit, work,
                                args.repeats))
-        if 10 in args.gops:
+        if 10 in args.gops and not args.limit_only:
             results.append(run(10, [100 * MB, 30 * MB], args.workers, False, work, args.repeats))
     doc = {"benchmark": "streaming", "slice": SLICE, "obs": OBS, "action": ACTION,
            "loader": f"batch 32, {args.workers} workers, EpisodeSampler, rayform.torch.collate",

@@ -162,3 +162,36 @@ def test_two_epochs_under_a_limit_match_unlimited(demo_server: ServerProcess, tm
     limit = 150_000
     assert run(limit, tmp_path / "bounded") == run(None, tmp_path / "free")
     assert _blob_bytes(tmp_path / "bounded") <= limit + 3 * 110_000
+
+
+def test_windowed_shuffle_fetches_each_blob_about_once_under_a_small_cache(demo_server: ServerProcess,
+                                                                           tmp_path: Path) -> None:
+    from rayform._fetchlog import fetch_log
+    from rayform.torch import EpisodeSampler
+
+    def epoch_fetches(window: int | None, cache: Path, limit: int) -> tuple[int, int, list[bytes]]:
+        client = rayform.Client(endpoint=demo_server.url, token=TOKEN, cache_dir=cache, cache_limit=limit)
+        ds = EpisodeDataset(client.slices.get(DEMO_SLICE), obs=OBS, action=ACTION, fps=15, horizon=4)
+        before = fetch_log().total()
+        seen = []
+        for batch in DataLoader(ds, batch_size=8, sampler=EpisodeSampler(ds, window=window)):
+            seen += [t.numpy().tobytes() for t in batch["wrist/rgb"]]
+        assert ds._readahead.join(30)
+        after = fetch_log().total()
+        return after.fetched_bytes - before.fetched_bytes, after.ahead_bytes - before.ahead_bytes, seen
+
+    probe = rayform.Client(endpoint=demo_server.url, token=TOKEN, cache_dir=tmp_path / "probe")
+    slice_ = probe.slices.get(DEMO_SLICE)
+    needed = sum(r.size for r in slice_.manifest.blobs([*OBS, ACTION]).values())
+    per_segment = max(sum(b.size for n in [*OBS, ACTION] for b in seg.streams[n].blobs()) for seg in slice_.segments)
+    limit = max(needed // 2, 3 * per_segment)  # two episodes' blobs and what read-ahead keeps
+    assert limit < needed
+    windowed, ahead, a = epoch_fetches(1, tmp_path / "windowed", limit)
+    everywhere, _, b = epoch_fetches(None, tmp_path / "global", limit)
+    assert ahead > 0  # read-ahead follows the windowed order
+    assert sorted(a) == sorted(b)  # the same samples, in another order
+    # One episode at a time: each blob crosses the wire about once (read-ahead may fetch one
+    # episode early and see it evicted). A shuffle over all episodes keeps evicting what the
+    # next samples need.
+    assert windowed <= 1.5 * needed, (windowed, needed)
+    assert everywhere > 2 * windowed, (everywhere, windowed)

@@ -46,23 +46,25 @@ class _Episodes:
     def _order_fingerprint(self) -> dict[str, object]:
         return {"samples": int(self.offsets[-1])}
 
-    def _order_streams(self, world: int, epoch: int, shuffle: bool) -> list[Stream]:
-        return episode_streams(self.offsets, world, self.ddp_even, 7, epoch, shuffle)
+    def _order_streams(self, world: int, epoch: int, shuffle: bool, window: int | None = None) -> list[Stream]:
+        return episode_streams(self.offsets, world, self.ddp_even, 7, epoch, shuffle, window)
 
 
+@pytest.mark.parametrize("window", [None, 2])
 @pytest.mark.parametrize("ddp_even", ["split", "pad", "drop"])
 @pytest.mark.parametrize("world", [1, 2, 3])
-def test_every_position_of_every_rank_is_found_where_the_sampler_reads_it(ddp_even: str, world: int) -> None:
+def test_every_position_of_every_rank_is_found_where_the_sampler_reads_it(ddp_even: str, world: int,
+                                                                          window: int | None) -> None:
     counts = [5, 9, 1, 14, 3, 8, 2]
     parts = set()
     for rank in range(world):
         ds = _Episodes(counts, rank, world, ddp_even)
-        p = _EpochPlan(ds, 3, True)
-        sampler = EpisodeSampler(ds)
+        p = _EpochPlan(ds, 3, (True, window))
+        sampler = EpisodeSampler(ds, window=window)
         expected = [k.sample for k in sampler]
         got = p.indices(0, len(expected) + 5)
         assert got.tolist() == expected  # the plan is the sampler's order, and ends where it does
-        resumed = EpisodeSampler(ds)  # a same-size resume continues the planned order
+        resumed = EpisodeSampler(ds, window=window)  # a same-size resume continues the planned order
         resumed.load_state_dict(sampler.state_dict(consumed=4))
         assert [k.sample for k in resumed] == p.indices(4, len(expected)).tolist()
         assert np.array_equal(p.episodes(0, len(expected)), ds.locate(got)[0])

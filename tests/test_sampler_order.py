@@ -7,7 +7,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from rayform.torch._order import episode_streams, plan
+from rayform.torch._order import WindowStream, episode_streams, plan
 from rayform.torch._perm import Permutation, derive_key
 
 
@@ -90,3 +90,58 @@ def test_split_shards_are_consecutive_episodes() -> None:
     streams = episode_streams(offsets, 2, "split", 0, 0, True)
     ranks = [set(s.keys(np.arange(s.length)).tolist()) for s in streams]
     assert ranks[0] == set(range(50)) and ranks[1] == set(range(50, 100))
+
+
+@pytest.mark.parametrize("even", ["split", "pad", "drop"])
+@pytest.mark.parametrize("world", [1, 2, 3])
+@pytest.mark.parametrize("window", [1, 3, 50])
+def test_windowed_order_reads_the_shard_once_a_window_of_episodes_at_a_time(even, world, window) -> None:
+    counts = np.random.default_rng(5).integers(0, 30, 40)
+    offsets = np.concatenate([[0], np.cumsum(counts)])
+    whole = episode_streams(offsets, world, even, 0, 2, True)
+    windowed = episode_streams(offsets, world, even, 0, 2, True, window)
+    for plain, stream in zip(whole, windowed, strict=True):
+        assert isinstance(stream, WindowStream) and stream.length == plain.length
+        keys = stream.keys(np.arange(stream.length))
+        # The same samples as the shard (a multiset: "pad" repeats some), in another order.
+        assert sorted(keys.tolist()) == sorted(plain.keys(np.arange(plain.length)).tolist())
+        if stream.length > 1:
+            assert keys.tolist() != sorted(keys.tolist())
+        # Each window's stretch of slots reads at most `window` episodes (runs of one episode).
+        episode = np.searchsorted(offsets, keys, side="right") - 1
+        _, _, _, wstart = stream._lay()
+        for a, b in zip(wstart[:-1], wstart[1:], strict=True):
+            assert len(set(episode[a:b].tolist())) <= window
+        # Any slot's key inverts back to its slot (to one of them, if "pad" repeated it); a
+        # key outside the shard to None.
+        repeats = Counter(keys.tolist())
+        for slot in range(stream.length):
+            found = stream.slot_of(int(keys[slot]))
+            assert found is not None and keys[found] == keys[slot]
+            assert found == slot or repeats[int(keys[slot])] > 1
+        outside = set(range(int(offsets[-1]))) - set(keys.tolist())
+        assert all(stream.slot_of(i) is None for i in sorted(outside)[:5])
+        # Jumping to a slot gives what reading from the start gives there.
+        mid = np.arange(stream.length // 3, stream.length)
+        assert np.array_equal(stream.keys(mid), keys[mid])
+
+
+def test_windowed_order_is_fixed_by_seed_and_epoch() -> None:
+    offsets = np.array([0, 40, 41, 90, 130, 131, 200])
+    one = episode_streams(offsets, 1, "split", 0, 0, True, 2)[0]
+    keys = one.keys(np.arange(one.length))
+    assert np.array_equal(episode_streams(offsets, 1, "split", 0, 0, True, 2)[0].keys(np.arange(200)), keys)
+    assert not np.array_equal(episode_streams(offsets, 1, "split", 0, 1, True, 2)[0].keys(np.arange(200)), keys)
+    assert not np.array_equal(episode_streams(offsets, 1, "split", 1, 0, True, 2)[0].keys(np.arange(200)), keys)
+    # Elastic histories over windowed streams still read every sample once (+ world - 1 pads).
+    streams = episode_streams(offsets, 2, "split", 0, 0, True, 2)
+    lengths = [s.length for s in streams]
+    seen = []
+    history = [[2, 7], [3, 0]]
+    for part in plan(lengths, [[2, 0]]):
+        stream, slot = part.locate(np.arange(7))
+        seen += [int(streams[s].keys(np.array([j]))[0]) for s, j in zip(stream, slot, strict=True)]
+    for part in plan(lengths, history):
+        stream, slot = part.locate(np.arange(part.length))
+        seen += [int(streams[s].keys(np.array([j]))[0]) for s, j in zip(stream, slot, strict=True)]
+    assert set(seen) == set(range(200)) and len(seen) - 200 <= 2

@@ -15,7 +15,7 @@ from torch.utils.data import DataLoader, default_collate
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 from rayform.errors import InvalidArgumentError
-from rayform.torch import EpisodeDataset, EpisodeSampler, collate
+from rayform.torch import EpisodeDataset, EpisodeSampler, MixtureDataset, collate
 
 OBS = ["cam0/rgb", "joints/position"]
 ACTION = "joints/position_delta"
@@ -219,3 +219,48 @@ def test_unshuffled_order_is_dataset_order(slice_) -> None:
     keys = list(EpisodeSampler(ds))
     assert sorted(k.sample for k in keys) == list(range(len(ds))) and {k.epoch for k in keys} == {EPOCH}
     assert np.any(np.diff([k.sample for k in keys]) != 1)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_windowed_sampler_resumes_exactly_and_elastically(slice_, workers: int) -> None:
+    ds = make(slice_)
+    sampler = EpisodeSampler(ds, window=1)
+    ref = [ids(b) for b in DataLoader(ds, batch_size=B, sampler=sampler, num_workers=workers)]
+    segments = [s for batch in ref for s, *_ in batch]
+    # window=1: one episode after another, each episode's samples shuffled.
+    assert sum(a != b for a, b in zip(segments[:-1], segments[1:], strict=True)) == len(slice_.segments) - 1
+    assert ref != [ids(b) for b in DataLoader(ds, batch_size=B, sampler=EpisodeSampler(ds))]
+    k = 3
+    first = EpisodeSampler(make(slice_), window=1)
+    loader = DataLoader(first.dataset, batch_size=B, sampler=first, num_workers=workers)
+    consumed = sum(len(b["t_ns"]) for b in islice(loader, k))
+    state = json.loads(json.dumps(first.state_dict(consumed=consumed)))
+    assert state["window"] == 1
+    again = EpisodeSampler(make(slice_), window=1)
+    again.load_state_dict(state)
+    assert [ids(b) for b in DataLoader(again.dataset, batch_size=B, sampler=again, num_workers=workers)] == ref[k:]
+    # Saved on 2 ranks, resumed on 3: every sample once, apart from at most 2 pads.
+    n, seen, states = len(ds), [], []
+    for r in range(2):
+        s = EpisodeSampler(make(slice_, shard=(r, 2)), window=2)
+        seen += [key.sample for key in islice(s, 5)]
+        states.append(s.state_dict())
+    for r in range(3):
+        s = EpisodeSampler(make(slice_, shard=(r, 3)), window=2)
+        s.load_state_dict(states[0])
+        seen += [key.sample for key in s]
+    assert set(seen) == set(range(n)) and len(seen) - n <= 2
+
+
+def test_window_errors_are_clear(slice_) -> None:
+    ds = make(slice_)
+    for bad in (0, -2, 1.5, True, "4"):
+        with pytest.raises(InvalidArgumentError, match=r"window=.*number of episodes >= 1"):
+            EpisodeSampler(ds, window=bad)
+    with pytest.raises(InvalidArgumentError, match="shuffle=False reads the shard in dataset order"):
+        EpisodeSampler(ds, shuffle=False, window=4)
+    with pytest.raises(InvalidArgumentError, match="saved with window=2 but this sampler has window=None"):
+        EpisodeSampler(ds).load_state_dict(EpisodeSampler(ds, window=2).state_dict())
+    mixture = MixtureDataset([(ds, 1.0), (make(slice_), 1.0)])
+    with pytest.raises(InvalidArgumentError, match="MixtureDataset draws across its sources"):
+        EpisodeSampler(mixture, window=2)

@@ -135,7 +135,12 @@ class MixtureDataset(Dataset):
         src = np.searchsorted(self._offsets, indices, side="right") - 1
         return src, indices - self._offsets[src]
 
-    def _order_streams(self, world: int, epoch: int, shuffle: bool) -> list[Stream]:
+    def _order_streams(self, world: int, epoch: int, shuffle: bool, window: int | None = None) -> list[Stream]:
+        if window is not None:
+            raise InvalidArgumentError(
+                "EpisodeSampler(window=...) orders the episodes of one EpisodeDataset; a "
+                "MixtureDataset draws across its sources: use window=None"
+            )
         return [_MixtureStream(self, epoch, shuffle)]
 
     def _order_fingerprint(self) -> dict[str, Any]:

@@ -39,6 +39,7 @@ __all__ = [
     "Piece",
     "RangeStream",
     "Stream",
+    "WindowStream",
     "episode_streams",
     "plan",
 ]
@@ -103,6 +104,73 @@ class ArrayStream:
         return self._array
 
 
+class WindowStream:
+    """A stream read a window of episodes at a time (episode locality for a bounded cache).
+
+    The stream's episodes (runs of its slots that belong to one episode: its *units*) are put
+    in a seeded shuffled order and cut into windows of ``window`` consecutive units; slot ``j``
+    falls in window ``w`` and is shuffled only among that window's samples. So the epoch
+    still visits every slot once in a random order, but at any time it reads from about
+    ``window`` episodes (two around a window's edge), whose blobs a cache can hold.
+
+    Args:
+        inner: the stream's slots in stream order (its permutation the identity).
+        bounds: builds ``int64 (U + 1,)``: the unit boundaries over ``[0, length)``.
+        window: units per window (>= 1).
+        key: from :func:`derive_key`; window ``w`` is shuffled by a key derived from it and ``w``.
+    """
+
+    def __init__(self, inner: RangeStream | ArrayStream, bounds: Callable[[], np.ndarray], window: int,
+                 key: int) -> None:
+        self.length, self._inner, self._bounds, self.window, self._key = inner.length, inner, bounds, int(window), key
+        # (unit boundaries, units in visiting order, slot where each of them starts, window
+        # starts), built on first use: O(units) integers, never one per sample.
+        self._layout: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
+        self._rank_of: np.ndarray | None = None  # inverse of the visiting order, for slot_of
+
+    def keys(self, slots: np.ndarray) -> np.ndarray:
+        bounds, order, starts, wstart = self._lay()
+        slots = np.asarray(slots, dtype=np.int64)
+        w = np.searchsorted(wstart, slots, side="right") - 1
+        q = np.empty(len(slots), dtype=np.int64)
+        for k in np.unique(w).tolist():
+            mask = w == k
+            q[mask] = wstart[k] + self._window_perm(k)(slots[mask] - wstart[k])
+        t = np.searchsorted(starts, q, side="right") - 1
+        return self._inner.keys(bounds[order[t]] + q - starts[t])
+
+    def slot_of(self, index: int) -> int | None:
+        """The slot whose key is ``index``, or ``None`` if this stream does not read it."""
+        pos = self._inner.slot_of(index)
+        if pos is None:
+            return None
+        bounds, order, starts, wstart = self._lay()
+        if self._rank_of is None:
+            self._rank_of = np.empty(len(order), dtype=np.int64)
+            self._rank_of[order] = np.arange(len(order), dtype=np.int64)
+        unit = int(np.searchsorted(bounds, pos, side="right")) - 1
+        t = int(self._rank_of[unit])
+        q = int(starts[t]) + pos - int(bounds[unit])
+        k = t // self.window
+        return int(wstart[k]) + int(self._window_perm(k).inverse(np.array([q - int(wstart[k])]))[0])
+
+    def _window_perm(self, k: int) -> Permutation:
+        _, _, _, wstart = self._lay()
+        return Permutation(int(wstart[k + 1] - wstart[k]), derive_key(self._key, "window", k))
+
+    def _lay(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        if self._layout is None:
+            bounds = np.asarray(self._bounds(), dtype=np.int64)
+            sizes = np.diff(bounds)
+            n_units = len(sizes)
+            order = Permutation(n_units, self._key)(np.arange(n_units, dtype=np.int64))
+            starts = np.zeros(n_units + 1, dtype=np.int64)
+            np.cumsum(sizes[order], out=starts[1:])
+            wstart = np.append(starts[:n_units:self.window], starts[n_units])
+            self._layout = (bounds, order, starts, wstart)
+        return self._layout
+
+
 class EpisodeOrder(Protocol):
     """Anything that gives the streams of an epoch for a first world size."""
 
@@ -111,7 +179,8 @@ class EpisodeOrder(Protocol):
 
 
 def episode_streams(
-    offsets: np.ndarray, world: int, ddp_even: str, seed: int, epoch: int, shuffle: bool
+    offsets: np.ndarray, world: int, ddp_even: str, seed: int, epoch: int, shuffle: bool,
+    window: int | None = None,
 ) -> list[Stream]:
     """The streams of a plain dataset whose first world size is ``world``.
 
@@ -119,28 +188,49 @@ def episode_streams(
     index space (episodes in dataset order; sizes differ by at most one, so at most
     ``world - 1`` episodes are cut between two neighbouring ranks). ``"pad"`` and ``"drop"``
     give whole episodes (``rayform.torch._shard``). Each stream is read in the order of a
-    permutation keyed by ``(seed, epoch, world, rank)``.
+    permutation keyed by ``(seed, epoch, world, rank)``, or with ``window`` (and ``shuffle``)
+    a :class:`WindowStream` of that many episodes keyed alike.
     """
+    offsets = np.asarray(offsets, dtype=np.int64)
     n = int(offsets[-1])
+    windowed = shuffle and window is not None
 
     def perm(r: int, m: int) -> Permutation:
-        return Permutation(m, derive_key("episode", seed, epoch, world, r), shuffle)
+        return Permutation(m, derive_key("episode", seed, epoch, world, r), shuffle and not windowed)
+
+    def windows(inner: RangeStream | ArrayStream, r: int, bounds: Callable[[], np.ndarray]) -> Stream:
+        if not windowed:
+            return inner
+        return WindowStream(inner, bounds, int(window or 1), derive_key("window", seed, epoch, world, r))
 
     if ddp_even == "split" or world == 1:
         q, rem = divmod(n, world)
         out: list[Stream] = []
         for r in range(world):
-            m = q + (r < rem)
-            out.append(RangeStream(r * q + min(r, rem), m, perm(r, m)))
+            m, start = q + (r < rem), r * q + min(r, rem)
+
+            def range_bounds(start: int = start, m: int = m) -> np.ndarray:
+                return np.unique(np.clip(offsets, start, start + m)) - start
+
+            out.append(windows(RangeStream(start, m, perm(r, m)), r, range_bounds))
         return out
-    counts = np.diff(np.asarray(offsets, dtype=np.int64))
+    counts = np.diff(offsets)
     loads = np.bincount(assign_episodes(counts, world), weights=counts, minlength=world)
     m = int(loads.max() if ddp_even == "pad" else loads.min())
 
     def build(r: int) -> Callable[[], np.ndarray]:
         return lambda: rank_indices(offsets, r, world, ddp_even)
 
-    return [ArrayStream(m, build(r), perm(r, m)) for r in range(world)]
+    def array_bounds(stream: ArrayStream) -> Callable[[], np.ndarray]:
+        def bounds() -> np.ndarray:  # runs of one episode in the rank's index array
+            array = stream._built()[:stream.length]
+            episode = np.searchsorted(offsets, array, side="right") - 1
+            cuts = np.flatnonzero(episode[1:] != episode[:-1]) + 1
+            return np.concatenate([[0], cuts, [len(array)]]).astype(np.int64)
+        return bounds
+
+    streams = [ArrayStream(m, build(r), perm(r, m)) for r in range(world)]
+    return [windows(s, r, array_bounds(s)) for r, s in enumerate(streams)]
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,7 @@ import numpy as np
 from rayform._evict import Pins, check_fits
 from rayform._fetchlog import FetchLog, fetch_log, mark_ahead
 from rayform._process import PerProcess
-from rayform.torch._order import ArrayStream, Part, RangeStream, Stream, plan
+from rayform.torch._order import Part, Stream, plan
 
 __all__ = ["ReadAhead", "check_cache_fits", "reader_pins", "segment_blobs"]
 
@@ -81,13 +81,17 @@ def reader_pins(slice_: Any, segments: Sequence[Any], names: Sequence[str]) -> P
     return Pins(len(segment_blobs(segments[0], names)))  # every segment has these streams
 
 
+#: An order of EpisodeSampler: ``(shuffle, window)``.
+Order = tuple[bool, int | None]
+
+
 class _EpochPlan:
     """This rank's part of one epoch as a fresh sampler lays it out, with O(batch) lookups."""
 
-    def __init__(self, dataset: Any, epoch: int, shuffle: bool) -> None:
+    def __init__(self, dataset: Any, epoch: int, order: Order) -> None:
         rank, world = dataset.shard
-        self.epoch, self.shuffle = epoch, shuffle
-        self.streams: list[Stream] = dataset._order_streams(world, epoch, shuffle)
+        self.epoch, self.order = epoch, order
+        self.streams: list[Stream] = dataset._order_streams(world, epoch, *order)
         self.part: Part = plan([s.length for s in self.streams], [[world, 0]])[rank]
         self._locate = dataset._index.locate
         # Indices (and their episodes) of positions lo .. lo + len(vals) - 1, computed a window
@@ -97,9 +101,10 @@ class _EpochPlan:
     def position(self, index: int) -> int | None:
         """Where this rank's part reads dataset ``index`` (its first read), or ``None``."""
         for s, stream in enumerate(self.streams):
-            if not isinstance(stream, (RangeStream, ArrayStream)):
+            slot_of = getattr(stream, "slot_of", None)
+            if slot_of is None:
                 return None  # a stream without an inverse (a mixture's): no plan
-            slot = stream.slot_of(index)
+            slot = slot_of(index)
             if slot is not None:
                 return self.part.position_of(s, slot)
         return None
@@ -144,9 +149,9 @@ class _State:
         self.done_until: tuple[int, int] = (-1, -1)  # (epoch, batch start) fully handled
         self.in_flight = 0  # bytes queued or downloading
         self.workers: list[threading.Thread] = []
-        self.plans: dict[bool, _EpochPlan | None] = {}  # of epoch ``plan_epoch``, by shuffle
+        self.plans: dict[Order, _EpochPlan | None] = {}  # of epoch ``plan_epoch``, by order
         self.plan_epoch = -1
-        self.shuffle = True  # the order the last batch followed
+        self.order: Order = (True, None)  # the order the last batch followed
         self.expect = -1  # where this process's next batch starts in the plan, if it follows it
         self.pins: Pins | None = None
         self.epoch_seen: int | None = None
@@ -166,36 +171,46 @@ class ReadAhead:
         self.dataset = dataset
         self.max_bytes = max_bytes
         self.threads = threads
+        # The orders a batch is looked for in, most likely first: EpisodeSampler's defaults,
+        # and any other its constructor announced (a plain attribute: workers inherit it).
+        self.orders: list[Order] = [(True, None), (False, None)]
         self._state: PerProcess[_State] = PerProcess(_State)
 
+    def follow(self, shuffle: bool, window: int | None) -> None:
+        """An :class:`~rayform.torch.EpisodeSampler` with this order reads the dataset."""
+        order = (bool(shuffle), window)
+        if order in self.orders:
+            self.orders.remove(order)
+        self.orders.insert(0, order)
+
     # -- planning --------------------------------------------------------------------------
-    def _plan(self, st: _State, epoch: int, shuffle: bool) -> _EpochPlan | None:
+    def _plan(self, st: _State, epoch: int, order: Order) -> _EpochPlan | None:
         """This rank's planned part of ``epoch``, or None if it cannot be planned."""
         if st.plan_epoch != epoch:
             st.plans, st.plan_epoch = {}, epoch
-        if shuffle not in st.plans:
+        if order not in st.plans:
             try:
-                st.plans[shuffle] = _EpochPlan(self.dataset, epoch, shuffle)
+                st.plans[order] = _EpochPlan(self.dataset, epoch, order)
             except Exception as exc:  # an order we cannot replay: no read-ahead, nothing else changes
                 log.debug("read-ahead off: cannot plan epoch %d (%s)", epoch, exc)
-                st.plans[shuffle] = None
-        return st.plans[shuffle]
+                st.plans[order] = None
+        return st.plans[order]
 
     def _locate(self, st: _State, epoch: int, wanted: list[int], window: int) -> tuple[_EpochPlan, int] | None:
         """The plan and position of the batch ``wanted``: where the last batch said it would
-        be, else found by inverting the order (``EpisodeSampler(shuffle=True)``'s first, then
-        ``shuffle=False``'s); None if neither order reads it there."""
+        be, else found by inverting the orders of :attr:`orders` (the last one followed
+        first); None if no order reads it there."""
         bs = len(wanted)
-        planned = self._plan(st, epoch, st.shuffle)
+        planned = self._plan(st, epoch, st.order)
         first = st.expect
         if planned is not None and first >= 0 and planned.indices(first, first + bs, window).tolist() == wanted:
             return planned, first
-        for shuffle in (st.shuffle, not st.shuffle):
-            planned = self._plan(st, epoch, shuffle)
+        for order in [st.order, *(o for o in self.orders if o != st.order)]:
+            planned = self._plan(st, epoch, order)
             found = planned.position(wanted[0]) if planned is not None else None
             if planned is not None and found is not None and \
                     planned.indices(found, found + bs, window).tolist() == wanted:
-                st.shuffle = shuffle
+                st.order = order
                 return planned, found
         return None
 

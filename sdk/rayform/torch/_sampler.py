@@ -57,12 +57,19 @@ class EpisodeSampler(Sampler[SampleKey]):
         dataset: an :class:`~rayform.torch.EpisodeDataset` or
             :class:`~rayform.torch.MixtureDataset` (its ``seed``, ``epoch`` and ``shard``).
         shuffle: shuffle within each rank's shard; ``False`` reads it in dataset order.
+        window: ``None`` (default) shuffles each rank's whole shard. A number of episodes
+            shuffles the shard's episodes and reads them ``window`` at a time, the samples of
+            each window shuffled together: every sample is still read once per epoch in a
+            seeded random order, but at any time from about ``window`` episodes, so a cache
+            smaller than the data (``cache_limit``) holds what is being read instead of
+            fetching each episode again for every sample. Pick it so that ``window`` episodes'
+            blobs fill at most half the cache limit. Only for an ``EpisodeDataset``.
 
     ``len(sampler)`` is the number of keys the next (or current) iteration yields on this
     rank: the same on every rank, so DDP never waits for a rank that ran out.
     """
 
-    def __init__(self, dataset: Any, shuffle: bool = True) -> None:
+    def __init__(self, dataset: Any, shuffle: bool = True, window: int | None = None) -> None:
         for hook in ("_order_streams", "_order_fingerprint", "shard", "seed", "epoch"):
             if not hasattr(dataset, hook):
                 raise InvalidArgumentError(
@@ -71,6 +78,12 @@ class EpisodeSampler(Sampler[SampleKey]):
                 )
         self.dataset = dataset
         self.shuffle = bool(shuffle)
+        self.window = _window(window, self.shuffle)
+        if self.window is not None:
+            dataset._order_streams(1, 0, True, self.window)  # a MixtureDataset refuses here
+        readahead = getattr(dataset, "_readahead", None)
+        if readahead is not None:  # the workers' read-ahead looks for batches in this order
+            readahead.follow(self.shuffle, self.window)
         self._pending: dict[str, Any] | None = None  # loaded, applies to the next iteration
         self._live: _Cursor | None = None  # the current (or last) iteration
         self._start = 0  # position in the part where the live iteration began
@@ -120,7 +133,7 @@ class EpisodeSampler(Sampler[SampleKey]):
                 draws keys ahead, so pass ``consumed``.
 
         Returns:
-            ``{"format", "epoch", "history", "seed", "shuffle", "dataset"}``; ``history`` is
+            ``{"format", "epoch", "history", "seed", "shuffle", "window", "dataset"}``; ``history`` is
             ``[[world_size, keys consumed per rank], ...]``, one entry per world size the epoch
             ran at. Save rank 0's after every rank consumed the same number of batches.
         """
@@ -147,6 +160,7 @@ class EpisodeSampler(Sampler[SampleKey]):
             "history": history,
             "seed": int(self.dataset.seed),
             "shuffle": self.shuffle,
+            "window": self.window,
             "dataset": self.dataset._order_fingerprint(),
         }
 
@@ -161,13 +175,13 @@ class EpisodeSampler(Sampler[SampleKey]):
                 f"not an EpisodeSampler state (format {STATE_FORMAT!r} expected): pass what "
                 "EpisodeSampler.state_dict() returned"
             )
-        mine = {"seed": int(self.dataset.seed), "shuffle": self.shuffle,
+        mine = {"seed": int(self.dataset.seed), "shuffle": self.shuffle, "window": self.window,
                 "dataset": self.dataset._order_fingerprint()}
         for name, value in mine.items():
             if state.get(name) != value:
                 raise InvalidArgumentError(
                     f"the sampler state was saved with {name}={state.get(name)!r} but this sampler "
-                    f"has {name}={value!r}: resume with the same dataset, seed and shuffle"
+                    f"has {name}={value!r}: resume with the same dataset, seed, shuffle and window"
                 )
         history = state.get("history")
         if not isinstance(history, list):
@@ -228,7 +242,7 @@ class EpisodeSampler(Sampler[SampleKey]):
                 history.append([world, 0])
             if consume:
                 self._pending = None
-        streams = self.dataset._order_streams(history[0][0], epoch, self.shuffle)
+        streams = self.dataset._order_streams(history[0][0], epoch, self.shuffle, self.window)
         part = plan([s.length for s in streams], history)[rank]
         return _Cursor(epoch, history, part, streams)
 
@@ -250,6 +264,22 @@ def _rank_world(dataset: Any) -> tuple[int, int]:
                 "dataset after init_process_group, or pass shard=None to mean it"
             )
     return int(rank), int(world)
+
+
+def _window(window: Any, shuffle: bool) -> int | None:
+    if window is None:
+        return None
+    if isinstance(window, bool) or not isinstance(window, (int, np.integer)) or window < 1:
+        raise InvalidArgumentError(
+            f"window={window!r}: use a number of episodes >= 1 (e.g. 64), or None to shuffle "
+            "the whole shard"
+        )
+    if not shuffle:
+        raise InvalidArgumentError(
+            f"window={window!r} shuffles within windows of episodes, but shuffle=False reads the "
+            "shard in dataset order (already one episode at a time): drop window or set shuffle=True"
+        )
+    return int(window)
 
 
 def _int(name: str, value: Any) -> int:

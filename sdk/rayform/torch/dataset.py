@@ -184,9 +184,9 @@ class EpisodeDataset(Dataset):
         """``(rank, world_size)`` that :class:`~rayform.torch.EpisodeSampler` shards for."""
         return self._rank, self._world
 
-    def _order_streams(self, world: int, epoch: int, shuffle: bool) -> list[Stream]:
+    def _order_streams(self, world: int, epoch: int, shuffle: bool, window: int | None = None) -> list[Stream]:
         # The sampler's hook: how an epoch is laid out for a first world size (_order.py).
-        return episode_streams(self._index.offsets, world, self.ddp_even, self.seed, epoch, shuffle)
+        return episode_streams(self._index.offsets, world, self.ddp_even, self.seed, epoch, shuffle, window)
 
     def _order_fingerprint(self) -> dict[str, Any]:
         # What a saved sampler position is only valid for.
