@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from rayform.manifest import BlobRef, Manifest
 from rayform.slice import Slice
@@ -44,7 +45,7 @@ class StoreBlobs:
             raise AssertionError(f"blob {ref.hash[:12]} of {slice_id} was read; this test reads none")
         return self.store.blob_path(ref.hash)
 
-    def pull(self, slice_id: str, streams: Sequence[str] | None = None, jobs: int = 8,
+    def pull(self, slice_id: Any, streams: Sequence[str] | None = None, jobs: int = 8,
              progress: bool = False) -> None:
         """Nothing to do: every blob of a store is already local."""
 

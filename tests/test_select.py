@@ -7,8 +7,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 from fakes import StoreBlobs
-from helpers import DEMO_SLICE
+from helpers import DEMO_SLICE, TOKEN, ServerProcess
 
+import rayform
 from rayform import format as wire
 from rayform.errors import InvalidArgumentError, NotFoundError
 from rayform.slice import Slice
@@ -127,3 +128,21 @@ def test_view_gives_the_samples_of_a_slice_built_from_the_same_segments(
         EpisodeDataset(parent, obs=["no/such"], action=ACTION, fps=15)
     with pytest.raises(InvalidArgumentError, match="video stream"):
         EpisodeDataset(parent, obs=["joints/position"], action="cam0/rgb", fps=15)
+
+
+def test_a_view_pulls_only_its_own_segments_blobs(demo_server: ServerProcess, tmp_path: Path) -> None:
+    client = rayform.Client(endpoint=demo_server.url, token=TOKEN, cache_dir=tmp_path / "cache")
+    parent = client.slices.get(DEMO_SLICE)
+    view = parent.select(sites=["lab-zurich"])
+    want = view.blobs(["cam0/rgb"])
+    assert 0 < len(want) < len(parent.blobs(["cam0/rgb"]))
+    report = view.pull(streams=["cam0/rgb"])
+    assert report.blobs == report.fetched_blobs == len(want)
+    assert report.bytes == sum(r.size for r in want.values()) == view.stream_nbytes(["cam0/rgb"])
+    cached = {p.name for p in (tmp_path / "cache" / "blobs").rglob("*") if p.is_file()}
+    assert cached == set(want)
+    # A view of a version 1 manifest pulls the same blobs (its segments are objects, not columns).
+    v1 = Slice(DEMO_SLICE, parent.manifest.to_v1().hash, parent.manifest.to_v1(), client)
+    assert v1.select(sites=["lab-zurich"]).blobs(["cam0/rgb"]) == want
+    again = client.pull(view, streams=["cam0/rgb"])
+    assert again.fetched_blobs == 0 and again.cached_blobs == len(want)

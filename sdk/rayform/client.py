@@ -350,7 +350,7 @@ class Client:
 
     def pull(
         self,
-        slice_id: str,
+        slice_id: str | Slice,
         streams: Sequence[str] | None = None,
         jobs: int = 8,
         progress: bool = False,
@@ -359,7 +359,8 @@ class Client:
         """Fetch every blob of ``slice_id`` (or of the named streams) into the cache.
 
         Args:
-            slice_id: e.g. ``"slc_7c1e04aa"``.
+            slice_id: e.g. ``"slc_7c1e04aa"``, or a :class:`~rayform.Slice` (a
+                :meth:`~rayform.Slice.select` view pulls only its own segments' blobs).
             streams: stream names such as ``["cam0/rgb"]``; all streams if None.
             jobs: parallel downloads.
             progress: show a progress bar (bytes, rate, ETA) on stderr.
@@ -373,7 +374,8 @@ class Client:
         """
         if not isinstance(jobs, int) or jobs < 1:
             raise InvalidArgumentError(f"jobs must be a positive integer, got {jobs!r}")
-        slice_ = self.slices.get(slice_id)
+        slice_ = slice_id if isinstance(slice_id, Slice) else self.slices.get(slice_id)
+        slice_id = slice_.id
         names = None
         if streams is not None:
             names = [check_stream_name(s) for s in streams]
@@ -383,7 +385,7 @@ class Client:
                     f"slice {slice_id} has no stream {', '.join(unknown)}; it has "
                     f"{', '.join(slice_.streams)}"
                 )
-        refs = list(slice_.manifest.blobs(names).values())
+        refs = list(slice_.blobs(names).values())
         limit = resolve_cache_limit(max_cache) if max_cache is not None else self.cache_limit
         check_fits(limit, sum(r.size for r in refs), f"the blobs of {slice_id} to pull")
         keep = frozenset(r.hash for r in refs)

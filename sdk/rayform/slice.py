@@ -109,20 +109,25 @@ class Slice:
         except KeyError:
             raise _columnar_not_found(self.id, segment_id) from None
 
-    def stream_nbytes(self, streams: Sequence[str] | None = None) -> int:
-        """Bytes needed to hold the named streams (all if ``None``)."""
+    def blobs(self, streams: Sequence[str] | None = None) -> dict[str, BlobRef]:
+        """The distinct blobs of this slice's segments (a view's only), by hash, for the named
+        streams (all if ``None``)."""
         names = list(streams) if streams else None
         segs = self.segments
         if isinstance(segs, SegmentTable):
-            return sum(b.size for b in segs.blobs(names).values())
+            return segs.blobs(names)
         if self._rows is None:
-            return sum(b.size for b in self.manifest.blobs(names).values())
-        out: dict[str, int] = {}
+            return dict(self.manifest.blobs(names))
+        out: dict[str, BlobRef] = {}
         for seg in segs:
             for name, st in seg.streams.items():
                 if names is None or name in names:
-                    out.update((b.hash, b.size) for b in st.blobs())
-        return sum(out.values())
+                    out.update((b.hash, b) for b in st.blobs())
+        return out
+
+    def stream_nbytes(self, streams: Sequence[str] | None = None) -> int:
+        """Bytes needed to hold the named streams (all if ``None``)."""
+        return sum(b.size for b in self.blobs(streams).values())
 
     def select(
         self,
@@ -190,9 +195,14 @@ class Slice:
         """True if :meth:`blob_path` would download ``ref`` now (online and not cached)."""
         return self.client.would_fetch(ref)
 
-    def pull(self, streams: Sequence[str] | None = None, *, jobs: int = 8, progress: bool = False) -> None:
-        """Prefetch every blob of the named streams (all if ``None``) into the cache."""
-        self.client.pull(self.id, streams=streams, jobs=jobs, progress=progress)
+    def pull(self, streams: Sequence[str] | None = None, *, jobs: int = 8, progress: bool = False) -> Any:
+        """Prefetch every blob of the named streams (all if ``None``) into the cache; a
+        :meth:`select` view pulls only its own segments' blobs.
+
+        Returns:
+            The :class:`~rayform.PullReport` (blobs and bytes fetched, already cached).
+        """
+        return self.client.pull(self, streams=streams, jobs=jobs, progress=progress)
 
     # -- display ---------------------------------------------------------------------------
     def __len__(self) -> int:
