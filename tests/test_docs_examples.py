@@ -49,13 +49,12 @@ def docs_inputs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     stand in for a reader's own: ``my_lerobot_dataset/`` (LeRobot v2.1 layout, 4 episodes of
     4 s at 10 fps: a 64x48 camera, state and action) and ``bags/run_001.mcap``,
     ``bags/run_002.mcap`` (ROS 2 bags: two cameras, joint states, a pose)."""
-    from test_ingest_lerobot import _write_v21
-    from test_ingest_mcap import write_bag
+    from recordings import write_bag, write_lerobot_v21
 
     inputs = tmp_path_factory.mktemp("docs-inputs")
     subprocess.run([str(BIN / "rayform-server"), "demo", "--root", str(inputs / "data")],
                    check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=900)
-    _write_v21(inputs / "my_lerobot_dataset", episodes=4, n=40, fps=10, action=True)
+    write_lerobot_v21(inputs / "my_lerobot_dataset", episodes=4, n=40, fps=10, action=True)
     (inputs / "bags").mkdir()
     for k in (1, 2):
         write_bag(inputs / "bags" / f"run_00{k}.mcap", seed=k)

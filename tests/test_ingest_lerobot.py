@@ -10,14 +10,12 @@ from pathlib import Path
 
 import av
 import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 from fakes import store_slice
+from recordings import read_lerobot_code, write_lerobot_v21
 
 from rayform.errors import InvalidArgumentError
 from rayform.format import decode_table, decode_timestamps
-from rayform_server._video import encode_video
 from rayform_server.ingest import add_parser, ingest_lerobot
 from rayform_server.ingest._common import Progress
 from rayform_server.store import Store
@@ -124,72 +122,8 @@ def test_v30_matches_lerobot_dataset(lerobot_v30, tmp_path: Path) -> None:
     assert ingest_lerobot(Store(tmp_path / "again"), path, "slc_0000a001", progress=QUIET).hash == m.hash
 
 
-def _write_v21(root: Path, episodes: int = 2, n: int = 20, fps: int = 10, jitter_s: float = 0.0,
-               action: bool = False) -> dict:
-    """A LeRobot v2.1-layout dataset by hand: one parquet file and one MP4 per episode
-    (and a 4-D ``action`` column when ``action``; docs/recipes.md ingests one).
-
-    ``truth["t"]`` holds the times the ingest must store: ``frame_index / fps`` snapped to
-    ns when ``jitter_s`` is 0, else the float32 timestamps (jittered by up to ``jitter_s``).
-    """
-    rng = np.random.default_rng(3)
-    truth: dict = {"state": [], "t": []}
-    features = {
-        "observation.images.front": {"dtype": "video", "shape": [48, 64, 3], "names": ["height", "width", "channels"]},
-        "observation.state": {"dtype": "float32", "shape": [4], "names": None},
-        "timestamp": {"dtype": "float32", "shape": [1], "names": None},
-        "frame_index": {"dtype": "int64", "shape": [1], "names": None},
-        "episode_index": {"dtype": "int64", "shape": [1], "names": None},
-        "index": {"dtype": "int64", "shape": [1], "names": None},
-        "task_index": {"dtype": "int64", "shape": [1], "names": None},
-    }
-    if action:
-        features["action"] = {"dtype": "float32", "shape": [4], "names": None}
-    info = {"codebase_version": "v2.1", "fps": fps, "chunks_size": 1000, "total_episodes": episodes,
-            "data_path": "data/chunk-{episode_chunk:03d}/episode_{episode_index:06d}.parquet",
-            "video_path": "videos/chunk-{episode_chunk:03d}/{video_key}/episode_{episode_index:06d}.mp4",
-            "features": features}
-    (root / "meta").mkdir(parents=True)
-    (root / "meta" / "info.json").write_text(json.dumps(info))
-    (root / "meta" / "episodes.jsonl").write_text(
-        "".join(json.dumps({"episode_index": e, "tasks": ["t"], "length": n}) + "\n" for e in range(episodes)))
-    for e in range(episodes):
-        state = rng.standard_normal((n, 4)).astype(np.float32)
-        jitter = rng.uniform(0, jitter_s, n) * (np.arange(n) > 0)
-        ts = (np.arange(n) / fps + jitter).astype(np.float32)
-        table = pa.table({
-            "observation.state": pa.FixedSizeListArray.from_arrays(pa.array(state.ravel()), 4),
-            "timestamp": ts, "frame_index": np.arange(n), "episode_index": np.full(n, e),
-            "index": np.arange(n) + e * n, "task_index": np.zeros(n, np.int64)})
-        if action:
-            moves = rng.standard_normal((n, 4)).astype(np.float32)
-            table = table.append_column(
-                "action", pa.FixedSizeListArray.from_arrays(pa.array(moves.ravel()), 4))
-        (root / "data" / "chunk-000").mkdir(parents=True, exist_ok=True)
-        pq.write_table(table, root / "data" / "chunk-000" / f"episode_{e:06d}.parquet")
-        video = root / "videos" / "chunk-000" / "observation.images.front" / f"episode_{e:06d}.mp4"
-        video.parent.mkdir(parents=True, exist_ok=True)
-        encode_video([_code_image(10 * e + i) for i in range(n)], video, rate_hz=fps, gop=2)
-        truth["state"].append(state)
-        exact = np.rint(np.arange(n) * (1e9 / fps)).astype(np.int64)
-        truth["t"].append(np.rint(ts.astype(np.float64) * 1e9).astype(np.int64) if jitter_s else exact)
-    return truth
-
-
-def _code_image(k: int) -> np.ndarray:
-    img = np.zeros((48, 64, 3), np.uint8)
-    for bit in range(8):
-        if (k >> bit) & 1:
-            img[:, bit * 8:(bit + 1) * 8] = 255
-    return img
-
-
-def _read_code(img: np.ndarray) -> int:
-    return sum(1 << b for b in range(8) if img[:, b * 8 + 2:b * 8 + 6].mean() > 128)
-
-
 def test_v21_layout_via_cli(tmp_path: Path) -> None:
-    truth = _write_v21(tmp_path / "v21")
+    truth = write_lerobot_v21(tmp_path / "v21")
     parser = argparse.ArgumentParser()
     add_parser(parser.add_subparsers())
     args = parser.parse_args(["ingest", "lerobot", "--root", str(tmp_path / "root"), "--slice", "slc_0000a002",
@@ -207,7 +141,7 @@ def test_v21_layout_via_cli(tmp_path: Path) -> None:
         cam = seg.streams["cam/rgb"]
         np.testing.assert_array_equal(decode_timestamps(store.blob_path(cam.timestamps.hash).read_bytes()), truth["t"][e])
         with av.open(str(store.blob_path(cam.blob.hash))) as c:
-            codes = [_read_code(f.to_ndarray(format="rgb24")) for f in c.decode(video=0)]
+            codes = [read_lerobot_code(f.to_ndarray(format="rgb24")) for f in c.decode(video=0)]
         assert codes == [10 * e + i for i in range(20)]
 
 
@@ -216,7 +150,7 @@ def test_bad_input_is_refused_and_leaves_no_slice(tmp_path: Path, capsys) -> Non
     (tmp_path / "empty").mkdir()
     with pytest.raises(InvalidArgumentError, match="not a LeRobot dataset"):
         ingest_lerobot(store, tmp_path / "empty", "slc_0000a003", progress=QUIET)
-    _write_v21(tmp_path / "v21")
+    write_lerobot_v21(tmp_path / "v21")
     with pytest.raises(InvalidArgumentError, match="no video or vector feature 'observation.nope'"):
         ingest_lerobot(store, tmp_path / "v21", "slc_0000a003", streams={"x": "observation.nope"}, progress=QUIET)
     (tmp_path / "v21" / "videos" / "chunk-000" / "observation.images.front" / "episode_000001.mp4").unlink()
@@ -251,7 +185,7 @@ def test_float32_timestamps_snap_to_the_grid(tmp_path: Path, capsys) -> None:
     from rayform.torch._index import grid_offsets_ns
 
     fps, n = 30, 40
-    truth = _write_v21(tmp_path / "v21", episodes=1, n=n, fps=fps)
+    truth = write_lerobot_v21(tmp_path / "v21", episodes=1, n=n, fps=fps)
     raw = np.rint((np.arange(n) / fps).astype(np.float32).astype(np.float64) * 1e9).astype(np.int64)
     assert (raw > grid_offsets_ns(np.arange(n), fps)).any()  # unsnapped, some rows lie past their step
     store = Store(tmp_path / "root")
@@ -267,11 +201,11 @@ def test_float32_timestamps_snap_to_the_grid(tmp_path: Path, capsys) -> None:
         sample = ds[k]
         assert int(sample["t_ns"]) == t[k]
         np.testing.assert_array_equal(sample["action"][0].numpy(), truth["state"][0][k])
-        assert _read_code(sample["front/rgb"].permute(1, 2, 0).numpy()) == k
+        assert read_lerobot_code(sample["front/rgb"].permute(1, 2, 0).numpy()) == k
 
 
 def test_jittered_timestamps_are_kept(tmp_path: Path, capsys) -> None:
-    truth = _write_v21(tmp_path / "v21", episodes=1, n=20, fps=10, jitter_s=0.01)
+    truth = write_lerobot_v21(tmp_path / "v21", episodes=1, n=20, fps=10, jitter_s=0.01)
     store = Store(tmp_path / "root")
     m = ingest_lerobot(store, tmp_path / "v21", "slc_0000a005", progress=Progress(sys.stderr))
     assert "keeping the recorded times" in capsys.readouterr().err

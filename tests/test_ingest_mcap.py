@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-from fractions import Fraction
 from pathlib import Path
 
 import av
@@ -11,120 +10,13 @@ import numpy as np
 import pytest
 from fakes import store_slice
 from mcap_ros2.writer import Writer
+from recordings import T0, H, W, header, msgdef, read_code, write_bag
 
 from rayform.errors import InvalidArgumentError
 from rayform.format import decode_table, decode_timestamps
 from rayform_server.ingest import add_parser, ingest_mcap
 from rayform_server.ingest._common import Progress
 from rayform_server.store import Store
-
-SEP = "=" * 80
-HEADER = "builtin_interfaces/Time stamp\nstring frame_id"
-TIME = "int32 sec\nuint32 nanosec"
-DEFS = {
-    "sensor_msgs/msg/Image": (
-        "std_msgs/Header header\nuint32 height\nuint32 width\nstring encoding\nuint8 is_bigendian\n"
-        "uint32 step\nuint8[] data"
-    ),
-    "sensor_msgs/msg/CompressedImage": "std_msgs/Header header\nstring format\nuint8[] data",
-    "sensor_msgs/msg/JointState": (
-        "std_msgs/Header header\nstring[] name\nfloat64[] position\nfloat64[] velocity\nfloat64[] effort"
-    ),
-    "geometry_msgs/msg/PoseStamped": "std_msgs/Header header\ngeometry_msgs/Pose pose",
-}
-DEPS = {
-    "std_msgs/Header": HEADER,
-    "builtin_interfaces/Time": TIME,
-    "geometry_msgs/Pose": "geometry_msgs/Point position\ngeometry_msgs/Quaternion orientation",
-    "geometry_msgs/Point": "float64 x\nfloat64 y\nfloat64 z",
-    "geometry_msgs/Quaternion": "float64 x\nfloat64 y\nfloat64 z\nfloat64 w",
-}
-H, W = 48, 64
-T0 = 1_700_000_000_000_000_000  # ns, an absolute ROS time
-
-
-def msgdef(name: str) -> str:
-    deps = ["std_msgs/Header", "builtin_interfaces/Time"]
-    if "Pose" in name:
-        deps += ["geometry_msgs/Pose", "geometry_msgs/Point", "geometry_msgs/Quaternion"]
-    return DEFS[name] + "".join(f"\n{SEP}\nMSG: {d}\n{DEPS[d]}" for d in deps)
-
-
-def code_image(k: int, height: int = H, width: int = W) -> np.ndarray:
-    """An RGB image whose 8 vertical blocks are white where bit i of ``k`` is set."""
-    img = np.zeros((height, width, 3), np.uint8)
-    bw = width // 8
-    for bit in range(8):
-        if (k >> bit) & 1:
-            img[:, bit * bw:(bit + 1) * bw] = 255
-    return img
-
-
-def read_code(img: np.ndarray) -> int:
-    bw = img.shape[1] // 8
-    return sum(1 << b for b in range(8) if img[:, b * bw + 2:(b + 1) * bw - 2].mean() > 128)
-
-
-def jpeg(img: np.ndarray) -> bytes:
-    ctx = av.CodecContext.create("mjpeg", "w")
-    ctx.width, ctx.height, ctx.pix_fmt, ctx.time_base = img.shape[1], img.shape[0], "yuvj420p", Fraction(1, 30)
-    frame = av.VideoFrame.from_ndarray(img, format="rgb24").reformat(format="yuvj420p")
-    return b"".join(bytes(p) for p in [*ctx.encode(frame), *ctx.encode(None)])
-
-
-def header(t: int) -> dict:
-    return {"stamp": {"sec": t // 10**9, "nanosec": t % 10**9}, "frame_id": "base"}
-
-
-def jittered(rate_hz: float, n: int, rng: np.random.Generator, drop: float = 0.0) -> np.ndarray:
-    """Stamps (ns) at ``rate_hz`` with +-20% jitter; a fraction ``drop`` of them dropped."""
-    period = 1e9 / rate_hz
-    t = T0 + (np.arange(n) * period + rng.uniform(-0.2, 0.2, n) * period).astype(np.int64)
-    keep = rng.random(n) >= drop
-    keep[0] = True
-    return t[keep]
-
-
-def write_bag(path: Path, seed: int = 0, *, odd_size_at: int | None = None) -> dict:
-    """A bag: two cameras (raw rgb8 at 10 Hz, JPEG at 15 Hz) with jitter and drops, joints at 50 Hz, a pose at 20 Hz."""
-    rng = np.random.default_rng(seed)
-    truth = {
-        "cam0": jittered(10, 40, rng, drop=0.15),
-        "cam1": jittered(15, 60, rng, drop=0.15),
-        "joints": jittered(50, 200, rng),
-        "pose": jittered(20, 80, rng),
-    }
-    truth["joint_pos"] = rng.standard_normal((truth["joints"].size, 6))
-    truth["joint_vel"] = rng.standard_normal((truth["joints"].size, 6))
-    truth["pose_val"] = rng.standard_normal((truth["pose"].size, 7))
-    events = []  # (log time, topic, index); the log time jitters so file order != stamp order
-    for key in ("cam0", "cam1", "joints", "pose"):
-        for i, t in enumerate(truth[key]):
-            events.append((int(t) + int(rng.integers(0, 30_000_000)), key, i))
-    events.sort()
-    with path.open("wb") as f, Writer(f) as w:
-        schemas = {n: w.register_msgdef(n, msgdef(n)) for n in DEFS}
-        for log_t, key, i in events:
-            t = int(truth[key][i])
-            if key == "cam0":
-                # frame code = index in the *written* (stamp-sorted) sequence
-                img = code_image(i) if i != odd_size_at else code_image(i, H + 2, W)
-                msg = {"header": header(t), "height": img.shape[0], "width": W, "encoding": "bgr8",
-                       "is_bigendian": 0, "step": W * 3, "data": img[:, :, ::-1].tobytes()}
-                w.write_message("/cam0/image_raw", schemas["sensor_msgs/msg/Image"], msg, log_time=log_t)
-            elif key == "cam1":
-                msg = {"header": header(t), "format": "jpeg", "data": jpeg(code_image(i))}
-                w.write_message("/cam1/image_raw/compressed", schemas["sensor_msgs/msg/CompressedImage"], msg, log_time=log_t)
-            elif key == "joints":
-                msg = {"header": header(t), "name": [f"j{k}" for k in range(6)],
-                       "position": truth["joint_pos"][i].tolist(), "velocity": truth["joint_vel"][i].tolist(), "effort": []}
-                w.write_message("/joint_states", schemas["sensor_msgs/msg/JointState"], msg, log_time=log_t)
-            else:
-                v = truth["pose_val"][i]
-                msg = {"header": header(t), "pose": {"position": dict(zip("xyz", v[:3], strict=True)),
-                                                     "orientation": dict(zip("xyzw", v[3:], strict=True))}}
-                w.write_message("/ee_pose", schemas["geometry_msgs/msg/PoseStamped"], msg, log_time=log_t)
-    return truth
 
 
 def decode_all(path: Path) -> list[np.ndarray]:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from helpers import DEMO_SLICE
+from recordings import write_bag, write_lerobot_v21
 
 from rayform_server._fleet import demo_description
 from rayform_server.staging import commit_staged, stage_segment, staged
@@ -57,3 +58,49 @@ def test_commit_refuses_a_segment_whose_blob_is_missing(tmp_path: Path, demo_roo
     with pytest.raises(ValueError, match="staging batch"):
         stage_segment(store, "../escape", seg)
     assert list(store.list_slices()) == []
+
+
+def _ingest(*args: str) -> subprocess.Popen[str]:
+    return _server("ingest", *args)
+
+
+@pytest.mark.parametrize("kind", ["lerobot", "mcap"])
+def test_staged_ingest_on_several_workers_is_the_serial_ingest(kind: str, tmp_path: Path) -> None:
+    if kind == "lerobot":
+        write_lerobot_v21(tmp_path / "ds", episodes=5, n=12, fps=10, action=True)
+        sources, workers = [str(tmp_path / "ds")], 3
+    else:
+        sources = []
+        for k in range(3):
+            write_bag(tmp_path / f"run_{k}.mcap", seed=k)
+            sources.append(str(tmp_path / f"run_{k}.mcap"))
+        workers = 2
+    serial = _ingest(kind, "--root", str(tmp_path / "serial"), "--slice", "slc_0000aaaa", "--quiet", *sources)
+    assert serial.communicate(timeout=300)[0] == "" and serial.returncode == 0
+
+    shared = tmp_path / "shared"
+    procs = [_ingest(kind, "--root", str(shared), "--slice", "slc_0000aaaa", "--stage", "b1",
+                     "--shard", f"{k}/{workers}", *sources) for k in range(workers)]  # all at once
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [err for _, err in outs]
+    assert all("when every worker is done run: rayform-server commit" in err for _, err in outs)
+    assert list(Store(shared).list_slices()) == []  # nothing visible before the commit
+    out = subprocess.run([sys.executable, "-m", "rayform_server", "commit", "--root", str(shared), "--stage",
+                          "b1", "--slice", "slc_0000aaaa"], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+
+    def segments(root: Path) -> list[dict]:
+        store = Store(root)
+        return [s.to_json() for s in store.load_manifest(store.get_slice("slc_0000aaaa")["manifest"]).segments]
+
+    want = segments(tmp_path / "serial")
+    assert len(want) == (5 if kind == "lerobot" else 3)
+    assert segments(shared) == want  # same segments, same blobs, same order
+
+    bad = subprocess.run([sys.executable, "-m", "rayform_server", "ingest", kind, "--root", str(shared),
+                          "--slice", "slc_0000aaaa", "--shard", "0/2", *sources], capture_output=True, text=True)
+    assert bad.returncode == 2 and "give the staging batch too" in bad.stderr and "Traceback" not in bad.stderr
+    bad = subprocess.run([sys.executable, "-m", "rayform_server", "ingest", kind, "--root", str(shared),
+                          "--slice", "slc_0000aaaa", "--stage", "b2", "--shard", "2/2", *sources],
+                         capture_output=True, text=True)
+    assert bad.returncode == 2 and "use 0 <= I < N" in bad.stderr and "Traceback" not in bad.stderr

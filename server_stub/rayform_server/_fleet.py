@@ -98,10 +98,9 @@ def stage_demo(root: str | os.PathLike[str], batch: str, shard: int, shards: int
     Returns the number staged. Ordered by episode index, so the committed slice is the
     ordinary demo's, byte for byte."""
     from rayform_server.demo import build_episode
-    from rayform_server.staging import stage_segment
+    from rayform_server.staging import Shard, stage_segment
 
-    if not 0 <= shard < shards:
-        raise InvalidArgumentError(f"shard {shard}/{shards}: use 0 <= shard < shards, e.g. --shard 0/4")
+    Shard(shard, shards)  # checks the range
     spec = demo_spec(small)
     n = spec.episodes if episodes is None else episodes
     store = Store(root)

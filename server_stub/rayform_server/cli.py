@@ -107,9 +107,10 @@ def _demo(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     if args.stage is not None:
         from rayform_server._fleet import stage_demo
+        from rayform_server.staging import Shard
 
-        shard, shards = _shard(args.shard)
-        n = stage_demo(args.root, args.stage, shard, shards, small=args.small, seed=args.seed,
+        shard = Shard.parse(args.shard)
+        n = stage_demo(args.root, args.stage, shard.index, shard.count, small=args.small, seed=args.seed,
                        episodes=args.episodes, progress=lambda line: _err("  " + line))
         _err(f"staged {n} episodes in batch {args.stage}; when every shard is done run: "
              f"rayform-server commit --root {args.root} --stage {args.stage} --slice {args.slice}")
@@ -131,14 +132,6 @@ def _demo(args: argparse.Namespace) -> int:
          f"{len(manifest.stream_names())} streams, {size / 1e6:.1f} MB in {dt:.1f} s")
     _err(f"serve it with: rayform-server serve --root {args.root} --token <TOKEN>")
     return 0
-
-
-def _shard(text: str) -> tuple[int, int]:
-    try:
-        shard, shards = (int(x) for x in text.split("/"))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--shard {text!r}: use I/N, e.g. --shard 0/4 (this worker's index and the worker count)") from None
-    return shard, shards
 
 
 def _commit(args: argparse.Namespace) -> int:

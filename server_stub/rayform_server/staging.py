@@ -20,6 +20,7 @@ import os
 import re
 import shutil
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,10 +30,45 @@ from rayform.manifest import FORMAT, Manifest, Segment, canonical_json
 from rayform_server.builder import commit_table
 from rayform_server.store import Store
 
-__all__ = ["BATCH_RE", "commit_staged", "stage_segment", "staged"]
+__all__ = ["BATCH_RE", "Shard", "commit_staged", "stage_segment", "staged"]
 
 #: A staging batch name: letters, digits, ``_``, ``.``, ``-`` (1 to 64).
 BATCH_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
+
+
+@dataclass(frozen=True)
+class Shard:
+    """One worker's share of a distributed ingest: the recordings at positions ``i`` (in the
+    ingest's order, from 0) with ``i % count == index``.
+
+    Raises:
+        InvalidArgumentError: not ``0 <= index < count``.
+    """
+
+    index: int = 0
+    count: int = 1
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.index < self.count:
+            raise InvalidArgumentError(
+                f"shard {self.index}/{self.count}: use 0 <= I < N, e.g. --shard 0/4 (this worker's "
+                "index and the worker count)"
+            )
+
+    @classmethod
+    def parse(cls, text: str) -> Shard:
+        """``"I/N"``, e.g. ``"3/8"`` (a SLURM array: ``"$SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT"``)."""
+        try:
+            index, count = (int(x) for x in text.split("/"))
+        except ValueError:
+            raise InvalidArgumentError(
+                f"--shard {text!r}: use I/N, e.g. --shard 0/4 (this worker's index and the worker count)"
+            ) from None
+        return cls(index, count)
+
+    def mine(self, position: int) -> bool:
+        """Whether this worker handles the recording at ``position``."""
+        return position % self.count == self.index
 
 
 def _batch_dir(store: Store, batch: str) -> Path:

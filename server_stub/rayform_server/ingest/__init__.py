@@ -6,6 +6,8 @@ Python API: :func:`ingest_lerobot` and :func:`ingest_mcap`. The server CLI regis
     rayform-server ingest lerobot --root DATA_ROOT --slice SLICE_ID PATH [--stream NAME=FEATURE ...] [--site SITE]
     rayform-server ingest mcap --root DATA_ROOT --slice SLICE_ID FILE... [--stream NAME=TOPIC[:FIELD] ...] [--site SITE]
 
+Either takes ``--stage BATCH [--shard I/N]`` to be one worker of a distributed ingest.
+
 See ``docs/ingest-lerobot.md`` and ``docs/ingest-mcap.md``.
 """
 
@@ -16,11 +18,12 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from rayform.errors import RayformError
+from rayform.errors import InvalidArgumentError, RayformError
 from rayform_server._video import DEFAULT_GOP
 from rayform_server.ingest._common import Progress, parse_stream_specs
 from rayform_server.ingest.lerobot import ingest_lerobot
 from rayform_server.ingest.mcap import ingest_mcap
+from rayform_server.staging import Shard
 from rayform_server.store import Store
 
 __all__ = ["add_parser", "ingest_lerobot", "ingest_mcap"]
@@ -41,6 +44,13 @@ def _common_args(p: argparse.ArgumentParser, source: str) -> None:
     p.add_argument("--gop", type=int, default=DEFAULT_GOP, metavar="N",
                    help=f"keyframe interval of the stored H.264 videos, in frames (default {DEFAULT_GOP}: "
                    "fastest random access; 10 is ~3x smaller; see docs/video-encoding.md)")
+    p.add_argument("--stage", metavar="BATCH", default=None,
+                   help="one worker of a distributed ingest: stage this worker's recordings in BATCH "
+                   "(in the shared root) instead of making the slice; then `rayform-server commit "
+                   "--stage BATCH` once every worker is done")
+    p.add_argument("--shard", metavar="I/N", default=None,
+                   help="with --stage: ingest the recordings i with i %% N == I (default: all), e.g. "
+                   "$SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT")
 
 
 def add_parser(
@@ -81,10 +91,15 @@ def add_parser(
     return ingest
 
 
-def _run(args: argparse.Namespace, work: Callable[[Store, Progress], None]) -> int:
+def _run(args: argparse.Namespace, work: Callable[[Store, Progress, Shard | None], None]) -> int:
     progress = Progress(None if args.quiet else sys.stderr)
     try:
-        work(Store(args.root), progress)
+        if args.shard is not None and args.stage is None:
+            raise InvalidArgumentError(
+                f"--shard {args.shard} splits a distributed ingest: give the staging batch too, "
+                "e.g. --stage run-0412"
+            )
+        work(Store(args.root), progress, Shard.parse(args.shard) if args.shard is not None else None)
     except RayformError as exc:
         print(f"rayform-server ingest {args.ingest_kind}: error: {exc}", file=sys.stderr)
         return 2
@@ -92,21 +107,22 @@ def _run(args: argparse.Namespace, work: Callable[[Store, Progress], None]) -> i
 
 
 def _run_lerobot(args: argparse.Namespace) -> int:
-    def work(store: Store, progress: Progress) -> None:
+    def work(store: Store, progress: Progress, shard: Shard | None) -> None:
         ingest_lerobot(
             store, args.path, args.slice_id, streams=parse_stream_specs(args.stream, "FEATURE") or None,
             site=args.site, dataset_id=args.dataset_id, progress=progress, gop=args.gop,
+            stage=args.stage, shard=shard,
         )
 
     return _run(args, work)
 
 
 def _run_mcap(args: argparse.Namespace) -> int:
-    def work(store: Store, progress: Progress) -> None:
+    def work(store: Store, progress: Progress, shard: Shard | None) -> None:
         ingest_mcap(
             store, args.files, args.slice_id,
             streams=parse_stream_specs(args.stream, "TOPIC[:FIELD]") or None,
-            site=args.site, progress=progress, gop=args.gop,
+            site=args.site, progress=progress, gop=args.gop, stage=args.stage, shard=shard,
         )
 
     return _run(args, work)

@@ -105,12 +105,14 @@ class SegmentInput:
         label: names the recording in errors, e.g. ``"episode 3"`` or a file path.
         streams: the segment's streams.
         done: the progress line printed once the segment is stored.
+        position: its place in the ingest's order, from 0 (what a staged segment sorts by).
     """
 
     id: str
     label: str
     streams: list[VideoData | TableData]
     done: str
+    position: int = 0
 
 
 def commit_segments(
@@ -122,24 +124,41 @@ def commit_segments(
     site: str,
     gop: int,
     progress: Progress,
-) -> Manifest | ColumnarManifest:
-    """Store every segment's blobs, then write the manifest and point ``slice_id`` at it.
+    stage: str | None = None,
+) -> Manifest | ColumnarManifest | None:
+    """Store every segment's blobs, then write the manifest and point ``slice_id`` at it; or,
+    with ``stage``, stage each segment in that batch and commit nothing (one worker of a
+    distributed ingest: ``rayform-server commit`` makes the slice once every worker is done).
 
     ``segments`` may be a generator that reads each recording when asked, so only one
     recording is in memory at a time. The manifest and the slice reference are written only
     after the last segment, so a failure never leaves a half-written slice.
 
+    Returns:
+        The manifest, or ``None`` when staging.
+
     Raises:
         InvalidArgumentError: a segment's streams are inconsistent (the message starts with
             the segment's label), or there is no segment at all.
     """
+    from rayform_server.staging import stage_segment
+
     builder = SliceBuilder(store, description=description, gop=gop)
+    staged = 0
     for seg in segments:
         try:
-            builder.add_segment(seg.id, site=site, streams=seg.streams)
+            added = builder.add_segment(seg.id, site=site, streams=seg.streams)
         except InvalidArgumentError as exc:
             raise InvalidArgumentError(f"{seg.label}: {exc}") from exc
+        if stage is not None:
+            # Sorted by position at the commit: the slice's order is the serial ingest's.
+            stage_segment(store, stage, added, order=f"{seg.position:012d}")
+            staged += 1
         progress(seg.done)
+    if stage is not None:
+        progress(f"staged {staged} segments in batch {stage}; when every worker is done run: "
+                 f"rayform-server commit --root {store.root} --stage {stage} --slice {slice_id}")
+        return None
     manifest = builder.commit(slice_id)
     progress(f"slice {slice_id} -> manifest {manifest.hash[:16]}... ({len(manifest.segments)} segments)")
     return manifest

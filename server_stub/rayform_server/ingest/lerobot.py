@@ -40,6 +40,7 @@ from rayform_server.ingest._common import (
 )
 from rayform_server.ingest._frames import frames_at
 from rayform_server.ingest._lerobot_layout import Episode, LeRobotLayout, open_layout
+from rayform_server.staging import Shard
 from rayform_server.store import Store
 
 __all__ = ["SNAP_TOLERANCE_S", "default_stream_name", "ingest_lerobot"]
@@ -173,7 +174,9 @@ def ingest_lerobot(
     dataset_id: str | None = None,
     progress: Progress | None = None,
     gop: int = DEFAULT_GOP,
-) -> Manifest | ColumnarManifest:
+    stage: str | None = None,
+    shard: Shard | None = None,
+) -> Manifest | ColumnarManifest | None:
     """Ingest the LeRobot dataset at ``path`` as slice ``slice_id`` of ``store``.
 
     Args:
@@ -187,10 +190,14 @@ def ingest_lerobot(
             segment ID = ``seg_`` + BLAKE3("lerobot", dataset_id, episode_index)[:16].
         progress: where progress lines go (default: stderr).
         gop: keyframe interval of the stored videos in frames (see docs/video-encoding.md).
+        stage: one worker of a distributed ingest: stage this worker's episodes in this batch
+            instead of committing (``rayform-server commit`` makes the slice).
+        shard: with ``stage``, this worker's share of the episodes (default: all of them).
 
     Returns:
-        The committed manifest. Blobs are written episode by episode; the manifest and the
-        slice reference only at the end, so a failure never leaves a half-written slice.
+        The committed manifest (``None`` when staging). Blobs are written episode by episode;
+        the manifest and the slice reference only at the end, so a failure never leaves a
+        half-written slice.
 
     Raises:
         InvalidArgumentError: not a LeRobot dataset, unknown feature, unreadable or
@@ -207,12 +214,14 @@ def ingest_lerobot(
     )
 
     def segments() -> Iterator[SegmentInput]:
-        for i, ep in enumerate(layout.episodes, 1):
+        for i, ep in enumerate(layout.episodes):
+            if shard is not None and not shard.mine(i):
+                continue
             seg_id = segment_id_for("lerobot", ds_id, str(ep.index))
             yield SegmentInput(
                 seg_id, f"episode {ep.index}", _episode_streams(layout, ep, chosen, progress),
-                f"episode {ep.index} -> {seg_id} ({i}/{len(layout.episodes)}, {ep.length} frames)",
+                f"episode {ep.index} -> {seg_id} ({i + 1}/{len(layout.episodes)}, {ep.length} frames)", i,
             )
 
     return commit_segments(store, slice_id, segments(), site=site, gop=gop, progress=progress,
-                           description=f"LeRobot dataset {ds_id} ({layout.version})")
+                           description=f"LeRobot dataset {ds_id} ({layout.version})", stage=stage)

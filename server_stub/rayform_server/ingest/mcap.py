@@ -43,6 +43,7 @@ from rayform_server.ingest._common import (
     sanitize_stream_name,
     segment_id_for,
 )
+from rayform_server.staging import Shard
 from rayform_server.store import Store
 
 __all__ = ["default_stream_names", "ingest_mcap"]
@@ -241,7 +242,9 @@ def ingest_mcap(
     site: str = "local",
     progress: Progress | None = None,
     gop: int = DEFAULT_GOP,
-) -> Manifest | ColumnarManifest:
+    stage: str | None = None,
+    shard: Shard | None = None,
+) -> Manifest | ColumnarManifest | None:
     """Ingest ROS 2 MCAP bags as slice ``slice_id`` of ``store``, one segment per file.
 
     Args:
@@ -255,9 +258,13 @@ def ingest_mcap(
         site: the site recorded in every segment.
         progress: where progress lines go (default: stderr).
         gop: keyframe interval of the stored videos in frames (see docs/video-encoding.md).
+        stage: one worker of a distributed ingest: stage this worker's files in this batch
+            instead of committing (``rayform-server commit`` makes the slice).
+        shard: with ``stage``, this worker's share of ``files`` (default: all of them).
 
     Returns:
-        The committed manifest (written only at the end, with the slice reference).
+        The committed manifest (written only at the end, with the slice reference), or
+        ``None`` when staging.
 
     Raises:
         InvalidArgumentError: unreadable file, unknown topic or field, unsupported type,
@@ -269,14 +276,16 @@ def ingest_mcap(
         raise InvalidArgumentError("no MCAP files given")
 
     def segments() -> Iterator[SegmentInput]:
-        for i, file in enumerate(files, 1):
+        for i, file in enumerate(files):
+            if shard is not None and not shard.mine(i):
+                continue
             path = Path(file)
             if not path.is_file():
                 raise InvalidArgumentError(f"{path} does not exist or is not a file")
             seg_id = segment_id_for("mcap", hash_file(path))
             built = _file_streams(path, streams, progress)
             summary = ", ".join(f"{s.name} ({len(s.t_ns)})" for s in built)
-            yield SegmentInput(seg_id, str(path), built, f"{path.name} -> {seg_id} ({i}/{len(files)}): {summary}")
+            yield SegmentInput(seg_id, str(path), built, f"{path.name} -> {seg_id} ({i + 1}/{len(files)}): {summary}", i)
 
     return commit_segments(store, slice_id, segments(), site=site, gop=gop, progress=progress,
-                           description="ROS 2 bags: " + ", ".join(Path(f).name for f in files))
+                           description="ROS 2 bags: " + ", ".join(Path(f).name for f in files), stage=stage)
