@@ -145,7 +145,7 @@ def run(gop: int, rates: list[float | None], workers: int, limit_rows: bool, wor
             warm.slice.client.pull(SLICE, streams=[*OBS, ACTION])
         cases: list[tuple[str, float | None, dict[str, Any]]] = [("warm", None, {})] if cold_rows else []
         cases += [("cold_" + ("unthrottled" if r is None else f"{r / MB:g}MBps_5ms"), r, {}) for r in rates]
-        if gop == 1:
+        if gop == 1 and cold_rows:
             cases.append(("cold_100MBps_5ms_readahead_off", 100 * MB, {"readahead_bytes": 0}))
         runs: dict[str, list[dict[str, float]]] = {name: [] for name, _, _ in cases}
         for rep in range(repeats):  # interleaved, so every row sees the same machine load

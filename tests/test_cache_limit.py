@@ -184,14 +184,15 @@ def test_windowed_shuffle_fetches_each_blob_about_once_under_a_small_cache(demo_
     slice_ = probe.slices.get(DEMO_SLICE)
     needed = sum(r.size for r in slice_.manifest.blobs([*OBS, ACTION]).values())
     per_segment = max(sum(b.size for n in [*OBS, ACTION] for b in seg.streams[n].blobs()) for seg in slice_.segments)
-    limit = max(needed // 2, 3 * per_segment)  # two episodes' blobs and what read-ahead keeps
+    # Two episodes' blobs: the one being read and the next; read-ahead's 32 batches ahead
+    # span the whole epoch here, so read-ahead must bound how far it looks.
+    limit = 2 * per_segment
     assert limit < needed
     windowed, ahead, a = epoch_fetches(1, tmp_path / "windowed", limit)
     everywhere, _, b = epoch_fetches(None, tmp_path / "global", limit)
     assert ahead > 0  # read-ahead follows the windowed order
     assert sorted(a) == sorted(b)  # the same samples, in another order
-    # One episode at a time: each blob crosses the wire about once (read-ahead may fetch one
-    # episode early and see it evicted). A shuffle over all episodes keeps evicting what the
-    # next samples need.
-    assert windowed <= 1.5 * needed, (windowed, needed)
+    # One episode at a time: each blob crosses the wire about once. A shuffle over all
+    # episodes keeps evicting what the next samples need.
+    assert windowed <= 1.15 * needed, (windowed, needed)
     assert everywhere > 2 * windowed, (everywhere, windowed)

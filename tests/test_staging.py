@@ -97,6 +97,15 @@ def test_staged_ingest_on_several_workers_is_the_serial_ingest(kind: str, tmp_pa
     assert len(want) == (5 if kind == "lerobot" else 3)
     assert segments(shared) == want  # same segments, same blobs, same order
 
+    # --jobs: local workers staging in a private batch, then one commit: the serial manifest.
+    jobs = _ingest(kind, "--root", str(tmp_path / "jobs"), "--slice", "slc_0000aaaa", "--jobs", "2", *sources)
+    _, err = jobs.communicate(timeout=300)
+    assert jobs.returncode == 0, err
+    assert "2 worker processes" in err and "Traceback" not in err
+    serial_hash = Store(tmp_path / "serial").get_slice("slc_0000aaaa")["manifest"]
+    assert Store(tmp_path / "jobs").get_slice("slc_0000aaaa")["manifest"] == serial_hash
+    assert not any((tmp_path / "jobs" / "staging").glob("*"))  # the private batch is gone
+
     bad = subprocess.run([sys.executable, "-m", "rayform_server", "ingest", kind, "--root", str(shared),
                           "--slice", "slc_0000aaaa", "--shard", "0/2", *sources], capture_output=True, text=True)
     assert bad.returncode == 2 and "give the staging batch too" in bad.stderr and "Traceback" not in bad.stderr
@@ -104,3 +113,7 @@ def test_staged_ingest_on_several_workers_is_the_serial_ingest(kind: str, tmp_pa
                           "--slice", "slc_0000aaaa", "--stage", "b2", "--shard", "2/2", *sources],
                          capture_output=True, text=True)
     assert bad.returncode == 2 and "use 0 <= I < N" in bad.stderr and "Traceback" not in bad.stderr
+    bad = subprocess.run([sys.executable, "-m", "rayform_server", "ingest", kind, "--root", str(shared),
+                          "--slice", "slc_0000aaaa", "--stage", "b2", "--jobs", "2", *sources],
+                         capture_output=True, text=True)
+    assert bad.returncode == 2 and "start one per --shard instead" in bad.stderr

@@ -254,6 +254,10 @@ class ReadAhead:
         with st.lock:
             window = st.in_flight
         trust = limit is None  # under a limit a blob seen cached may be evicted before use
+        # Under a limit, also bound how far ahead we look, by the bytes of the coming episodes
+        # (cached or not): what was fetched ahead stays in the cache until read, and looking
+        # further would evict the blobs being read now to make room for later ones.
+        horizon, seen = 0, set()
         for start in starts:
             seg_pos = planned.episodes(start, start + bs, positions)
             if not len(seg_pos):
@@ -263,6 +267,11 @@ class ReadAhead:
                     continue
                 cached = 0
                 refs = segment_blobs(ds._index.segments[s], names)
+                if limit is not None and s not in seen:
+                    seen.add(s)
+                    horizon += sum(r.size for r in refs.values())
+                    if horizon > budget and len(seen) > 1:
+                        return
                 for ref in refs.values():
                     if ref.hash in st.present:
                         cached += 1

@@ -44,6 +44,9 @@ def _common_args(p: argparse.ArgumentParser, source: str) -> None:
     p.add_argument("--gop", type=int, default=DEFAULT_GOP, metavar="N",
                    help=f"keyframe interval of the stored H.264 videos, in frames (default {DEFAULT_GOP}: "
                    "fastest random access; 10 is ~3x smaller; see docs/video-encoding.md)")
+    p.add_argument("--jobs", type=int, default=1, metavar="N",
+                   help="ingest N recordings at a time in parallel processes (default 1); the slice is "
+                   "the same")
     p.add_argument("--stage", metavar="BATCH", default=None,
                    help="one worker of a distributed ingest: stage this worker's recordings in BATCH "
                    "(in the shared root) instead of making the slice; then `rayform-server commit "
@@ -99,7 +102,11 @@ def _run(args: argparse.Namespace, work: Callable[[Store, Progress, Shard | None
                 f"--shard {args.shard} splits a distributed ingest: give the staging batch too, "
                 "e.g. --stage run-0412"
             )
-        work(Store(args.root), progress, Shard.parse(args.shard) if args.shard is not None else None)
+        store = Store(args.root)
+        work(store, progress, Shard.parse(args.shard) if args.shard is not None else None)
+        if args.stage is not None and not args.quiet:
+            print(f"when every worker is done run: rayform-server commit --root {store.root} "
+                  f"--stage {args.stage} --slice {args.slice_id}", file=sys.stderr)
     except RayformError as exc:
         print(f"rayform-server ingest {args.ingest_kind}: error: {exc}", file=sys.stderr)
         return 2
@@ -111,7 +118,7 @@ def _run_lerobot(args: argparse.Namespace) -> int:
         ingest_lerobot(
             store, args.path, args.slice_id, streams=parse_stream_specs(args.stream, "FEATURE") or None,
             site=args.site, dataset_id=args.dataset_id, progress=progress, gop=args.gop,
-            stage=args.stage, shard=shard,
+            stage=args.stage, shard=shard, jobs=args.jobs,
         )
 
     return _run(args, work)
@@ -123,6 +130,7 @@ def _run_mcap(args: argparse.Namespace) -> int:
             store, args.files, args.slice_id,
             streams=parse_stream_specs(args.stream, "TOPIC[:FIELD]") or None,
             site=args.site, progress=progress, gop=args.gop, stage=args.stage, shard=shard,
+            jobs=args.jobs,
         )
 
     return _run(args, work)

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import re
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 import numpy as np
 
@@ -17,12 +17,17 @@ from rayform.manifest import Manifest
 from rayform_server.builder import SliceBuilder, TableData, VideoData
 from rayform_server.store import Store
 
+if TYPE_CHECKING:
+    from rayform_server.staging import Shard
+
 __all__ = [
     "Progress",
     "SegmentInput",
+    "check_jobs",
     "commit_segments",
     "nominal_rate_hz",
     "parse_stream_specs",
+    "run_jobs",
     "sanitize_stream_name",
     "segment_id_for",
 ]
@@ -156,9 +161,58 @@ def commit_segments(
             staged += 1
         progress(seg.done)
     if stage is not None:
-        progress(f"staged {staged} segments in batch {stage}; when every worker is done run: "
-                 f"rayform-server commit --root {store.root} --stage {stage} --slice {slice_id}")
+        progress(f"staged {staged} segments in batch {stage}")
         return None
     manifest = builder.commit(slice_id)
+    progress(f"slice {slice_id} -> manifest {manifest.hash[:16]}... ({len(manifest.segments)} segments)")
+    return manifest
+
+
+def check_jobs(jobs: int, stage: str | None) -> None:
+    """``jobs`` is a positive integer, and not combined with ``stage``."""
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+        raise InvalidArgumentError(f"jobs must be a positive integer, e.g. --jobs 4; got {jobs!r}")
+    if jobs > 1 and stage is not None:
+        raise InvalidArgumentError(
+            "--jobs runs local workers that stage and commit by themselves; a --stage worker is "
+            "one process: start one per --shard instead"
+        )
+
+
+def run_jobs(
+    store: Store,
+    slice_id: str,
+    jobs: int,
+    description: str,
+    progress: Progress,
+    worker: Callable[[str, Shard, bool], object],
+) -> ColumnarManifest:
+    """Ingest with ``jobs`` local processes, then commit once: the serial ingest's slice.
+
+    Each process runs ``worker(batch, shard, verbose)``, which stages its share of the
+    recordings in a private staging batch; when every one succeeded, the batch is committed
+    with ``description`` (so the manifest is byte for byte the serial ingest's) and removed.
+    A failure removes the batch and leaves no slice.
+    """
+    import multiprocessing
+    import secrets
+    import shutil
+    from concurrent.futures import ProcessPoolExecutor
+
+    from rayform_server.staging import Shard, commit_staged
+
+    batch = f"jobs-{secrets.token_hex(6)}"
+    progress(f"{jobs} worker processes, staging in batch {batch}")
+    try:
+        # spawn: each worker starts clean (no inherited threads, codec or Arrow state).
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+            futures = [pool.submit(worker, batch, Shard(k, jobs), progress.stream is not None) for k in range(jobs)]
+            for future in futures:
+                future.result()
+        digest = commit_staged(store, batch, slice_id, description)
+    finally:
+        shutil.rmtree(store.root / "staging" / batch, ignore_errors=True)
+    manifest = store.load_manifest(digest)
+    assert isinstance(manifest, ColumnarManifest)
     progress(f"slice {slice_id} -> manifest {manifest.hash[:16]}... ({len(manifest.segments)} segments)")
     return manifest

@@ -19,7 +19,9 @@ named features are ingested):
 
 from __future__ import annotations
 
+import functools
 import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -34,7 +36,9 @@ from rayform_server.builder import TableData, VideoData
 from rayform_server.ingest._common import (
     Progress,
     SegmentInput,
+    check_jobs,
     commit_segments,
+    run_jobs,
     sanitize_stream_name,
     segment_id_for,
 )
@@ -176,6 +180,7 @@ def ingest_lerobot(
     gop: int = DEFAULT_GOP,
     stage: str | None = None,
     shard: Shard | None = None,
+    jobs: int = 1,
 ) -> Manifest | ColumnarManifest | None:
     """Ingest the LeRobot dataset at ``path`` as slice ``slice_id`` of ``store``.
 
@@ -193,6 +198,8 @@ def ingest_lerobot(
         stage: one worker of a distributed ingest: stage this worker's episodes in this batch
             instead of committing (``rayform-server commit`` makes the slice).
         shard: with ``stage``, this worker's share of the episodes (default: all of them).
+        jobs: episodes ingested in parallel processes (1: in this process); the slice is the
+            same either way.
 
     Returns:
         The committed manifest (``None`` when staging). Blobs are written episode by episode;
@@ -204,6 +211,7 @@ def ingest_lerobot(
             inconsistent files.
     """
     check_slice_id(slice_id, new=True)
+    check_jobs(jobs, stage)
     progress = progress or Progress()
     layout = open_layout(path)
     chosen = _pick_streams(layout, streams)
@@ -212,6 +220,11 @@ def ingest_lerobot(
         f"LeRobot {layout.version} dataset {ds_id}: {len(layout.episodes)} episodes at "
         f"{layout.fps:g} fps; streams: " + ", ".join(f"{n} <- {f}" for n, f in chosen.items())
     )
+
+    description = f"LeRobot dataset {ds_id} ({layout.version})"
+    if jobs > 1:
+        worker = functools.partial(_staging_worker, str(store.root), str(path), slice_id, chosen, site, ds_id, gop)
+        return run_jobs(store, slice_id, min(jobs, len(layout.episodes)), description, progress, worker)
 
     def segments() -> Iterator[SegmentInput]:
         for i, ep in enumerate(layout.episodes):
@@ -224,4 +237,11 @@ def ingest_lerobot(
             )
 
     return commit_segments(store, slice_id, segments(), site=site, gop=gop, progress=progress,
-                           description=f"LeRobot dataset {ds_id} ({layout.version})", stage=stage)
+                           description=description, stage=stage)
+
+
+def _staging_worker(root: str, path: str, slice_id: str, streams: dict[str, str], site: str, dataset_id: str,
+                    gop: int, batch: str, shard: Shard, verbose: bool) -> None:
+    """One process of ``ingest_lerobot(jobs=N)``: stage this shard's episodes in ``batch``."""
+    ingest_lerobot(Store(root), path, slice_id, streams=streams, site=site, dataset_id=dataset_id, gop=gop,
+                   stage=batch, shard=shard, progress=Progress(sys.stderr if verbose else None))

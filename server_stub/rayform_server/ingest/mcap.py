@@ -19,7 +19,9 @@ Characters outside ``[a-z0-9_.-]`` become ``_``.
 
 from __future__ import annotations
 
+import functools
 import os
+import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,8 +40,10 @@ from rayform_server.ingest import _ros
 from rayform_server.ingest._common import (
     Progress,
     SegmentInput,
+    check_jobs,
     commit_segments,
     nominal_rate_hz,
+    run_jobs,
     sanitize_stream_name,
     segment_id_for,
 )
@@ -244,6 +248,7 @@ def ingest_mcap(
     gop: int = DEFAULT_GOP,
     stage: str | None = None,
     shard: Shard | None = None,
+    jobs: int = 1,
 ) -> Manifest | ColumnarManifest | None:
     """Ingest ROS 2 MCAP bags as slice ``slice_id`` of ``store``, one segment per file.
 
@@ -261,6 +266,8 @@ def ingest_mcap(
         stage: one worker of a distributed ingest: stage this worker's files in this batch
             instead of committing (``rayform-server commit`` makes the slice).
         shard: with ``stage``, this worker's share of ``files`` (default: all of them).
+        jobs: files ingested in parallel processes (1: in this process); the slice is the
+            same either way.
 
     Returns:
         The committed manifest (written only at the end, with the slice reference), or
@@ -271,9 +278,15 @@ def ingest_mcap(
             topic without messages, mixed image sizes or joint counts.
     """
     check_slice_id(slice_id, new=True)
+    check_jobs(jobs, stage)
     progress = progress or Progress()
     if not files:
         raise InvalidArgumentError("no MCAP files given")
+    description = "ROS 2 bags: " + ", ".join(Path(f).name for f in files)
+    if jobs > 1:
+        worker = functools.partial(_staging_worker, str(store.root), [str(f) for f in files], slice_id, streams,
+                                   site, gop)
+        return run_jobs(store, slice_id, min(jobs, len(files)), description, progress, worker)
 
     def segments() -> Iterator[SegmentInput]:
         for i, file in enumerate(files):
@@ -288,4 +301,11 @@ def ingest_mcap(
             yield SegmentInput(seg_id, str(path), built, f"{path.name} -> {seg_id} ({i + 1}/{len(files)}): {summary}", i)
 
     return commit_segments(store, slice_id, segments(), site=site, gop=gop, progress=progress,
-                           description="ROS 2 bags: " + ", ".join(Path(f).name for f in files), stage=stage)
+                           description=description, stage=stage)
+
+
+def _staging_worker(root: str, files: list[str], slice_id: str, streams: dict[str, str] | None, site: str,
+                    gop: int, batch: str, shard: Shard, verbose: bool) -> None:
+    """One process of ``ingest_mcap(jobs=N)``: stage this shard's files in ``batch``."""
+    ingest_mcap(Store(root), files, slice_id, streams=streams, site=site, gop=gop, stage=batch, shard=shard,
+                progress=Progress(sys.stderr if verbose else None))
