@@ -133,8 +133,17 @@ class StoreClient:
         self.store = Store(root)
         self.cache_dir = None
 
+    #: Blobs stay in the store: no cache to bound.
+    cache_limit = None
+
     def ensure_blob(self, slice_id: str, ref: Any) -> Path:
         return self.store.blob_path(ref.hash)
+
+    def would_fetch(self, ref: Any) -> bool:
+        return False  # every blob of the store is already local
+
+    def pull(self, slice_id: Any, streams: Any = None, jobs: int = 8, progress: bool = False) -> None:
+        """Nothing to do: every blob of the store is already local."""
 
 
 def open_slice(w: Workload, log: Any = print) -> tuple[Any, dict[str, Any]]:
