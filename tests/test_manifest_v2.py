@@ -242,3 +242,23 @@ def test_touched_manifest_pages_are_given_back(tmp_path: Path) -> None:
         # Still right after the unmaps: the pages are mapped again from the page cache.
         assert seg.streams == pool[int(i) % 4].streams and seg.streams["joints/position"].t0_ns == t0[i]
         assert _mapped_kib(pages) == 0, "a row's page stayed mapped after the Segment was built"
+
+
+def test_rows_read_from_column_views_equal_pyarrows(tmp_path: Path, demo_root: Path) -> None:
+    from rayform._columnar import page_schema
+    from rayform._pagerows import PageRows
+
+    build_shared_demo(tmp_path / "fleet", DEMO_SLICE, 20_000, small=True, seed=0)
+    for store in (Store(tmp_path / "fleet"), Store(demo_root)):
+        columns = _v2(store).segments._c
+        rng = np.random.default_rng(1)
+        for i in [0, columns.n - 1, *rng.integers(0, columns.n, 300).tolist()]:
+            p = int(np.searchsorted(columns._page_start, i, side="right")) - 1
+            want = columns.pages[p].slice(i - int(columns._page_start[p]), 1).to_pylist()[0]
+            got = columns.row(int(i))
+            assert got == want and list(got) == list(want)
+            assert [list(s) for s in got["streams"]] == [list(s) for s in want["streams"]]
+        assert all(v is not None for v in columns._fast.values()) and columns._fast
+    # A table of another layout (plain strings) is read by pyarrow.
+    plain = wire.segments_to_table(list(_v2(Store(demo_root)).segments)).cast(page_schema(plain=True))
+    assert PageRows.of(plain) is None
