@@ -26,6 +26,8 @@ class PageMaps:
 
     def __init__(self) -> None:
         self._maps: list[mmap.mmap] = []
+        self._paths: list[str] = []
+        self._bases: list[int] = []  # the address each map starts at
 
     def table(self, path: str | Path) -> Any:
         """Map ``path`` (an Arrow IPC file) and return its table, whose buffers point into
@@ -42,8 +44,16 @@ class PageMaps:
             if os.fstat(f.fileno()).st_size == 0:
                 raise OSError(f"{path} is empty")
             mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        buf = pa.py_buffer(mm)
         self._maps.append(mm)
-        return pa.ipc.open_file(pa.BufferReader(pa.py_buffer(mm))).read_all()
+        self._paths.append(str(path))
+        self._bases.append(buf.address)
+        return pa.ipc.open_file(pa.BufferReader(buf)).read_all()
+
+    def file_of(self, page: int) -> tuple[str, int]:
+        """``(path, address)``: page ``page``'s file and the address its map starts at, so an
+        address inside the map is at file offset ``address - start`` (for ``os.pread``)."""
+        return self._paths[page], self._bases[page]
 
     def release(self, page: int | None = None) -> None:
         """Unmap what this process touched of one page (by position), or of every page; the

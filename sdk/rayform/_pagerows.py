@@ -1,21 +1,37 @@
-"""One segment row of a manifest page, read from zero-copy views of the page's columns.
+"""One segment row of a manifest page, read from the page's column buffers directly.
 
-pyarrow's ``table.slice(i, 1).to_pylist()`` costs about 190 us for a segment of five streams
+pyarrow's ``table.slice(i, 1).to_pylist()`` costs about 90 us for a segment of five streams
 (it builds converters for every nested field on each call), and a shuffled epoch over a fleet
-slice builds one ``Segment`` per sample. :class:`PageRows` instead keeps numpy views of the
-page's buffers (offsets, fixed-width values, dictionary indices; nothing is copied, and only
-the bytes of the rows read are touched) and assembles the same dict as ``to_pylist`` in a few
-microseconds. It accepts only pages of the v2 page schema without nulls, which is what the
-writer produces; anything else is read by pyarrow (:func:`PageRows.of` returns ``None``).
+slice builds one ``Segment`` per sample. :class:`PageRows` instead reads just the bytes of row
+``i`` from each column buffer (offsets, fixed-width values, dictionary indices: about 25 small
+reads) and assembles the same dict as ``to_pylist``.
+
+For a memory-mapped page the reads are ``os.pread`` calls on the page file (one descriptor per
+page whose rows are read, opened on the first and closed with the page; ``pread`` takes its
+offset as an argument, so threads and forked workers share it safely), not accesses to the
+map: a mapped
+access maps whole folios (up to 2 MiB) into the process, so reading rows through the map would
+leave most of a fleet manifest resident in every DataLoader worker (or cost an unmap and a
+refault per row). A page built in memory is read with ``ctypes.string_at``.
+
+It accepts only pages of the v2 page schema without nulls, which is what the writer produces;
+anything else is read by pyarrow (:meth:`PageRows.of` returns ``None``).
 """
 
 from __future__ import annotations
 
+import ctypes
+import os
+import weakref
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-__all__ = ["PageRows"]
+__all__ = ["PageRows", "Read"]
+
+#: ``read(address, nbytes) -> bytes``: bytes at an address inside the page's buffers.
+Read = Callable[[int, int], bytes]
 
 _WORDS = ("name", "kind", "dtype", "units", "frame", "quantity", "codec")
 _INTS = ("blob_size", "ts_size", "count", "t0_ns", "t1_ns", "gop")
@@ -23,60 +39,63 @@ _HASHES = ("blob_hash", "ts_hash")
 #: The order of a stream row's keys in ``to_pylist`` (the page schema's field order).
 _STREAM_KEYS = ("name", "kind", "blob_hash", "blob_size", "ts_hash", "ts_size", "rate_hz", "shape", "dtype",
                 "count", "t0_ns", "t1_ns", "units", "frame", "quantity", "codec", "gop")
+_I32, _I64, _F64 = np.dtype("<i4"), np.dtype("<i8"), np.dtype("<f8")
 
 
-def _fixed(arr: Any, dtype: str) -> np.ndarray:
-    """A numpy view of a fixed-width array's values (its offset applied)."""
-    dt = np.dtype(dtype)
-    return np.frombuffer(arr.buffers()[1], dtype=dt, count=len(arr) + arr.offset)[arr.offset:]
+def _memory(address: int, nbytes: int) -> bytes:
+    return ctypes.string_at(address, nbytes)
 
 
-def _offsets(arr: Any) -> np.ndarray:
-    """The ``int32`` offsets of a list or string array (``len + 1``, its offset applied)."""
-    return np.frombuffer(arr.buffers()[1], dtype=np.int32, count=len(arr) + arr.offset + 1)[arr.offset:]
+class _Column:
+    """Where element ``k`` of a fixed-width array (or its offsets) lies: ``address + k * width``."""
 
-
-class _Words:
-    """A dictionary-encoded string column: indices (a view) into a few Python strings."""
-
-    def __init__(self, arr: Any) -> None:
-        self.codes = _fixed(arr.indices, "int32")
-        self.words = [str(w) for w in arr.dictionary.to_pylist()]
-
-    def __getitem__(self, i: int) -> str:
-        return self.words[int(self.codes[i])]
+    def __init__(self, arr: Any, buffer: int, width: int) -> None:
+        self.address = arr.buffers()[buffer].address + arr.offset * width
+        self.width = width
 
 
 class PageRows:
-    """Rows of one page (a ``pyarrow.Table`` of the v2 page schema, one chunk per column)."""
+    """Rows of one page (a ``pyarrow.Table`` of the v2 page schema, one chunk per column).
 
-    def __init__(self, page: Any) -> None:
+    Args:
+        page: the page's table.
+        mapped_from: ``(path, start address)`` when the page's buffers lie in a memory map of
+            that file (read with ``os.pread``); ``None`` reads them from memory.
+    """
+
+    def __init__(self, page: Any, mapped_from: tuple[str, int] | None = None) -> None:
+        self._file = mapped_from
+        if mapped_from is not None:
+            path, start = mapped_from
+            fd = os.open(path, os.O_RDONLY)
+            weakref.finalize(self, os.close, fd)
+            self._read: Read = lambda address, nbytes: os.pread(fd, nbytes, address - start)
+        else:
+            self._read = _memory
         col = {name: page.column(name).chunks[0] for name in page.column_names}
         ids = col["id"]
-        self._id_offsets, self._id_data = _offsets(ids), ids.buffers()[2]
-        self._version = _fixed(col["version"], "int64")
-        self._start, self._end = _fixed(col["start_ns"], "int64"), _fixed(col["end_ns"], "int64")
-        self._site = _Words(col["site"])
+        self._id_offsets = _Column(ids, 1, 4)
+        self._id_data = ids.buffers()[2].address
+        self._version, self._start, self._end = (_Column(col[k], 1, 8) for k in ("version", "start_ns", "end_ns"))
+        self._site = self._words(col["site"])
         lists = col["streams"]
-        self._stream_offsets = _offsets(lists)
-        values = lists.values
-        self._words = {k: _Words(values.field(k)) for k in _WORDS}
-        self._ints = {k: _fixed(values.field(k), "int64") for k in _INTS}
-        self._rate = _fixed(values.field("rate_hz"), "float64")
-        self._hashes = {k: self._hash_view(values.field(k)) for k in _HASHES}
+        self._stream_offsets = _Column(lists, 1, 4)
+        values = lists.values  # offsets of ``lists`` index into it from its start
+        self._word_cols = {k: self._words(values.field(k)) for k in _WORDS}
+        self._int_cols = {k: _Column(values.field(k), 1, 8) for k in _INTS}
+        self._rate = _Column(values.field("rate_hz"), 1, 8)
+        self._hash_cols = {k: _Column(values.field(k), 1, values.field(k).type.byte_width) for k in _HASHES}
         shape = values.field("shape")
-        self._shape_offsets, self._shape_values = _offsets(shape), _fixed(shape.values, "int64")
+        self._shape_offsets, self._shape_values = _Column(shape, 1, 4), _Column(shape.values, 1, 8)
 
     @staticmethod
-    def _hash_view(arr: Any) -> np.ndarray:
-        width = arr.type.byte_width
-        raw = np.frombuffer(arr.buffers()[1], dtype=np.uint8, count=(len(arr) + arr.offset) * width)
-        return raw[arr.offset * width:].reshape(len(arr), width)
+    def _words(arr: Any) -> tuple[_Column, list[str]]:
+        return _Column(arr.indices, 1, 4), [str(w) for w in arr.dictionary.to_pylist()]
 
     @classmethod
-    def of(cls, page: Any) -> PageRows | None:
-        """Fast rows for ``page``, or ``None`` if it is not a null-free single-chunk page of
-        the dictionary-encoded page schema (then ``to_pylist`` reads it)."""
+    def of(cls, page: Any, mapped_from: tuple[str, int] | None = None) -> PageRows | None:
+        """Rows of ``page``, or ``None`` if it is not a null-free single-chunk page of the
+        dictionary-encoded page schema (then ``to_pylist`` reads it)."""
         from rayform._columnar import page_schema
 
         if not page.schema.equals(page_schema()):
@@ -87,23 +106,35 @@ class PageRows:
         values = page.column("streams").chunks[0].values
         if any(values.field(k).null_count for k in _STREAM_KEYS) or values.field("shape").values.null_count:
             return None
-        return cls(page)
+        return cls(page, mapped_from)
 
     def row(self, i: int) -> dict[str, Any]:
-        """Row ``i`` of the page as ``to_pylist`` gives it."""
-        a, b = int(self._id_offsets[i]), int(self._id_offsets[i + 1])
-        streams = []
-        for r in range(int(self._stream_offsets[i]), int(self._stream_offsets[i + 1])):
-            s0, s1 = int(self._shape_offsets[r]), int(self._shape_offsets[r + 1])
-            value: dict[str, Any] = {
-                "blob_hash": self._hashes["blob_hash"][r].tobytes(),
-                "ts_hash": self._hashes["ts_hash"][r].tobytes(),
-                "rate_hz": float(self._rate[r]),
-                "shape": [int(x) for x in self._shape_values[s0:s1]],
-            }
-            value.update((k, self._words[k][r]) for k in _WORDS)
-            value.update((k, int(self._ints[k][r])) for k in _INTS)
-            streams.append({k: value[k] for k in _STREAM_KEYS})
-        return {"id": self._id_data[a:b].to_pybytes().decode(), "version": int(self._version[i]),
-                "site": self._site[i], "start_ns": int(self._start[i]), "end_ns": int(self._end[i]),
+        """Row ``i`` of the page, as ``to_pylist`` gives it."""
+        read = self._read
+
+        def get(c: _Column, k: int, n: int, dtype: np.dtype) -> np.ndarray:
+            return np.frombuffer(read(c.address + k * c.width, n * c.width), dtype=dtype)
+
+        a, b = get(self._id_offsets, i, 2, _I32).tolist()
+        r0, r1 = get(self._stream_offsets, i, 2, _I32).tolist()
+        n = r1 - r0
+        fields: dict[str, list[Any]] = {}
+        for k, (codes, words) in self._word_cols.items():
+            fields[k] = [words[c] for c in get(codes, r0, n, _I32).tolist()]
+        for k, c in self._int_cols.items():
+            fields[k] = get(c, r0, n, _I64).tolist()
+        fields["rate_hz"] = get(self._rate, r0, n, _F64).tolist()
+        for k, c in self._hash_cols.items():
+            raw = read(c.address + r0 * c.width, n * c.width)
+            fields[k] = [raw[j * c.width:(j + 1) * c.width] for j in range(n)]
+        bounds = get(self._shape_offsets, r0, n + 1, _I32).tolist()
+        dims = get(self._shape_values, bounds[0], bounds[-1] - bounds[0], _I64).tolist()
+        fields["shape"] = [dims[s - bounds[0]:e - bounds[0]] for s, e in zip(bounds[:-1], bounds[1:], strict=True)]
+        streams = [{k: fields[k][j] for k in _STREAM_KEYS} for j in range(n)]
+        site_codes, site_words = self._site
+        return {"id": read(self._id_data + a, b - a).decode(),
+                "version": int(get(self._version, i, 1, _I64)[0]),
+                "site": site_words[int(get(site_codes, i, 1, _I32)[0])],
+                "start_ns": int(get(self._start, i, 1, _I64)[0]),
+                "end_ns": int(get(self._end, i, 1, _I64)[0]),
                 "streams": streams}

@@ -197,13 +197,17 @@ class _Columns:
         p = int(np.searchsorted(self._page_start, i, side="right")) - 1
         local = i - int(self._page_start[p])
         if p not in self._fast:
-            self._fast[p] = PageRows.of(self.pages[p])
+            self._fast[p] = PageRows.of(self.pages[p], self.maps.file_of(p) if self.maps is not None else None)
+            if self.maps is not None:
+                self.maps.release(p)  # its dictionaries were read through the map
         fast = self._fast[p]
-        out = fast.row(local) if fast is not None else dict(self.pages[p].slice(local, 1).to_pylist()[0])
+        if fast is not None:
+            return fast.row(local)  # read from the page file, nothing mapped (see _pagerows)
+        out = dict(self.pages[p].slice(local, 1).to_pylist()[0])
         if self.maps is not None:
             # One row touches ~25 column buffers of its page, and the kernel maps whole folios
             # around each (up to 2 MiB): unmap at once, or a shuffled epoch would leave most of
-            # the manifest resident in every worker. Costs one madvise (~5 us) per row built.
+            # the manifest resident in every worker.
             self.maps.release(p)
         return out
 
