@@ -109,7 +109,7 @@ def _demo(args: argparse.Namespace) -> int:
         from rayform_server._fleet import stage_demo
         from rayform_server.staging import Shard
 
-        shard = Shard.parse(args.shard)
+        shard = Shard.parse(args.shard) if args.shard is not None else Shard()
         n = stage_demo(args.root, args.stage, shard.index, shard.count, small=args.small, seed=args.seed,
                        episodes=args.episodes, progress=lambda line: _err("  " + line))
         _err(f"staged {n} episodes in batch {args.stage}; when every shard is done run: "
@@ -241,6 +241,8 @@ def build_parser() -> argparse.ArgumentParser:
                        f"(default {DEFAULT_PRESIGN_EXPIRY_S}; clients ask again when one expires)")
     serve.set_defaults(func=_serve)
 
+    from rayform_server.staging import add_stage_arguments
+
     demo = sub.add_parser(
         "demo", help="create the demo slice",
         description="Generate a realistic demo slice (bimanual pick-and-place, two cameras at "
@@ -258,18 +260,14 @@ def build_parser() -> argparse.ArgumentParser:
                       "reuse its blobs under their own IDs: a 1,000,000-segment slice in seconds")
     demo.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
                       help="episodes rendered in parallel (default: min(2, CPUs))")
-    demo.add_argument("--stage", metavar="BATCH", default=None,
-                      help="distributed build: stage this worker's episodes in BATCH instead of "
-                      "committing (then `rayform-server commit --stage BATCH`)")
-    demo.add_argument("--shard", metavar="I/N", default="0/1",
-                      help="with --stage: build the episodes i with i %% N == I (default 0/1)")
+    add_stage_arguments(demo, "episodes")
     _add_blob_args(demo)
     demo.set_defaults(func=_demo)
 
     commit = sub.add_parser(
         "commit", help="make a slice from a staging batch",
-        description="Build one manifest from every segment staged in BATCH (by `demo --stage` "
-        "or staging.stage_segment on many machines) and point the slice at it; the batch is "
+        description="Build one manifest from every segment staged in BATCH (by `ingest ... --stage`, "
+        "`demo --stage` or staging.stage_segment on many machines) and point the slice at it; the batch is "
         "then removed. Refuses a batch that names a blob missing from the store.",
     )
     commit.add_argument("--root", required=True, help="data root the workers staged into")

@@ -15,6 +15,7 @@ slice at it; only then is the batch removed. A crash before the commit leaves no
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import re
@@ -30,7 +31,7 @@ from rayform.manifest import FORMAT, Manifest, Segment, canonical_json
 from rayform_server.builder import commit_table
 from rayform_server.store import Store
 
-__all__ = ["BATCH_RE", "Shard", "commit_staged", "stage_segment", "staged"]
+__all__ = ["BATCH_RE", "Shard", "add_stage_arguments", "commit_staged", "stage_segment", "staged"]
 
 #: A staging batch name: letters, digits, ``_``, ``.``, ``-`` (1 to 64).
 BATCH_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
@@ -69,6 +70,18 @@ class Shard:
     def mine(self, position: int) -> bool:
         """Whether this worker handles the recording at ``position``."""
         return position % self.count == self.index
+
+
+def add_stage_arguments(parser: argparse.ArgumentParser, recordings: str) -> None:
+    """``--stage BATCH`` and ``--shard I/N`` (default ``None``: every one of ``recordings``)
+    for a command that can be one worker of a distributed build."""
+    parser.add_argument("--stage", metavar="BATCH", default=None,
+                        help=f"one worker of a distributed build: stage this worker's {recordings} in BATCH "
+                        "(in the shared root) instead of making the slice; then `rayform-server commit "
+                        "--stage BATCH` once every worker is done")
+    parser.add_argument("--shard", metavar="I/N", default=None,
+                        help=f"with --stage: the {recordings} i with i %% N == I (default: all), e.g. "
+                        "$SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT")
 
 
 def _batch_dir(store: Store, batch: str) -> Path:

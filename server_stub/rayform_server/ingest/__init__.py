@@ -23,7 +23,7 @@ from rayform_server._video import DEFAULT_GOP
 from rayform_server.ingest._common import Progress, parse_stream_specs
 from rayform_server.ingest.lerobot import ingest_lerobot
 from rayform_server.ingest.mcap import ingest_mcap
-from rayform_server.staging import Shard
+from rayform_server.staging import Shard, add_stage_arguments
 from rayform_server.store import Store
 
 __all__ = ["add_parser", "ingest_lerobot", "ingest_mcap"]
@@ -47,13 +47,7 @@ def _common_args(p: argparse.ArgumentParser, source: str) -> None:
     p.add_argument("--jobs", type=int, default=1, metavar="N",
                    help="ingest N recordings at a time in parallel processes (default 1); the slice is "
                    "the same")
-    p.add_argument("--stage", metavar="BATCH", default=None,
-                   help="one worker of a distributed ingest: stage this worker's recordings in BATCH "
-                   "(in the shared root) instead of making the slice; then `rayform-server commit "
-                   "--stage BATCH` once every worker is done")
-    p.add_argument("--shard", metavar="I/N", default=None,
-                   help="with --stage: ingest the recordings i with i %% N == I (default: all), e.g. "
-                   "$SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT")
+    add_stage_arguments(p, "recordings")
 
 
 def add_parser(
