@@ -2,9 +2,15 @@
 
 A temporary blob file is named ``tmp/<hash>.<host>.<pid>.<random>.part``. Its owner is the
 process ``pid`` on ``host``. A file whose owner is dead (same host, pid not alive), or that has
-not been touched for ``stale_s`` seconds (any host), may be *adopted* by another puller: it is
-atomically renamed to the adopter's own temporary name (only one adopter can win the rename),
-its prefix is re-hashed, and the download continues from its end with an HTTP ``Range``.
+not been touched for ``stale_s`` seconds (any host), or whose writer's download claim went
+stale (see :mod:`rayform._claims`), may be *adopted* by another puller, which continues the
+download from its end with an HTTP ``Range``:
+
+* our own user's file of a provably dead process of this host is atomically renamed to the
+  adopter's own temporary name (only one adopter can win the rename) and its prefix re-hashed;
+* any other (another host's, whose writer might only be frozen and write again; another
+  user's, which we could not make read-only) is *copied*: its prefix is read, hashed and
+  written into the adopter's own new file, so a writer that wakes up never touches ours.
 """
 
 from __future__ import annotations
@@ -21,9 +27,11 @@ from rayform._hashing import new_hasher
 from rayform._process import PerProcess
 from rayform.errors import IntegrityError
 
-__all__ = ["PartialBlob", "active", "TmpName", "owner_dead", "parse_tmp_name", "tmp_name"]
+__all__ = ["HOST", "PartialBlob", "active", "TmpName", "open_partial", "owner_dead",
+           "parse_tmp_name", "pid_alive", "tmp_name"]
 
-_HOST = socket.gethostname().replace(".", "_").replace("/", "_") or "host"
+#: This host, as it appears in temporary and claim file names.
+HOST = socket.gethostname().replace(".", "_").replace("/", "_") or "host"
 _CHUNK = 1 << 20
 
 #: Names of the temporary files this process is writing right now (any thread, any Cache).
@@ -50,7 +58,7 @@ def tmp_name(digest: str, suffix: str = "part") -> str:
 
     ``suffix`` is ``"part"`` for blob downloads (adoptable) and ``"tmp"`` for small objects.
     """
-    return f"{digest}.{_HOST}.{os.getpid()}.{secrets.token_hex(4)}.{suffix}"
+    return f"{digest}.{HOST}.{os.getpid()}.{secrets.token_hex(4)}.{suffix}"
 
 
 def parse_tmp_name(name: str) -> TmpName | None:
@@ -61,7 +69,8 @@ def parse_tmp_name(name: str) -> TmpName | None:
     return TmpName(hash=parts[0], host=parts[1], pid=int(parts[2]))
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """True if process ``pid`` of this host exists (perhaps another user's)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -85,11 +94,73 @@ def owner_dead(path: Path, stale_s: float) -> bool:
         return False
     if age > stale_s:
         return True
-    if info is None or info.host != _HOST:
+    if info is None or info.host != HOST:
         return False
     if info.pid == os.getpid():
         return path.name not in active()
-    return not _pid_alive(info.pid)
+    return not pid_alive(info.pid)
+
+
+def open_partial(
+    tmp: Path,
+    digest: str,
+    size: int,
+    mode: int,
+    *,
+    adopt: bool,
+    stale_s: float,
+    taken_from: tuple[str, int] | None = None,
+) -> tuple[PartialBlob, Path | None]:
+    """A new temporary file of this process for blob ``digest``, adopting a dead writer's bytes.
+
+    Args:
+        tmp: the cache's ``tmp/`` directory.
+        digest: the blob's hash; ``size`` its size in bytes.
+        mode: permission bits of the new file.
+        adopt: look for a partial file of a dead writer to continue.
+        stale_s: a partial file untouched this long is abandoned whoever wrote it.
+        taken_from: ``(host, pid)`` of a writer whose claim on the blob went stale: its
+            partial file is adopted (copied) at once.
+
+    Returns:
+        The partial blob, and the path of the file it copied from (remove it once the blob is
+        complete), if any.
+
+    Raises:
+        OSError: the file cannot be created.
+    """
+    mine = tmp / tmp_name(digest)
+    active().add(mine.name)  # before the file exists: nobody may adopt it
+    try:
+        source = None
+        for cand in sorted(tmp.glob(f"{digest}.*.part")) if adopt else ():
+            info = parse_tmp_name(cand.name)
+            if info is None:
+                continue
+            if taken_from is not None and (info.host, info.pid) == taken_from:
+                source = cand
+                break
+            if not owner_dead(cand, stale_s):
+                continue
+            if info.host == HOST and _owned(cand):
+                try:
+                    os.rename(cand, mine)  # atomic: only one adopter wins
+                except FileNotFoundError:
+                    continue
+                break
+            source = cand
+            break
+        return PartialBlob(mine, digest, size, mode, copy_from=source), source
+    except OSError:
+        active().discard(mine.name)
+        raise
+
+
+def _owned(p: Path) -> bool:
+    try:
+        return p.stat().st_uid == os.geteuid()
+    except OSError:
+        return False
 
 
 class PartialBlob:
@@ -100,7 +171,8 @@ class PartialBlob:
     a :class:`~rayform._seams.DownloadSink`.
     """
 
-    def __init__(self, path: Path, expected_hash: str, expected_size: int, mode: int) -> None:
+    def __init__(self, path: Path, expected_hash: str, expected_size: int, mode: int,
+                 copy_from: Path | None = None) -> None:
         self.path = path
         self.expected_hash = expected_hash
         self.expected_size = expected_size
@@ -114,6 +186,24 @@ class PartialBlob:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
             self._f = os.fdopen(fd, "wb")
             os.fchmod(fd, mode)  # the umask applied at creation; the file is ours
+            if copy_from is not None:
+                self._copy_prefix(copy_from)
+
+    def _copy_prefix(self, source: Path) -> None:
+        """Adopt the bytes of another writer's partial file by copying them into ours."""
+        try:
+            f = source.open("rb")
+        except OSError:
+            return  # gone meanwhile (its writer finished, or another adopter cleaned it)
+        with f:
+            while self.offset < self.expected_size:
+                chunk = f.read(min(_CHUNK, self.expected_size - self.offset))
+                if not chunk:
+                    break
+                self._f.write(chunk)
+                self.hasher.update(chunk)
+                self.offset += len(chunk)
+        self.adopted_bytes = self.offset
 
     def _rehash_prefix(self) -> None:
         self._f.seek(0)

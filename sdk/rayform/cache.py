@@ -6,11 +6,13 @@ Layout (see ``docs/cache.md``)::
     ROOT/manifests/ab/<hash>        verified, read-only manifests (canonical JSON bytes)
     ROOT/refs/<endpoint-key>/<id>   {"manifest": <hash>, ...}: how a slice resolved, per server
     ROOT/tmp/                       partial downloads: <hash>.<host>.<pid>.<random>.part
-    ROOT/locks/                     per-blob lock files (an optimisation only)
+    ROOT/locks/                     per-blob lock files (an optimisation only, one host)
+    ROOT/claims/<hash>.claim        per-blob download claims (an optimisation only, any node)
 
 A blob appears under its content name only complete and verified: it is written to a
 process-unique temporary file on the same filesystem, hashed while streaming, fsync'd, made
-read-only and atomically renamed. Locks only avoid duplicate downloads; two writers without
+read-only and atomically renamed. Locks and claims (:mod:`rayform._claims`) only avoid
+duplicate downloads; two writers without
 working locks still end with one correct blob. This module knows nothing of HTTP: a
 ``download`` callable fills a :class:`~rayform._seams.DownloadSink` (the cache's
 :class:`~rayform._partial.PartialBlob`).
@@ -27,15 +29,16 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from rayform import _claims
 from rayform._env import env_flag
 from rayform._hashing import hash_bytes, hash_file
 from rayform._ids import HASH_RE, sharded_path
 from rayform._locks import bounded_lock
-from rayform._partial import PartialBlob, active, owner_dead, parse_tmp_name, tmp_name
+from rayform._partial import PartialBlob, active, open_partial, owner_dead, parse_tmp_name, tmp_name
 from rayform._process import PerProcess
 from rayform._seams import DownloadSink
 from rayform._sharing import CacheModes, shared_mode
-from rayform.errors import CacheError, IntegrityError, RayformError
+from rayform.errors import CacheError, IntegrityError, InvalidArgumentError, RayformError
 from rayform.files import write_atomic
 from rayform.manifest import BlobRef
 
@@ -103,12 +106,17 @@ class Cache:
             ``0o2775`` (setgid), temporary files ``0o664``; cached objects are always read-only
             (``0o444``). ``None`` (default): ``RAYFORM_CACHE_SHARED``, else shared if ``root`` is
             setgid and group-writable (see :mod:`rayform._sharing`).
-        locks: take per-blob file locks to avoid duplicate downloads (``RAYFORM_NO_LOCKS=1``
-            turns them off). Correctness never depends on them.
+        locks: take per-blob file locks and download claims to avoid duplicate downloads
+            on this host and across nodes (``RAYFORM_NO_LOCKS=1`` turns both off).
+            Correctness never depends on them.
         stale_s: a temporary file untouched this long (seconds) may be adopted or removed even
-            if its owner lives on another host.
-        stall_s: stop waiting for another process's lock after this many seconds without
-            progress on the blob.
+            if its owner lives on another host; so may a claim file, by ``clean_tmp``.
+        stall_s: stop waiting for another process's lock or claim after this many seconds
+            without progress on the blob.
+        claim_heartbeat_s: seconds between two rewrites of a claim this process holds.
+        claim_stale_s: a claim whose record has not changed for this long, on the waiter's
+            own clock, belongs to a dead node and is taken over (it must exceed the heartbeat
+            plus the seconds a network filesystem may show an old record).
     """
 
     def __init__(
@@ -119,7 +127,14 @@ class Cache:
         locks: bool = True,
         stale_s: float = 600.0,
         stall_s: float = 10.0,
+        claim_heartbeat_s: float = _claims.HEARTBEAT_S,
+        claim_stale_s: float = _claims.STALE_S,
     ) -> None:
+        if not 0 < 2 * claim_heartbeat_s < claim_stale_s:
+            raise InvalidArgumentError(
+                f"claim_stale_s ({claim_stale_s}) must exceed twice claim_heartbeat_s "
+                f"({claim_heartbeat_s}), both positive, e.g. the defaults {_claims.STALE_S} and {_claims.HEARTBEAT_S}"
+            )
         self.root = Path(root).expanduser().absolute()
         _check_root(self.root)
         self.shared = shared_mode(self.root, shared)
@@ -127,6 +142,8 @@ class Cache:
         self.locks = locks and not env_flag("RAYFORM_NO_LOCKS")
         self.stale_s = stale_s
         self.stall_s = stall_s
+        self.claim_heartbeat_s = claim_heartbeat_s
+        self.claim_stale_s = claim_stale_s
         #: Blobs whose use this process has recorded (atime is updated once per process).
         self._touched: PerProcess[set[str]] = PerProcess(set)
 
@@ -194,13 +211,15 @@ class Cache:
         lock_path = self.root / "locks" / f"{ref.hash}.lock"
         if self.locks:
             self._mkdir(lock_path.parent)
-        with self._maybe_lock(ref.hash, lock_path):
+            self._mkdir(self.root / "claims")
+        with self._maybe_lock(ref.hash, lock_path), self._claim(ref.hash) as claim:
             if final.is_file():
                 self._touch(final)
                 return final, 0
             fetched = 0
             for attempt in range(2):
-                part = self._open_partial(ref, adopt=attempt == 0)
+                part, copied = self._open_partial(ref, adopt=attempt == 0, taken_from=claim.taken_from)
+                claim.track(part)
                 start = part.offset
                 try:
                     try:
@@ -219,7 +238,7 @@ class Cache:
                     fetched += part.offset - start
                     if digest == ref.hash and part.offset == ref.size:
                         self._commit(part.path, final)
-                        self._drop_dead_partials(ref.hash)
+                        self._drop_dead_partials(ref.hash, copied)
                         return final, fetched
                     self._discard(part.path)
                 finally:
@@ -236,10 +255,21 @@ class Cache:
         return bounded_lock(
             lock_path,
             done=lambda: self.blob_path(digest).is_file(),
-            progress=lambda: self._tmp_progress(digest),
+            # a writer on another node shows progress only in its claim's record
+            progress=lambda: (self._tmp_progress(digest), _claims.read_claim(self._claim_path(digest))),
             stall_s=self.stall_s,
             mode=self._modes.file_mode,
         )
+
+    def _claim_path(self, digest: str) -> Path:
+        return self.root / "claims" / f"{digest}.claim"
+
+    def _claim(self, digest: str) -> contextlib.AbstractContextManager[_claims.Claimed]:
+        if not self.locks:
+            return contextlib.nullcontext(_claims.Claimed(None, None))
+        return _claims.blob_claim(self._claim_path(digest), done=lambda: self.blob_path(digest).is_file(),
+                          mode=self._modes.file_mode, heartbeat_s=self.claim_heartbeat_s,
+                          stale_s=self.claim_stale_s, stall_s=self.stall_s)
 
     def _tmp_progress(self, digest: str) -> tuple[tuple[str, int, int], ...]:
         out = []
@@ -251,40 +281,31 @@ class Cache:
             out.append((p.name, st.st_size, st.st_mtime_ns))
         return tuple(sorted(out))
 
-    def _open_partial(self, ref: BlobRef, *, adopt: bool) -> PartialBlob:
-        tmp = self.root / "tmp"
-        mine = tmp / tmp_name(ref.hash)
-        active().add(mine.name)  # before the file exists: nobody may adopt it
+    def _open_partial(self, ref: BlobRef, *, adopt: bool,
+                      taken_from: _claims.ClaimInfo | None = None) -> tuple[PartialBlob, Path | None]:
+        holder = (taken_from.host, taken_from.pid) if taken_from is not None else None
         try:
-            if adopt:
-                for cand in sorted(tmp.glob(f"{ref.hash}.*.part")):
-                    # Only our own: a published blob is made read-only, which only the owner
-                    # of the file may do. Another user's dead partial is removed once complete.
-                    if not _owned(cand) or not owner_dead(cand, self.stale_s):
-                        continue
-                    try:
-                        os.rename(cand, mine)  # atomic: only one adopter wins
-                    except FileNotFoundError:
-                        continue
-                    break
-            return PartialBlob(mine, ref.hash, ref.size, self._modes.file_mode)
+            return open_partial(self.root / "tmp", ref.hash, ref.size, self._modes.file_mode,
+                                adopt=adopt, stale_s=self.stale_s, taken_from=holder)
         except OSError as exc:
-            active().discard(mine.name)
-            raise cache_error(exc, self.root, f"create a temporary file in {tmp}") from exc
+            raise cache_error(exc, self.root, f"create a temporary file in {self.root / 'tmp'}") from exc
 
-    def _drop_dead_partials(self, digest: str) -> None:
+    def _drop_dead_partials(self, digest: str, copied: Path | None) -> None:
         """Remove partial downloads of a blob that is now complete, if their writers are gone.
 
         Several processes killed while fetching the same blob (e.g. DataLoader workers torn
-        down together) leave one partial each; adoption takes only one of them.
+        down together) leave one partial each; adoption takes only one of them. ``copied`` is
+        the file adopted by copying (its writer's claim went stale).
         """
         for cand in (self.root / "tmp").glob(f"{digest}.*.part"):
-            if owner_dead(cand, self.stale_s):
+            if cand == copied or owner_dead(cand, self.stale_s):
                 with contextlib.suppress(OSError):
                     os.unlink(cand)
 
     def _commit(self, tmp: Path, final: Path) -> None:
         try:
+            if not tmp.exists() and final.exists():
+                return  # we were frozen past our claim; the taker finished and cleared ours
             os.chmod(tmp, 0o444)
             if final.exists():  # someone else finished first: theirs is identical
                 os.unlink(tmp)
@@ -447,8 +468,6 @@ class Cache:
             The evicted entries, least recently used first.
         """
         if max_bytes < 0:
-            from rayform.errors import InvalidArgumentError
-
             raise InvalidArgumentError(f"max_bytes must be >= 0, got {max_bytes}")
         entries = sorted(self.ls("blobs"), key=lambda e: e.atime)
         total = sum(e.size for e in entries)
@@ -468,8 +487,8 @@ class Cache:
         return evicted
 
     def clean_tmp(self) -> int:
-        """Remove temporary files whose writer is gone. Returns how many were removed."""
-        n = 0
+        """Remove temporary files and claims whose writer is gone. Returns how many were removed."""
+        n = _claims.clean_claims(self.root / "claims", self.stale_s)
         for p in (self.root / "tmp").glob("*"):
             if parse_tmp_name(p.name) is None and time.time() - _mtime(p) < self.stale_s:
                 continue
@@ -480,13 +499,6 @@ class Cache:
                 except OSError:
                     pass
         return n
-
-
-def _owned(p: Path) -> bool:
-    try:
-        return p.stat().st_uid == os.geteuid()
-    except OSError:
-        return False
 
 
 def _mtime(p: Path) -> float:

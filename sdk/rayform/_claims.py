@@ -1,0 +1,341 @@
+"""Claims on blob downloads that work across the nodes of a cluster, without ``flock``.
+
+``flock`` does not cross nodes on Lustre without ``-o flock``, on NFS without lockd or on
+sshfs: there every node downloads every blob again. A *claim* needs only what every network
+filesystem has, an atomic exclusive create and an atomic rename:
+
+* ``claims/<hash>.claim`` is created with ``O_CREAT | O_EXCL`` (one creator wins, decided by
+  the server) and holds a fixed-length record: host, pid, uid, a random token, a heartbeat
+  counter and the bytes downloaded so far. Its holder rewrites the record every
+  ``heartbeat_s`` from one thread per process, and removes the claim when the blob is done
+  (or its download failed).
+* Everyone else waits while the record keeps changing. Freshness is judged on the *observer's*
+  monotonic clock by re-reading the record, never by comparing the holder's time or the file's
+  ``st_mtime`` with ours: clocks of nodes differ, and network filesystems cache attributes for
+  seconds (sshfs: 20 s) while an ``open`` reads current content. The record keeps one length
+  so that a cached file size never cuts a read short.
+* A record unchanged for ``stale_s`` (more than the heartbeat plus any caching of content)
+  belongs to a dead or frozen node: the observer takes the claim over by renaming it aside
+  (one taker wins the rename, even in another user's group-writable directory) and creating
+  its own. A claim of a dead process on this host is taken over at once.
+* A holder that keeps beating but whose byte count has not moved for ``stall_s`` is alive but
+  stuck (a stalled store): waiters then download on their own, as with a stalled ``flock``.
+
+Claims only save duplicate downloads: a waiter that gives up, a holder that lost its claim to
+a taker, or a filesystem where claims cannot be created all still end with one verified blob,
+because every writer uses its own temporary file and an atomic rename.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+import secrets
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from rayform._partial import HOST, pid_alive
+from rayform._process import PerProcess
+
+__all__ = ["HEARTBEAT_S", "STALE_S", "ClaimInfo", "Claimed", "blob_claim", "clean_claims",
+           "read_claim"]
+
+#: Default seconds between two rewrites of a held claim.
+HEARTBEAT_S = 2.0
+#: Default seconds a claim's record must stay unchanged before others take it over.
+STALE_S = 15.0
+_RECORD_BYTES = 256  # one length for every record: a stale cached size never cuts a read
+_POLL_S = 0.25
+_SUFFIX = ".claim"
+
+
+class _Offset(Protocol):
+    offset: int
+
+
+@dataclass(frozen=True)
+class ClaimInfo:
+    """What a claim file says about its holder."""
+
+    host: str
+    pid: int
+    uid: int
+    token: str
+    beat: int
+    bytes: int
+
+
+def _encode(info: ClaimInfo) -> bytes:
+    doc = {"host": info.host[:64], "pid": info.pid, "uid": info.uid, "token": info.token,
+           "beat": info.beat, "bytes": info.bytes, "time": round(time.time(), 1)}
+    raw = json.dumps(doc, sort_keys=True).encode()
+    return raw.ljust(_RECORD_BYTES - 1) + b"\n"
+
+
+def _parse(raw: bytes | None) -> ClaimInfo | None:
+    try:
+        doc = json.loads(raw or b"")
+        return ClaimInfo(str(doc["host"]), int(doc["pid"]), int(doc["uid"]), str(doc["token"]),
+                         int(doc["beat"]), int(doc["bytes"]))
+    except (ValueError, KeyError, TypeError):
+        return None  # being written, or not ours
+
+
+def read_claim(path: Path) -> bytes | None:
+    """The current record of the claim at ``path`` (re-read from the file), or None if absent."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(_RECORD_BYTES * 2)
+    except FileNotFoundError:
+        return None
+    except OSError:
+        return b""
+
+
+def _dead_here(info: ClaimInfo | None) -> bool:
+    """True if the holder is a process of this host that is gone."""
+    if info is None or info.host != HOST:
+        return False
+    if info.pid == os.getpid():
+        return info.token not in _beats().tokens()
+    return not pid_alive(info.pid)
+
+
+class _Held:
+    """A claim this process created: its open descriptor and what the next beat writes."""
+
+    def __init__(self, path: Path, fd: int, heartbeat_s: float) -> None:
+        self.path = path
+        self.fd = fd
+        self.heartbeat_s = heartbeat_s
+        self.info = ClaimInfo(HOST, os.getpid(), os.geteuid(), secrets.token_hex(8), 0, 0)
+        self.source: _Offset | None = None
+        self.lost = False
+        self.next_beat = time.monotonic() + heartbeat_s
+
+    def write(self) -> None:
+        done = self.source.offset if self.source is not None else 0
+        self.info = ClaimInfo(self.info.host, self.info.pid, self.info.uid, self.info.token,
+                              self.info.beat + 1, done)
+        os.pwrite(self.fd, _encode(self.info), 0)
+        os.fsync(self.fd)  # an NFS client would otherwise keep the beat in its own cache
+
+    def mine(self) -> bool:
+        info = _parse(read_claim(self.path))
+        return info is not None and info.token == self.info.token
+
+    def beat(self) -> None:
+        """Rewrite the record, unless a taker has replaced the claim (then stop beating)."""
+        if self.lost:
+            return
+        try:
+            if not self.mine():
+                self.lost = True  # taken over while we were frozen: the download goes on
+                return
+            self.write()
+        except OSError:
+            pass  # a missed beat; the next one may succeed
+
+
+class _Beats:
+    """The one thread of a process that rewrites every claim it holds."""
+
+    def __init__(self) -> None:
+        self._held: dict[str, _Held] = {}
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    def tokens(self) -> set[str]:
+        with self._lock:
+            return set(self._held)
+
+    def add(self, held: _Held) -> None:
+        with self._lock:
+            self._held[held.info.token] = held
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="rayform-claims",
+                                                daemon=True)
+                self._thread.start()
+
+    def remove(self, held: _Held) -> None:
+        with self._lock:
+            self._held.pop(held.info.token, None)
+
+    def _run(self) -> None:
+        while True:
+            with self._lock:
+                held = list(self._held.values())
+                if not held:
+                    self._thread = None
+                    return
+            now = time.monotonic()
+            for h in held:
+                if now >= h.next_beat:
+                    h.next_beat = now + h.heartbeat_s
+                    h.beat()
+            time.sleep(min(0.5, min(h.heartbeat_s for h in held) / 4))
+
+
+#: A forked child holds none of its parent's claims and has no heartbeat thread.
+_BEATS: PerProcess[_Beats] = PerProcess(_Beats)
+
+
+def _beats() -> _Beats:
+    return _BEATS.get()
+
+
+class Claimed:
+    """What :func:`blob_claim` yields.
+
+    Attributes:
+        held: True if this process holds the claim (it should download the blob).
+        taken_from: the holder whose stale claim was taken over, if any: its partial file
+            may be adopted.
+    """
+
+    def __init__(self, held: _Held | None, taken_from: ClaimInfo | None) -> None:
+        self._held = held
+        self.held = held is not None
+        self.taken_from = taken_from
+
+    def track(self, source: _Offset) -> None:
+        """Report ``source.offset`` (the bytes written so far) in the heartbeats."""
+        if self._held is not None:
+            self._held.source = source
+
+
+def _create(path: Path, mode: int, heartbeat_s: float) -> _Held | None:
+    """Create the claim; None if it exists. Raises OSError if claims cannot be made here."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, mode)
+    except FileExistsError:
+        return None
+    held = _Held(path, fd, heartbeat_s)
+    _beats().add(held)  # before anyone can read it: our own threads must see it alive
+    try:
+        os.fchmod(fd, mode)  # ours; the umask applied at creation
+        held.write()
+    except OSError:
+        pass  # an empty record is still a claim; its first beat fills it
+    return held
+
+
+def _take_over(path: Path, seen: bytes) -> bool:
+    """Remove the stale claim at ``path`` if it still holds ``seen``; True if it is gone."""
+    aside = path.with_name(f"{path.name}.{HOST}.{os.getpid()}.{secrets.token_hex(4)}.stale")
+    try:
+        os.rename(path, aside)  # atomic: of several takers only one moves it
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+    if read_claim(aside) != seen:  # a new claim replaced the stale one meanwhile: put it back
+        with contextlib.suppress(OSError):
+            os.rename(aside, path)
+        return False
+    with contextlib.suppress(OSError):
+        os.unlink(aside)
+    return True
+
+
+def _release(held: _Held) -> None:
+    _beats().remove(held)
+    try:
+        if not held.lost and held.mine():
+            os.unlink(held.path)
+    except OSError:
+        pass
+    finally:
+        os.close(held.fd)
+
+
+@contextlib.contextmanager
+def blob_claim(
+    path: Path,
+    *,
+    done: Callable[[], bool],
+    mode: int = 0o644,
+    heartbeat_s: float = HEARTBEAT_S,
+    stale_s: float = STALE_S,
+    stall_s: float = 10.0,
+) -> Iterator[Claimed]:
+    """Hold the claim file ``path`` while the body downloads, or wait for its holder.
+
+    Args:
+        path: ``claims/<hash>.claim`` (its directory must exist).
+        done: True when waiting is pointless (the blob is in the cache).
+        mode: permission bits of the claim file (group-writable in a team cache).
+        heartbeat_s: seconds between two rewrites of the record while held.
+        stale_s: a record unchanged this long (on our clock) is taken over.
+        stall_s: stop waiting for a holder that beats but has downloaded nothing this long.
+
+    Yields:
+        :class:`Claimed`: ``held`` False means go ahead without a claim (done, stalled
+        holder, or claims cannot be created here); correctness does not depend on it.
+    """
+    taken_from: ClaimInfo | None = None
+    held: _Held | None = None
+    last_raw: bytes | None = None
+    last_change = last_progress = time.monotonic()
+    last_bytes = -1
+    while True:
+        try:
+            held = _create(path, mode, heartbeat_s)
+        except OSError as exc:  # read-only cache, no O_EXCL support...: go on without
+            if exc.errno not in (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOENT,
+                                 errno.ENOTSUP, errno.EINVAL, errno.ENOSPC, errno.EDQUOT):
+                raise
+            break
+        if held is not None or done():
+            break
+        raw = read_claim(path)
+        if raw is None:
+            continue  # released between our create and our read: try again at once
+        now = time.monotonic()
+        info = _parse(raw)
+        if raw != last_raw:
+            last_raw, last_change = raw, now
+        if info is not None and info.bytes != last_bytes:
+            last_bytes, last_progress = info.bytes, now
+        if now - last_change > stale_s or _dead_here(info):
+            if _take_over(path, raw):
+                taken_from = info
+            continue
+        if now - last_progress > stall_s and last_change > last_progress + heartbeat_s:
+            break  # alive, beating, downloading nothing: do not wait for a stalled store
+        time.sleep(_POLL_S)
+    if held is None:
+        yield Claimed(None, taken_from)
+        return
+    try:
+        yield Claimed(held, taken_from)
+    finally:
+        _release(held)
+
+
+def clean_claims(claims_dir: Path, older_than_s: float) -> int:
+    """Remove claims nobody holds: of dead processes of this host, or not rewritten for
+    ``older_than_s`` seconds by the file's mtime (a one-off check cannot watch a record
+    change, so this bound must exceed clock skew and attribute caching by far).
+
+    Returns:
+        How many files were removed.
+    """
+    n = 0
+    now = time.time()
+    for p in claims_dir.glob(f"*{_SUFFIX}*"):
+        try:
+            old = now - p.stat().st_mtime > older_than_s
+        except FileNotFoundError:
+            continue
+        if old or (p.name.endswith(_SUFFIX) and _dead_here(_parse(read_claim(p)))):
+            with contextlib.suppress(OSError):
+                os.unlink(p)
+                n += 1
+    return n
