@@ -37,6 +37,8 @@ class Fault:
 class Stats:
     requests: collections.Counter[str] = field(default_factory=collections.Counter)
     transfers: collections.Counter[str] = field(default_factory=collections.Counter)
+    #: blob GETs without ``Range`` (whole-blob downloads, not resumes) per hash
+    whole: collections.Counter[str] = field(default_factory=collections.Counter)
     faults: collections.Counter[str] = field(default_factory=collections.Counter)
 
 
@@ -44,7 +46,8 @@ class FaultProxy:
     """``FaultProxy(upstream).url`` forwards to ``upstream``; ``add(Fault(...))`` queues faults.
 
     ``stats.requests`` counts requests per path, ``stats.transfers`` blob bodies the upstream
-    served (200/206, faulted or not) per hash, ``stats.faults`` faults injected per kind.
+    served (200/206, faulted or not) per hash, ``stats.whole`` those asked for without
+    ``Range``, ``stats.faults`` faults injected per kind.
     """
 
     def __init__(self, upstream: str) -> None:
@@ -168,6 +171,8 @@ class FaultProxy:
         body = up.content
         if up.status_code in (200, 206) and "/blobs/" in path and method == "GET":
             self.stats.transfers[path.rsplit("/", 1)[-1]] += 1
+            if not any(k.lower() == "range" for k in headers):
+                self.stats.whole[path.rsplit("/", 1)[-1]] += 1
         out_headers = [
             (k, v) for k, v in up.headers.items()
             if k.lower() not in ("connection", "transfer-encoding", "content-length", "content-encoding")

@@ -44,19 +44,21 @@ def _writer(data: bytes, calls: list[int], delay_s: float = 0.0) -> Callable[[Pa
     return download
 
 
-def _record(host: str, pid: int, beat: int, nbytes: int = 0, token: str = "feedface") -> bytes:
+def _record(host: str, pid: int, beat: int, nbytes: int = 0, token: str = "feedface",
+            part: str = "") -> bytes:
     doc = {"host": host, "pid": pid, "uid": os.geteuid(), "token": token, "beat": beat,
-           "bytes": nbytes, "time": 0}
+           "bytes": nbytes, "part": part, "time": 0}
     return json.dumps(doc).encode().ljust(255) + b"\n"
 
 
 class ForeignHolder:
     """A claim held by a process on another node: rewritten every 0.1 s while ``beating``,
-    its byte count growing while ``growing``."""
+    its byte count growing while ``growing``; its partial file is ``tmp/<part>``."""
 
-    def __init__(self, path: Path, *, growing: bool = True) -> None:
+    def __init__(self, path: Path, *, growing: bool = True, part: str = "") -> None:
         self.path = path
         self.growing = growing
+        self.part = part
         self.beating = True
         self._stop = threading.Event()
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -69,7 +71,8 @@ class ForeignHolder:
         while not self._stop.wait(0.1):
             if self.beating and self.path.exists():
                 beat += 1
-                self.path.write_bytes(_record("othernode", 4242, beat, beat * 100 if self.growing else 0))
+                self.path.write_bytes(_record("othernode", 4242, beat, beat * 100 if self.growing else 0,
+                                              part=self.part))
 
     def stop(self, remove: bool = True) -> None:
         self._stop.set()
@@ -82,7 +85,7 @@ class ForeignHolder:
 def holder(tmp_path: Path) -> Iterator[Callable[..., ForeignHolder]]:
     made: list[ForeignHolder] = []
 
-    def make(digest: str, **kw: bool) -> ForeignHolder:
+    def make(digest: str, **kw: bool | str) -> ForeignHolder:
         h = ForeignHolder(tmp_path / "c" / "claims" / f"{digest}.claim", **kw)
         made.append(h)
         return h
@@ -120,10 +123,10 @@ def test_a_stale_claim_of_a_dead_node_is_taken_over_and_its_partial_copied(
     tmp_path: Path, holder: Callable[..., ForeignHolder]
 ) -> None:
     data, ref = _blob(60_000)
-    remote = holder(ref.hash)
-    tmp = tmp_path / "c" / "tmp"
+    theirs = tmp_path / "c" / "tmp" / f"{ref.hash}.othernode.4242.0badcafe.part"
+    remote = holder(ref.hash, part=theirs.name)
+    tmp = theirs.parent
     tmp.mkdir(parents=True)
-    theirs = tmp / f"{ref.hash}.othernode.4242.0badcafe.part"
     theirs.write_bytes(data[:20_000])
     time.sleep(0.3)
     remote.beating = False  # the node dies: its record stops changing

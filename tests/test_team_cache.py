@@ -24,13 +24,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from _team import GROUP, USERS, ensure_users, reachable
 from helpers import DEMO_SLICE, TOKEN, ServerProcess
 
 from rayform._locks import bounded_lock
 from rayform._sharing import CacheModes
 
-GROUP = "rfteam"
-USERS = ("rfalice", "rfbob")
 CHECKOUT = Path(__file__).resolve().parent.parent
 
 pytestmark = pytest.mark.skipif(
@@ -39,34 +38,13 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-def _ensure_users() -> None:
-    try:
-        grp.getgrnam(GROUP)
-    except KeyError:
-        subprocess.run(["groupadd", "-f", GROUP], check=True)
-    for user in USERS:
-        try:
-            pwd.getpwnam(user)
-        except KeyError:
-            subprocess.run(["useradd", "-M", "-N", "-g", GROUP, "-s", "/bin/sh", user], check=True)
-
-
-def _reachable(path: Path) -> None:
-    """Let other users traverse to ``path`` (o+x on each parent that lacks it): the venv's
-    interpreter and the checkout may live under root's home."""
-    for p in [path, *path.parents]:
-        mode = stat.S_IMODE(p.stat().st_mode)
-        if not mode & stat.S_IXOTH:
-            os.chmod(p, mode | stat.S_IXOTH | (stat.S_IROTH if p == path else 0))
-
-
 @pytest.fixture(scope="module")
 def team() -> Iterator[Path]:
     """A directory for the test, reachable by the team's users; removed afterwards."""
-    _ensure_users()
-    _reachable(Path(sys.executable).parent)
-    _reachable(Path(os.path.realpath(sys.executable)).parent)
-    _reachable(CHECKOUT)
+    ensure_users()
+    reachable(Path(sys.executable).parent)
+    reachable(Path(os.path.realpath(sys.executable)).parent)
+    reachable(CHECKOUT)
     base = Path(tempfile.mkdtemp(prefix="rayform-team-", dir="/tmp"))
     os.chmod(base, 0o755)
     for user in USERS:

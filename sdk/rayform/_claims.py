@@ -55,7 +55,10 @@ _POLL_S = 0.25
 _SUFFIX = ".claim"
 
 
-class _Offset(Protocol):
+class _Partial(Protocol):
+    """What a claim reports of the download it guards (a :class:`~rayform._partial.PartialBlob`)."""
+
+    path: Path
     offset: int
 
 
@@ -69,11 +72,15 @@ class ClaimInfo:
     token: str
     beat: int
     bytes: int
+    #: the holder's partial file (``tmp/<part>``): a taker opens it by name, as a directory
+    #: listing may be cached for seconds on another node
+    part: str = ""
 
 
 def _encode(info: ClaimInfo) -> bytes:
     doc = {"host": info.host[:64], "pid": info.pid, "uid": info.uid, "token": info.token,
-           "beat": info.beat, "bytes": info.bytes, "time": round(time.time(), 1)}
+           "beat": info.beat, "bytes": info.bytes, "part": info.part[:120],
+           "time": round(time.time(), 1)}
     raw = json.dumps(doc, sort_keys=True).encode()
     return raw.ljust(_RECORD_BYTES - 1) + b"\n"
 
@@ -82,7 +89,7 @@ def _parse(raw: bytes | None) -> ClaimInfo | None:
     try:
         doc = json.loads(raw or b"")
         return ClaimInfo(str(doc["host"]), int(doc["pid"]), int(doc["uid"]), str(doc["token"]),
-                         int(doc["beat"]), int(doc["bytes"]))
+                         int(doc["beat"]), int(doc["bytes"]), str(doc.get("part", "")))
     except (ValueError, KeyError, TypeError):
         return None  # being written, or not ours
 
@@ -115,14 +122,14 @@ class _Held:
         self.fd = fd
         self.heartbeat_s = heartbeat_s
         self.info = ClaimInfo(HOST, os.getpid(), os.geteuid(), secrets.token_hex(8), 0, 0)
-        self.source: _Offset | None = None
+        self.source: _Partial | None = None
         self.lost = False
         self.next_beat = time.monotonic() + heartbeat_s
 
     def write(self) -> None:
-        done = self.source.offset if self.source is not None else 0
+        done, part = (self.source.offset, self.source.path.name) if self.source else (0, "")
         self.info = ClaimInfo(self.info.host, self.info.pid, self.info.uid, self.info.token,
-                              self.info.beat + 1, done)
+                              self.info.beat + 1, done, part)
         os.pwrite(self.fd, _encode(self.info), 0)
         os.fsync(self.fd)  # an NFS client would otherwise keep the beat in its own cache
 
@@ -204,10 +211,13 @@ class Claimed:
         self.held = held is not None
         self.taken_from = taken_from
 
-    def track(self, source: _Offset) -> None:
-        """Report ``source.offset`` (the bytes written so far) in the heartbeats."""
+    def track(self, source: _Partial) -> None:
+        """Report ``source`` (its name, the bytes written so far) in the heartbeats, the
+        first at once: a taker finds the file by that name."""
         if self._held is not None:
             self._held.source = source
+            with contextlib.suppress(OSError):
+                self._held.write()
 
 
 def _create(path: Path, mode: int, heartbeat_s: float) -> _Held | None:
@@ -216,6 +226,12 @@ def _create(path: Path, mode: int, heartbeat_s: float) -> _Held | None:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, mode)
     except FileExistsError:
         return None
+    except PermissionError:
+        # SFTP (sshfs) has no "exists" status: a create that loses the race on the server
+        # fails as EPERM. It is only a real permission problem if there is no claim.
+        if read_claim(path) is not None:
+            return None
+        raise
     held = _Held(path, fd, heartbeat_s)
     _beats().add(held)  # before anyone can read it: our own threads must see it alive
     try:
@@ -319,10 +335,11 @@ def blob_claim(
         _release(held)
 
 
-def clean_claims(claims_dir: Path, older_than_s: float) -> int:
-    """Remove claims nobody holds: of dead processes of this host, or not rewritten for
-    ``older_than_s`` seconds by the file's mtime (a one-off check cannot watch a record
-    change, so this bound must exceed clock skew and attribute caching by far).
+def clean_claims(claims_dir: Path, older_than_s: float, done: Callable[[str], bool]) -> int:
+    """Remove the claims nobody needs: on complete blobs (``done(hash)``), of dead processes
+    of this host, or not rewritten for ``older_than_s`` seconds by the file's mtime (a one-off
+    check cannot watch a record change, so this bound must exceed clock skew and attribute
+    caching by far).
 
     Returns:
         How many files were removed.
@@ -334,7 +351,8 @@ def clean_claims(claims_dir: Path, older_than_s: float) -> int:
             old = now - p.stat().st_mtime > older_than_s
         except FileNotFoundError:
             continue
-        if old or (p.name.endswith(_SUFFIX) and _dead_here(_parse(read_claim(p)))):
+        live = p.name.endswith(_SUFFIX)
+        if old or (live and (done(p.name[: -len(_SUFFIX)]) or _dead_here(_parse(read_claim(p))))):
             with contextlib.suppress(OSError):
                 os.unlink(p)
                 n += 1

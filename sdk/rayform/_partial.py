@@ -109,7 +109,7 @@ def open_partial(
     *,
     adopt: bool,
     stale_s: float,
-    taken_from: tuple[str, int] | None = None,
+    taken_from: str | None = None,
 ) -> tuple[PartialBlob, Path | None]:
     """A new temporary file of this process for blob ``digest``, adopting a dead writer's bytes.
 
@@ -119,8 +119,9 @@ def open_partial(
         mode: permission bits of the new file.
         adopt: look for a partial file of a dead writer to continue.
         stale_s: a partial file untouched this long is abandoned whoever wrote it.
-        taken_from: ``(host, pid)`` of a writer whose claim on the blob went stale: its
-            partial file is adopted (copied) at once.
+        taken_from: the file name (in ``tmp``) of the partial of a writer whose claim on the
+            blob went stale: it is adopted (copied) at once. Opened by name, not found by
+            listing ``tmp``: another node's listing may be cached for seconds.
 
     Returns:
         The partial blob, and the path of the file it copied from (remove it once the blob is
@@ -133,13 +134,13 @@ def open_partial(
     active().add(mine.name)  # before the file exists: nobody may adopt it
     try:
         source = None
+        theirs = tmp / taken_from if adopt and taken_from else None
+        if theirs is not None and parse_tmp_name(theirs.name) is not None and theirs.is_file():
+            return PartialBlob(mine, digest, size, mode, copy_from=theirs), theirs
         for cand in sorted(tmp.glob(f"{digest}.*.part")) if adopt else ():
             info = parse_tmp_name(cand.name)
             if info is None:
                 continue
-            if taken_from is not None and (info.host, info.pid) == taken_from:
-                source = cand
-                break
             if not owner_dead(cand, stale_s):
                 continue
             if info.host == HOST and _owned(cand):

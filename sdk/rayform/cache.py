@@ -283,10 +283,10 @@ class Cache:
 
     def _open_partial(self, ref: BlobRef, *, adopt: bool,
                       taken_from: _claims.ClaimInfo | None = None) -> tuple[PartialBlob, Path | None]:
-        holder = (taken_from.host, taken_from.pid) if taken_from is not None else None
+        theirs = taken_from.part if taken_from is not None and taken_from.part.startswith(ref.hash) else None
         try:
             return open_partial(self.root / "tmp", ref.hash, ref.size, self._modes.file_mode,
-                                adopt=adopt, stale_s=self.stale_s, taken_from=holder)
+                                adopt=adopt, stale_s=self.stale_s, taken_from=theirs)
         except OSError as exc:
             raise cache_error(exc, self.root, f"create a temporary file in {self.root / 'tmp'}") from exc
 
@@ -487,8 +487,9 @@ class Cache:
         return evicted
 
     def clean_tmp(self) -> int:
-        """Remove temporary files and claims whose writer is gone. Returns how many were removed."""
-        n = _claims.clean_claims(self.root / "claims", self.stale_s)
+        """Remove temporary files whose writer is gone, and claims nobody needs (of a dead
+        writer, or on a complete blob). Returns how many were removed."""
+        n = _claims.clean_claims(self.root / "claims", self.stale_s, self.has_blob)
         for p in (self.root / "tmp").glob("*"):
             if parse_tmp_name(p.name) is None and time.time() - _mtime(p) < self.stale_s:
                 continue
