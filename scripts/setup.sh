@@ -12,6 +12,11 @@ fi
 command -v curl >/dev/null 2>&1 || need_apt+=(curl)
 # Chromium: the docs test screenshots the built site headless (tests/test_docs_site.py).
 command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
+# sshfs and sshd: the two-node cache tests (tests/test_claims_nodes.py), which need root anyway.
+if [ "$(id -u)" = 0 ]; then
+  command -v sshfs >/dev/null 2>&1 || need_apt+=(sshfs)
+  [ -x /usr/sbin/sshd ] || need_apt+=(openssh-server)
+fi
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     echo "setup: installing Debian packages: ${need_apt[*]}"

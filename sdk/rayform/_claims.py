@@ -29,7 +29,6 @@ because every writer uses its own temporary file and an atomic rename.
 from __future__ import annotations
 
 import contextlib
-import errno
 import json
 import os
 import secrets
@@ -303,16 +302,14 @@ def blob_claim(
     while True:
         try:
             held = _create(path, mode, heartbeat_s)
-        except OSError as exc:  # read-only cache, no O_EXCL support...: go on without
-            if exc.errno not in (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOENT,
-                                 errno.ENOTSUP, errno.EINVAL, errno.ENOSPC, errno.EDQUOT):
-                raise
+        except OSError:  # read-only cache, full disk, no O_EXCL here...: go on without
             break
         if held is not None or done():
             break
         raw = read_claim(path)
         if raw is None:
-            continue  # released between our create and our read: try again at once
+            time.sleep(0.01)  # released between our create and our read: try again soon
+            continue
         now = time.monotonic()
         info = _parse(raw)
         if raw != last_raw:

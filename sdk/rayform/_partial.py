@@ -134,8 +134,11 @@ def open_partial(
     active().add(mine.name)  # before the file exists: nobody may adopt it
     try:
         source = None
-        theirs = tmp / taken_from if adopt and taken_from else None
-        if theirs is not None and parse_tmp_name(theirs.name) is not None and theirs.is_file():
+        # A name read from a claim file others may write: only a plain partial of this blob.
+        name = taken_from if adopt and taken_from and "/" not in taken_from else ""
+        info = parse_tmp_name(name)
+        theirs = tmp / name if info is not None and info.hash == digest else None
+        if theirs is not None and theirs.is_file():
             return PartialBlob(mine, digest, size, mode, copy_from=theirs), theirs
         for cand in sorted(tmp.glob(f"{digest}.*.part")) if adopt else ():
             info = parse_tmp_name(cand.name)

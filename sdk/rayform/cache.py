@@ -12,8 +12,7 @@ Layout (see ``docs/cache.md``)::
 A blob appears under its content name only complete and verified: it is written to a
 process-unique temporary file on the same filesystem, hashed while streaming, fsync'd, made
 read-only and atomically renamed. Locks and claims (:mod:`rayform._claims`) only avoid
-duplicate downloads; two writers without
-working locks still end with one correct blob. This module knows nothing of HTTP: a
+duplicate downloads; two writers without working locks still end with one correct blob. This module knows nothing of HTTP: a
 ``download`` callable fills a :class:`~rayform._seams.DownloadSink` (the cache's
 :class:`~rayform._partial.PartialBlob`).
 """
@@ -132,9 +131,8 @@ class Cache:
     ) -> None:
         if not 0 < 2 * claim_heartbeat_s < claim_stale_s:
             raise InvalidArgumentError(
-                f"claim_stale_s ({claim_stale_s}) must exceed twice claim_heartbeat_s "
-                f"({claim_heartbeat_s}), both positive, e.g. the defaults {_claims.STALE_S} and {_claims.HEARTBEAT_S}"
-            )
+                f"claim_stale_s ({claim_stale_s}) must exceed twice claim_heartbeat_s ({claim_heartbeat_s}), "
+                f"both positive, e.g. the defaults {_claims.STALE_S} and {_claims.HEARTBEAT_S}")
         self.root = Path(root).expanduser().absolute()
         _check_root(self.root)
         self.shared = shared_mode(self.root, shared)
@@ -267,9 +265,10 @@ class Cache:
     def _claim(self, digest: str) -> contextlib.AbstractContextManager[_claims.Claimed]:
         if not self.locks:
             return contextlib.nullcontext(_claims.Claimed(None, None))
-        return _claims.blob_claim(self._claim_path(digest), done=lambda: self.blob_path(digest).is_file(),
-                          mode=self._modes.file_mode, heartbeat_s=self.claim_heartbeat_s,
-                          stale_s=self.claim_stale_s, stall_s=self.stall_s)
+        return _claims.blob_claim(
+            self._claim_path(digest), done=lambda: self.blob_path(digest).is_file(),
+            mode=self._modes.file_mode, heartbeat_s=self.claim_heartbeat_s,
+            stale_s=self.claim_stale_s, stall_s=self.stall_s)
 
     def _tmp_progress(self, digest: str) -> tuple[tuple[str, int, int], ...]:
         out = []
@@ -283,7 +282,7 @@ class Cache:
 
     def _open_partial(self, ref: BlobRef, *, adopt: bool,
                       taken_from: _claims.ClaimInfo | None = None) -> tuple[PartialBlob, Path | None]:
-        theirs = taken_from.part if taken_from is not None and taken_from.part.startswith(ref.hash) else None
+        theirs = taken_from.part if taken_from is not None else None
         try:
             return open_partial(self.root / "tmp", ref.hash, ref.size, self._modes.file_mode,
                                 adopt=adopt, stale_s=self.stale_s, taken_from=theirs)
