@@ -228,8 +228,15 @@ def test_clean_tmp_removes_dead_and_old_claims_and_keeps_live_ones(tmp_path: Pat
     live.write_bytes(_record("othernode", 1, 1))
     mine = claims / f"{'e' * 64}.claim"
     mine.write_bytes(_record(HOST, os.getppid(), 1))
-    assert Cache(tmp_path / "c").clean_tmp() == 3
-    assert sorted(p.name for p in claims.iterdir()) == sorted([live.name, mine.name])
+    stray = claims / "not-a-hash.claim"
+    stray.write_bytes(b"")
+    data, ref = _blob(1000)
+    cache = Cache(tmp_path / "c")
+    cache.fetch_blob(ref, _writer(data, []))
+    done = claims / f"{ref.hash}.claim"  # a holder killed between publishing and releasing
+    done.write_bytes(_record("othernode", 1, 1))
+    assert cache.clean_tmp() == 4
+    assert sorted(p.name for p in claims.iterdir()) == sorted([live.name, mine.name, stray.name])
 
 
 def test_claims_get_the_shared_cache_mode(tmp_path: Path) -> None:

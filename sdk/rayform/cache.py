@@ -488,7 +488,8 @@ class Cache:
     def clean_tmp(self) -> int:
         """Remove temporary files whose writer is gone, and claims nobody needs (of a dead
         writer, or on a complete blob). Returns how many were removed."""
-        n = _claims.clean_claims(self.root / "claims", self.stale_s, self.has_blob)
+        n = _claims.clean_claims(self.root / "claims", self.stale_s,
+                                 lambda name: bool(HASH_RE.match(name)) and self.has_blob(name))
         for p in (self.root / "tmp").glob("*"):
             if parse_tmp_name(p.name) is None and time.time() - _mtime(p) < self.stale_s:
                 continue
