@@ -123,9 +123,14 @@ class _Held:
         self.info = ClaimInfo(HOST, os.getpid(), os.geteuid(), secrets.token_hex(8), 0, 0)
         self.source: _Partial | None = None
         self.lost = False
+        self.closed = False
         self.next_beat = time.monotonic() + heartbeat_s
+        #: Held by every write and by the close: a beat must never write to a descriptor
+        #: number that was closed and reused for another file (a partial blob, say).
+        self.lock = threading.Lock()
 
     def write(self) -> None:
+        """Write the next record (the caller holds :attr:`lock` and checked :attr:`closed`)."""
         done, part = (self.source.offset, self.source.path.name) if self.source else (0, "")
         self.info = ClaimInfo(self.info.host, self.info.pid, self.info.uid, self.info.token,
                               self.info.beat + 1, done, part)
@@ -138,15 +143,16 @@ class _Held:
 
     def beat(self) -> None:
         """Rewrite the record, unless a taker has replaced the claim (then stop beating)."""
-        if self.lost:
-            return
-        try:
-            if not self.mine():
-                self.lost = True  # taken over while we were frozen: the download goes on
+        with self.lock:
+            if self.lost or self.closed:
                 return
-            self.write()
-        except OSError:
-            pass  # a missed beat; the next one may succeed
+            try:
+                if not self.mine():
+                    self.lost = True  # taken over while we were frozen: the download goes on
+                    return
+                self.write()
+            except OSError:
+                pass  # a missed beat; the next one may succeed
 
 
 class _Beats:
@@ -213,10 +219,13 @@ class Claimed:
     def track(self, source: _Partial) -> None:
         """Report ``source`` (its name, the bytes written so far) in the heartbeats, the
         first at once: a taker finds the file by that name."""
-        if self._held is not None:
-            self._held.source = source
-            with contextlib.suppress(OSError):
-                self._held.write()
+        held = self._held
+        if held is not None:
+            with held.lock:
+                held.source = source
+                if not held.closed:
+                    with contextlib.suppress(OSError):
+                        held.write()
 
 
 def _create(path: Path, mode: int, heartbeat_s: float) -> _Held | None:
@@ -233,11 +242,12 @@ def _create(path: Path, mode: int, heartbeat_s: float) -> _Held | None:
         raise
     held = _Held(path, fd, heartbeat_s)
     _beats().add(held)  # before anyone can read it: our own threads must see it alive
-    try:
-        os.fchmod(fd, mode)  # ours; the umask applied at creation
-        held.write()
-    except OSError:
-        pass  # an empty record is still a claim; its first beat fills it
+    with held.lock:
+        try:
+            os.fchmod(fd, mode)  # ours; the umask applied at creation
+            held.write()
+        except OSError:
+            pass  # an empty record is still a claim; its first beat fills it
     return held
 
 
@@ -261,13 +271,15 @@ def _take_over(path: Path, seen: bytes) -> bool:
 
 def _release(held: _Held) -> None:
     _beats().remove(held)
-    try:
-        if not held.lost and held.mine():
-            os.unlink(held.path)
-    except OSError:
-        pass
-    finally:
-        os.close(held.fd)
+    with held.lock:
+        try:
+            if not held.lost and held.mine():
+                os.unlink(held.path)
+        except OSError:
+            pass
+        finally:
+            held.closed = True
+            os.close(held.fd)
 
 
 @contextlib.contextmanager
