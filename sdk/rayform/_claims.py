@@ -42,8 +42,8 @@ from typing import Protocol
 from rayform._partial import HOST, pid_alive
 from rayform._process import PerProcess
 
-__all__ = ["HEARTBEAT_S", "STALE_S", "ClaimInfo", "Claimed", "blob_claim", "clean_claims",
-           "read_claim"]
+__all__ = ["HEARTBEAT_S", "STALE_S", "ClaimInfo", "Claimed", "Watch", "blob_claim",
+           "clean_claims", "read_claim"]
 
 #: Default seconds between two rewrites of a held claim.
 HEARTBEAT_S = 2.0
@@ -102,6 +102,27 @@ def read_claim(path: Path) -> bytes | None:
         return None
     except OSError:
         return b""
+
+
+class Watch:
+    """Progress on a blob as a waiter sees it: the claim's record plus ``other()`` (e.g. the
+    partial files of this host), and when the record last changed on our clock.
+
+    A wait on the per-host lock polls it, then hands it to :func:`blob_claim`: both waits
+    share one stale clock, so a frozen holder costs the stale time once, not twice.
+    """
+
+    def __init__(self, path: Path, other: Callable[[], object]) -> None:
+        self.path = path
+        self.other = other
+        self.raw = read_claim(path)
+        self.changed_at = time.monotonic()
+
+    def __call__(self) -> object:
+        raw = read_claim(self.path)
+        if raw != self.raw:
+            self.raw, self.changed_at = raw, time.monotonic()
+        return raw, self.other()
 
 
 def _dead_here(info: ClaimInfo | None) -> bool:
@@ -291,6 +312,7 @@ def blob_claim(
     heartbeat_s: float = HEARTBEAT_S,
     stale_s: float = STALE_S,
     stall_s: float = 10.0,
+    watch: Watch | None = None,
 ) -> Iterator[Claimed]:
     """Hold the claim file ``path`` while the body downloads, or wait for its holder.
 
@@ -301,6 +323,7 @@ def blob_claim(
         heartbeat_s: seconds between two rewrites of the record while held.
         stale_s: a record unchanged this long (on our clock) is taken over.
         stall_s: stop waiting for a holder that beats but has downloaded nothing this long.
+        watch: what an earlier wait (on the per-host lock) saw of this claim, and since when.
 
     Yields:
         :class:`Claimed`: ``held`` False means go ahead without a claim (done, stalled
@@ -308,9 +331,10 @@ def blob_claim(
     """
     taken_from: ClaimInfo | None = None
     held: _Held | None = None
-    last_raw: bytes | None = None
-    last_change = last_progress = time.monotonic()
-    last_bytes = -1
+    last_raw = watch.raw if watch is not None else None
+    last_change = last_progress = watch.changed_at if watch is not None else time.monotonic()
+    seen = _parse(last_raw)
+    last_bytes = seen.bytes if seen is not None else -1
     while True:
         try:
             held = _create(path, mode, heartbeat_s)

@@ -210,7 +210,8 @@ class Cache:
         if self.locks:
             self._mkdir(lock_path.parent)
             self._mkdir(self.root / "claims")
-        with self._maybe_lock(ref.hash, lock_path), self._claim(ref.hash) as claim:
+        watch = _claims.Watch(self._claim_path(ref.hash), lambda: self._tmp_progress(ref.hash))
+        with self._maybe_lock(ref.hash, lock_path, watch), self._claim(ref.hash, watch) as claim:
             if final.is_file():
                 self._touch(final)
                 return final, 0
@@ -247,14 +248,14 @@ class Cache:
             "corrupted data: retry later or report it to the data owners."
         )
 
-    def _maybe_lock(self, digest: str, lock_path: Path) -> contextlib.AbstractContextManager[bool]:
+    def _maybe_lock(self, digest: str, lock_path: Path,
+                    watch: _claims.Watch) -> contextlib.AbstractContextManager[bool]:
         if not self.locks:
             return contextlib.nullcontext(False)
         return bounded_lock(
             lock_path,
             done=lambda: self.blob_path(digest).is_file(),
-            # a writer on another node shows progress only in its claim's record
-            progress=lambda: (self._tmp_progress(digest), _claims.read_claim(self._claim_path(digest))),
+            progress=watch,  # a writer on another node shows progress only in its claim
             stall_s=self.stall_s,
             mode=self._modes.file_mode,
         )
@@ -262,13 +263,14 @@ class Cache:
     def _claim_path(self, digest: str) -> Path:
         return self.root / "claims" / f"{digest}.claim"
 
-    def _claim(self, digest: str) -> contextlib.AbstractContextManager[_claims.Claimed]:
+    def _claim(self, digest: str,
+               watch: _claims.Watch) -> contextlib.AbstractContextManager[_claims.Claimed]:
         if not self.locks:
             return contextlib.nullcontext(_claims.Claimed(None, None))
         return _claims.blob_claim(
             self._claim_path(digest), done=lambda: self.blob_path(digest).is_file(),
             mode=self._modes.file_mode, heartbeat_s=self.claim_heartbeat_s,
-            stale_s=self.claim_stale_s, stall_s=self.stall_s)
+            stale_s=self.claim_stale_s, stall_s=self.stall_s, watch=watch)
 
     def _tmp_progress(self, digest: str) -> tuple[tuple[str, int, int], ...]:
         out = []
