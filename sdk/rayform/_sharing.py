@@ -28,6 +28,7 @@ import logging
 import os
 import stat
 import threading
+import time
 from pathlib import Path
 
 from rayform._env import env_flag
@@ -42,6 +43,8 @@ SHARED_DIR_MODE = 0o2775
 SHARED_FILE_MODE = 0o664
 _PRIVATE_FILE_MODE = 0o644
 _NEEDED = stat.S_ISGID | stat.S_IWGRP | stat.S_IXGRP | stat.S_IRGRP
+#: How long another user's new directory may lack the team's bits before it is reported.
+_SETTLE_S = 2.0
 
 #: Directories already reported in this process (a forked child inherits the set: reported once).
 _REPORTED: set[str] = set()
@@ -136,6 +139,20 @@ class CacheModes:
                 return
             except OSError:
                 pass
+        with _REPORTED_LOCK:
+            if str(d) in _REPORTED:
+                return
+        # A teammate may have just made it: its chmod follows its mkdir (a wider window over a
+        # network filesystem). Seen by two users on two sshfs nodes (tests/test_claims_nodes.py).
+        deadline = time.monotonic() + _SETTLE_S
+        while time.monotonic() < deadline:
+            time.sleep(0.05)
+            try:
+                st = os.stat(d)
+            except OSError:
+                return
+            if st.st_mode & _NEEDED == _NEEDED:
+                return
         with _REPORTED_LOCK:
             if str(d) in _REPORTED:
                 return
