@@ -28,7 +28,7 @@ from rayform._process import PerProcess
 from rayform.errors import IntegrityError
 
 __all__ = ["HOST", "PartialBlob", "active", "TmpName", "open_partial", "owner_dead",
-           "parse_tmp_name", "pid_alive", "tmp_name"]
+           "parse_tmp_name", "partial_named", "pid_alive", "tmp_name"]
 
 #: This host, as it appears in temporary and claim file names.
 HOST = socket.gethostname().replace(".", "_").replace("/", "_") or "host"
@@ -101,6 +101,13 @@ def owner_dead(path: Path, stale_s: float) -> bool:
     return not pid_alive(info.pid)
 
 
+def partial_named(tmp: Path, digest: str, name: str | None) -> Path | None:
+    """``tmp/name`` if ``name`` (read from a claim file, which others may write) is a plain
+    partial file name of blob ``digest``, else None."""
+    info = parse_tmp_name(name) if name and "/" not in name else None
+    return tmp / name if name and info is not None and info.hash == digest else None
+
+
 def open_partial(
     tmp: Path,
     digest: str,
@@ -134,10 +141,7 @@ def open_partial(
     active().add(mine.name)  # before the file exists: nobody may adopt it
     try:
         source = None
-        # A name read from a claim file others may write: only a plain partial of this blob.
-        name = taken_from if adopt and taken_from and "/" not in taken_from else ""
-        info = parse_tmp_name(name)
-        theirs = tmp / name if info is not None and info.hash == digest else None
+        theirs = partial_named(tmp, digest, taken_from) if adopt else None
         if theirs is not None and theirs.is_file():
             return PartialBlob(mine, digest, size, mode, copy_from=theirs), theirs
         for cand in sorted(tmp.glob(f"{digest}.*.part")) if adopt else ():

@@ -33,7 +33,15 @@ from rayform._env import env_flag
 from rayform._hashing import hash_bytes, hash_file
 from rayform._ids import HASH_RE, sharded_path
 from rayform._locks import bounded_lock
-from rayform._partial import PartialBlob, active, open_partial, owner_dead, parse_tmp_name, tmp_name
+from rayform._partial import (
+    PartialBlob,
+    active,
+    open_partial,
+    owner_dead,
+    parse_tmp_name,
+    partial_named,
+    tmp_name,
+)
 from rayform._process import PerProcess
 from rayform._seams import DownloadSink
 from rayform._sharing import CacheModes, shared_mode
@@ -212,12 +220,14 @@ class Cache:
             self._mkdir(self.root / "claims")
         watch = _claims.Watch(self._claim_path(ref.hash), lambda: self._tmp_progress(ref.hash))
         with self._maybe_lock(ref.hash, lock_path, watch), self._claim(ref.hash, watch) as claim:
-            if final.is_file():
+            theirs = claim.taken_from.part if claim.taken_from is not None else None
+            if final.is_file():  # a dead node's partial we took over is garbage now
                 self._touch(final)
+                self._drop_dead_partials(ref.hash, partial_named(self.root / "tmp", ref.hash, theirs))
                 return final, 0
             fetched = 0
             for attempt in range(2):
-                part, copied = self._open_partial(ref, adopt=attempt == 0, taken_from=claim.taken_from)
+                part, copied = self._open_partial(ref, adopt=attempt == 0, taken_from=theirs)
                 claim.track(part)
                 start = part.offset
                 try:
@@ -283,11 +293,10 @@ class Cache:
         return tuple(sorted(out))
 
     def _open_partial(self, ref: BlobRef, *, adopt: bool,
-                      taken_from: _claims.ClaimInfo | None = None) -> tuple[PartialBlob, Path | None]:
-        theirs = taken_from.part if taken_from is not None else None
+                      taken_from: str | None = None) -> tuple[PartialBlob, Path | None]:
         try:
             return open_partial(self.root / "tmp", ref.hash, ref.size, self._modes.file_mode,
-                                adopt=adopt, stale_s=self.stale_s, taken_from=theirs)
+                                adopt=adopt, stale_s=self.stale_s, taken_from=taken_from)
         except OSError as exc:
             raise cache_error(exc, self.root, f"create a temporary file in {self.root / 'tmp'}") from exc
 
