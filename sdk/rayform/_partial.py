@@ -15,6 +15,7 @@ download from its end with an HTTP ``Range``:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import socket
@@ -27,7 +28,7 @@ from rayform._hashing import new_hasher
 from rayform._process import PerProcess
 from rayform.errors import IntegrityError
 
-__all__ = ["HOST", "PartialBlob", "active", "TmpName", "open_partial", "owner_dead",
+__all__ = ["HOST", "PartialBlob", "active", "TmpName", "drop_dead_partials", "open_partial", "owner_dead",
            "parse_tmp_name", "partial_named", "pid_alive", "tmp_name"]
 
 #: This host, as it appears in temporary and claim file names.
@@ -162,6 +163,22 @@ def open_partial(
     except OSError:
         active().discard(mine.name)
         raise
+
+
+def drop_dead_partials(tmp: Path, digest: str, stale_s: float, copied: Path | None) -> None:
+    """Remove partial downloads of blob ``digest``, now complete, whose writers are gone.
+
+    Several processes killed while fetching the same blob (e.g. DataLoader workers torn down
+    together) leave one partial each; adoption takes only one of them. ``copied`` is a file
+    adopted by copying, or known by name from a stale claim: its writer is taken for dead.
+    """
+    for cand in tmp.glob(f"{digest}.*.part"):
+        if cand == copied or owner_dead(cand, stale_s):
+            with contextlib.suppress(OSError):
+                os.unlink(cand)
+    if copied is not None:  # another node's listing of tmp/ may be seconds old
+        with contextlib.suppress(OSError):
+            os.unlink(copied)
 
 
 def _owned(p: Path) -> bool:

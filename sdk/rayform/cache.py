@@ -36,6 +36,7 @@ from rayform._locks import bounded_lock
 from rayform._partial import (
     PartialBlob,
     active,
+    drop_dead_partials,
     open_partial,
     owner_dead,
     parse_tmp_name,
@@ -223,7 +224,8 @@ class Cache:
             theirs = claim.taken_from.part if claim.taken_from is not None else None
             if final.is_file():  # a dead node's partial we took over is garbage now
                 self._touch(final)
-                self._drop_dead_partials(ref.hash, partial_named(self.root / "tmp", ref.hash, theirs))
+                drop_dead_partials(self.root / "tmp", ref.hash, self.stale_s,
+                                   partial_named(self.root / "tmp", ref.hash, theirs))
                 return final, 0
             fetched = 0
             for attempt in range(2):
@@ -247,7 +249,7 @@ class Cache:
                     fetched += part.offset - start
                     if digest == ref.hash and part.offset == ref.size:
                         self._commit(part.path, final)
-                        self._drop_dead_partials(ref.hash, copied)
+                        drop_dead_partials(self.root / "tmp", ref.hash, self.stale_s, copied)
                         return final, fetched
                     self._discard(part.path)
                 finally:
@@ -299,18 +301,6 @@ class Cache:
                                 adopt=adopt, stale_s=self.stale_s, taken_from=taken_from)
         except OSError as exc:
             raise cache_error(exc, self.root, f"create a temporary file in {self.root / 'tmp'}") from exc
-
-    def _drop_dead_partials(self, digest: str, copied: Path | None) -> None:
-        """Remove partial downloads of a blob that is now complete, if their writers are gone.
-
-        Several processes killed while fetching the same blob (e.g. DataLoader workers torn
-        down together) leave one partial each; adoption takes only one of them. ``copied`` is
-        the file adopted by copying (its writer's claim went stale).
-        """
-        for cand in (self.root / "tmp").glob(f"{digest}.*.part"):
-            if cand == copied or owner_dead(cand, self.stale_s):
-                with contextlib.suppress(OSError):
-                    os.unlink(cand)
 
     def _commit(self, tmp: Path, final: Path) -> None:
         try:
