@@ -27,6 +27,7 @@ import torch
 
 from rayform._evict import Pins
 from rayform._process import PerProcess
+from rayform._resolution import Target
 from rayform._seams import BlobSource
 from rayform.manifest import BlobRef, Stream
 from rayform.torch._align import align_values, latest_at_or_before
@@ -34,6 +35,7 @@ from rayform.torch._decode import DecoderCache
 from rayform.torch._frames import convert
 from rayform.torch._index import GridIndex, grid_offsets_ns
 from rayform.torch._readahead import reader_pins
+from rayform.torch._resize import resize_frames
 from rayform.torch._tables import TableCache
 
 __all__ = ["SampleReader"]
@@ -66,6 +68,8 @@ class SampleReader:
         decoder_cache_size: open decoders kept per process.
         decoder_backend: ``"torchcodec"``, ``"pyav"`` or ``None`` (auto).
         decode_threads: threads decoding video per process (0: decode in the calling thread).
+        targets: camera key -> training resolution (frames resized right after decode, in the
+            decoding thread), or ``None`` for frames as stored.
     """
 
     def __init__(
@@ -82,6 +86,7 @@ class SampleReader:
         decoder_cache_size: int,
         decoder_backend: str | None,
         decode_threads: int = 0,
+        targets: dict[str, Target] | None = None,
     ) -> None:
         self.slice = slice_
         self.index = index
@@ -94,6 +99,7 @@ class SampleReader:
         self.decoder_cache_size = decoder_cache_size
         self.decoder_backend = decoder_backend
         self.decode_threads = decode_threads
+        self.targets = targets or {}
         # Decoders inherited through fork share FFmpeg state with the parent: they are kept,
         # unused, for good. Freeing one runs FFmpeg's cleanup on state that belongs to the
         # parent's threads (swscale's thread pool then waits forever in the child).
@@ -166,7 +172,7 @@ class SampleReader:
         for name in self.obs:
             stream = seg.streams[name]
             if stream.kind == "video":
-                videos[name] = self._video(state, stream, obs_t, pool)
+                videos[name] = self._video(state, stream, obs_t, pool, self.targets.get(name))
             else:
                 t_rec, rec = self.table(stream)
                 values = convert(rec[latest_at_or_before(t_rec, obs_t)], stream, self.frame)
@@ -218,8 +224,9 @@ class SampleReader:
         return samples
 
     def _video(self, state: _ProcessState, stream: Stream, t_query: np.ndarray,
-               pool: ThreadPoolExecutor | None) -> tuple[Future[torch.Tensor], np.ndarray]:
-        """Frames at the latest frame time <= each query ``t_query (B, n)``.
+               pool: ThreadPoolExecutor | None, target: Target | None) -> tuple[Future[torch.Tensor], np.ndarray]:
+        """Frames at the latest frame time <= each query ``t_query (B, n)``, resized to
+        ``target`` when there is one.
 
         Returns:
             ``frames``, a future of ``uint8 (U, 3, H, W)``: the unique frames decoded in one
@@ -236,14 +243,16 @@ class SampleReader:
         args = (stream.blob.hash, self._path(stream.blob, state), unique, stream.rate_hz)
         inverse = inverse.reshape(t_query.shape).astype(np.int64)
         if pool is not None:
-            return pool.submit(_decode_contiguous, state.decoders, *args), inverse
+            return pool.submit(_decode_contiguous, state.decoders, *args, target), inverse
         done: Future[torch.Tensor] = Future()
-        done.set_result(state.decoders.get_frames(*args))
+        frames = state.decoders.get_frames(*args)
+        done.set_result(frames if target is None else resize_frames(frames, target))
         return done, inverse
 
 
 def _decode_contiguous(decoders: DecoderCache, key: str, path: Path, indices: np.ndarray,
-                       rate_hz: float) -> torch.Tensor:
-    # In a pool thread: make the frames contiguous here, in parallel, so that
-    # default_collate's copy in the calling thread is a plain memcpy, not a transpose.
-    return decoders.get_frames(key, path, indices, rate_hz).contiguous()
+                       rate_hz: float, target: Target | None) -> torch.Tensor:
+    # In a pool thread: make the frames contiguous (or resize them) here, in parallel, so
+    # that default_collate's copy in the calling thread is a plain memcpy, not a transpose.
+    frames = decoders.get_frames(key, path, indices, rate_hz)
+    return frames.contiguous() if target is None else resize_frames(frames, target)

@@ -18,6 +18,7 @@ import torch
 from torch.utils.data import Dataset
 
 from rayform._hashing import hash_bytes
+from rayform._resolution import Target, check_image_size
 from rayform._seams import BlobSource
 from rayform._segtable import SegmentTable
 from rayform.errors import InvalidArgumentError, NotFoundError
@@ -92,6 +93,15 @@ class EpisodeDataset(Dataset):
         readahead_bytes: with :class:`~rayform.torch.EpisodeSampler`, blobs that the next
             batches of this process need are fetched in the background, at most this many
             bytes in flight (default 256 MiB; 0 turns it off; see docs/dataset.md).
+        image_size: the training resolution of cameras: ``None`` (the default: frames as
+            stored), ``(H, W)`` in pixels for every camera, or ``{camera key: (H, W)}`` naming
+            every camera. Each camera of a sample is then ``(3, H, W) uint8``, resized
+            (bilinear, antialiased) in the process that decodes it, the same pixels whatever
+            ``decoder_backend`` (docs/dataset.md, "Training resolution").
+        resize: how a frame becomes ``(H, W)``: ``"pad"`` (keep the aspect ratio, fit inside,
+            zero padding centred; pi0), ``"squash"`` (scale each axis; OpenVLA, Octo) or
+            ``"crop"`` (scale the short side, crop the centre; Diffusion Policy). Used only
+            with ``image_size``.
 
     Raises:
         InvalidArgumentError: a value is not allowed (the message says what is).
@@ -118,6 +128,8 @@ class EpisodeDataset(Dataset):
         decoder_backend: str | None = None,
         decode_threads: int = 0,
         readahead_bytes: int = DEFAULT_READAHEAD_BYTES,
+        image_size: tuple[int, int] | dict[str, tuple[int, int]] | None = None,
+        resize: str = "pad",
     ) -> None:
         if not isinstance(slice_, BlobSource):
             raise InvalidArgumentError(
@@ -141,6 +153,9 @@ class EpisodeDataset(Dataset):
         self.slice = slice_
         self._segments = _select_segments(slice_, segments)
         self.obs, self.action = _check_streams(slice_, self._segments, obs, action)
+        cameras = [name for name in self.obs if self._segments[0].streams[name].kind == "video"]
+        self._targets: dict[str, Target] | None = check_image_size(image_size, resize, cameras)
+        self.resize = resize
         self._rank, self._world = _resolve_shard(shard)
         self._shard_auto = shard == "auto"
         self._epoch = SharedEpoch(0)  # shared with forked (persistent) workers
@@ -156,7 +171,7 @@ class EpisodeDataset(Dataset):
             slice_, self._index, self.obs, self.action, horizon=self.horizon,
             obs_steps=self.obs_steps, action_mode=action_mode, frame=self.frame,
             decoder_cache_size=self.decoder_cache_size, decoder_backend=decoder_backend,
-            decode_threads=self.decode_threads,
+            decode_threads=self.decode_threads, targets=self._targets,
         )
         self._readahead = ReadAhead(self, max_bytes=_int("readahead_bytes", readahead_bytes))
 
@@ -183,6 +198,32 @@ class EpisodeDataset(Dataset):
     def shard(self) -> tuple[int, int]:
         """``(rank, world_size)`` that :class:`~rayform.torch.EpisodeSampler` shards for."""
         return self._rank, self._world
+
+    @property
+    def image_size(self) -> tuple[int, int] | dict[str, tuple[int, int]] | None:
+        """The cameras' training resolution: ``None`` (as stored), ``(H, W)`` when every camera
+        has the same, else ``{camera key: (H, W)}``."""
+        if self._targets is None:
+            return None
+        sizes = {k: (t.height, t.width) for k, t in self._targets.items()}
+        same = set(sizes.values())
+        return same.pop() if len(same) == 1 else sizes
+
+    def frame_shape(self, name: str) -> tuple[int, int, int]:
+        """``(3, H, W)``: the shape of camera ``name``'s frames in samples (without the
+        ``obs_steps`` axis), after ``image_size``.
+
+        Raises:
+            InvalidArgumentError: ``name`` is not a camera of the dataset.
+        """
+        if name not in self.obs or self._stream(name).kind != "video":
+            cams = [n for n in self.obs if self._stream(n).kind == "video"]
+            raise InvalidArgumentError(f"{name!r} is not a camera of this dataset; its cameras: {', '.join(cams) or 'none'}")
+        if self._targets is not None:
+            t = self._targets[name]
+            return 3, t.height, t.width
+        h, w, c = self._stream(name).shape
+        return c, h, w
 
     def _order_streams(self, world: int, epoch: int, shuffle: bool, window: int | None = None) -> list[Stream]:
         # The sampler's hook: how an epoch is laid out for a first world size (_order.py).
@@ -318,6 +359,8 @@ class EpisodeDataset(Dataset):
             "rank": self._rank,
             "world_size": self._world,
             "ddp_even": self.ddp_even,
+            "image_size": _jsonable(self.image_size),
+            "resize": self.resize if self._targets is not None else None,
             **selection_of(self.slice),
         }
 
@@ -335,6 +378,13 @@ class EpisodeDataset(Dataset):
             f"<EpisodeDataset slice={self.slice.id} episodes={len(self._index.segments)} "
             f"samples={len(self)} fps={self.fps:g} obs={self.obs} action={self.action!r}>"
         )
+
+
+def _jsonable(image_size: Any) -> Any:
+    # Lists, as JSON and the trackers' configs hold them.
+    if isinstance(image_size, dict):
+        return {k: list(v) for k, v in image_size.items()}
+    return list(image_size) if image_size is not None else None
 
 
 # -- validation helpers ----------------------------------------------------------------------

@@ -1,0 +1,136 @@
+"""Training resolution: the README loader at full resolution against ``image_size=(224, 224)``.
+
+Renders demo episodes with two 480x640 cameras (all-intra, as ingest stores them) into
+``.bench/resize-eN/`` once, then times, in alternating rounds on the same data, the README's
+loader (``DataLoader(batch_size=32, num_workers=2, shuffle=True, persistent_workers=True,
+collate_fn=rayform.torch.collate)`` over both cameras, the joints and a 16-step action chunk at
+15 Hz):
+
+* ``full``: frames as stored (today's default);
+* ``pad224``: ``image_size=(224, 224), resize="pad"`` (decode, then resize in the worker);
+* ``transform224``: frames as stored, resized to the same 224x224 pad in a ``transform`` (how
+  users did it before ``image_size``), for reference.
+
+Prints samples/s per round, the ratios to ``full`` in the same round, and batch bytes per
+sample; writes ``bench/results/resize.json``. Not part of ``make bench``.
+
+Usage: ``.venv/bin/python -m bench.resize [--episodes 4] [--rounds 3] [--batches 30]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader
+
+from bench._data import BENCH, REPO, StoreClient
+from bench._measure import loadavg, log
+from bench._timing import LOADER_KW, time_loader
+from rayform._resolution import Target
+from rayform.slice import Slice
+from rayform.torch import EpisodeDataset, collate
+from rayform.torch._resize import resize_frames
+from rayform_server.builder import SliceBuilder
+from rayform_server.demo import DemoSpec, build_episode
+from rayform_server.store import Store
+
+SLICE_ID = "slc_be4c0480"
+CAMERAS = ["cam0/rgb", "wrist/rgb"]
+OBS = [*CAMERAS, "joints/position"]
+ACTION = "joints/position_delta"
+TARGET = Target(224, 224, "pad")
+
+
+def build(root: Path, episodes: int) -> None:
+    """Render ``episodes`` demo episodes of 8 s with 480x640 cameras into ``root`` (once)."""
+    store = Store(root)
+    if (root / "slices").is_dir() and any((root / "slices").iterdir()):
+        return
+    log(f"[bench] rendering {episodes} episodes at 480x640 into {root} (once; minutes) ...")
+    spec = DemoSpec(episodes=episodes, duration_s=(8.0, 8.0), size=(480, 640))
+    builder = SliceBuilder(store, description="bench: demo scene at 480x640")
+    for i in range(episodes):
+        builder.segments.append(build_episode(str(root), spec, 0, i))
+    builder.commit(SLICE_ID)
+
+
+def open_slice(root: Path) -> Slice:
+    store = Store(root)
+    digest = store.get_slice(SLICE_ID)["manifest"]
+    return Slice(SLICE_ID, digest, store.load_manifest(digest), StoreClient(root))
+
+
+def resize_in_transform(sample: dict[str, Any]) -> dict[str, Any]:
+    """The same pad to 224x224, as a user's ``transform`` (one frame at a time)."""
+    for key in CAMERAS:
+        sample[key] = resize_frames(sample[key][None], TARGET)[0]
+    return sample
+
+
+def loader(slice_: Slice, **kw: Any) -> DataLoader:
+    ds = EpisodeDataset(slice_, obs=OBS, action=ACTION, fps=15, horizon=16, shard=None, **kw)
+    return DataLoader(ds, **LOADER_KW, collate_fn=collate)
+
+
+def batch_bytes_per_sample(slice_: Slice, **kw: Any) -> float:
+    batch = next(iter(DataLoader(EpisodeDataset(slice_, obs=OBS, action=ACTION, fps=15, horizon=16,
+                                                shard=None, **kw), batch_size=32)))
+    total = sum(v.nbytes for v in batch.values() if isinstance(v, torch.Tensor))
+    return total / int(batch["action"].shape[0])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--episodes", type=int, default=4)
+    ap.add_argument("--rounds", type=int, default=3, help="alternating rounds of every row")
+    ap.add_argument("--batches", type=int, default=30, help="batches per timed window")
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--no-transform", action="store_true", help="skip the transform224 row")
+    args = ap.parse_args()
+    root = BENCH / f"resize-e{args.episodes}"
+    build(root, args.episodes)
+    slice_ = open_slice(root)
+    rows: dict[str, dict[str, Any]] = {"full": {}, "pad224": {"image_size": (224, 224), "resize": "pad"}}
+    if not args.no_transform:
+        rows["transform224"] = {"transform": resize_in_transform}
+    rates: dict[str, list[float]] = {name: [] for name in rows}
+    ratios: dict[str, list[float]] = {name: [] for name in rows if name != "full"}
+    loads = []
+    for r in range(args.rounds):
+        this: dict[str, float] = {}
+        for name, kw in rows.items():
+            log(f"[bench] round {r + 1}/{args.rounds}: {name}")
+            loads.append(loadavg())
+            res = time_loader(lambda kw=kw: loader(slice_, **kw), batches=args.batches, runs=1,
+                              warmup_batches=args.warmup, batch_size_of=lambda b: int(b["action"].shape[0]),
+                              log=log)
+            del res["loader"]
+            this[name] = res["samples_per_s"]
+            rates[name].append(this[name])
+        for name in ratios:
+            ratios[name].append(this[name] / this["full"])
+    sizes = {name: batch_bytes_per_sample(slice_, **kw) for name, kw in rows.items() if name != "transform224"}
+    out = {
+        "data": f"{args.episodes} demo episodes x 8 s, 2 cameras 480x640 all-intra H.264 at 30 Hz",
+        "loader": "README loader: batch 32, 2 workers, shuffle, persistent, rayform.torch.collate; fps 15, horizon 16",
+        "samples_per_s": rates,
+        "median_samples_per_s": {k: statistics.median(v) for k, v in rates.items()},
+        "ratio_to_full_same_round": ratios,
+        "median_ratio_to_full": {k: statistics.median(v) for k, v in ratios.items()},
+        "batch_bytes_per_sample": sizes,
+        "bytes_ratio_pad224_to_full": sizes["pad224"] / sizes["full"],
+        "loadavg_1min": loads,
+    }
+    (REPO / "bench" / "results").mkdir(exist_ok=True)
+    (REPO / "bench" / "results" / "resize.json").write_text(json.dumps(out, indent=2) + "\n")
+    log(json.dumps({k: out[k] for k in ("median_samples_per_s", "median_ratio_to_full",
+                                        "bytes_ratio_pad224_to_full")}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
