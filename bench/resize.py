@@ -26,15 +26,14 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch.utils.data import DataLoader
 
 from bench._data import BENCH, REPO, StoreClient
 from bench._measure import loadavg, log
 from bench._timing import LOADER_KW, time_loader
-from rayform._resolution import Target
 from rayform.slice import Slice
 from rayform.torch import EpisodeDataset, collate
-from rayform.torch._resize import resize_frames
 from rayform_server.builder import SliceBuilder
 from rayform_server.demo import DemoSpec, build_episode
 from rayform_server.store import Store
@@ -43,7 +42,6 @@ SLICE_ID = "slc_be4c0480"
 CAMERAS = ["cam0/rgb", "wrist/rgb"]
 OBS = [*CAMERAS, "joints/position"]
 ACTION = "joints/position_delta"
-TARGET = Target(224, 224, "pad")
 
 
 def build(root: Path, episodes: int) -> None:
@@ -66,9 +64,17 @@ def open_slice(root: Path) -> Slice:
 
 
 def resize_in_transform(sample: dict[str, Any]) -> dict[str, Any]:
-    """The same pad to 224x224, as a user's ``transform`` (one frame at a time)."""
+    """A 4:3 frame padded to 224x224 by a user's ``transform`` (one frame at a time): scaled
+    to 168x224 with the same interpolation, 28 zero rows above and below."""
     for key in CAMERAS:
-        sample[key] = resize_frames(sample[key][None], TARGET)[0]
+        frame = sample[key]
+        h, w = frame.shape[-2:]
+        sh = round(h * 224 / w)
+        out = torch.zeros((3, 224, 224), dtype=torch.uint8)
+        top = (224 - sh) // 2
+        out[:, top:top + sh] = F.interpolate(frame[None].contiguous(), size=(sh, 224), mode="bilinear",
+                                             antialias=True)[0]
+        sample[key] = out
     return sample
 
 
