@@ -11,8 +11,10 @@ collate_fn=rayform.torch.collate)`` over both cameras, the joints and a 16-step 
 * ``transform224``: frames as stored, resized to the same 224x224 pad in a ``transform`` (how
   users did it before ``image_size``), for reference.
 
-Prints samples/s per round, the ratios to ``full`` in the same round, and batch bytes per
-sample; writes ``bench/results/resize.json``. Not part of ``make bench``.
+Prints samples/s per round, the ratios to ``full`` in the same round, CPU seconds per sample
+(the main process and both workers, from ``/proc``: on a shared, loaded machine wall-clock
+rates swing with other jobs, CPU per sample much less) and batch bytes per sample; writes
+``bench/results/resize.json``. Not part of ``make bench``.
 
 Usage: ``.venv/bin/python -m bench.resize [--episodes 4] [--rounds 3] [--batches 30]``
 """
@@ -21,7 +23,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
+import time
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +35,7 @@ from torch.utils.data import DataLoader
 
 from bench._data import BENCH, REPO, StoreClient
 from bench._measure import loadavg, log
-from bench._timing import LOADER_KW, time_loader
+from bench._timing import LOADER_KW, child_pids
 from rayform.slice import Slice
 from rayform.torch import EpisodeDataset, collate
 from rayform_server.builder import SliceBuilder
@@ -83,6 +87,36 @@ def loader(slice_: Slice, **kw: Any) -> DataLoader:
     return DataLoader(ds, **LOADER_KW, collate_fn=collate)
 
 
+def cpu_s(pids: list[int]) -> float:
+    """User + system CPU seconds of ``pids`` so far (``/proc/PID/stat``)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for pid in pids:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+        total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total / tick
+
+
+def time_row(make: Any, batches: int, warmup: int) -> tuple[float, float]:
+    """``(samples/s, CPU s per sample)`` over ``batches`` batches after ``warmup``."""
+    loader = make()
+    stream = iter(loader)
+    for _ in range(1 + warmup):
+        next(stream)
+    pids = [os.getpid(), *child_pids()]
+    n, c0, t0 = 0, cpu_s(pids), time.perf_counter()
+    for _ in range(batches):
+        try:
+            batch = next(stream)
+        except StopIteration:
+            stream = iter(loader)
+            batch = next(stream)
+        n += int(batch["action"].shape[0])
+    dt, dc = time.perf_counter() - t0, cpu_s(pids) - c0
+    del stream, loader  # shuts the persistent workers down
+    return n / dt, dc / n
+
+
 def batch_bytes_per_sample(slice_: Slice, **kw: Any) -> float:
     batch = next(iter(DataLoader(EpisodeDataset(slice_, obs=OBS, action=ACTION, fps=15, horizon=16,
                                                 shard=None, **kw), batch_size=32)))
@@ -105,19 +139,19 @@ def main() -> None:
     if not args.no_transform:
         rows["transform224"] = {"transform": resize_in_transform}
     rates: dict[str, list[float]] = {name: [] for name in rows}
+    cpu: dict[str, list[float]] = {name: [] for name in rows}
     ratios: dict[str, list[float]] = {name: [] for name in rows if name != "full"}
     loads = []
     for r in range(args.rounds):
         this: dict[str, float] = {}
         for name, kw in rows.items():
-            log(f"[bench] round {r + 1}/{args.rounds}: {name}")
             loads.append(loadavg())
-            res = time_loader(lambda kw=kw: loader(slice_, **kw), batches=args.batches, runs=1,
-                              warmup_batches=args.warmup, batch_size_of=lambda b: int(b["action"].shape[0]),
-                              log=log)
-            del res["loader"]
-            this[name] = res["samples_per_s"]
-            rates[name].append(this[name])
+            rate, cpu_per = time_row(lambda kw=kw: loader(slice_, **kw), args.batches, args.warmup)
+            log(f"[bench] round {r + 1}/{args.rounds}: {name}: {rate:.1f} samples/s, "
+                f"{cpu_per * 1e3:.2f} ms CPU per sample")
+            this[name] = rate
+            rates[name].append(rate)
+            cpu[name].append(cpu_per)
         for name in ratios:
             ratios[name].append(this[name] / this["full"])
     sizes = {name: batch_bytes_per_sample(slice_, **kw) for name, kw in rows.items() if name != "transform224"}
@@ -128,6 +162,8 @@ def main() -> None:
         "median_samples_per_s": {k: statistics.median(v) for k, v in rates.items()},
         "ratio_to_full_same_round": ratios,
         "median_ratio_to_full": {k: statistics.median(v) for k, v in ratios.items()},
+        "cpu_ms_per_sample": {k: [x * 1e3 for x in v] for k, v in cpu.items()},
+        "median_cpu_ms_per_sample": {k: statistics.median(v) * 1e3 for k, v in cpu.items()},
         "batch_bytes_per_sample": sizes,
         "bytes_ratio_pad224_to_full": sizes["pad224"] / sizes["full"],
         "loadavg_1min": loads,
@@ -135,7 +171,8 @@ def main() -> None:
     (REPO / "bench" / "results").mkdir(exist_ok=True)
     (REPO / "bench" / "results" / "resize.json").write_text(json.dumps(out, indent=2) + "\n")
     log(json.dumps({k: out[k] for k in ("median_samples_per_s", "median_ratio_to_full",
-                                        "bytes_ratio_pad224_to_full")}, indent=2))
+                                        "median_cpu_ms_per_sample", "bytes_ratio_pad224_to_full")},
+                   indent=2))
 
 
 if __name__ == "__main__":
