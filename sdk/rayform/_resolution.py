@@ -17,14 +17,16 @@ which part of the output. It needs neither torch nor a network; the pixels are r
 from __future__ import annotations
 
 import numbers
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from rayform.errors import InvalidArgumentError
+from rayform.manifest import BlobRef, Rendition, Segment, Stream
 
-__all__ = ["MAX_SIZE", "RESIZE_MODES", "Plan", "Target", "check_image_size", "check_resize",
-           "format_image_size", "parse_image_size"]
+__all__ = ["MAX_SIZE", "RESIZE_MODES", "Plan", "Target", "check_image_size", "check_resize", "check_size_value",
+           "choose_rendition", "format_image_size", "parse_image_size", "rendition_name", "resolution_blobs",
+           "stream_blobs", "video_blob"]
 
 #: Values of ``resize=``.
 RESIZE_MODES = ("pad", "squash", "crop")
@@ -113,6 +115,17 @@ def check_resize(resize: Any) -> str:
     return str(resize)
 
 
+def check_size_value(image_size: Any, resize: Any) -> None:
+    """Check ``image_size`` (``(H, W)`` or a dict of them) and ``resize`` alone, where the
+    cameras are not known (a columnar manifest's pull)."""
+    check_resize(resize)
+    if isinstance(image_size, Mapping):
+        for key, value in image_size.items():
+            _check_hw(f"image_size[{key!r}]", value)
+    elif image_size is not None:
+        _check_hw("image_size", image_size)
+
+
 def check_image_size(image_size: Any, resize: Any, cameras: Sequence[str]) -> dict[str, Target] | None:
     """Validate ``image_size=`` and ``resize=`` of a dataset whose camera keys are ``cameras``.
 
@@ -199,4 +212,69 @@ def parse_image_size(text: str) -> tuple[int, int] | dict[str, tuple[int, int]]:
         if not key or key in out:
             raise InvalidArgumentError(f"image_size={text!r}: write KEY:HxW once per camera, e.g. cam0/rgb:224x224")
         out[key] = hw(size)
+    return out
+
+
+# -- stored renditions ----------------------------------------------------------------------------
+def choose_rendition(stream: Stream, target: Target | None) -> Rendition | None:
+    """The rendition of a camera ``stream`` to read for ``target``: the smallest whose frames
+    cover it (resizing it to the target enlarges no axis of the region ``target.mode`` uses),
+    or ``None`` for the original (no target, no renditions, or none large enough).
+
+    The dataset, its read-ahead and ``pull(image_size=...)`` all choose with this function, so
+    a pull fetches exactly what training reads.
+    """
+    if target is None:
+        return None
+    for rendition in stream.renditions:  # smallest first
+        if target.plan(rendition.height, rendition.width).downscales:
+            return rendition
+    return None
+
+
+def video_blob(stream: Stream, target: Target | None) -> BlobRef:
+    """The video blob read for ``target``: the chosen rendition's, else the original's."""
+    chosen = choose_rendition(stream, target)
+    return stream.blob if chosen is None else chosen.blob
+
+
+def stream_blobs(stream: Stream, target: Target | None) -> list[BlobRef]:
+    """Every blob reading ``stream`` at ``target`` needs: the chosen video and the timestamps
+    blob (renditions share the original's), or a table's blob."""
+    if stream.timestamps is None or target is None:
+        return stream.blobs()
+    return [video_blob(stream, target), stream.timestamps]
+
+
+def rendition_name(stream: Stream, target: Target | None) -> str:
+    """What :func:`choose_rendition` picks, for humans and trackers: ``"240x320"`` (height x
+    width of a rendition) or ``"original"``."""
+    chosen = choose_rendition(stream, target)
+    return "original" if chosen is None else f"{chosen.height}x{chosen.width}"
+
+
+def resolution_blobs(segments: Iterable[Segment], names: Sequence[str] | None, image_size: Any,
+                     resize: Any) -> dict[str, BlobRef]:
+    """``{hash: BlobRef}`` a dataset at ``image_size``/``resize`` reads from ``segments``, for
+    the streams ``names`` (all if ``None``): each camera's chosen rendition (or original) with
+    its timestamps, and every table, exactly as the dataset chooses
+    (``pull(image_size=...)``).
+
+    Raises:
+        InvalidArgumentError: ``image_size`` or ``resize`` is not allowed; a dict names a stream
+            that is not a camera, or leaves a camera out.
+    """
+    segments = list(segments)
+    kinds: dict[str, str] = {}
+    for seg in segments:
+        for name, stream in seg.streams.items():
+            if names is None or name in names:
+                kinds.setdefault(name, stream.kind)
+    cameras = [name for name, kind in sorted(kinds.items()) if kind == "video"]
+    targets = check_image_size(image_size, resize, cameras) or {}
+    out: dict[str, BlobRef] = {}
+    for seg in segments:
+        for name, stream in seg.streams.items():
+            if name in kinds:
+                out.update((ref.hash, ref) for ref in stream_blobs(stream, targets.get(name)))
     return out

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from rayform import __version__
+from rayform._resolution import RESIZE_MODES, parse_image_size
 from rayform._units import human_bytes
 from rayform.errors import InvalidArgumentError, RayformError
 
@@ -48,7 +49,9 @@ def _print_json(doc: Any) -> None:
 def _cmd_pull(args: argparse.Namespace) -> int:
     client = _client(args)
     report = client.pull(args.slice_id, streams=args.streams or None, jobs=args.jobs,
-                         progress=not args.quiet and not args.json, max_cache=args.max_cache)
+                         progress=not args.quiet and not args.json, max_cache=args.max_cache,
+                         image_size=parse_image_size(args.image_size) if args.image_size else None,
+                         resize=args.resize)
     if args.json:
         _print_json(report.to_json())
     elif not args.quiet:
@@ -223,6 +226,12 @@ def build_parser() -> argparse.ArgumentParser:
                            "used blobs nobody is reading (default RAYFORM_CACHE_LIMIT)")
     pull.add_argument("--shared", action="store_true",
                       help="group-writable shared cache (directories setgid, files group-readable)")
+    pull.add_argument("--image-size", metavar="HxW", default=None,
+                      help="pull for training at this resolution (e.g. 224x224, or cam0/rgb:224x224,"
+                           "wrist/rgb:128x128): per camera only the stored rendition "
+                           "EpisodeDataset(image_size=..., resize=...) reads")
+    pull.add_argument("--resize", choices=RESIZE_MODES, default="pad",
+                      help="with --image-size: how frames become HxW (default pad)")
     pull.set_defaults(func=_cmd_pull)
 
     slices = sub.add_parser("slices", help="show or list slices")

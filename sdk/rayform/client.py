@@ -28,7 +28,9 @@ from rayform._ids import check_slice_id, check_stream_name
 from rayform._limits import resolve_cache_limit, resolve_stall_timeout
 from rayform._manifest_io import open_manifest
 from rayform._pull import PullReport, run_pull
+from rayform._resolution import check_size_value, resolution_blobs
 from rayform._seams import DownloadSink, ProgressCallback
+from rayform._segtable import SegmentTable
 from rayform._transport import Transport
 from rayform.cache import Cache
 from rayform.errors import (
@@ -355,6 +357,8 @@ class Client:
         jobs: int = 8,
         progress: bool = False,
         max_cache: int | str | None = None,
+        image_size: tuple[int, int] | dict[str, tuple[int, int]] | None = None,
+        resize: str = "pad",
     ) -> PullReport:
         """Fetch every blob of ``slice_id`` (or of the named streams) into the cache.
 
@@ -366,6 +370,11 @@ class Client:
             progress: show a progress bar (bytes, rate, ETA) on stderr.
             max_cache: keep the cache's blobs under this many bytes (``"10GB"`` works),
                 evicting least recently used blobs of other work; default ``cache_limit``.
+            image_size: pull for training at this resolution, as
+                ``EpisodeDataset(image_size=..., resize=...)`` reads it: for each camera only
+                the stored rendition the dataset would choose (the original where none covers
+                the size), never the other videos. ``None``: every original.
+            resize: ``"pad"``, ``"squash"`` or ``"crop"``, with ``image_size``.
 
         Raises:
             InvalidArgumentError: what was asked for does not fit under ``max_cache``.
@@ -385,7 +394,12 @@ class Client:
                     f"slice {slice_id} has no stream {', '.join(unknown)}; it has "
                     f"{', '.join(slice_.streams)}"
                 )
-        refs = list(slice_.blobs(names).values())
+        if image_size is None or isinstance(slice_.segments, SegmentTable):
+            # Columnar (v2) pages list no renditions: every camera reads its original.
+            check_size_value(image_size, resize)
+            refs = list(slice_.blobs(names).values())
+        else:
+            refs = list(resolution_blobs(slice_.segments, names, image_size, resize).values())
         limit = resolve_cache_limit(max_cache) if max_cache is not None else self.cache_limit
         check_fits(limit, sum(r.size for r in refs), f"the blobs of {slice_id} to pull")
         keep = frozenset(r.hash for r in refs)

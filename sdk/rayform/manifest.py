@@ -26,6 +26,7 @@ __all__ = [
     "FRAME_CONVENTIONS",
     "BlobRef",
     "Manifest",
+    "Rendition",
     "Segment",
     "Stream",
 ]
@@ -52,6 +53,25 @@ class BlobRef:
 
 
 @dataclass(frozen=True, slots=True)
+class Rendition:
+    """A smaller copy of a camera stream, stored at ingest: the same frames (count, order,
+    timestamps blob and keyframe interval as the original), ``height`` x ``width`` pixels.
+
+    Attributes:
+        blob: the video file (H.264 in MP4, like the original).
+        height: frame rows, even and below the original's.
+        width: frame columns, even: the original's aspect ratio, rounded to even.
+    """
+
+    blob: BlobRef
+    height: int
+    width: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"blob": self.blob.to_json(), "height": self.height, "width": self.width}
+
+
+@dataclass(frozen=True, slots=True)
 class Stream:
     """One recorded stream of a segment.
 
@@ -73,6 +93,9 @@ class Stream:
         quantity: for Cartesian streams: ``"position"``, ``"quaternion"`` or ``"pose"``.
         codec: video only, e.g. ``"h264"``.
         gop: video only: keyframe interval in frames.
+        renditions: video only: smaller copies of the video, smallest first (an optional key
+            of format version 1: absent when there are none, so older manifests keep their
+            bytes and hash). :meth:`blobs` lists the original only.
     """
 
     name: str
@@ -90,6 +113,7 @@ class Stream:
     quantity: str | None = None
     codec: str | None = None
     gop: int | None = None
+    renditions: tuple[Rendition, ...] = ()
 
     def blobs(self) -> list[BlobRef]:
         """Every blob this stream needs (video + timestamps, or the table)."""
@@ -117,6 +141,8 @@ class Stream:
                 out[key] = value
         if self.timestamps is not None:
             out["timestamps"] = self.timestamps.to_json()
+        if self.renditions:
+            out["renditions"] = [r.to_json() for r in self.renditions]
         return out
 
 
@@ -284,7 +310,27 @@ def _parse_stream(name: str, d: dict[str, Any], where: str) -> Stream:
         quantity=quantity,
         codec=d.get("codec"),
         gop=d.get("gop"),
+        renditions=_parse_renditions(d.get("renditions"), kind, shape, where),
     )
+
+
+def _parse_renditions(d: Any, kind: str, shape: tuple[int, ...], where: str) -> tuple[Rendition, ...]:
+    if d is None:
+        return ()
+    if kind != "video" or not isinstance(d, list) or not d:
+        raise ManifestError(f"{where}: renditions must be a non-empty list, on a video stream only")
+    out = []
+    for item in d:
+        h, w = item["height"], item["width"]
+        if not (isinstance(h, int) and isinstance(w, int) and 0 < h < shape[0] and 0 < w <= shape[1]
+                and h % 2 == 0 and w % 2 == 0):
+            raise ManifestError(
+                f"{where}: rendition {w}x{h} must have even sides, below the original's {shape[1]}x{shape[0]}"
+            )
+        out.append(Rendition(_parse_blob(item["blob"], f"{where} rendition {w}x{h}"), h, w))
+    if [r.height for r in out] != sorted({r.height for r in out}):
+        raise ManifestError(f"{where}: renditions must be listed smallest first, one per height")
+    return tuple(out)
 
 
 def _parse_segment(d: dict[str, Any]) -> Segment:

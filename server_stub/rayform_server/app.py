@@ -38,6 +38,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from rayform.errors import InvalidArgumentError
 from rayform.format import HASH_RE, SLICE_ID_RE
+from rayform.manifest import Manifest
 from rayform_server.auth import Auth, Grant
 from rayform_server.blobstore import DEFAULT_PRESIGN_EXPIRY_S, BlobBackend
 from rayform_server.store import Store
@@ -140,8 +141,7 @@ class _Api:
         return slice_id, ref
 
     def _referenced(self, manifest_hash: str) -> frozenset[str]:
-        return _memo(self._refs, manifest_hash,
-                     lambda: frozenset(self.store.load_manifest(manifest_hash).blobs()))
+        return _memo(self._refs, manifest_hash, lambda: _referenced(self.store.load_manifest(manifest_hash)))
 
     # -- endpoints -------------------------------------------------------------------------
     async def health(self, request: Request) -> Response:
@@ -245,6 +245,16 @@ class _Api:
             raise ApiError(500, "internal", "the blob store gives no download URL")
         return Response(status_code=307, headers={"Location": url, "Cache-Control": "no-store",
                                                   "ETag": f'"{digest}"'})
+
+
+def _referenced(manifest: Any) -> frozenset[str]:
+    """Every blob hash a manifest names: its streams' blobs and their renditions (which only a
+    format version 1 manifest lists)."""
+    hashes = set(manifest.blobs())
+    if isinstance(manifest, Manifest):
+        hashes.update(r.blob.hash for seg in manifest.segments for st in seg.streams.values()
+                      for r in st.renditions)
+    return frozenset(hashes)
 
 
 def _etag_matches(header: str | None, digest: str) -> bool:

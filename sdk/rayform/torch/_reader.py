@@ -27,8 +27,9 @@ import torch
 
 from rayform._evict import Pins
 from rayform._process import PerProcess
-from rayform._resolution import Target
+from rayform._resolution import Target, choose_rendition, format_image_size
 from rayform._seams import BlobSource
+from rayform.errors import OfflineError
 from rayform.manifest import BlobRef, Stream
 from rayform.torch._align import align_values, latest_at_or_before
 from rayform.torch._decode import DecoderCache
@@ -127,6 +128,23 @@ class SampleReader:
         if state.pins is not None:  # in use: no bounded cache may evict it
             state.pins.pin(path)
         return path
+
+    def _rendition_path(self, ref: BlobRef, state: _ProcessState, stream: Stream) -> Path:
+        """:meth:`_path` of a rendition; offline and not cached, an OfflineError naming the
+        pull that fetches the renditions this dataset reads (never the original instead)."""
+        try:
+            return self._path(ref, state)
+        except OfflineError as exc:
+            cmd = (f"rayform pull {self.slice.id} --image-size {format_image_size(self.image_sizes())} "
+                   f"--resize {self.targets[stream.name].mode}")
+            raise OfflineError(
+                f"the {stream.name} rendition this dataset reads ({ref.hash[:12]}...) is not in the "
+                f"cache and offline mode is on; with network access run `{cmd}` ({exc})"
+            ) from exc
+
+    def image_sizes(self) -> dict[str, tuple[int, int]]:
+        """Camera key -> ``(H, W)`` of the dataset's training resolution (empty without)."""
+        return {k: (t.height, t.width) for k, t in self.targets.items()}
 
     def table(self, stream: Stream) -> tuple[np.ndarray, np.ndarray]:
         """``(t_ns (N,), values (N, D))`` of a table stream (fetched on demand)."""
@@ -240,7 +258,12 @@ class SampleReader:
         unique, inverse = np.unique(idx.reshape(-1), return_inverse=True)
         # Paths are resolved here, in the calling thread: a missing blob is fetched (or
         # OfflineError raised) before any decoding starts.
-        args = (stream.blob.hash, self._path(stream.blob, state), unique, stream.rate_hz)
+        rendition = choose_rendition(stream, target)  # None: the original
+        if rendition is None:
+            blob, path = stream.blob, self._path(stream.blob, state)
+        else:
+            blob, path = rendition.blob, self._rendition_path(rendition.blob, state, stream)
+        args = (blob.hash, path, unique, stream.rate_hz)
         inverse = inverse.reshape(t_query.shape).astype(np.int64)
         if pool is not None:
             return pool.submit(_decode_contiguous, state.decoders, *args, target), inverse

@@ -18,7 +18,7 @@ import torch
 from torch.utils.data import Dataset
 
 from rayform._hashing import hash_bytes
-from rayform._resolution import Target, check_image_size
+from rayform._resolution import Target, check_image_size, rendition_name
 from rayform._seams import BlobSource
 from rayform._segtable import SegmentTable
 from rayform.errors import InvalidArgumentError, NotFoundError
@@ -161,7 +161,7 @@ class EpisodeDataset(Dataset):
         self._epoch = SharedEpoch(0)  # shared with forked (persistent) workers
 
         names = [*self.obs, *([self.action] if self.action else [])]
-        check_cache_fits(slice_, self._segments, names)
+        check_cache_fits(slice_, self._segments, names, self._targets)
         self._index: GridIndex = build_index(self._segments, names, self.fps)
         if isinstance(self._segments, SegmentTable):
             # The checks and the index read columns of every segment: unmap those pages, or
@@ -208,6 +208,13 @@ class EpisodeDataset(Dataset):
         sizes = {k: (t.height, t.width) for k, t in self._targets.items()}
         same = set(sizes.values())
         return same.pop() if len(same) == 1 else sizes
+
+    @property
+    def targets(self) -> dict[str, Target]:
+        """Camera key -> its training resolution (:class:`rayform._resolution.Target`); empty
+        without ``image_size``. Which blob a camera reads follows from it
+        (``rayform._resolution.choose_rendition``)."""
+        return dict(self._targets or {})
 
     def frame_shape(self, name: str) -> tuple[int, int, int]:
         """``(3, H, W)``: the shape of camera ``name``'s frames in samples (without the
@@ -361,8 +368,16 @@ class EpisodeDataset(Dataset):
             "ddp_even": self.ddp_even,
             "image_size": _jsonable(self.image_size),
             "resize": self.resize if self._targets is not None else None,
+            "renditions": self._renditions(),
             **selection_of(self.slice),
         }
+
+    def _renditions(self) -> dict[str, str] | None:
+        # Which stored video each camera reads (in the first episode; the choice is per
+        # episode, and ingest gives every episode the same renditions).
+        if self._targets is None:
+            return None
+        return {name: rendition_name(self._stream(name), t) for name, t in self._targets.items()}
 
     def open_decoders(self) -> list[str]:
         """Backends of the video decoders this process holds open, least recently used first:
