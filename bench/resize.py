@@ -53,7 +53,12 @@ from rayform_server.demo import DemoSpec, build_episode
 from rayform_server.store import Store
 
 SLICE_ID = "slc_be4c0480"
+#: The slice with renditions at 240 px (the first one measured); other heights get their own.
 RENDITIONS_SLICE_ID = "slc_be4c0481"
+
+
+def renditions_slice_id(height: int) -> str:
+    return RENDITIONS_SLICE_ID if height == 240 else f"slc_be4d{height:04x}"
 CAMERAS = ["cam0/rgb", "wrist/rgb"]
 OBS = [*CAMERAS, "joints/position"]
 ACTION = "joints/position_delta"
@@ -199,8 +204,9 @@ def main() -> None:
     slices = dict.fromkeys(rows, slice_)
     extra: dict[str, Any] = {}
     if args.renditions:
-        build(root, args.episodes, RENDITIONS_SLICE_ID, (args.renditions,))
-        slices["rend224"] = open_slice(root, RENDITIONS_SLICE_ID)
+        rend_id = renditions_slice_id(args.renditions)
+        build(root, args.episodes, rend_id, (args.renditions,))
+        slices["rend224"] = open_slice(root, rend_id)
         rows["rend224"] = {"image_size": (224, 224), "resize": "pad"}
         extra = rendition_report(slice_, slices["rend224"])
     rates: dict[str, list[float]] = {name: [] for name in rows}

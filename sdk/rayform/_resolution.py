@@ -17,7 +17,7 @@ which part of the output. It needs neither torch nor a network; the pixels are r
 from __future__ import annotations
 
 import numbers
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,7 +25,7 @@ from rayform.errors import InvalidArgumentError
 from rayform.manifest import BlobRef, Rendition, Segment, Stream
 
 __all__ = ["MAX_SIZE", "RESIZE_MODES", "Plan", "Target", "check_image_size", "check_resize", "check_size_value",
-           "choose_rendition", "format_image_size", "parse_image_size", "rendition_name", "resolution_blobs",
+           "choose_rendition", "describe_resolution", "format_image_size", "parse_image_size", "rendition_name", "resolution_blobs",
            "stream_blobs", "video_blob"]
 
 #: Values of ``resize=``.
@@ -278,3 +278,19 @@ def resolution_blobs(segments: Iterable[Segment], names: Sequence[str] | None, i
             if name in kinds:
                 out.update((ref.hash, ref) for ref in stream_blobs(stream, targets.get(name)))
     return out
+
+
+def describe_resolution(targets: Mapping[str, Target] | None, stream_of: Callable[[str], Stream]) -> dict[str, Any]:
+    """``describe()``'s keys for trackers: ``image_size`` (``[H, W]``, or ``{camera: [H, W]}``
+    when cameras differ), ``resize`` and ``renditions`` (which stored video each camera reads,
+    :func:`rendition_name`, in the stream ``stream_of(camera)``: the first episode's; ingest
+    gives every episode the same renditions); all ``None`` without a training resolution."""
+    if not targets:
+        return {"image_size": None, "resize": None, "renditions": None}
+    sizes = {k: [t.height, t.width] for k, t in targets.items()}
+    same = {tuple(v) for v in sizes.values()}
+    return {
+        "image_size": list(same.pop()) if len(same) == 1 else sizes,
+        "resize": next(iter(targets.values())).mode,
+        "renditions": {k: rendition_name(stream_of(k), t) for k, t in targets.items()},
+    }

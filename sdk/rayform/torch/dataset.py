@@ -18,7 +18,7 @@ import torch
 from torch.utils.data import Dataset
 
 from rayform._hashing import hash_bytes
-from rayform._resolution import Target, check_image_size, rendition_name
+from rayform._resolution import Target, check_image_size, describe_resolution
 from rayform._seams import BlobSource
 from rayform._segtable import SegmentTable
 from rayform.errors import InvalidArgumentError, NotFoundError
@@ -366,18 +366,9 @@ class EpisodeDataset(Dataset):
             "rank": self._rank,
             "world_size": self._world,
             "ddp_even": self.ddp_even,
-            "image_size": _jsonable(self.image_size),
-            "resize": self.resize if self._targets is not None else None,
-            "renditions": self._renditions(),
+            **describe_resolution(self._targets, self._stream),
             **selection_of(self.slice),
         }
-
-    def _renditions(self) -> dict[str, str] | None:
-        # Which stored video each camera reads (in the first episode; the choice is per
-        # episode, and ingest gives every episode the same renditions).
-        if self._targets is None:
-            return None
-        return {name: rendition_name(self._stream(name), t) for name, t in self._targets.items()}
 
     def open_decoders(self) -> list[str]:
         """Backends of the video decoders this process holds open, least recently used first:
@@ -393,13 +384,6 @@ class EpisodeDataset(Dataset):
             f"<EpisodeDataset slice={self.slice.id} episodes={len(self._index.segments)} "
             f"samples={len(self)} fps={self.fps:g} obs={self.obs} action={self.action!r}>"
         )
-
-
-def _jsonable(image_size: Any) -> Any:
-    # Lists, as JSON and the trackers' configs hold them.
-    if isinstance(image_size, dict):
-        return {k: list(v) for k, v in image_size.items()}
-    return list(image_size) if image_size is not None else None
 
 
 # -- validation helpers ----------------------------------------------------------------------
