@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import Dataset
+from torch.utils.data import Dataset, get_worker_info
 
 from rayform._hashing import hash_bytes
 from rayform._seams import BlobSource
@@ -36,6 +36,7 @@ from rayform.torch._index import (
 from rayform.torch._order import DDP_EVEN, Stream, episode_streams
 from rayform.torch._readahead import DEFAULT_READAHEAD_BYTES, ReadAhead, check_cache_fits
 from rayform.torch._reader import SampleReader
+from rayform.torch._shardcheck import shard_check
 from rayform.torch._stats import compute_stats
 from rayform.torch._window import CacheFootprint
 
@@ -160,6 +161,7 @@ class EpisodeDataset(Dataset):
             decode_threads=self.decode_threads,
         )
         self._readahead = ReadAhead(self, max_bytes=_int("readahead_bytes", readahead_bytes))
+        self._shard_check = shard_check(len(self._index))  # None outside a multi-process DDP
 
     # -- size and epochs -------------------------------------------------------------------
     def __len__(self) -> int:
@@ -245,6 +247,9 @@ class EpisodeDataset(Dataset):
         """Samples for many keys; frames of each episode are decoded in one batched call."""
         flat, epochs = self._resolve(keys)
         self._readahead.saw(keys)
+        if self._shard_check is not None and not any(isinstance(k, tuple) for k in keys):
+            info = get_worker_info()
+            self._shard_check.saw(flat, self._epoch.get(), info.id if info is not None else -1)
         seg, step = self._index.locate(flat)
         samples = self._reader.read(seg, step)
         if self.transform is not None:
