@@ -11,11 +11,13 @@ error is a JSON document, never a traceback.
 
 from __future__ import annotations
 
+import contextlib
 import hmac
 import ipaddress
 import json
 import re
 import secrets
+import socket
 import sys
 import threading
 import traceback
@@ -86,6 +88,8 @@ class ViewServer(ThreadingHTTPServer):
         self.port = int(self.server_address[1])
         self.cookie = f"rayform_view_{self.port}"
         self._thread: threading.Thread | None = None
+        self._conns: set[socket.socket] = set()  # open keep-alive connections, closed by stop
+        self._conns_lock = threading.Lock()
 
     @property
     def url(self) -> str:
@@ -102,12 +106,25 @@ class ViewServer(ThreadingHTTPServer):
         return self
 
     def stop(self) -> None:
-        """Stop serving and close the socket."""
+        """Stop serving, end open connections (a browser keeps them alive) and close."""
         if self._thread is not None:
             self.shutdown()
             self._thread.join(10)
             self._thread = None
         self.server_close()
+        with self._conns_lock:
+            conns = list(self._conns)
+        for conn in conns:
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)  # its handler thread reads EOF and closes it
+
+    def track(self, conn: socket.socket, open_: bool) -> None:
+        """Remember (``open_``) or forget a connection a handler serves."""
+        with self._conns_lock:
+            if open_:
+                self._conns.add(conn)
+            else:
+                self._conns.discard(conn)
 
     def host_allowed(self, header: str | None) -> bool:
         """Whether a ``Host`` header names this server: an IP address or ``localhost`` (never a
@@ -144,6 +161,16 @@ class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "rayform-view"
     sys_version = ""
+
+    def setup(self) -> None:
+        super().setup()
+        self.server.track(self.connection, True)
+
+    def finish(self) -> None:
+        try:
+            super().finish()
+        finally:
+            self.server.track(self.connection, False)
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the base's name)
         if not self.server.quiet:

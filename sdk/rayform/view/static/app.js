@@ -74,14 +74,19 @@ function row(e) {
     if (mark.checked) S.marked.add(e.id); else S.marked.delete(e.id);
     updateSelection();
   });
+  const kinds = Object.values(e.streams);
+  const count = (k) => kinds.filter((x) => x === k).length;
   const cells = [e.id, e.site, fmtUtc(e.start_ns), `${e.duration_s.toFixed(2)} s`,
-    Object.entries(e.streams).map(([n, k]) => `${n} (${k})`).join(", ")];
+    `${count("video")} cameras, ${count("table")} tables`];
   const first = document.createElement("td");
   first.append(mark);
   tr.append(first, ...cells.map((text, i) => {
     const td = document.createElement("td");
     td.textContent = text;
-    if (i === 4) td.className = "streams";
+    if (i === 4) {
+      td.className = "streams";
+      td.title = Object.entries(e.streams).map(([n, k]) => `${n} (${k})`).join("\n");
+    }
     return td;
   }));
   tr.addEventListener("click", () => openEpisode(e.id, 0).catch(report));
