@@ -128,13 +128,14 @@ function browserPlays(codec) {
 }
 
 function frameAt(cam, t) {
-  // Index of the last frame captured at or before t (0 before the first).
+  // Index of the last frame captured at or before t (0 before the first); times come in
+  // whole microseconds, so a time within 1 us of a capture is that capture.
   const ts = cam.times;
   let lo = 0, hi = ts.length - 1;
   if (t < ts[0]) return 0;
   while (lo < hi) {
     const mid = (lo + hi + 1) >> 1;
-    if (ts[mid] <= t + 1e-9) lo = mid; else hi = mid - 1;
+    if (ts[mid] <= t + 1e-6) lo = mid; else hi = mid - 1;
   }
   return lo;
 }
