@@ -118,6 +118,11 @@ class ViewServer(ThreadingHTTPServer):
             with contextlib.suppress(OSError):
                 conn.shutdown(socket.SHUT_RDWR)  # its handler thread reads EOF and closes it
 
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A browser resets connections it no longer needs (a seek drops a video request).
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
+
     def track(self, conn: socket.socket, open_: bool) -> None:
         """Remember (``open_``) or forget a connection a handler serves."""
         with self._conns_lock:
