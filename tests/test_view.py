@@ -186,3 +186,15 @@ def test_the_wheel_ships_the_page(tmp_path: Path) -> None:
     for asset in ("index.html", "app.js", "app.css", "favicon.svg"):
         assert f"rayform/view/static/{asset}" in names
     assert "rayform/view/_server.py" in names
+
+
+def test_show_returns_a_link_jupyter_displays(viewer: rayform.view.ViewServer) -> None:
+    view = viewer.api.slice.select(sites=[viewer.api.slice.segments[0].site])
+    link = view.show()
+    try:
+        assert link.url.startswith("http://127.0.0.1:") and "key=" in link.url
+        assert f'href="{link.url}"' in link._repr_html_() and view.id in repr(link)
+        info = httpx.get(link.url.replace("/?", "/api/slice?"), timeout=30).json()
+        assert info["segments"] == len(view) < len(viewer.api.slice)  # the view's episodes only
+    finally:
+        link.stop()

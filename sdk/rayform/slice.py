@@ -205,6 +205,23 @@ class Slice:
         return self.client.pull(self, streams=streams, jobs=jobs, progress=progress)
 
     # -- display ---------------------------------------------------------------------------
+    def show(self, *, host: str = "127.0.0.1", port: int = 0) -> Any:
+        """Look at this slice (or this ``select()`` view) in a web browser: starts the
+        ``rayform view`` server from a thread (docs/view.md).
+
+        Args:
+            host: address to listen on (default: this machine only).
+            port: TCP port; 0 takes a free one.
+
+        Returns:
+            A :class:`rayform.view.ViewLink`: Jupyter displays it as the link; ``.url`` is the
+            page (with its key), ``.stop()`` ends the server.
+        """
+        # Imported here: the viewer (and its pyarrow.compute) loads only when asked for.
+        from rayform.view import ViewLink, serve
+
+        return ViewLink(serve(self, host=host, port=port))
+
     def __len__(self) -> int:
         return len(self.segments)
 
