@@ -20,6 +20,7 @@ from helpers import DEMO_SLICE, TOKEN, ServerProcess, make_client
 
 import rayform.view
 from rayform.format import decode_table
+from rayform.view._index import EpisodeFilter, EpisodeIndex
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -198,3 +199,17 @@ def test_show_returns_a_link_jupyter_displays(viewer: rayform.view.ViewServer) -
         assert info["segments"] == len(view) < len(viewer.api.slice)  # the view's episodes only
     finally:
         link.stop()
+
+
+def test_the_list_filters_agree_on_both_manifest_versions(viewer: rayform.view.ViewServer) -> None:
+    segs = viewer.api.slice.segments  # version 2 (the stub writes v2): Arrow columns
+    v2, v1 = EpisodeIndex(segs), EpisodeIndex(tuple(segs))  # a v1 manifest's tuple of Segments
+    mid = segs[1].start_ns
+    for f in (EpisodeFilter(), EpisodeFilter(sites=(segs[0].site,)), EpisodeFilter(prefix=segs[3].id[:10]),
+              EpisodeFilter(start_ns=mid), EpisodeFilter(end_ns=mid + 1), EpisodeFilter(sites=("nowhere",))):
+        assert v1.positions(f).tolist() == v2.positions(f).tolist(), f
+        # The same rule as Slice.select: overlap with [start_ns, end_ns).
+        if f.start_ns is not None or f.end_ns is not None:
+            view = viewer.api.slice.select(start_ns=f.start_ns, end_ns=f.end_ns)
+            assert [segs[i].id for i in v2.positions(f)] == [s.id for s in view.segments]
+    assert v1.site_list() == v2.site_list() and v1.time_range() == v2.time_range()

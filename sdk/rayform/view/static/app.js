@@ -243,8 +243,15 @@ function pause() {
   remember();
 }
 
+function waiting() {
+  // A camera that is seeking or has no frame yet (still fetching) holds the clock, so the
+  // others do not run ahead of it.
+  return S.cams.some((c) => c.mode === "video" && !c.ended && (c.el.seeking || c.el.readyState < 2));
+}
+
 function tick() {
   if (!S.playing) return;
+  if (waiting()) { S.base = S.t; S.t0 = performance.now(); requestAnimationFrame(tick); return; }
   S.t = now();
   if (S.t >= S.dur) { S.t = S.dur; pause(); return; }
   sync(false);
@@ -261,6 +268,7 @@ function sync(force) {
     const v = c.el;
     const want = (i + 0.5) / c.rate;
     const ended = S.t > c.times[c.times.length - 1] + 1 / c.rate;
+    c.ended = ended;
     if (S.playing && !ended) {
       v.playbackRate = S.speed;
       if (force || Math.abs(v.currentTime - want) > 2 / c.rate) v.currentTime = want;
@@ -421,7 +429,8 @@ async function start() {
     seek(t);
   });
   document.addEventListener("keydown", (ev) => {
-    if (!S.ep || ev.target.tagName === "INPUT" || ev.target.tagName === "SELECT") return;
+    // Form fields keep their keys; a focused button is activated by the browser itself.
+    if (!S.ep || ["INPUT", "SELECT", "BUTTON", "TEXTAREA"].includes(ev.target.tagName)) return;
     if (ev.key === " ") { ev.preventDefault(); S.playing ? pause() : play(); }
     else if (ev.key === ".") step(1);
     else if (ev.key === ",") step(-1);
