@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Iterator
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -117,6 +118,12 @@ def test_list_shows_every_episode_and_a_site_filter_narrows_it(page: Page, onlin
     assert shown and set(shown) == {site}
     page.fill("#f-prefix", ids[0][:12])
     page.wait_for_function("() => document.querySelectorAll('#episodes tbody tr').length == 1")
+    # A time range (UTC) keeps the episodes overlapping it: from the last one's start on.
+    page.fill("#f-prefix", "")
+    page.get_by_label(site, exact=True).uncheck()
+    last = online.segments[len(ids) - 1]
+    page.fill("#f-start", datetime.fromtimestamp(last.start_ns // 10**9, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S"))
+    page.wait_for_function(f"() => [...document.querySelectorAll('#episodes tbody tr')].map(r => r.dataset.id).join() == '{last.id}'")
 
 
 def test_cameras_play_in_sync_and_the_plot_cursor_follows(page: Page, online: rayform.Slice) -> None:

@@ -238,6 +238,15 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             raise ViewError(404, f"no such page {path[:100]!r}")
 
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        # The base class's own refusals (unknown method, malformed request line, a line too
+        # long) as JSON too, like every other error of this server.
+        body = dumps({"error": message or self.responses.get(code, ("error",))[0]})
+        self.close_connection = True
+        self._headers(code, "application/json", len(body), extra={"Connection": "close"})
+        if self.command != "HEAD" and code >= 200 and code not in (204, 304):
+            self.wfile.write(body)
+
     # -- answers ---------------------------------------------------------------------------
     def _headers(self, status: int, ctype: str, length: int, *, cache: bool = False,
                  cookie: str | None = None, extra: dict[str, str] | None = None) -> None:
