@@ -217,3 +217,13 @@ def test_the_list_filters_agree_on_both_manifest_versions(viewer: rayform.view.V
             view = viewer.api.slice.select(start_ns=f.start_ns, end_ns=f.end_ns)
             assert [segs[i].id for i in v2.positions(f)] == [s.id for s in view.segments]
     assert v1.site_list() == v2.site_list() and v1.time_range() == v2.time_range()
+
+
+def test_the_token_never_reaches_the_page(viewer: rayform.view.ViewServer) -> None:
+    with _http(viewer) as h:
+        seg = _first_segment(h)
+        answers = [h.get(p) for p in ("/", "/static/app.js", "/api/slice", "/api/episodes",
+                                      f"/api/episode?segment={seg}", f"/api/table?segment={seg}&stream=ee/pose",
+                                      f"/api/selection?segments={seg}")]
+    for r in answers:
+        assert r.status_code == 200 and TOKEN not in r.text and TOKEN not in str(r.headers)
