@@ -14,6 +14,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 import numpy as np
 
@@ -30,7 +31,7 @@ __all__ = ["MAX_PAGE", "MAX_POINTS", "ViewAPI", "ViewError"]
 MAX_PAGE = 500
 #: Most points per table stream sent to a plot (longer tables are strided down to this).
 MAX_POINTS = 4000
-_SITE_RE = re.compile(r"^[A-Za-z0-9_.:@-]{1,128}$")
+_SITE_RE = re.compile(r"^[^\x00-\x1f\x7f]{1,256}$")  # free text, no control characters
 _PREFIX_RE = re.compile(r"^[a-z0-9_]{0,64}$")
 
 
@@ -58,7 +59,8 @@ def _int(query: dict[str, str], name: str, default: int | None, lo: int | None =
 def parse_filter(query: dict[str, str]) -> EpisodeFilter:
     """The list filter of a query string (``sites`` comma-separated, ``prefix``, ``start_ns``,
     ``end_ns``)."""
-    sites = tuple(s for s in query.get("sites", "").split(",") if s)
+    # Each site percent-encoded, then joined by commas (a site name is free text).
+    sites = tuple(unquote(s) for s in query.get("sites", "").split(",") if s)
     bad = [s for s in sites if not _SITE_RE.match(s)]
     if bad:
         raise ViewError(400, f"site {bad[0][:80]!r} is not a site name")

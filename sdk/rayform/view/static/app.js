@@ -42,7 +42,7 @@ function fmtUtc(ns) {
 
 function filterParams() {
   const sites = [...document.querySelectorAll("#site-filter input:checked")].map((e) => e.value);
-  return { sites: sites.join(","), prefix: $("f-prefix").value.trim(),
+  return { sites: sites.map(encodeURIComponent).join(","), prefix: $("f-prefix").value.trim(),
     start_ns: utcNs($("f-start").value), end_ns: utcNs($("f-end").value) };
 }
 
@@ -155,7 +155,7 @@ function makeCamera(st) {
     v.playsInline = true;
     v.preload = "auto";
     v.src = `/media?${mediaQuery(st.name)}`;
-    v.addEventListener("error", () => status(`${st.name}: the browser cannot play this video`));
+    v.addEventListener("error", () => whyNot(v.src, st.name));
     cam.el = v;
   } else {
     const img = document.createElement("img");
@@ -171,6 +171,17 @@ function makeCamera(st) {
   label.textContent = `${st.name} \u00b7 ${st.rate_hz} Hz \u00b7 ${st.count} frames${mode === "frames" ? " \u00b7 decoded frames" : ""}`;
   box.append(cam.el, label);
   return [box, cam];
+}
+
+async function whyNot(src, name) {
+  // A video that failed: the server's JSON error says why (not cached offline, ...), else the
+  // browser could not decode it.
+  try {
+    const r = await fetch(src, { headers: { Range: "bytes=0-0" } });
+    status(r.ok ? `${name}: the browser cannot play this video` : `${name}: ${(await r.json()).error}`);
+  } catch (e) {
+    status(`${name}: ${e.message}`);
+  }
 }
 
 function showFrame(cam, i) {
