@@ -5,6 +5,7 @@ runs in a real browser in test_view_page.py."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -159,11 +160,13 @@ def test_cli_prints_the_url_serves_and_stops_on_ctrl_c(client_env: ServerProcess
 
 
 def test_cli_warns_when_listening_beyond_loopback(client_env: ServerProcess) -> None:
-    proc = subprocess.Popen([sys.executable, "-m", "rayform", "view", DEMO_SLICE, "--host", "0.0.0.0"],
+    proc = subprocess.Popen([sys.executable, "-m", "rayform", "view", DEMO_SLICE, "--host", "0.0.0.0", "--json"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env())
     try:
         assert proc.stdout is not None
-        url = proc.stdout.readline().strip()
+        doc = json.loads(proc.stdout.readline())
+        url = doc["url"]
+        assert doc["slice"] == DEMO_SLICE and doc["episodes"] == 4
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=30)
     finally:

@@ -181,7 +181,10 @@ def _cmd_view(args: argparse.Namespace) -> int:
               "who has the URL's key can read this slice through it", file=sys.stderr)
     print(f"rayform view of {slice_.id} ({len(slice_)} episodes"
           f"{', offline' if client.offline else ''}); Ctrl-C stops it", file=sys.stderr)
-    print(server.url, flush=True)
+    if args.json:  # one line, for a script that starts the viewer and opens the page itself
+        print(json.dumps({"url": server.url, "slice": slice_.id, "episodes": len(slice_)}), flush=True)
+    else:
+        print(server.url, flush=True)
     try:
         server.serve_forever()
     except KeyboardInterrupt:
