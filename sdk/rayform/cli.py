@@ -38,7 +38,7 @@ def _client(args: argparse.Namespace) -> Any:
     from rayform.client import Client
 
     return Client(endpoint=args.endpoint, cache_dir=args.cache_dir,
-                  offline=True if args.offline else None, shared=getattr(args, "shared", False))
+                  offline=True if args.offline else None, shared=args.shared)
 
 
 def _print_json(doc: Any) -> None:
@@ -120,7 +120,7 @@ def _cmd_cache(args: argparse.Namespace) -> int:
     from rayform.cache import Cache
 
     root = args.cache_dir or default_cache_dir()
-    cache = Cache(root)
+    cache = Cache(root, shared=args.shared)
     cmd = args.cache_cmd
     if cmd == "path":
         if args.json:
@@ -203,6 +203,7 @@ environment variables:
   RAYFORM_NO_LOCKS       1: no per-blob file locks (for filesystems where locking hangs)
   RAYFORM_CACHE_LIMIT    bytes the cache may hold, e.g. 50GB (evicts least recently used blobs)
   RAYFORM_STALL_TIMEOUT  seconds a download may make no progress before it fails (default 120)
+  RAYFORM_CACHE_SHARED   1: team cache, group-writable (same as --shared); 0: never inferred
 
 docs: docs/cli.md; `rayform COMMAND --help` for each command's options."""
 
@@ -228,6 +229,10 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--offline", action="store_true",
                         help="never touch the network (also: RAYFORM_OFFLINE=1)")
     common.add_argument("--json", action="store_true", help="machine-readable output")
+    common.add_argument("--shared", action="store_true", default=None,
+                        help="team cache: what this command writes is group-writable, directories "
+                        "setgid (default: on when the cache directory is setgid and "
+                        "group-writable, or RAYFORM_CACHE_SHARED=1)")
     p = argparse.ArgumentParser(
         prog="rayform",
         description="Rayform: fetch slices of robot data into a shared, verified cache. "
@@ -249,8 +254,6 @@ def build_parser() -> argparse.ArgumentParser:
     pull.add_argument("--max-cache", metavar="SIZE", default=None,
                       help="keep the cache's blobs under SIZE (e.g. 50GB), evicting least recently "
                            "used blobs nobody is reading (default RAYFORM_CACHE_LIMIT)")
-    pull.add_argument("--shared", action="store_true",
-                      help="group-writable shared cache (directories setgid, files group-readable)")
     pull.set_defaults(func=_cmd_pull)
 
     slices = sub.add_parser("slices", help="show or list slices")
