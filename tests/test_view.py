@@ -19,6 +19,7 @@ import httpx
 import pytest
 from helpers import DEMO_SLICE, TOKEN, ServerProcess, make_client
 
+import rayform.cache
 import rayform.view
 from rayform.format import decode_table
 from rayform.view._index import EpisodeFilter, EpisodeIndex
@@ -230,3 +231,16 @@ def test_the_token_never_reaches_the_page(viewer: rayform.view.ViewServer) -> No
                                       f"/api/selection?segments={seg}")]
     for r in answers:
         assert r.status_code == 200 and TOKEN not in r.text and TOKEN not in str(r.headers)
+
+
+def test_the_notebook_repr_shows_cached_first_frames_and_never_fetches(client_env: ServerProcess,
+                                                                        isolated_env: Path) -> None:
+    slice_ = rayform.Client().slices.get(DEMO_SLICE)
+    cache = rayform.cache.Cache(isolated_env)
+    before = cache.du()["blobs"]
+    assert "<img" not in slice_._repr_html_() and cache.du()["blobs"] == before  # nothing fetched
+    slice_.pull(streams=["cam0/rgb"])
+    html = slice_._repr_html_()
+    assert html.count('<img src="data:image/jpeg;base64,') == 1 and "cam0/rgb" in html
+    slice_.pull(streams=["wrist/rgb"])
+    assert slice_._repr_html_().count("<img") == 2

@@ -263,5 +263,16 @@ class Slice:
             f"&middot; {self.duration_s:.1f} s &middot; {human_bytes(self.nbytes)} &middot; "
             f"sites: {html.escape(', '.join(self._sites()))}<br><code>manifest {self.manifest_hash}</code>"
             "<table><tr><th>stream</th><th>kind</th><th>rate (Hz)</th><th>shape</th>"
-            "<th>dtype</th><th>units</th><th>frame</th></tr>" + "".join(rows) + "</table></div>"
+            "<th>dtype</th><th>units</th><th>frame</th></tr>" + "".join(rows) + "</table>"
+            + _thumbnails(self) + "</div>"
         )
+
+
+def _thumbnails(slice_: Slice) -> str:
+    """First-frame thumbnails of the cached cameras (docs/view.md), if the view extra is here."""
+    try:
+        # Imported here: PyAV (the view extra) is optional, and a repr must not need it.
+        from rayform.view import thumbnails_html
+    except ImportError:
+        return ""
+    return thumbnails_html(slice_)

@@ -23,8 +23,9 @@ from typing import Any
 
 from rayform.view._api import ViewAPI, ViewError
 from rayform.view._server import ViewServer
+from rayform.view._thumbs import thumbnails_html
 
-__all__ = ["ViewAPI", "ViewError", "ViewLink", "ViewServer", "is_loopback", "serve"]
+__all__ = ["ViewAPI", "ViewError", "ViewLink", "ViewServer", "is_loopback", "serve", "thumbnails_html"]
 
 
 def is_loopback(host: str) -> bool:
