@@ -18,13 +18,14 @@ import torch
 from fakes import StoreBlobs
 from helpers import DEMO_SLICE, TOKEN, ServerProcess, make_client
 from recordings import write_bag, write_lerobot_v21
+from torch.utils.data import DataLoader
 
 from rayform import InvalidArgumentError, OfflineError
 from rayform._resolution import Target, choose_rendition
 from rayform.errors import IntegrityError, ManifestError
 from rayform.manifest import Manifest
 from rayform.slice import Slice
-from rayform.torch import EpisodeDataset
+from rayform.torch import EpisodeDataset, EpisodeSampler
 from rayform.torch._resize import resize_frames
 from rayform_server._renditions import (
     RenditionSkipped,
@@ -276,3 +277,29 @@ def test_ingest_lerobot_and_mcap_store_renditions(tmp_path: Path, capsys) -> Non
                        "--renditions", "24", "--jobs", "2", str(tmp_path / "v21")) == 2
     assert "--renditions works with a plain ingest only" in capsys.readouterr().err
     assert not (tmp_path / "root" / "slices" / "slc_0000a004.json").exists()
+
+
+def test_read_ahead_and_the_cache_limit_count_only_the_renditions_read(
+        server: ServerProcess, manifest: Manifest, tmp_path: Path) -> None:
+    segs = manifest.segments
+    originals = {seg.streams[c].blob.hash for seg in segs for c in CAMS}
+    renditions = {seg.streams[c].renditions[0].blob.hash for seg in segs for c in CAMS}
+    # One episode's blobs at 32x32 fit under the limit; with the originals they do not.
+    small = max(sum(r.size for n in OBS + [ACTION] for r in seg.streams[n].blobs()
+                    if r.hash not in originals) + sum(seg.streams[c].renditions[0].blob.size for c in CAMS)
+                for seg in segs)
+    full = max(sum(r.size for n in OBS + [ACTION] for r in seg.streams[n].blobs()) for seg in segs)
+    assert small < full
+    client = make_client(server.url, tmp_path / "cache", cache_limit=(small + full) // 2)
+    slice_ = client.slices.get(DEMO_SLICE)
+    with pytest.raises(InvalidArgumentError, match="cache limit"):
+        EpisodeDataset(slice_, obs=OBS, action=ACTION, fps=15, shard=None)
+    EpisodeDataset(slice_, obs=OBS, action=ACTION, fps=15, shard=None, image_size=(32, 32))
+    # Read-ahead over a cold, unbounded cache (nothing is evicted): only renditions arrive.
+    unbounded = make_client(server.url, tmp_path / "cache2")
+    ds = EpisodeDataset(unbounded.slices.get(DEMO_SLICE), obs=OBS, action=ACTION, fps=15, shard=None,
+                        image_size=(32, 32))
+    loader = DataLoader(ds, batch_size=8, sampler=EpisodeSampler(ds, shuffle=True))
+    assert sum(len(b["t_ns"]) for b in loader) == len(ds)
+    assert not any(unbounded.cache.has_blob(h) for h in originals)
+    assert all(unbounded.cache.has_blob(h) for h in renditions)
