@@ -227,7 +227,7 @@ def parse_root(data: bytes, doc: Any = None) -> dict[str, Any]:
         if doc.get("page_format") != PAGE_FORMAT:
             raise ManifestError(f"unknown page_format {doc.get('page_format')!r} (expected {PAGE_FORMAT!r})")
         for p in pages:
-            if not isinstance(p["hash"], str) or not HASH_RE.match(p["hash"]) or int(p["size"]) < 0:
+            if not isinstance(p["hash"], str) or not HASH_RE.fullmatch(p["hash"]) or int(p["size"]) < 0:
                 raise ManifestError(f"malformed page reference {p!r}")
         if not isinstance(doc["summary"]["streams"], dict):
             raise ManifestError("summary.streams must be an object")

@@ -242,7 +242,7 @@ def canonical_json(doc: Any) -> bytes:
 
 def _parse_blob(d: Any, where: str) -> BlobRef:
     h, size = d["hash"], d["size"]
-    if not isinstance(h, str) or not HASH_RE.match(h):
+    if not isinstance(h, str) or not HASH_RE.fullmatch(h):
         raise ManifestError(f"{where}: malformed blob hash {h!r}")
     if not isinstance(size, int) or size < 0:
         raise ManifestError(f"{where}: blob size must be a non-negative integer, got {size!r}")
@@ -250,7 +250,7 @@ def _parse_blob(d: Any, where: str) -> BlobRef:
 
 
 def _parse_stream(name: str, d: dict[str, Any], where: str) -> Stream:
-    if not STREAM_NAME_RE.match(name):
+    if not STREAM_NAME_RE.fullmatch(name):
         raise ManifestError(f"{where}: malformed stream name {name!r}")
     where = f"{where} stream {name}"
     kind = d["kind"]
@@ -289,7 +289,7 @@ def _parse_stream(name: str, d: dict[str, Any], where: str) -> Stream:
 
 def _parse_segment(d: dict[str, Any]) -> Segment:
     seg_id = d["id"]
-    if not isinstance(seg_id, str) or not SEGMENT_ID_RE.match(seg_id):
+    if not isinstance(seg_id, str) or not SEGMENT_ID_RE.fullmatch(seg_id):
         raise ManifestError(f"malformed segment ID {seg_id!r} in manifest")
     where = f"segment {seg_id}"
     version = d["version"]
