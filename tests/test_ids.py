@@ -9,9 +9,6 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
-from rayform_server.app import ApiError, _parse_range
-from rayform_server.auth import load_tokens_file
-from rayform_server.staging import BATCH_RE
 
 from rayform._ids import (
     HASH_RE,
@@ -25,6 +22,9 @@ from rayform._ids import (
 )
 from rayform._selexpr import parse_selection
 from rayform.errors import InvalidArgumentError
+from rayform_server.app import ApiError, _parse_range
+from rayform_server.auth import load_tokens_file
+from rayform_server.staging import BATCH_RE
 
 H = "ab" * 32
 GOOD = {"slice": "slc_7c1e04aa", "segment": "seg_0a1b2c3d", "hash": H, "stream": "cam0/rgb"}
