@@ -255,7 +255,7 @@ def open_pages(root: bytes, doc: dict[str, Any], page_paths: Sequence[str | Path
         try:
             check_page(table, maps.span(i))
         except ManifestError as exc:
-            raise ManifestError(f"manifest page {ref['hash'][:12]}...: {exc}") from None
+            raise ManifestError(f"manifest page {ref['hash'][:12]}...: {str(exc).removeprefix('manifest page: ')}") from None
         maps.release(i)  # the checks read most of the page: unmap before the next one
         tables.append(table)
     if not tables:

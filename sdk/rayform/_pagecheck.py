@@ -132,7 +132,10 @@ def _check_stream_summary(name: str, info: Any) -> None:
 def _words(arr: Any, field: str, ok: Callable[[str], bool]) -> None:
     """Check a dictionary-encoded column: its indices within its dictionary (valid UTF-8),
     and every word with ``ok(word)``."""
-    _pa().Array.validate(arr.dictionary, full=True)  # a few words: UTF-8 and offsets
+    try:
+        arr.dictionary.validate(full=True)  # a few words: UTF-8 and offsets
+    except _pa().ArrowException as exc:
+        raise ManifestError(f"manifest page: the {field} dictionary is invalid: {shown(exc)}") from None
     codes = _fixed(arr.indices, np.int32).view(np.uint32)  # one pass: negatives are huge here
     if len(codes) and int(codes.max()) >= len(arr.dictionary):
         raise ManifestError(f"manifest page: a {field} index lies outside its dictionary")

@@ -300,7 +300,7 @@ def _parse_stream(name: str, d: dict[str, Any], where: str) -> Stream:
     shape = tuple(_int({"shape": x}, "shape", where, 0, 2**31 - 1) for x in dims)
     if quantity is not None and shape != (CARTESIAN_QUANTITIES[quantity],):
         raise ManifestError(f"{where}: a {quantity} stream must have shape ({CARTESIAN_QUANTITIES[quantity]},)")
-    count = _int(d, "count", where)
+    count = _int(d, "count", where, 1)
     t0, t1 = _int(d, "t0_ns", where, TIME_MIN, TIME_MAX), _int(d, "t1_ns", where, TIME_MIN, TIME_MAX)
     if count < 1 or t1 < t0:
         raise ManifestError(f"{where}: needs at least one record and t0_ns <= t1_ns")

@@ -233,7 +233,7 @@ class SampleReader:
         unique, inverse = np.unique(idx.reshape(-1), return_inverse=True)
         # Paths are resolved here, in the calling thread: a missing blob is fetched (or
         # OfflineError raised) before any decoding starts.
-        args = (stream.blob.hash, self._path(stream.blob, state), unique, stream.rate_hz)
+        args = (stream.blob.hash, self._path(stream.blob, state), unique, stream.rate_hz, stream.name)
         inverse = inverse.reshape(t_query.shape).astype(np.int64)
         if pool is not None:
             return pool.submit(_decode_contiguous, state.decoders, *args), inverse
@@ -243,7 +243,7 @@ class SampleReader:
 
 
 def _decode_contiguous(decoders: DecoderCache, key: str, path: Path, indices: np.ndarray,
-                       rate_hz: float) -> torch.Tensor:
+                       rate_hz: float, stream: str) -> torch.Tensor:
     # In a pool thread: make the frames contiguous here, in parallel, so that
     # default_collate's copy in the calling thread is a plain memcpy, not a transpose.
-    return decoders.get_frames(key, path, indices, rate_hz).contiguous()
+    return decoders.get_frames(key, path, indices, rate_hz, stream).contiguous()
