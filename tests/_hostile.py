@@ -23,8 +23,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from rayform._hashing import hash_bytes
-from rayform.manifest import canonical_json
+from rayform.format import canonical_json, hash_bytes
 
 __all__ = ["Answer", "HostileServer", "cache_names_ok", "crafted_slice", "gzip_bomb", "has_control",
            "page_bytes", "v2_root"]

@@ -10,7 +10,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from rayform._ids import (
+from rayform._selexpr import parse_selection
+from rayform.errors import InvalidArgumentError
+from rayform.format import (
     HASH_RE,
     SEGMENT_ID_RE,
     SLICE_ID_RE,
@@ -20,8 +22,6 @@ from rayform._ids import (
     check_slice_id,
     check_stream_name,
 )
-from rayform._selexpr import parse_selection
-from rayform.errors import InvalidArgumentError
 from rayform_server.app import ApiError, _parse_range
 from rayform_server.auth import load_tokens_file
 from rayform_server.staging import BATCH_RE
