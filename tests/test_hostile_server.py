@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pytest
 from _hostile import (
@@ -44,7 +45,14 @@ from rayform.errors import (
     RayformError,
     TransportError,
 )
-from rayform.format import ColumnarManifest, canonical_json, hash_bytes, segments_to_table
+from rayform.format import (
+    ColumnarManifest,
+    canonical_json,
+    encode_table,
+    encode_timestamps,
+    hash_bytes,
+    segments_to_table,
+)
 from rayform.manifest import BlobRef, Segment
 from rayform.torch import EpisodeDataset
 from rayform_server.store import Store
@@ -343,6 +351,36 @@ def test_undecodable_video_with_matching_hash(demo: Demo, server: HostileServer,
                         fps=15, horizon=4)
     error = _fails(lambda: ds[0], IntegrityError)
     assert digest in str(error) and "cam0/rgb" in str(error)
+
+
+def _swap_blob(demo: Demo, server: HostileServer, stream: str, key: str, data: bytes) -> None:
+    """Serve a slice whose ``stream`` has ``key`` (``blob``/``timestamps``) = ``data`` everywhere."""
+    def swap(m: dict[str, Any]) -> None:
+        for seg in m["segments"]:
+            seg["streams"][stream][key] = {"hash": hash_bytes(data), "size": len(data)}
+
+    crafted_slice(server, SLC, canonical_json(_v1(demo, swap)))
+    server.answers[f"/v1/slices/{SLC}/blobs/{hash_bytes(data)}"] = Answer(200, data)
+
+
+def test_table_unlike_its_manifest(demo: Demo, server: HostileServer, cache: Path) -> None:
+    t0 = _seg(demo.v1)["streams"]["joints/position"]["t0_ns"]
+    narrow = encode_table(t0 + np.arange(400, dtype=np.int64) * 5_000_000, np.zeros((400, 3), np.float32))
+    _swap_blob(demo, server, "joints/position", "blob", narrow)
+    ds = EpisodeDataset(_client(server, cache).slices.get(SLC), obs=["joints/position"],
+                        action="joints/position_delta", fps=15, horizon=4)
+    error = _fails(lambda: ds[0], IntegrityError)
+    assert hash_bytes(narrow) in str(error) and "joints/position" in str(error)
+
+
+def test_more_timestamps_than_frames(demo: Demo, server: HostileServer, cache: Path) -> None:
+    t0 = _cam(demo.v1)["t0_ns"]
+    many = encode_timestamps(t0 + np.arange(10_000, dtype=np.int64) * 1000)
+    _swap_blob(demo, server, "cam0/rgb", "timestamps", many)
+    ds = EpisodeDataset(_client(server, cache).slices.get(SLC), obs=["cam0/rgb"], action="joints/position_delta",
+                        fps=15, horizon=4)
+    error = _fails(lambda: ds[len(ds) - 1], IntegrityError)
+    assert "cam0/rgb" in str(error)
 
 
 def test_blob_with_content_encoding(demo: Demo, server: HostileServer, cache: Path) -> None:
