@@ -327,6 +327,6 @@ def page_refs(data: bytes) -> list[dict[str, Any]]:
 
 def not_found(slice_id: str, segment_id: str) -> NotFoundError:
     return NotFoundError(
-        f"slice {slice_id} has no segment {segment_id!r}; list them with "
+        f"slice {slice_id} has no segment {shown(repr(segment_id), 80)}; list them with "
         f"`rayform slices show {slice_id} --segments`"
     )
