@@ -430,3 +430,36 @@ def test_cli_prints_no_escape_codes(demo: Demo, server: HostileServer, cache: Pa
     assert shown.returncode == 0 and "\\x1b[2J" in shown.stdout
     listed = _rayform(server, cache, "slices", "ls")
     assert listed.returncode == 0 and "more characters]" in listed.stdout
+
+
+# The peak resident memory of the process (VmHWM: ru_maxrss would count the RSS of the pytest
+# process this one was forked from).
+MEASURE = """
+import sys
+import rayform
+client = rayform.Client(sys.argv[1], sys.argv[2], cache_dir=sys.argv[3])
+try:
+    client.slices.get(sys.argv[4])
+except rayform.RayformError as exc:
+    peak = next(line for line in open("/proc/self/status") if line.startswith("VmHWM:"))
+    print(type(exc).__name__, int(peak.split()[1]) // 1024)
+"""
+
+
+@pytest.mark.parametrize("case", ["endless-manifest-declared-64-MiB", "gzip-bomb-manifest", "endless-page"])
+def test_peak_memory_stays_bounded(case: str, demo: Demo, server: HostileServer, cache: Path) -> None:
+    manifest = f"/v1/slices/{SLC}/manifest"
+    if case == "endless-page":
+        root, pages = _one_page(demo, demo.table)
+        crafted_slice(server, SLC, root, pages={h: b"" for h in pages})
+        server.answers.update({f"/v1/slices/{SLC}/pages/{h}": Answer(200, b"", endless=True) for h in pages})
+    else:
+        crafted_slice(server, SLC, canonical_json(demo.v1))
+        server.answers[f"/v1/slices/{SLC}"] = Answer.json({"manifest": H, "manifest_size": 64 * 2**20})
+        server.answers[manifest] = (Answer(200, b"", endless=True) if case.startswith("endless")
+                                    else Answer(200, gzip_bomb(64 * 2**20), {"Content-Encoding": "gzip"}))
+    checkout = os.pathsep.join([str(TESTS.parent / "sdk"), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    done = subprocess.run([sys.executable, "-c", MEASURE, server.url, TOKEN, str(cache), SLC], capture_output=True,
+                          text=True, timeout=120, env={**os.environ, "PYTHONPATH": checkout})
+    kind, peak_mib = done.stdout.split()
+    assert kind == "ProtocolError" and int(peak_mib) < 300, (done.stdout, done.stderr[-2000:])
