@@ -100,11 +100,12 @@ def main() -> int:
         frame="ros",
     )
     workers = min(8, os.cpu_count() or 1)
-    loader = DataLoader(dataset, batch_size=64, num_workers=workers, shuffle=True,
+    sampler = rayform.torch.EpisodeSampler(dataset, shuffle=True)
+    loader = DataLoader(dataset, batch_size=64, num_workers=workers, sampler=sampler,
                         persistent_workers=True, collate_fn=rayform.torch.collate)
     print(f"{len(dataset)} samples at 15 Hz over {len(slice_.segments)} episodes; "
-          f"DataLoader(batch_size=64, num_workers={workers}, shuffle=True, persistent_workers=True, "
-          "collate_fn=rayform.torch.collate)")
+          f"DataLoader(batch_size=64, num_workers={workers}, sampler=EpisodeSampler(shuffle=True), "
+          "persistent_workers=True, collate_fn=rayform.torch.collate)")
     for epoch in range(2):
         dataset.set_epoch(epoch)
         t0 = time.perf_counter()

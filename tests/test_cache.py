@@ -263,9 +263,9 @@ def test_lock_held_by_a_stalled_process_does_not_block(tmp_path: Path) -> None:
     lock = tmp_path / "c" / "locks" / f"{ref.hash}.lock"
     lock.parent.mkdir(parents=True)
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import filelock, sys, time\n"
-         f"with filelock.FileLock({str(lock)!r}):\n"
-         "    print('held', flush=True); time.sleep(60)"],
+        [sys.executable, "-c", "import fcntl, time\n"
+         f"f = open({str(lock)!r}, 'w'); fcntl.flock(f, fcntl.LOCK_EX)\n"
+         "print('held', flush=True); time.sleep(60)"],
         stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "held"

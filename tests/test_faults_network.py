@@ -126,3 +126,23 @@ def test_server_gone_for_good_is_a_clear_error(demo_root: Path, tmp_path: Path) 
     assert time.monotonic() - t0 < 15
     assert TOKEN not in str(err.value)
     assert assert_cache_consistent(tmp_path / "cache") == []
+
+
+def test_a_stalled_server_ends_the_whole_pull_within_one_stall_bound(
+    fproxy: FaultProxy, tmp_path: Path
+) -> None:
+    """Once one download gives up, no other starts: the pull ends within about one stall bound,
+    not one per round of ``jobs`` blobs (a 120 s bound took 241 s before)."""
+    client = make_client(fproxy.url, tmp_path / "cache", timeout=0.5, attempts=50, stall_timeout=2)
+    blobs = _expected(client)
+    assert len(blobs) > 4
+    fproxy.add(Fault("stall", match="/blobs/", times=10_000, stall_s=30.0))
+    t0 = time.monotonic()
+    with pytest.raises(TransportError, match="without progress"):
+        client.pull(DEMO_SLICE, jobs=2)
+    elapsed = time.monotonic() - t0
+    started = {p.rsplit("/", 1)[-1] for p in fproxy.stats.requests if "/blobs/" in p}
+    assert len(started) == 2, started  # the two first downloads, and no other after they failed
+    assert elapsed < 30, elapsed  # bounded (the count above is what tells the fix apart)
+    fproxy.clear()
+    assert assert_cache_consistent(tmp_path / "cache") == []

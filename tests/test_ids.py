@@ -22,6 +22,8 @@ from rayform.format import (
     check_slice_id,
     check_stream_name,
 )
+from rayform.view._api import _PREFIX_RE, _SITE_RE  # white-box: the view's own patterns
+from rayform.view._server import _RANGE_RE
 from rayform_server.app import ApiError, _parse_range
 from rayform_server.auth import load_tokens_file
 from rayform_server.staging import BATCH_RE
@@ -95,3 +97,10 @@ def test_range_header_refuses_a_newline() -> None:
     assert _parse_range("bytes=0-9", 100) == (0, 9)
     with pytest.raises(ApiError):
         _parse_range("bytes=0-9\n1", 100)
+
+
+def test_view_patterns_refuse_a_newline() -> None:
+    for pattern, good in ((_SITE_RE, "lab-zurich"), (_PREFIX_RE, "seg_2a"), (_RANGE_RE, "bytes=0-9")):
+        assert pattern.fullmatch(good) and pattern.match(good)
+        for method in ("match", "fullmatch"):
+            assert getattr(pattern, method)(good + "\n") is None, (pattern.pattern, method)

@@ -107,13 +107,13 @@ class PartialBlob:
         self.hasher = new_hasher()
         self.offset = 0
         self.adopted_bytes = 0
-        if path.exists():
+        if path.exists():  # adopted from a dead writer: its bits were set when it was made
             self._f: BinaryIO = path.open("r+b")
             self._rehash_prefix()
         else:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
             self._f = os.fdopen(fd, "wb")
-        os.chmod(path, mode)
+            os.fchmod(fd, mode)  # the umask applied at creation; the file is ours
 
     def _rehash_prefix(self) -> None:
         self._f.seek(0)

@@ -6,7 +6,7 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -94,7 +94,13 @@ def run_pull(
             with lock:
                 bar.update(n)
 
-    def fetch_one(ref: BlobRef) -> tuple[Path, int]:
+    # Once one download has failed for good the pull fails: start no other, so that a stalled
+    # store ends the pull within one stall bound instead of one bound per round of `jobs` blobs.
+    failed = threading.Event()
+
+    def fetch_one(ref: BlobRef) -> tuple[Path, int] | None:
+        if failed.is_set():
+            return None
         shown = 0
 
         def counted(n: int) -> None:
@@ -102,7 +108,11 @@ def run_pull(
             shown += n
             on_bytes(n)
 
-        result = fetch(slice_id, ref, counted)
+        try:
+            result = fetch(slice_id, ref, counted)
+        except BaseException:
+            failed.set()
+            raise
         if ref.size > shown:  # resumed prefix, or fetched by another process meanwhile
             on_bytes(ref.size - shown)
         return result
@@ -114,17 +124,18 @@ def run_pull(
             with ThreadPoolExecutor(max_workers=min(jobs, len(missing)),
                                     thread_name_prefix="rayform-pull") as pool:
                 futures = [pool.submit(fetch_one, r) for r in missing]
-                try:
-                    for ref, fut in zip(missing, futures, strict=True):
-                        _, n = fut.result()
-                        fetched_bytes += n
-                        if n > 0:
-                            fetched_blobs += 1
-                            fetched.add(ref.hash)
-                except BaseException:
+                try:  # the first failure, whichever blob it is, ends the wait
+                    wait(futures, return_when=FIRST_EXCEPTION)
+                finally:  # also on Ctrl-C: nothing new starts, running downloads end
+                    failed.set()
                     for f in futures:
                         f.cancel()
-                    raise
+                for ref, fut in zip(missing, futures, strict=True):
+                    result = None if fut.cancelled() else fut.result()
+                    if result is not None and result[1] > 0:
+                        fetched_bytes += result[1]
+                        fetched_blobs += 1
+                        fetched.add(ref.hash)
     finally:
         if bar is not None:
             bar.close()

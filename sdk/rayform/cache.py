@@ -34,6 +34,7 @@ from rayform._locks import bounded_lock
 from rayform._partial import PartialBlob, active, owner_dead, parse_tmp_name, tmp_name
 from rayform._process import PerProcess
 from rayform._seams import DownloadSink
+from rayform._sharing import CacheModes, shared_mode
 from rayform.errors import CacheError, IntegrityError, RayformError
 from rayform.files import write_atomic
 from rayform.manifest import BlobRef
@@ -98,8 +99,10 @@ class Cache:
 
     Args:
         root: the cache directory (created on first write).
-        shared: group-writable cache for a team: directories ``0o2775`` (setgid), temporary files
-            ``0o664``; cached objects are always read-only (``0o444``).
+        shared: group-writable cache for a team: what this process creates gets directories
+            ``0o2775`` (setgid), temporary files ``0o664``; cached objects are always read-only
+            (``0o444``). ``None`` (default): ``RAYFORM_CACHE_SHARED``, else shared if ``root`` is
+            setgid and group-writable (see :mod:`rayform._sharing`).
         locks: take per-blob file locks to avoid duplicate downloads (``RAYFORM_NO_LOCKS=1``
             turns them off). Correctness never depends on them.
         stale_s: a temporary file untouched this long (seconds) may be adopted or removed even
@@ -112,14 +115,15 @@ class Cache:
         self,
         root: str | os.PathLike[str],
         *,
-        shared: bool = False,
+        shared: bool | None = None,
         locks: bool = True,
         stale_s: float = 600.0,
         stall_s: float = 10.0,
     ) -> None:
         self.root = Path(root).expanduser().absolute()
         _check_root(self.root)
-        self.shared = shared
+        self.shared = shared_mode(self.root, shared)
+        self._modes = CacheModes(self.root, self.shared)
         self.locks = locks and not env_flag("RAYFORM_NO_LOCKS")
         self.stale_s = stale_s
         self.stall_s = stall_s
@@ -139,21 +143,10 @@ class Cache:
         return sharded_path(self.root / "manifests", digest)
 
     def _mkdir(self, path: Path) -> None:
-        if path.is_dir():
-            return
         try:
-            path.mkdir(parents=True, exist_ok=True)
-            if self.shared:
-                for p in (path, *path.parents):
-                    if p == self.root.parent or not str(p).startswith(str(self.root)):
-                        break
-                    os.chmod(p, 0o2775)
+            self._modes.make_dirs(path)
         except OSError as exc:
             raise cache_error(exc, self.root, f"create {path}") from exc
-
-    @property
-    def _file_mode(self) -> int:
-        return 0o664 if self.shared else 0o644
 
     # -- blobs -----------------------------------------------------------------------------
     def has_blob(self, digest: str) -> bool:
@@ -245,6 +238,7 @@ class Cache:
             done=lambda: self.blob_path(digest).is_file(),
             progress=lambda: self._tmp_progress(digest),
             stall_s=self.stall_s,
+            mode=self._modes.file_mode,
         )
 
     def _tmp_progress(self, digest: str) -> tuple[tuple[str, int, int], ...]:
@@ -264,14 +258,16 @@ class Cache:
         try:
             if adopt:
                 for cand in sorted(tmp.glob(f"{ref.hash}.*.part")):
-                    if not owner_dead(cand, self.stale_s):
+                    # Only our own: a published blob is made read-only, which only the owner
+                    # of the file may do. Another user's dead partial is removed once complete.
+                    if not _owned(cand) or not owner_dead(cand, self.stale_s):
                         continue
                     try:
                         os.rename(cand, mine)  # atomic: only one adopter wins
                     except FileNotFoundError:
                         continue
                     break
-            return PartialBlob(mine, ref.hash, ref.size, self._file_mode)
+            return PartialBlob(mine, ref.hash, ref.size, self._modes.file_mode)
         except OSError as exc:
             active().discard(mine.name)
             raise cache_error(exc, self.root, f"create a temporary file in {tmp}") from exc
@@ -331,6 +327,18 @@ class Cache:
         except OSError as exc:
             raise cache_error(exc, self.root, f"write {dest.name}") from exc
 
+    def put_file(self, relpath: str, data: bytes) -> Path:
+        """Atomically write a small derived file (e.g. ``stats/<key>.json``) under the root.
+
+        It gets the cache's file mode (group-writable in a shared cache), like a slice reference.
+
+        Raises:
+            CacheError: the cache cannot be written (read-only, full disk).
+        """
+        dest = self.root / relpath
+        self._write_atomic(dest, data, self._modes.file_mode)
+        return dest
+
     def put_manifest(self, data: bytes, digest: str) -> Path:
         """Store manifest bytes under their BLAKE3 ``digest`` (checked)."""
         if hash_bytes(data) != digest:
@@ -359,7 +367,7 @@ class Cache:
                 return
         except (OSError, ValueError):
             pass
-        self._write_atomic(path, json.dumps(doc, sort_keys=True).encode(), self._file_mode)
+        self._write_atomic(path, json.dumps(doc, sort_keys=True).encode(), self._modes.file_mode)
 
     def get_ref(self, endpoint_key: str | None, slice_id: str) -> dict[str, object] | None:
         """How ``slice_id`` last resolved on ``endpoint_key`` (any server if None), or None."""
@@ -472,6 +480,13 @@ class Cache:
                 except OSError:
                     pass
         return n
+
+
+def _owned(p: Path) -> bool:
+    try:
+        return p.stat().st_uid == os.geteuid()
+    except OSError:
+        return False
 
 
 def _mtime(p: Path) -> float:

@@ -42,7 +42,7 @@ def _client(args: argparse.Namespace) -> Any:
     from rayform.client import Client
 
     return Client(endpoint=args.endpoint, cache_dir=args.cache_dir,
-                  offline=True if args.offline else None, shared=getattr(args, "shared", False))
+                  offline=True if args.offline else None, shared=args.shared)
 
 
 def _print_json(doc: Any) -> None:
@@ -124,7 +124,7 @@ def _cmd_cache(args: argparse.Namespace) -> int:
     from rayform.cache import Cache
 
     root = args.cache_dir or default_cache_dir()
-    cache = Cache(root)
+    cache = Cache(root, shared=args.shared)
     cmd = args.cache_cmd
     if cmd == "path":
         if args.json:
@@ -170,6 +170,34 @@ def _cmd_cache(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_view(args: argparse.Namespace) -> int:
+    try:
+        from rayform.view import ViewAPI, ViewServer, is_loopback
+    except ImportError as exc:  # PyAV, the view extra's dependency
+        raise InvalidArgumentError(
+            f"rayform view needs the view extra ({exc}): pip install 'rayform[view]'") from exc
+
+    client = _client(args)
+    slice_ = client.slices.get(args.slice_id)
+    server = ViewServer(ViewAPI(slice_, frames=args.frames), args.host, args.port, quiet=not args.verbose)
+    if not is_loopback(args.host):
+        print(f"rayform view: warning: listening on {args.host}, not only this machine: anyone "
+              "who has the URL's key can read this slice through it", file=sys.stderr)
+    print(f"rayform view of {slice_.id} ({len(slice_)} episodes"
+          f"{', offline' if client.offline else ''}); Ctrl-C stops it", file=sys.stderr)
+    if args.json:  # one line, for a script that starts the viewer and opens the page itself
+        print(json.dumps({"url": server.url, "slice": slice_.id, "episodes": len(slice_)}), flush=True)
+    else:
+        print(server.url, flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        print("rayform view: stopped", file=sys.stderr)
+    finally:
+        server.server_close()
+    return 0
+
+
 _ENV_HELP = """\
 environment variables:
   RAYFORM_ENDPOINT       server URL (same as --endpoint)
@@ -179,6 +207,7 @@ environment variables:
   RAYFORM_NO_LOCKS       1: no per-blob file locks (for filesystems where locking hangs)
   RAYFORM_CACHE_LIMIT    bytes the cache may hold, e.g. 50GB (evicts least recently used blobs)
   RAYFORM_STALL_TIMEOUT  seconds a download may make no progress before it fails (default 120)
+  RAYFORM_CACHE_SHARED   1: team cache, group-writable (same as --shared); 0: never inferred
 
 docs: docs/cli.md; `rayform COMMAND --help` for each command's options."""
 
@@ -204,6 +233,10 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--offline", action="store_true",
                         help="never touch the network (also: RAYFORM_OFFLINE=1)")
     common.add_argument("--json", action="store_true", help="machine-readable output")
+    common.add_argument("--shared", action="store_true", default=None,
+                        help="team cache: what this command writes is group-writable, directories "
+                        "setgid (default: on when the cache directory is setgid and "
+                        "group-writable, or RAYFORM_CACHE_SHARED=1)")
     p = argparse.ArgumentParser(
         prog="rayform",
         description="Rayform: fetch slices of robot data into a shared, verified cache. "
@@ -225,8 +258,6 @@ def build_parser() -> argparse.ArgumentParser:
     pull.add_argument("--max-cache", metavar="SIZE", default=None,
                       help="keep the cache's blobs under SIZE (e.g. 50GB), evicting least recently "
                            "used blobs nobody is reading (default RAYFORM_CACHE_LIMIT)")
-    pull.add_argument("--shared", action="store_true",
-                      help="group-writable shared cache (directories setgid, files group-readable)")
     pull.set_defaults(func=_cmd_pull)
 
     slices = sub.add_parser("slices", help="show or list slices")
@@ -249,6 +280,20 @@ def build_parser() -> argparse.ArgumentParser:
                             help="evict least recently used blobs down to a size")
     prune.add_argument("--max-size", required=True, metavar="SIZE", help="e.g. 10GB, 500MiB")
     cache.set_defaults(func=_cmd_cache)
+
+    view = sub.add_parser("view", parents=[common], help="look at a slice in a web browser",
+                          description="Serve a local page that lists the slice's episodes, plays "
+                          "each episode's cameras in sync with plots of its table streams, and "
+                          "turns a selection into slice_.select(...). Prints the URL (it holds a "
+                          "per-run key); Ctrl-C stops it. docs/view.md")
+    view.add_argument("slice_id", metavar="SLICE_ID")
+    view.add_argument("--host", default="127.0.0.1",
+                      help="address to listen on (default 127.0.0.1: this machine only)")
+    view.add_argument("--port", type=int, default=0, help="TCP port (default: a free one)")
+    view.add_argument("--frames", action="store_true",
+                      help="serve cameras as decoded JPEG frames instead of their video files")
+    view.add_argument("--verbose", "-v", action="store_true", help="log every request to stderr")
+    view.set_defaults(func=_cmd_view)
     return p
 
 

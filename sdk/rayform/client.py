@@ -128,7 +128,7 @@ class Client:
         offline: bool | None = None,
         *,
         locks: bool = True,
-        shared: bool = False,
+        shared: bool | None = None,
         timeout: float = 30.0,
         attempts: int = 5,
         stall_timeout: float | None = None,

@@ -205,6 +205,23 @@ class Slice:
         return self.client.pull(self, streams=streams, jobs=jobs, progress=progress)
 
     # -- display ---------------------------------------------------------------------------
+    def show(self, *, host: str = "127.0.0.1", port: int = 0) -> Any:
+        """Look at this slice (or this ``select()`` view) in a web browser: starts the
+        ``rayform view`` server from a thread (docs/view.md).
+
+        Args:
+            host: address to listen on (default: this machine only).
+            port: TCP port; 0 takes a free one.
+
+        Returns:
+            A :class:`rayform.view.ViewLink`: Jupyter displays it as the link; ``.url`` is the
+            page (with its key), ``.stop()`` ends the server.
+        """
+        # Imported here: the viewer (and its pyarrow.compute) loads only when asked for.
+        from rayform.view import ViewLink, serve
+
+        return ViewLink(serve(self, host=host, port=port))
+
     def __len__(self) -> int:
         return len(self.segments)
 
@@ -246,5 +263,16 @@ class Slice:
             f"&middot; {self.duration_s:.1f} s &middot; {human_bytes(self.nbytes)} &middot; "
             f"sites: {html.escape(', '.join(self._sites()))}<br><code>manifest {self.manifest_hash}</code>"
             "<table><tr><th>stream</th><th>kind</th><th>rate (Hz)</th><th>shape</th>"
-            "<th>dtype</th><th>units</th><th>frame</th></tr>" + "".join(rows) + "</table></div>"
+            "<th>dtype</th><th>units</th><th>frame</th></tr>" + "".join(rows) + "</table>"
+            + _thumbnails(self) + "</div>"
         )
+
+
+def _thumbnails(slice_: Slice) -> str:
+    """First-frame thumbnails of the cached cameras (docs/view.md), if the view extra is here."""
+    try:
+        # Imported here: PyAV (the view extra) is optional, and a repr must not need it.
+        from rayform.view import thumbnails_html
+    except ImportError:
+        return ""
+    return thumbnails_html(slice_)

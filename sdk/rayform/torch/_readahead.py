@@ -56,18 +56,23 @@ def segment_blobs(segment: Any, names: Sequence[str]) -> dict[str, Any]:
     return out
 
 
-def check_cache_fits(slice_: Any, segments: Sequence[Any], names: Sequence[str]) -> None:
+def check_cache_fits(slice_: Any, segments: Sequence[Any], names: Sequence[str]) -> int | None:
     """Raise up front if the largest segment's blobs exceed the client's ``cache_limit``.
 
     A sample needs every blob of its segment's streams at once; below that, a bounded cache
     would evict what it is reading (or wait forever, in other libraries).
+
+    Returns:
+        The bytes of every segment's blobs for ``names`` (what an epoch reads), or ``None``
+        when there is no limit (then nothing is summed: a fleet-scale slice costs no pass).
     """
     limit = slice_.cache_limit
     if limit is None or not segments:
-        return
+        return None
     sizes = [(sum(r.size for r in segment_blobs(seg, names).values()), seg.id) for seg in segments]
     need, seg_id = max(sizes)
     check_fits(limit, need, f"segment {seg_id}'s blobs for streams {', '.join(names)}")
+    return sum(size for size, _ in sizes)
 
 
 def reader_pins(slice_: Any, segments: Sequence[Any], names: Sequence[str]) -> Pins | None:

@@ -29,6 +29,7 @@ from torch.utils.data import Sampler
 
 from rayform.errors import InvalidArgumentError
 from rayform.torch._order import Part, Stream, plan
+from rayform.torch._window import AUTO, WindowChoice, choose_window
 
 __all__ = ["EpisodeSampler", "SampleKey"]
 
@@ -57,19 +58,22 @@ class EpisodeSampler(Sampler[SampleKey]):
         dataset: an :class:`~rayform.torch.EpisodeDataset` or
             :class:`~rayform.torch.MixtureDataset` (its ``seed``, ``epoch`` and ``shard``).
         shuffle: shuffle within each rank's shard; ``False`` reads it in dataset order.
-        window: ``None`` (default) shuffles each rank's whole shard. A number of episodes
-            shuffles the shard's episodes and reads them ``window`` at a time, the samples of
-            each window shuffled together: every sample is still read once per epoch in a
-            seeded random order, but at any time from about ``window`` episodes, so a cache
-            smaller than the data (``cache_limit``) holds what is being read instead of
-            fetching each episode again for every sample. Pick it so that ``window`` episodes'
-            blobs fill at most half the cache limit. Only for an ``EpisodeDataset``.
+        window: ``"auto"`` (default): a full shuffle, unless the client has a ``cache_limit``
+            that the blobs read do not fit; then the largest window whose episodes take at most
+            half the limit per local rank (``rayform.torch._window``; logged once at INFO on
+            the ``rayform.sampler`` logger, and in :meth:`describe`). ``None`` shuffles each
+            rank's whole shard. A number of episodes shuffles the shard's episodes and reads
+            them ``window`` at a time, the samples of each window shuffled together: every
+            sample is still read once per epoch in a seeded random order, but at any time from
+            about ``window`` episodes, so a cache smaller than the data holds what is being
+            read instead of fetching each episode again for every sample. A number is only for
+            an ``EpisodeDataset``; ``"auto"`` gives a ``MixtureDataset`` a full shuffle.
 
     ``len(sampler)`` is the number of keys the next (or current) iteration yields on this
     rank: the same on every rank, so DDP never waits for a rank that ran out.
     """
 
-    def __init__(self, dataset: Any, shuffle: bool = True, window: int | None = None) -> None:
+    def __init__(self, dataset: Any, shuffle: bool = True, window: int | str | None = AUTO) -> None:
         for hook in ("_order_streams", "_order_fingerprint", "shard", "seed", "epoch"):
             if not hasattr(dataset, hook):
                 raise InvalidArgumentError(
@@ -78,16 +82,33 @@ class EpisodeSampler(Sampler[SampleKey]):
                 )
         self.dataset = dataset
         self.shuffle = bool(shuffle)
-        self.window = _window(window, self.shuffle)
-        if self.window is not None:
-            dataset._order_streams(1, 0, True, self.window)  # a MixtureDataset refuses here
-        readahead = getattr(dataset, "_readahead", None)
-        if readahead is not None:  # the workers' read-ahead looks for batches in this order
-            readahead.follow(self.shuffle, self.window)
+        self._choice: WindowChoice = choose_window(dataset, window, self.shuffle)
+        self._use_window(self._choice)
         self._pending: dict[str, Any] | None = None  # loaded, applies to the next iteration
         self._live: _Cursor | None = None  # the current (or last) iteration
         self._start = 0  # position in the part where the live iteration began
         self._yielded = 0  # keys the live iteration yielded
+
+    def _use_window(self, choice: WindowChoice) -> None:
+        self._choice = choice
+        self.window = choice.window
+        if self.window is not None:
+            self.dataset._order_streams(1, 0, True, self.window)  # a MixtureDataset refuses here
+        readahead = getattr(self.dataset, "_readahead", None)
+        if readahead is not None:  # the workers' read-ahead looks for batches in this order
+            readahead.follow(self.shuffle, self.window)
+
+    def describe(self) -> dict[str, Any]:
+        """A JSON-able summary of the order, for experiment trackers: ``shuffle``, ``window``
+        (episodes; ``None`` for a full shuffle), ``window_auto`` (chosen by ``"auto"``),
+        ``window_reason`` (why), ``seed``."""
+        return {
+            "shuffle": self.shuffle,
+            "window": self.window,
+            "window_auto": self._choice.auto,
+            "window_reason": self._choice.reason,
+            "seed": int(self.dataset.seed),
+        }
 
     # -- iteration -------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -175,6 +196,13 @@ class EpisodeSampler(Sampler[SampleKey]):
                 f"not an EpisodeSampler state (format {STATE_FORMAT!r} expected): pass what "
                 "EpisodeSampler.state_dict() returned"
             )
+        if self._choice.auto and state.get("window") != self.window:
+            # A saved window wins over a recomputed one (the limit may have changed since), so
+            # the epoch goes on in the order it began; states from before "auto" say None.
+            saved = state.get("window")
+            if saved is not None and (isinstance(saved, bool) or not isinstance(saved, int) or saved < 1):
+                raise InvalidArgumentError(f"malformed sampler state window: {saved!r}")
+            self._use_window(WindowChoice(saved, True, "the window of the loaded sampler state"))
         mine = {"seed": int(self.dataset.seed), "shuffle": self.shuffle, "window": self.window,
                 "dataset": self.dataset._order_fingerprint()}
         for name, value in mine.items():
@@ -264,22 +292,6 @@ def _rank_world(dataset: Any) -> tuple[int, int]:
                 "dataset after init_process_group, or pass shard=None to mean it"
             )
     return int(rank), int(world)
-
-
-def _window(window: Any, shuffle: bool) -> int | None:
-    if window is None:
-        return None
-    if isinstance(window, bool) or not isinstance(window, (int, np.integer)) or window < 1:
-        raise InvalidArgumentError(
-            f"window={window!r}: use a number of episodes >= 1 (e.g. 64), or None to shuffle "
-            "the whole shard"
-        )
-    if not shuffle:
-        raise InvalidArgumentError(
-            f"window={window!r} shuffles within windows of episodes, but shuffle=False reads the "
-            "shard in dataset order (already one episode at a time): drop window or set shuffle=True"
-        )
-    return int(window)
 
 
 def _int(name: str, value: Any) -> int:

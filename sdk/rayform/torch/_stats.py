@@ -17,6 +17,7 @@ concurrent writers are harmless and a stale file can never be read for other inp
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,8 @@ import numpy as np
 
 from rayform._hashing import hash_bytes
 from rayform._seams import TableLoader
-from rayform.files import write_atomic
+from rayform.cache import Cache
+from rayform.errors import RayformError
 from rayform.manifest import canonical_json
 from rayform.torch._align import align_values, latest_at_or_before
 from rayform.torch._frames import convert
@@ -77,11 +79,10 @@ def compute_stats(
         load_table: ``load_table(stream) -> (t_ns (N,), values (N, D))``.
         cache_dir: the Rayform cache directory, or ``None`` to skip the disk cache.
     """
-    path = None
+    stats_file = f"stats/{stats_key(index, streams, frame, action_mode)}.json"
     if cache_dir is not None:
-        path = Path(cache_dir) / "stats" / f"{stats_key(index, streams, frame, action_mode)}.json"
         try:
-            return json.loads(path.read_text())
+            return json.loads((Path(cache_dir) / stats_file).read_text())
         except (OSError, ValueError):
             pass
     acc: dict[str, list[np.ndarray]] = {name: [] for name in streams}
@@ -110,14 +111,7 @@ def compute_stats(
             "max": v.max(axis=0).tolist(),
             "count": int(v.shape[0]),
         }
-    if path is not None:
-        _write_atomic(path, json.dumps(out, sort_keys=True).encode())
+    if cache_dir is not None:
+        with contextlib.suppress(RayformError):  # a read-only cache costs a recomputation
+            Cache(cache_dir).put_file(stats_file, json.dumps(out, sort_keys=True).encode())
     return out
-
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(path, data, mode=0o644)
-    except OSError:
-        pass  # a read-only cache only costs a recomputation next time

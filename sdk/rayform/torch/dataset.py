@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import Dataset
+from torch.utils.data import Dataset, get_worker_info
 
 from rayform._hashing import hash_bytes
 from rayform._seams import BlobSource
@@ -36,7 +36,9 @@ from rayform.torch._index import (
 from rayform.torch._order import DDP_EVEN, Stream, episode_streams
 from rayform.torch._readahead import DEFAULT_READAHEAD_BYTES, ReadAhead, check_cache_fits
 from rayform.torch._reader import SampleReader
+from rayform.torch._shardcheck import shard_check
 from rayform.torch._stats import compute_stats
+from rayform.torch._window import CacheFootprint
 
 __all__ = ["EpisodeDataset"]
 
@@ -146,7 +148,7 @@ class EpisodeDataset(Dataset):
         self._epoch = SharedEpoch(0)  # shared with forked (persistent) workers
 
         names = [*self.obs, *([self.action] if self.action else [])]
-        check_cache_fits(slice_, self._segments, names)
+        self._read_bytes = check_cache_fits(slice_, self._segments, names)
         self._index: GridIndex = build_index(self._segments, names, self.fps)
         if isinstance(self._segments, SegmentTable):
             # The checks and the index read columns of every segment: unmap those pages, or
@@ -159,6 +161,7 @@ class EpisodeDataset(Dataset):
             decode_threads=self.decode_threads,
         )
         self._readahead = ReadAhead(self, max_bytes=_int("readahead_bytes", readahead_bytes))
+        self._shard_check = shard_check(len(self._index))  # None outside a multi-process DDP
 
     # -- size and epochs -------------------------------------------------------------------
     def __len__(self) -> int:
@@ -183,6 +186,15 @@ class EpisodeDataset(Dataset):
     def shard(self) -> tuple[int, int]:
         """``(rank, world_size)`` that :class:`~rayform.torch.EpisodeSampler` shards for."""
         return self._rank, self._world
+
+    def cache_footprint(self) -> CacheFootprint | None:
+        """What an epoch asks of a bounded cache (``None`` without ``cache_limit``): the bytes of
+        the blobs of the streams read, over the dataset's episodes. ``EpisodeSampler``'s
+        ``window="auto"`` sizes its shuffle window from it."""
+        limit = self.slice.cache_limit
+        if limit is None or self._read_bytes is None:
+            return None
+        return CacheFootprint(int(self._read_bytes), len(self._index.segments), int(limit))
 
     def _order_streams(self, world: int, epoch: int, shuffle: bool, window: int | None = None) -> list[Stream]:
         # The sampler's hook: how an epoch is laid out for a first world size (_order.py).
@@ -235,6 +247,9 @@ class EpisodeDataset(Dataset):
         """Samples for many keys; frames of each episode are decoded in one batched call."""
         flat, epochs = self._resolve(keys)
         self._readahead.saw(keys)
+        if self._shard_check is not None and not any(isinstance(k, tuple) for k in keys):
+            info = get_worker_info()
+            self._shard_check.saw(flat, self._epoch.get(), info.id if info is not None else -1)
         seg, step = self._index.locate(flat)
         samples = self._reader.read(seg, step)
         if self.transform is not None:

@@ -1,0 +1,147 @@
+"""Who may write a cache: the permission bits a process gives what it creates there.
+
+A *private* cache belongs to one user: directories and files get the usual bits (the umask
+applies). A *shared* (team) cache is one directory that several Unix users of one group write
+to. There every process must create what it writes group-writable, or the next user cannot add
+a blob to a directory it made, adopt its partial download or open its lock file. So in shared
+mode a process:
+
+* creates directories ``2775`` (group-writable; setgid, so the group is inherited) and files
+  ``0664`` (cached objects end ``0444``), setting the bits right after creation, on what it
+  owns, because the umask (typically ``022``) strips group write at creation;
+* never changes the mode of a directory or file that another user owns (only the owner, or
+  root, may; trying made every pull of a second user fail);
+* reports, once per directory and process, an existing directory that other users cannot
+  write to, with the command that fixes it, and goes on (only writes into that directory fail).
+
+Shared mode is on when asked for (``Client(shared=True)``, ``--shared``,
+``RAYFORM_CACHE_SHARED=1``), and otherwise inferred from the cache root: a root that is
+group-writable and setgid (``chmod 2775 DIR``, as docs/cache.md asks of a team cache) is
+shared. Inference is what makes every writer agree (a puller, a training job's lazy fetch,
+cached statistics, ``rayform cache prune``), whichever way it was started.
+``RAYFORM_CACHE_SHARED=0`` turns inference off.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import stat
+import threading
+from pathlib import Path
+
+from rayform._env import env_flag
+
+__all__ = ["SHARED_DIR_MODE", "SHARED_FILE_MODE", "CacheModes", "shared_mode"]
+
+log = logging.getLogger("rayform.cache")
+
+#: Directories of a shared cache: rwxrwsr-x.
+SHARED_DIR_MODE = 0o2775
+#: Files of a shared cache while they are written (partial downloads, refs, statistics).
+SHARED_FILE_MODE = 0o664
+_PRIVATE_FILE_MODE = 0o644
+_NEEDED = stat.S_ISGID | stat.S_IWGRP | stat.S_IXGRP | stat.S_IRGRP
+
+#: Directories already reported in this process (a forked child inherits the set: reported once).
+_REPORTED: set[str] = set()
+_REPORTED_LOCK = threading.Lock()
+
+
+def shared_mode(root: Path, shared: bool | None) -> bool:
+    """Whether the cache at ``root`` is shared by a team.
+
+    Args:
+        root: the cache directory (it may not exist yet).
+        shared: an explicit choice (wins), or ``None`` to read ``RAYFORM_CACHE_SHARED`` and,
+            if that is unset or empty, infer it from ``root``'s mode (setgid and group-writable).
+    """
+    if shared is not None:
+        return shared
+    if os.environ.get("RAYFORM_CACHE_SHARED", "").strip():
+        return env_flag("RAYFORM_CACHE_SHARED")
+    try:
+        mode = os.stat(root).st_mode
+    except OSError:
+        return False
+    return bool(mode & stat.S_ISGID) and bool(mode & stat.S_IWGRP)
+
+
+class CacheModes:
+    """Creates the directories and sets the modes of the files of one cache.
+
+    Args:
+        root: the cache directory.
+        shared: whether it is a team cache (see :func:`shared_mode`).
+    """
+
+    def __init__(self, root: Path, shared: bool) -> None:
+        self.root = root
+        self.shared = shared
+        #: Existing directories whose mode was checked (shared mode): once each.
+        self._known: set[Path] = set()
+
+    @property
+    def file_mode(self) -> int:
+        """Mode of a file while it is written and of small mutable files (refs, statistics)."""
+        return SHARED_FILE_MODE if self.shared else _PRIVATE_FILE_MODE
+
+    def make_dirs(self, path: Path) -> None:
+        """Create directory ``path`` and its missing parents, with the cache's modes.
+
+        Raises:
+            OSError: a directory could not be created (read-only, no permission, full disk).
+        """
+        missing = []
+        p = path
+        while not p.is_dir():  # a stat per call, as a plain mkdir -p would do
+            if p == p.parent:
+                break
+            missing.append(p)
+            p = p.parent
+        if self.shared and p not in self._known:
+            self._check(p)
+            self._known.add(p)
+        for d in reversed(missing):
+            try:
+                os.mkdir(d, SHARED_DIR_MODE if self.shared else 0o777)
+            except FileExistsError:  # another process made it meanwhile
+                if self.shared:
+                    self._check(d)
+                continue
+            if self.shared:
+                # Ours: the umask dropped group write at creation.
+                os.chmod(d, SHARED_DIR_MODE)
+
+    def own_file(self, fd: int) -> None:
+        """Give a file this process just created (open as ``fd``) the cache's file mode."""
+        if self.shared:
+            os.fchmod(fd, SHARED_FILE_MODE)
+
+    def _check(self, d: Path) -> None:
+        """In shared mode: fix a directory of ours that others cannot write; report another's."""
+        if d != self.root and self.root not in d.parents:
+            return
+        try:
+            st = os.stat(d)
+        except OSError:
+            return
+        if st.st_mode & _NEEDED == _NEEDED:
+            return
+        if st.st_uid == os.geteuid():
+            try:
+                os.chmod(d, stat.S_IMODE(st.st_mode) | _NEEDED)
+                return
+            except OSError:
+                pass
+        with _REPORTED_LOCK:
+            if str(d) in _REPORTED:
+                return
+            _REPORTED.add(str(d))
+        log.warning(
+            "shared cache directory %s has mode %s (owner uid %d): other users of the team cannot "
+            "write to it, so their fetches into it fail. Its owner (or root) fixes it with: "
+            "chmod 2775 %s   (or for the whole cache: chmod -R g+w %s && find %s -type d -exec "
+            "chmod g+s {} +)",
+            d, stat.filemode(st.st_mode), st.st_uid, d, self.root, self.root,
+        )
