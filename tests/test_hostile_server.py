@@ -245,6 +245,8 @@ V2_CASES: dict[str, Callable[[Demo], tuple[bytes, dict[str, bytes]]]] = {
     "ends-before-it-starts": lambda d: _one_page(d, _segments_changed(d, t1_ns=-5)),
     "time-2**63-1": lambda d: _one_page(d, _segments_changed(d, t1_ns=2**63 - 1)),
     "zstd-compressed-page": lambda d: _one_page(d, d.table, "zstd"),
+    "summary-lists-a-ghost-stream": lambda d: _one_page(d, d.table, summary={**d.root["summary"], "streams": {
+        **d.root["summary"]["streams"], "ghost/x": d.root["summary"]["streams"]["joints/position"]}}),
     "not-arrow": lambda d: (v2_root(d.root, [b"PK\x03\x04 not arrow"]), {hash_bytes(b"PK\x03\x04 not arrow"): b"PK\x03\x04 not arrow"}),
 }
 

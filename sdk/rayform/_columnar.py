@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from rayform._hashing import hash_bytes
-from rayform._pagecheck import check_page, check_root
+from rayform._pagecheck import check_page, check_root, check_stream_names
 from rayform._pagemap import PageMaps
 from rayform._segtable import HASH_BYTES, SegmentTable, _Columns, arrow_ints
 from rayform._untrusted import loads, shown
@@ -260,6 +260,7 @@ def open_pages(root: bytes, doc: dict[str, Any], page_paths: Sequence[str | Path
         tables.append(table)
     if not tables:
         raise ManifestError("a v2 manifest lists no page: it needs at least one segment")
+    check_stream_names(tables, doc)
     _check_pages(tables, doc)
     # The checks' scratch memory (hash tables over every ID) would otherwise stay in Arrow's
     # allocator, in this process and in every DataLoader worker forked from it.

@@ -35,7 +35,7 @@ from rayform.manifest import (
     TIME_MIN,
 )
 
-__all__ = ["MAX_PAGE_BYTES", "check_page", "check_root"]
+__all__ = ["MAX_PAGE_BYTES", "check_page", "check_root", "check_stream_names"]
 
 #: The most bytes one page may take (pages of the default 16,384 rows take ~15 MB).
 MAX_PAGE_BYTES = 2 * MAX_MANIFEST_BYTES
@@ -232,6 +232,22 @@ def check_page(table: Any, span: tuple[int, int]) -> None:
     _words(values.field("quantity"), "quantity", lambda w: w in ("", *CARTESIAN_QUANTITIES))
     for field in ("units", "codec"):
         _words(values.field(field), field, lambda w: len(w) <= MAX_WORD_CHARS)
+
+
+def check_stream_names(tables: list[Any], doc: dict[str, Any]) -> None:
+    """The root's ``summary.streams`` names exactly the streams the pages hold (what a slice
+    lists comes from the summary, what a dataset reads from the pages).
+
+    Raises:
+        ManifestError: the two differ.
+    """
+    held: set[str] = set()
+    for table in tables:
+        held.update(table.column("streams").chunks[0].values.field("name").dictionary.to_pylist())
+    listed = set(doc["summary"]["streams"])
+    if held != listed:
+        raise ManifestError(f"manifest root: summary.streams lists {shown(sorted(listed), 200)}, the pages "
+                            f"hold {shown(sorted(held), 200)}")
 
 
 def _with_dictionaries(arr: Any) -> list[Any]:
