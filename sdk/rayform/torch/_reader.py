@@ -29,7 +29,7 @@ from rayform._evict import Pins
 from rayform._process import PerProcess
 from rayform._resolution import Target, choose_rendition, format_image_size
 from rayform._seams import BlobSource
-from rayform.errors import OfflineError
+from rayform.errors import IntegrityError, OfflineError
 from rayform.manifest import BlobRef, Stream
 from rayform.torch._align import align_values, latest_at_or_before
 from rayform.torch._decode import DecoderCache
@@ -149,7 +149,15 @@ class SampleReader:
     def table(self, stream: Stream) -> tuple[np.ndarray, np.ndarray]:
         """``(t_ns (N,), values (N, D))`` of a table stream (fetched on demand)."""
         state = self._state.get()
-        return state.tables.table(stream.blob.hash, self._path(stream.blob, state))
+        t_ns, values = state.tables.table(stream.blob.hash, self._path(stream.blob, state))
+        if values.dtype.kind not in "biuf" or tuple(values.shape[1:]) != tuple(stream.shape[-1:]):
+            # The bytes match their hash, so the server published a table its manifest misdescribes.
+            raise IntegrityError(
+                f"table blob {stream.blob.hash} of stream {stream.name} holds {values.dtype} records of "
+                f"shape {values.shape[1:]}, its manifest says {stream.dtype} {tuple(stream.shape)}; "
+                "the data on the server is broken: report it to the data owners"
+            )
+        return t_ns, values
 
     # -- reading ---------------------------------------------------------------------------
     def read(self, seg_pos: np.ndarray, steps: np.ndarray) -> list[dict[str, Any]]:
@@ -263,7 +271,7 @@ class SampleReader:
             blob, path = stream.blob, self._path(stream.blob, state)
         else:
             blob, path = rendition.blob, self._rendition_path(rendition.blob, state, stream)
-        args = (blob.hash, path, unique, stream.rate_hz)
+        args = (blob.hash, path, unique, stream.rate_hz, stream.name)
         inverse = inverse.reshape(t_query.shape).astype(np.int64)
         if pool is not None:
             return pool.submit(_decode_contiguous, state.decoders, *args, target), inverse
@@ -274,8 +282,8 @@ class SampleReader:
 
 
 def _decode_contiguous(decoders: DecoderCache, key: str, path: Path, indices: np.ndarray,
-                       rate_hz: float, target: Target | None) -> torch.Tensor:
+                       rate_hz: float, stream: str, target: Target | None) -> torch.Tensor:
     # In a pool thread: make the frames contiguous (or resize them) here, in parallel, so
     # that default_collate's copy in the calling thread is a plain memcpy, not a transpose.
-    frames = decoders.get_frames(key, path, indices, rate_hz)
+    frames = decoders.get_frames(key, path, indices, rate_hz, stream)
     return frames.contiguous() if target is None else resize_frames(frames, target)
