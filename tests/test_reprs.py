@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
+import html
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 from fakes import StoreBlobs
 from helpers import DEMO_SLICE
 
-import rayform
+from rayform import DatasetURI
 from rayform import format as wire
+from rayform._progress import byte_bar
 from rayform._pull import PullReport
 from rayform.manifest import Segment
 from rayform.slice import Slice
+from rayform.torch import EpisodeDataset
+from rayform_server.cli import main as server_cli
 from rayform_server.store import Store
 
 _UTC = re.compile(r"20\d\d-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} UTC")
@@ -93,6 +98,57 @@ def test_a_segment_reads_short(slices: tuple[Slice, Slice]) -> None:
     assert "cam0/rgb" in page and "KiB" in page and len(_UTC.findall(page)) == 2 and "None" not in page
 
 
-def test_sizes_everywhere_are_binary(slices: tuple[Slice, Slice]) -> None:
-    assert PullReport("slc_x", 1, 3 << 20, 1, 3 << 20, 0, 0, 2.0).summary().count("MiB") == 3
-    assert "MiB" in repr(slices[0]) or "KiB" in repr(slices[0])
+def test_a_pull_report_reads_like_the_cli_line() -> None:
+    report = PullReport("slc_x", 3, 3 << 20, 2, 2 << 20, 1, 1 << 20, 0.5)
+    assert str(report) == report.summary() == (
+        "slc_x: 3 blobs (3.0 MiB) verified in cache; fetched 2 (2.0 MiB) in 0.5 s (4.0 MiB/s), 1 already cached")
+    assert repr(report) == f"<PullReport {report.summary()}>"
+    page = report._repr_html_()
+    assert "Pull of slc_x" in page and "2 blobs, 2.0 MiB" in page and "1 blobs, 1.0 MiB" in page
+
+
+def test_the_progress_bar_counts_in_binary_units(capsys: pytest.CaptureFixture[str]) -> None:
+    bar = byte_bar(3 << 20, "pull slc_x")
+    bar.update(3 << 20)
+    bar.close()
+    shown = capsys.readouterr().err.replace("\r", "\n").strip().splitlines()[-1]
+    assert re.fullmatch(r"pull slc_x: 100%\|.*\| 3\.0 MiB/3\.0 MiB \[.*, [\d.]+ (B|KiB|MiB|GiB)/s\]", shown), shown
+
+
+def test_the_server_stub_lists_sizes_in_binary_units(demo_root: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert server_cli(["slices", "--root", str(demo_root)]) == 0
+    line = capsys.readouterr().out.strip()
+    assert re.search(r" \d+\.\d (KiB|MiB) ", line) and " MB " not in line, line
+
+
+def test_a_dataset_shows_every_argument_that_changes_its_samples(slices: tuple[Slice, Slice]) -> None:
+    v2, v1 = slices
+    ds = EpisodeDataset(v2, obs=["cam0/rgb", "joints/position"], action="joints/position_delta", fps=15,
+                        horizon=16, frame="ros", obs_steps=2, action_mode="nearest", seed=7)
+    text = repr(ds)
+    for part in ("slice=slc_7c1e04aa", "episodes=4", f"samples={len(ds)}", "obs=['cam0/rgb', 'joints/position']",
+                 "action='joints/position_delta'", "fps=15", "horizon=16", "frame='ros'", "obs_steps=2",
+                 "action_mode='nearest'", "seed=7", f"uri={ds.uri}>"):
+        assert part in text, part
+    # Every parameter of the URI is in the repr, whatever the URI gains later.
+    for key in DatasetURI.parse(ds.uri).dataset_kwargs():
+        assert key == "segments" or f" {key}=" in text, key
+    page = ds._repr_html_()
+    assert "EpisodeDataset on slc_7c1e04aa" in page and "horizon" in page and "nearest" in page
+    assert html.escape(ds.uri) in page
+    # A view names its selection; chosen episodes are listed; no action is shown as such.
+    view = EpisodeDataset(v2.select(sites=["lab-zurich"]), obs=["joints/position"], action=None, fps=10)
+    assert "select='sites:lab-zurich'" in repr(view) and "action=None" in repr(view)
+    chosen = EpisodeDataset(v1, obs=["joints/position"], action=None, fps=10, segments=[v1.segments[1].id])
+    assert f"segments=['{v1.segments[1].id}']" in repr(chosen)
+
+
+def test_stats_as_arrays(slices: tuple[Slice, Slice]) -> None:
+    ds = EpisodeDataset(slices[0], obs=["joints/position"], action="joints/position_delta", fps=15)
+    lists, arrays = ds.stats(), ds.stats_arrays()
+    assert isinstance(lists["joints/position"]["mean"], list)  # unchanged: JSON for trackers
+    for name, entry in arrays.items():
+        for key in ("mean", "std", "min", "max"):
+            assert entry[key].dtype == np.float32 and entry[key].shape == (14,)
+            assert np.allclose(entry[key], lists[name][key])
+        assert entry["count"] == lists[name]["count"]
