@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from rayform._boundary import argument_errors
 from rayform._columnar import not_found as _columnar_not_found
 from rayform._seams import BlobFetcher
 from rayform._segments import SegmentColumns, as_segments
@@ -132,6 +133,7 @@ class Slice:
         """Bytes needed to hold the named streams (all if ``None``)."""
         return sum(b.size for b in self.blobs(streams).values())
 
+    @argument_errors
     def select(
         self,
         *,

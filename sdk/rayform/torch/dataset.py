@@ -18,6 +18,7 @@ import torch
 from torch.utils.data import Dataset, get_worker_info
 
 from rayform import _html
+from rayform._boundary import argument_errors
 from rayform._hashing import hash_bytes
 from rayform._seams import BlobSource
 from rayform._segtable import SegmentTable
@@ -102,6 +103,7 @@ class EpisodeDataset(Dataset):
         NotFoundError: a stream or segment is not in the slice (the message lists what is).
     """
 
+    @argument_errors
     def __init__(
         self,
         slice_: BlobSource,
