@@ -2,7 +2,7 @@
 
 Every value passes through :func:`html.escape`: segment IDs, sites and stream names come from
 a server, and a notebook renders what a repr returns. Nothing here imports another Rayform
-module but :mod:`rayform._units`, so any module can use it.
+module, so any module can use it (sizes: :func:`rayform._units.human_bytes`).
 """
 
 from __future__ import annotations
@@ -11,8 +11,6 @@ import html
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timezone
 from typing import Any
-
-from rayform._units import human_bytes
 
 __all__ = ["esc", "header", "kv_table", "table", "utc", "wrap"]
 

@@ -145,8 +145,10 @@ class SegmentList(SegmentColumns, tuple):  # type: ignore[misc]
     @overload
     def __getitem__(self, i: slice) -> SegmentList: ...
     def __getitem__(self, i: SupportsIndex | slice) -> Segment | SegmentList:
-        got = tuple.__getitem__(self, i)
-        return SegmentList(got) if isinstance(i, slice) else got
+        if isinstance(i, slice):
+            return SegmentList(tuple.__getitem__(self, i))
+        seg: Segment = tuple.__getitem__(self, i)
+        return seg
 
     def ids(self) -> Any:
         return _pa().array([s.id for s in self], type=_pa().string())
