@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import html
 import re
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -86,6 +87,12 @@ def test_to_pandas(slices: tuple[Slice, Slice]) -> None:
     pandas = pytest.importorskip("pandas")
     frame = slices[0].segments.to_pandas()
     assert isinstance(frame, pandas.DataFrame) and list(frame["id"]) == [s.id for s in slices[1].segments]
+
+
+def test_to_pandas_without_pandas_says_what_to_do(slices: tuple[Slice, Slice], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "pandas", None)  # what an import of a missing module meets
+    with pytest.raises(ImportError, match=r"pip install pandas \(or use segments.to_arrow\(\)\)"):
+        slices[1].segments.to_pandas()
 
 
 def test_a_segment_reads_short(slices: tuple[Slice, Slice]) -> None:
