@@ -18,6 +18,7 @@ import numpy as np
 from rayform._pagemap import PageMaps
 from rayform._pagerows import PageRows
 from rayform._segments import SegmentColumns
+from rayform.errors import ManifestError
 from rayform.manifest import BlobRef, Segment, Stream
 
 __all__ = ["SegmentTable"]
@@ -428,6 +429,9 @@ def _segment(d: dict[str, Any]) -> Segment:
     streams = {}
     for s in d["streams"]:
         ts = BlobRef(s["ts_hash"].hex(), int(s["ts_size"])) if any(s["ts_hash"]) else None
+        if (ts is None) != (s["kind"] == "table"):  # the page checks cannot see this per row
+            raise ManifestError(f"segment {d['id']} stream {s['name']}: a video stream needs a "
+                                "timestamps blob and a table stream has none")
         streams[s["name"]] = Stream(
             name=s["name"], kind=s["kind"], blob=BlobRef(s["blob_hash"].hex(), int(s["blob_size"])),
             rate_hz=float(s["rate_hz"]), shape=tuple(s["shape"]), dtype=s["dtype"], count=int(s["count"]),

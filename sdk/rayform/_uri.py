@@ -101,17 +101,17 @@ class DatasetURI:
         object.__setattr__(self, "fps", float(self.fps))
         if self.select is not None:
             object.__setattr__(self, "select", selection_expression(parse_selection(self.select)))
-        if not SLICE_ID_RE.match(self.slice_id):
+        if not SLICE_ID_RE.fullmatch(self.slice_id):
             raise InvalidArgumentError(f"dataset URI: malformed slice ID {self.slice_id!r}; expected e.g. slc_7c1e04aa")
-        if not HASH_RE.match(self.manifest_hash):
+        if not HASH_RE.fullmatch(self.manifest_hash):
             raise InvalidArgumentError(
                 f"dataset URI: malformed manifest hash {self.manifest_hash!r}; expected 64 lowercase hex digits"
             )
         for name in (*self.obs, *([self.action] if self.action else [])):
-            if not STREAM_NAME_RE.match(name):
+            if not STREAM_NAME_RE.fullmatch(name):
                 raise InvalidArgumentError(f"dataset URI: malformed stream name {name!r}, e.g. cam0/rgb")
         for seg in self.segments or ():
-            if not SEGMENT_ID_RE.match(seg):
+            if not SEGMENT_ID_RE.fullmatch(seg):
                 raise InvalidArgumentError(f"dataset URI: malformed segment ID {seg!r}, e.g. seg_0a1b2c3d")
         if not self.obs:
             raise InvalidArgumentError("dataset URI: obs= names no stream; a dataset has at least one")
@@ -210,7 +210,7 @@ class DatasetURI:
                 f"{_shown(uri)}: the path must end in /slc_...@MANIFEST_HASH (a dataset URI pins "
                 "the manifest); get one from dataset.uri"
             )
-        if not SLICE_ID_RE.match(slice_id) or not HASH_RE.match(manifest_hash):
+        if not SLICE_ID_RE.fullmatch(slice_id) or not HASH_RE.fullmatch(manifest_hash):
             raise InvalidArgumentError(
                 f"{_shown(uri)}: the path must end in /slc_<8-64 hex>@<manifest hash: 64 hex>; "
                 "copy the whole URI from dataset.uri"

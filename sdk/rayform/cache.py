@@ -379,7 +379,7 @@ class Cache:
                 doc = json.loads(p.read_bytes())
             except (OSError, ValueError):
                 continue
-            if isinstance(doc, dict) and HASH_RE.match(str(doc.get("manifest", ""))):
+            if isinstance(doc, dict) and HASH_RE.fullmatch(str(doc.get("manifest", ""))):
                 docs.append(doc)
         return max(docs, key=lambda d: float(d.get("resolved_at", 0))) if docs else None
 
@@ -400,7 +400,7 @@ class Cache:
         """Every cached object (``kind`` ``"blobs"`` or ``"manifests"``; both if None)."""
         for k in (kind,) if kind else _KINDS:
             for path in sorted((self.root / k).glob("*/*")):
-                if not HASH_RE.match(path.name):
+                if not HASH_RE.fullmatch(path.name):
                     continue
                 try:
                     st = path.stat()

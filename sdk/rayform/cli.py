@@ -15,9 +15,13 @@ from typing import Any
 
 from rayform import __version__
 from rayform._units import human_bytes
+from rayform._untrusted import shown
 from rayform.errors import InvalidArgumentError, RayformError
 
 __all__ = ["main", "parse_size"]
+
+#: Characters of an error message printed (a message quotes server text, capped on its own).
+ERROR_CHARS = 4000
 
 _UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9,
           "gb": 10**9, "t": 10**12, "tb": 10**12, "kib": 2**10, "mib": 2**20, "gib": 2**30,
@@ -93,11 +97,11 @@ def _cmd_slices(args: argparse.Namespace) -> int:
         if not listing:
             # A fleet slice: the summary only (it comes from the manifest root, no page read).
             for name, kind, rate, shape, dtype, units, frame in s._stream_rows():
-                print(f"  stream {name}: {kind} {rate:g} Hz {shape} {dtype} {units} {frame}".rstrip())
+                print(shown(f"  stream {name}: {kind} {rate:g} Hz {shape} {dtype} {units} {frame}".rstrip(), 400))
             print(f"  {len(s.segments)} segments; list them with `rayform slices show {s.id} --segments`")
             return 0
         for g in s.segments:
-            print(f"  {g.id} v{g.version} site={g.site} {g.duration_s:.1f}s "
+            print(f"  {g.id} v{g.version} site={shown(g.site, 80)} {g.duration_s:.1f}s "
                   f"{human_bytes(g.nbytes)} streams={','.join(sorted(g.streams))}")
         return 0
     rows = client.slices.list()
@@ -111,7 +115,7 @@ def _cmd_slices(args: argparse.Namespace) -> int:
         print(f"your token may read no slices on {client.endpoint}", file=sys.stderr)
     else:
         for r in rows:
-            print(f"{r['id']}  {str(r.get('manifest', ''))[:12]}  {r.get('description', '')}")
+            print(f"{r['id']}  {shown(str(r.get('manifest', ''))[:12])}  {shown(r.get('description', ''))}")
     return 0
 
 
@@ -303,7 +307,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:
         return _stdout_closed()
     except RayformError as exc:
-        print(f"rayform: error: {exc}", file=sys.stderr)
+        # Messages quote what servers sent (escaped where it entered); escape again, whatever
+        # the path, so that nothing printed can drive the terminal.
+        print(f"rayform: error: {shown(str(exc), ERROR_CHARS, lines=True)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("rayform: interrupted; run the same command again to resume", file=sys.stderr)

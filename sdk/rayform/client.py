@@ -29,6 +29,7 @@ from rayform._ids import check_slice_id, check_stream_name
 from rayform._limits import resolve_cache_limit, resolve_stall_timeout
 from rayform._manifest_io import open_manifest
 from rayform._pull import PullReport, run_pull
+from rayform._reference import LISTING_CAP, REFERENCE_CAP, check_listing, check_reference
 from rayform._seams import DownloadSink, ProgressCallback
 from rayform._transport import Transport
 from rayform.cache import Cache
@@ -37,7 +38,6 @@ from rayform.errors import (
     ManifestError,
     NotFoundError,
     OfflineError,
-    TransportError,
 )
 from rayform.manifest import BlobRef, Manifest
 from rayform.slice import Slice
@@ -218,8 +218,8 @@ class Client:
         if self.offline:
             return [{"id": r["id"], "manifest": r["manifest"], "description": r.get("description", "")}
                     for r in self.cache.refs()]
-        doc = self._transport().get_json("v1/slices", "listing slices")
-        return list(doc.get("slices", []))
+        t = self._transport()
+        return check_listing(t.get_json("v1/slices", "listing slices", limit=LISTING_CAP), t.server)
 
     def _get_slice(self, slice_id: str) -> Slice:
         if self.offline:
@@ -241,18 +241,17 @@ class Client:
         t = self._transport()
         what = f"resolving slice {slice_id}"
         try:
-            doc = t.get_json(f"v1/slices/{slice_id}", what)
+            doc = t.get_json(f"v1/slices/{slice_id}", what, limit=REFERENCE_CAP)
         except NotFoundError:
             raise NotFoundError(
                 f"slice {slice_id} was not found on {self.endpoint} (or your token may not see "
                 "it); check the ID with `rayform slices ls`"
             ) from None
-        digest = str(doc.get("manifest", ""))
-        if not re.fullmatch(r"[0-9a-f]{64}", digest):
-            raise TransportError(f"{what}: the server answered no valid manifest hash")
+        digest, size, description = check_reference(doc, f"{what}: {t.server}")
         data = self.cache.get_manifest(digest)
         if data is None:
-            data = t.get_bytes(f"v1/slices/{slice_id}/manifest", f"fetching the manifest of {slice_id}")
+            data = t.get_bytes(f"v1/slices/{slice_id}/manifest", f"fetching the manifest of {slice_id}",
+                               limit=size)
             try:
                 slice_ = self._make_slice(slice_id, digest, data)  # verifies before caching
             except ManifestError as exc:
@@ -264,15 +263,16 @@ class Client:
         else:
             slice_ = self._make_slice(slice_id, digest, data)
         self.cache.set_ref(self._key() or "", slice_id, digest, endpoint=self.endpoint,
-                           description=str(doc.get("description", "")))
+                           description=description)
         return slice_
 
     def _make_slice(self, slice_id: str, digest: str, data: bytes) -> Slice:
         fetch = None
         if not self.offline:
-            def fetch(page: str) -> bytes:
+            def fetch(page: str, size: int) -> bytes:
                 return self._transport().get_bytes(f"v1/slices/{slice_id}/pages/{page}",
-                                                   f"fetching manifest page {page[:12]}... of {slice_id}")
+                                                   f"fetching manifest page {page[:12]}... of {slice_id}",
+                                                   limit=size)
         manifest = self._manifests.get(digest) or open_manifest(self.cache, slice_id, digest, data, fetch)
         self._manifests[digest] = manifest
         self._manifests[slice_id] = manifest

@@ -51,7 +51,7 @@ _REFS_CACHE_SIZE = 64
 #: The error code of a ``503`` that means the object store behind the server did not answer
 #: (clients say so, instead of blaming the server's address).
 STORE_UNAVAILABLE = "store_unavailable"
-_RANGE_RE = re.compile(r"^bytes=(\d*)-(\d*)$")
+_RANGE_RE = re.compile(r"bytes=([0-9]*)-([0-9]*)")
 
 
 class ApiError(Exception):
@@ -130,7 +130,7 @@ class _Api:
     def _slice(self, request: Request) -> tuple[str, dict[str, str]]:
         grant = self._grant(request)
         slice_id = request.path_params["slice_id"]
-        if not SLICE_ID_RE.match(slice_id):
+        if not SLICE_ID_RE.fullmatch(slice_id):
             raise ApiError(400, "invalid_argument", f"malformed slice ID {slice_id[:80]!r}: expected "
                            "'slc_' followed by 8 to 64 lowercase hex digits, e.g. 'slc_7c1e04aa'")
         ref = self.store.get_slice(slice_id) if grant.allows(slice_id) else None
@@ -261,7 +261,7 @@ def _parse_range(header: str, size: int) -> tuple[int, int]:
     if "," in value:
         raise ApiError(416, "range_not_satisfiable", "several ranges in one request are not "
                        "supported: ask for one range per request", unsatisfiable)
-    m = _RANGE_RE.match(value)
+    m = _RANGE_RE.fullmatch(value)
     if m is None or (m[1] == "" and m[2] == "") or (m[1] and m[2] and int(m[2]) < int(m[1])):
         raise ApiError(400, "invalid_argument", f"bad Range header {header[:80]!r}: use "
                        "'bytes=a-b', 'bytes=a-' or 'bytes=-n'")
@@ -360,7 +360,7 @@ def create_app(
 def _hash_param(request: Request, what: str) -> str:
     """The ``{hash}`` of the URL, or a 400 naming what a valid one is (``what``)."""
     digest = str(request.path_params["hash"])
-    if not HASH_RE.match(digest):
+    if not HASH_RE.fullmatch(digest):
         raise ApiError(400, "invalid_argument", f"malformed content hash {digest[:80]!r}: "
                        f"expected 64 lowercase hex digits ({what})")
     return digest

@@ -37,7 +37,7 @@ from rayform.integrations._common import dataset_profile, is_mixture, mixture_pr
 
 __all__ = ["log_dataset"]
 
-_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
+_KEY_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*")
 
 
 def log_dataset(run: Any, ds: Any, *, key: str = "dataset", name: str | None = None,
@@ -65,7 +65,7 @@ def log_dataset(run: Any, ds: Any, *, key: str = "dataset", name: str | None = N
         raise InvalidArgumentError(
             f"log_dataset() takes a rayform.torch.EpisodeDataset or MixtureDataset, got {type(ds).__name__}"
         )
-    if not isinstance(key, str) or not _KEY_RE.match(key):
+    if not isinstance(key, str) or not _KEY_RE.fullmatch(key):
         raise InvalidArgumentError(f"key={key!r}: use a config key such as 'dataset' or 'val_dataset'")
     order = {"order": sampler.describe()} if sampler is not None else {}
     if is_mixture(ds):

@@ -28,6 +28,7 @@ import torch
 from rayform._evict import Pins
 from rayform._process import PerProcess
 from rayform._seams import BlobSource
+from rayform.errors import IntegrityError
 from rayform.manifest import BlobRef, Stream
 from rayform.torch._align import align_values, latest_at_or_before
 from rayform.torch._decode import DecoderCache
@@ -125,7 +126,15 @@ class SampleReader:
     def table(self, stream: Stream) -> tuple[np.ndarray, np.ndarray]:
         """``(t_ns (N,), values (N, D))`` of a table stream (fetched on demand)."""
         state = self._state.get()
-        return state.tables.table(stream.blob.hash, self._path(stream.blob, state))
+        t_ns, values = state.tables.table(stream.blob.hash, self._path(stream.blob, state))
+        if values.dtype.kind not in "biuf" or tuple(values.shape[1:]) != tuple(stream.shape[-1:]):
+            # The bytes match their hash, so the server published a table its manifest misdescribes.
+            raise IntegrityError(
+                f"table blob {stream.blob.hash} of stream {stream.name} holds {values.dtype} records of "
+                f"shape {values.shape[1:]}, its manifest says {stream.dtype} {tuple(stream.shape)}; "
+                "the data on the server is broken: report it to the data owners"
+            )
+        return t_ns, values
 
     # -- reading ---------------------------------------------------------------------------
     def read(self, seg_pos: np.ndarray, steps: np.ndarray) -> list[dict[str, Any]]:
@@ -233,7 +242,7 @@ class SampleReader:
         unique, inverse = np.unique(idx.reshape(-1), return_inverse=True)
         # Paths are resolved here, in the calling thread: a missing blob is fetched (or
         # OfflineError raised) before any decoding starts.
-        args = (stream.blob.hash, self._path(stream.blob, state), unique, stream.rate_hz)
+        args = (stream.blob.hash, self._path(stream.blob, state), unique, stream.rate_hz, stream.name)
         inverse = inverse.reshape(t_query.shape).astype(np.int64)
         if pool is not None:
             return pool.submit(_decode_contiguous, state.decoders, *args), inverse
@@ -243,7 +252,7 @@ class SampleReader:
 
 
 def _decode_contiguous(decoders: DecoderCache, key: str, path: Path, indices: np.ndarray,
-                       rate_hz: float) -> torch.Tensor:
+                       rate_hz: float, stream: str) -> torch.Tensor:
     # In a pool thread: make the frames contiguous here, in parallel, so that
     # default_collate's copy in the calling thread is a plain memcpy, not a transpose.
-    return decoders.get_frames(key, path, indices, rate_hz).contiguous()
+    return decoders.get_frames(key, path, indices, rate_hz, stream).contiguous()

@@ -31,8 +31,8 @@ __all__ = ["MAX_PAGE", "MAX_POINTS", "ViewAPI", "ViewError"]
 MAX_PAGE = 500
 #: Most points per table stream sent to a plot (longer tables are strided down to this).
 MAX_POINTS = 4000
-_SITE_RE = re.compile(r"^[^\x00-\x1f\x7f]{1,256}$")  # free text, no control characters
-_PREFIX_RE = re.compile(r"^[a-z0-9_]{0,64}$")
+_SITE_RE = re.compile(r"\A[^\x00-\x1f\x7f]{1,256}\Z")  # free text, no control characters
+_PREFIX_RE = re.compile(r"\A[a-z0-9_]{0,64}\Z")
 
 
 class ViewError(Exception):
@@ -61,11 +61,11 @@ def parse_filter(query: dict[str, str]) -> EpisodeFilter:
     ``end_ns``)."""
     # Each site percent-encoded, then joined by commas (a site name is free text).
     sites = tuple(unquote(s) for s in query.get("sites", "").split(",") if s)
-    bad = [s for s in sites if not _SITE_RE.match(s)]
+    bad = [s for s in sites if not _SITE_RE.fullmatch(s)]
     if bad:
         raise ViewError(400, f"site {bad[0][:80]!r} is not a site name")
     prefix = query.get("prefix", "")
-    if not _PREFIX_RE.match(prefix):
+    if not _PREFIX_RE.fullmatch(prefix):
         raise ViewError(400, f"prefix {prefix[:80]!r}: use the start of a segment ID, e.g. seg_2a")
     return EpisodeFilter(tuple(sorted(set(sites))), prefix, _int(query, "start_ns", None),
                          _int(query, "end_ns", None))
@@ -115,7 +115,7 @@ class ViewAPI:
         comma-separated), checked by running it on this slice."""
         f = parse_filter(query)
         marked = sorted({s for s in query.get("segments", "").split(",") if s})
-        bad = [s for s in marked if not SEGMENT_ID_RE.match(s)]
+        bad = [s for s in marked if not SEGMENT_ID_RE.fullmatch(s)]
         if bad:
             raise ViewError(400, f"{bad[0][:80]!r} is not a segment ID")
         kwargs: dict[str, Any] = {}
@@ -152,7 +152,7 @@ class ViewAPI:
     # -- one episode -----------------------------------------------------------------------
     def _segment(self, query: dict[str, str]) -> Segment:
         seg_id = query.get("segment", "")
-        if not SEGMENT_ID_RE.match(seg_id):
+        if not SEGMENT_ID_RE.fullmatch(seg_id):
             raise ViewError(400, f"segment={seg_id[:80]!r} is not a segment ID, e.g. seg_0a1b2c3d")
         try:
             with self._lock:
@@ -163,7 +163,7 @@ class ViewAPI:
     def _stream(self, query: dict[str, str], kind: str) -> tuple[Segment, Stream]:
         seg = self._segment(query)
         name = query.get("stream", "")
-        if not STREAM_NAME_RE.match(name):
+        if not STREAM_NAME_RE.fullmatch(name):
             raise ViewError(400, f"stream={name[:80]!r} is not a stream name, e.g. cam0/rgb")
         stream = seg.streams.get(name)
         if stream is None:

@@ -46,7 +46,7 @@ _CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'
         "media-src 'self'; connect-src 'self'; base-uri 'none'; form-action 'none'; "
         "frame-ancestors 'self'")
 _CHUNK = 256 * 1024
-_RANGE_RE = re.compile(r"^bytes=(\d*)-(\d*)$")
+_RANGE_RE = re.compile(r"\Abytes=([0-9]*)-([0-9]*)\Z")
 #: RayformError types and the status each is answered with (others: 502).
 _STATUS: tuple[tuple[type[RayformError], int], ...] = (
     (InvalidArgumentError, 400), (AccessDeniedError, 403), (NotFoundError, 404),
@@ -284,7 +284,7 @@ class _Handler(BaseHTTPRequestHandler):
             start, end, status = 0, size - 1, 200
             spec = self.headers.get("Range")
             if spec:
-                m = _RANGE_RE.match(spec.strip())
+                m = _RANGE_RE.fullmatch(spec.strip())
                 if m is None or (not m.group(1) and not m.group(2)):
                     return self._range_refused(size)
                 if m.group(1):

@@ -51,7 +51,7 @@ def parse_stream_specs(specs: Iterable[str] | None, what: str) -> dict[str, str]
             raise InvalidArgumentError(
                 f"--stream {spec!r}: expected NAME={what}, e.g. --stream cam0/rgb=..."
             )
-        if not STREAM_NAME_RE.match(name) or ".." in name:
+        if not STREAM_NAME_RE.fullmatch(name) or ".." in name:
             raise InvalidArgumentError(
                 f"--stream {spec!r}: {name!r} is not a valid stream name; use lowercase words "
                 "separated by '/', e.g. 'cam0/rgb' or 'joints/position'."
