@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from rayform._boundary import argument_errors
 from rayform._columnar import ColumnarManifest
 from rayform._env import default_cache_dir, env_flag
 from rayform._evict import Evictor, Pins, check_fits
@@ -72,6 +73,7 @@ class SliceAPI:
         self._list_all = list_all
         self._owner = owner
 
+    @argument_errors
     def get(self, slice_id: str) -> Slice:
         """Resolve ``slice_id`` to its manifest and return the :class:`~rayform.Slice`.
 

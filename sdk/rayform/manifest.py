@@ -18,8 +18,10 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from rayform import _html
 from rayform._hashing import hash_bytes
 from rayform._ids import HASH_RE, SEGMENT_ID_RE, STREAM_NAME_RE
+from rayform._units import human_bytes
 from rayform._untrusted import loads, shown
 from rayform.errors import ManifestError
 
@@ -192,6 +194,30 @@ class Segment:
             "end_ns": self.end_ns,
             "streams": {name: s.to_json() for name, s in sorted(self.streams.items())},
         }
+
+    def __repr__(self) -> str:
+        # Short: the dataclass repr nests every Stream and BlobRef (~2,000 characters).
+        return (
+            f"<Segment {self.id} version={self.version} site={self.site} "
+            f"start={_html.utc(self.start_ns)} duration={self.duration_s:.2f}s "
+            f"streams=[{', '.join(sorted(self.streams))}] size={human_bytes(self.nbytes)}>"
+        )
+
+    def _repr_html_(self) -> str:
+        facts = _html.kv_table([
+            ("version", self.version), ("site", self.site), ("start", _html.utc(self.start_ns)),
+            ("end", _html.utc(self.end_ns)), ("duration", f"{self.duration_s:.3f} s"),
+            ("size", human_bytes(self.nbytes)),
+        ])
+        rows = [
+            (name, st.kind, f"{st.rate_hz:g}", "x".join(map(str, st.shape)), st.dtype, st.count,
+             f"{(st.t0_ns - self.start_ns) / 1e9:.3f}", f"{(st.t1_ns - self.start_ns) / 1e9:.3f}",
+             human_bytes(st.nbytes), ", ".join(str(v) for v in (st.units, st.frame, st.quantity, st.codec) if v))
+            for name, st in sorted(self.streams.items())
+        ]
+        streams = _html.table(("stream", "kind", "rate (Hz)", "shape", "dtype", "records", "first (s)",
+                               "last (s)", "size", "units, frame, quantity, codec"), rows)
+        return _html.wrap(_html.header(f"Segment {self.id}"), facts, streams)
 
 
 @dataclass(frozen=True, slots=True)

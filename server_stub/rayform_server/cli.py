@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rayform.errors import RayformError
+from rayform.units import human_bytes
 from rayform_server._renditions import parse_heights
 from rayform_server.blobstore import DEFAULT_PRESIGN_EXPIRY_S, LocalBlobBackend, configure_root
 
@@ -135,7 +136,7 @@ def _demo(args: argparse.Namespace) -> int:
     summary = getattr(manifest, "summary", None)
     size = summary["nbytes"] if summary else sum(b.size for b in manifest.blobs().values())
     _err(f"slice {args.slice} -> manifest {manifest.hash[:12]}...: {len(manifest.segments)} segments, "
-         f"{len(manifest.stream_names())} streams, {size / 1e6:.1f} MB in {dt:.1f} s")
+         f"{len(manifest.stream_names())} streams, {human_bytes(size)} in {dt:.1f} s")
     _err(f"serve it with: rayform-server serve --root {args.root} --token <TOKEN>")
     return 0
 
@@ -168,7 +169,7 @@ def _slices(args: argparse.Namespace) -> int:
         summary = getattr(manifest, "summary", None)  # v2: from the root, no page read
         size = summary["nbytes"] if summary else sum(b.size for b in manifest.blobs().values())
         print(f"{slice_id}  manifest {ref['manifest'][:12]}  {len(manifest.segments):4d} segments  "
-              f"{size / 1e6:8.1f} MB  {ref.get('description', '')}")
+              f"{human_bytes(size):>10}  {ref.get('description', '')}")
         count += 1
     if count == 0:
         _err(f"no slices in {root}")

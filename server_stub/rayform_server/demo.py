@@ -35,6 +35,7 @@ import numpy as np
 from rayform.errors import InvalidArgumentError
 from rayform.format import ColumnarManifest, check_slice_id, hash_bytes
 from rayform.manifest import Manifest, Segment
+from rayform.units import human_bytes
 from rayform_server._demo_scene import (
     ARM_BASES,
     BOX_SIZE,
@@ -296,7 +297,7 @@ def build_demo(
         builder.segments.append(seg)
         if progress is not None:
             progress(f"episode {i + 1}/{spec.episodes}: {seg.id} {seg.site} v{seg.version} "
-                     f"{seg.duration_s:.1f} s, {seg.nbytes / 1e6:.2f} MB")
+                     f"{seg.duration_s:.1f} s, {human_bytes(seg.nbytes)}")
 
     if jobs == 1:
         for i in range(spec.episodes):

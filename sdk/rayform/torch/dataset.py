@@ -17,10 +17,13 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset, get_worker_info
 
+from rayform import _html
+from rayform._boundary import argument_errors
 from rayform._hashing import hash_bytes
 from rayform._resolution import Target, check_image_size, describe_resolution
 from rayform._seams import BlobSource
 from rayform._segtable import SegmentTable
+from rayform._uri import DatasetURI
 from rayform.errors import InvalidArgumentError, NotFoundError
 from rayform.manifest import Segment
 from rayform.torch._align import ACTION_MODES
@@ -110,6 +113,7 @@ class EpisodeDataset(Dataset):
         NotFoundError: a stream or segment is not in the slice (the message lists what is).
     """
 
+    @argument_errors
     def __init__(
         self,
         slice_: BlobSource,
@@ -358,6 +362,19 @@ class EpisodeDataset(Dataset):
             self._index, roles, self.frame, self.action_mode, self._reader.table, self.slice.cache_dir,
         )
 
+    def stats_arrays(self) -> dict[str, dict[str, Any]]:
+        """:meth:`stats` with numpy arrays: ``mean``/``std``/``min``/``max`` as ``(D,)
+        float32`` (the samples' dtype), ``count`` an int; ready for ``(x - mean) / std``.
+
+        A component that never changes has ``std == 0`` (the demo has one): divide by
+        ``np.where(std > 0, std, 1)``, or see docs/dataset.md for safe normalisation.
+        """
+        return {
+            name: {k: (np.asarray(v, dtype=np.float32) if k in ("mean", "std", "min", "max") else v)
+                   for k, v in entry.items()}
+            for name, entry in self.stats().items()
+        }
+
     def describe(self) -> dict[str, Any]:
         """A JSON-able summary for experiment trackers (``wandb.config.update(...)``)."""
         return {
@@ -394,11 +411,44 @@ class EpisodeDataset(Dataset):
     def _stream(self, name: str) -> Any:
         return self._index.segments[0].streams[name]
 
+    def _arguments(self) -> tuple[list[tuple[str, Any]], str | None]:
+        """``([(name, value)], uri)``: every argument in the dataset's URI (all that change the
+        samples), or the basic ones and ``None`` if this slice has no URI."""
+        try:
+            uri = DatasetURI.parse(self.uri)
+        except Exception:  # a BlobSource that is no Slice has no URI; a repr must not fail
+            return [("obs", list(self.obs)), ("action", self.action), ("fps", self.fps)], None
+        args = list(uri.dataset_kwargs().items())
+        if uri.select is not None:
+            args.append(("select", uri.select))
+        return args, str(uri)
+
     def __repr__(self) -> str:
+        args, uri = self._arguments()
+        shown = " ".join(f"{k}={_short(v)}" for k, v in args if k != "segments" or v is not None)
         return (
             f"<EpisodeDataset slice={self.slice.id} episodes={len(self._index.segments)} "
-            f"samples={len(self)} fps={self.fps:g} obs={self.obs} action={self.action!r}>"
+            f"samples={len(self)} {shown} uri={uri}>"
         )
+
+    def _repr_html_(self) -> str:
+        args, uri = self._arguments()
+        rows = [(k, _short(v)) for k, v in args]
+        return _html.wrap(
+            _html.header(f"EpisodeDataset on {self.slice.id}", f"{len(self._index.segments):,} episodes",
+                         f"{len(self):,} samples"),
+            _html.kv_table(rows),
+            f"<div><code>{_html.esc(uri)}</code></div>" if uri else "",
+        )
+
+
+def _short(value: Any) -> str:
+    """An argument for a repr: a long list of segment IDs as its count."""
+    if isinstance(value, (list, tuple)) and len(value) > 8:
+        return f"<{len(value)} items: {value[0]!r}, ..., {value[-1]!r}>"
+    if isinstance(value, float):
+        return f"{value:g}"
+    return repr(list(value)) if isinstance(value, tuple) else repr(value)
 
 
 # -- validation helpers ----------------------------------------------------------------------
