@@ -11,8 +11,9 @@ are counted after the first 5 % of the epoch (worker start-up and the first fetc
 
 Rows: unthrottled, 100 MB/s + 5 ms, 30 MB/s + 5 ms (GOP 1, the ingest default); read-ahead
 off at 100 MB/s; a cache limit at 25 % of the streams' bytes for two epochs beside no limit,
-shuffled over the whole slice and within windows of episodes (``EpisodeSampler(window=W)``,
-``W`` episodes filling at most half the limit); the same at GOP 10 (a keyframe every 10
+shuffled over the whole slice (``window=None``), within windows of episodes
+(``EpisodeSampler(window=W)``, ``W`` episodes filling at most half the limit), and with no
+window argument (``window="auto"``, the default, which picks ``W`` the same way); the same at GOP 10 (a keyframe every 10
 frames, about 3x fewer bytes). ``--limit-only`` runs only the cache-limit rows (GOP 1).
 """
 
@@ -100,7 +101,7 @@ def _dataset(setup: Setup, cache: Path, **kw: Any) -> Any:
     return EpisodeDataset(client.slices.get(SLICE), obs=OBS, action=ACTION, fps=15, horizon=16, **kw)
 
 
-def _epoch(ds: Any, epoch: int, workers: int, window: int | None = None) -> dict[str, float]:
+def _epoch(ds: Any, epoch: int, workers: int, window: int | str | None = None) -> dict[str, float]:
     """Samples/s after the first 5 % of batches, and the whole epoch's wall time."""
     from torch.utils.data import DataLoader
 
@@ -166,13 +167,19 @@ def run(gop: int, rates: list[float | None], workers: int, limit_rows: bool, wor
             row["warm_epoch_over_epoch"] = round(warm_row["epoch_s"] / row["epoch_s"], 3)
             row["after5pct_over_warm"] = round(row["samples_per_s"] / warm_row["samples_per_s"], 3)
         if limit_rows:
+            from rayform.torch import EpisodeSampler
+
             setup.link.set_rate(100 * MB)
             setup.link.latency_s = 0.005
             limit = out["bytes"] // 4
             # Episodes whose blobs fill at most half the limit (the rest: read-ahead, pins).
             window = max(1, int(limit / 2 / (out["bytes"] / episodes)))
-            for label, cap, w in (("unlimited", None, None), ("limit_25pct", limit, None),
-                                  ("limit_25pct_window", limit, window)):
+            cases_2: list[tuple[str, int | None, int | str | None]] = [
+                ("unlimited", None, None), ("limit_25pct", limit, None),
+                ("limit_25pct_window", limit, window),
+                ("limit_25pct_auto", limit, "auto"),  # EpisodeSampler(ds): no window argument
+            ]
+            for label, cap, w in cases_2:
                 ds = _dataset(setup, work / f"two-{label}", cache_limit=cap)
                 epochs = []
                 for e in range(2):
@@ -180,7 +187,9 @@ def run(gop: int, rates: list[float | None], workers: int, limit_rows: bool, wor
                     row = _epoch(ds, e, workers, w)
                     row["bytes_down"] = setup.link.bytes_down - before
                     epochs.append(row)
-                out["rows"][f"two_epochs_{label}"] = {"cache_limit": cap, "window": w, "epochs": epochs}
+                chosen = EpisodeSampler(ds, window=w).window if w == "auto" else w
+                out["rows"][f"two_epochs_{label}"] = {"cache_limit": cap, "window": w,
+                                                      "window_chosen": chosen, "epochs": epochs}
     finally:
         setup.close()
     return out

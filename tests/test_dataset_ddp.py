@@ -33,6 +33,10 @@ from rayform.torch import EpisodeDataset, EpisodeSampler, collate
 store_root, out_dir = sys.argv[1], Path(sys.argv[2])
 dist.init_process_group("gloo")
 rank = dist.get_rank()
+# Everything the dataset logs, from this rank and its workers (the sharding loaders: nothing).
+import logging
+log_file = out_dir / f"log{rank}.txt"
+logging.getLogger("rayform.torch").addHandler(logging.FileHandler(log_file))
 store = Store(store_root)
 ref = store.get_slice(SLICE_ID)
 sl = Slice(SLICE_ID, ref["manifest"], store.load_manifest(ref["manifest"]), StoreBlobs(store, Path(".")))
@@ -55,6 +59,13 @@ sampler = DistributedSampler(ds, shuffle=True, seed=0)
 sampler.set_epoch(1)
 loader = DataLoader(ds, batch_size=5, sampler=sampler)
 result["distributed_sampler"] = {"len": len(ds), "sampler_len": len(sampler), "samples": keys(loader)}
+# A loader that does not shard (shuffle=True, as users copy it): each rank warns once, from its
+# first worker; the sharding loaders above never do (the log has that one line).
+for epoch in range(2):
+    ds.set_epoch(epoch)
+    result.setdefault("unsharded", 0)
+    result["log"] = str(log_file)
+    result["unsharded"] += sum(len(b["t_ns"]) for b in DataLoader(ds, batch_size=5, shuffle=True, num_workers=2))
 (out_dir / f"rank{rank}.json").write_text(json.dumps(result))
 dist.barrier()
 dist.destroy_process_group()
@@ -72,6 +83,15 @@ def ddp_run(tmp_path_factory: pytest.TempPathFactory):
     full = EpisodeDataset(slice_, obs=["joints/position"], action="joints/position_delta", fps=10)
     everything = {(s["meta"]["segment"], int(s["t_ns"])) for s in full.__getitems__(list(range(len(full))))}
     return ranks, everything, full
+
+
+def test_a_loader_that_does_not_shard_warns_once_per_rank(ddp_run, tmp_path_factory) -> None:
+    ranks, _, full = ddp_run
+    for rank, result in enumerate(ranks):
+        assert result["unsharded"] == 2 * len(full)  # every rank read the whole epoch, twice
+        log = Path(result["log"]).read_text()
+        assert log.count("does not shard") == 1, log
+        assert f"rank {rank} of 2" in log and "EpisodeSampler(dataset, shuffle=True)" in log
 
 
 def test_ddp_pad_shards_are_disjoint_complete_and_equal(ddp_run) -> None:

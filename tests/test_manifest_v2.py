@@ -109,7 +109,8 @@ def test_v2_slice_and_its_v1_twin_give_identical_samples(root: Path, tmp_path: P
 
 
 def test_tampered_page_is_refused_by_hash(root: Path, server: ServerProcess, tmp_path: Path) -> None:
-    page = _v2(Store(root)).doc["pages"][0]
+    manifest = _v2(Store(root))
+    page = manifest.doc["pages"][0]
     path = root / "manifests" / page["hash"][:2] / page["hash"]
     path.chmod(0o644)
     data = bytearray(path.read_bytes())
@@ -120,7 +121,7 @@ def test_tampered_page_is_refused_by_hash(root: Path, server: ServerProcess, tmp
     with pytest.raises(IntegrityError, match="do not match their hash"):
         client.slices.get(DEMO_SLICE)
     cached = [p.name for p in (cache / "manifests").rglob("*") if p.is_file()] if (cache / "manifests").exists() else []
-    assert page["hash"] not in cached and _v2(Store(root)).hash not in cached  # nothing half-usable
+    assert page["hash"] not in cached and manifest.hash not in cached  # nothing half-usable
     assert client.cache.get_ref(None, DEMO_SLICE) is None
 
 

@@ -88,7 +88,8 @@ def tracking(mlflow_server: MlflowServer, client_env: ServerProcess,
 
 def _log_training_run(ds: rayform.torch.EpisodeDataset | rayform.torch.MixtureDataset) -> str:
     with mlflow.start_run() as run:
-        mlflow.log_input(from_episode_dataset(ds), context="training")
+        sampler = rayform.torch.EpisodeSampler(ds)
+        mlflow.log_input(from_episode_dataset(ds, sampler=sampler), context="training")
         mlflow.log_dict(ds.describe(), "dataset.json")
     return run.info.run_id
 
@@ -119,6 +120,7 @@ def test_logged_input_rebuilds_the_same_samples_in_a_fresh_process(tracking: Mlf
     assert profile["segments"] == 2 and profile["manifest_hash"] == ds.slice.manifest_hash
     assert sum(profile["sites"].values()) == 2 and profile["hours"] > 0
     assert profile["samples"] == len(ds)
+    assert profile["order"] == rayform.torch.EpisodeSampler(ds).describe()  # window and why
     schema = json.loads(logged.schema)["mlflow_tensorspec"]
     features = {c["name"]: c for c in json.loads(schema["features"])}
     targets = {c["name"]: c for c in json.loads(schema["targets"])}

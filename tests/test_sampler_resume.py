@@ -260,7 +260,9 @@ def test_window_errors_are_clear(slice_) -> None:
     with pytest.raises(InvalidArgumentError, match="shuffle=False reads the shard in dataset order"):
         EpisodeSampler(ds, shuffle=False, window=4)
     with pytest.raises(InvalidArgumentError, match="saved with window=2 but this sampler has window=None"):
-        EpisodeSampler(ds).load_state_dict(EpisodeSampler(ds, window=2).state_dict())
+        EpisodeSampler(ds, window=None).load_state_dict(EpisodeSampler(ds, window=2).state_dict())
+    with pytest.raises(InvalidArgumentError, match=r"window=.*'auto'"):
+        EpisodeSampler(ds, window="big")
     mixture = MixtureDataset([(ds, 1.0), (make(slice_), 1.0)])
     with pytest.raises(InvalidArgumentError, match="MixtureDataset draws across its sources"):
         EpisodeSampler(mixture, window=2)

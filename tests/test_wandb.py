@@ -18,7 +18,7 @@ from wandb.proto import wandb_internal_pb2 as pb
 import rayform
 from rayform import InvalidArgumentError, MixtureURI
 from rayform.integrations.wandb import log_dataset
-from rayform.torch import EpisodeDataset, MixtureDataset
+from rayform.torch import EpisodeDataset, EpisodeSampler, MixtureDataset
 
 
 @pytest.fixture
@@ -86,8 +86,9 @@ def _train(ds: EpisodeDataset | MixtureDataset, root: Path, **kwargs: Any) -> tu
 
 def test_logged_run_rebuilds_the_same_samples(wandb_dir: Path):
     ds = demo_dataset(rayform.Client(), DEMO_SLICE)
-    run_dir, artifact = _train(ds, wandb_dir)
+    run_dir, artifact = _train(ds, wandb_dir, sampler=EpisodeSampler(ds))
     config, artifacts = logged(run_dir)
+    assert config["dataset"]["order"] == EpisodeSampler(ds).describe()  # the window and why
 
     assert config["dataset"]["uri"] == ds.uri
     assert config["dataset"]["manifest_hash"] == ds.slice.manifest_hash

@@ -14,7 +14,6 @@ lazily, so ``import rayform`` stays cheap.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -22,9 +21,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from rayform._hashing import hash_bytes
-from rayform._ids import HASH_RE
+from rayform._pagecheck import check_page, check_root, check_stream_names
 from rayform._pagemap import PageMaps
 from rayform._segtable import HASH_BYTES, SegmentTable, _Columns, arrow_ints
+from rayform._untrusted import loads, shown
 from rayform.errors import ManifestError, NotFoundError
 from rayform.manifest import FORMAT, BlobRef, Manifest, Segment, canonical_json, parse_manifest_json
 
@@ -222,19 +222,12 @@ def _reopen(root: bytes, page_paths: list[str]) -> ColumnarManifest:
 def parse_root(data: bytes, doc: Any = None) -> dict[str, Any]:
     """Parse and check a v2 root document (the bytes' hash is checked by the caller)."""
     try:
-        doc = json.loads(data) if doc is None else doc
-        pages = doc["pages"]
-        if doc.get("page_format") != PAGE_FORMAT:
-            raise ManifestError(f"unknown page_format {doc.get('page_format')!r} (expected {PAGE_FORMAT!r})")
-        for p in pages:
-            if not isinstance(p["hash"], str) or not HASH_RE.match(p["hash"]) or int(p["size"]) < 0:
-                raise ManifestError(f"malformed page reference {p!r}")
-        if not isinstance(doc["summary"]["streams"], dict):
-            raise ManifestError("summary.streams must be an object")
-    except ManifestError:
-        raise
-    except (ValueError, KeyError, TypeError) as exc:
-        raise ManifestError(f"manifest root breaks the v2 schema: {type(exc).__name__}: {exc}") from exc
+        doc = loads(data) if doc is None else doc
+    except ValueError as exc:
+        raise ManifestError(f"manifest root is not valid JSON: {exc}") from None
+    if isinstance(doc, dict) and doc.get("page_format") != PAGE_FORMAT:
+        raise ManifestError(f"unknown page_format {shown(repr(doc.get('page_format')), 40)} (expected {PAGE_FORMAT!r})")
+    check_root(doc)  # types and ranges of every field, page references and summary
     return dict(doc)
 
 
@@ -249,19 +242,25 @@ def open_pages(root: bytes, doc: dict[str, Any], page_paths: Sequence[str | Path
     schema = page_schema()
     tables = []
     maps = PageMaps()
-    for ref, path in zip(doc["pages"], page_paths, strict=True):
+    for i, (ref, path) in enumerate(zip(doc["pages"], page_paths, strict=True)):
         try:
             table = maps.table(path)
-        except (pa.ArrowInvalid, OSError) as exc:
-            raise ManifestError(f"manifest page {ref['hash'][:12]}... is not an Arrow IPC file: {exc}") from exc
+        except (pa.ArrowException, OSError) as exc:
+            raise ManifestError(f"manifest page {ref['hash'][:12]}... is not an Arrow IPC file: {shown(exc)}") from exc
         if not table.schema.equals(schema) or table.num_rows != int(ref["segments"]):
             raise ManifestError(
                 f"manifest page {ref['hash'][:12]}... does not match the v2 page schema or its "
                 f"row count {ref['segments']}"
             )
+        try:
+            check_page(table, maps.span(i))
+        except ManifestError as exc:
+            raise ManifestError(f"manifest page {ref['hash'][:12]}...: {str(exc).removeprefix('manifest page: ')}") from None
+        maps.release(i)  # the checks read most of the page: unmap before the next one
         tables.append(table)
     if not tables:
         raise ManifestError("a v2 manifest lists no page: it needs at least one segment")
+    check_stream_names(tables, doc)
     _check_pages(tables, doc)
     # The checks' scratch memory (hash tables over every ID) would otherwise stay in Arrow's
     # allocator, in this process and in every DataLoader worker forked from it.
@@ -319,8 +318,8 @@ def load(
 def page_refs(data: bytes) -> list[dict[str, Any]]:
     """The page references of v2 manifest bytes; ``[]`` for a v1 manifest."""
     try:
-        doc = json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError):
+        doc = loads(data)
+    except ValueError:
         return []
     if isinstance(doc, dict) and doc.get("format_version") == FORMAT_VERSION_2:
         return list(parse_root(data, doc)["pages"])
@@ -329,6 +328,6 @@ def page_refs(data: bytes) -> list[dict[str, Any]]:
 
 def not_found(slice_id: str, segment_id: str) -> NotFoundError:
     return NotFoundError(
-        f"slice {slice_id} has no segment {segment_id!r}; list them with "
+        f"slice {slice_id} has no segment {shown(repr(segment_id), 80)}; list them with "
         f"`rayform slices show {slice_id} --segments`"
     )

@@ -22,11 +22,13 @@ __all__ = [
     "check_stream_name",
 ]
 
-SLICE_ID_RE = re.compile(r"^slc_[0-9a-f]{8,64}$")
-SEGMENT_ID_RE = re.compile(r"^seg_[0-9a-f]{8,64}$")
-HASH_RE = re.compile(r"^[0-9a-f]{64}$")
+# Anchored with \Z, not $: "$" also matches before a trailing newline, so ``.match`` would
+# accept "<64 hex>\n" (then a URL or a file name holds a newline). Callers use ``fullmatch``.
+SLICE_ID_RE = re.compile(r"\Aslc_[0-9a-f]{8,64}\Z")
+SEGMENT_ID_RE = re.compile(r"\Aseg_[0-9a-f]{8,64}\Z")
+HASH_RE = re.compile(r"\A[0-9a-f]{64}\Z")
 # e.g. "cam0/rgb", "joints/position_delta": lowercase path-like words, never "..".
-STREAM_NAME_RE = re.compile(r"^[a-z0-9_][a-z0-9_.-]*(/[a-z0-9_][a-z0-9_.-]*){0,4}$")
+STREAM_NAME_RE = re.compile(r"\A[a-z0-9_][a-z0-9_.-]*(/[a-z0-9_][a-z0-9_.-]*){0,4}\Z")
 
 
 def _shown(value: object) -> str:
@@ -42,7 +44,7 @@ def check_slice_id(value: object, *, new: bool = False) -> str:
         new: the caller is naming a slice it is about to create (ingest, demo), so the hint
             says how to choose an ID rather than where to find an existing one.
     """
-    if not isinstance(value, str) or not SLICE_ID_RE.match(value):
+    if not isinstance(value, str) or not SLICE_ID_RE.fullmatch(value):
         if new:
             hint = ("Choose a new one, e.g. 'slc_' plus 8 random hex digits: "
                     "python -c \"import secrets; print('slc_' + secrets.token_hex(4))\"")
@@ -57,7 +59,7 @@ def check_slice_id(value: object, *, new: bool = False) -> str:
 
 def check_segment_id(value: object) -> str:
     """Return ``value`` if it is a segment ID (``seg_`` + 8-64 lowercase hex), else raise."""
-    if not isinstance(value, str) or not SEGMENT_ID_RE.match(value):
+    if not isinstance(value, str) or not SEGMENT_ID_RE.fullmatch(value):
         raise InvalidArgumentError(
             f"malformed segment ID {_shown(value)}: a segment ID is 'seg_' followed by 8 to 64 "
             "lowercase hex digits, e.g. 'seg_0a1b2c3d'."
@@ -67,7 +69,7 @@ def check_segment_id(value: object) -> str:
 
 def check_hash(value: object) -> str:
     """Return ``value`` if it is a BLAKE3 hex digest (64 lowercase hex), else raise."""
-    if not isinstance(value, str) or not HASH_RE.match(value):
+    if not isinstance(value, str) or not HASH_RE.fullmatch(value):
         raise InvalidArgumentError(
             f"malformed content hash {_shown(value)}: expected 64 lowercase hex digits "
             "(a BLAKE3 digest)."
@@ -84,7 +86,7 @@ def sharded_path(directory: Path, digest: str) -> Path:
 
 def check_stream_name(value: object) -> str:
     """Return ``value`` if it is a stream name such as ``cam0/rgb``, else raise."""
-    if not isinstance(value, str) or not STREAM_NAME_RE.match(value) or ".." in value:
+    if not isinstance(value, str) or not STREAM_NAME_RE.fullmatch(value) or ".." in value:
         raise InvalidArgumentError(
             f"malformed stream name {_shown(value)}: use lowercase words separated by '/', "
             "e.g. 'cam0/rgb' or 'joints/position'."

@@ -29,7 +29,7 @@ def open_manifest(
     slice_id: str,
     digest: str,
     data: bytes,
-    fetch_page: Callable[[str], bytes] | None,
+    fetch_page: Callable[[str, int], bytes] | None,
     jobs: int = PAGE_JOBS,
 ) -> Manifest | _columnar.ColumnarManifest:
     """Parse manifest bytes ``data`` (already named ``digest``); fetch missing v2 pages.
@@ -39,7 +39,8 @@ def open_manifest(
         slice_id: for messages.
         digest: the manifest's hash (checked against ``data``).
         data: v1 JSON or a v2 root.
-        fetch_page: downloads a page's bytes by hash; ``None`` offline.
+        fetch_page: downloads a page's bytes by hash, reading at most its declared size
+            (``fetch_page(hash, size)``); ``None`` offline.
         jobs: pages fetched in parallel.
 
     Raises:
@@ -61,7 +62,7 @@ def open_manifest(
             get = fetch_page
 
             def one(ref: dict[str, Any]) -> None:
-                page = get(str(ref["hash"]))
+                page = get(str(ref["hash"]), int(ref["size"]))
                 if len(page) != int(ref["size"]):
                     raise IntegrityError(
                         f"manifest page {str(ref['hash'])[:12]}... of slice {slice_id} is "

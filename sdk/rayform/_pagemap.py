@@ -55,6 +55,11 @@ class PageMaps:
         address inside the map is at file offset ``address - start`` (for ``os.pread``)."""
         return self._paths[page], self._bases[page]
 
+    def span(self, page: int) -> tuple[int, int]:
+        """``(address, size)`` of page ``page``'s map: a buffer of its table outside it was
+        not read from the file (a compressed IPC body is decompressed into memory)."""
+        return self._bases[page], len(self._maps[page])
+
     def release(self, page: int | None = None) -> None:
         """Unmap what this process touched of one page (by position), or of every page; the
         data stays valid (it is mapped again from the page cache on the next access)."""

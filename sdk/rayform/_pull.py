@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 import threading
 import time
 from collections.abc import Sequence
@@ -11,6 +10,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from rayform import _html
+from rayform._progress import byte_bar
 from rayform._seams import Fetch
 from rayform._units import human_bytes
 from rayform.cache import Cache
@@ -56,6 +57,23 @@ class PullReport:
             f"{self.seconds:.1f} s ({human_bytes(rate)}/s), {self.cached_blobs} already cached"
         )
 
+    def __str__(self) -> str:
+        return self.summary()
+
+    def __repr__(self) -> str:
+        return f"<PullReport {self.summary()}>"
+
+    def _repr_html_(self) -> str:
+        rate = self.fetched_bytes / self.seconds if self.seconds > 0 else 0.0
+        return _html.wrap(
+            _html.header(f"Pull of {self.slice_id}", f"{self.blobs} blobs ({human_bytes(self.bytes)}) verified in cache"),
+            _html.kv_table([
+                ("fetched", f"{self.fetched_blobs} blobs, {human_bytes(self.fetched_bytes)}"),
+                ("already cached", f"{self.cached_blobs} blobs, {human_bytes(self.cached_bytes)}"),
+                ("time", f"{self.seconds:.1f} s ({human_bytes(rate)}/s)"),
+            ]),
+        )
+
 
 def run_pull(
     slice_id: str,
@@ -82,11 +100,7 @@ def run_pull(
     missing.sort(key=lambda r: -r.size)
     bar = None
     if progress and missing:
-        from tqdm import tqdm  # type: ignore[import-untyped]
-
-        bar = tqdm(total=sum(r.size for r in missing), unit="B", unit_scale=True,
-                   unit_divisor=1024, desc=f"pull {slice_id}", file=sys.stderr,
-                   dynamic_ncols=True, mininterval=0.2)
+        bar = byte_bar(sum(r.size for r in missing), f"pull {slice_id}")
     lock = threading.Lock()
 
     def on_bytes(n: int) -> None:

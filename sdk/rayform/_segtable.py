@@ -17,6 +17,8 @@ import numpy as np
 
 from rayform._pagemap import PageMaps
 from rayform._pagerows import PageRows
+from rayform._segments import SegmentColumns
+from rayform.errors import ManifestError
 from rayform.manifest import BlobRef, Segment, Stream
 
 __all__ = ["SegmentTable"]
@@ -267,7 +269,7 @@ def _map_columns(paths: list[str]) -> _Columns:
     return _Columns([maps.table(p) for p in paths], paths, maps)
 
 
-class SegmentTable(Sequence[Segment]):
+class SegmentTable(SegmentColumns):
     """The segments of a v2 manifest (or a selection of them), as columns.
 
     A ``Sequence[Segment]``: ``len`` and the column methods cost no Python per segment;
@@ -396,11 +398,40 @@ class SegmentTable(Sequence[Segment]):
     def duration_ns(self) -> int:
         return int((self.column("end_ns") - self.column("start_ns")).sum())
 
+    def stream_name_lists(self) -> Any:
+        """The sorted stream names of each of these segments (Arrow ``list<string>``), from the
+        columns: no :class:`~rayform.manifest.Segment` is built."""
+        c, pa = self._c, _pa()
+        # Stream rows sorted by segment position, then name: each segment's names are one run.
+        rank = np.argsort(np.argsort(c.name_list)).astype(np.int64)
+        order = np.lexsort((rank[c.name_code], c.stream_seg))
+        codes = c.name_code[order].astype(np.int64)
+        per_pos = np.bincount(c.stream_seg, minlength=c.n)
+        starts = np.concatenate([[0], np.cumsum(per_pos)[:-1]]).astype(np.int64)
+        rows = self.positions()
+        counts = per_pos[rows]
+        offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
+        # Each row's run, in this table's order (a selection may reorder positions).
+        take = np.repeat(starts[rows] - offsets[:-1], counts) + np.arange(offsets[-1], dtype=np.int64)
+        names = arrow_strings(c.name_list).take(arrow_ints(codes[take]))
+        arrow_offsets = pa.Array.from_buffers(pa.int32(), len(offsets), [None, pa.py_buffer(offsets)])
+        return pa.ListArray.from_arrays(arrow_offsets, names)
+
+    def segment_nbytes(self) -> np.ndarray:
+        """``int64 (S,)``: the stored bytes of each of these segments, from the columns."""
+        c = self._c
+        sizes = c.field("blob_size").astype(np.int64) + c.field("ts_size").astype(np.int64)
+        per_pos = np.bincount(c.stream_seg, weights=sizes, minlength=c.n).astype(np.int64)
+        return per_pos if self.rows is None else per_pos[self.rows]
+
 
 def _segment(d: dict[str, Any]) -> Segment:
     streams = {}
     for s in d["streams"]:
         ts = BlobRef(s["ts_hash"].hex(), int(s["ts_size"])) if any(s["ts_hash"]) else None
+        if (ts is None) != (s["kind"] == "table"):  # the page checks cannot see this per row
+            raise ManifestError(f"segment {d['id']} stream {s['name']}: a video stream needs a "
+                                "timestamps blob and a table stream has none")
         streams[s["name"]] = Stream(
             name=s["name"], kind=s["kind"], blob=BlobRef(s["blob_hash"].hex(), int(s["blob_size"])),
             rate_hz=float(s["rate_hz"]), shape=tuple(s["shape"]), dtype=s["dtype"], count=int(s["count"]),

@@ -25,7 +25,7 @@ from rayform.errors import InvalidArgumentError
 __all__ = ["parse_selection", "selection_expression"]
 
 _KEYS = ("end_ns", "segments", "sites", "start_ns")
-_SAFE_TEXT = re.compile(r"^[A-Za-z0-9._~%,:;/-]*$")
+_SAFE_TEXT = re.compile(r"[A-Za-z0-9._~%,:;/-]*")
 
 
 def selection_expression(selection: dict[str, Any] | None) -> str | None:
@@ -64,7 +64,7 @@ def parse_selection(text: str) -> dict[str, Any]:
     Raises:
         InvalidArgumentError: malformed text (the message says which part).
     """
-    if not text or not _SAFE_TEXT.match(text):
+    if not text or not _SAFE_TEXT.fullmatch(text):
         raise InvalidArgumentError(
             f"dataset URI: select={text!r} is not a selection expression such as "
             "'sites:lab-a;start_ns:1690000000000000000'; copy the whole URI from dataset.uri"
@@ -87,7 +87,7 @@ def parse_selection(text: str) -> dict[str, Any]:
             if not items:
                 raise InvalidArgumentError(f"dataset URI: select= {key}: lists nothing")
             if key == "segments":
-                bad = [s for s in items if not SEGMENT_ID_RE.match(s)]
+                bad = [s for s in items if not SEGMENT_ID_RE.fullmatch(s)]
                 if bad:
                     raise InvalidArgumentError(f"dataset URI: malformed segment ID {bad[0]!r}, e.g. seg_0a1b2c3d")
             out[key] = items

@@ -81,7 +81,7 @@ class CacheModes:
     def __init__(self, root: Path, shared: bool) -> None:
         self.root = root
         self.shared = shared
-        #: Directories known to exist (and, in shared mode, checked): one stat each at most.
+        #: Existing directories whose mode was checked (shared mode): once each.
         self._known: set[Path] = set()
 
     @property
@@ -95,17 +95,16 @@ class CacheModes:
         Raises:
             OSError: a directory could not be created (read-only, no permission, full disk).
         """
-        if path in self._known:
-            return
         missing = []
         p = path
-        while not p.is_dir():
+        while not p.is_dir():  # a stat per call, as a plain mkdir -p would do
             if p == p.parent:
                 break
             missing.append(p)
             p = p.parent
-        if self.shared:
+        if self.shared and p not in self._known:
             self._check(p)
+            self._known.add(p)
         for d in reversed(missing):
             try:
                 os.mkdir(d, SHARED_DIR_MODE if self.shared else 0o777)
@@ -116,7 +115,6 @@ class CacheModes:
             if self.shared:
                 # Ours: the umask dropped group write at creation.
                 os.chmod(d, SHARED_DIR_MODE)
-        self._known.add(path)
 
     def own_file(self, fd: int) -> None:
         """Give a file this process just created (open as ``fd``) the cache's file mode."""

@@ -7,6 +7,11 @@ Redirects are followed by hand: the same origin keeps the ``Authorization`` head
 origin (an object store's presigned URL) never receives it; an expired presigned URL (``403``
 from the other origin) makes us ask the stub again for a fresh one.
 
+Metadata (slice references, manifests, pages, error bodies) is read as raw bytes, streaming,
+up to a cap (the size the protocol declares, or a small fixed one), within the stall bound as a
+whole (a body trickled byte by byte ends there), and never decompressed: a body with a
+``Content-Encoding`` other than ``identity`` is refused (:class:`~rayform.errors.ProtocolError`).
+
 The ``httpx.Client`` is created lazily, per process (a :class:`~rayform._process.PerProcess`):
 a ``Transport`` pickled into a DataLoader worker or inherited through ``fork`` opens its own
 connections on first use.
@@ -16,7 +21,8 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
@@ -24,15 +30,17 @@ import httpx
 from rayform._process import PerProcess
 from rayform._retry import Retryable, RetryPolicy, Side, run_with_retries
 from rayform._seams import DownloadSink, ProgressCallback
+from rayform._untrusted import loads, shown
 from rayform.errors import (
     AccessDeniedError,
     IntegrityError,
     InvalidArgumentError,
     NotFoundError,
+    ProtocolError,
     TransportError,
 )
 
-__all__ = ["Transport"]
+__all__ = ["ERROR_BODY_CAP", "JSON_CAP", "Transport"]
 
 log = logging.getLogger("rayform.transport")
 
@@ -65,6 +73,13 @@ _MAX_REDIRECTS = 5
 _MAX_URL_REFRESHES = 2
 _MAX_RETRY_AFTER_S = 60.0
 
+#: Bytes read of a JSON answer (a slice reference or listing) unless the caller says otherwise.
+JSON_CAP = 4 * 2**20
+#: Bytes read of an error body: its message is shown capped anyway.
+ERROR_BODY_CAP = 64 * 2**10
+#: Characters of a server's error message shown in an error.
+_MESSAGE_CHARS = 500
+
 
 #: The ``error`` code of a server ``503`` that means its object store did not answer.
 STORE_UNAVAILABLE = "store_unavailable"
@@ -91,21 +106,55 @@ def _declared_size(resp: httpx.Response) -> int | None:
         value = resp.headers.get("content-range", "").rpartition("/")[2]
     else:
         value = resp.headers.get("content-length", "")
-    return int(value) if value.isdigit() else None
+    # ASCII digits only ("²".isdigit() is true) and at most 18 of them (int64, digit limit).
+    return int(value) if re.fullmatch(r"[0-9]{1,18}", value) else None
 
 
-def _server_message(resp: httpx.Response) -> str:
-    return _server_error(resp)[1]
+def _server_error(resp: httpx.Response, deadline: float | None = None) -> tuple[str, str]:
+    """``(error code, message)`` of a JSON error body, or empty strings; both safe to show.
 
-
-def _server_error(resp: httpx.Response) -> tuple[str, str]:
-    """``(error code, message)`` of a JSON error body, or empty strings."""
+    At most :data:`ERROR_BODY_CAP` bytes are read, and nothing after ``deadline``.
+    """
     try:
-        body = resp.read()
-        doc = httpx.Response(200, content=body).json()
-        return str(doc.get("error") or ""), str(doc.get("message") or doc.get("error") or "").strip()
+        body = _read_capped(resp, ERROR_BODY_CAP, deadline)
+        doc = loads(body)
+        code = str(doc.get("error") or "")
+        message = str(doc.get("message") or doc.get("error") or "").strip()
+        return shown(code, 64), shown(message, _MESSAGE_CHARS)
     except Exception:
         return "", ""
+
+
+def _read_capped(resp: httpx.Response, cap: int, deadline: float | None) -> bytes:
+    """Up to ``cap`` raw bytes of the body (what is beyond, or arrives after ``deadline``, is
+    left unread: the connection is then closed rather than reused)."""
+    out = bytearray()
+    for chunk in _raw(resp):
+        out += chunk
+        if len(out) >= cap or (deadline is not None and time.monotonic() > deadline):
+            break
+    return bytes(out[:cap])
+
+
+def _raw(resp: httpx.Response) -> Iterator[bytes]:
+    """The body's bytes as they came (a response built in memory, as a mock transport's, holds
+    them already)."""
+    if resp.is_stream_consumed:
+        yield resp.content
+    else:
+        yield from resp.iter_raw()
+
+
+def _check_encoding(resp: httpx.Response, what: str, server: str) -> None:
+    """Refuse a compressed body: httpx would decode it whatever we asked for, and a small
+    compressed body can expand to gigabytes."""
+    encoding = resp.headers.get("content-encoding", "identity").strip().lower()
+    if encoding not in ("", "identity"):
+        raise ProtocolError(
+            f"{what}: {server} answered with Content-Encoding {shown(encoding, 40)!r} although "
+            "the client asks for 'identity'; nothing was read. A proxy in between may be "
+            "compressing answers: configure it to pass them through unchanged."
+        )
 
 
 def _host(url: httpx.URL) -> str:
@@ -120,7 +169,7 @@ def _network_failure(exc: httpx.TransportError, timeout_s: float, side: Side = "
     if isinstance(exc, httpx.TimeoutException):
         reason = f"{name}: no answer within {timeout_s:.3g} s"
     else:
-        reason = name + (f": {exc}" if str(exc) else "")
+        reason = name + (f": {shown(exc)}" if str(exc) else "")  # may quote what the peer sent
     return Retryable(reason, side=side, host=host)
 
 
@@ -210,20 +259,21 @@ class Transport:
     def _timeout(self, left_s: float) -> httpx.Timeout:
         return httpx.Timeout(min(self.timeout, left_s))
 
-    def _check(self, resp: httpx.Response, what: str, host: str | None = None) -> None:
+    def _check(self, resp: httpx.Response, what: str, host: str | None = None,
+               deadline: float | None = None) -> None:
         status = resp.status_code
         if status < 300:
             return
         if status == 429 or status >= 500:
             after = _retry_after(resp)
-            code, message = _server_error(resp)
+            code, message = _server_error(resp, deadline)
             busy = status in (429, 503) and after is not None and after > 0
             if host is not None:  # the object store answered itself
                 raise Retryable(f"HTTP {status}", after, side="direct", host=host, busy=busy)
             if code == STORE_UNAVAILABLE:  # the server is fine; what it stands in front of is not
                 raise Retryable(f"HTTP {status}: {message}", after, side="store")
             raise Retryable(f"HTTP {status}", after, busy=busy)
-        msg = _server_message(resp)
+        msg = _server_error(resp, deadline)[1]
         detail = f" ({msg})" if msg else ""
         if status == 400:
             raise InvalidArgumentError(f"{what}: the server rejected the request{detail}")
@@ -246,28 +296,68 @@ class Transport:
         raise TransportError(f"{what}: unexpected HTTP {status}{detail}")
 
     # -- requests --------------------------------------------------------------------------
-    def get_bytes(self, path: str, what: str) -> bytes:
-        """GET ``path`` (relative to the endpoint) and return the body, with retries."""
+    @property
+    def server(self) -> str:
+        """``the server at <endpoint>``: how errors name this side."""
+        return f"the server at {str(self.endpoint).rstrip('/')}"
+
+    def get_bytes(self, path: str, what: str, *, limit: int = JSON_CAP) -> bytes:
+        """GET ``path`` (relative to the endpoint) and return the body, with retries.
+
+        Args:
+            path: relative to the endpoint.
+            what: what is being done, for error messages.
+            limit: the most bytes the answer may hold (what the protocol declares for it).
+
+        Raises:
+            ProtocolError: the body is longer than ``limit`` or compressed.
+            TransportError: no complete answer within the stall bound (the whole request,
+                body included, counts: there is no progress short of the complete answer).
+        """
 
         def once(left_s: float) -> bytes:
             url = self._url(path)
-            timeout = self._timeout(left_s)
+            deadline = time.monotonic() + left_s
             try:
-                resp = self._http().get(url, headers=self._headers(url), timeout=timeout)
+                with self._http().stream("GET", url, headers=self._headers(url),
+                                         timeout=self._timeout(left_s)) as resp:
+                    self._check(resp, what, deadline=deadline)
+                    return self._read_body(resp, what, limit, deadline, left_s)
             except httpx.TransportError as exc:
                 raise _network_failure(exc, min(self.timeout, left_s)) from None
-            self._check(resp, what)
-            return resp.content
 
         return self._with_retries(what, once)
 
-    def get_json(self, path: str, what: str) -> Any:
-        """GET ``path`` and parse the JSON body."""
-        data = self.get_bytes(path, what)
+    def _read_body(self, resp: httpx.Response, what: str, limit: int, deadline: float,
+                   left_s: float) -> bytes:
+        _check_encoding(resp, what, self.server)
+        declared = _declared_size(resp)
+        too_long = (f"{what}: {self.server} answered more than the {limit} bytes this answer "
+                    "may hold; nothing was kept. The server (or a proxy in front of it) is "
+                    "misbehaving: report it to its operator.")
+        if declared is not None and declared > limit:
+            raise ProtocolError(too_long)
+        body = bytearray()
+        for chunk in _raw(resp):
+            body += chunk
+            if len(body) > limit:
+                raise ProtocolError(too_long)
+            if time.monotonic() > deadline:
+                raise Retryable(f"the answer was still incomplete after {left_s:.3g} s "
+                                f"({len(body)} bytes received)")
+        return bytes(body)
+
+    def get_json(self, path: str, what: str, *, limit: int = JSON_CAP) -> Any:
+        """GET ``path`` and parse the JSON body (at most ``limit`` bytes).
+
+        Raises:
+            ProtocolError: the body is not JSON (or too long, or compressed).
+        """
+        data = self.get_bytes(path, what, limit=limit)
         try:
-            return httpx.Response(200, content=data).json()
+            return loads(data)
         except ValueError as exc:
-            raise TransportError(f"{what}: the server answered invalid JSON ({exc})") from None
+            raise ProtocolError(f"{what}: {self.server} answered invalid JSON ({exc})") from None
 
     def download(self, path: str, part: DownloadSink, what: str,
                  on_bytes: ProgressCallback | None = None) -> None:
@@ -321,7 +411,13 @@ class Transport:
                     redirects += 1
                     if redirects > _MAX_REDIRECTS:
                         raise TransportError(f"{what}: too many redirects") from None
-                    url = url.join(redirect.location)
+                    try:
+                        url = url.join(redirect.location)
+                    except httpx.InvalidURL:
+                        raise ProtocolError(
+                            f"{what}: {self.server} redirected to an invalid URL "
+                            f"{shown(redirect.location, 80)!r}; report it to its operator"
+                        ) from None
 
     def _stream_once(self, client: httpx.Client, url: httpx.URL, headers: dict[str, str],
                      part: DownloadSink, what: str, timeout: httpx.Timeout, host: str | None,
@@ -337,13 +433,14 @@ class Transport:
             if status == 416 and part.offset:
                 part.restart()  # our partial copy is longer than the blob: start over
                 raise _Redirect(str(url))
-            self._check(resp, what, host)
+            self._check(resp, what, host, deadline=time.monotonic() + float(timeout.read or 0))
+            _check_encoding(resp, what, f"the object store at {host}" if foreign else self.server)
             if status == 200 and part.offset:
                 part.restart()  # the range was ignored: take the whole body
             elif status == 206:
                 start = resp.headers.get("content-range", "").removeprefix("bytes ").split("-")[0]
                 if start != str(part.offset):
-                    raise Retryable(f"unexpected Content-Range {start!r}")
+                    raise Retryable(f"unexpected Content-Range {shown(start, 40)!r}")
             total = _declared_size(resp)
             if total is not None and total != part.expected_size:
                 raise IntegrityError(
@@ -351,7 +448,7 @@ class Transport:
                     f"declares {part.expected_size}; nothing was cached. The data on the "
                     "server is inconsistent: report it to the data owners."
                 )
-            for chunk in resp.iter_bytes():
+            for chunk in _raw(resp):  # raw: never decompressed (see _check_encoding)
                 part.write(chunk)
                 if on_bytes is not None:
                     on_bytes(len(chunk))

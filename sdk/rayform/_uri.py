@@ -9,7 +9,8 @@
 The path pins the slice *and* the manifest (its BLAKE3 hash, so every byte); the query holds
 every argument that changes which samples the dataset yields; a dataset on a
 ``Slice.select`` view names the selection in ``select=`` (query version 2, see
-``rayform._selexpr``) instead of listing its episodes. Mixtures have their own form
+``rayform._selexpr``) instead of listing its episodes; a dataset with a training resolution
+holds ``image_size=`` and ``resize=`` (query version 3). Mixtures have their own form
 (``rayform._mixuri``). The encoding is canonical
 (``docs/tracking.md`` defines it): one dataset has one URI, so the URI can be compared,
 hashed and used as a key. The access token is never part of it.
@@ -29,6 +30,7 @@ from urllib.parse import quote, unquote, urlsplit
 
 from rayform._hashing import hash_bytes
 from rayform._ids import HASH_RE, SEGMENT_ID_RE, SLICE_ID_RE, STREAM_NAME_RE
+from rayform._resolution import check_resize, format_image_size, parse_image_size
 from rayform._selexpr import parse_selection, selection_expression
 from rayform.errors import InvalidArgumentError
 
@@ -40,15 +42,22 @@ QUERY_VERSION = 1
 #: The query version of a URI with ``select=`` (a selection view); a URI without one stays
 #: version 1, so every URI written before views existed reads and prints the same.
 SELECT_VERSION = 2
+#: The query version of a URI with ``image_size=`` and ``resize=`` (a training resolution,
+#: with or without ``select=``); a URI without them keeps version 1 or 2, byte for byte.
+IMAGE_VERSION = 3
 #: URI scheme -> the server's URL scheme. ``rayform://`` is HTTPS; plain HTTP (a server on
 #: loopback or a trusted network) is spelled out, so a URI never downgrades TLS by accident.
 SCHEMES = {"rayform": "https", "rayform+http": "http"}
-# Parameters, in canonical (alphabetical) order after ``v``; "select" only from version 2.
-# "mix" belongs to mixture URIs (rayform._mixuri); see docs/tracking.md.
-_PARAMS = ("action", "action_mode", "fps", "frame", "horizon", "obs", "obs_steps", "seed", "segments", "select")
-_OPTIONAL = ("segments", "select")
+# Parameters, in canonical (alphabetical) order after ``v``; "select" only from version 2,
+# "image_size" and "resize" only in version 3. "mix" belongs to mixture URIs
+# (rayform._mixuri); see docs/tracking.md.
+_PARAMS = ("action", "action_mode", "fps", "frame", "horizon", "image_size", "obs", "obs_steps", "resize",
+           "seed", "segments", "select")
+_OPTIONAL = ("segments", "select", "image_size", "resize")
+_SINCE = {"select": SELECT_VERSION, "image_size": IMAGE_VERSION, "resize": IMAGE_VERSION}
 _RESERVED = ("mix",)
 _SAFE = "/,"  # stream names and IDs never contain "," so lists need no escaping
+_SAFE_SIZE = "/,:"  # image_size's KEY:HxW items stay readable too
 
 
 @dataclass(frozen=True)
@@ -73,6 +82,10 @@ class DatasetURI:
         segments: the selected segment IDs in order, or ``None`` for every segment.
         select: a selection view of the slice as a canonical expression
             (``"sites:lab-a;start_ns:..."``, see ``rayform._selexpr``), or ``None``.
+        image_size: the cameras' training resolution as canonical text (``"224x224"``, or
+            ``"cam0/rgb:224x224,wrist/rgb:128x128"`` in ``obs`` order), or ``None`` for frames
+            as stored; a ``(H, W)`` tuple or a per-camera dict is accepted and made canonical.
+        resize: ``"pad"``, ``"squash"`` or ``"crop"`` with ``image_size``, else ``None``.
     """
 
     endpoint: str | None
@@ -88,6 +101,8 @@ class DatasetURI:
     seed: int = 0
     segments: tuple[str, ...] | None = None
     select: str | None = None
+    image_size: str | None = None
+    resize: str | None = None
 
     def __post_init__(self) -> None:
         if self.endpoint is not None:
@@ -101,22 +116,41 @@ class DatasetURI:
         object.__setattr__(self, "fps", float(self.fps))
         if self.select is not None:
             object.__setattr__(self, "select", selection_expression(parse_selection(self.select)))
-        if not SLICE_ID_RE.match(self.slice_id):
+        if not SLICE_ID_RE.fullmatch(self.slice_id):
             raise InvalidArgumentError(f"dataset URI: malformed slice ID {self.slice_id!r}; expected e.g. slc_7c1e04aa")
-        if not HASH_RE.match(self.manifest_hash):
+        if not HASH_RE.fullmatch(self.manifest_hash):
             raise InvalidArgumentError(
                 f"dataset URI: malformed manifest hash {self.manifest_hash!r}; expected 64 lowercase hex digits"
             )
         for name in (*self.obs, *([self.action] if self.action else [])):
-            if not STREAM_NAME_RE.match(name):
+            if not STREAM_NAME_RE.fullmatch(name):
                 raise InvalidArgumentError(f"dataset URI: malformed stream name {name!r}, e.g. cam0/rgb")
         for seg in self.segments or ():
-            if not SEGMENT_ID_RE.match(seg):
+            if not SEGMENT_ID_RE.fullmatch(seg):
                 raise InvalidArgumentError(f"dataset URI: malformed segment ID {seg!r}, e.g. seg_0a1b2c3d")
         if not self.obs:
             raise InvalidArgumentError("dataset URI: obs= names no stream; a dataset has at least one")
         if not (math.isfinite(self.fps) and self.fps > 0):
             raise InvalidArgumentError(f"dataset URI: fps={self.fps!r}; use a finite number > 0 (Hz)")
+        self._check_image_size()
+
+    def _check_image_size(self) -> None:
+        if (self.image_size is None) != (self.resize is None):
+            raise InvalidArgumentError(
+                f"dataset URI: image_size={self.image_size!r} and resize={self.resize!r}: give both "
+                "(a training resolution) or neither (frames as stored)"
+            )
+        if self.image_size is None:
+            return
+        check_resize(self.resize)
+        sizes = parse_image_size(self.image_size) if isinstance(self.image_size, str) else self.image_size
+        text = format_image_size(sizes, self.obs)
+        unknown = [k for k in (sizes if isinstance(sizes, Mapping) else ()) if k not in self.obs]
+        if unknown:
+            raise InvalidArgumentError(
+                f"dataset URI: image_size names {unknown[0]!r}, which is not in obs ({', '.join(self.obs)})"
+            )
+        object.__setattr__(self, "image_size", text)
 
     # -- formatting ------------------------------------------------------------------------
     @property
@@ -134,7 +168,11 @@ class DatasetURI:
         }
         if self.segments is not None:
             values["segments"] = ",".join(self.segments)
-        parts = [f"{k}={quote(values[k], safe=_SAFE)}" for k in _PARAMS if k in values]
+        if self.image_size is not None:
+            values["image_size"] = self.image_size
+            values["resize"] = str(self.resize)
+        parts = [f"{k}={quote(values[k], safe=_SAFE_SIZE if k == 'image_size' else _SAFE)}"
+                 for k in _PARAMS if k in values]
         if self.select is not None:
             # Already percent-encoded item by item; its separators stay readable.
             parts.append(f"select={self.select}")
@@ -142,7 +180,9 @@ class DatasetURI:
 
     @property
     def version(self) -> int:
-        """The query version: 2 with ``select=``, else 1."""
+        """The query version: 3 with ``image_size=``, else 2 with ``select=``, else 1."""
+        if self.image_size is not None:
+            return IMAGE_VERSION
         return SELECT_VERSION if self.select is not None else QUERY_VERSION
 
     def selection(self) -> dict[str, Any] | None:
@@ -169,12 +209,17 @@ class DatasetURI:
         return f"{self.manifest_hash[:16]}-{args[:8]}"
 
     def dataset_kwargs(self) -> dict[str, Any]:
-        """Keyword arguments for ``EpisodeDataset(slice_, **kwargs)`` that rebuild this dataset."""
-        return {
+        """Keyword arguments for ``EpisodeDataset(slice_, **kwargs)`` that rebuild this dataset
+        (``image_size`` and ``resize`` only when the URI has a training resolution)."""
+        kwargs: dict[str, Any] = {
             "obs": list(self.obs), "action": self.action, "fps": self.fps, "horizon": self.horizon,
             "frame": self.frame, "obs_steps": self.obs_steps, "action_mode": self.action_mode,
             "seed": self.seed, "segments": list(self.segments) if self.segments is not None else None,
         }
+        if self.image_size is not None:
+            kwargs["image_size"] = parse_image_size(self.image_size)
+            kwargs["resize"] = self.resize
+        return kwargs
 
     # -- parsing ---------------------------------------------------------------------------
     @classmethod
@@ -210,7 +255,7 @@ class DatasetURI:
                 f"{_shown(uri)}: the path must end in /slc_...@MANIFEST_HASH (a dataset URI pins "
                 "the manifest); get one from dataset.uri"
             )
-        if not SLICE_ID_RE.match(slice_id) or not HASH_RE.match(manifest_hash):
+        if not SLICE_ID_RE.fullmatch(slice_id) or not HASH_RE.fullmatch(manifest_hash):
             raise InvalidArgumentError(
                 f"{_shown(uri)}: the path must end in /slc_<8-64 hex>@<manifest hash: 64 hex>; "
                 "copy the whole URI from dataset.uri"
@@ -225,7 +270,8 @@ class DatasetURI:
                 frame=query["frame"] or None, obs_steps=_parse_int("obs_steps", query["obs_steps"]),
                 action_mode=query["action_mode"], seed=_parse_int("seed", query["seed"]),
                 segments=tuple(_split_list(query["segments"])) if "segments" in query else None,
-                select=query.get("select"),
+                select=query.get("select"), image_size=query.get("image_size"),
+                resize=query.get("resize"),
             )
         except InvalidArgumentError as exc:
             raise InvalidArgumentError(f"{exc} (in {_shown(uri)})") from None
@@ -242,6 +288,7 @@ class DatasetURI:
             horizon=int(args.get("horizon", 1)), frame=args.get("frame"),
             obs_steps=int(args.get("obs_steps", 1)), action_mode=str(args.get("action_mode", "hold")),
             seed=int(args.get("seed", 0)), segments=tuple(segments) if segments is not None else None,
+            image_size=args.get("image_size"), resize=args.get("resize") if args.get("image_size") is not None else None,
         )
 
 
@@ -264,7 +311,7 @@ def _authority(endpoint: str | None) -> str:
 
 def _parse_query(query: str, uri: str) -> dict[str, str]:
     values: dict[str, str] = {}
-    known = (str(QUERY_VERSION), str(SELECT_VERSION))
+    known = (str(QUERY_VERSION), str(SELECT_VERSION), str(IMAGE_VERSION))
     for item in query.split("&") if query else []:
         key, eq, value = item.partition("=")
         if not eq:
@@ -276,24 +323,28 @@ def _parse_query(query: str, uri: str) -> dict[str, str]:
     version = values.pop("v", None)
     if version not in known:
         raise InvalidArgumentError(
-            f"{_shown(uri)} has query version v={version}; this rayform reads v={QUERY_VERSION} "
-            f"and v={SELECT_VERSION}. "
+            f"{_shown(uri)} has query version v={version}; this rayform reads v={QUERY_VERSION}, "
+            f"v={SELECT_VERSION} and v={IMAGE_VERSION}. "
             + ("Upgrade rayform (`pip install -U rayform`) to read it." if version else
                "A dataset URI comes from dataset.uri and starts its query with v=1.")
         )
-    allowed = _PARAMS if version == str(SELECT_VERSION) else tuple(k for k in _PARAMS if k != "select")
+    allowed = tuple(k for k in _PARAMS if _SINCE.get(k, QUERY_VERSION) <= int(version))
     unknown = sorted(set(values) - set(allowed))
     if unknown:
         reserved = [k for k in unknown if k in _RESERVED]
-        if "select" in unknown:
+        later = [k for k in unknown if k in _SINCE]
+        if later:
+            what = "a selection view" if later[0] == "select" else "a training resolution"
             raise InvalidArgumentError(
-                f"dataset URI has select= under v={version}: a selection view is query version "
-                f"v={SELECT_VERSION}; copy the whole URI from dataset.uri"
+                f"dataset URI has {later[0]}= under v={version}: {what} is query version "
+                f"v={_SINCE[later[0]]}; copy the whole URI from dataset.uri"
             )
         hint = (f"{', '.join(reserved)} belong(s) to a mixture URI "
                 "(rayform:///mix?v=2&...): rebuild it with MixtureDataset.from_uri" if reserved else f"v={version} knows {', '.join(allowed)}")
         raise InvalidArgumentError(f"dataset URI has unknown parameter(s) {', '.join(unknown)}: {hint}")
     missing = [k for k in _PARAMS if k not in values and k not in _OPTIONAL]
+    if version == str(IMAGE_VERSION):  # what makes a URI version 3
+        missing += [k for k in ("image_size", "resize") if k not in values]
     if missing:
         raise InvalidArgumentError(
             f"dataset URI lacks {', '.join(missing)}: every argument is spelled out so that a URI "

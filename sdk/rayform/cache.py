@@ -400,7 +400,7 @@ class Cache:
                 doc = json.loads(p.read_bytes())
             except (OSError, ValueError):
                 continue
-            if isinstance(doc, dict) and HASH_RE.match(str(doc.get("manifest", ""))):
+            if isinstance(doc, dict) and HASH_RE.fullmatch(str(doc.get("manifest", ""))):
                 docs.append(doc)
         return max(docs, key=lambda d: float(d.get("resolved_at", 0))) if docs else None
 
@@ -421,7 +421,7 @@ class Cache:
         """Every cached object (``kind`` ``"blobs"`` or ``"manifests"``; both if None)."""
         for k in (kind,) if kind else _KINDS:
             for path in sorted((self.root / k).glob("*/*")):
-                if not HASH_RE.match(path.name):
+                if not HASH_RE.fullmatch(path.name):
                     continue
                 try:
                     st = path.stat()
@@ -490,7 +490,7 @@ class Cache:
         """Remove temporary files whose writer is gone, and claims nobody needs (of a dead
         writer, or on a complete blob). Returns how many were removed."""
         n = _claims.clean_claims(self.root / "claims", self.stale_s,
-                                 lambda name: bool(HASH_RE.match(name)) and self.has_blob(name))
+                                 lambda name: bool(HASH_RE.fullmatch(name)) and self.has_blob(name))
         for p in (self.root / "tmp").glob("*"):
             if parse_tmp_name(p.name) is None and time.time() - _mtime(p) < self.stale_s:
                 continue

@@ -14,10 +14,15 @@ from collections.abc import Sequence
 from typing import Any
 
 from rayform import __version__
+from rayform._resolution import RESIZE_MODES, parse_image_size
 from rayform._units import human_bytes
+from rayform._untrusted import shown
 from rayform.errors import InvalidArgumentError, RayformError
 
 __all__ = ["main", "parse_size"]
+
+#: Characters of an error message printed (a message quotes server text, capped on its own).
+ERROR_CHARS = 4000
 
 _UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9,
           "gb": 10**9, "t": 10**12, "tb": 10**12, "kib": 2**10, "mib": 2**20, "gib": 2**30,
@@ -48,7 +53,9 @@ def _print_json(doc: Any) -> None:
 def _cmd_pull(args: argparse.Namespace) -> int:
     client = _client(args)
     report = client.pull(args.slice_id, streams=args.streams or None, jobs=args.jobs,
-                         progress=not args.quiet and not args.json, max_cache=args.max_cache)
+                         progress=not args.quiet and not args.json, max_cache=args.max_cache,
+                         image_size=parse_image_size(args.image_size) if args.image_size else None,
+                         resize=args.resize)
     if args.json:
         _print_json(report.to_json())
     elif not args.quiet:
@@ -93,11 +100,11 @@ def _cmd_slices(args: argparse.Namespace) -> int:
         if not listing:
             # A fleet slice: the summary only (it comes from the manifest root, no page read).
             for name, kind, rate, shape, dtype, units, frame in s._stream_rows():
-                print(f"  stream {name}: {kind} {rate:g} Hz {shape} {dtype} {units} {frame}".rstrip())
+                print(shown(f"  stream {name}: {kind} {rate:g} Hz {shape} {dtype} {units} {frame}".rstrip(), 400))
             print(f"  {len(s.segments)} segments; list them with `rayform slices show {s.id} --segments`")
             return 0
         for g in s.segments:
-            print(f"  {g.id} v{g.version} site={g.site} {g.duration_s:.1f}s "
+            print(f"  {g.id} v{g.version} site={shown(g.site, 80)} {g.duration_s:.1f}s "
                   f"{human_bytes(g.nbytes)} streams={','.join(sorted(g.streams))}")
         return 0
     rows = client.slices.list()
@@ -111,7 +118,7 @@ def _cmd_slices(args: argparse.Namespace) -> int:
         print(f"your token may read no slices on {client.endpoint}", file=sys.stderr)
     else:
         for r in rows:
-            print(f"{r['id']}  {str(r.get('manifest', ''))[:12]}  {r.get('description', '')}")
+            print(f"{r['id']}  {shown(str(r.get('manifest', ''))[:12])}  {shown(r.get('description', ''))}")
     return 0
 
 
@@ -163,6 +170,34 @@ def _cmd_cache(args: argparse.Namespace) -> int:
     else:
         print(f"evicted {len(evicted)} blobs ({human_bytes(sum(e.size for e in evicted))}); "
               f"cache now {human_bytes(cache.du()['blob_bytes'])}")
+    return 0
+
+
+def _cmd_view(args: argparse.Namespace) -> int:
+    try:
+        from rayform.view import ViewAPI, ViewServer, is_loopback
+    except ImportError as exc:  # PyAV, the view extra's dependency
+        raise InvalidArgumentError(
+            f"rayform view needs the view extra ({exc}): pip install 'rayform[view]'") from exc
+
+    client = _client(args)
+    slice_ = client.slices.get(args.slice_id)
+    server = ViewServer(ViewAPI(slice_, frames=args.frames), args.host, args.port, quiet=not args.verbose)
+    if not is_loopback(args.host):
+        print(f"rayform view: warning: listening on {args.host}, not only this machine: anyone "
+              "who has the URL's key can read this slice through it", file=sys.stderr)
+    print(f"rayform view of {slice_.id} ({len(slice_)} episodes"
+          f"{', offline' if client.offline else ''}); Ctrl-C stops it", file=sys.stderr)
+    if args.json:  # one line, for a script that starts the viewer and opens the page itself
+        print(json.dumps({"url": server.url, "slice": slice_.id, "episodes": len(slice_)}), flush=True)
+    else:
+        print(server.url, flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        print("rayform view: stopped", file=sys.stderr)
+    finally:
+        server.server_close()
     return 0
 
 
@@ -226,6 +261,12 @@ def build_parser() -> argparse.ArgumentParser:
     pull.add_argument("--max-cache", metavar="SIZE", default=None,
                       help="keep the cache's blobs under SIZE (e.g. 50GB), evicting least recently "
                            "used blobs nobody is reading (default RAYFORM_CACHE_LIMIT)")
+    pull.add_argument("--image-size", metavar="HxW", default=None,
+                      help="pull for training at this resolution (e.g. 224x224, or cam0/rgb:224x224,"
+                           "wrist/rgb:128x128): per camera only the stored rendition "
+                           "EpisodeDataset(image_size=..., resize=...) reads")
+    pull.add_argument("--resize", choices=RESIZE_MODES, default="pad",
+                      help="with --image-size: how frames become HxW (default pad)")
     pull.set_defaults(func=_cmd_pull)
 
     slices = sub.add_parser("slices", help="show or list slices")
@@ -248,6 +289,20 @@ def build_parser() -> argparse.ArgumentParser:
                             help="evict least recently used blobs down to a size")
     prune.add_argument("--max-size", required=True, metavar="SIZE", help="e.g. 10GB, 500MiB")
     cache.set_defaults(func=_cmd_cache)
+
+    view = sub.add_parser("view", parents=[common], help="look at a slice in a web browser",
+                          description="Serve a local page that lists the slice's episodes, plays "
+                          "each episode's cameras in sync with plots of its table streams, and "
+                          "turns a selection into slice_.select(...). Prints the URL (it holds a "
+                          "per-run key); Ctrl-C stops it. docs/view.md")
+    view.add_argument("slice_id", metavar="SLICE_ID")
+    view.add_argument("--host", default="127.0.0.1",
+                      help="address to listen on (default 127.0.0.1: this machine only)")
+    view.add_argument("--port", type=int, default=0, help="TCP port (default: a free one)")
+    view.add_argument("--frames", action="store_true",
+                      help="serve cameras as decoded JPEG frames instead of their video files")
+    view.add_argument("--verbose", "-v", action="store_true", help="log every request to stderr")
+    view.set_defaults(func=_cmd_view)
     return p
 
 
@@ -261,7 +316,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:
         return _stdout_closed()
     except RayformError as exc:
-        print(f"rayform: error: {exc}", file=sys.stderr)
+        # Messages quote what servers sent (escaped where it entered); escape again, whatever
+        # the path, so that nothing printed can drive the terminal.
+        print(f"rayform: error: {shown(str(exc), ERROR_CHARS, lines=True)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("rayform: interrupted; run the same command again to resume", file=sys.stderr)

@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from rayform._boundary import argument_errors
 from rayform._columnar import ColumnarManifest
 from rayform._env import default_cache_dir, env_flag
 from rayform._evict import Evictor, Pins, check_fits
@@ -28,7 +29,10 @@ from rayform._ids import check_slice_id, check_stream_name
 from rayform._limits import resolve_cache_limit, resolve_stall_timeout
 from rayform._manifest_io import open_manifest
 from rayform._pull import PullReport, run_pull
+from rayform._reference import LISTING_CAP, REFERENCE_CAP, check_listing, check_reference
+from rayform._resolution import check_size_value, resolution_blobs
 from rayform._seams import DownloadSink, ProgressCallback
+from rayform._segtable import SegmentTable
 from rayform._transport import Transport
 from rayform.cache import Cache
 from rayform.errors import (
@@ -36,7 +40,6 @@ from rayform.errors import (
     ManifestError,
     NotFoundError,
     OfflineError,
-    TransportError,
 )
 from rayform.manifest import BlobRef, Manifest
 from rayform.slice import Slice
@@ -70,6 +73,7 @@ class SliceAPI:
         self._list_all = list_all
         self._owner = owner
 
+    @argument_errors
     def get(self, slice_id: str) -> Slice:
         """Resolve ``slice_id`` to its manifest and return the :class:`~rayform.Slice`.
 
@@ -216,8 +220,8 @@ class Client:
         if self.offline:
             return [{"id": r["id"], "manifest": r["manifest"], "description": r.get("description", "")}
                     for r in self.cache.refs()]
-        doc = self._transport().get_json("v1/slices", "listing slices")
-        return list(doc.get("slices", []))
+        t = self._transport()
+        return check_listing(t.get_json("v1/slices", "listing slices", limit=LISTING_CAP), t.server)
 
     def _get_slice(self, slice_id: str) -> Slice:
         if self.offline:
@@ -239,18 +243,17 @@ class Client:
         t = self._transport()
         what = f"resolving slice {slice_id}"
         try:
-            doc = t.get_json(f"v1/slices/{slice_id}", what)
+            doc = t.get_json(f"v1/slices/{slice_id}", what, limit=REFERENCE_CAP)
         except NotFoundError:
             raise NotFoundError(
                 f"slice {slice_id} was not found on {self.endpoint} (or your token may not see "
                 "it); check the ID with `rayform slices ls`"
             ) from None
-        digest = str(doc.get("manifest", ""))
-        if not re.fullmatch(r"[0-9a-f]{64}", digest):
-            raise TransportError(f"{what}: the server answered no valid manifest hash")
+        digest, size, description = check_reference(doc, f"{what}: {t.server}")
         data = self.cache.get_manifest(digest)
         if data is None:
-            data = t.get_bytes(f"v1/slices/{slice_id}/manifest", f"fetching the manifest of {slice_id}")
+            data = t.get_bytes(f"v1/slices/{slice_id}/manifest", f"fetching the manifest of {slice_id}",
+                               limit=size)
             try:
                 slice_ = self._make_slice(slice_id, digest, data)  # verifies before caching
             except ManifestError as exc:
@@ -262,15 +265,16 @@ class Client:
         else:
             slice_ = self._make_slice(slice_id, digest, data)
         self.cache.set_ref(self._key() or "", slice_id, digest, endpoint=self.endpoint,
-                           description=str(doc.get("description", "")))
+                           description=description)
         return slice_
 
     def _make_slice(self, slice_id: str, digest: str, data: bytes) -> Slice:
         fetch = None
         if not self.offline:
-            def fetch(page: str) -> bytes:
+            def fetch(page: str, size: int) -> bytes:
                 return self._transport().get_bytes(f"v1/slices/{slice_id}/pages/{page}",
-                                                   f"fetching manifest page {page[:12]}... of {slice_id}")
+                                                   f"fetching manifest page {page[:12]}... of {slice_id}",
+                                                   limit=size)
         manifest = self._manifests.get(digest) or open_manifest(self.cache, slice_id, digest, data, fetch)
         self._manifests[digest] = manifest
         self._manifests[slice_id] = manifest
@@ -355,6 +359,8 @@ class Client:
         jobs: int = 8,
         progress: bool = False,
         max_cache: int | str | None = None,
+        image_size: tuple[int, int] | dict[str, tuple[int, int]] | None = None,
+        resize: str = "pad",
     ) -> PullReport:
         """Fetch every blob of ``slice_id`` (or of the named streams) into the cache.
 
@@ -366,6 +372,11 @@ class Client:
             progress: show a progress bar (bytes, rate, ETA) on stderr.
             max_cache: keep the cache's blobs under this many bytes (``"10GB"`` works),
                 evicting least recently used blobs of other work; default ``cache_limit``.
+            image_size: pull for training at this resolution, as
+                ``EpisodeDataset(image_size=..., resize=...)`` reads it: for each camera only
+                the stored rendition the dataset would choose (the original where none covers
+                the size), never the other videos. ``None``: every original.
+            resize: ``"pad"``, ``"squash"`` or ``"crop"``, with ``image_size``.
 
         Raises:
             InvalidArgumentError: what was asked for does not fit under ``max_cache``.
@@ -385,7 +396,12 @@ class Client:
                     f"slice {slice_id} has no stream {', '.join(unknown)}; it has "
                     f"{', '.join(slice_.streams)}"
                 )
-        refs = list(slice_.blobs(names).values())
+        if image_size is None or isinstance(slice_.segments, SegmentTable):
+            # Columnar (v2) pages list no renditions: every camera reads its original.
+            check_size_value(image_size, resize)
+            refs = list(slice_.blobs(names).values())
+        else:
+            refs = list(resolution_blobs(slice_.segments, names, image_size, resize).values())
         limit = resolve_cache_limit(max_cache) if max_cache is not None else self.cache_limit
         check_fits(limit, sum(r.size for r in refs), f"the blobs of {slice_id} to pull")
         keep = frozenset(r.hash for r in refs)

@@ -11,10 +11,12 @@
     ├── IntegrityError              bytes do not match their BLAKE3 hash, size or format
     │   └── ManifestError           a manifest is malformed or of an unknown format
     ├── TransportError              network failure after all retries, or a 5xx answer
+    │   └── ProtocolError           the server's answer breaks the protocol (malformed, oversized)
     └── CacheError                  the cache directory cannot be written (read-only, full disk)
 
 Every message says what went wrong *and* what to do next. No message ever contains the
-access token.
+access token, and text that came from a server is shown escaped and capped
+(:func:`rayform._untrusted.shown`).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ __all__ = [
     "ManifestError",
     "NotFoundError",
     "OfflineError",
+    "ProtocolError",
     "RayformError",
     "SliceChangedError",
     "TransportError",
@@ -75,6 +78,13 @@ class ManifestError(IntegrityError):
 
 class TransportError(RayformError, ConnectionError):
     """The server could not be reached or kept failing after every retry."""
+
+
+class ProtocolError(TransportError):
+    """The server answered something the protocol does not allow: metadata that is not the
+    documented JSON, values of the wrong type or range, a body larger than declared or allowed,
+    a compressed body. Not retried: the message names the server and the field.
+    """
 
 
 class CacheError(RayformError, OSError):

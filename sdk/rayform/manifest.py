@@ -13,19 +13,26 @@ is read by ``rayform._columnar``; its segments are the same :class:`Segment` obj
 from __future__ import annotations
 
 import json
+import math
+import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from rayform import _html
 from rayform._hashing import hash_bytes
 from rayform._ids import HASH_RE, SEGMENT_ID_RE, STREAM_NAME_RE
+from rayform._units import human_bytes
+from rayform._untrusted import loads, shown
 from rayform.errors import ManifestError
 
 __all__ = [
     "FORMAT",
     "FORMAT_VERSION",
     "FRAME_CONVENTIONS",
+    "MAX_MANIFEST_BYTES",
     "BlobRef",
     "Manifest",
+    "Rendition",
     "Segment",
     "Stream",
 ]
@@ -38,6 +45,16 @@ FRAME_CONVENTIONS = ("ros", "opencv")
 #: What a Cartesian stream holds: position (x, y, z), quaternion (x, y, z, w), or pose
 #: (x, y, z, qx, qy, qz, qw).
 CARTESIAN_QUANTITIES = {"position": 3, "quaternion": 4, "pose": 7}
+#: The most bytes a manifest document (v1, or a v2 root) or one v2 page may take; the client
+#: reads no more (a v1 manifest this large lists tens of thousands of segments: use v2).
+MAX_MANIFEST_BYTES = 64 * 2**20
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+#: Timestamps (ns) lie within +-2**62, so that any difference of two fits an int64.
+TIME_MIN, TIME_MAX = -(2**62), 2**62
+#: A numpy dtype name (``uint8``, ``float32``...); shown, never evaluated.
+DTYPE_RE = re.compile(r"[a-z][a-z0-9_]{0,31}")
+#: Free-form words (``units``, ``codec``, ``site``) longer than this break the schema.
+MAX_WORD_CHARS = 256
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +66,25 @@ class BlobRef:
 
     def to_json(self) -> dict[str, Any]:
         return {"hash": self.hash, "size": self.size}
+
+
+@dataclass(frozen=True, slots=True)
+class Rendition:
+    """A smaller copy of a camera stream, stored at ingest: the same frames (count, order,
+    timestamps blob and keyframe interval as the original), ``height`` x ``width`` pixels.
+
+    Attributes:
+        blob: the video file (H.264 in MP4, like the original).
+        height: frame rows, even and below the original's.
+        width: frame columns, even: the original's aspect ratio, rounded to even.
+    """
+
+    blob: BlobRef
+    height: int
+    width: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"blob": self.blob.to_json(), "height": self.height, "width": self.width}
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +109,9 @@ class Stream:
         quantity: for Cartesian streams: ``"position"``, ``"quaternion"`` or ``"pose"``.
         codec: video only, e.g. ``"h264"``.
         gop: video only: keyframe interval in frames.
+        renditions: video only: smaller copies of the video, smallest first (an optional key
+            of format version 1: absent when there are none, so older manifests keep their
+            bytes and hash). :meth:`blobs` lists the original only.
     """
 
     name: str
@@ -90,6 +129,7 @@ class Stream:
     quantity: str | None = None
     codec: str | None = None
     gop: int | None = None
+    renditions: tuple[Rendition, ...] = ()
 
     def blobs(self) -> list[BlobRef]:
         """Every blob this stream needs (video + timestamps, or the table)."""
@@ -117,6 +157,8 @@ class Stream:
                 out[key] = value
         if self.timestamps is not None:
             out["timestamps"] = self.timestamps.to_json()
+        if self.renditions:
+            out["renditions"] = [r.to_json() for r in self.renditions]
         return out
 
 
@@ -152,6 +194,30 @@ class Segment:
             "end_ns": self.end_ns,
             "streams": {name: s.to_json() for name, s in sorted(self.streams.items())},
         }
+
+    def __repr__(self) -> str:
+        # Short: the dataclass repr nests every Stream and BlobRef (~2,000 characters).
+        return (
+            f"<Segment {self.id} version={self.version} site={self.site} "
+            f"start={_html.utc(self.start_ns)} duration={self.duration_s:.2f}s "
+            f"streams=[{', '.join(sorted(self.streams))}] size={human_bytes(self.nbytes)}>"
+        )
+
+    def _repr_html_(self) -> str:
+        facts = _html.kv_table([
+            ("version", self.version), ("site", self.site), ("start", _html.utc(self.start_ns)),
+            ("end", _html.utc(self.end_ns)), ("duration", f"{self.duration_s:.3f} s"),
+            ("size", human_bytes(self.nbytes)),
+        ])
+        rows = [
+            (name, st.kind, f"{st.rate_hz:g}", "x".join(map(str, st.shape)), st.dtype, st.count,
+             f"{(st.t0_ns - self.start_ns) / 1e9:.3f}", f"{(st.t1_ns - self.start_ns) / 1e9:.3f}",
+             human_bytes(st.nbytes), ", ".join(str(v) for v in (st.units, st.frame, st.quantity, st.codec) if v))
+            for name, st in sorted(self.streams.items())
+        ]
+        streams = _html.table(("stream", "kind", "rate (Hz)", "shape", "dtype", "records", "first (s)",
+                               "last (s)", "size", "units, frame, quantity, codec"), rows)
+        return _html.wrap(_html.header(f"Segment {self.id}"), facts, streams)
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,16 +283,20 @@ class Manifest:
             )
         if version != FORMAT_VERSION:
             raise ManifestError(
-                f"manifest format_version {version!r} is not supported by this SDK (it reads "
+                f"manifest format_version {shown(repr(version), 40)} is not supported by this SDK (it reads "
                 f"version {FORMAT_VERSION}). Upgrade rayform: pip install -U rayform."
             )
         try:
+            if not isinstance(doc["segments"], list):
+                raise ManifestError("manifest segments must be a list")
             segments = tuple(_parse_segment(s) for s in doc["segments"])
-            description = str(doc.get("description", ""))
+            description = doc.get("description", "")
+            if not isinstance(description, str):
+                raise ManifestError("manifest description must be a string")
         except ManifestError:
             raise
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise ManifestError(f"manifest breaks the schema: {type(exc).__name__}: {exc}") from exc
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError, OverflowError) as exc:
+            raise ManifestError(f"manifest breaks the schema: {type(exc).__name__}: {shown(exc)}") from exc
         seen: set[str] = set()
         for seg in segments:
             if seg.id in seen:
@@ -240,68 +310,115 @@ def canonical_json(doc: Any) -> bytes:
     return json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
 
 
+def _int(d: dict[str, Any], key: str, where: str, low: int = INT64_MIN, high: int = INT64_MAX) -> int:
+    """``d[key]``, an integer from ``low`` to ``high`` (an int64: numpy holds it later)."""
+    value = d[key]
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ManifestError(f"{where}: {key} must be an integer from {low} to {high}, got {shown(repr(value), 40)}")
+    return value
+
+
+def _word(value: Any, key: str, where: str, optional: bool = True) -> Any:
+    """A short string (or ``None`` when ``optional``)."""
+    if (value is None and optional) or (isinstance(value, str) and len(value) <= MAX_WORD_CHARS):
+        return value
+    raise ManifestError(f"{where}: {key} must be a string of at most {MAX_WORD_CHARS} characters, "
+                        f"got {shown(repr(value), 40)}")
+
+
 def _parse_blob(d: Any, where: str) -> BlobRef:
-    h, size = d["hash"], d["size"]
-    if not isinstance(h, str) or not HASH_RE.match(h):
-        raise ManifestError(f"{where}: malformed blob hash {h!r}")
-    if not isinstance(size, int) or size < 0:
-        raise ManifestError(f"{where}: blob size must be a non-negative integer, got {size!r}")
-    return BlobRef(h, size)
+    h = d["hash"]
+    if not isinstance(h, str) or not HASH_RE.fullmatch(h):
+        raise ManifestError(f"{where}: malformed blob hash {shown(repr(h), 80)}")
+    return BlobRef(h, _int(d, "size", f"{where} blob", 0))
 
 
 def _parse_stream(name: str, d: dict[str, Any], where: str) -> Stream:
-    if not STREAM_NAME_RE.match(name):
-        raise ManifestError(f"{where}: malformed stream name {name!r}")
+    if not STREAM_NAME_RE.fullmatch(name) or ".." in name:
+        raise ManifestError(f"{where}: malformed stream name {shown(repr(name), 80)}")
     where = f"{where} stream {name}"
     kind = d["kind"]
     if kind not in STREAM_KINDS:
-        raise ManifestError(f"{where}: unknown kind {kind!r} (expected one of {STREAM_KINDS})")
+        raise ManifestError(f"{where}: unknown kind {shown(repr(kind), 40)} (expected one of {STREAM_KINDS})")
     timestamps = _parse_blob(d["timestamps"], where) if kind == "video" else None
     frame, quantity = d.get("frame"), d.get("quantity")
     if frame is not None and frame not in FRAME_CONVENTIONS:
-        raise ManifestError(f"{where}: unknown frame convention {frame!r}")
+        raise ManifestError(f"{where}: unknown frame convention {shown(repr(frame), 40)}")
     if quantity is not None and quantity not in CARTESIAN_QUANTITIES:
-        raise ManifestError(f"{where}: unknown Cartesian quantity {quantity!r}")
-    shape = tuple(int(x) for x in d["shape"])
+        raise ManifestError(f"{where}: unknown Cartesian quantity {shown(repr(quantity), 40)}")
+    dims = d["shape"]
+    if not isinstance(dims, list) or len(dims) > 8:
+        raise ManifestError(f"{where}: shape must be a list of at most 8 sizes, got {shown(repr(dims), 40)}")
+    shape = tuple(_int({"shape": x}, "shape", where, 0, 2**31 - 1) for x in dims)
     if quantity is not None and shape != (CARTESIAN_QUANTITIES[quantity],):
         raise ManifestError(f"{where}: a {quantity} stream must have shape ({CARTESIAN_QUANTITIES[quantity]},)")
-    count, t0, t1 = int(d["count"]), int(d["t0_ns"]), int(d["t1_ns"])
+    count = _int(d, "count", where, 1)
+    t0, t1 = _int(d, "t0_ns", where, TIME_MIN, TIME_MAX), _int(d, "t1_ns", where, TIME_MIN, TIME_MAX)
     if count < 1 or t1 < t0:
         raise ManifestError(f"{where}: needs at least one record and t0_ns <= t1_ns")
+    rate = d["rate_hz"]
+    if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not (math.isfinite(rate) and rate > 0):
+        raise ManifestError(f"{where}: rate_hz must be a positive number, got {shown(repr(rate), 40)}")
+    dtype = d["dtype"]
+    if not isinstance(dtype, str) or not DTYPE_RE.fullmatch(dtype):
+        raise ManifestError(f"{where}: dtype must be a numpy type name such as 'float32', got {shown(repr(dtype), 40)}")
+    gop = d.get("gop")
+    if gop is not None:
+        gop = _int(d, "gop", where, 1)
     return Stream(
         name=name,
         kind=kind,
         blob=_parse_blob(d["blob"], where),
-        rate_hz=float(d["rate_hz"]),
+        rate_hz=float(rate),
         shape=shape,
-        dtype=str(d["dtype"]),
+        dtype=dtype,
         count=count,
         t0_ns=t0,
         t1_ns=t1,
         timestamps=timestamps,
-        units=d.get("units"),
+        units=_word(d.get("units"), "units", where),
         frame=frame,
         quantity=quantity,
-        codec=d.get("codec"),
-        gop=d.get("gop"),
+        codec=_word(d.get("codec"), "codec", where),
+        gop=gop,
+        renditions=_parse_renditions(d.get("renditions"), kind, shape, where),
     )
+
+
+def _parse_renditions(d: Any, kind: str, shape: tuple[int, ...], where: str) -> tuple[Rendition, ...]:
+    if d is None:
+        return ()
+    if kind != "video" or not isinstance(d, list) or not d:
+        raise ManifestError(f"{where}: renditions must be a non-empty list, on a video stream only")
+    if len(d) > 16:
+        raise ManifestError(f"{where}: at most 16 renditions per stream, got {len(d)}")
+    out = []
+    for item in d:
+        h, w = _int(item, "height", f"{where} rendition", 2, 2**31 - 1), _int(item, "width", f"{where} rendition", 2, 2**31 - 1)
+        height, width = shape[:2] if len(shape) == 3 else (0, 0)
+        if not (h < height and w <= width and h % 2 == 0 and w % 2 == 0):
+            raise ManifestError(
+                f"{where}: rendition {w}x{h} must have even sides, below the original's {width}x{height}"
+            )
+        out.append(Rendition(_parse_blob(item["blob"], f"{where} rendition {w}x{h}"), h, w))
+    if [r.height for r in out] != sorted({r.height for r in out}):
+        raise ManifestError(f"{where}: renditions must be listed smallest first, one per height")
+    return tuple(out)
 
 
 def _parse_segment(d: dict[str, Any]) -> Segment:
     seg_id = d["id"]
-    if not isinstance(seg_id, str) or not SEGMENT_ID_RE.match(seg_id):
-        raise ManifestError(f"malformed segment ID {seg_id!r} in manifest")
+    if not isinstance(seg_id, str) or not SEGMENT_ID_RE.fullmatch(seg_id):
+        raise ManifestError(f"malformed segment ID {shown(repr(seg_id), 80)} in manifest")
     where = f"segment {seg_id}"
-    version = d["version"]
-    if not isinstance(version, int) or version < 1:
-        raise ManifestError(f"{where}: version must be a positive integer")
+    version = _int(d, "version", where, 1)
     streams = {name: _parse_stream(name, s, where) for name, s in d["streams"].items()}
     return Segment(
         id=seg_id,
         version=version,
-        site=str(d["site"]),
-        start_ns=int(d["start_ns"]),
-        end_ns=int(d["end_ns"]),
+        site=_word(d["site"], "site", where, optional=False),
+        start_ns=_int(d, "start_ns", where, TIME_MIN, TIME_MAX),
+        end_ns=_int(d, "end_ns", where, TIME_MIN, TIME_MAX),
         streams=streams,
     )
 
@@ -318,6 +435,6 @@ def parse_manifest_json(data: bytes, expected_hash: str | None) -> Any:
             "corrupt. Run `rayform cache verify` and fetch the slice again."
         )
     try:
-        return json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ManifestError(f"manifest is not valid JSON: {exc}") from exc
+        return loads(data)
+    except ValueError as exc:  # also nesting, NaN/Infinity, oversized numbers
+        raise ManifestError(f"manifest is not valid JSON: {exc}") from None

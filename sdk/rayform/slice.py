@@ -9,8 +9,10 @@ from typing import Any
 
 import numpy as np
 
+from rayform._boundary import argument_errors
 from rayform._columnar import not_found as _columnar_not_found
 from rayform._seams import BlobFetcher
+from rayform._segments import SegmentColumns, as_segments
 from rayform._segtable import SegmentTable
 from rayform._units import human_bytes
 from rayform.manifest import BlobRef, Segment
@@ -44,7 +46,7 @@ class Slice:
         self.parent = parent
         self.selection = selection
         self._rows = rows
-        self._segments: Sequence[Segment] | None = None
+        self._segments: SegmentColumns | None = None
         self._by_id: dict[str, Segment] | None = None
 
     @property
@@ -53,20 +55,22 @@ class Slice:
 
     # -- contents --------------------------------------------------------------------------
     @property
-    def segments(self) -> Sequence[Segment]:
+    def segments(self) -> SegmentColumns:
         """Every segment (episode) in manifest order.
 
-        A tuple for a version 1 manifest; for version 2 a lazy sequence over the columns that
-        builds a :class:`~rayform.manifest.Segment` only when one is indexed.
+        A ``Sequence[Segment]`` with column methods (``ids()``, ``sites()``, ``column()``),
+        ``to_arrow()``, ``to_pandas()`` and a paged table as its notebook repr: for a version 1
+        manifest a tuple of segments; for version 2 a lazy sequence over the columns that builds
+        a :class:`~rayform.manifest.Segment` only when one is indexed.
         """
         if self._segments is None:
             every = self.manifest.segments
             if self._rows is None:
-                self._segments = every
+                self._segments = as_segments(every)
             elif isinstance(every, SegmentTable):
                 self._segments = SegmentTable(every._c, self._rows)
             else:
-                self._segments = tuple(every[int(i)] for i in self._rows)
+                self._segments = as_segments(tuple(every[int(i)] for i in self._rows))
         return self._segments
 
     @property
@@ -129,6 +133,7 @@ class Slice:
         """Bytes needed to hold the named streams (all if ``None``)."""
         return sum(b.size for b in self.blobs(streams).values())
 
+    @argument_errors
     def select(
         self,
         *,
@@ -205,6 +210,23 @@ class Slice:
         return self.client.pull(self, streams=streams, jobs=jobs, progress=progress)
 
     # -- display ---------------------------------------------------------------------------
+    def show(self, *, host: str = "127.0.0.1", port: int = 0) -> Any:
+        """Look at this slice (or this ``select()`` view) in a web browser: starts the
+        ``rayform view`` server from a thread (docs/view.md).
+
+        Args:
+            host: address to listen on (default: this machine only).
+            port: TCP port; 0 takes a free one.
+
+        Returns:
+            A :class:`rayform.view.ViewLink`: Jupyter displays it as the link; ``.url`` is the
+            page (with its key), ``.stop()`` ends the server.
+        """
+        # Imported here: the viewer (and its pyarrow.compute) loads only when asked for.
+        from rayform.view import ViewLink, serve
+
+        return ViewLink(serve(self, host=host, port=port))
+
     def __len__(self) -> int:
         return len(self.segments)
 
@@ -246,5 +268,16 @@ class Slice:
             f"&middot; {self.duration_s:.1f} s &middot; {human_bytes(self.nbytes)} &middot; "
             f"sites: {html.escape(', '.join(self._sites()))}<br><code>manifest {self.manifest_hash}</code>"
             "<table><tr><th>stream</th><th>kind</th><th>rate (Hz)</th><th>shape</th>"
-            "<th>dtype</th><th>units</th><th>frame</th></tr>" + "".join(rows) + "</table></div>"
+            "<th>dtype</th><th>units</th><th>frame</th></tr>" + "".join(rows) + "</table>"
+            + _thumbnails(self) + "</div>"
         )
+
+
+def _thumbnails(slice_: Slice) -> str:
+    """First-frame thumbnails of the cached cameras (docs/view.md), if the view extra is here."""
+    try:
+        # Imported here: PyAV (the view extra) is optional, and a repr must not need it.
+        from rayform.view import thumbnails_html
+    except ImportError:
+        return ""
+    return thumbnails_html(slice_)

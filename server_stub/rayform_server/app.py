@@ -38,6 +38,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from rayform.errors import InvalidArgumentError
 from rayform.format import HASH_RE, SLICE_ID_RE
+from rayform.manifest import Manifest
 from rayform_server.auth import Auth, Grant
 from rayform_server.blobstore import DEFAULT_PRESIGN_EXPIRY_S, BlobBackend
 from rayform_server.store import Store
@@ -51,7 +52,7 @@ _REFS_CACHE_SIZE = 64
 #: The error code of a ``503`` that means the object store behind the server did not answer
 #: (clients say so, instead of blaming the server's address).
 STORE_UNAVAILABLE = "store_unavailable"
-_RANGE_RE = re.compile(r"^bytes=(\d*)-(\d*)$")
+_RANGE_RE = re.compile(r"bytes=([0-9]*)-([0-9]*)")
 
 
 class ApiError(Exception):
@@ -130,7 +131,7 @@ class _Api:
     def _slice(self, request: Request) -> tuple[str, dict[str, str]]:
         grant = self._grant(request)
         slice_id = request.path_params["slice_id"]
-        if not SLICE_ID_RE.match(slice_id):
+        if not SLICE_ID_RE.fullmatch(slice_id):
             raise ApiError(400, "invalid_argument", f"malformed slice ID {slice_id[:80]!r}: expected "
                            "'slc_' followed by 8 to 64 lowercase hex digits, e.g. 'slc_7c1e04aa'")
         ref = self.store.get_slice(slice_id) if grant.allows(slice_id) else None
@@ -140,8 +141,7 @@ class _Api:
         return slice_id, ref
 
     def _referenced(self, manifest_hash: str) -> frozenset[str]:
-        return _memo(self._refs, manifest_hash,
-                     lambda: frozenset(self.store.load_manifest(manifest_hash).blobs()))
+        return _memo(self._refs, manifest_hash, lambda: _referenced(self.store.load_manifest(manifest_hash)))
 
     # -- endpoints -------------------------------------------------------------------------
     async def health(self, request: Request) -> Response:
@@ -247,6 +247,16 @@ class _Api:
                                                   "ETag": f'"{digest}"'})
 
 
+def _referenced(manifest: Any) -> frozenset[str]:
+    """Every blob hash a manifest names: its streams' blobs and their renditions (which only a
+    format version 1 manifest lists)."""
+    hashes = set(manifest.blobs())
+    if isinstance(manifest, Manifest):
+        hashes.update(r.blob.hash for seg in manifest.segments for st in seg.streams.values()
+                      for r in st.renditions)
+    return frozenset(hashes)
+
+
 def _etag_matches(header: str | None, digest: str) -> bool:
     if header is None:
         return False
@@ -261,7 +271,7 @@ def _parse_range(header: str, size: int) -> tuple[int, int]:
     if "," in value:
         raise ApiError(416, "range_not_satisfiable", "several ranges in one request are not "
                        "supported: ask for one range per request", unsatisfiable)
-    m = _RANGE_RE.match(value)
+    m = _RANGE_RE.fullmatch(value)
     if m is None or (m[1] == "" and m[2] == "") or (m[1] and m[2] and int(m[2]) < int(m[1])):
         raise ApiError(400, "invalid_argument", f"bad Range header {header[:80]!r}: use "
                        "'bytes=a-b', 'bytes=a-' or 'bytes=-n'")
@@ -360,7 +370,7 @@ def create_app(
 def _hash_param(request: Request, what: str) -> str:
     """The ``{hash}`` of the URL, or a 400 naming what a valid one is (``what``)."""
     digest = str(request.path_params["hash"])
-    if not HASH_RE.match(digest):
+    if not HASH_RE.fullmatch(digest):
         raise ApiError(400, "invalid_argument", f"malformed content hash {digest[:80]!r}: "
                        f"expected 64 lowercase hex digits ({what})")
     return digest

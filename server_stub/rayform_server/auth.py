@@ -30,9 +30,9 @@ from rayform.errors import InvalidArgumentError
 __all__ = ["ANONYMOUS", "Auth", "Grant", "load_tokens_file"]
 
 _MIN_TOKEN_LEN = 8
-_TOKEN_RE = re.compile(r"^[\x21-\x7e]+$")  # visible ASCII, no spaces
-_PATTERN_RE = re.compile(r"^[a-z0-9_*?\[\]!-]+$")
-_NAME_RE = re.compile(r"^[A-Za-z0-9_.@-]{1,64}$")
+_TOKEN_RE = re.compile(r"[\x21-\x7e]+")  # visible ASCII, no spaces
+_PATTERN_RE = re.compile(r"[a-z0-9_*?\[\]!-]+")
+_NAME_RE = re.compile(r"[A-Za-z0-9_.@-]{1,64}")
 
 
 @dataclass(frozen=True)
@@ -53,7 +53,7 @@ ANONYMOUS = Grant(name="anonymous", patterns=("*",))
 
 
 def _check_token(token: object, where: str) -> bytes:
-    if not isinstance(token, str) or len(token) < _MIN_TOKEN_LEN or not _TOKEN_RE.match(token):
+    if not isinstance(token, str) or len(token) < _MIN_TOKEN_LEN or not _TOKEN_RE.fullmatch(token):
         raise InvalidArgumentError(
             f"{where}: a token must be a string of at least {_MIN_TOKEN_LEN} visible ASCII "
             "characters without spaces; generate one with "
@@ -91,7 +91,7 @@ def load_tokens_file(path: str | os.PathLike[str]) -> list[Grant]:
         if unknown:
             raise InvalidArgumentError(f"{where}: unknown keys {sorted(unknown)} (allowed: name, token, slices)")
         name = entry.get("name")
-        if not isinstance(name, str) or not _NAME_RE.match(name):
+        if not isinstance(name, str) or not _NAME_RE.fullmatch(name):
             raise InvalidArgumentError(f"{where}: 'name' must be 1-64 characters of letters, digits, _ . @ -")
         where = f"tokens file {p}, entry {i} ({name})"
         if name in names:
@@ -101,7 +101,7 @@ def load_tokens_file(path: str | os.PathLike[str]) -> list[Grant]:
         if any(hmac.compare_digest(token, g.token) for g in grants):
             raise InvalidArgumentError(f"{where}: the same token is given twice; every token must be unique")
         slices = entry.get("slices")
-        if not isinstance(slices, list) or not slices or not all(isinstance(s, str) and _PATTERN_RE.match(s) for s in slices):
+        if not isinstance(slices, list) or not slices or not all(isinstance(s, str) and _PATTERN_RE.fullmatch(s) for s in slices):
             raise InvalidArgumentError(
                 f"{where}: 'slices' must be a non-empty list of slice-ID patterns such as "
                 "'slc_7c1e04aa', 'slc_7c1e*' or '*'"

@@ -40,7 +40,15 @@ from rayform.format import (
     segments_to_table,
     table_to_pages,
 )
-from rayform.manifest import CARTESIAN_QUANTITIES, FRAME_CONVENTIONS, Manifest, Segment, Stream
+from rayform.manifest import (
+    CARTESIAN_QUANTITIES,
+    FRAME_CONVENTIONS,
+    Manifest,
+    Rendition,
+    Segment,
+    Stream,
+)
+from rayform_server._renditions import check_heights, keyframe_interval, render, rendition_sizes
 from rayform_server._video import DEFAULT_CRF, DEFAULT_GOP, encode_video
 from rayform_server.store import Store
 
@@ -100,14 +108,25 @@ class TableData:
 
 
 class SliceBuilder:
-    """Accumulates segments, then commits them as one manifest and a slice reference."""
+    """Accumulates segments, then commits them as one manifest and a slice reference.
 
-    def __init__(self, store: Store, description: str = "", *, gop: int = DEFAULT_GOP) -> None:
+    Args:
+        store: the data root.
+        description: the slice's description.
+        gop: keyframe interval of the videos it encodes, in frames.
+        renditions: heights in pixels (even) of smaller copies to store beside every camera
+            video (``rayform_server._renditions``); a height at or above a video's own is
+            skipped with a warning.
+    """
+
+    def __init__(self, store: Store, description: str = "", *, gop: int = DEFAULT_GOP,
+                 renditions: tuple[int, ...] = ()) -> None:
         if gop < 1:
             raise InvalidArgumentError(f"gop (keyframe interval in frames) must be at least 1, got {gop}")
         self.store = store
         self.description = description
         self.gop = gop
+        self.renditions = check_heights(renditions)
         self.segments: list[Segment] = []
 
     def add_segment(
@@ -161,6 +180,7 @@ class SliceBuilder:
             gop = data.gop  # an MP4 stored as is keeps its keyframe interval (None: unknown)
             ref = self.store.put_file(data.video_file)
             count, shape = int(t_ns.size), tuple(data.shape)
+            renditions = self._renditions(data, Path(data.video_file), shape, count, gop)
         else:
             if data.frames is None:
                 raise InvalidArgumentError(f"{data.name}: give the frames or an encoded video_file")
@@ -169,6 +189,8 @@ class SliceBuilder:
             os.close(fd)
             try:
                 count, h, w = encode_video(data.frames, tmp, rate_hz=data.rate_hz, gop=gop, crf=data.crf)
+                # Rendered from the local file, before it moves into the store (maybe S3).
+                renditions = self._renditions(data, Path(tmp), (h, w, 3), count, gop)
                 ref = self.store.put_file(tmp, move=True)
             finally:
                 Path(tmp).unlink(missing_ok=True)
@@ -179,8 +201,29 @@ class SliceBuilder:
         return Stream(
             name=data.name, kind="video", blob=ref, timestamps=ts, rate_hz=float(data.rate_hz),
             shape=shape, dtype="uint8", count=count, t0_ns=int(t_ns[0]), t1_ns=int(t_ns[-1]),
-            codec=data.codec, gop=gop,
+            codec=data.codec, gop=gop, renditions=renditions,
         )
+
+    def _renditions(self, data: VideoData, original: Path, shape: tuple[int, ...], count: int,
+                    gop: int | None) -> tuple[Rendition, ...]:
+        """Render, store and list the builder's renditions of the local video ``original``."""
+        sizes = rendition_sizes(shape[0], shape[1], self.renditions, data.name)
+        if not sizes:
+            return ()
+        # Encoded like the original: its keyframe interval (read from the file when it was
+        # stored as is), rate and quality; frame i at i / rate_hz, as the original.
+        gop = gop if gop is not None else keyframe_interval(original)
+        out = []
+        for size in sizes:
+            fd, tmp = tempfile.mkstemp(dir=self.store.root / "tmp", suffix=".mp4")
+            os.close(fd)
+            try:
+                render(original, size, Path(tmp), rate_hz=data.rate_hz, gop=gop, count=count, crf=data.crf,
+                       name=data.name)
+                out.append(Rendition(self.store.put_file(tmp, move=True), *size))
+            finally:
+                Path(tmp).unlink(missing_ok=True)
+        return tuple(out)
 
     def _table(self, data: TableData, t_ns: np.ndarray) -> Stream:
         values = np.asarray(data.values)
@@ -205,19 +248,28 @@ class SliceBuilder:
             quantity=data.quantity,
         )
 
-    def commit(self, slice_id: str, *, format_version: int = 2) -> Manifest | ColumnarManifest:
+    def commit(self, slice_id: str, *, format_version: int | None = None) -> Manifest | ColumnarManifest:
         """Write the manifest and point ``slice_id`` at it. Returns the manifest.
 
         Args:
             slice_id: the slice to create or replace.
-            format_version: 2 (columnar pages, the default) or 1 (one JSON document, for
-                readers older than the v2 format).
+            format_version: 2 (columnar pages) or 1 (one JSON document, for readers older than
+                the v2 format); default 2, or 1 when a stream has renditions (the columnar
+                pages cannot list them yet).
         """
         check_slice_id(slice_id)
         if not self.segments:
             raise InvalidArgumentError("a slice needs at least one segment")
+        has_renditions = any(st.renditions for seg in self.segments for st in seg.streams.values())
+        if format_version is None:
+            format_version = 1 if has_renditions else 2
         if format_version not in (1, 2):
             raise InvalidArgumentError(f"format_version must be 1 or 2, got {format_version!r}")
+        if format_version == 2 and has_renditions:
+            raise InvalidArgumentError(
+                "a columnar (format version 2) manifest cannot list renditions yet: commit with "
+                "format_version=1 (the default when there are renditions)"
+            )
         if format_version == 1:
             manifest = Manifest(segments=tuple(self.segments), description=self.description)
             digest = self.store.put_manifest(manifest)

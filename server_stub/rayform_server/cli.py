@@ -32,6 +32,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rayform.errors import RayformError
+from rayform.units import human_bytes
+from rayform_server._renditions import parse_heights
 from rayform_server.blobstore import DEFAULT_PRESIGN_EXPIRY_S, LocalBlobBackend, configure_root
 
 __all__ = ["build_parser", "main"]
@@ -105,6 +107,10 @@ def _demo(args: argparse.Namespace) -> int:
     _err(f"building demo slice {args.slice} in {args.root}: {episodes} episodes ({rendered} rendered), "
          f"cameras {spec.size[1]}x{spec.size[0]}, {args.jobs} process(es)")
     t0 = time.perf_counter()
+    if args.renditions and (args.stage is not None or args.share_blobs):
+        _err("error: --renditions works with a plain build only, not yet with --stage or --share-blobs: "
+             "drop one of them")
+        return 2
     if args.stage is not None:
         from rayform_server._fleet import stage_demo
         from rayform_server.staging import Shard
@@ -124,12 +130,13 @@ def _demo(args: argparse.Namespace) -> int:
         manifest = Store(args.root).load_manifest(digest)
     else:
         manifest = build_demo(args.root, args.slice, small=args.small, seed=args.seed, jobs=args.jobs,
-                              progress=lambda line: _err("  " + line), episodes=args.episodes)
+                              progress=lambda line: _err("  " + line), episodes=args.episodes,
+                              renditions=args.renditions)
     dt = time.perf_counter() - t0
     summary = getattr(manifest, "summary", None)
     size = summary["nbytes"] if summary else sum(b.size for b in manifest.blobs().values())
     _err(f"slice {args.slice} -> manifest {manifest.hash[:12]}...: {len(manifest.segments)} segments, "
-         f"{len(manifest.stream_names())} streams, {size / 1e6:.1f} MB in {dt:.1f} s")
+         f"{len(manifest.stream_names())} streams, {human_bytes(size)} in {dt:.1f} s")
     _err(f"serve it with: rayform-server serve --root {args.root} --token <TOKEN>")
     return 0
 
@@ -162,7 +169,7 @@ def _slices(args: argparse.Namespace) -> int:
         summary = getattr(manifest, "summary", None)  # v2: from the root, no page read
         size = summary["nbytes"] if summary else sum(b.size for b in manifest.blobs().values())
         print(f"{slice_id}  manifest {ref['manifest'][:12]}  {len(manifest.segments):4d} segments  "
-              f"{size / 1e6:8.1f} MB  {ref.get('description', '')}")
+              f"{human_bytes(size):>10}  {ref.get('description', '')}")
         count += 1
     if count == 0:
         _err(f"no slices in {root}")
@@ -260,6 +267,9 @@ def build_parser() -> argparse.ArgumentParser:
                       "reuse its blobs under their own IDs: a 1,000,000-segment slice in seconds")
     demo.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
                       help="episodes rendered in parallel (default: min(2, CPUs))")
+    demo.add_argument("--renditions", metavar="HEIGHTS", type=parse_heights, default=(),
+                      help="also store each camera at these heights in pixels, comma-separated "
+                      "(e.g. 48 with --small, 240,120 for the full demo; the width keeps the aspect ratio)")
     add_stage_arguments(demo, "episodes")
     _add_blob_args(demo)
     demo.set_defaults(func=_demo)

@@ -35,6 +35,7 @@ import numpy as np
 from rayform.errors import InvalidArgumentError
 from rayform.format import ColumnarManifest, check_slice_id, hash_bytes
 from rayform.manifest import Manifest, Segment
+from rayform.units import human_bytes
 from rayform_server._demo_scene import (
     ARM_BASES,
     BOX_SIZE,
@@ -188,9 +189,11 @@ def _times(rng: np.random.Generator, start_ns: int, duration_s: float, rate_hz: 
     return t
 
 
-def build_episode(store_root: str, spec: DemoSpec, seed: int, index: int, gop: int = DEFAULT_GOP) -> Segment:
+def build_episode(store_root: str, spec: DemoSpec, seed: int, index: int, gop: int = DEFAULT_GOP,
+                  renditions: tuple[int, ...] = ()) -> Segment:
     """Render, encode (keyframe every ``gop`` frames) and store episode ``index`` into the data
-    root ``store_root``; returns its segment (not yet part of any slice)."""
+    root ``store_root``, with camera renditions at the heights ``renditions``; returns its
+    segment (not yet part of any slice)."""
     rng = np.random.default_rng([seed, index])
     lo, hi = spec.duration_s
     duration = float(rng.uniform(lo, hi)) if hi > lo else lo
@@ -225,7 +228,7 @@ def build_episode(store_root: str, spec: DemoSpec, seed: int, index: int, gop: i
     pts = fk(measured(pose_t)[:, :7], ARM_BASES[0])
     pose = pose_ros_to_opencv(pts["tip"], pts["yaw"], pts["pitch"], pts["roll"]).astype(np.float32)
 
-    builder = SliceBuilder(Store(store_root))
+    builder = SliceBuilder(Store(store_root), renditions=renditions)
     return builder.add_segment(
         segment_id(seed, index),
         site=SITES[site],
@@ -249,6 +252,7 @@ def build_demo(
     jobs: int = 1,
     progress: Callable[[str], None] | None = None,
     episodes: int | None = None,
+    renditions: tuple[int, ...] = (),
 ) -> Manifest | ColumnarManifest:
     """Generate the demo episodes into the data root ``root`` and commit slice ``slice_id``.
 
@@ -263,6 +267,9 @@ def build_demo(
         jobs: episodes built in parallel processes (1 = in this process).
         progress: called with one line of text per finished episode.
         episodes: number of episodes (default: the spec's, 20 or 4 with ``small``).
+        renditions: heights (even, pixels) of smaller copies of each camera video to store
+            too; heights at or above the cameras' are skipped with a warning. A slice with
+            renditions is committed as a format version 1 manifest.
 
     Returns:
         The committed manifest.
@@ -290,15 +297,16 @@ def build_demo(
         builder.segments.append(seg)
         if progress is not None:
             progress(f"episode {i + 1}/{spec.episodes}: {seg.id} {seg.site} v{seg.version} "
-                     f"{seg.duration_s:.1f} s, {seg.nbytes / 1e6:.2f} MB")
+                     f"{seg.duration_s:.1f} s, {human_bytes(seg.nbytes)}")
 
     if jobs == 1:
         for i in range(spec.episodes):
-            report(build_episode(root_s, spec, seed, i), i)
+            report(build_episode(root_s, spec, seed, i, renditions=renditions), i)
     else:
         # "spawn": a fresh interpreter per worker, safe whatever threads the caller runs.
         with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
-            futures = [pool.submit(build_episode, root_s, spec, seed, i) for i in range(spec.episodes)]
+            futures = [pool.submit(build_episode, root_s, spec, seed, i, DEFAULT_GOP, renditions)
+                       for i in range(spec.episodes)]
             for i, fut in enumerate(futures):
                 report(fut.result(), i)
     return builder.commit(slice_id)

@@ -34,7 +34,7 @@ from rayform_server.store import Store
 __all__ = ["BATCH_RE", "Shard", "add_stage_arguments", "commit_staged", "stage_segment", "staged"]
 
 #: A staging batch name: letters, digits, ``_``, ``.``, ``-`` (1 to 64).
-BATCH_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
+BATCH_RE = re.compile(r"\A[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}\Z")
 
 
 @dataclass(frozen=True)
@@ -85,7 +85,7 @@ def add_stage_arguments(parser: argparse.ArgumentParser, recordings: str) -> Non
 
 
 def _batch_dir(store: Store, batch: str) -> Path:
-    if not isinstance(batch, str) or not BATCH_RE.match(batch):
+    if not isinstance(batch, str) or not BATCH_RE.fullmatch(batch):
         raise InvalidArgumentError(f"staging batch {batch!r}: use 1 to 64 letters, digits, '_', '.' or '-', e.g. 'run-0412'")
     return store.root / "staging" / batch
 

@@ -26,9 +26,8 @@ def sample_spec(ds: Any) -> dict[str, tuple[str, tuple[int, ...]]]:
     spec: dict[str, tuple[str, tuple[int, ...]]] = {}
     for name in ds.obs:
         stream = first[name]
-        if stream.kind == "video":
-            h, w, c = stream.shape
-            spec[name] = ("uint8", (*history, c, h, w))
+        if stream.kind == "video":  # (3, H, W) after the dataset's image_size
+            spec[name] = ("uint8", (*history, *ds.frame_shape(name)))
         else:
             spec[name] = ("float32", (*history, *stream.shape))
         if history:

@@ -43,7 +43,7 @@ class RayformDataset(Dataset):
     Build it with :func:`from_episode_dataset`.
     """
 
-    def __init__(self, ds: Any, name: str | None = None) -> None:
+    def __init__(self, ds: Any, name: str | None = None, sampler: Any = None) -> None:
         self._ds = ds
         self._uri: DatasetURI | MixtureURI
         if is_mixture(ds):
@@ -56,6 +56,8 @@ class RayformDataset(Dataset):
             self._profile = dataset_profile(ds)
             self._spec = sample_spec(ds)
             default = ds.slice.id
+        if sampler is not None:  # how the samples were ordered: shuffle, window and why
+            self._profile = {**self._profile, "order": sampler.describe()}
         super().__init__(source=RayformDatasetSource(str(self._uri)), name=name or default)
 
     def _compute_digest(self) -> str:
@@ -98,7 +100,7 @@ class RayformDataset(Dataset):
         return config
 
 
-def from_episode_dataset(ds: Any, name: str | None = None) -> RayformDataset:
+def from_episode_dataset(ds: Any, name: str | None = None, sampler: Any = None) -> RayformDataset:
     """Describe ``ds`` for ``mlflow.log_input(..., context="training")``.
 
     Reads only the manifest (no fetch, no decode).
@@ -107,6 +109,9 @@ def from_episode_dataset(ds: Any, name: str | None = None) -> RayformDataset:
         ds: a :class:`rayform.torch.EpisodeDataset` or :class:`rayform.torch.MixtureDataset`.
         name: the dataset's name in MLflow; default the slice ID (a mixture: its sources'
             slice IDs joined by ``+``).
+        sampler: the run's :class:`~rayform.torch.EpisodeSampler`, if any: its
+            ``describe()`` (shuffle, the window ``"auto"`` chose and why) goes into the
+            profile as ``"order"``.
 
     Raises:
         InvalidArgumentError: ``ds`` is neither.
@@ -115,4 +120,4 @@ def from_episode_dataset(ds: Any, name: str | None = None) -> RayformDataset:
         raise InvalidArgumentError(
             f"from_episode_dataset() takes a rayform.torch.EpisodeDataset or MixtureDataset, got {type(ds).__name__}"
         )
-    return RayformDataset(ds, name=name)
+    return RayformDataset(ds, name=name, sampler=sampler)

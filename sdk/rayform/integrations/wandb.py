@@ -37,10 +37,11 @@ from rayform.integrations._common import dataset_profile, is_mixture, mixture_pr
 
 __all__ = ["log_dataset"]
 
-_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
+_KEY_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*")
 
 
-def log_dataset(run: Any, ds: Any, *, key: str = "dataset", name: str | None = None) -> Any:
+def log_dataset(run: Any, ds: Any, *, key: str = "dataset", name: str | None = None,
+                sampler: Any = None) -> Any:
     """Record ``ds`` in ``run``: its description in ``run.config[key]``, its slice as an input.
 
     Reads only the manifest (no fetch, no decode).
@@ -51,6 +52,8 @@ def log_dataset(run: Any, ds: Any, *, key: str = "dataset", name: str | None = N
         key: the ``run.config`` key (e.g. ``"val_dataset"`` for a second dataset).
         name: the artifact's name; default the slice ID (a mixture: ``mix-`` and its sources'
             slice IDs).
+        sampler: the run's :class:`~rayform.torch.EpisodeSampler`, if any: its ``describe()``
+            (shuffle, the window ``"auto"`` chose and why) goes into ``run.config[key]["order"]``.
 
     Returns:
         The ``wandb.Artifact`` the run now uses.
@@ -62,13 +65,15 @@ def log_dataset(run: Any, ds: Any, *, key: str = "dataset", name: str | None = N
         raise InvalidArgumentError(
             f"log_dataset() takes a rayform.torch.EpisodeDataset or MixtureDataset, got {type(ds).__name__}"
         )
-    if not isinstance(key, str) or not _KEY_RE.match(key):
+    if not isinstance(key, str) or not _KEY_RE.fullmatch(key):
         raise InvalidArgumentError(f"key={key!r}: use a config key such as 'dataset' or 'val_dataset'")
+    order = {"order": sampler.describe()} if sampler is not None else {}
     if is_mixture(ds):
-        return _log_mixture(run, ds, key, name)
+        return _log_mixture(run, ds, key, name, order)
     uri = DatasetURI.parse(ds.uri)
     info = ds.describe()
     info["digest"] = uri.digest
+    info.update(order)
     run.config.update({key: info}, allow_val_change=True)
 
     artifact = wandb.Artifact(
@@ -90,9 +95,9 @@ def log_dataset(run: Any, ds: Any, *, key: str = "dataset", name: str | None = N
     return artifact
 
 
-def _log_mixture(run: Any, mix: Any, key: str, name: str | None) -> Any:
+def _log_mixture(run: Any, mix: Any, key: str, name: str | None, order: dict[str, Any]) -> Any:
     uri = MixtureURI.parse(mix.uri)
-    info = mix.describe()
+    info = {**mix.describe(), **order}
     info["digest"] = uri.digest
     run.config.update({key: info}, allow_val_change=True)
     slices = list(dict.fromkeys(src.slice_id for _, src in uri.sources))

@@ -31,6 +31,8 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
+from rayform._untrusted import shown
+from rayform.errors import IntegrityError, RayformError
 from rayform.torch._intra import IntraDecoder, open_intra
 
 __all__ = ["BACKENDS", "DecoderCache", "default_backend", "forget_intra_checks", "intra_checks"]
@@ -186,7 +188,8 @@ class DecoderCache:
         """The general backend: the one asked for, else :func:`default_backend`."""
         return self._backend or default_backend()
 
-    def get_frames(self, key: str, path: Path, indices: np.ndarray, rate_hz: float) -> torch.Tensor:
+    def get_frames(self, key: str, path: Path, indices: np.ndarray, rate_hz: float,
+                   stream: str = "") -> torch.Tensor:
         """Frames at sorted, unique ``indices`` of the video at ``path``.
 
         Args:
@@ -194,10 +197,27 @@ class DecoderCache:
             path: local file.
             indices: frame indices, sorted ascending, unique, ``(N,)``.
             rate_hz: the stream's nominal rate in Hz (frame ``i`` has pts ``i / rate_hz``).
+            stream: the stream's name, for errors.
 
         Returns:
             ``uint8 (N, 3, H, W)``.
+
+        Raises:
+            IntegrityError: the video (already verified against its hash) cannot be decoded,
+                or has fewer frames than its timestamps blob.
         """
+        try:
+            return self._get_frames(key, path, indices, rate_hz)
+        except RayformError:
+            raise
+        except Exception as exc:  # whatever the decoder raises on bytes that are not a video
+            raise IntegrityError(
+                f"video blob {key} of stream {stream or '?'} matches its hash but cannot be "
+                f"decoded ({type(exc).__name__}: {shown(exc)}); the data on the server is "
+                "broken: report it to the data owners"
+            ) from exc
+
+    def _get_frames(self, key: str, path: Path, indices: np.ndarray, rate_hz: float) -> torch.Tensor:
         with self._lock:
             entry = self._open.get(key)
             if entry is None:

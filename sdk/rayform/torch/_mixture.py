@@ -293,7 +293,8 @@ def _sample_keys(ds: Any) -> dict[str, str]:
     keys = {"t_ns": "()", "meta": "dict"}
     for name in ds.obs:
         s = ds._stream(name)
-        shape = list(s.shape[-1:] if s.kind == "table" else s.shape)
+        # A camera's shape in the sample: after image_size, whatever the stored resolution.
+        shape = list(s.shape[-1:] if s.kind == "table" else ds.frame_shape(name))
         keys[name] = f"{s.kind} {shape} x{ds.obs_steps}"
         if ds.obs_steps > 1:
             keys[f"{name}_is_pad"] = f"({ds.obs_steps},)"
@@ -317,7 +318,8 @@ def _check_same_keys(datasets: Sequence[Any]) -> None:
             if first[key] != other[key]:
                 raise InvalidArgumentError(
                     f"sample key {key!r} differs between source 0 ({first[key]}) and source {k} "
-                    f"({other[key]}): mixed sources need the same shapes (horizon, obs_steps, stream shapes)"
+                    f"({other[key]}): mixed sources need the same shapes (horizon, obs_steps, stream shapes; "
+                    "give cameras of different resolutions the same image_size=)"
                 )
 
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 import collections
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -33,6 +33,7 @@ import numpy as np
 from rayform._evict import Pins, check_fits
 from rayform._fetchlog import FetchLog, fetch_log, mark_ahead
 from rayform._process import PerProcess
+from rayform._resolution import Target, stream_blobs
 from rayform.torch._order import Part, Stream, plan
 
 __all__ = ["ReadAhead", "check_cache_fits", "reader_pins", "segment_blobs"]
@@ -47,16 +48,19 @@ _MAX_BATCHES_AHEAD = 32
 _MIN_WINDOW = 4096
 
 
-def segment_blobs(segment: Any, names: Sequence[str]) -> dict[str, Any]:
-    """``{hash: BlobRef}`` of the blobs one segment needs for the streams ``names``."""
+def segment_blobs(segment: Any, names: Sequence[str], targets: Mapping[str, Target] | None = None) -> dict[str, Any]:
+    """``{hash: BlobRef}`` of the blobs one segment needs for the streams ``names``; a camera
+    with a training resolution in ``targets`` needs only the rendition it reads."""
     out: dict[str, Any] = {}
+    targets = targets or {}
     for name in names:
-        for ref in segment.streams[name].blobs():
+        for ref in stream_blobs(segment.streams[name], targets.get(name)):
             out[ref.hash] = ref
     return out
 
 
-def check_cache_fits(slice_: Any, segments: Sequence[Any], names: Sequence[str]) -> int | None:
+def check_cache_fits(slice_: Any, segments: Sequence[Any], names: Sequence[str],
+                     targets: Mapping[str, Target] | None = None) -> int | None:
     """Raise up front if the largest segment's blobs exceed the client's ``cache_limit``.
 
     A sample needs every blob of its segment's streams at once; below that, a bounded cache
@@ -69,7 +73,7 @@ def check_cache_fits(slice_: Any, segments: Sequence[Any], names: Sequence[str])
     limit = slice_.cache_limit
     if limit is None or not segments:
         return None
-    sizes = [(sum(r.size for r in segment_blobs(seg, names).values()), seg.id) for seg in segments]
+    sizes = [(sum(r.size for r in segment_blobs(seg, names, targets).values()), seg.id) for seg in segments]
     need, seg_id = max(sizes)
     check_fits(limit, need, f"segment {seg_id}'s blobs for streams {', '.join(names)}")
     return sum(size for size, _ in sizes)
@@ -271,7 +275,7 @@ class ReadAhead:
                 if s in st.present_segments:
                     continue
                 cached = 0
-                refs = segment_blobs(ds._index.segments[s], names)
+                refs = segment_blobs(ds._index.segments[s], names, ds.targets)
                 if limit is not None and s not in seen:
                     seen.add(s)
                     horizon += sum(r.size for r in refs.values())

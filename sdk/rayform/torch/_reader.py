@@ -27,13 +27,16 @@ import torch
 
 from rayform._evict import Pins
 from rayform._process import PerProcess
+from rayform._resolution import Target, choose_rendition, format_image_size
 from rayform._seams import BlobSource
+from rayform.errors import IntegrityError, OfflineError
 from rayform.manifest import BlobRef, Stream
 from rayform.torch._align import align_values, latest_at_or_before
 from rayform.torch._decode import DecoderCache
 from rayform.torch._frames import convert
 from rayform.torch._index import GridIndex, grid_offsets_ns
 from rayform.torch._readahead import reader_pins
+from rayform.torch._resize import resize_frames
 from rayform.torch._tables import TableCache
 
 __all__ = ["SampleReader"]
@@ -66,6 +69,8 @@ class SampleReader:
         decoder_cache_size: open decoders kept per process.
         decoder_backend: ``"torchcodec"``, ``"pyav"`` or ``None`` (auto).
         decode_threads: threads decoding video per process (0: decode in the calling thread).
+        targets: camera key -> training resolution (frames resized right after decode, in the
+            decoding thread), or ``None`` for frames as stored.
     """
 
     def __init__(
@@ -82,6 +87,7 @@ class SampleReader:
         decoder_cache_size: int,
         decoder_backend: str | None,
         decode_threads: int = 0,
+        targets: dict[str, Target] | None = None,
     ) -> None:
         self.slice = slice_
         self.index = index
@@ -94,6 +100,7 @@ class SampleReader:
         self.decoder_cache_size = decoder_cache_size
         self.decoder_backend = decoder_backend
         self.decode_threads = decode_threads
+        self.targets = targets or {}
         # Decoders inherited through fork share FFmpeg state with the parent: they are kept,
         # unused, for good. Freeing one runs FFmpeg's cleanup on state that belongs to the
         # parent's threads (swscale's thread pool then waits forever in the child).
@@ -122,10 +129,35 @@ class SampleReader:
             state.pins.pin(path)
         return path
 
+    def _rendition_path(self, ref: BlobRef, state: _ProcessState, stream: Stream) -> Path:
+        """:meth:`_path` of a rendition; offline and not cached, an OfflineError naming the
+        pull that fetches the renditions this dataset reads (never the original instead)."""
+        try:
+            return self._path(ref, state)
+        except OfflineError as exc:
+            cmd = (f"rayform pull {self.slice.id} --image-size {format_image_size(self.image_sizes())} "
+                   f"--resize {self.targets[stream.name].mode}")
+            raise OfflineError(
+                f"the {stream.name} rendition this dataset reads ({ref.hash[:12]}...) is not in the "
+                f"cache and offline mode is on; with network access run `{cmd}` ({exc})"
+            ) from exc
+
+    def image_sizes(self) -> dict[str, tuple[int, int]]:
+        """Camera key -> ``(H, W)`` of the dataset's training resolution (empty without)."""
+        return {k: (t.height, t.width) for k, t in self.targets.items()}
+
     def table(self, stream: Stream) -> tuple[np.ndarray, np.ndarray]:
         """``(t_ns (N,), values (N, D))`` of a table stream (fetched on demand)."""
         state = self._state.get()
-        return state.tables.table(stream.blob.hash, self._path(stream.blob, state))
+        t_ns, values = state.tables.table(stream.blob.hash, self._path(stream.blob, state))
+        if values.dtype.kind not in "biuf" or tuple(values.shape[1:]) != tuple(stream.shape[-1:]):
+            # The bytes match their hash, so the server published a table its manifest misdescribes.
+            raise IntegrityError(
+                f"table blob {stream.blob.hash} of stream {stream.name} holds {values.dtype} records of "
+                f"shape {values.shape[1:]}, its manifest says {stream.dtype} {tuple(stream.shape)}; "
+                "the data on the server is broken: report it to the data owners"
+            )
+        return t_ns, values
 
     # -- reading ---------------------------------------------------------------------------
     def read(self, seg_pos: np.ndarray, steps: np.ndarray) -> list[dict[str, Any]]:
@@ -166,7 +198,7 @@ class SampleReader:
         for name in self.obs:
             stream = seg.streams[name]
             if stream.kind == "video":
-                videos[name] = self._video(state, stream, obs_t, pool)
+                videos[name] = self._video(state, stream, obs_t, pool, self.targets.get(name))
             else:
                 t_rec, rec = self.table(stream)
                 values = convert(rec[latest_at_or_before(t_rec, obs_t)], stream, self.frame)
@@ -218,8 +250,9 @@ class SampleReader:
         return samples
 
     def _video(self, state: _ProcessState, stream: Stream, t_query: np.ndarray,
-               pool: ThreadPoolExecutor | None) -> tuple[Future[torch.Tensor], np.ndarray]:
-        """Frames at the latest frame time <= each query ``t_query (B, n)``.
+               pool: ThreadPoolExecutor | None, target: Target | None) -> tuple[Future[torch.Tensor], np.ndarray]:
+        """Frames at the latest frame time <= each query ``t_query (B, n)``, resized to
+        ``target`` when there is one.
 
         Returns:
             ``frames``, a future of ``uint8 (U, 3, H, W)``: the unique frames decoded in one
@@ -233,17 +266,24 @@ class SampleReader:
         unique, inverse = np.unique(idx.reshape(-1), return_inverse=True)
         # Paths are resolved here, in the calling thread: a missing blob is fetched (or
         # OfflineError raised) before any decoding starts.
-        args = (stream.blob.hash, self._path(stream.blob, state), unique, stream.rate_hz)
+        rendition = choose_rendition(stream, target)  # None: the original
+        if rendition is None:
+            blob, path = stream.blob, self._path(stream.blob, state)
+        else:
+            blob, path = rendition.blob, self._rendition_path(rendition.blob, state, stream)
+        args = (blob.hash, path, unique, stream.rate_hz, stream.name)
         inverse = inverse.reshape(t_query.shape).astype(np.int64)
         if pool is not None:
-            return pool.submit(_decode_contiguous, state.decoders, *args), inverse
+            return pool.submit(_decode_contiguous, state.decoders, *args, target), inverse
         done: Future[torch.Tensor] = Future()
-        done.set_result(state.decoders.get_frames(*args))
+        frames = state.decoders.get_frames(*args)
+        done.set_result(frames if target is None else resize_frames(frames, target))
         return done, inverse
 
 
 def _decode_contiguous(decoders: DecoderCache, key: str, path: Path, indices: np.ndarray,
-                       rate_hz: float) -> torch.Tensor:
-    # In a pool thread: make the frames contiguous here, in parallel, so that
-    # default_collate's copy in the calling thread is a plain memcpy, not a transpose.
-    return decoders.get_frames(key, path, indices, rate_hz).contiguous()
+                       rate_hz: float, stream: str, target: Target | None) -> torch.Tensor:
+    # In a pool thread: make the frames contiguous (or resize them) here, in parallel, so
+    # that default_collate's copy in the calling thread is a plain memcpy, not a transpose.
+    frames = decoders.get_frames(key, path, indices, rate_hz, stream)
+    return frames.contiguous() if target is None else resize_frames(frames, target)

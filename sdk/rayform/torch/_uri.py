@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from rayform._mixuri import MixtureURI
+from rayform._resolution import format_image_size
 from rayform._segtable import SegmentTable
 from rayform._selexpr import selection_expression
 from rayform._uri import DatasetURI, _clean_endpoint
@@ -44,11 +45,14 @@ def dataset_uri(ds: EpisodeDataset) -> DatasetURI:
     """The :class:`DatasetURI` of ``ds`` (its slice's server, manifest and arguments)."""
     slice_ = ds.slice
     select, chosen = _chosen(ds)
+    size = ds.image_size
     return DatasetURI(
         endpoint=getattr(getattr(slice_, "client", None), "endpoint", None),
         slice_id=slice_.id, manifest_hash=slice_.manifest_hash, obs=tuple(ds.obs),
         action=ds.action, fps=ds.fps, horizon=ds.horizon, frame=ds.frame, obs_steps=ds.obs_steps,
         action_mode=ds.action_mode, seed=ds.seed, segments=chosen, select=select,
+        image_size=None if size is None else format_image_size(size, ds.obs),
+        resize=None if size is None else ds.resize,
     )
 
 

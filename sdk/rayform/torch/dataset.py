@@ -15,11 +15,15 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import Dataset
+from torch.utils.data import Dataset, get_worker_info
 
+from rayform import _html
+from rayform._boundary import argument_errors
 from rayform._hashing import hash_bytes
+from rayform._resolution import Target, check_image_size, describe_resolution
 from rayform._seams import BlobSource
 from rayform._segtable import SegmentTable
+from rayform._uri import DatasetURI
 from rayform.errors import InvalidArgumentError, NotFoundError
 from rayform.manifest import Segment
 from rayform.torch._align import ACTION_MODES
@@ -36,6 +40,7 @@ from rayform.torch._index import (
 from rayform.torch._order import DDP_EVEN, Stream, episode_streams
 from rayform.torch._readahead import DEFAULT_READAHEAD_BYTES, ReadAhead, check_cache_fits
 from rayform.torch._reader import SampleReader
+from rayform.torch._shardcheck import shard_check
 from rayform.torch._stats import compute_stats
 from rayform.torch._window import CacheFootprint
 
@@ -93,12 +98,22 @@ class EpisodeDataset(Dataset):
         readahead_bytes: with :class:`~rayform.torch.EpisodeSampler`, blobs that the next
             batches of this process need are fetched in the background, at most this many
             bytes in flight (default 256 MiB; 0 turns it off; see docs/dataset.md).
+        image_size: the training resolution of cameras: ``None`` (the default: frames as
+            stored), ``(H, W)`` in pixels for every camera, or ``{camera key: (H, W)}`` naming
+            every camera. Each camera of a sample is then ``(3, H, W) uint8``, resized
+            (bilinear, antialiased) in the process that decodes it, the same pixels whatever
+            ``decoder_backend`` (docs/dataset.md, "Training resolution").
+        resize: how a frame becomes ``(H, W)``: ``"pad"`` (keep the aspect ratio, fit inside,
+            zero padding centred; pi0), ``"squash"`` (scale each axis; OpenVLA, Octo) or
+            ``"crop"`` (scale the short side, crop the centre; Diffusion Policy). Used only
+            with ``image_size``.
 
     Raises:
         InvalidArgumentError: a value is not allowed (the message says what is).
         NotFoundError: a stream or segment is not in the slice (the message lists what is).
     """
 
+    @argument_errors
     def __init__(
         self,
         slice_: BlobSource,
@@ -119,6 +134,8 @@ class EpisodeDataset(Dataset):
         decoder_backend: str | None = None,
         decode_threads: int = 0,
         readahead_bytes: int = DEFAULT_READAHEAD_BYTES,
+        image_size: tuple[int, int] | dict[str, tuple[int, int]] | None = None,
+        resize: str = "pad",
     ) -> None:
         if not isinstance(slice_, BlobSource):
             raise InvalidArgumentError(
@@ -142,12 +159,15 @@ class EpisodeDataset(Dataset):
         self.slice = slice_
         self._segments = _select_segments(slice_, segments)
         self.obs, self.action = _check_streams(slice_, self._segments, obs, action)
+        cameras = [name for name in self.obs if self._segments[0].streams[name].kind == "video"]
+        self._targets: dict[str, Target] | None = check_image_size(image_size, resize, cameras)
+        self.resize = resize
         self._rank, self._world = _resolve_shard(shard)
         self._shard_auto = shard == "auto"
         self._epoch = SharedEpoch(0)  # shared with forked (persistent) workers
 
         names = [*self.obs, *([self.action] if self.action else [])]
-        self._read_bytes = check_cache_fits(slice_, self._segments, names)
+        self._read_bytes = check_cache_fits(slice_, self._segments, names, self._targets)
         self._index: GridIndex = build_index(self._segments, names, self.fps)
         if isinstance(self._segments, SegmentTable):
             # The checks and the index read columns of every segment: unmap those pages, or
@@ -157,9 +177,10 @@ class EpisodeDataset(Dataset):
             slice_, self._index, self.obs, self.action, horizon=self.horizon,
             obs_steps=self.obs_steps, action_mode=action_mode, frame=self.frame,
             decoder_cache_size=self.decoder_cache_size, decoder_backend=decoder_backend,
-            decode_threads=self.decode_threads,
+            decode_threads=self.decode_threads, targets=self._targets,
         )
         self._readahead = ReadAhead(self, max_bytes=_int("readahead_bytes", readahead_bytes))
+        self._shard_check = shard_check(len(self._index))  # None outside a multi-process DDP
 
     # -- size and epochs -------------------------------------------------------------------
     def __len__(self) -> int:
@@ -184,6 +205,39 @@ class EpisodeDataset(Dataset):
     def shard(self) -> tuple[int, int]:
         """``(rank, world_size)`` that :class:`~rayform.torch.EpisodeSampler` shards for."""
         return self._rank, self._world
+
+    @property
+    def image_size(self) -> tuple[int, int] | dict[str, tuple[int, int]] | None:
+        """The cameras' training resolution: ``None`` (as stored), ``(H, W)`` when every camera
+        has the same, else ``{camera key: (H, W)}``."""
+        if self._targets is None:
+            return None
+        sizes = {k: (t.height, t.width) for k, t in self._targets.items()}
+        same = set(sizes.values())
+        return same.pop() if len(same) == 1 else sizes
+
+    @property
+    def targets(self) -> dict[str, Target]:
+        """Camera key -> its training resolution (:class:`rayform._resolution.Target`); empty
+        without ``image_size``. Which blob a camera reads follows from it
+        (``rayform._resolution.choose_rendition``)."""
+        return dict(self._targets or {})
+
+    def frame_shape(self, name: str) -> tuple[int, int, int]:
+        """``(3, H, W)``: the shape of camera ``name``'s frames in samples (without the
+        ``obs_steps`` axis), after ``image_size``.
+
+        Raises:
+            InvalidArgumentError: ``name`` is not a camera of the dataset.
+        """
+        if name not in self.obs or self._stream(name).kind != "video":
+            cams = [n for n in self.obs if self._stream(n).kind == "video"]
+            raise InvalidArgumentError(f"{name!r} is not a camera of this dataset; its cameras: {', '.join(cams) or 'none'}")
+        if self._targets is not None:
+            t = self._targets[name]
+            return 3, t.height, t.width
+        h, w, c = self._stream(name).shape
+        return c, h, w
 
     def cache_footprint(self) -> CacheFootprint | None:
         """What an epoch asks of a bounded cache (``None`` without ``cache_limit``): the bytes of
@@ -245,6 +299,9 @@ class EpisodeDataset(Dataset):
         """Samples for many keys; frames of each episode are decoded in one batched call."""
         flat, epochs = self._resolve(keys)
         self._readahead.saw(keys)
+        if self._shard_check is not None and not any(isinstance(k, tuple) for k in keys):
+            info = get_worker_info()
+            self._shard_check.saw(flat, self._epoch.get(), info.id if info is not None else -1)
         seg, step = self._index.locate(flat)
         samples = self._reader.read(seg, step)
         if self.transform is not None:
@@ -305,6 +362,19 @@ class EpisodeDataset(Dataset):
             self._index, roles, self.frame, self.action_mode, self._reader.table, self.slice.cache_dir,
         )
 
+    def stats_arrays(self) -> dict[str, dict[str, Any]]:
+        """:meth:`stats` with numpy arrays: ``mean``/``std``/``min``/``max`` as ``(D,)
+        float32`` (the samples' dtype), ``count`` an int; ready for ``(x - mean) / std``.
+
+        A component that never changes has ``std == 0`` (the demo has one): divide by
+        ``np.where(std > 0, std, 1)``, or see docs/dataset.md for safe normalisation.
+        """
+        return {
+            name: {k: (np.asarray(v, dtype=np.float32) if k in ("mean", "std", "min", "max") else v)
+                   for k, v in entry.items()}
+            for name, entry in self.stats().items()
+        }
+
     def describe(self) -> dict[str, Any]:
         """A JSON-able summary for experiment trackers (``wandb.config.update(...)``)."""
         return {
@@ -328,6 +398,7 @@ class EpisodeDataset(Dataset):
             "rank": self._rank,
             "world_size": self._world,
             "ddp_even": self.ddp_even,
+            **describe_resolution(self._targets, self._stream),
             **selection_of(self.slice),
         }
 
@@ -340,11 +411,44 @@ class EpisodeDataset(Dataset):
     def _stream(self, name: str) -> Any:
         return self._index.segments[0].streams[name]
 
+    def _arguments(self) -> tuple[list[tuple[str, Any]], str | None]:
+        """``([(name, value)], uri)``: every argument in the dataset's URI (all that change the
+        samples), or the basic ones and ``None`` if this slice has no URI."""
+        try:
+            uri = DatasetURI.parse(self.uri)
+        except Exception:  # a BlobSource that is no Slice has no URI; a repr must not fail
+            return [("obs", list(self.obs)), ("action", self.action), ("fps", self.fps)], None
+        args = list(uri.dataset_kwargs().items())
+        if uri.select is not None:
+            args.append(("select", uri.select))
+        return args, str(uri)
+
     def __repr__(self) -> str:
+        args, uri = self._arguments()
+        shown = " ".join(f"{k}={_short(v)}" for k, v in args if k != "segments" or v is not None)
         return (
             f"<EpisodeDataset slice={self.slice.id} episodes={len(self._index.segments)} "
-            f"samples={len(self)} fps={self.fps:g} obs={self.obs} action={self.action!r}>"
+            f"samples={len(self)} {shown} uri={uri}>"
         )
+
+    def _repr_html_(self) -> str:
+        args, uri = self._arguments()
+        rows = [(k, _short(v)) for k, v in args]
+        return _html.wrap(
+            _html.header(f"EpisodeDataset on {self.slice.id}", f"{len(self._index.segments):,} episodes",
+                         f"{len(self):,} samples"),
+            _html.kv_table(rows),
+            f"<div><code>{_html.esc(uri)}</code></div>" if uri else "",
+        )
+
+
+def _short(value: Any) -> str:
+    """An argument for a repr: a long list of segment IDs as its count."""
+    if isinstance(value, (list, tuple)) and len(value) > 8:
+        return f"<{len(value)} items: {value[0]!r}, ..., {value[-1]!r}>"
+    if isinstance(value, float):
+        return f"{value:g}"
+    return repr(list(value)) if isinstance(value, tuple) else repr(value)
 
 
 # -- validation helpers ----------------------------------------------------------------------

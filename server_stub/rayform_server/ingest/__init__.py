@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from rayform.errors import InvalidArgumentError, RayformError
+from rayform_server._renditions import parse_heights
 from rayform_server._video import DEFAULT_GOP
 from rayform_server.ingest._common import Progress, parse_stream_specs
 from rayform_server.ingest.lerobot import ingest_lerobot
@@ -47,6 +48,10 @@ def _common_args(p: argparse.ArgumentParser, source: str) -> None:
     p.add_argument("--jobs", type=int, default=1, metavar="N",
                    help="ingest N recordings at a time in parallel processes (default 1); the slice is "
                    "the same")
+    p.add_argument("--renditions", metavar="HEIGHTS", type=parse_heights, default=(),
+                   help="also store each camera at these heights in pixels, comma-separated, e.g. "
+                   "240,120 (the width keeps the aspect ratio; a height at or above a camera's is "
+                   "skipped with a warning; not yet with --jobs or --stage)")
     add_stage_arguments(p, "recordings")
 
 
@@ -112,7 +117,7 @@ def _run_lerobot(args: argparse.Namespace) -> int:
         ingest_lerobot(
             store, args.path, args.slice_id, streams=parse_stream_specs(args.stream, "FEATURE") or None,
             site=args.site, dataset_id=args.dataset_id, progress=progress, gop=args.gop,
-            stage=args.stage, shard=shard, jobs=args.jobs,
+            stage=args.stage, shard=shard, jobs=args.jobs, renditions=args.renditions,
         )
 
     return _run(args, work)
@@ -124,7 +129,7 @@ def _run_mcap(args: argparse.Namespace) -> int:
             store, args.files, args.slice_id,
             streams=parse_stream_specs(args.stream, "TOPIC[:FIELD]") or None,
             site=args.site, progress=progress, gop=args.gop, stage=args.stage, shard=shard,
-            jobs=args.jobs,
+            jobs=args.jobs, renditions=args.renditions,
         )
 
     return _run(args, work)

@@ -51,7 +51,7 @@ def parse_stream_specs(specs: Iterable[str] | None, what: str) -> dict[str, str]
             raise InvalidArgumentError(
                 f"--stream {spec!r}: expected NAME={what}, e.g. --stream cam0/rgb=..."
             )
-        if not STREAM_NAME_RE.match(name) or ".." in name:
+        if not STREAM_NAME_RE.fullmatch(name) or ".." in name:
             raise InvalidArgumentError(
                 f"--stream {spec!r}: {name!r} is not a valid stream name; use lowercase words "
                 "separated by '/', e.g. 'cam0/rgb' or 'joints/position'."
@@ -130,6 +130,7 @@ def commit_segments(
     gop: int,
     progress: Progress,
     stage: str | None = None,
+    renditions: tuple[int, ...] = (),
 ) -> Manifest | ColumnarManifest | None:
     """Store every segment's blobs, then write the manifest and point ``slice_id`` at it; or,
     with ``stage``, stage each segment in that batch and commit nothing (one worker of a
@@ -148,7 +149,7 @@ def commit_segments(
     """
     from rayform_server.staging import stage_segment
 
-    builder = SliceBuilder(store, description=description, gop=gop)
+    builder = SliceBuilder(store, description=description, gop=gop, renditions=renditions)
     staged = 0
     for seg in segments:
         try:
@@ -166,6 +167,16 @@ def commit_segments(
     manifest = builder.commit(slice_id)
     progress(f"slice {slice_id} -> manifest {manifest.hash[:16]}... ({len(manifest.segments)} segments)")
     return manifest
+
+
+def check_renditions(renditions: tuple[int, ...], jobs: int, stage: str | None) -> None:
+    """Renditions are stored by a plain (one-process, committing) ingest only, for now: the
+    staged path commits columnar (version 2) pages, which list no renditions yet."""
+    if renditions and (jobs > 1 or stage is not None):
+        raise InvalidArgumentError(
+            "--renditions works with a plain ingest only, not yet with --jobs or --stage (their "
+            "columnar manifests cannot list renditions): drop --jobs/--stage, or --renditions"
+        )
 
 
 def check_jobs(jobs: int, stage: str | None) -> None:

@@ -37,6 +37,7 @@ from rayform_server.ingest._common import (
     Progress,
     SegmentInput,
     check_jobs,
+    check_renditions,
     commit_segments,
     run_jobs,
     sanitize_stream_name,
@@ -181,6 +182,7 @@ def ingest_lerobot(
     stage: str | None = None,
     shard: Shard | None = None,
     jobs: int = 1,
+    renditions: tuple[int, ...] = (),
 ) -> Manifest | ColumnarManifest | None:
     """Ingest the LeRobot dataset at ``path`` as slice ``slice_id`` of ``store``.
 
@@ -200,6 +202,8 @@ def ingest_lerobot(
         shard: with ``stage``, this worker's share of the episodes (default: all of them).
         jobs: episodes ingested in parallel processes (1: in this process); the slice is the
             same either way.
+        renditions: heights (even, pixels) of smaller copies of every camera video to store
+            too (docs/manifest.md); not yet with ``jobs > 1`` or ``stage``.
 
     Returns:
         The committed manifest (``None`` when staging). Blobs are written episode by episode;
@@ -212,6 +216,7 @@ def ingest_lerobot(
     """
     check_slice_id(slice_id, new=True)
     check_jobs(jobs, stage)
+    check_renditions(renditions, jobs, stage)
     progress = progress or Progress()
     layout = open_layout(path)
     chosen = _pick_streams(layout, streams)
@@ -237,7 +242,7 @@ def ingest_lerobot(
             )
 
     return commit_segments(store, slice_id, segments(), site=site, gop=gop, progress=progress,
-                           description=description, stage=stage)
+                           description=description, stage=stage, renditions=renditions)
 
 
 def _staging_worker(root: str, path: str, slice_id: str, streams: dict[str, str], site: str, dataset_id: str,

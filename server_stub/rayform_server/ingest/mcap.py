@@ -41,6 +41,7 @@ from rayform_server.ingest._common import (
     Progress,
     SegmentInput,
     check_jobs,
+    check_renditions,
     commit_segments,
     nominal_rate_hz,
     run_jobs,
@@ -249,6 +250,7 @@ def ingest_mcap(
     stage: str | None = None,
     shard: Shard | None = None,
     jobs: int = 1,
+    renditions: tuple[int, ...] = (),
 ) -> Manifest | ColumnarManifest | None:
     """Ingest ROS 2 MCAP bags as slice ``slice_id`` of ``store``, one segment per file.
 
@@ -268,6 +270,8 @@ def ingest_mcap(
         shard: with ``stage``, this worker's share of ``files`` (default: all of them).
         jobs: files ingested in parallel processes (1: in this process); the slice is the
             same either way.
+        renditions: heights (even, pixels) of smaller copies of every camera video to store
+            too (docs/manifest.md); not yet with ``jobs > 1`` or ``stage``.
 
     Returns:
         The committed manifest (written only at the end, with the slice reference), or
@@ -279,6 +283,7 @@ def ingest_mcap(
     """
     check_slice_id(slice_id, new=True)
     check_jobs(jobs, stage)
+    check_renditions(renditions, jobs, stage)
     progress = progress or Progress()
     if not files:
         raise InvalidArgumentError("no MCAP files given")
@@ -301,7 +306,7 @@ def ingest_mcap(
             yield SegmentInput(seg_id, str(path), built, f"{path.name} -> {seg_id} ({i + 1}/{len(files)}): {summary}", i)
 
     return commit_segments(store, slice_id, segments(), site=site, gop=gop, progress=progress,
-                           description=description, stage=stage)
+                           description=description, stage=stage, renditions=renditions)
 
 
 def _staging_worker(root: str, files: list[str], slice_id: str, streams: dict[str, str] | None, site: str,

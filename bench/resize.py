@@ -1,0 +1,252 @@
+"""Training resolution: the README loader at full resolution against ``image_size=(224, 224)``.
+
+Renders demo episodes with two 480x640 cameras (all-intra, as ingest stores them) into
+``.bench/resize-eN/`` once, then times, in alternating rounds on the same data, the README's
+loader (``DataLoader(batch_size=32, num_workers=2, shuffle=True, persistent_workers=True,
+collate_fn=rayform.torch.collate)`` over both cameras, the joints and a 16-step action chunk at
+15 Hz):
+
+* ``full``: frames as stored (today's default);
+* ``pad224``: ``image_size=(224, 224), resize="pad"`` (decode, then resize in the worker);
+* ``transform224``: frames as stored, resized to the same 224x224 pad in a ``transform`` (how
+  users did it before ``image_size``), for reference;
+* ``rend224`` (with ``--renditions 240``): the same episodes ingested with 240x320 renditions
+  (a second slice in the same root: the originals are the same blobs), ``image_size=(224, 224),
+  resize="pad"``: the dataset reads the renditions.
+
+With renditions it also reports their disk cost (bytes of the renditions / the originals'),
+the bytes a cold epoch fetches (blobs the 224 dataset reads / the full-resolution dataset's)
+and the PSNR per camera of the rendition path against decoding the original and resizing it
+(``torch.nn.functional.interpolate(mode="bilinear", antialias=True)``) to the same target.
+
+Prints samples/s per round, the ratios to ``full`` in the same round, CPU seconds per sample
+(the main process and both workers, from ``/proc``: on a shared, loaded machine wall-clock
+rates swing with other jobs, CPU per sample much less) and batch bytes per sample; writes
+``bench/results/resize.json``. Not part of ``make bench``.
+
+Usage: ``.venv/bin/python -m bench.resize [--episodes 4] [--rounds 3] [--batches 30]
+[--renditions 240] [--no-transform] [--out FILE]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch.utils.data import DataLoader
+
+from bench._data import BENCH, REPO, StoreClient
+from bench._measure import loadavg, log
+from bench._timing import LOADER_KW, child_pids
+from rayform.manifest import BlobRef, Stream
+from rayform.slice import Slice
+from rayform.torch import EpisodeDataset, collate
+from rayform_server.builder import SliceBuilder
+from rayform_server.demo import DemoSpec, build_episode
+from rayform_server.store import Store
+
+SLICE_ID = "slc_be4c0480"
+#: The slice with renditions at 240 px (the first one measured); other heights get their own.
+RENDITIONS_SLICE_ID = "slc_be4c0481"
+
+
+def renditions_slice_id(height: int) -> str:
+    return RENDITIONS_SLICE_ID if height == 240 else f"slc_be4d{height:04x}"
+CAMERAS = ["cam0/rgb", "wrist/rgb"]
+OBS = [*CAMERAS, "joints/position"]
+ACTION = "joints/position_delta"
+
+
+def build(root: Path, episodes: int, slice_id: str = SLICE_ID, renditions: tuple[int, ...] = ()) -> None:
+    """Render ``episodes`` demo episodes of 8 s with 480x640 cameras into ``root`` as
+    ``slice_id``, with renditions at the heights ``renditions`` (once)."""
+    store = Store(root)
+    if (root / "slices" / slice_id).exists() or (root / "slices" / f"{slice_id}.json").exists():
+        return
+    log(f"[bench] rendering {episodes} episodes at 480x640 into {root} as {slice_id} (once; minutes) ...")
+    spec = DemoSpec(episodes=episodes, duration_s=(8.0, 8.0), size=(480, 640))
+    builder = SliceBuilder(store, description="bench: demo scene at 480x640")
+    for i in range(episodes):
+        builder.segments.append(build_episode(str(root), spec, 0, i, renditions=renditions))
+    builder.commit(slice_id)
+
+
+def open_slice(root: Path, slice_id: str = SLICE_ID) -> Slice:
+    store = Store(root)
+    digest = store.get_slice(slice_id)["manifest"]
+    return Slice(slice_id, digest, store.load_manifest(digest), StoreClient(root))
+
+
+def resize_in_transform(sample: dict[str, Any]) -> dict[str, Any]:
+    """A 4:3 frame padded to 224x224 by a user's ``transform`` (one frame at a time): scaled
+    to 168x224 with the same interpolation, 28 zero rows above and below."""
+    for key in CAMERAS:
+        frame = sample[key]
+        h, w = frame.shape[-2:]
+        sh = round(h * 224 / w)
+        out = torch.zeros((3, 224, 224), dtype=torch.uint8)
+        top = (224 - sh) // 2
+        out[:, top:top + sh] = F.interpolate(frame[None].contiguous(), size=(sh, 224), mode="bilinear",
+                                             antialias=True)[0]
+        sample[key] = out
+    return sample
+
+
+def rendition_blobs(stream: Stream, chosen: str | None) -> list[BlobRef]:
+    """The blobs ``stream`` is read from: the rendition ``chosen`` (``"HxW"``, as the dataset's
+    ``describe()["renditions"]`` names it) and the timestamps, else the stream's own."""
+    for r in stream.renditions:
+        if f"{r.height}x{r.width}" == chosen and stream.timestamps is not None:
+            return [r.blob, stream.timestamps]
+    return stream.blobs()
+
+
+def loader(slice_: Slice, **kw: Any) -> DataLoader:
+    ds = EpisodeDataset(slice_, obs=OBS, action=ACTION, fps=15, horizon=16, shard=None, **kw)
+    return DataLoader(ds, **LOADER_KW, collate_fn=collate)
+
+
+def cpu_s(pids: list[int]) -> float:
+    """User + system CPU seconds of ``pids`` so far (``/proc/PID/stat``)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for pid in pids:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+        total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total / tick
+
+
+def time_row(make: Any, batches: int, warmup: int) -> tuple[float, float]:
+    """``(samples/s, CPU s per sample)`` over ``batches`` batches after ``warmup``."""
+    loader = make()
+    stream = iter(loader)
+    for _ in range(1 + warmup):
+        next(stream)
+    pids = [os.getpid(), *child_pids()]
+    n, c0, t0 = 0, cpu_s(pids), time.perf_counter()
+    for _ in range(batches):
+        try:
+            batch = next(stream)
+        except StopIteration:
+            stream = iter(loader)
+            batch = next(stream)
+        n += int(batch["action"].shape[0])
+    dt, dc = time.perf_counter() - t0, cpu_s(pids) - c0
+    del stream, loader  # shuts the persistent workers down
+    return n / dt, dc / n
+
+
+def batch_bytes_per_sample(slice_: Slice, **kw: Any) -> float:
+    batch = next(iter(DataLoader(EpisodeDataset(slice_, obs=OBS, action=ACTION, fps=15, horizon=16,
+                                                shard=None, **kw), batch_size=32)))
+    total = sum(v.nbytes for v in batch.values() if isinstance(v, torch.Tensor))
+    return total / int(batch["action"].shape[0])
+
+
+def rendition_report(full: Slice, rend: Slice) -> dict[str, Any]:
+    """Disk cost, cold-epoch bytes and PSNR per camera of the renditions of ``rend``."""
+    segs = rend.manifest.segments
+    originals = sum(seg.streams[c].blob.size for seg in segs for c in CAMERAS)
+    stored = sum(r.blob.size for seg in segs for c in CAMERAS for r in seg.streams[c].renditions)
+    ds_full = EpisodeDataset(full, obs=OBS, action=ACTION, fps=15, horizon=16, shard=None)
+    ds_rend = EpisodeDataset(rend, obs=OBS, action=ACTION, fps=15, horizon=16, shard=None,
+                             image_size=(224, 224), resize="pad")
+    # What a cold epoch fetches: every blob each dataset reads, once.
+    read_full = {r.hash: r.size for seg in segs for n in OBS + [ACTION] for r in seg.streams[n].blobs()}
+    chosen = ds_rend.describe()["renditions"]
+    read_rend = {r.hash: r.size for seg in segs for n in OBS + [ACTION]
+                 for r in rendition_blobs(seg.streams[n], chosen.get(n))}
+    # PSNR over every 5th sample of the first episode, per camera.
+    picks = list(range(0, ds_full.segment_lengths[segs[0].id], 5))
+    psnr = {}
+    for cam in CAMERAS:
+        ref = torch.stack([s[cam] for s in ds_full.__getitems__(picks)])
+        h, w = ref.shape[-2:]
+        sh = round(h * 224 / w)
+        top = (224 - sh) // 2
+        ref = F.interpolate(ref.contiguous(), size=(sh, 224), mode="bilinear", antialias=True)
+        got = torch.stack([s[cam] for s in ds_rend.__getitems__(picks)])[:, :, top:top + sh]
+        mse = ((got.double() - ref.double()) ** 2).mean(dim=(1, 2, 3)).clamp_min(1e-12)
+        psnr[cam] = float((10 * torch.log10(255.0**2 / mse)).mean())
+    return {
+        "renditions_read": ds_rend.describe()["renditions"],
+        "rendition_disk_fraction_of_originals": stored / originals,
+        "cold_epoch_bytes_ratio_rend224_to_full": sum(read_rend.values()) / sum(read_full.values()),
+        "psnr_db_rend224_vs_resized_original": psnr,
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--episodes", type=int, default=4)
+    ap.add_argument("--rounds", type=int, default=3, help="alternating rounds of every row")
+    ap.add_argument("--batches", type=int, default=30, help="batches per timed window")
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--no-transform", action="store_true", help="skip the transform224 row")
+    ap.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "resize.json",
+                    help="where the JSON results go (default bench/results/resize.json)")
+    ap.add_argument("--renditions", type=int, default=None, metavar="HEIGHT",
+                    help="also time the rend224 row on a slice with renditions at HEIGHT (e.g. 240)")
+    args = ap.parse_args()
+    root = BENCH / f"resize-e{args.episodes}"
+    build(root, args.episodes)
+    slice_ = open_slice(root)
+    rows: dict[str, dict[str, Any]] = {"full": {}, "pad224": {"image_size": (224, 224), "resize": "pad"}}
+    if not args.no_transform:
+        rows["transform224"] = {"transform": resize_in_transform}
+    slices = dict.fromkeys(rows, slice_)
+    extra: dict[str, Any] = {}
+    if args.renditions:
+        rend_id = renditions_slice_id(args.renditions)
+        build(root, args.episodes, rend_id, (args.renditions,))
+        slices["rend224"] = open_slice(root, rend_id)
+        rows["rend224"] = {"image_size": (224, 224), "resize": "pad"}
+        extra = rendition_report(slice_, slices["rend224"])
+    rates: dict[str, list[float]] = {name: [] for name in rows}
+    cpu: dict[str, list[float]] = {name: [] for name in rows}
+    ratios: dict[str, list[float]] = {name: [] for name in rows if name != "full"}
+    loads = []
+    for r in range(args.rounds):
+        this: dict[str, float] = {}
+        for name, kw in rows.items():
+            loads.append(loadavg())
+            rate, cpu_per = time_row(lambda kw=kw, name=name: loader(slices[name], **kw), args.batches,
+                                     args.warmup)
+            log(f"[bench] round {r + 1}/{args.rounds}: {name}: {rate:.1f} samples/s, "
+                f"{cpu_per * 1e3:.2f} ms CPU per sample")
+            this[name] = rate
+            rates[name].append(rate)
+            cpu[name].append(cpu_per)
+        for name in ratios:
+            ratios[name].append(this[name] / this["full"])
+    sizes = {name: batch_bytes_per_sample(slices[name], **kw) for name, kw in rows.items() if name != "transform224"}
+    out = {
+        "data": f"{args.episodes} demo episodes x 8 s, 2 cameras 480x640 all-intra H.264 at 30 Hz",
+        "loader": "README loader: batch 32, 2 workers, shuffle, persistent, rayform.torch.collate; fps 15, horizon 16",
+        "samples_per_s": rates,
+        "median_samples_per_s": {k: statistics.median(v) for k, v in rates.items()},
+        "ratio_to_full_same_round": ratios,
+        "median_ratio_to_full": {k: statistics.median(v) for k, v in ratios.items()},
+        "cpu_ms_per_sample": {k: [x * 1e3 for x in v] for k, v in cpu.items()},
+        "median_cpu_ms_per_sample": {k: statistics.median(v) * 1e3 for k, v in cpu.items()},
+        "batch_bytes_per_sample": sizes,
+        "bytes_ratio_pad224_to_full": sizes["pad224"] / sizes["full"],
+        "loadavg_1min": loads,
+        **extra,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(out, indent=2) + "\n")
+    log(json.dumps({k: out[k] for k in ("median_samples_per_s", "median_ratio_to_full",
+                                        "median_cpu_ms_per_sample", "bytes_ratio_pad224_to_full", *extra)},
+                   indent=2))
+
+
+if __name__ == "__main__":
+    main()

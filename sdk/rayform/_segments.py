@@ -1,0 +1,181 @@
+"""What ``slice_.segments`` is, whatever the manifest version: one segment model with columns.
+
+:class:`SegmentColumns` is the shared face: a ``Sequence[Segment]`` with column methods
+(``ids()``, ``sites()``, ``column()``, ``stream_name_lists()``, ``segment_nbytes()``), and from
+them a short repr, a paged HTML table for notebooks, :meth:`~SegmentColumns.to_arrow` and
+:meth:`~SegmentColumns.to_pandas`. A version 2 manifest's
+:class:`~rayform._segtable.SegmentTable` reads the columns from its Arrow pages;
+:class:`SegmentList` (version 1) is a tuple of :class:`~rayform.manifest.Segment` that
+derives them, so indexing, iterating, ``len`` and ``==`` are a tuple's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, SupportsIndex, overload
+
+import numpy as np
+
+from rayform import _html
+from rayform._units import human_bytes
+from rayform.manifest import Segment
+
+__all__ = ["PAGE_ROWS", "SegmentColumns", "SegmentList"]
+
+#: Rows of one page of the HTML table (the next page is a slice: ``segments[20:40]``).
+PAGE_ROWS = 20
+_SHOWN_IDS = 3
+
+
+def _pa() -> Any:
+    # pyarrow loads on first use: `import rayform` stays fast, and a v1 slice may never need it.
+    import pyarrow as pa
+
+    return pa
+
+
+class SegmentColumns(Sequence[Segment]):
+    """The segments of a slice (or of a ``select()`` view), in manifest order.
+
+    Index it for one :class:`~rayform.manifest.Segment` (a slice ``[a:b]`` gives segments
+    again); the column methods read every segment at once without building them.
+    """
+
+    __slots__ = ()
+
+    # -- columns (each kind of manifest supplies these) -----------------------------------
+    def ids(self) -> Any:
+        """The segment IDs, an Arrow ``string`` array."""
+        raise NotImplementedError
+
+    def sites(self) -> Any:
+        """The sites, an Arrow ``string`` array."""
+        raise NotImplementedError
+
+    def column(self, name: str) -> np.ndarray:
+        """A segment column (``version``, ``start_ns``, ``end_ns``) as ``(S,)`` numpy."""
+        raise NotImplementedError
+
+    def stream_name_lists(self) -> Any:
+        """The stream names of each segment, sorted: an Arrow ``list<string>`` array."""
+        raise NotImplementedError
+
+    def segment_nbytes(self) -> np.ndarray:
+        """``int64 (S,)``: the stored bytes of each segment (every blob of every stream)."""
+        raise NotImplementedError
+
+    # -- shared ----------------------------------------------------------------------------
+    def to_arrow(self) -> Any:
+        """A ``pyarrow.Table``, one row per segment: ``id``, ``version``, ``site``, ``start``
+        and ``end`` (``timestamp[ns, UTC]``), ``duration_s``, ``nbytes`` and ``streams``
+        (``list<string>``)."""
+        pa = _pa()
+        start, end = self.column("start_ns"), self.column("end_ns")
+        stamp = pa.timestamp("ns", tz="UTC")
+        return pa.table({
+            "id": self.ids(),
+            "version": pa.array(self.column("version").astype(np.int64)),
+            "site": self.sites(),
+            "start": pa.array(start.astype(np.int64)).cast(stamp),
+            "end": pa.array(end.astype(np.int64)).cast(stamp),
+            "duration_s": pa.array((end - start) / 1e9),
+            "nbytes": pa.array(self.segment_nbytes().astype(np.int64)),
+            "streams": self.stream_name_lists(),
+        })
+
+    def to_pandas(self) -> Any:
+        """:meth:`to_arrow` as a ``pandas.DataFrame``.
+
+        Raises:
+            ImportError: pandas is not installed (it is not a Rayform dependency).
+        """
+        try:
+            import pandas  # noqa: F401  (optional: only this method needs it)
+        except ImportError:
+            raise ImportError(
+                "segments.to_pandas() needs pandas, which rayform does not install: "
+                "pip install pandas (or use segments.to_arrow())"
+            ) from None
+        return self.to_arrow().to_pandas()
+
+    def __repr__(self) -> str:
+        n = len(self)
+        ids = [str(self[i].id) for i in range(min(n, _SHOWN_IDS))]
+        if n > _SHOWN_IDS + 1:
+            ids += ["...", str(self[n - 1].id)]
+        elif n == _SHOWN_IDS + 1:
+            ids.append(str(self[n - 1].id))
+        return f"<{type(self).__name__} {n:,} segments [{', '.join(ids)}]>"
+
+    def _repr_html_(self) -> str:
+        n = len(self)
+        shown = min(n, PAGE_ROWS)
+        rows = []
+        for i in range(shown):
+            seg = self[i]
+            rows.append((seg.id, seg.version, seg.site, _html.utc(seg.start_ns), f"{seg.duration_s:.2f}",
+                         human_bytes(seg.nbytes), ", ".join(sorted(seg.streams))))
+        total_s = float((self.column("end_ns") - self.column("start_ns")).sum()) / 1e9 if n else 0.0
+        title = _html.header(f"{n:,} segments", f"{total_s:.1f} s in all")
+        body = _html.table(("ID", "version", "site", "start", "duration (s)", "size", "streams"), rows)
+        if n > shown:
+            note = (f"rows 1-{shown} of {n:,}; next page: <code>segments[{shown}:{shown + PAGE_ROWS}]"
+                    "</code>; every row: <code>segments.to_pandas()</code>")
+        else:
+            note = f"{n:,} rows"
+        return _html.wrap(title, body, f'<div style="font-size:85%">{note}</div>')
+
+
+class SegmentList(SegmentColumns, tuple):  # type: ignore[misc]
+    """The segments of a version 1 manifest: a tuple of :class:`~rayform.manifest.Segment`
+    (equal to the plain tuple of the same segments) with the column methods of
+    :class:`SegmentColumns`."""
+
+    __slots__ = ()
+
+    # A tuple's own, not the slower generic ones of Sequence (which come first in the MRO).
+    __len__ = tuple.__len__
+    __iter__ = tuple.__iter__
+    __contains__ = tuple.__contains__
+    index = tuple.index
+    count = tuple.count
+
+    @overload  # type: ignore[override]
+    def __getitem__(self, i: SupportsIndex) -> Segment: ...
+    @overload
+    def __getitem__(self, i: slice) -> SegmentList: ...
+    def __getitem__(self, i: SupportsIndex | slice) -> Segment | SegmentList:
+        if isinstance(i, slice):
+            return SegmentList(tuple.__getitem__(self, i))
+        seg: Segment = tuple.__getitem__(self, i)
+        return seg
+
+    def ids(self) -> Any:
+        return _pa().array([s.id for s in self], type=_pa().string())
+
+    def sites(self) -> Any:
+        return _pa().array([s.site for s in self], type=_pa().string())
+
+    def column(self, name: str) -> np.ndarray:
+        if name not in ("version", "start_ns", "end_ns"):
+            raise KeyError(f"no segment column {name!r}: use version, start_ns or end_ns")
+        return np.array([getattr(s, name) for s in self], dtype=np.int64)
+
+    def stream_name_lists(self) -> Any:
+        return _pa().array([sorted(s.streams) for s in self], type=_pa().list_(_pa().string()))
+
+    def segment_nbytes(self) -> np.ndarray:
+        return np.array([s.nbytes for s in self], dtype=np.int64)
+
+    def stream_names(self) -> list[str]:
+        """Sorted names of the streams present in at least one of these segments."""
+        return sorted({n for s in self for n in s.streams})
+
+    def duration_ns(self) -> int:
+        """The sum of the segments' durations in nanoseconds."""
+        return sum(s.end_ns - s.start_ns for s in self)
+
+
+def as_segments(segments: Sequence[Segment]) -> SegmentColumns:
+    """``segments`` as a :class:`SegmentColumns` (a tuple becomes a :class:`SegmentList`)."""
+    return segments if isinstance(segments, SegmentColumns) else SegmentList(segments)

@@ -1,0 +1,46 @@
+"""Camera frames resized to the training resolution, right after decode.
+
+``resize_frames`` runs in the process (and thread) that decoded the frames, a DataLoader
+worker in training: bilinear with antialiasing (``torch.nn.functional.interpolate(mode=
+"bilinear", antialias=True)`` on ``uint8``), on a contiguous ``(N, 3, h, w)`` tensor, following
+the geometry of :class:`rayform._resolution.Target`. Every decoder backend returns the same
+bits for a frame (``_decode`` checks the packet decoder against the general one), and the
+resize depends only on those bits and the tensor's layout (made contiguous first), so resized
+pixels never depend on ``decoder_backend``. FFmpeg's own scaler (torchcodec's decoder-side
+``Resize``, PyAV's ``reformat``) is not used: its pixels differ between those libraries (by up
+to 48 levels on the demo's frames) and from the packet decoder's path.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from rayform._resolution import Target
+
+__all__ = ["resize_frames"]
+
+
+def resize_frames(frames: torch.Tensor, target: Target) -> torch.Tensor:
+    """Resize ``uint8 (N, 3, h, w)`` frames to a contiguous ``uint8 (N, 3, H, W)``.
+
+    Args:
+        frames: decoded frames, any memory layout.
+        target: the size and mode (``target.plan(h, w)`` says which box goes where).
+
+    Returns:
+        New frames; ``frames`` itself (made contiguous) when its size is already the target's
+        and nothing is cropped or padded.
+    """
+    n, c, h, w = frames.shape
+    plan = target.plan(h, w)
+    top, left, bh, bw = plan.box
+    src = frames[:, :, top:top + bh, left:left + bw].contiguous()
+    scaled = src if (bh, bw) == plan.scaled else F.interpolate(
+        src, size=plan.scaled, mode="bilinear", antialias=True, align_corners=False)
+    if plan.scaled == (target.height, target.width):
+        return scaled
+    out = torch.zeros((n, c, target.height, target.width), dtype=frames.dtype)
+    y, x = plan.at
+    out[:, :, y:y + plan.scaled[0], x:x + plan.scaled[1]] = scaled
+    return out

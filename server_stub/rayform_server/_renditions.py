@@ -1,0 +1,124 @@
+"""Renditions: smaller copies of a camera video, rendered at ingest from the stored original.
+
+A model trains at 96-512 px; decoding a 480x640 frame to shrink it costs more than decoding a
+frame stored at the size it needs. For each requested height below the original's, the stored
+original is decoded, each frame scaled (FFmpeg's area-averaging scaler, antialiased) to that
+height and the width that keeps the aspect ratio (rounded to even, as H.264 4:2:0 needs), and
+encoded like the original: the same codec settings, frame rate and keyframe interval, so the
+packet decoder and random access work on it alike. The rendition shares the original's
+timestamps blob; its frame count is checked against the original's.
+
+Rendering from the decoded original (not from the camera's frames) makes ingest of stored
+MP4s and of raw frames alike, and keeps a rendition's pixels what resizing the original
+would give (docs/benchmarks.md reports the PSNR).
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import av
+import numpy as np
+
+from rayform.errors import InvalidArgumentError
+from rayform_server._video import DEFAULT_CRF, encode_video
+
+__all__ = ["RenditionSkipped", "check_heights", "keyframe_interval", "parse_heights", "render",
+           "rendition_sizes"]
+
+
+class RenditionSkipped(UserWarning):
+    """A requested rendition height is at or above the original's: nothing to store."""
+
+
+def parse_heights(text: str) -> tuple[int, ...]:
+    """``"240,120"`` -> ``(120, 240)`` (the CLI's ``--renditions``).
+
+    Raises:
+        InvalidArgumentError: not a comma-separated list of even positive integers.
+    """
+    items = [x.strip() for x in text.split(",") if x.strip()]
+    if not items or not all(x.isdigit() for x in items):
+        raise InvalidArgumentError(
+            f"--renditions {text!r}: give frame heights in pixels, comma-separated, e.g. --renditions 240,120"
+        )
+    return check_heights([int(x) for x in items])
+
+
+def check_heights(heights: Sequence[int]) -> tuple[int, ...]:
+    """Distinct, sorted, even heights >= 2.
+
+    Raises:
+        InvalidArgumentError: a height is odd or below 2 (H.264 4:2:0 needs even sides).
+    """
+    for h in heights:
+        if isinstance(h, bool) or not isinstance(h, int) or h < 2 or h % 2:
+            raise InvalidArgumentError(
+                f"rendition height {h!r}: use an even number of pixels >= 2 (H.264 stores 4:2:0 "
+                "colour, so frame sides are even), e.g. 240"
+            )
+    return tuple(sorted(set(heights)))
+
+
+def rendition_sizes(height: int, width: int, heights: Sequence[int], name: str = "") -> list[tuple[int, int]]:
+    """``(h, w)`` of each rendition of a ``height`` x ``width`` video, smallest first.
+
+    The width keeps the aspect ratio, rounded to even. A height at or above the original's is
+    skipped with a :class:`RenditionSkipped` warning.
+    """
+    out = []
+    for h in sorted(set(heights)):
+        if h >= height:
+            warnings.warn(
+                f"{name or 'video'}: no {h}-pixel rendition: the original is {width}x{height}, "
+                "already that small", RenditionSkipped, stacklevel=2)
+            continue
+        out.append((h, max(2, 2 * round(width * h / height / 2))))
+    return out
+
+
+def keyframe_interval(path: str | os.PathLike[str]) -> int:
+    """The keyframe interval of the MP4 at ``path``, in frames, from its packet flags (no
+    decoding): 1 for all-intra video; the distance between the first two keyframes otherwise
+    (the frame count when there is one keyframe)."""
+    with av.open(os.fspath(path)) as container:
+        stream = container.streams.video[0]
+        keys = [i for i, p in enumerate(p for p in container.demux(stream) if p.size) if p.is_keyframe]
+        frames = stream.frames or (keys[-1] + 1 if keys else 1)
+    return keys[1] - keys[0] if len(keys) > 1 else max(1, int(frames))
+
+
+def _scaled(path: Path, height: int, width: int) -> Iterator[np.ndarray]:
+    with av.open(os.fspath(path)) as container:
+        stream = container.streams.video[0]
+        stream.thread_count = 1
+        for frame in container.decode(stream):
+            yield frame.reformat(width=width, height=height, format="rgb24", interpolation="AREA").to_ndarray()
+
+
+def render(original: Path, size: tuple[int, int], out: Path, *, rate_hz: float, gop: int, count: int,
+           crf: int = DEFAULT_CRF, name: str = "") -> None:
+    """Encode the ``(h, w)`` rendition of the video ``original`` into ``out``.
+
+    Args:
+        original: the stored original MP4.
+        size: ``(h, w)`` in pixels, both even.
+        out: where to write the MP4.
+        rate_hz: the original's nominal rate (frame ``i`` at ``i / rate_hz``, as the original).
+        gop: the original's keyframe interval in frames.
+        count: the original's frame count.
+        crf: x264 quality.
+        name: the stream's name, for messages.
+
+    Raises:
+        InvalidArgumentError: the rendition's frame count differs from the original's.
+    """
+    n, h, w = encode_video(_scaled(original, *size), out, rate_hz=rate_hz, gop=gop, crf=crf)
+    if (n, h, w) != (count, *size):
+        raise InvalidArgumentError(
+            f"{name}: the {size[1]}x{size[0]} rendition has {n} frames of {w}x{h}, the original "
+            f"{count}: a rendition must hold every frame of the original"
+        )
