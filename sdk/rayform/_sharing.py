@@ -125,11 +125,8 @@ class CacheModes:
         """In shared mode: fix a directory of ours that others cannot write; report another's."""
         if d != self.root and self.root not in d.parents:
             return
-        try:
-            st = os.stat(d)
-        except OSError:
-            return
-        if st.st_mode & _NEEDED == _NEEDED:
+        st = _lacking(d)
+        if st is None:
             return
         if st.st_uid == os.geteuid():
             try:
@@ -145,11 +142,8 @@ class CacheModes:
         deadline = time.monotonic() + _SETTLE_S
         while time.monotonic() < deadline:
             time.sleep(0.05)
-            try:
-                st = os.stat(d)
-            except OSError:
-                return
-            if st.st_mode & _NEEDED == _NEEDED:
+            st = _lacking(d)
+            if st is None:
                 return
         with _REPORTED_LOCK:
             if str(d) in _REPORTED:
@@ -162,3 +156,12 @@ class CacheModes:
             "chmod g+s {} +)",
             d, stat.filemode(st.st_mode), st.st_uid, d, self.root, self.root,
         )
+
+
+def _lacking(d: Path) -> os.stat_result | None:
+    """``d``'s stat if it lacks a team bit (group rwx, setgid); None if it has them or is gone."""
+    try:
+        st = os.stat(d)
+    except OSError:
+        return None
+    return None if st.st_mode & _NEEDED == _NEEDED else st
