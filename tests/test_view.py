@@ -140,40 +140,44 @@ def test_the_list_is_paged_and_filtered_on_the_server(viewer: rayform.view.ViewS
         assert sel["count"] == 1 and sel["expression"] == f"segments:{segs[0].id};sites:{site}"
 
 
-def test_cli_prints_the_url_serves_and_stops_on_ctrl_c(client_env: ServerProcess) -> None:
-    proc = subprocess.Popen([sys.executable, "-m", "rayform", "view", DEMO_SLICE], stdout=subprocess.PIPE,
+@contextlib.contextmanager
+def _view_cli(*args: str) -> Iterator[tuple[subprocess.Popen[str], dict[str, str]]]:
+    """``rayform view`` as a real subprocess; the caller reads its first line, then the block
+    sends Ctrl-C (SIGINT) and collects ``{"out", "err"}``; killed if anything went wrong."""
+    proc = subprocess.Popen([sys.executable, "-m", "rayform", "view", *args], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=_env())
+    result: dict[str, str] = {}
     try:
+        assert proc.stdout is not None
+        yield proc, result
+        proc.send_signal(signal.SIGINT)
+        result["out"], result["err"] = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+
+
+def test_cli_prints_the_url_serves_and_stops_on_ctrl_c(client_env: ServerProcess) -> None:
+    with _view_cli(DEMO_SLICE) as (proc, result):
         assert proc.stdout is not None
         url = proc.stdout.readline().strip()
         parts = urlsplit(url)
         assert parts.hostname == "127.0.0.1" and parts.port and parts.query.startswith("key=")
         info = httpx.get(url.replace("/?", "/api/slice?"), timeout=30).json()
         assert info["id"] == DEMO_SLICE and info["segments"] == 4
-        proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
+    out, err = result["out"], result["err"]
     assert proc.returncode == 0 and "stopped" in err and "Traceback" not in err
     assert TOKEN not in url + out + err
 
 
 def test_cli_warns_when_listening_beyond_loopback(client_env: ServerProcess) -> None:
-    proc = subprocess.Popen([sys.executable, "-m", "rayform", "view", DEMO_SLICE, "--host", "0.0.0.0", "--json"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env())
-    try:
+    with _view_cli(DEMO_SLICE, "--host", "0.0.0.0", "--json") as (proc, result):
         assert proc.stdout is not None
         doc = json.loads(proc.stdout.readline())
         url = doc["url"]
         assert doc["slice"] == DEMO_SLICE and doc["episodes"] == 4
-        proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
+    err = result["err"]
     assert url.startswith("http://127.0.0.1:") and "warning: listening on 0.0.0.0" in err
     assert rayform.view.is_loopback("127.0.0.1") and rayform.view.is_loopback("::1")
     assert not rayform.view.is_loopback("0.0.0.0")
