@@ -10,7 +10,9 @@ The path pins the slice *and* the manifest (its BLAKE3 hash, so every byte); the
 every argument that changes which samples the dataset yields; a dataset on a
 ``Slice.select`` view names the selection in ``select=`` (query version 2, see
 ``rayform._selexpr``) instead of listing its episodes; a dataset with a training resolution
-holds ``image_size=`` and ``resize=`` (query version 3). Mixtures have their own form
+holds ``image_size=`` and ``resize=`` (query version 3); a dataset whose sample keys are
+mapped from stream names or that normalises its vectors holds ``keys=`` and ``normalize=``
+(query version 4). Mixtures have their own form
 (``rayform._mixuri``). The encoding is canonical
 (``docs/tracking.md`` defines it): one dataset has one URI, so the URI can be compared,
 hashed and used as a key. The access token is never part of it.
@@ -21,6 +23,7 @@ This module needs neither torch nor a network; ``rayform.torch.EpisodeDataset.ur
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections.abc import Mapping
@@ -45,16 +48,20 @@ SELECT_VERSION = 2
 #: The query version of a URI with ``image_size=`` and ``resize=`` (a training resolution,
 #: with or without ``select=``); a URI without them keeps version 1 or 2, byte for byte.
 IMAGE_VERSION = 3
+#: The query version of a URI with ``keys=`` (sample keys mapped from stream names) or
+#: ``normalize=``; a URI without them keeps version 1, 2 or 3, byte for byte.
+MAP_VERSION = 4
 #: URI scheme -> the server's URL scheme. ``rayform://`` is HTTPS; plain HTTP (a server on
 #: loopback or a trusted network) is spelled out, so a URI never downgrades TLS by accident.
 SCHEMES = {"rayform": "https", "rayform+http": "http"}
 # Parameters, in canonical (alphabetical) order after ``v``; "select" only from version 2,
 # "image_size" and "resize" only in version 3. "mix" belongs to mixture URIs
 # (rayform._mixuri); see docs/tracking.md.
-_PARAMS = ("action", "action_mode", "fps", "frame", "horizon", "image_size", "obs", "obs_steps", "resize",
-           "seed", "segments", "select")
-_OPTIONAL = ("segments", "select", "image_size", "resize")
-_SINCE = {"select": SELECT_VERSION, "image_size": IMAGE_VERSION, "resize": IMAGE_VERSION}
+_PARAMS = ("action", "action_mode", "fps", "frame", "horizon", "image_size", "keys", "normalize", "obs", "obs_steps",
+           "resize", "seed", "segments", "select")
+_OPTIONAL = ("segments", "select", "image_size", "resize", "keys", "normalize")
+_SINCE = {"select": SELECT_VERSION, "image_size": IMAGE_VERSION, "resize": IMAGE_VERSION, "keys": MAP_VERSION,
+          "normalize": MAP_VERSION}
 _RESERVED = ("mix",)
 _SAFE = "/,"  # stream names and IDs never contain "," so lists need no escaping
 _SAFE_SIZE = "/,:"  # image_size's KEY:HxW items stay readable too
@@ -86,6 +93,9 @@ class DatasetURI:
             ``"cam0/rgb:224x224,wrist/rgb:128x128"`` in ``obs`` order), or ``None`` for frames
             as stored; a ``(H, W)`` tuple or a per-camera dict is accepted and made canonical.
         resize: ``"pad"``, ``"squash"`` or ``"crop"`` with ``image_size``, else ``None``.
+        keys: the sample keys of ``obs`` (in order) and then of the action, when they are
+            mapped (``obs={"state": "joints/position"}``), else ``None``.
+        normalize: ``"mean_std"``, ``"quantile"``, given statistics as compact JSON, or ``None``.
     """
 
     endpoint: str | None
@@ -103,6 +113,8 @@ class DatasetURI:
     select: str | None = None
     image_size: str | None = None
     resize: str | None = None
+    keys: tuple[str, ...] | None = None
+    normalize: str | None = None
 
     def __post_init__(self) -> None:
         if self.endpoint is not None:
@@ -133,6 +145,16 @@ class DatasetURI:
         if not (math.isfinite(self.fps) and self.fps > 0):
             raise InvalidArgumentError(f"dataset URI: fps={self.fps!r}; use a finite number > 0 (Hz)")
         self._check_image_size()
+        if self.normalize is not None and self.normalize not in ("mean_std", "quantile"):
+            doc = _normalize_arg(self.normalize)  # canonical JSON: one dataset, one URI
+            object.__setattr__(self, "normalize", json.dumps(doc, sort_keys=True, separators=(",", ":")))
+        if self.keys is not None:
+            object.__setattr__(self, "keys", tuple(self.keys))
+            if len(self.keys) != len(self.obs) + (1 if self.action else 0):  # type: ignore[arg-type]
+                raise InvalidArgumentError(
+                    f"dataset URI: keys= names {len(self.keys)} keys for {len(self.obs)} obs and "  # type: ignore[arg-type]
+                    f"{'an' if self.action else 'no'} action; copy the whole URI from dataset.uri"
+                )
 
     def _check_image_size(self) -> None:
         if (self.image_size is None) != (self.resize is None):
@@ -171,7 +193,11 @@ class DatasetURI:
         if self.image_size is not None:
             values["image_size"] = self.image_size
             values["resize"] = str(self.resize)
-        parts = [f"{k}={quote(values[k], safe=_SAFE_SIZE if k == 'image_size' else _SAFE)}"
+        if self.keys is not None:
+            values["keys"] = ",".join(self.keys)
+        if self.normalize is not None:
+            values["normalize"] = self.normalize
+        parts = [f"{k}={quote(values[k], safe=_SAFE_SIZE if k == 'image_size' else '' if k == 'normalize' else _SAFE)}"
                  for k in _PARAMS if k in values]
         if self.select is not None:
             # Already percent-encoded item by item; its separators stay readable.
@@ -180,7 +206,10 @@ class DatasetURI:
 
     @property
     def version(self) -> int:
-        """The query version: 3 with ``image_size=``, else 2 with ``select=``, else 1."""
+        """The query version: 4 with ``keys=`` or ``normalize=``, else 3 with ``image_size=``,
+        else 2 with ``select=``, else 1."""
+        if self.keys is not None or self.normalize is not None:
+            return MAP_VERSION
         if self.image_size is not None:
             return IMAGE_VERSION
         return SELECT_VERSION if self.select is not None else QUERY_VERSION
@@ -219,6 +248,12 @@ class DatasetURI:
         if self.image_size is not None:
             kwargs["image_size"] = parse_image_size(self.image_size)
             kwargs["resize"] = self.resize
+        if self.keys is not None:
+            kwargs["obs"] = dict(zip(self.keys, self.obs, strict=False))
+            if self.action is not None:
+                kwargs["action"] = {self.keys[-1]: self.action}
+        if self.normalize is not None:
+            kwargs["normalize"] = _normalize_arg(self.normalize)
         return kwargs
 
     # -- parsing ---------------------------------------------------------------------------
@@ -272,6 +307,8 @@ class DatasetURI:
                 segments=tuple(_split_list(query["segments"])) if "segments" in query else None,
                 select=query.get("select"), image_size=query.get("image_size"),
                 resize=query.get("resize"),
+                keys=tuple(_split_list(query["keys"])) if "keys" in query else None,
+                normalize=query.get("normalize"),
             )
         except InvalidArgumentError as exc:
             raise InvalidArgumentError(f"{exc} (in {_shown(uri)})") from None
@@ -311,7 +348,7 @@ def _authority(endpoint: str | None) -> str:
 
 def _parse_query(query: str, uri: str) -> dict[str, str]:
     values: dict[str, str] = {}
-    known = (str(QUERY_VERSION), str(SELECT_VERSION), str(IMAGE_VERSION))
+    known = (str(QUERY_VERSION), str(SELECT_VERSION), str(IMAGE_VERSION), str(MAP_VERSION))
     for item in query.split("&") if query else []:
         key, eq, value = item.partition("=")
         if not eq:
@@ -324,7 +361,7 @@ def _parse_query(query: str, uri: str) -> dict[str, str]:
     if version not in known:
         raise InvalidArgumentError(
             f"{_shown(uri)} has query version v={version}; this rayform reads v={QUERY_VERSION}, "
-            f"v={SELECT_VERSION} and v={IMAGE_VERSION}. "
+            f"v={SELECT_VERSION}, v={IMAGE_VERSION} and v={MAP_VERSION}. "
             + ("Upgrade rayform (`pip install -U rayform`) to read it." if version else
                "A dataset URI comes from dataset.uri and starts its query with v=1.")
         )
@@ -334,7 +371,8 @@ def _parse_query(query: str, uri: str) -> dict[str, str]:
         reserved = [k for k in unknown if k in _RESERVED]
         later = [k for k in unknown if k in _SINCE]
         if later:
-            what = "a selection view" if later[0] == "select" else "a training resolution"
+            what = {"select": "a selection view", "keys": "a key mapping",
+                    "normalize": "normalisation"}.get(later[0], "a training resolution")
             raise InvalidArgumentError(
                 f"dataset URI has {later[0]}= under v={version}: {what} is query version "
                 f"v={_SINCE[later[0]]}; copy the whole URI from dataset.uri"
@@ -351,6 +389,16 @@ def _parse_query(query: str, uri: str) -> dict[str, str]:
             "never depends on defaults; copy the whole URI from dataset.uri"
         )
     return values
+
+
+def _normalize_arg(text: str) -> Any:
+    """``normalize=`` as ``EpisodeDataset`` takes it: a mode, or given statistics (JSON)."""
+    if text in ("mean_std", "quantile"):
+        return text
+    try:
+        return json.loads(text)
+    except ValueError:
+        raise InvalidArgumentError(f"dataset URI: normalize={text[:40]!r} is neither a mode nor JSON statistics") from None
 
 
 def _split_list(value: str) -> list[str]:

@@ -94,10 +94,30 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _demo_robot(args: argparse.Namespace) -> int:
+    """``demo --robot single-arm``: the second embodiment, a plain build in this process."""
+    from rayform_server.demo import SINGLE_ARM_SLICE, build_demo
+
+    if args.stage is not None or args.share_blobs or args.renditions:
+        _err(f"error: --robot {args.robot} is a plain build: drop --stage, --share-blobs and --renditions")
+        return 2
+    slice_id = args.slice or SINGLE_ARM_SLICE
+    t0 = time.perf_counter()
+    manifest = build_demo(args.root, slice_id, small=args.small, seed=args.seed, episodes=args.episodes,
+                          robot=args.robot, progress=lambda line: _err("  " + line))
+    _err(f"slice {slice_id} -> manifest {manifest.hash[:12]}...: {len(manifest.segments)} segments, "
+         f"{len(manifest.stream_names())} streams in {time.perf_counter() - t0:.1f} s")
+    _err(f"serve it with: rayform-server serve --root {args.root} --token <TOKEN>")
+    return 0
+
+
 def _demo(args: argparse.Namespace) -> int:
     from rayform_server.demo import build_demo, demo_spec
 
     configure_root(Path(args.root), args.blobs, args.s3_endpoint)
+    if args.robot != "bimanual":
+        return _demo_robot(args)
+    args.slice = args.slice or "slc_7c1e04aa"
     spec = demo_spec(args.small)
     episodes = spec.episodes if args.episodes is None else args.episodes
     if episodes < 1:
@@ -257,7 +277,11 @@ def build_parser() -> argparse.ArgumentParser:
         "end-effector pose at 100 Hz, two sites, two segment versions). Deterministic per seed.",
     )
     demo.add_argument("--root", required=True, help="data root to write into (created if missing)")
-    demo.add_argument("--slice", default="slc_7c1e04aa", help="slice ID to create (default slc_7c1e04aa)")
+    demo.add_argument("--slice", default=None,
+                      help="slice ID to create (default slc_7c1e04aa; slc_5e1a0a77 with --robot single-arm)")
+    demo.add_argument("--robot", choices=("bimanual", "single-arm"), default="bimanual",
+                      help="bimanual (default: two arms, two cameras, 14 joints) or single-arm (one wrist "
+                      "camera, 7 joints, 15 Hz, other stream names)")
     demo.add_argument("--small", action="store_true", help="4 short low-resolution episodes (for tests)")
     demo.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     demo.add_argument("--episodes", type=int, default=None,

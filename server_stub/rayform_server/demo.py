@@ -36,6 +36,7 @@ from rayform.errors import InvalidArgumentError
 from rayform.format import ColumnarManifest, check_slice_id, hash_bytes
 from rayform.manifest import Manifest, Segment
 from rayform.units import human_bytes
+from rayform_server._demo_arm import SINGLE_ARM_SLICE, SINGLE_ARM_STREAMS, build_single_arm
 from rayform_server._demo_scene import (
     ARM_BASES,
     BOX_SIZE,
@@ -51,9 +52,12 @@ from rayform_server._video import DEFAULT_GOP
 from rayform_server.builder import SliceBuilder, TableData, VideoData
 from rayform_server.store import Store
 
-__all__ = ["DEMO_SLICE", "SITES", "DemoSpec", "build_demo", "build_episode", "demo_spec", "segment_id"]
+__all__ = ["DEMO_SLICE", "ROBOTS", "SINGLE_ARM_SLICE", "SINGLE_ARM_STREAMS", "SITES", "DemoSpec", "build_demo",
+           "build_episode", "demo_spec", "segment_id"]
 
 DEMO_SLICE = "slc_7c1e04aa"
+#: ``--robot`` values: the bimanual demo (the default, unchanged) and a second embodiment.
+ROBOTS = ("bimanual", "single-arm")
 SITES = ("lab-berkeley", "lab-zurich")
 _EPOCH_NS = 1_767_225_600_000_000_000  # 2026-01-01T00:00:00Z
 _CAMERA_HZ, _JOINT_HZ, _CONTROL_HZ, _POSE_HZ = 30.0, 200.0, 50.0, 100.0
@@ -253,6 +257,7 @@ def build_demo(
     progress: Callable[[str], None] | None = None,
     episodes: int | None = None,
     renditions: tuple[int, ...] = (),
+    robot: str = "bimanual",
 ) -> Manifest | ColumnarManifest:
     """Generate the demo episodes into the data root ``root`` and commit slice ``slice_id``.
 
@@ -270,6 +275,9 @@ def build_demo(
         renditions: heights (even, pixels) of smaller copies of each camera video to store
             too; heights at or above the cameras' are skipped with a warning. A slice with
             renditions is committed as a format version 1 manifest.
+        robot: ``"bimanual"`` (this module's demo) or ``"single-arm"`` (one wrist camera, 7
+            joints, 15 Hz, other stream names; ``rayform_server._demo_arm``; built in this
+            process, without renditions). Pass its own slice ID, e.g. ``SINGLE_ARM_SLICE``.
 
     Returns:
         The committed manifest.
@@ -277,6 +285,12 @@ def build_demo(
     Raises:
         InvalidArgumentError: ``slice_id`` is malformed or ``jobs`` is below 1.
     """
+    if robot not in ROBOTS:
+        raise InvalidArgumentError(f"robot={robot!r}: use one of {', '.join(ROBOTS)}")
+    if robot == "single-arm":
+        if renditions:
+            raise InvalidArgumentError("the single-arm demo has no renditions: drop --renditions")
+        return build_single_arm(str(root), slice_id, small=small, seed=seed, progress=progress, episodes=episodes)
     check_slice_id(slice_id, new=True)
     if jobs < 1:
         raise InvalidArgumentError(f"jobs must be at least 1, got {jobs}")

@@ -19,8 +19,12 @@ def sample_spec(ds: Any) -> dict[str, tuple[str, tuple[int, ...]]]:
     Cameras ``(3, H, W) uint8``, vectors ``(D,) float32``, each with a leading ``obs_steps``
     axis and a ``<key>_is_pad`` mask when ``obs_steps > 1``; ``action (horizon, D) float32``,
     ``action_is_pad (horizon,) bool`` and ``t_ns () int64``. ``meta`` is not a tensor and is
-    left out.
+    left out. A dataset or mixture that states its own spec (sample keys mapped from stream
+    names, a mixture's layout with its masks) is asked for it.
     """
+    own = getattr(ds, "sample_spec", None)
+    if callable(own):
+        return dict(own())
     first = ds.segments[0].streams
     history = (ds.obs_steps,) if ds.obs_steps > 1 else ()
     spec: dict[str, tuple[str, tuple[int, ...]]] = {}
@@ -66,6 +70,8 @@ def dataset_profile(ds: Any) -> dict[str, Any]:
         "sites": dict(sorted(sites.items())),
         "samples": len(ds),
         "fps": ds.fps,
+        # Only when used: what deployment needs to undo the normalisation (docs/mixtures.md).
+        **({"normalize": ds.normalize, "normalization": ds.normalization()} if getattr(ds, "normalize", None) else {}),
     }
 
 
@@ -76,9 +82,12 @@ def mixture_profile(mix: Any) -> dict[str, Any]:
         "num_samples": mix.num_samples,
         "replacement": mix.replacement,
         "seed": mix.seed,
+        **({"layout": mix.describe()["layout"]} if getattr(mix, "layout", None) is not None else {}),
         "sources": [
-            {"weight": float(given), "share": float(w), "draws_per_epoch": int(q), **dataset_profile(ds)}
-            for ds, given, w, q in zip(mix.sources, mix._given_weights, mix.weights, mix.quotas, strict=True)
+            {"weight": float(given), "share": float(w), "draws_per_epoch": int(q), **dataset_profile(ds),
+             **({"name": name} if name is not None else {})}
+            for ds, given, w, q, name in zip(mix.sources, mix._given_weights, mix.weights, mix.quotas,
+                                             getattr(mix, "source_names", [None] * len(mix.sources)), strict=True)
         ],
     }
 

@@ -49,7 +49,7 @@ class RayformDataset(Dataset):
         if is_mixture(ds):
             self._uri = MixtureURI.parse(ds.uri)
             self._profile = mixture_profile(ds)
-            self._spec = sample_spec(ds.sources[0])  # the sources share keys and shapes
+            self._spec = sample_spec(ds)  # the mixture's (its layout's, or its sources' shared keys)
             default = "+".join(dict.fromkeys(src.slice_id for _, src in self._uri.sources))
         else:
             self._uri = DatasetURI.parse(ds.uri)

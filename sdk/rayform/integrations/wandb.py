@@ -106,7 +106,7 @@ def _log_mixture(run: Any, mix: Any, key: str, name: str | None, order: dict[str
         description=f"Rayform mixture of {len(uri.sources)} datasets on {', '.join(slices)}",
         metadata={
             "mixture_uri": str(uri), "profile": mixture_profile(mix),
-            "sample": {k: {"dtype": d, "shape": list(s)} for k, (d, s) in sample_spec(mix.sources[0]).items()},
+            "sample": {k: {"dtype": d, "shape": list(s)} for k, (d, s) in sample_spec(mix).items()},
         },
     )
     # One entry per source, digest its manifest hash: the artifact's version follows the data

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Sequence
+import re
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -24,6 +25,7 @@ from torch.utils.data import Dataset
 
 from rayform.errors import InvalidArgumentError
 from rayform.torch._epoch import SharedEpoch
+from rayform.torch._layout import Layout, SourcePlan, Spec
 from rayform.torch._order import Stream
 from rayform.torch._perm import Permutation, derive_key, mix64
 
@@ -36,11 +38,18 @@ class MixtureDataset(Dataset):
     Iterate it with ``DataLoader(mixture, sampler=EpisodeSampler(mixture), ...)``: the
     sampler draws the epoch; a plain or ``DistributedSampler`` would ignore the weights and
     is refused. Each sample's ``meta`` gains ``source`` (the position of its dataset in
-    ``sources``); its ``slice`` already names the slice.
+    ``sources``) and ``source_name``; its ``slice`` already names the slice.
 
     Args:
-        sources: ``[(dataset, weight), ...]``: :class:`~rayform.torch.EpisodeDataset` s with
-            the same sample keys and shapes, weights > 0 (normalised to sum to 1).
+        sources: ``[(dataset, weight), ...]`` or ``[(dataset, weight, name), ...]``:
+            :class:`~rayform.torch.EpisodeDataset` s, weights > 0 (normalised to sum to 1),
+            names unique (letters, digits, ``_ . -``; default: the slice ID, with ``-K`` for
+            the K-th source where one slice is used twice). Without ``layout`` the sources
+            have the same sample keys and shapes.
+        layout: ``None`` (the sources' samples as they are), ``"union"`` (every key any source
+            has, vectors at their largest width) or ``{key: shape}``: every sample then has the
+            layout's keys, vectors zero-padded with ``<key>_dim_is_pad``, missing cameras zero
+            with ``<key>_is_missing`` (docs/mixtures.md).
         num_samples: draws per epoch (default: the sources' sample counts added up).
         replacement: draw each sample independently (``True``) or draw every sample of a
             source equally often within an epoch, give or take one (``False``, default).
@@ -61,8 +70,9 @@ class MixtureDataset(Dataset):
 
     def __init__(
         self,
-        sources: Sequence[tuple[Any, float]],
+        sources: Sequence[tuple[Any, float] | tuple[Any, float, str]],
         *,
+        layout: str | Mapping[str, Any] | None = None,
         num_samples: int | None = None,
         replacement: bool = False,
         seed: int = 0,
@@ -73,9 +83,11 @@ class MixtureDataset(Dataset):
             )
         datasets: list[Any] = []
         weights: list[float] = []
+        names: list[str | None] = []
         for item in sources:
-            if not (isinstance(item, tuple) and len(item) == 2 and hasattr(item[0], "_order_streams")):
-                raise InvalidArgumentError(f"sources entry {item!r}: use (EpisodeDataset, weight)")
+            if not (isinstance(item, tuple) and len(item) in (2, 3) and hasattr(item[0], "_order_streams")):
+                raise InvalidArgumentError(f"sources entry {item!r}: use (EpisodeDataset, weight) or (EpisodeDataset, weight, name)")
+            names.append(_check_name(item[2]) if len(item) == 3 else None)
             w = item[1]
             if isinstance(w, bool) or not isinstance(w, numbers.Real) or not math.isfinite(w) or w <= 0:
                 raise InvalidArgumentError(f"weight {w!r}: use a finite number > 0, e.g. 0.7")
@@ -83,7 +95,18 @@ class MixtureDataset(Dataset):
                 raise InvalidArgumentError(f"source {len(datasets)} ({item[0]!r}) has no samples")
             datasets.append(item[0])
             weights.append(float(w))
-        _check_same_keys(datasets)
+        self.explicit_names: tuple[str, ...] | None = None  # the names as given (the URI's), or None
+        self.source_names = _source_names(datasets, names)
+        if any(n is not None for n in names):
+            self.explicit_names = self.source_names
+        self.layout: Layout | None = None
+        self._plans: list[SourcePlan] | None = None
+        if layout is None:
+            _check_same_keys(datasets)
+        else:
+            specs: list[Spec] = [ds.sample_spec() for ds in datasets]
+            self.layout = Layout(layout, specs, [ds.action_key for ds in datasets])
+            self._plans = [self.layout.plan(spec) for spec in specs]
         shards = {ds.shard for ds in datasets}
         if len(shards) != 1:
             raise InvalidArgumentError(
@@ -173,8 +196,8 @@ class MixtureDataset(Dataset):
             where = np.flatnonzero(src == k)
             samples = self.sources[k].__getitems__([(int(local[j]), epochs[j]) for j in where])
             for j, sample in zip(where.tolist(), samples, strict=True):
-                sample["meta"] = {**sample["meta"], "source": int(k)}
-                out[j] = sample
+                sample["meta"] = {**sample["meta"], "source": int(k), "source_name": self.source_names[k]}
+                out[j] = sample if self._plans is None else self._plans[k].apply(sample)
         return out
 
     # -- metadata --------------------------------------------------------------------------
@@ -201,9 +224,43 @@ class MixtureDataset(Dataset):
 
         return mixture_from_uri(uri, client, **options)
 
+    def sample_spec(self) -> dict[str, tuple[str, tuple[int, ...]]]:
+        """``{key: (dtype, shape)}`` of every sample: the layout's (with its masks), or without
+        a layout the first source's (they are all the same)."""
+        return self.layout.spec() if self.layout is not None else self.sources[0].sample_spec()  # type: ignore[no-any-return]
+
+    def source_index(self, source: int | str) -> int:
+        """The position of a source given by position or name.
+
+        Raises:
+            InvalidArgumentError: no such source.
+        """
+        if isinstance(source, str) and source in self.source_names:
+            return self.source_names.index(source)
+        if isinstance(source, numbers.Integral) and not isinstance(source, bool) and 0 <= source < len(self.sources):
+            return int(source)
+        raise InvalidArgumentError(f"source={source!r}: use a position 0-{len(self.sources) - 1} or a name "
+                                   f"({', '.join(self.source_names)})")
+
+    def unnormalize(self, values: Any, source: int | str, key: str | None = None) -> Any:
+        """A policy's output for ``source`` back in that robot's units: the layout's padded
+        components are cut off (``(..., D_layout)`` becomes ``(..., D_source)``) and the
+        source's own statistics undo its ``normalize=`` (``key``: default the action key).
+
+        Raises:
+            InvalidArgumentError: an unknown source or key.
+        """
+        ds = self.sources[self.source_index(source)]
+        key = ds.action_key if key is None else key
+        width = {k: shape[-1] for k, (dtype, shape) in ds.sample_spec().items() if dtype == "float32"}
+        if key not in width:
+            raise InvalidArgumentError(f"unnormalize: source {source!r} has no vector {key!r} ({', '.join(width)})")
+        return ds.unnormalize(values[..., : width[key]], key=key)
+
     def describe(self) -> dict[str, Any]:
         """A JSON-able summary for trackers: every source's ``describe()`` with its weight."""
         return {
+            **({"layout": _layout_doc(self.layout.arg)} if self.layout is not None else {}),
             "type": "MixtureDataset",
             "uri": self.uri,
             "seed": self.seed,
@@ -211,8 +268,8 @@ class MixtureDataset(Dataset):
             "num_samples": self.num_samples,
             "replacement": self.replacement,
             "sources": [
-                {"weight": w, "draws_per_epoch": int(q), **ds.describe()}
-                for ds, w, q in zip(self.sources, self.weights, self.quotas, strict=True)
+                {"weight": w, "draws_per_epoch": int(q), "name": n, **ds.describe()}
+                for ds, w, q, n in zip(self.sources, self.weights, self.quotas, self.source_names, strict=True)
             ],
         }
 
@@ -228,8 +285,8 @@ class MixtureDataset(Dataset):
         combined: dict[str, dict[str, Any]] = {}
         for name in per[0]:
             rows = [_by_role(ds, p, self.sources[0], name) for ds, p in zip(self.sources, per, strict=True)]
-            if any(r is None for r in rows):
-                continue
+            if any(r is None for r in rows) or len({len(r["mean"]) for r in rows}) != 1:  # type: ignore[index]
+                continue  # a stream some source lacks, or of other widths (a layout pads them)
             w = np.array(self.weights)[:, None]
             mean = np.array([r["mean"] for r in rows])  # type: ignore[index]
             std = np.array([r["std"] for r in rows])  # type: ignore[index]
@@ -288,19 +345,45 @@ def _quotas(total: int, weights: Sequence[float]) -> np.ndarray:
     return base
 
 
+_NAME_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
+
+
+def _check_name(name: Any) -> str:
+    if not isinstance(name, str) or not _NAME_RE.fullmatch(name):
+        raise InvalidArgumentError(f"source name {name!r}: use 1-64 letters, digits and _ . - e.g. 'single_arm'")
+    return name
+
+
+def _source_names(datasets: Sequence[Any], names: Sequence[str | None]) -> tuple[str, ...]:
+    """Names as given; a missing one is the slice ID (with ``-K`` where the slice repeats)."""
+    slices = [getattr(getattr(ds, "slice", None), "id", f"source{k}") for k, ds in enumerate(datasets)]
+    out = [n if n is not None else (s if slices.count(s) == 1 else f"{s}-{k}")
+           for k, (n, s) in enumerate(zip(names, slices, strict=True))]
+    if len(set(out)) != len(out):
+        raise InvalidArgumentError(f"source names {out}: give each source its own name")
+    return tuple(out)
+
+
+def _layout_doc(arg: Any) -> Any:
+    return arg if isinstance(arg, str) else {k: list(v) for k, v in arg.items()}
+
+
 def _sample_keys(ds: Any) -> dict[str, str]:
     """Sample key -> what fixes its shape, for comparing sources."""
     keys = {"t_ns": "()", "meta": "dict"}
+    key_of = {v: k for k, v in getattr(ds, "obs_keys", {}).items()}  # mapped sample keys
     for name in ds.obs:
         s = ds._stream(name)
+        shown = key_of.get(name, name)
         # A camera's shape in the sample: after image_size, whatever the stored resolution.
         shape = list(s.shape[-1:] if s.kind == "table" else ds.frame_shape(name))
-        keys[name] = f"{s.kind} {shape} x{ds.obs_steps}"
+        keys[shown] = f"{s.kind} {shape} x{ds.obs_steps}"
         if ds.obs_steps > 1:
-            keys[f"{name}_is_pad"] = f"({ds.obs_steps},)"
+            keys[f"{shown}_is_pad"] = f"({ds.obs_steps},)"
     if ds.action is not None:
-        keys["action"] = f"({ds.horizon}, {list(ds._stream(ds.action).shape)[-1]})"
-        keys["action_is_pad"] = f"({ds.horizon},)"
+        act = getattr(ds, "action_key", None) or "action"
+        keys[act] = f"({ds.horizon}, {list(ds._stream(ds.action).shape)[-1]})"
+        keys[f"{act}_is_pad"] = f"({ds.horizon},)"
     return keys
 
 
@@ -313,13 +396,13 @@ def _check_same_keys(datasets: Sequence[Any]) -> None:
                 where = 0 if key in first else k
                 raise InvalidArgumentError(
                     f"sample key {key!r} is in source {where} but not in source {k if where == 0 else 0}: "
-                    "mixed sources need the same obs names, action and obs_steps"
+                    "mixed sources need the same obs names, action and obs_steps, or a layout (layout='union')"
                 )
             if first[key] != other[key]:
                 raise InvalidArgumentError(
                     f"sample key {key!r} differs between source 0 ({first[key]}) and source {k} "
                     f"({other[key]}): mixed sources need the same shapes (horizon, obs_steps, stream shapes; "
-                    "give cameras of different resolutions the same image_size=)"
+                    "give cameras of different resolutions the same image_size=; vectors of other widths: layout='union')"
                 )
 
 

@@ -6,8 +6,10 @@ with the dataset's ``action_mode``), after the ``frame=`` conversion. They are c
 table streams (vectors); camera streams are left out (normalise images with fixed constants,
 decoding every frame of a slice for a mean is rarely worth it).
 
-Result: ``{stream: {"mean": [...], "std": [...], "min": [...], "max": [...], "count": n}}``
-with one value per vector component (``std`` is the population standard deviation).
+Result: ``{stream: {"mean": [...], "std": [...], "min": [...], "max": [...], "q01": [...],
+"q99": [...], "count": n}}`` with one value per vector component (``std`` is the population
+standard deviation; ``q01``/``q99`` the 1st and 99th percentiles, linear interpolation, which
+``normalize="quantile"`` uses).
 
 The file ``CACHE_DIR/stats/<key>.json`` is keyed by the BLAKE3 of everything the numbers
 depend on (each episode's ID, version and stream blob hashes, the stream names, fps, frame,
@@ -35,7 +37,7 @@ from rayform.torch._index import GridIndex
 
 __all__ = ["compute_stats", "stats_key"]
 
-_STATS_VERSION = 1
+_STATS_VERSION = 2  # 2: q01/q99 added (a version 1 file lacks them)
 
 
 def stats_key(index: GridIndex, streams: dict[str, str], frame: str | None, action_mode: str) -> str:
@@ -109,6 +111,8 @@ def compute_stats(
             "std": v.std(axis=0).tolist(),
             "min": v.min(axis=0).tolist(),
             "max": v.max(axis=0).tolist(),
+            "q01": np.quantile(v, 0.01, axis=0).tolist(),
+            "q99": np.quantile(v, 0.99, axis=0).tolist(),
             "count": int(v.shape[0]),
         }
     if cache_dir is not None:

@@ -25,6 +25,8 @@ from rayform._segtable import SegmentTable
 from rayform._selexpr import selection_expression
 from rayform._uri import DatasetURI, _clean_endpoint
 from rayform.errors import InvalidArgumentError, OfflineError, SliceChangedError
+from rayform.torch._layout import format_layout, parse_layout
+from rayform.torch._normalize import format_normalize
 
 if TYPE_CHECKING:
     from rayform.client import Client
@@ -53,7 +55,26 @@ def dataset_uri(ds: EpisodeDataset) -> DatasetURI:
         action_mode=ds.action_mode, seed=ds.seed, segments=chosen, select=select,
         image_size=None if size is None else format_image_size(size, ds.obs),
         resize=None if size is None else ds.resize,
+        keys=_mapped_keys(ds), normalize=_normalize_text(ds),
     )
+
+
+def _mapped_keys(ds: EpisodeDataset) -> tuple[str, ...] | None:
+    """The URI's ``keys=``: obs keys then the action key, only when some key is mapped (a
+    dataset built from lists keeps its version 1-3 URI byte for byte)."""
+    obs = ds.obs_keys
+    if list(obs) == list(obs.values()) and ds.action_key in (None, "action"):
+        return None
+    return (*obs, *([ds.action_key] if ds.action_key is not None else []))
+
+
+def _normalize_text(ds: EpisodeDataset) -> str | None:
+    """The URI's ``normalize=``: the mode, or the given statistics (a mode's numbers follow
+    from the pinned manifest, so the mode alone rebuilds them)."""
+    mode = ds.normalize
+    if mode is None:
+        return None
+    return format_normalize(mode, ds.normalization() if mode == "given" else None)
 
 
 def _chosen(ds: EpisodeDataset) -> tuple[str | None, tuple[str, ...] | None]:
@@ -124,6 +145,7 @@ def mixture_uri(mix: MixtureDataset) -> MixtureURI:
     return MixtureURI(
         tuple((w, dataset_uri(ds)) for w, ds in zip(mix._given_weights, mix.sources, strict=True)),
         num_samples=mix.num_samples, replacement=mix.replacement, seed=mix.seed,
+        layout=None if mix.layout is None else format_layout(mix.layout.arg), names=mix.explicit_names,
     )
 
 
@@ -133,15 +155,17 @@ def mixture_from_uri(uri: str | MixtureURI, client: Client | None = None, **opti
 
     parsed = uri if isinstance(uri, MixtureURI) else MixtureURI.parse(uri)
     clients: dict[str | None, Client] = {}
-    sources = []
-    for weight, source in parsed.sources:
+    sources: list[Any] = []
+    names = parsed.names or (None,) * len(parsed.sources)
+    for (weight, source), name in zip(parsed.sources, names, strict=True):
         # One client per server (a URI without a host shares the configured one).
         own = client if client is not None else clients.get(source.endpoint)
         if own is None:
             own = clients[source.endpoint] = _client_for(source)
-        sources.append((dataset_from_uri(source, own, **options), weight))
+        ds = dataset_from_uri(source, own, **options)
+        sources.append((ds, weight) if name is None else (ds, weight, name))
     return MixtureDataset(sources, num_samples=parsed.num_samples, replacement=parsed.replacement,
-                          seed=parsed.seed)
+                          seed=parsed.seed, layout=None if parsed.layout is None else parse_layout(parsed.layout))
 
 
 def resolve_pinned(client: Client, slice_id: str, manifest_hash: str) -> Slice:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -30,6 +30,7 @@ from rayform.torch._align import ACTION_MODES
 from rayform.torch._decode import BACKENDS
 from rayform.torch._epoch import SharedEpoch
 from rayform.torch._frames import check_frame
+from rayform.torch._layout import dataset_spec
 from rayform.torch._index import (
     GridIndex,
     build_index,
@@ -37,6 +38,8 @@ from rayform.torch._index import (
     select_table,
     selection_of,
 )
+from rayform.torch._names import Names, resolve_names
+from rayform.torch._normalize import Normalizer, check_normalize, unnormalize
 from rayform.torch._order import DDP_EVEN, Stream, episode_streams
 from rayform.torch._readahead import DEFAULT_READAHEAD_BYTES, ReadAhead, check_cache_fits
 from rayform.torch._reader import SampleReader
@@ -59,10 +62,15 @@ class EpisodeDataset(Dataset):
 
     Args:
         slice_: a :class:`~rayform.Slice` from ``client.slices.get(...)``.
-        obs: observation stream names, e.g. ``["cam0/rgb", "joints/position"]``.
-        action: action stream name (a table stream), or ``None`` for no action stream:
-            samples then have no ``action``/``action_is_pad`` keys. Required (no default)
-            so that leaving out the action is a decision, not an accident.
+        obs: observation stream names, e.g. ``["cam0/rgb", "joints/position"]`` (each is its
+            sample key), or ``{sample key: stream name}``, e.g. ``{"image_primary":
+            "cam0/rgb", "state": "joints/position"}`` (docs/mixtures.md). Keys the sample
+            already uses (``meta``, ``t_ns``, ``action``, ``*_is_pad``, ``*_dim_is_pad``,
+            ``*_is_missing``) are refused.
+        action: action stream name (a table stream; sample key ``"action"``), a dict with one
+            entry ``{sample key: stream name}`` (its mask is ``<key>_is_pad``), or ``None`` for
+            no action stream: samples then have no ``action``/``action_is_pad`` keys. Required
+            (no default) so that leaving out the action is a decision, not an accident.
         fps: grid rate in Hz (> 0).
         horizon: action chunk length in grid steps (>= 1).
         frame: coordinate convention for Cartesian streams: ``"ros"``, ``"opencv"`` or
@@ -107,6 +115,12 @@ class EpisodeDataset(Dataset):
             zero padding centred; pi0), ``"squash"`` (scale each axis; OpenVLA, Octo) or
             ``"crop"`` (scale the short side, crop the centre; Diffusion Policy). Used only
             with ``image_size``.
+        normalize: ``None`` (values as stored), ``"mean_std"`` (``(x - mean) / std``),
+            ``"quantile"`` (q01/q99 mapped to -1/1) or given statistics ``{sample key:
+            {"mean": [...], "std": [...]}}`` (e.g. ``train.normalization()``): every vector
+            (table observations and the action) is normalised with this dataset's own
+            statistics, computed on first use and cached like :meth:`stats`; components that
+            never change are only centred. :meth:`unnormalize` undoes it (docs/mixtures.md).
 
     Raises:
         InvalidArgumentError: a value is not allowed (the message says what is).
@@ -117,8 +131,8 @@ class EpisodeDataset(Dataset):
     def __init__(
         self,
         slice_: BlobSource,
-        obs: Sequence[str],
-        action: str | None,
+        obs: Sequence[str] | Mapping[str, str],
+        action: str | Mapping[str, str] | None,
         fps: float,
         horizon: int = 1,
         frame: str | None = None,
@@ -136,6 +150,7 @@ class EpisodeDataset(Dataset):
         readahead_bytes: int = DEFAULT_READAHEAD_BYTES,
         image_size: tuple[int, int] | dict[str, tuple[int, int]] | None = None,
         resize: str = "pad",
+        normalize: str | Mapping[str, Any] | None = None,
     ) -> None:
         if not isinstance(slice_, BlobSource):
             raise InvalidArgumentError(
@@ -158,8 +173,12 @@ class EpisodeDataset(Dataset):
         self.action_mode, self.ddp_even, self.transform = action_mode, ddp_even, transform
         self.slice = slice_
         self._segments = _select_segments(slice_, segments)
-        self.obs, self.action = _check_streams(slice_, self._segments, obs, action)
+        names = resolve_names(obs, action)
+        self.obs, self.action = _check_streams(slice_, self._segments, list(names.obs_streams), names.action_stream)
+        self._names: Names = names
         cameras = [name for name in self.obs if self._segments[0].streams[name].kind == "video"]
+        if isinstance(image_size, Mapping):  # keyed by sample key (or stream name): the reader's are streams
+            image_size = {names.stream_of(k): v for k, v in image_size.items()}
         self._targets: dict[str, Target] | None = check_image_size(image_size, resize, cameras)
         self.resize = resize
         self._rank, self._world = _resolve_shard(shard)
@@ -180,6 +199,10 @@ class EpisodeDataset(Dataset):
             decode_threads=self.decode_threads, targets=self._targets,
         )
         self._readahead = ReadAhead(self, max_bytes=_int("readahead_bytes", readahead_bytes))
+        widths = {k: int(self._stream(names.stream_of(k)).shape[-1]) for k, (dtype, _) in self.sample_spec().items()
+                  if dtype == "float32"}
+        self._norm_mode, self._norm_given = check_normalize(normalize, widths)
+        self._normalizer: Normalizer | None = None  # computed on first use (normalization())
         self._shard_check = shard_check(len(self._index))  # None outside a multi-process DDP
 
     # -- size and epochs -------------------------------------------------------------------
@@ -230,6 +253,7 @@ class EpisodeDataset(Dataset):
         Raises:
             InvalidArgumentError: ``name`` is not a camera of the dataset.
         """
+        name = name if name in self.obs else self._names.stream_of(name)  # a sample key works too
         if name not in self.obs or self._stream(name).kind != "video":
             cams = [n for n in self.obs if self._stream(n).kind == "video"]
             raise InvalidArgumentError(f"{name!r} is not a camera of this dataset; its cameras: {', '.join(cams) or 'none'}")
@@ -304,6 +328,11 @@ class EpisodeDataset(Dataset):
             self._shard_check.saw(flat, self._epoch.get(), info.id if info is not None else -1)
         seg, step = self._index.locate(flat)
         samples = self._reader.read(seg, step)
+        if self._names.mapped:
+            samples = [self._names.rename(s) for s in samples]
+        if self._norm_mode is not None:
+            norm = self._normalizer or self._make_normalizer()
+            samples = [norm.apply(s) for s in samples]
         if self.transform is not None:
             samples = [self._apply(s, int(i), e) for s, i, e in zip(samples, flat, epochs, strict=True)]
         return samples
@@ -362,6 +391,72 @@ class EpisodeDataset(Dataset):
             self._index, roles, self.frame, self.action_mode, self._reader.table, self.slice.cache_dir,
         )
 
+    # -- sample keys and normalisation (docs/mixtures.md) -----------------------------------
+    @property
+    def obs_keys(self) -> dict[str, str]:
+        """Sample key -> observation stream name, in the dataset's order (keys are the stream
+        names unless ``obs=`` was a dict)."""
+        return dict(zip(self._names.obs_keys, self._names.obs_streams, strict=True))
+
+    @property
+    def action_key(self) -> str | None:
+        """The action chunk's sample key (``"action"`` unless mapped), or ``None``."""
+        return self._names.action_key
+
+    def sample_spec(self) -> dict[str, tuple[str, tuple[int, ...]]]:
+        """``{sample key: (dtype, shape)}`` of one sample's tensors, as ``ds[i]`` returns them
+        (``meta`` left out): cameras ``uint8 (3, H, W)``, vectors ``float32 (D,)`` (both with a
+        leading ``obs_steps`` axis and a ``bool`` ``<key>_is_pad`` when ``obs_steps > 1``),
+        the action ``float32 (horizon, D)`` with ``<key>_is_pad``, ``t_ns int64 ()``."""
+        return dataset_spec(
+            [(key, self._stream(name).kind, tuple(self._stream(name).shape[-1:]) if self._stream(name).kind == "table"
+              else self.frame_shape(name)) for key, name in self.obs_keys.items()],
+            None if self.action is None else (str(self.action_key), int(self._stream(self.action).shape[-1])),
+            self.obs_steps, self.horizon,
+        )
+
+    @property
+    def normalize(self) -> str | None:
+        """``None``, ``"mean_std"``, ``"quantile"`` or ``"given"`` (statistics passed in)."""
+        return self._norm_mode
+
+    def normalization(self) -> dict[str, dict[str, list[float]]] | None:
+        """The statistics the samples' vectors are normalised with, keyed by sample key:
+        ``{"mean": [...], "std": [...]}`` or ``{"q01": [...], "q99": [...]}`` per vector, one
+        number per component; ``None`` without ``normalize=``. Computed on first use (from
+        :meth:`stats`, cached on disk). Pass it as ``normalize=`` to another dataset (a
+        validation split) or to :func:`rayform.torch.unnormalize` at deployment."""
+        if self._norm_mode is None:
+            return None
+        return (self._normalizer or self._make_normalizer()).stats
+
+    def _make_normalizer(self) -> Normalizer:
+        if self._norm_mode == "given":
+            norm = Normalizer.from_stats("given", self._norm_given or {})
+        else:
+            stats = self.stats()
+            vectors = [k for k, (dtype, _) in self.sample_spec().items() if dtype == "float32"]
+            norm = Normalizer.from_stats(str(self._norm_mode),
+                                         {k: stats[self._names.stream_of(k)] for k in vectors})
+        self._normalizer = norm
+        return norm
+
+    def unnormalize(self, values: Any, key: str | None = None) -> Any:
+        """A normalised vector (``(..., D)`` tensor or array, e.g. a policy's action chunk) back
+        in this dataset's units, with the statistics of ``key`` (default: the action key).
+        Without ``normalize=`` the values are returned as they are.
+
+        Raises:
+            InvalidArgumentError: ``key`` is not a vector of the dataset, or the width differs.
+        """
+        key = self.action_key if key is None else key
+        stats = self.normalization()
+        if stats is None:
+            return values
+        if key not in stats:
+            raise InvalidArgumentError(f"unnormalize: {key!r} is not a vector of this dataset ({', '.join(stats)})")
+        return unnormalize(values, stats[key])
+
     def stats_arrays(self) -> dict[str, dict[str, Any]]:
         """:meth:`stats` with numpy arrays: ``mean``/``std``/``min``/``max`` as ``(D,)
         float32`` (the samples' dtype), ``count`` an int; ready for ``(x - mean) / std``.
@@ -370,7 +465,7 @@ class EpisodeDataset(Dataset):
         ``np.where(std > 0, std, 1)``, or see docs/dataset.md for safe normalisation.
         """
         return {
-            name: {k: (np.asarray(v, dtype=np.float32) if k in ("mean", "std", "min", "max") else v)
+            name: {k: (np.asarray(v, dtype=np.float32) if k in ("mean", "std", "min", "max", "q01", "q99") else v)
                    for k, v in entry.items()}
             for name, entry in self.stats().items()
         }
@@ -400,6 +495,9 @@ class EpisodeDataset(Dataset):
             "ddp_even": self.ddp_even,
             **describe_resolution(self._targets, self._stream),
             **selection_of(self.slice),
+            # Only when used, so a dataset without them describes itself as before.
+            **({"obs_keys": self.obs_keys, "action_key": self.action_key} if self._names.mapped else {}),
+            **({"normalize": self._norm_mode, "normalization": self.normalization()} if self._norm_mode else {}),
         }
 
     def open_decoders(self) -> list[str]:

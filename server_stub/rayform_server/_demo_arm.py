@@ -1,0 +1,113 @@
+"""A second demo robot: one arm, one wrist camera, 7 joints, everything at 15 Hz.
+
+``rayform-server demo --robot single-arm`` writes it as its own slice (``SINGLE_ARM_SLICE``),
+so that the docs and tests can mix two robots whose data differ the way real fleets do:
+
+========================  ======  =========================================================
+stream                    rate    content
+========================  ======  =========================================================
+``hand/rgb``              15 Hz   wrist camera, H.264; capture jitter ~4 ms, ~2 % drops
+``arm/joint_pos``         15 Hz   7-D measured joint angles (rad)
+``arm/joint_cmd_delta``   15 Hz   7-D action: commanded joint change per control step (rad)
+========================  ======  =========================================================
+
+The same pick-and-place task as the bimanual demo (its left arm alone), seeded separately,
+so the episodes differ from the bimanual ones. Deterministic like the bimanual demo.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+
+import numpy as np
+
+from rayform.format import ColumnarManifest, check_slice_id, hash_bytes
+from rayform.manifest import Manifest, Segment
+from rayform.units import human_bytes
+from rayform_server._demo_scene import Scene, State, paint_tape, table_texture
+from rayform_server._video import DEFAULT_GOP
+from rayform_server.builder import SliceBuilder, TableData, VideoData
+from rayform_server.store import Store
+
+__all__ = ["SINGLE_ARM_SLICE", "SINGLE_ARM_STREAMS", "build_single_arm"]
+
+SINGLE_ARM_SLICE = "slc_5e1a0a77"
+#: Stream names of the single-arm robot: camera, joints, action.
+SINGLE_ARM_STREAMS = ("hand/rgb", "arm/joint_pos", "arm/joint_cmd_delta")
+_RATE_HZ = 15.0
+_SITE = "lab-oslo"
+
+
+def _segment_id(seed: int, index: int) -> str:
+    return "seg_" + hash_bytes(f"rayform-demo-single-arm:{seed}:{index}".encode())[:16]
+
+
+def _episode(store_root: str, spec: object, seed: int, index: int) -> Segment:
+    # The bimanual demo's private helpers: same task, same scene, same timing model.
+    from rayform_server.demo import _EPOCH_NS, _LAG_S, _Plan, _times
+
+    rng = np.random.default_rng([seed, index, 2])  # 2: not the bimanual demo's episodes
+    lo, hi = spec.duration_s  # type: ignore[attr-defined]
+    duration = float(rng.uniform(lo, hi)) if hi > lo else lo
+    start_ns = _EPOCH_NS + seed * 86_400 * 10**9 + index * 95 * 10**9 + int(rng.integers(0, 10**9))
+    plan = _Plan(rng, duration)
+    tex = table_texture(1, seed + 7)
+    paint_tape(tex, (float(plan.place[0]), float(plan.place[1])), 0.045, (200, 60, 60))
+    scene = Scene(tex, spec.size, np.array([40.0, 150.0, 70.0]))  # type: ignore[attr-defined]
+
+    def rel(t_ns: np.ndarray) -> np.ndarray:
+        return (t_ns - start_ns) / 1e9
+
+    def measured(t_ns: np.ndarray) -> np.ndarray:
+        return plan.q(rel(t_ns) - _LAG_S)
+
+    def frames(t_ns: np.ndarray) -> Iterator[np.ndarray]:
+        for t, q in zip(rel(t_ns), measured(t_ns), strict=True):
+            yield scene.render_wrist(State(q=q, box=plan.box(float(t), q)))
+
+    cam_t = _times(rng, start_ns, duration, _RATE_HZ, 4e6, 0.02)
+    joint_t = _times(rng, start_ns, duration, _RATE_HZ, 2e5)
+    ctrl_t = _times(rng, start_ns, duration, _RATE_HZ, 0.0)
+    q_joint = measured(joint_t)[:, :7].astype(np.float32)
+    ctrl_s = rel(ctrl_t)
+    delta = (plan.q(ctrl_s + 1 / _RATE_HZ) - plan.q(ctrl_s))[:, :7].astype(np.float32)
+    builder = SliceBuilder(Store(store_root))
+    cam, joints, action = SINGLE_ARM_STREAMS
+    return builder.add_segment(
+        _segment_id(seed, index), site=_SITE, version=1,
+        streams=[
+            VideoData(cam, frames(cam_t), cam_t, _RATE_HZ, gop=DEFAULT_GOP),
+            TableData(joints, joint_t, q_joint, _RATE_HZ, units="rad"),
+            TableData(action, ctrl_t, delta, _RATE_HZ, units="rad"),
+        ],
+    )
+
+
+def build_single_arm(
+    root: str,
+    slice_id: str = SINGLE_ARM_SLICE,
+    *,
+    small: bool = False,
+    seed: int = 0,
+    progress: Callable[[str], None] | None = None,
+    episodes: int | None = None,
+) -> Manifest | ColumnarManifest:
+    """Generate the single-arm demo into the data root ``root`` and commit ``slice_id``
+    (small: 4 episodes of 2 s at 96x128; else 20 of 6-8 s at 240x320, like the bimanual demo)."""
+    from rayform_server.demo import demo_spec
+
+    check_slice_id(slice_id, new=True)
+    spec = demo_spec(small)
+    if episodes is not None:
+        spec = replace(spec, episodes=int(episodes))
+    builder = SliceBuilder(
+        Store(root),
+        description=f"demo: single-arm pick-and-place, {spec.episodes} episodes (procedurally generated, seed {seed})",
+    )
+    for i in range(spec.episodes):
+        seg = _episode(str(Store(root).root), spec, seed, i)
+        builder.segments.append(seg)
+        if progress is not None:
+            progress(f"episode {i + 1}/{spec.episodes}: {seg.id} {seg.duration_s:.1f} s, {human_bytes(seg.nbytes)}")
+    return builder.commit(slice_id)
