@@ -199,7 +199,7 @@ class EpisodeDataset(Dataset):
             decode_threads=self.decode_threads, targets=self._targets,
         )
         self._readahead = ReadAhead(self, max_bytes=_int("readahead_bytes", readahead_bytes))
-        widths = {k: int(self._stream(names.stream_of(k)).shape[-1]) for k, (dtype, _) in self.sample_spec().items()
+        widths = {k: int(shape[-1]) for k, (dtype, shape) in self.sample_spec().items()
                   if dtype == "float32"}
         self._norm_mode, self._norm_given = check_normalize(normalize, widths)
         self._normalizer: Normalizer | None = None  # computed on first use (normalization())
