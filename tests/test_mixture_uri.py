@@ -54,7 +54,7 @@ def test_parse_is_canonical_and_the_digest_follows_weights_and_data():
 
 
 @pytest.mark.parametrize(("uri", "match"), [
-    ("rayform:///mix?v=3&num_samples=1&replacement=0&seed=0", "v=3"),
+    ("rayform:///mix?v=4&num_samples=1&replacement=0&seed=0", "v=4"),  # v=3: layouts (issue 23)
     ("rayform:///mix?v=2&num_samples=1&replacement=0&seed=0", "names no source"),
     ("rayform:///mix?v=2&mix=1&num_samples=1&replacement=0&seed=0", "mix=WEIGHT:SOURCE_URI"),
     ("rayform:///mix?v=2&mix=1:x&num_samples=1&replacement=0&seed=0", "not a dataset URI"),

@@ -95,7 +95,7 @@ def test_digest_ignores_the_host_and_follows_data_and_arguments():
     (f"https://h/slc_7c1e04aa@{HASH}?v=1", "not a dataset URI"),
     ("rayform://h/slc_7c1e04aa?v=1", "must end in /slc_...@MANIFEST_HASH"),
     (f"rayform://user:{TOKEN}@h/slc_7c1e04aa@{HASH}?v=1", "never holds credentials"),
-    (f"rayform://h/slc_7c1e04aa@{HASH}?v=4&obs=a", "v=4; this rayform reads v=1, v=2 and v=3"),
+    (f"rayform://h/slc_7c1e04aa@{HASH}?v=5&obs=a", "v=5; this rayform reads v=1, v=2, v=3 and v=4"),  # v=4: keys
     (f"rayform://h/slc_7c1e04aa@{HASH}?obs=a", "starts its query with v=1"),
     (f"rayform://h/slc_7c1e04aa@{HASH}?v=1&obs=a&select=sites:x", "select= under v=1"),
     (f"rayform://h/slc_7c1e04aa@{HASH}?v=2&{ARGS}&select=site:x", "KEY one of end_ns"),

@@ -18,7 +18,8 @@ so the episodes differ from the bimanual ones. Deterministic like the bimanual d
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 
@@ -30,7 +31,7 @@ from rayform_server._video import DEFAULT_GOP
 from rayform_server.builder import SliceBuilder, TableData, VideoData
 from rayform_server.store import Store
 
-__all__ = ["SINGLE_ARM_SLICE", "SINGLE_ARM_STREAMS", "build_single_arm"]
+__all__ = ["SINGLE_ARM_SLICE", "SINGLE_ARM_STREAMS", "DemoKit", "build_single_arm"]
 
 SINGLE_ARM_SLICE = "slc_5e1a0a77"
 #: Stream names of the single-arm robot: camera, joints, action.
@@ -43,18 +44,27 @@ def _segment_id(seed: int, index: int) -> str:
     return "seg_" + hash_bytes(f"rayform-demo-single-arm:{seed}:{index}".encode())[:16]
 
 
-def _episode(store_root: str, spec: object, seed: int, index: int) -> Segment:
-    # The bimanual demo's private helpers: same task, same scene, same timing model.
-    from rayform_server.demo import _EPOCH_NS, _LAG_S, _Plan, _times
+@dataclass(frozen=True)
+class DemoKit:
+    """The bimanual demo's task and timing model, handed over by ``rayform_server.demo`` (they
+    stay private to it): the plan class, the capture-time generator, the epoch and the lag."""
 
+    plan: Any
+    times: Callable[..., np.ndarray]
+    epoch_ns: int
+    lag_s: float
+
+
+def _episode(store_root: str, spec: Any, seed: int, index: int, kit: DemoKit) -> Segment:
+    _EPOCH_NS, _LAG_S, _Plan, _times = kit.epoch_ns, kit.lag_s, kit.plan, kit.times
     rng = np.random.default_rng([seed, index, 2])  # 2: not the bimanual demo's episodes
-    lo, hi = spec.duration_s  # type: ignore[attr-defined]
+    lo, hi = spec.duration_s
     duration = float(rng.uniform(lo, hi)) if hi > lo else lo
     start_ns = _EPOCH_NS + seed * 86_400 * 10**9 + index * 95 * 10**9 + int(rng.integers(0, 10**9))
     plan = _Plan(rng, duration)
     tex = table_texture(1, seed + 7)
     paint_tape(tex, (float(plan.place[0]), float(plan.place[1])), 0.045, (200, 60, 60))
-    scene = Scene(tex, spec.size, np.array([40.0, 150.0, 70.0]))  # type: ignore[attr-defined]
+    scene = Scene(tex, spec.size, np.array([40.0, 150.0, 70.0]))
 
     def rel(t_ns: np.ndarray) -> np.ndarray:
         return (t_ns - start_ns) / 1e9
@@ -86,7 +96,8 @@ def _episode(store_root: str, spec: object, seed: int, index: int) -> Segment:
 
 def build_single_arm(
     root: str,
-    slice_id: str = SINGLE_ARM_SLICE,
+    slice_id: str,
+    kit: DemoKit,
     *,
     small: bool = False,
     seed: int = 0,
@@ -106,7 +117,7 @@ def build_single_arm(
         description=f"demo: single-arm pick-and-place, {spec.episodes} episodes (procedurally generated, seed {seed})",
     )
     for i in range(spec.episodes):
-        seg = _episode(str(Store(root).root), spec, seed, i)
+        seg = _episode(str(Store(root).root), spec, seed, i, kit)
         builder.segments.append(seg)
         if progress is not None:
             progress(f"episode {i + 1}/{spec.episodes}: {seg.id} {seg.duration_s:.1f} s, {human_bytes(seg.nbytes)}")

@@ -36,7 +36,7 @@ from rayform.errors import InvalidArgumentError
 from rayform.format import ColumnarManifest, check_slice_id, hash_bytes
 from rayform.manifest import Manifest, Segment
 from rayform.units import human_bytes
-from rayform_server._demo_arm import SINGLE_ARM_SLICE, SINGLE_ARM_STREAMS, build_single_arm
+from rayform_server._demo_arm import SINGLE_ARM_SLICE, SINGLE_ARM_STREAMS, DemoKit, build_single_arm
 from rayform_server._demo_scene import (
     ARM_BASES,
     BOX_SIZE,
@@ -290,7 +290,8 @@ def build_demo(
     if robot == "single-arm":
         if renditions:
             raise InvalidArgumentError("the single-arm demo has no renditions: drop --renditions")
-        return build_single_arm(str(root), slice_id, small=small, seed=seed, progress=progress, episodes=episodes)
+        kit = DemoKit(plan=_Plan, times=_times, epoch_ns=_EPOCH_NS, lag_s=_LAG_S)  # same task, scene and timing
+        return build_single_arm(str(root), slice_id, kit, small=small, seed=seed, progress=progress, episodes=episodes)
     check_slice_id(slice_id, new=True)
     if jobs < 1:
         raise InvalidArgumentError(f"jobs must be at least 1, got {jobs}")
