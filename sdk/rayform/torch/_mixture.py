@@ -46,14 +46,14 @@ class MixtureDataset(Dataset):
             names unique (letters, digits, ``_ . -``; default: the slice ID, with ``-K`` for
             the K-th source where one slice is used twice). Without ``layout`` the sources
             have the same sample keys and shapes.
-        layout: ``None`` (the sources' samples as they are), ``"union"`` (every key any source
-            has, vectors at their largest width) or ``{key: shape}``: every sample then has the
-            layout's keys, vectors zero-padded with ``<key>_dim_is_pad``, missing cameras zero
-            with ``<key>_is_missing`` (docs/mixtures.md).
         num_samples: draws per epoch (default: the sources' sample counts added up).
         replacement: draw each sample independently (``True``) or draw every sample of a
             source equally often within an epoch, give or take one (``False``, default).
         seed: seed of the mixture's order.
+        layout: ``None`` (the sources' samples as they are), ``"union"`` (every key any source
+            has, vectors at their largest width) or ``{key: shape}``: every sample then has the
+            layout's keys, vectors zero-padded with ``<key>_dim_is_pad``, missing cameras zero
+            with ``<key>_is_missing`` (docs/mixtures.md).
 
     Raises:
         InvalidArgumentError: a weight, count or source is not allowed, or the sources differ
@@ -72,10 +72,10 @@ class MixtureDataset(Dataset):
         self,
         sources: Sequence[tuple[Any, float] | tuple[Any, float, str]],
         *,
-        layout: str | Mapping[str, Any] | None = None,
         num_samples: int | None = None,
         replacement: bool = False,
         seed: int = 0,
+        layout: str | Mapping[str, Any] | None = None,
     ) -> None:
         if isinstance(sources, (str, bytes)) or not isinstance(sources, Sequence) or not sources:
             raise InvalidArgumentError(
