@@ -142,9 +142,15 @@ def resolve_names(obs: Sequence[str] | Mapping[str, str], action: str | Mapping[
         if len(set(streams)) != len(streams):
             raise InvalidArgumentError(f"obs={dict(obs)!r} maps two keys to one stream: read each stream once")
     else:
-        streams = tuple(obs) if not isinstance(obs, str) else (obs,)
+        if isinstance(obs, str) or not isinstance(obs, Sequence) or not obs or not all(isinstance(o, str) for o in obs):
+            raise InvalidArgumentError(
+                f"obs={obs!r}: pass a non-empty list of stream names, e.g. ['cam0/rgb'], or a dict "
+                "{sample key: stream name}"
+            )
+        streams = tuple(obs)
         keys = streams  # checked as stream names by the dataset; a list keeps today's keys
     action_stream: str | None
+    action_key: str | None
     if isinstance(action, Mapping):
         if len(action) != 1:
             raise InvalidArgumentError(

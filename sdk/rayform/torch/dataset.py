@@ -30,7 +30,6 @@ from rayform.torch._align import ACTION_MODES
 from rayform.torch._decode import BACKENDS
 from rayform.torch._epoch import SharedEpoch
 from rayform.torch._frames import check_frame
-from rayform.torch._layout import dataset_spec
 from rayform.torch._index import (
     GridIndex,
     build_index,
@@ -38,6 +37,7 @@ from rayform.torch._index import (
     select_table,
     selection_of,
 )
+from rayform.torch._layout import dataset_spec
 from rayform.torch._names import Names, resolve_names
 from rayform.torch._normalize import Normalizer, check_normalize, unnormalize
 from rayform.torch._order import DDP_EVEN, Stream, episode_streams
@@ -173,12 +173,12 @@ class EpisodeDataset(Dataset):
         self.action_mode, self.ddp_even, self.transform = action_mode, ddp_even, transform
         self.slice = slice_
         self._segments = _select_segments(slice_, segments)
-        names = resolve_names(obs, action)
-        self.obs, self.action = _check_streams(slice_, self._segments, list(names.obs_streams), names.action_stream)
-        self._names: Names = names
+        keys = resolve_names(obs, action)
+        self.obs, self.action = _check_streams(slice_, self._segments, list(keys.obs_streams), keys.action_stream)
+        self._names: Names = keys
         cameras = [name for name in self.obs if self._segments[0].streams[name].kind == "video"]
         if isinstance(image_size, Mapping):  # keyed by sample key (or stream name): the reader's are streams
-            image_size = {names.stream_of(k): v for k, v in image_size.items()}
+            image_size = {keys.stream_of(k): v for k, v in image_size.items()}
         self._targets: dict[str, Target] | None = check_image_size(image_size, resize, cameras)
         self.resize = resize
         self._rank, self._world = _resolve_shard(shard)
