@@ -1,0 +1,134 @@
+"""A mixture of robots with one layout against its sources alone (issue 23).
+
+Renders the bimanual demo and the single-arm demo (``rayform-server demo --robot single-arm``)
+into ``.bench/mixture-layout-eN/`` once (N episodes each, the full demo's 240x320 cameras), then
+times, in alternating rounds, three loaders (``DataLoader(batch_size=32, num_workers=2,
+persistent_workers=True, collate_fn=rayform.torch.collate)`` with ``EpisodeSampler``):
+
+* ``bimanual``: two cameras, 14 joints, a 14-D action chunk of 8 steps at 30 Hz, keys mapped,
+  ``image_size=(96, 128)``, ``normalize="mean_std"``;
+* ``single_arm``: one wrist camera, 7 joints, a 7-D chunk of 8 steps at 15 Hz, the same keys;
+* ``mixture``: ``MixtureDataset([(bimanual, w), (single_arm, 1 - w)], layout="union")``: every
+  sample padded to 14-D with ``*_dim_is_pad`` masks, a zero ``image_primary`` with
+  ``image_primary_is_missing`` for the single arm.
+
+The mixture draws ``w`` of its samples from the bimanual source, so with no cost of its own it
+would run at the weighted harmonic mean of the sources' rates, ``1 / (w / r_bimanual + (1 - w) /
+r_single_arm)``; the report gives the mixture's rate over that, per round (target: >= 0.9).
+
+Usage: ``.venv/bin/python -m bench.mixture_layout [--episodes 4] [--rounds 3] [--batches 20]
+[--weight 0.5] [--out FILE]``; writes ``bench/results/mixture_layout.json``. Not part of
+``make bench``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+from torch.utils.data import DataLoader
+
+from bench._data import BENCH, REPO, StoreClient
+from bench._measure import loadavg, log
+from rayform.slice import Slice
+from rayform.torch import EpisodeDataset, EpisodeSampler, MixtureDataset, collate
+from rayform_server.demo import DEMO_SLICE, SINGLE_ARM_SLICE, build_demo
+from rayform_server.store import Store
+
+SIZE = (96, 128)
+
+
+def build(root: Path, episodes: int) -> None:
+    """Both robots' demos, ``episodes`` each, full-size cameras (once)."""
+    store = Store(root)
+    for slice_id, robot in ((DEMO_SLICE, "bimanual"), (SINGLE_ARM_SLICE, "single-arm")):
+        try:
+            store.get_slice(slice_id)
+            continue
+        except Exception:  # not built yet
+            pass
+        log(f"[bench] rendering {episodes} {robot} episodes into {root} (once; a minute or two) ...")
+        build_demo(root, slice_id, episodes=episodes, robot=robot, jobs=2)
+
+
+def open_slice(root: Path, slice_id: str) -> Slice:
+    store = Store(root)
+    digest = store.get_slice(slice_id)["manifest"]
+    return Slice(slice_id, digest, store.load_manifest(digest), StoreClient(root))
+
+
+def datasets(root: Path) -> tuple[EpisodeDataset, EpisodeDataset]:
+    bimanual = EpisodeDataset(
+        open_slice(root, DEMO_SLICE),
+        obs={"image_primary": "cam0/rgb", "image_wrist": "wrist/rgb", "state": "joints/position"},
+        action={"action": "joints/position_delta"}, fps=30, horizon=8, image_size=SIZE,
+        normalize="mean_std", shard=None, readahead_bytes=0,
+    )
+    single_arm = EpisodeDataset(
+        open_slice(root, SINGLE_ARM_SLICE),
+        obs={"image_wrist": "hand/rgb", "state": "arm/joint_pos"}, action={"action": "arm/joint_cmd_delta"},
+        fps=15, horizon=8, image_size={"image_wrist": SIZE}, normalize="mean_std", shard=None, readahead_bytes=0,
+    )
+    return bimanual, single_arm
+
+
+def rate(ds: Any, batches: int, warmup: int = 3) -> float:
+    """Samples/s of the loader over ``batches`` batches after ``warmup`` (workers started)."""
+    loader = DataLoader(ds, sampler=EpisodeSampler(ds), batch_size=32, num_workers=2, persistent_workers=True,
+                        collate_fn=collate)
+    stream = iter(loader)
+    for _ in range(warmup):
+        next(stream)
+    n, t0 = 0, time.perf_counter()
+    for _ in range(batches):
+        try:
+            batch = next(stream)
+        except StopIteration:
+            stream = iter(loader)
+            batch = next(stream)
+        n += int(batch["t_ns"].shape[0])
+    dt = time.perf_counter() - t0
+    del stream, loader
+    return n / dt
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--episodes", type=int, default=4)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--batches", type=int, default=20)
+    ap.add_argument("--weight", type=float, default=0.5, help="the bimanual source's weight")
+    ap.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "mixture_layout.json")
+    args = ap.parse_args()
+    root = BENCH / f"mixture-layout-e{args.episodes}"
+    build(root, args.episodes)
+    bimanual, single_arm = datasets(root)
+    w = args.weight
+    mixture = MixtureDataset([(bimanual, w, "bimanual"), (single_arm, 1 - w, "single_arm")], layout="union",
+                             num_samples=len(bimanual) + len(single_arm))
+    rounds: list[dict[str, float]] = []
+    for r in range(args.rounds):
+        row = {name: rate(ds, args.batches) for name, ds in
+               (("bimanual", bimanual), ("single_arm", single_arm), ("mixture", mixture))}
+        row["harmonic"] = 1 / (w / row["bimanual"] + (1 - w) / row["single_arm"])
+        row["ratio"] = row["mixture"] / row["harmonic"]
+        row["load"] = loadavg()
+        rounds.append(row)
+        log(f"[bench] round {r + 1}: " + ", ".join(f"{k} {v:.3g}" for k, v in row.items()))
+    med = {k: statistics.median(row[k] for row in rounds) for k in rounds[0]}
+    report = {"episodes": args.episodes, "weight": w, "batches": args.batches, "image_size": list(SIZE),
+              "rounds": rounds, "median": med}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    log(f"[bench] median: mixture {med['mixture']:.1f} samples/s, harmonic mean of the sources "
+        f"{med['harmonic']:.1f}, ratio {med['ratio']:.3f} (per round: "
+        f"{', '.join(f'{row['ratio']:.3f}' for row in rounds)}); wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
