@@ -15,6 +15,10 @@ persistent_workers=True, collate_fn=rayform.torch.collate)`` with ``EpisodeSampl
 The mixture draws ``w`` of its samples from the bimanual source, so with no cost of its own it
 would run at the weighted harmonic mean of the sources' rates, ``1 / (w / r_bimanual + (1 - w) /
 r_single_arm)``; the report gives the mixture's rate over that, per round (target: >= 0.9).
+On a shared machine wall-clock rates swing with other jobs, so it also measures CPU seconds per
+sample (the main process and both workers, from ``/proc``), whose weighted mean over the
+sources is the same target in CPU terms: ``cpu_ratio = (w c_bimanual + (1 - w) c_single_arm) /
+c_mixture`` (>= 0.9: the layout adds no measurable cost).
 
 Usage: ``.venv/bin/python -m bench.mixture_layout [--episodes 4] [--rounds 3] [--batches 20]
 [--weight 0.5] [--out FILE]``; writes ``bench/results/mixture_layout.json``. Not part of
@@ -25,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import time
 from pathlib import Path
@@ -34,6 +39,7 @@ from torch.utils.data import DataLoader
 
 from bench._data import BENCH, REPO, StoreClient
 from bench._measure import loadavg, log
+from bench._timing import child_pids
 from rayform.slice import Slice
 from rayform.torch import EpisodeDataset, EpisodeSampler, MixtureDataset, collate
 from rayform_server.demo import DEMO_SLICE, SINGLE_ARM_SLICE, build_demo
@@ -46,11 +52,8 @@ def build(root: Path, episodes: int) -> None:
     """Both robots' demos, ``episodes`` each, full-size cameras (once)."""
     store = Store(root)
     for slice_id, robot in ((DEMO_SLICE, "bimanual"), (SINGLE_ARM_SLICE, "single-arm")):
-        try:
-            store.get_slice(slice_id)
+        if store.get_slice(slice_id) is not None:  # built by an earlier run
             continue
-        except Exception:  # not built yet
-            pass
         log(f"[bench] rendering {episodes} {robot} episodes into {root} (once; a minute or two) ...")
         build_demo(root, slice_id, episodes=episodes, robot=robot, jobs=2)
 
@@ -76,14 +79,26 @@ def datasets(root: Path) -> tuple[EpisodeDataset, EpisodeDataset]:
     return bimanual, single_arm
 
 
-def rate(ds: Any, batches: int, warmup: int = 3) -> float:
-    """Samples/s of the loader over ``batches`` batches after ``warmup`` (workers started)."""
+def cpu_s(pids: list[int]) -> float:
+    """User + system CPU seconds of ``pids`` so far (``/proc/PID/stat``)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for pid in pids:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+        total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total / tick
+
+
+def rate(ds: Any, batches: int, warmup: int = 3) -> tuple[float, float]:
+    """``(samples/s, CPU s per sample)`` of the loader over ``batches`` batches after ``warmup``
+    (workers started)."""
     loader = DataLoader(ds, sampler=EpisodeSampler(ds), batch_size=32, num_workers=2, persistent_workers=True,
                         collate_fn=collate)
     stream = iter(loader)
     for _ in range(warmup):
         next(stream)
-    n, t0 = 0, time.perf_counter()
+    pids = [os.getpid(), *child_pids()]
+    n, c0, t0 = 0, cpu_s(pids), time.perf_counter()
     for _ in range(batches):
         try:
             batch = next(stream)
@@ -91,9 +106,9 @@ def rate(ds: Any, batches: int, warmup: int = 3) -> float:
             stream = iter(loader)
             batch = next(stream)
         n += int(batch["t_ns"].shape[0])
-    dt = time.perf_counter() - t0
+    dt, dc = time.perf_counter() - t0, cpu_s(pids) - c0
     del stream, loader
-    return n / dt
+    return n / dt, dc / n
 
 
 def main() -> int:
@@ -112,10 +127,12 @@ def main() -> int:
                              num_samples=len(bimanual) + len(single_arm))
     rounds: list[dict[str, float]] = []
     for r in range(args.rounds):
-        row = {name: rate(ds, args.batches) for name, ds in
-               (("bimanual", bimanual), ("single_arm", single_arm), ("mixture", mixture))}
+        row: dict[str, float] = {}
+        for name, ds in (("bimanual", bimanual), ("single_arm", single_arm), ("mixture", mixture)):
+            row[name], row[f"{name}_cpu_ms"] = (x * f for x, f in zip(rate(ds, args.batches), (1, 1000), strict=True))
         row["harmonic"] = 1 / (w / row["bimanual"] + (1 - w) / row["single_arm"])
         row["ratio"] = row["mixture"] / row["harmonic"]
+        row["cpu_ratio"] = (w * row["bimanual_cpu_ms"] + (1 - w) * row["single_arm_cpu_ms"]) / row["mixture_cpu_ms"]
         row["load"] = loadavg()
         rounds.append(row)
         log(f"[bench] round {r + 1}: " + ", ".join(f"{k} {v:.3g}" for k, v in row.items()))
@@ -124,9 +141,12 @@ def main() -> int:
               "rounds": rounds, "median": med}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n")
+    per_round = ", ".join(f"{row['ratio']:.3f}" for row in rounds)
+    cpu_rounds = ", ".join(f"{row['cpu_ratio']:.3f}" for row in rounds)
     log(f"[bench] median: mixture {med['mixture']:.1f} samples/s, harmonic mean of the sources "
         f"{med['harmonic']:.1f}, ratio {med['ratio']:.3f} (per round: "
-        f"{', '.join(f'{row['ratio']:.3f}' for row in rounds)}); wrote {args.out}")
+        f"{per_round}); CPU per sample: mixture {med['mixture_cpu_ms']:.2f} ms, cpu_ratio {med['cpu_ratio']:.3f} "
+        f"(per round: {cpu_rounds}); wrote {args.out}")
     return 0
 
 

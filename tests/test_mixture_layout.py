@@ -235,3 +235,18 @@ def test_explicit_layout_and_clear_errors(client) -> None:
         MixtureDataset([(bi, 1.0, "a"), (arm, 1.0, "a")], layout="union")
     with pytest.raises(InvalidArgumentError, match="source="):
         mix.unnormalize(torch.zeros(4, 16), source="nope")
+
+
+def test_sharding_and_elastic_resume_are_unchanged_by_a_layout(client) -> None:
+    whole = Counter(EpisodeSampler(mixture(client, shard=None)).next_indices(90).tolist())
+    seen: Counter[int] = Counter()
+    state = None
+    for r in range(2):
+        sampler = EpisodeSampler(mixture(client, shard=(r, 2)))
+        seen.update(k.sample for k in islice(sampler, 11))
+        state = sampler.state_dict()
+    for r in range(3):
+        sampler = EpisodeSampler(mixture(client, shard=(r, 3)))
+        sampler.load_state_dict(state)
+        seen.update(k.sample for k in sampler)
+    assert not whole - seen and sum((seen - whole).values()) <= 2

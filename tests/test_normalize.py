@@ -11,6 +11,7 @@ from torch.utils.data import DataLoader
 
 import rayform
 from rayform.errors import InvalidArgumentError
+from rayform.integrations._common import dataset_profile, sample_spec
 from rayform.torch import EpisodeDataset, unnormalize
 from rayform.torch._normalize import Normalizer, check_normalize
 
@@ -41,6 +42,10 @@ def test_mean_std_gives_mean_0_std_1_and_constant_components_only_centred(slice_
     assert torch.allclose(unnormalize(ds[5]["action"], ds.normalization()["action"]), back)
     d = ds.describe()
     assert d["normalize"] == "mean_std" and set(d["normalization"]) == {"state", "pose", "action"}
+    # What the trackers log (W&B artifact metadata, MLflow profile): the mode and the numbers.
+    profile = dataset_profile(ds)
+    assert profile["normalize"] == "mean_std" and profile["normalization"] == ds.normalization()
+    assert sample_spec(ds)["state"] == ("float32", (14,)) and "normalize" not in dataset_profile(plain)
 
 
 def test_statistics_are_computed_once_and_cached(slice_, isolated_env) -> None:

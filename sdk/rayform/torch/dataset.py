@@ -120,7 +120,8 @@ class EpisodeDataset(Dataset):
             {"mean": [...], "std": [...]}}`` (e.g. ``train.normalization()``): every vector
             (table observations and the action) is normalised with this dataset's own
             statistics, computed on first use and cached like :meth:`stats`; components that
-            never change are only centred. :meth:`unnormalize` undoes it (docs/mixtures.md).
+            never change are only centred; applied before ``transform``. :meth:`unnormalize`
+            undoes it (docs/mixtures.md).
 
     Raises:
         InvalidArgumentError: a value is not allowed (the message says what is).
