@@ -56,7 +56,7 @@ class _Virtual:
     """Just the sampler's hooks over a huge index space (no manifest, no data)."""
 
     def __init__(self, episodes: int, per_episode: int) -> None:
-        from rayform.torch._order import episode_streams
+        from rayform.torch._sampling import episode_streams
 
         self._streams = episode_streams
         self._offsets = np.arange(episodes + 1, dtype=np.int64) * per_episode

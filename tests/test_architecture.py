@@ -38,10 +38,10 @@ ALLOWED_PRIVATE = {
     # Row 5 of the benchmark, the raw decode limit, decodes exactly the frames the dataset's
     # own grid needs with the SDK's own all-intra packet decoder: it measures below the API.
     ("bench.rows", "rayform.torch._index"),
-    ("bench.rows", "rayform.torch._intra"),
+    ("bench.rows", "rayform.torch._decoding"),
     # The resume benchmark times the order engine alone over a virtual 10^9-sample epoch, which
     # no dataset of this machine's size can hold: it measures below the API too.
-    ("bench.resume", "rayform.torch._order"),
+    ("bench.resume", "rayform.torch._sampling"),
 }
 
 #: Our packages: the private-module rule is about how they depend on each other.

@@ -12,12 +12,12 @@ from helpers import DEMO_SLICE, TOKEN, ServerProcess
 from torch.utils.data import DataLoader
 
 import rayform
-from rayform._evict import Pins
-from rayform._fetchlog import FetchLog, fetch_log
+from rayform._net._fetchlog import FetchLog, fetch_log
+from rayform.cache._evict import Pins
 from rayform.torch import EpisodeDataset, EpisodeSampler
-from rayform.torch._order import Stream, episode_streams
-from rayform.torch._perm import Permutation, derive_key
 from rayform.torch._readahead import _EpochPlan
+from rayform.torch._sampling._order import Stream, episode_streams
+from rayform.torch._sampling._perm import Permutation, derive_key
 
 
 @pytest.mark.parametrize("n", [0, 1, 2, 3, 7, 64, 1000, 4097])

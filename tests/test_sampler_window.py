@@ -11,7 +11,7 @@ from helpers import DEMO_SLICE, ServerProcess, make_client
 from torch.utils.data import DataLoader
 
 from rayform.torch import EpisodeDataset, EpisodeSampler, MixtureDataset
-from rayform.torch._window import CacheFootprint, choose_window
+from rayform.torch._sampling._window import CacheFootprint, choose_window
 
 OBS = ["wrist/rgb", "joints/position"]
 ACTION = "joints/position_delta"

@@ -16,8 +16,6 @@ import importlib
 from typing import Any
 
 from rayform import errors
-from rayform._mixuri import MixtureURI
-from rayform._uri import DatasetURI
 from rayform.errors import (
     AccessDeniedError,
     CacheError,
@@ -32,6 +30,7 @@ from rayform.errors import (
     TransportError,
 )
 from rayform.manifest import BlobRef, Manifest, Segment, Stream
+from rayform.uri import DatasetURI, MixtureURI
 
 __version__ = "0.1.0"
 

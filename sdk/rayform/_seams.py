@@ -110,7 +110,7 @@ class BlobSource(Protocol):
 
 
 class DownloadSink(Protocol):
-    """What a download writes into (:class:`~rayform._partial.PartialBlob`): bytes
+    """What a download writes into (:class:`~rayform.cache._partial.PartialBlob`): bytes
     ``offset..expected_size`` of one blob, in order."""
 
     @property

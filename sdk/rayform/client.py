@@ -21,27 +21,30 @@ from pathlib import Path
 from typing import Any
 
 from rayform._boundary import argument_errors
-from rayform._columnar import ColumnarManifest
 from rayform._env import default_cache_dir, env_flag
-from rayform._evict import Evictor, Pins, check_fits
-from rayform._fetchlog import fetch_log
 from rayform._ids import check_slice_id, check_stream_name
 from rayform._limits import resolve_cache_limit, resolve_stall_timeout
 from rayform._manifest_io import open_manifest
-from rayform._pull import PullReport, run_pull
-from rayform._reference import LISTING_CAP, REFERENCE_CAP, check_listing, check_reference
+from rayform._net import (
+    LISTING_CAP,
+    REFERENCE_CAP,
+    PullReport,
+    Transport,
+    check_listing,
+    check_reference,
+    fetch_log,
+    run_pull,
+)
 from rayform._resolution import check_size_value, resolution_blobs
 from rayform._seams import DownloadSink, ProgressCallback
-from rayform._segtable import SegmentTable
-from rayform._transport import Transport
-from rayform.cache import Cache
+from rayform.cache import Cache, Evictor, Pins, check_fits
 from rayform.errors import (
     InvalidArgumentError,
     ManifestError,
     NotFoundError,
     OfflineError,
 )
-from rayform.manifest import BlobRef, Manifest
+from rayform.manifest import BlobRef, ColumnarManifest, Manifest, SegmentTable
 from rayform.slice import Slice
 
 __all__ = ["Client", "PullReport", "SliceAPI"]

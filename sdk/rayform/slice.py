@@ -10,12 +10,16 @@ from typing import Any
 import numpy as np
 
 from rayform._boundary import argument_errors
-from rayform._columnar import not_found as _columnar_not_found
 from rayform._seams import BlobFetcher
-from rayform._segments import SegmentColumns, as_segments
-from rayform._segtable import SegmentTable
 from rayform._units import human_bytes
-from rayform.manifest import BlobRef, Segment
+from rayform.manifest import (
+    BlobRef,
+    Segment,
+    SegmentColumns,
+    SegmentTable,
+    as_segments,
+    segment_not_found,
+)
 
 __all__ = ["Slice"]
 
@@ -104,14 +108,14 @@ class Slice:
         if isinstance(segs, SegmentTable):
             pos = int(segs.find([segment_id])[0])
             if pos < 0:
-                raise _columnar_not_found(self.id, segment_id)
+                raise segment_not_found(self.id, segment_id)
             return segs[pos]
         if self._by_id is None:
             self._by_id = {s.id: s for s in segs}
         try:
             return self._by_id[segment_id]
         except KeyError:
-            raise _columnar_not_found(self.id, segment_id) from None
+            raise segment_not_found(self.id, segment_id) from None
 
     def blobs(self, streams: Sequence[str] | None = None) -> dict[str, BlobRef]:
         """The distinct blobs of this slice's segments (a view's only), by hash, for the named
@@ -166,7 +170,7 @@ class Slice:
             NotFoundError: a listed segment ID is not in this slice.
             InvalidArgumentError: a bad argument, or a selection that keeps no segment.
         """
-        from rayform._select import select_rows
+        from rayform.manifest import select_rows
 
         rows, selection = select_rows(self, segments=segments, sites=sites, start_ns=start_ns,
                                       end_ns=end_ns, where=where)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rayform._segtable import SegmentTable
+from rayform.manifest import SegmentTable
 
 __all__ = ["dataset_profile", "is_mixture", "mixture_profile", "sample_spec"]
 

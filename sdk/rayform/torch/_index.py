@@ -19,9 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from rayform._segtable import SegmentTable
 from rayform.errors import InvalidArgumentError, NotFoundError
-from rayform.manifest import Segment
+from rayform.manifest import Segment, SegmentTable
 
 __all__ = ["GridIndex", "build_index", "check_table_streams", "grid_offsets_ns", "select_table", "selection_of"]
 
@@ -42,7 +41,7 @@ class GridIndex:
 
     Attributes:
         segments: the selected segments, in dataset order (a tuple, or for a version 2
-            manifest a lazy :class:`~rayform._columnar.SegmentTable`).
+            manifest a lazy :class:`~rayform.manifest._columnar.SegmentTable`).
         start_ns: ``int64 (S,)`` first grid time of each segment, ns.
         count: ``int64 (S,)`` grid points per segment (0 when the streams never overlap).
         offsets: ``int64 (S + 1,)`` cumulative counts: segment ``s`` owns flat indices

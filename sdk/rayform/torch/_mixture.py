@@ -23,9 +23,7 @@ import numpy as np
 from torch.utils.data import Dataset
 
 from rayform.errors import InvalidArgumentError
-from rayform.torch._epoch import SharedEpoch
-from rayform.torch._order import Stream
-from rayform.torch._perm import Permutation, derive_key, mix64
+from rayform.torch._sampling import Permutation, SharedEpoch, Stream, derive_key, mix64
 
 __all__ = ["MixtureDataset"]
 

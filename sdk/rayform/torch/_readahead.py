@@ -30,11 +30,11 @@ from typing import Any
 
 import numpy as np
 
-from rayform._evict import Pins, check_fits
-from rayform._fetchlog import FetchLog, fetch_log, mark_ahead
+from rayform._net import FetchLog, fetch_log, mark_ahead
 from rayform._process import PerProcess
 from rayform._resolution import Target, stream_blobs
-from rayform.torch._order import Part, Stream, plan
+from rayform.cache import Pins, check_fits
+from rayform.torch._sampling import Part, Stream, plan
 
 __all__ = ["ReadAhead", "check_cache_fits", "reader_pins", "segment_blobs"]
 

@@ -19,12 +19,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from rayform._mixuri import MixtureURI
 from rayform._resolution import format_image_size
-from rayform._segtable import SegmentTable
-from rayform._selexpr import selection_expression
-from rayform._uri import DatasetURI, _clean_endpoint
 from rayform.errors import InvalidArgumentError, OfflineError, SliceChangedError
+from rayform.manifest import SegmentTable
+from rayform.uri import DatasetURI, MixtureURI, clean_endpoint, selection_expression
 
 if TYPE_CHECKING:
     from rayform.client import Client
@@ -113,7 +111,7 @@ def dataset_from_uri(uri: str | DatasetURI, client: Client | None = None, **opti
 
 
 def mixture_uri(mix: MixtureDataset) -> MixtureURI:
-    """The :class:`~rayform._mixuri.MixtureURI` of ``mix``: its sources' URIs and weights as
+    """The :class:`~rayform.uri._mixture.MixtureURI` of ``mix``: its sources' URIs and weights as
     given, ``num_samples``, ``replacement`` and ``seed``."""
     nested = [k for k, ds in enumerate(mix.sources) if not hasattr(ds, "slice")]
     if nested:
@@ -166,7 +164,7 @@ def resolve_pinned(client: Client, slice_id: str, manifest_hash: str) -> Slice:
     slice_ = client.slices.get(slice_id)
     if slice_.manifest_hash != manifest_hash:
         raise SliceChangedError(
-            f"slice {slice_id} on {_clean_endpoint(client.endpoint) if client.endpoint else 'the server'} now resolves to manifest "
+            f"slice {slice_id} on {clean_endpoint(client.endpoint) if client.endpoint else 'the server'} now resolves to manifest "
             f"{slice_.manifest_hash[:12]}..., not {manifest_hash[:12]}... that the dataset URI "
             "pins: it was rebuilt since the dataset was logged, so its samples may differ. To "
             "reproduce the run, use a cache that still holds the pinned manifest and blobs with "
@@ -187,10 +185,10 @@ def _client_for(parsed: DatasetURI) -> Client:
     configured = os.environ.get("RAYFORM_ENDPOINT") or None
     if parsed.endpoint is None:
         return Client()
-    if configured is not None and _clean_endpoint(configured) != parsed.endpoint:
+    if configured is not None and clean_endpoint(configured) != parsed.endpoint:
         raise InvalidArgumentError(
             f"the dataset URI names the server {parsed.endpoint} but RAYFORM_ENDPOINT is "
-            f"{_clean_endpoint(configured)}; RAYFORM_TOKEN is only sent to the latter. If both are "
+            f"{clean_endpoint(configured)}; RAYFORM_TOKEN is only sent to the latter. If both are "
             "the same data, pass client=rayform.Client() to use your configured server"
         )
     return Client(endpoint=parsed.endpoint)

@@ -22,13 +22,10 @@ from rayform._boundary import argument_errors
 from rayform._hashing import hash_bytes
 from rayform._resolution import Target, check_image_size, describe_resolution
 from rayform._seams import BlobSource
-from rayform._segtable import SegmentTable
-from rayform._uri import DatasetURI
 from rayform.errors import InvalidArgumentError, NotFoundError
-from rayform.manifest import Segment
+from rayform.manifest import Segment, SegmentTable
 from rayform.torch._align import ACTION_MODES
-from rayform.torch._decode import BACKENDS
-from rayform.torch._epoch import SharedEpoch
+from rayform.torch._decoding import BACKENDS
 from rayform.torch._frames import check_frame
 from rayform.torch._index import (
     GridIndex,
@@ -37,12 +34,18 @@ from rayform.torch._index import (
     select_table,
     selection_of,
 )
-from rayform.torch._order import DDP_EVEN, Stream, episode_streams
 from rayform.torch._readahead import DEFAULT_READAHEAD_BYTES, ReadAhead, check_cache_fits
 from rayform.torch._reader import SampleReader
-from rayform.torch._shardcheck import shard_check
+from rayform.torch._sampling import (
+    DDP_EVEN,
+    CacheFootprint,
+    SharedEpoch,
+    Stream,
+    episode_streams,
+    shard_check,
+)
 from rayform.torch._stats import compute_stats
-from rayform.torch._window import CacheFootprint
+from rayform.uri import DatasetURI
 
 __all__ = ["EpisodeDataset"]
 

@@ -18,8 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from rayform._segtable import SegmentTable
-from rayform.manifest import Segment
+from rayform.manifest import Segment, SegmentTable
 
 __all__ = ["EpisodeFilter", "EpisodeIndex"]
 

@@ -12,9 +12,9 @@ from typing import Any
 
 import numpy as np
 
-from rayform._columnar import not_found
-from rayform._segtable import SegmentTable, arrow_strings
 from rayform.errors import InvalidArgumentError
+from rayform.manifest._columnar import not_found
+from rayform.manifest._segtable import SegmentTable, arrow_strings
 
 __all__ = ["select_rows"]
 

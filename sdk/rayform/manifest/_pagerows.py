@@ -96,7 +96,7 @@ class PageRows:
     def of(cls, page: Any, mapped_from: tuple[str, int] | None = None) -> PageRows | None:
         """Rows of ``page``, or ``None`` if it is not a null-free single-chunk page of the
         dictionary-encoded page schema (then ``to_pylist`` reads it)."""
-        from rayform._columnar import page_schema
+        from rayform.manifest._columnar import page_schema
 
         if not page.schema.equals(page_schema()):
             return None

@@ -28,8 +28,8 @@ from typing import Protocol
 
 import numpy as np
 
-from rayform.torch._perm import Permutation, derive_key
-from rayform.torch._shard import assign_episodes, rank_indices
+from rayform.torch._sampling._perm import Permutation, derive_key
+from rayform.torch._sampling._shard import assign_episodes, rank_indices
 
 __all__ = [
     "DDP_EVEN",
@@ -187,7 +187,7 @@ def episode_streams(
     ``"split"`` gives rank ``r`` the ``r``-th of ``world`` consecutive ranges of the dataset's
     index space (episodes in dataset order; sizes differ by at most one, so at most
     ``world - 1`` episodes are cut between two neighbouring ranks). ``"pad"`` and ``"drop"``
-    give whole episodes (``rayform.torch._shard``). Each stream is read in the order of a
+    give whole episodes (``rayform.torch._sampling._shard``). Each stream is read in the order of a
     permutation keyed by ``(seed, epoch, world, rank)``, or with ``window`` (and ``shuffle``)
     a :class:`WindowStream` of that many episodes keyed alike.
     """

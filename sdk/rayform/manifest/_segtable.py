@@ -4,7 +4,7 @@
 arrays from them only when asked (``t0_ns`` of every stream row for the grid index, the blob
 hashes for a pull), each once. :class:`SegmentTable` is the ``Sequence[Segment]`` over them: a
 selection is an array of positions, and indexing builds one
-:class:`~rayform.manifest.Segment` (keeping the last few thousand).
+:class:`~rayform.manifest._model.Segment` (keeping the last few thousand).
 """
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ from typing import Any, overload
 
 import numpy as np
 
-from rayform._pagemap import PageMaps
-from rayform._pagerows import PageRows
-from rayform._segments import SegmentColumns
 from rayform.errors import ManifestError
-from rayform.manifest import BlobRef, Segment, Stream
+from rayform.manifest._model import BlobRef, Segment, Stream
+from rayform.manifest._pagemap import PageMaps
+from rayform.manifest._pagerows import PageRows
+from rayform.manifest._segments import SegmentColumns
 
 __all__ = ["SegmentTable"]
 
@@ -214,7 +214,7 @@ class _Columns:
         return out
 
     def release(self) -> None:
-        """Give back the mapped pages this process touched (see :mod:`rayform._pagemap`)."""
+        """Give back the mapped pages this process touched (see :mod:`rayform.manifest._pagemap`)."""
         if self.maps is not None:
             self.maps.release()
 
@@ -273,7 +273,7 @@ class SegmentTable(SegmentColumns):
     """The segments of a v2 manifest (or a selection of them), as columns.
 
     A ``Sequence[Segment]``: ``len`` and the column methods cost no Python per segment;
-    indexing builds one :class:`~rayform.manifest.Segment` (and keeps the last few thousand).
+    indexing builds one :class:`~rayform.manifest._model.Segment` (and keeps the last few thousand).
 
     Args:
         columns: the whole manifest's columns.
@@ -323,7 +323,7 @@ class SegmentTable(SegmentColumns):
 
     def release_pages(self) -> None:
         """Unmap the manifest pages this process touched (column reads touch every row); the
-        table stays usable (see :mod:`rayform._pagemap`)."""
+        table stays usable (see :mod:`rayform.manifest._pagemap`)."""
         self._c.release()
 
     # -- columns ---------------------------------------------------------------------------
@@ -400,7 +400,7 @@ class SegmentTable(SegmentColumns):
 
     def stream_name_lists(self) -> Any:
         """The sorted stream names of each of these segments (Arrow ``list<string>``), from the
-        columns: no :class:`~rayform.manifest.Segment` is built."""
+        columns: no :class:`~rayform.manifest._model.Segment` is built."""
         c, pa = self._c, _pa()
         # Stream rows sorted by segment position, then name: each segment's names are one run.
         rank = np.argsort(np.argsort(c.name_list)).astype(np.int64)

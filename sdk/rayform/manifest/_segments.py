@@ -4,8 +4,8 @@
 (``ids()``, ``sites()``, ``column()``, ``stream_name_lists()``, ``segment_nbytes()``), and from
 them a short repr, a paged HTML table for notebooks, :meth:`~SegmentColumns.to_arrow` and
 :meth:`~SegmentColumns.to_pandas`. A version 2 manifest's
-:class:`~rayform._segtable.SegmentTable` reads the columns from its Arrow pages;
-:class:`SegmentList` (version 1) is a tuple of :class:`~rayform.manifest.Segment` that
+:class:`~rayform.manifest._segtable.SegmentTable` reads the columns from its Arrow pages;
+:class:`SegmentList` (version 1) is a tuple of :class:`~rayform.manifest._model.Segment` that
 derives them, so indexing, iterating, ``len`` and ``==`` are a tuple's.
 """
 
@@ -18,7 +18,7 @@ import numpy as np
 
 from rayform import _html
 from rayform._units import human_bytes
-from rayform.manifest import Segment
+from rayform.manifest._model import Segment
 
 __all__ = ["PAGE_ROWS", "SegmentColumns", "SegmentList"]
 
@@ -37,7 +37,7 @@ def _pa() -> Any:
 class SegmentColumns(Sequence[Segment]):
     """The segments of a slice (or of a ``select()`` view), in manifest order.
 
-    Index it for one :class:`~rayform.manifest.Segment` (a slice ``[a:b]`` gives segments
+    Index it for one :class:`~rayform.manifest._model.Segment` (a slice ``[a:b]`` gives segments
     again); the column methods read every segment at once without building them.
     """
 
@@ -127,7 +127,7 @@ class SegmentColumns(Sequence[Segment]):
 
 
 class SegmentList(SegmentColumns, tuple):  # type: ignore[misc]
-    """The segments of a version 1 manifest: a tuple of :class:`~rayform.manifest.Segment`
+    """The segments of a version 1 manifest: a tuple of :class:`~rayform.manifest._model.Segment`
     (equal to the plain tuple of the same segments) with the column methods of
     :class:`SegmentColumns`."""
 

@@ -8,7 +8,7 @@ one per stream (sorted by name), whose flattened child is the stream table. See
 
 Pages are opened by memory map: opening a slice of 1,000,000 segments reads the root, maps the
 pages and builds no Python object per segment; :class:`SegmentTable` materialises a
-:class:`~rayform.manifest.Segment` only when one is asked for. ``pyarrow`` is imported here
+:class:`~rayform.manifest._model.Segment` only when one is asked for. ``pyarrow`` is imported here
 lazily, so ``import rayform`` stays cheap.
 """
 
@@ -21,12 +21,19 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from rayform._hashing import hash_bytes
-from rayform._pagecheck import check_page, check_root, check_stream_names
-from rayform._pagemap import PageMaps
-from rayform._segtable import HASH_BYTES, SegmentTable, _Columns, arrow_ints
 from rayform._untrusted import loads, shown
 from rayform.errors import ManifestError, NotFoundError
-from rayform.manifest import FORMAT, BlobRef, Manifest, Segment, canonical_json, parse_manifest_json
+from rayform.manifest._model import (
+    FORMAT,
+    BlobRef,
+    Manifest,
+    Segment,
+    canonical_json,
+    parse_manifest_json,
+)
+from rayform.manifest._pagecheck import check_page, check_root, check_stream_names
+from rayform.manifest._pagemap import PageMaps
+from rayform.manifest._segtable import HASH_BYTES, SegmentTable, _Columns, arrow_ints
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -161,7 +168,7 @@ def build_root(table: pa.Table, pages: Sequence[bytes], description: str, page_r
 class ColumnarManifest:
     """A parsed v2 manifest: the root document and its mapped pages.
 
-    Offers what :class:`~rayform.manifest.Manifest` offers (``segments``, ``blobs``,
+    Offers what :class:`~rayform.manifest._model.Manifest` offers (``segments``, ``blobs``,
     ``stream_names``, ``hash``, ``to_bytes``), plus ``summary`` (from the root, no page read).
     """
 

@@ -28,8 +28,8 @@ import numpy as np
 from torch.utils.data import Sampler
 
 from rayform.errors import InvalidArgumentError
-from rayform.torch._order import Part, Stream, plan
-from rayform.torch._window import AUTO, WindowChoice, choose_window
+from rayform.torch._sampling._order import Part, Stream, plan
+from rayform.torch._sampling._window import AUTO, WindowChoice, choose_window
 
 __all__ = ["EpisodeSampler", "SampleKey"]
 
@@ -60,7 +60,7 @@ class EpisodeSampler(Sampler[SampleKey]):
         shuffle: shuffle within each rank's shard; ``False`` reads it in dataset order.
         window: ``"auto"`` (default): a full shuffle, unless the client has a ``cache_limit``
             that the blobs read do not fit; then the largest window whose episodes take at most
-            half the limit per local rank (``rayform.torch._window``; logged once at INFO on
+            half the limit per local rank (``rayform.torch._sampling._window``; logged once at INFO on
             the ``rayform.sampler`` logger, and in :meth:`describe`). ``None`` shuffles each
             rank's whole shard. A number of episodes shuffles the shard's episodes and reads
             them ``window`` at a time, the samples of each window shuffled together: every
