@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 if TYPE_CHECKING:
     import numpy as np
 
-    from rayform.manifest import BlobRef, Manifest, Stream
+    from rayform.manifest import BlobRef, Segments, Stream
 
 __all__ = [
     "BlobFetcher",
@@ -81,8 +81,8 @@ class BlobSource(Protocol):
         ...
 
     @property
-    def manifest(self) -> Manifest:
-        """Its parsed manifest: segments, streams, blob references."""
+    def segments(self) -> Segments:
+        """Its segments (streams, blob references) in manifest order, a view's only."""
         ...
 
     @property

@@ -44,7 +44,7 @@ from rayform.errors import (
     NotFoundError,
     OfflineError,
 )
-from rayform.manifest import BlobRef, ColumnarManifest, Manifest, SegmentTable
+from rayform.manifest import BlobRef, ColumnarManifest, Manifest, segments_of
 from rayform.slice import Slice
 
 __all__ = ["Client", "PullReport", "SliceAPI"]
@@ -288,11 +288,7 @@ class Client:
         manifest = self._manifests.get(slice_id)
         if manifest is None:
             return []
-        if isinstance(manifest, ColumnarManifest):
-            return manifest.streams_with_blob(digest)
-        names = {n for seg in manifest.segments for n, s in seg.streams.items()
-                 if any(b.hash == digest for b in s.blobs())}
-        return sorted(names)
+        return segments_of(manifest).streams_with_blob(digest)
 
     def _offline_missing(self, slice_id: str, refs: Sequence[BlobRef]) -> OfflineError:
         streams: set[str] = set()
@@ -399,7 +395,7 @@ class Client:
                     f"slice {slice_id} has no stream {', '.join(unknown)}; it has "
                     f"{', '.join(slice_.streams)}"
                 )
-        if image_size is None or isinstance(slice_.segments, SegmentTable):
+        if image_size is None or slice_.manifest.format_version != 1:
             # Columnar (v2) pages list no renditions: every camera reads its original.
             check_size_value(image_size, resize)
             refs = list(slice_.blobs(names).values())

@@ -17,6 +17,7 @@ from rayform.manifest._columnar import (
     ColumnarManifest,
     build_root,
     page_refs,
+    segments_of,
     segments_to_table,
     table_to_pages,
 )
@@ -37,7 +38,7 @@ from rayform.manifest._model import (
     parse_manifest_json,
 )
 from rayform.manifest._segments import SegmentColumns, as_segments
-from rayform.manifest._segtable import SegmentTable
+from rayform.manifest._segtable import Segments, SegmentTable
 from rayform.manifest._select import select_rows
 
 __all__ = [
@@ -56,6 +57,7 @@ __all__ = [
     "Segment",
     "SegmentColumns",
     "SegmentTable",
+    "Segments",
     "as_segments",
     "Stream",
     "build_root",
@@ -64,6 +66,7 @@ __all__ = [
     "page_refs",
     "parse_manifest_json",
     "segment_not_found",
+    "segments_of",
     "segments_to_table",
     "select_rows",
     "table_to_pages",

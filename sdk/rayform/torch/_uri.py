@@ -14,14 +14,13 @@ The format itself is :class:`rayform.DatasetURI` (``docs/tracking.md``).
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from rayform._resolution import format_image_size
 from rayform.errors import InvalidArgumentError, OfflineError, SliceChangedError
-from rayform.manifest import SegmentTable
+from rayform.manifest import Segments
 from rayform.uri import DatasetURI, MixtureURI, clean_endpoint, selection_expression
 
 if TYPE_CHECKING:
@@ -68,26 +67,25 @@ def _chosen(ds: EpisodeDataset) -> tuple[str | None, tuple[str, ...] | None]:
         expr = selection_expression(selection)
         if expr is not None:
             return expr, None
-    if _same(used, slice_.manifest.segments):
+    root = slice_.parent if slice_.parent is not None else slice_
+    if _same(used, root.segments):
         return None, None
     return None, tuple(_ids(used))
 
 
-def _same(a: Sequence[Any], b: Sequence[Any]) -> bool:
+def _same(a: Segments, b: Segments) -> bool:
     """Same segments in the same order; compares columns, not objects, for a v2 manifest."""
     if a is b:
         return True
     if len(a) != len(b):
         return False
-    if isinstance(a, SegmentTable) and isinstance(b, SegmentTable) and a._c is b._c:
+    if a.same_columns(b):
         return bool(np.array_equal(a.positions(), b.positions()))
     return _ids(a) == _ids(b)
 
 
-def _ids(segs: Sequence[Any]) -> list[str]:
-    if isinstance(segs, SegmentTable):
-        return [str(x) for x in segs.ids().to_pylist()]
-    return [s.id for s in segs]
+def _ids(segs: Segments) -> list[str]:
+    return [str(x) for x in segs.ids().to_pylist()]
 
 
 def dataset_from_uri(uri: str | DatasetURI, client: Client | None = None, **options: Any) -> EpisodeDataset:

@@ -23,7 +23,7 @@ from rayform._hashing import hash_bytes
 from rayform._resolution import Target, check_image_size, describe_resolution
 from rayform._seams import BlobSource
 from rayform.errors import InvalidArgumentError, NotFoundError
-from rayform.manifest import Segment, SegmentTable
+from rayform.manifest import Segments
 from rayform.torch._align import ACTION_MODES
 from rayform.torch._decoding import BACKENDS
 from rayform.torch._frames import check_frame
@@ -172,10 +172,9 @@ class EpisodeDataset(Dataset):
         names = [*self.obs, *([self.action] if self.action else [])]
         self._read_bytes = check_cache_fits(slice_, self._segments, names, self._targets)
         self._index: GridIndex = build_index(self._segments, names, self.fps)
-        if isinstance(self._segments, SegmentTable):
-            # The checks and the index read columns of every segment: unmap those pages, or
-            # every DataLoader worker would inherit them as its own resident memory.
-            self._segments.release_pages()
+        # The checks and the index read columns of every segment: unmap those pages, or
+        # every DataLoader worker would inherit them as its own resident memory.
+        self._segments.release_pages()
         self._reader = SampleReader(
             slice_, self._index, self.obs, self.action, horizon=self.horizon,
             obs_steps=self.obs_steps, action_mode=action_mode, frame=self.frame,
@@ -266,7 +265,7 @@ class EpisodeDataset(Dataset):
         self._epoch.set(int(epoch))
 
     @property
-    def segments(self) -> Sequence[Segment]:
+    def segments(self) -> Segments:
         """The dataset's episodes (all ranks' together), in order."""
         return self._index.segments
 
@@ -274,7 +273,7 @@ class EpisodeDataset(Dataset):
     def segment_lengths(self) -> dict[str, int]:
         """Grid samples per episode ID."""
         segs = self._index.segments
-        ids = segs.ids().to_pylist() if isinstance(segs, SegmentTable) else [seg.id for seg in segs]
+        ids = segs.ids().to_pylist()
         return {seg_id: int(n) for seg_id, n in zip(ids, self._index.count, strict=True)}
 
     # -- samples ---------------------------------------------------------------------------
@@ -479,35 +478,13 @@ def _choice(name: str, value: Any, allowed: Sequence[Any]) -> None:
         raise InvalidArgumentError(f"{name}={value!r}: use one of {', '.join(map(repr, allowed))}")
 
 
-def _select_segments(slice_: Any, segments: Sequence[str] | None) -> Sequence[Segment]:
-    every = getattr(slice_, "segments", None)
-    every = slice_.manifest.segments if every is None else every
-    if isinstance(every, SegmentTable):  # a v2 manifest: vectorised, nothing per segment
-        return every if segments is None else select_table(slice_.id, every, segments)
-    all_segments = tuple(every)
-    if segments is None:
-        return all_segments
-    if isinstance(segments, str):
-        raise InvalidArgumentError(f"segments={segments!r}: pass a list of segment IDs, e.g. [{segments!r}]")
-    by_id = {s.id: s for s in all_segments}
-    out, seen = [], set()
-    for seg_id in segments:
-        if seg_id not in by_id:
-            raise NotFoundError(
-                f"slice {slice_.id} has no segment {seg_id!r}; list them with "
-                f"`rayform slices show {slice_.id}` or use split_episodes(slice_)"
-            )
-        if seg_id in seen:
-            raise InvalidArgumentError(f"segments lists {seg_id} twice: list each episode once")
-        seen.add(seg_id)
-        out.append(by_id[seg_id])
-    if not out:
-        raise InvalidArgumentError("segments=[] selects no episode: pass at least one segment ID")
-    return tuple(out)
+def _select_segments(slice_: BlobSource, segments: Sequence[str] | None) -> Segments:
+    every = slice_.segments
+    return every if segments is None else select_table(slice_.id, every, segments)
 
 
 def _check_streams(
-    slice_: Any, segments: Sequence[Segment], obs: Sequence[str], action: str | None
+    slice_: BlobSource, segments: Segments, obs: Sequence[str], action: str | None
 ) -> tuple[list[str], str | None]:
     if isinstance(obs, str) or not all(isinstance(o, str) for o in obs) or not obs:
         raise InvalidArgumentError(f"obs={obs!r}: pass a non-empty list of stream names, e.g. ['cam0/rgb']")
@@ -520,31 +497,9 @@ def _check_streams(
             f"slice {slice_.id} has no episodes, so there is nothing to sample; pick a slice "
             "with data (`rayform slices ls`) or ask its owners to rebuild it"
         )
-    if isinstance(segments, SegmentTable):
-        check_table_streams(slice_.id, segments, [*obs, *([action] if action else [])], action)
-        if action is not None and action in obs:
-            raise InvalidArgumentError(f"{action!r} is both in obs and the action: use it once")
-        return list(obs), action
-    available = sorted({name for seg in segments for name in seg.streams})
-    for name in [*obs, *([action] if action else [])]:
-        missing = [seg.id for seg in segments if name not in seg.streams]
-        if len(missing) == len(segments):
-            raise NotFoundError(
-                f"stream {name!r} is not in slice {slice_.id}; available streams: {', '.join(available)}"
-            )
-        if missing:
-            raise NotFoundError(
-                f"stream {name!r} is missing from {len(missing)} of {len(segments)} episodes "
-                f"(e.g. {missing[0]}); select episodes that have it with segments=[...]"
-            )
-    if action is not None:
-        kinds = {seg.streams[action].kind for seg in segments}
-        if kinds != {"table"}:
-            raise InvalidArgumentError(
-                f"action={action!r} is a video stream: the action must be a table (vector) stream"
-            )
-        if action in obs:
-            raise InvalidArgumentError(f"{action!r} is both in obs and the action: use it once")
+    check_table_streams(slice_.id, segments, [*obs, *([action] if action else [])], action)
+    if action is not None and action in obs:
+        raise InvalidArgumentError(f"{action!r} is both in obs and the action: use it once")
     return list(obs), action
 
 
