@@ -67,7 +67,7 @@ def mixture_profile(mix: Any) -> dict[str, Any]:
         "seed": mix.seed,
         "sources": [
             {"weight": float(given), "share": float(w), "draws_per_epoch": int(q), **dataset_profile(ds)}
-            for ds, given, w, q in zip(mix.sources, mix._given_weights, mix.weights, mix.quotas, strict=True)
+            for ds, given, w, q in zip(mix.sources, mix.given_weights, mix.weights, mix.quotas, strict=True)
         ],
     }
 

@@ -27,10 +27,9 @@ if TYPE_CHECKING:
     from rayform.client import Client
     from rayform.slice import Slice
     from rayform.torch._mixture import MixtureDataset
-    from rayform.torch.dataset import EpisodeDataset
+    from rayform.torch.dataset import EpisodeDataset  # noqa: F401  (named in docstrings)
 
-__all__ = ["OPTIONS", "dataset_from_uri", "dataset_uri", "mixture_from_uri", "mixture_uri",
-           "resolve_pinned"]
+__all__ = ["OPTIONS", "dataset_arguments", "dataset_uri", "mixture_arguments", "mixture_uri", "resolve_pinned"]
 
 #: ``EpisodeDataset`` arguments that change how samples are read or distributed, never which
 #: samples a dataset holds, so they are not in the URI and ``from_uri`` accepts them again.
@@ -88,10 +87,11 @@ def _ids(segs: Segments) -> list[str]:
     return [str(x) for x in segs.ids().to_pylist()]
 
 
-def dataset_from_uri(uri: str | DatasetURI, client: Client | None = None, **options: Any) -> EpisodeDataset:
-    """Rebuild the dataset a URI names; see :meth:`EpisodeDataset.from_uri`."""
-    from rayform.torch.dataset import EpisodeDataset
-
+def dataset_arguments(uri: str | DatasetURI, client: Client | None = None,
+                      **options: Any) -> tuple[Slice, dict[str, Any]]:
+    """What :meth:`EpisodeDataset.from_uri` builds from: ``(slice, keyword arguments)``, the
+    slice pinned at the URI's manifest (and its selection), the arguments the URI fixes plus
+    ``options`` (the ones it leaves free)."""
     parsed = uri if isinstance(uri, DatasetURI) else DatasetURI.parse(uri)
     unknown = sorted(set(options) - set(OPTIONS))
     if unknown:
@@ -105,7 +105,7 @@ def dataset_from_uri(uri: str | DatasetURI, client: Client | None = None, **opti
     selection = parsed.selection()
     if selection is not None:
         slice_ = slice_.select(**selection)
-    return EpisodeDataset(slice_, **parsed.dataset_kwargs(), **options)
+    return slice_, {**parsed.dataset_kwargs(), **options}
 
 
 def mixture_uri(mix: MixtureDataset) -> MixtureURI:
@@ -118,26 +118,25 @@ def mixture_uri(mix: MixtureDataset) -> MixtureURI:
             "build one mixture of EpisodeDatasets with the weights multiplied out"
         )
     return MixtureURI(
-        tuple((w, dataset_uri(ds)) for w, ds in zip(mix._given_weights, mix.sources, strict=True)),
+        tuple((w, dataset_uri(ds)) for w, ds in zip(mix.given_weights, mix.sources, strict=True)),
         num_samples=mix.num_samples, replacement=mix.replacement, seed=mix.seed,
     )
 
 
-def mixture_from_uri(uri: str | MixtureURI, client: Client | None = None, **options: Any) -> MixtureDataset:
-    """Rebuild the mixture a URI names; see :meth:`MixtureDataset.from_uri`."""
-    from rayform.torch._mixture import MixtureDataset
-
+def mixture_arguments(uri: str | MixtureURI, client: Client | None = None,
+                      ) -> tuple[list[tuple[DatasetURI, Client, float]], dict[str, Any]]:
+    """What :meth:`MixtureDataset.from_uri` builds from: each source's ``(URI, client,
+    weight)`` (one client per server; a URI without a host shares the configured one) and the
+    mixture's keyword arguments."""
     parsed = uri if isinstance(uri, MixtureURI) else MixtureURI.parse(uri)
     clients: dict[str | None, Client] = {}
     sources = []
     for weight, source in parsed.sources:
-        # One client per server (a URI without a host shares the configured one).
         own = client if client is not None else clients.get(source.endpoint)
         if own is None:
             own = clients[source.endpoint] = _client_for(source)
-        sources.append((dataset_from_uri(source, own, **options), weight))
-    return MixtureDataset(sources, num_samples=parsed.num_samples, replacement=parsed.replacement,
-                          seed=parsed.seed)
+        sources.append((source, own, weight))
+    return sources, {"num_samples": parsed.num_samples, "replacement": parsed.replacement, "seed": parsed.seed}
 
 
 def resolve_pinned(client: Client, slice_id: str, manifest_hash: str) -> Slice:

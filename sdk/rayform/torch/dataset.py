@@ -23,7 +23,7 @@ from rayform._hashing import hash_bytes
 from rayform._resolution import Target, check_image_size, describe_resolution
 from rayform._seams import BlobSource
 from rayform.errors import InvalidArgumentError, NotFoundError
-from rayform.manifest import Segments
+from rayform.manifest import Segments, Stream
 from rayform.torch._align import ACTION_MODES
 from rayform.torch._decoding import BACKENDS
 from rayform.torch._frames import check_frame
@@ -39,12 +39,13 @@ from rayform.torch._reader import SampleReader
 from rayform.torch._sampling import (
     DDP_EVEN,
     CacheFootprint,
+    IndexStream,
     SharedEpoch,
-    Stream,
     episode_streams,
     shard_check,
 )
 from rayform.torch._stats import compute_stats
+from rayform.torch._uri import dataset_arguments, dataset_uri
 from rayform.uri import DatasetURI
 
 __all__ = ["EpisodeDataset"]
@@ -181,7 +182,7 @@ class EpisodeDataset(Dataset):
             decoder_cache_size=self.decoder_cache_size, decoder_backend=decoder_backend,
             decode_threads=self.decode_threads, targets=self._targets,
         )
-        self._readahead = ReadAhead(self, max_bytes=_int("readahead_bytes", readahead_bytes))
+        self._readahead = ReadAhead(self, self._index, max_bytes=_int("readahead_bytes", readahead_bytes))
         self._shard_check = shard_check(len(self._index))  # None outside a multi-process DDP
 
     # -- size and epochs -------------------------------------------------------------------
@@ -232,13 +233,13 @@ class EpisodeDataset(Dataset):
         Raises:
             InvalidArgumentError: ``name`` is not a camera of the dataset.
         """
-        if name not in self.obs or self._stream(name).kind != "video":
-            cams = [n for n in self.obs if self._stream(n).kind == "video"]
+        if name not in self.obs or self.stream(name).kind != "video":
+            cams = [n for n in self.obs if self.stream(n).kind == "video"]
             raise InvalidArgumentError(f"{name!r} is not a camera of this dataset; its cameras: {', '.join(cams) or 'none'}")
         if self._targets is not None:
             t = self._targets[name]
             return 3, t.height, t.width
-        h, w, c = self._stream(name).shape
+        h, w, c = self.stream(name).shape
         return c, h, w
 
     def cache_footprint(self) -> CacheFootprint | None:
@@ -250,11 +251,26 @@ class EpisodeDataset(Dataset):
             return None
         return CacheFootprint(int(self._read_bytes), len(self._index.segments), int(limit))
 
-    def _order_streams(self, world: int, epoch: int, shuffle: bool, window: int | None = None) -> list[Stream]:
+    @property
+    def shard_auto(self) -> bool:
+        """Whether :attr:`shard` was found from ``torch.distributed`` (``shard="auto"``)."""
+        return self._shard_auto
+
+    @property
+    def accepts_window(self) -> bool:
+        """``True``: :class:`~rayform.torch.EpisodeSampler` may read it a window of episodes at
+        a time."""
+        return True
+
+    def follow_order(self, shuffle: bool, window: int | None) -> None:
+        """Told by :class:`~rayform.torch.EpisodeSampler`: read-ahead fetches in its order."""
+        self._readahead.follow(shuffle, window)
+
+    def order_streams(self, world: int, epoch: int, shuffle: bool, window: int | None = None) -> list[IndexStream]:
         # The sampler's hook: how an epoch is laid out for a first world size (_order.py).
         return episode_streams(self._index.offsets, world, self.ddp_even, self.seed, epoch, shuffle, window)
 
-    def _order_fingerprint(self) -> dict[str, Any]:
+    def order_fingerprint(self) -> dict[str, Any]:
         # What a saved sampler position is only valid for.
         return {"samples": len(self._index), "episodes": len(self._index.segments), "ddp_even": self.ddp_even}
 
@@ -324,12 +340,10 @@ class EpisodeDataset(Dataset):
         Pins the manifest hash and every argument that changes the samples (docs/tracking.md);
         never holds the token. :meth:`from_uri` rebuilds the dataset from it.
         """
-        from rayform.torch._uri import dataset_uri
-
         return str(dataset_uri(self))
 
     @classmethod
-    def from_uri(cls, uri: str, client: Any = None, **options: Any) -> EpisodeDataset:
+    def from_uri(cls, uri: str | DatasetURI, client: Any = None, **options: Any) -> EpisodeDataset:
         """Rebuild the dataset ``uri`` (from :attr:`uri`) names: same slice version, same samples.
 
         Args:
@@ -345,9 +359,8 @@ class EpisodeDataset(Dataset):
             OfflineError: offline and the pinned manifest is not cached.
             InvalidArgumentError: not a dataset URI, or an option that the URI fixes.
         """
-        from rayform.torch._uri import dataset_from_uri
-
-        return dataset_from_uri(uri, client, **options)
+        slice_, kwargs = dataset_arguments(uri, client, **options)
+        return cls(slice_, **kwargs)
 
     # -- metadata --------------------------------------------------------------------------
     def stats(self) -> dict[str, dict[str, Any]]:
@@ -357,7 +370,7 @@ class EpisodeDataset(Dataset):
         streams, after the ``frame`` conversion. Computed once and cached under the client's
         cache directory, keyed by everything the numbers depend on.
         """
-        roles = {name: "obs" for name in self.obs if self._stream(name).kind == "table"}
+        roles = {name: "obs" for name in self.obs if self.stream(name).kind == "table"}
         if self.action is not None:
             roles[self.action] = "action"
         return compute_stats(
@@ -400,7 +413,7 @@ class EpisodeDataset(Dataset):
             "rank": self._rank,
             "world_size": self._world,
             "ddp_even": self.ddp_even,
-            **describe_resolution(self._targets, self._stream),
+            **describe_resolution(self._targets, self.stream),
             **selection_of(self.slice),
         }
 
@@ -410,7 +423,9 @@ class EpisodeDataset(Dataset):
         DataLoader worker) has its own; empty before this process read a frame."""
         return self._reader.open_backends()
 
-    def _stream(self, name: str) -> Any:
+    def stream(self, name: str) -> Stream:
+        """The manifest's record of stream ``name`` (kind, rate in Hz, shape, dtype, units...),
+        from the first episode: every episode of the dataset has the streams it reads."""
         return self._index.segments[0].streams[name]
 
     def _arguments(self) -> tuple[list[tuple[str, Any]], str | None]:

@@ -7,12 +7,12 @@ with forked workers), ``_window`` (the automatic shuffle window under a cache li
 ``_shardcheck`` (notices a DDP loader that does not shard). Nothing here decodes or fetches.
 """
 
+from rayform.torch._sampling._contract import SamplerDataset
 from rayform.torch._sampling._epoch import SharedEpoch
 from rayform.torch._sampling._order import (
     DDP_EVEN,
-    EpisodeOrder,
+    IndexStream,
     Part,
-    Stream,
     episode_streams,
     plan,
 )
@@ -27,14 +27,14 @@ __all__ = [
     "AUTO",
     "DDP_EVEN",
     "CacheFootprint",
-    "EpisodeOrder",
     "EpisodeSampler",
     "Part",
     "Permutation",
     "SampleKey",
+    "SamplerDataset",
     "ShardCheck",
     "SharedEpoch",
-    "Stream",
+    "IndexStream",
     "WindowChoice",
     "assign_episodes",
     "choose_window",
