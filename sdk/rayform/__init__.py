@@ -29,7 +29,7 @@ from rayform.errors import (
     SliceChangedError,
     TransportError,
 )
-from rayform.manifest import BlobRef, Manifest, Segment, Stream
+from rayform.manifest import BlobRef, Manifest, Segment, Segments, Stream
 from rayform.uri import DatasetURI, MixtureURI
 
 __version__ = "0.1.0"
@@ -50,6 +50,7 @@ __all__ = [
     "RayformError",
     "DatasetURI",
     "Segment",
+    "Segments",
     "Slice",
     "SliceChangedError",
     "Stream",

@@ -37,7 +37,7 @@ from rayform.manifest._model import (
     canonical_json,
     parse_manifest_json,
 )
-from rayform.manifest._segments import SegmentColumns, as_segments
+from rayform.manifest._segments import SegmentColumns
 from rayform.manifest._segtable import Segments, SegmentTable
 from rayform.manifest._select import select_rows
 
@@ -58,7 +58,6 @@ __all__ = [
     "SegmentColumns",
     "SegmentTable",
     "Segments",
-    "as_segments",
     "Stream",
     "build_root",
     "canonical_json",

@@ -1,8 +1,9 @@
-"""The segments of a version 2 manifest as columns over memory-mapped pages.
+"""The one segment model: the segments of a manifest of either version as Arrow columns
+(a v2 manifest's memory-mapped pages, or a v1 manifest's segments turned into the same table).
 
 :class:`_Columns` holds the pages' Arrow tables (mapped, never copied whole) and derives numpy
 arrays from them only when asked (``t0_ns`` of every stream row for the grid index, the blob
-hashes for a pull), each once. :class:`SegmentTable` is the ``Sequence[Segment]`` over them: a
+hashes for a pull), each once. :class:`Segments` is the ``Sequence[Segment]`` over them: a
 selection is an array of positions, and indexing builds one
 :class:`~rayform.manifest._model.Segment` (keeping the last few thousand).
 """

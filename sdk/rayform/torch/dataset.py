@@ -2,8 +2,9 @@
 
 This module holds only the public class: argument validation, indexing, epochs, sharding
 policy, ``stats`` and ``describe``. The grid is in ``_index``, alignment in ``_align``,
-reading and decoding in ``_reader``/``_decode``/``_tables``, conventions in ``_frames``,
-sharding in ``_shard`` and statistics in ``_stats``. Semantics: ``docs/dataset.md``.
+reading in ``_reader`` (decoding in the ``_decoding`` package), read-ahead in ``_readahead``,
+conventions in ``_frames``, the sampling order and shards in the ``_sampling`` package, and
+statistics in ``_stats``. Semantics: ``docs/dataset.md``.
 """
 
 from __future__ import annotations
