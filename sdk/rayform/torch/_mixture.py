@@ -24,10 +24,17 @@ import numpy as np
 from torch.utils.data import Dataset
 
 from rayform.errors import InvalidArgumentError
-from rayform.torch._epoch import SharedEpoch
 from rayform.torch._layout import Layout, SourcePlan, Spec
-from rayform.torch._order import Stream
-from rayform.torch._perm import Permutation, derive_key, mix64
+from rayform.torch._sampling import (
+    IndexStream,
+    Permutation,
+    SamplerDataset,
+    SharedEpoch,
+    derive_key,
+    mix64,
+)
+from rayform.torch._uri import mixture_arguments, mixture_uri
+from rayform.torch.dataset import EpisodeDataset
 
 __all__ = ["MixtureDataset"]
 
@@ -85,7 +92,7 @@ class MixtureDataset(Dataset):
         weights: list[float] = []
         names: list[str | None] = []
         for item in sources:
-            if not (isinstance(item, tuple) and len(item) in (2, 3) and hasattr(item[0], "_order_streams")):
+            if not (isinstance(item, tuple) and len(item) in (2, 3) and isinstance(item[0], SamplerDataset)):
                 raise InvalidArgumentError(f"sources entry {item!r}: use (EpisodeDataset, weight) or (EpisodeDataset, weight, name)")
             names.append(_check_name(item[2]) if len(item) == 3 else None)
             w = item[1]
@@ -113,7 +120,7 @@ class MixtureDataset(Dataset):
                 f"the sources are sharded differently ({sorted(shards)}): build them with the same shard="
             )
         self.sources = tuple(datasets)
-        self._given_weights = tuple(weights)  # as passed: the URI rebuilds exactly these
+        self.given_weights = tuple(weights)  # as passed: the URI rebuilds exactly these
         total = sum(weights)
         self.weights = tuple(w / total for w in weights)
         self._sizes = np.array([len(ds) for ds in datasets], dtype=np.int64)
@@ -128,7 +135,7 @@ class MixtureDataset(Dataset):
             raise InvalidArgumentError(f"seed={seed!r}: use an integer")
         self.seed = int(seed)
         self.quotas = _quotas(self.num_samples, self.weights)
-        self._shard_auto = any(getattr(ds, "_shard_auto", False) for ds in datasets)
+        self._shard_auto: bool = any(ds.shard_auto for ds in datasets)
         self._epoch = SharedEpoch(0)
 
     # -- size, epochs, sharding ------------------------------------------------------------
@@ -158,7 +165,24 @@ class MixtureDataset(Dataset):
         src = np.searchsorted(self._offsets, indices, side="right") - 1
         return src, indices - self._offsets[src]
 
-    def _order_streams(self, world: int, epoch: int, shuffle: bool, window: int | None = None) -> list[Stream]:
+    @property
+    def shard_auto(self) -> bool:
+        """Whether a source found its shard from ``torch.distributed`` (``shard="auto"``)."""
+        return self._shard_auto
+
+    @property
+    def accepts_window(self) -> bool:
+        """``False``: a mixture draws across its sources, not episode by episode."""
+        return False
+
+    def cache_footprint(self) -> None:
+        """``None``: the automatic shuffle window does not apply to a mixture."""
+        return None
+
+    def follow_order(self, shuffle: bool, window: int | None) -> None:
+        """Nothing to follow: the sources' read-ahead sees the mixture's keys as they come."""
+
+    def order_streams(self, world: int, epoch: int, shuffle: bool, window: int | None = None) -> list[IndexStream]:
         if window is not None:
             raise InvalidArgumentError(
                 "EpisodeSampler(window=...) orders the episodes of one EpisodeDataset; a "
@@ -166,7 +190,7 @@ class MixtureDataset(Dataset):
             )
         return [_MixtureStream(self, epoch, shuffle)]
 
-    def _order_fingerprint(self) -> dict[str, Any]:
+    def order_fingerprint(self) -> dict[str, Any]:
         return {"samples": self._sizes.tolist(), "weights": list(self.weights),
                 "num_samples": self.num_samples, "replacement": self.replacement}
 
@@ -206,8 +230,6 @@ class MixtureDataset(Dataset):
         """The mixture as trained, one canonical string (``rayform:///mix?v=2&mix=W:URI&...``):
         every source's dataset URI with its weight as given, ``num_samples``, ``replacement``
         and ``seed``; :meth:`from_uri` rebuilds it. See ``docs/tracking.md``."""
-        from rayform.torch._uri import mixture_uri
-
         return str(mixture_uri(self))
 
     @classmethod
@@ -220,9 +242,12 @@ class MixtureDataset(Dataset):
             SliceChangedError: a source's slice no longer resolves to its pinned manifest.
             OfflineError: offline and a pinned manifest is not cached.
         """
-        from rayform.torch._uri import mixture_from_uri
-
-        return mixture_from_uri(uri, client, **options)
+        sources, kwargs = mixture_arguments(uri, client)
+        built: list[Any] = []
+        for source, own, weight, name in sources:
+            ds = EpisodeDataset.from_uri(source, own, **options)
+            built.append((ds, weight) if name is None else (ds, weight, name))
+        return cls(built, **kwargs)
 
     def sample_spec(self) -> dict[str, tuple[str, tuple[int, ...]]]:
         """``{key: (dtype, shape)}`` of every sample: the layout's (with its masks), or without
@@ -373,7 +398,7 @@ def _sample_keys(ds: Any) -> dict[str, str]:
     keys = {"t_ns": "()", "meta": "dict"}
     key_of = {v: k for k, v in getattr(ds, "obs_keys", {}).items()}  # mapped sample keys
     for name in ds.obs:
-        s = ds._stream(name)
+        s = ds.stream(name)
         shown = key_of.get(name, name)
         # A camera's shape in the sample: after image_size, whatever the stored resolution.
         shape = list(s.shape[-1:] if s.kind == "table" else ds.frame_shape(name))
@@ -382,7 +407,7 @@ def _sample_keys(ds: Any) -> dict[str, str]:
             keys[f"{shown}_is_pad"] = f"({ds.obs_steps},)"
     if ds.action is not None:
         act = getattr(ds, "action_key", None) or "action"
-        keys[act] = f"({ds.horizon}, {list(ds._stream(ds.action).shape)[-1]})"
+        keys[act] = f"({ds.horizon}, {list(ds.stream(ds.action).shape)[-1]})"
         keys[f"{act}_is_pad"] = f"({ds.horizon},)"
     return keys
 

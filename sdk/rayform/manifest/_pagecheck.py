@@ -23,7 +23,7 @@ import numpy as np
 from rayform._ids import HASH_RE, STREAM_NAME_RE
 from rayform._untrusted import shown
 from rayform.errors import ManifestError
-from rayform.manifest import (
+from rayform.manifest._model import (
     CARTESIAN_QUANTITIES,
     DTYPE_RE,
     FRAME_CONVENTIONS,

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from urllib.parse import quote, unquote, urlsplit
 
 from rayform._hashing import hash_bytes
-from rayform._uri import DatasetURI, _format_float, _shown
 from rayform.errors import InvalidArgumentError
+from rayform.uri._dataset import DatasetURI, _format_float, _shown
 
 __all__ = ["LAYOUT_VERSION", "MIX_VERSION", "MixtureURI", "is_mixture_uri"]
 
