@@ -18,11 +18,12 @@ so the episodes differ from the bimanual ones. Deterministic like the bimanual d
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from rayform.errors import InvalidArgumentError
 from rayform.format import ColumnarManifest, check_slice_id, hash_bytes
 from rayform.manifest import Manifest, Segment
 from rayform.units import human_bytes
@@ -98,20 +99,16 @@ def build_single_arm(
     root: str,
     slice_id: str,
     kit: DemoKit,
+    spec: Any,
     *,
-    small: bool = False,
     seed: int = 0,
     progress: Callable[[str], None] | None = None,
-    episodes: int | None = None,
 ) -> Manifest | ColumnarManifest:
-    """Generate the single-arm demo into the data root ``root`` and commit ``slice_id``
-    (small: 4 episodes of 2 s at 96x128; else 20 of 6-8 s at 240x320, like the bimanual demo)."""
-    from rayform_server.demo import demo_spec
-
+    """Generate the single-arm demo into the data root ``root`` and commit ``slice_id``, at the
+    bimanual demo's ``spec`` (a ``DemoSpec``: episodes, durations, camera size)."""
     check_slice_id(slice_id, new=True)
-    spec = demo_spec(small)
-    if episodes is not None:
-        spec = replace(spec, episodes=int(episodes))
+    if spec.episodes < 1:
+        raise InvalidArgumentError(f"episodes must be at least 1, got {spec.episodes}")
     builder = SliceBuilder(
         Store(root),
         description=f"demo: single-arm pick-and-place, {spec.episodes} episodes (procedurally generated, seed {seed})",

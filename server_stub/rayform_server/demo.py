@@ -291,7 +291,8 @@ def build_demo(
         if renditions:
             raise InvalidArgumentError("the single-arm demo has no renditions: drop --renditions")
         kit = DemoKit(plan=_Plan, times=_times, epoch_ns=_EPOCH_NS, lag_s=_LAG_S)  # same task, scene and timing
-        return build_single_arm(str(root), slice_id, kit, small=small, seed=seed, progress=progress, episodes=episodes)
+        arm_spec = demo_spec(small) if episodes is None else replace(demo_spec(small), episodes=int(episodes))
+        return build_single_arm(str(root), slice_id, kit, arm_spec, seed=seed, progress=progress)
     check_slice_id(slice_id, new=True)
     if jobs < 1:
         raise InvalidArgumentError(f"jobs must be at least 1, got {jobs}")
