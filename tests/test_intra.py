@@ -11,7 +11,8 @@ from dataset_helpers import FPS, build_slice, decode_index_frame
 from torch.utils.data import DataLoader
 from torchcodec.decoders import VideoDecoder
 
-from rayform.torch import EpisodeDataset, _decode
+from rayform.torch import EpisodeDataset
+from rayform.torch._decoding import _video as _decode
 from rayform.torch._decoding._intra import IntraDecoder, open_intra
 from rayform.torch._decoding._video import DecoderCache, forget_intra_checks, intra_checks
 from rayform_server._video import encode_video

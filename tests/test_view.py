@@ -215,7 +215,7 @@ def test_show_returns_a_link_jupyter_displays(viewer: rayform.view.ViewServer) -
 
 def test_the_list_filters_agree_on_both_manifest_versions(viewer: rayform.view.ViewServer) -> None:
     segs = viewer.api.slice.segments  # version 2 (the stub writes v2): Arrow columns
-    v2, v1 = EpisodeIndex(segs), EpisodeIndex(tuple(segs))  # a v1 manifest's tuple of Segments
+    v2, v1 = EpisodeIndex(segs), EpisodeIndex(rayform.Segments(tuple(segs)))  # v1: segments made columns
     mid = segs[1].start_ns
     for f in (EpisodeFilter(), EpisodeFilter(sites=(segs[0].site,)), EpisodeFilter(prefix=segs[3].id[:10]),
               EpisodeFilter(start_ns=mid), EpisodeFilter(end_ns=mid + 1), EpisodeFilter(sites=("nowhere",))):

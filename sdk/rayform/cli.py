@@ -10,7 +10,7 @@ import json
 import os
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rayform import __version__
@@ -46,7 +46,7 @@ def _client(args: argparse.Namespace) -> Any:
                   offline=True if args.offline else None, shared=args.shared)
 
 
-def _print_json(doc: Any) -> None:
+def _print_json(doc: Mapping[str, Any] | Sequence[Any]) -> None:
     print(json.dumps(doc, indent=2, sort_keys=True, default=str))
 
 
