@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from support import SCRIPTS
 
 from rayform.cache import Cache
 from rayform.cache._partial import PartialBlob, tmp_name
@@ -263,9 +264,7 @@ def test_lock_held_by_a_stalled_process_does_not_block(tmp_path: Path) -> None:
     lock = tmp_path / "c" / "locks" / f"{ref.hash}.lock"
     lock.parent.mkdir(parents=True)
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import fcntl, time\n"
-         f"f = open({str(lock)!r}, 'w'); fcntl.flock(f, fcntl.LOCK_EX)\n"
-         "print('held', flush=True); time.sleep(60)"],
+        [sys.executable, str(SCRIPTS / "hold_flock.py"), str(lock)],
         stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "held"

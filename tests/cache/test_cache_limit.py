@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from support import DEMO_SLICE, TOKEN, ServerProcess
+from support import DEMO_SLICE, SCRIPTS, TOKEN, ServerProcess
 from support.reliability import assert_cache_consistent, pull_cmd, sub_env
 from torch.utils.data import DataLoader
 
@@ -24,23 +24,7 @@ OBS = ["wrist/rgb", "joints/position"]
 ACTION = "joints/position_delta"
 
 # One reader: an epoch over the demo slice; prints a digest of every sample it saw.
-READER = f"""
-import hashlib, sys
-import rayform
-from rayform.torch import EpisodeDataset
-from torch.utils.data import DataLoader
-client = rayform.Client(endpoint=sys.argv[1], cache_dir=sys.argv[2],
-                        cache_limit=int(sys.argv[3]) if sys.argv[3] != "none" else None)
-ds = EpisodeDataset(client.slices.get("{DEMO_SLICE}"), obs={OBS!r}, action={ACTION!r}, fps=15, horizon=4)
-h = hashlib.blake2b()
-for epoch in range(1):
-    for batch in DataLoader(ds, batch_size=8):
-        for key in [*{OBS!r}, "action", "t_ns"]:
-            h.update(batch[key].numpy().tobytes())
-print(h.hexdigest())
-from rayform._net._fetchlog import fetch_log
-print("evicted", fetch_log().total().evicted_blobs, file=sys.stderr)
-"""
+READER = SCRIPTS / "limit_reader.py"  # prints a digest of one epoch; on stderr, blobs evicted
 
 
 def _blob_bytes(cache: Path) -> int:
@@ -54,7 +38,8 @@ def _blob_bytes(cache: Path) -> int:
 
 
 def _reader(url: str, cache: Path, limit: int | None) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-c", READER, url, str(cache), str(limit or "none")],
+    return subprocess.Popen([sys.executable, str(READER), url, str(cache), str(limit or "none"),
+                             DEMO_SLICE, ACTION, *OBS],
                             env=sub_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 

@@ -28,14 +28,13 @@ import shutil
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from support import DEMO_SLICE, TOKEN, ServerProcess
+from support import DEMO_SLICE, SCRIPTS, TOKEN, ServerProcess
 from support.faultproxy import FaultProxy
 from support.reliability import assert_cache_consistent
 from support.sshnodes import SshNodes, missing
@@ -49,12 +48,8 @@ BLOBS = 140  # 20 small demo episodes of 7 streams
 pytestmark = pytest.mark.skipif(missing() is not None, reason=f"two sshfs nodes: {missing()}")
 
 # The pullers of the "before" run: flock only, as before claims existed.
-_NO_CLAIMS = textwrap.dedent("""
-    import contextlib, rayform.cache, rayform.cache._claims
-    rayform.cache.Cache._claim = lambda self, *args: contextlib.nullcontext(
-        rayform.cache._claims.Claimed(None, None))
-""")
-_PULL = "import sys\nfrom rayform.cli import main\nsys.exit(main(sys.argv[1:]))\n"
+#: `rayform` in a subprocess; with ``--no-claims`` every download claim is granted at once.
+_PULL = SCRIPTS / "rayform_cli.py"
 
 
 @pytest.fixture(scope="module")
@@ -93,9 +88,8 @@ def _env(cache: Path) -> dict[str, str]:
 
 def _pullers(nodes: SshNodes, mount: Path, node: str, url: str, *, n: int = 2,
              claims: bool = True, user: str | None = None) -> list[subprocess.Popen[str]]:
-    code = ("" if claims else _NO_CLAIMS) + _PULL
-    cmd = [sys.executable, "-c", code, "pull", DEMO_SLICE, "--endpoint", url, "--quiet",
-           "--jobs", "4"]
+    cmd = [sys.executable, str(_PULL), *([] if claims else ["--no-claims"]), "pull", DEMO_SLICE,
+           "--endpoint", url, "--quiet", "--jobs", "4"]
     return [nodes.run_on(node, cmd, user=user, env=_env(mount / "cache"),
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _ in range(n)]
 

@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from support import DEMO_SLICE, TOKEN, ServerProcess
+from support import DEMO_SLICE, SCRIPTS, TOKEN, ServerProcess
 from support.team import GROUP, USERS, ensure_users, reachable
 
 from rayform.cache._locks import bounded_lock
@@ -84,18 +84,7 @@ def _ok(done: subprocess.CompletedProcess[str]) -> str:
     return done.stdout
 
 
-_TRAIN = """
-import rayform
-from torch.utils.data import DataLoader
-slice_ = rayform.Client().slices.get("{slice_id}")
-ds = rayform.torch.EpisodeDataset(slice_, obs=["cam0/rgb", "joints/position"],
-                                  action="joints/position_delta", fps=15, horizon=4)
-loader = DataLoader(ds, batch_size=16, num_workers=1,
-                    sampler=rayform.torch.EpisodeSampler(ds, shuffle=True))
-n = sum(len(b["t_ns"]) for b in loader)
-assert n == len(ds), (n, len(ds))
-print("samples", n, "stats", sorted(ds.stats()))
-"""
+_TRAIN = str(SCRIPTS / "team_train.py")  # one shuffled epoch; prints the samples and stats
 
 
 def test_two_users_pull_prune_train_and_verify_one_team_cache(
@@ -117,13 +106,13 @@ def test_two_users_pull_prune_train_and_verify_one_team_cache(
 
     # Alice pulls again (into directories Bob made), trains offline, computes statistics, verifies.
     _ok(_as("rfalice", team, cache, *cli, "pull", DEMO_SLICE, "-q", server=demo_server))
-    out = _ok(_as("rfalice", team, cache, "-c", _TRAIN.format(slice_id=DEMO_SLICE), offline=True))
+    out = _ok(_as("rfalice", team, cache, _TRAIN, DEMO_SLICE, offline=True))
     assert "samples" in out
     verify = _ok(_as("rfalice", team, cache, *cli, "cache", "verify", "--json"))
     assert '"removed": []' in verify
     # Bob trains online with a lazy fetch after another prune, and reads Alice's statistics.
     _ok(_as("rfbob", team, cache, *cli, "cache", "prune", "--max-size", "0"))
-    _ok(_as("rfbob", team, cache, "-c", _TRAIN.format(slice_id=DEMO_SLICE), server=demo_server))
+    _ok(_as("rfbob", team, cache, _TRAIN, DEMO_SLICE, server=demo_server))
 
     gid = grp.getgrnam(GROUP).gr_gid
     owners = {pwd.getpwnam(u).pw_uid for u in USERS} | {0}
@@ -154,18 +143,12 @@ def test_another_users_unwritable_lock_file_still_locks(team: Path) -> None:
     lock.write_bytes(b"")
     shutil.chown(lock, user="rfalice", group=GROUP)
     os.chmod(lock, 0o644)
-    script = (
-        "from pathlib import Path\n"
-        "from rayform.cache._locks import bounded_lock\n"
-        f"with bounded_lock(Path({str(lock)!r}), done=lambda: False, progress=lambda: 0,"
-        " stall_s=1, mode=0o664) as held:\n"
-        "    print('held' if held else 'not-held')\n"
-    )
-    assert _ok(_as("rfbob", team, team, "-c", script)).strip() == "held"
+    script = str(SCRIPTS / "team_lock.py")  # bounded_lock(lock, stall_s=..., mode=0o664)
+    assert _ok(_as("rfbob", team, team, script, str(lock), "1")).strip() == "held"
     # And while Bob would hold it, a second holder waits: the lock is real.
     with bounded_lock(lock, done=lambda: False, progress=lambda: 0, stall_s=5) as held:
         assert held
-        waiter = _as("rfbob", team, team, "-c", script.replace("stall_s=1", "stall_s=0.3"))
+        waiter = _as("rfbob", team, team, script, str(lock), "0.3")
     assert _ok(waiter).strip() == "not-held"
 
 

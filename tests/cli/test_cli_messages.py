@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from support import DEMO_SLICE, TOKEN, ServerProcess
+from support import DEMO_SLICE, SCRIPTS, TOKEN, ServerProcess
 
 BIN = Path(sys.executable).parent  # the console scripts installed next to this interpreter
 SDK = Path(__file__).resolve().parents[2] / "sdk"
@@ -85,12 +85,8 @@ def test_cache_dir_that_is_a_file_is_one_clear_error(tmp_path: Path) -> None:
 def test_cache_dir_that_is_a_file_raises_cache_error_in_python(tmp_path: Path) -> None:
     afile = tmp_path / "not-a-dir"
     afile.write_text("x")
-    code = ("import rayform\n"
-            "try:\n"
-            "    rayform.Client(offline=True)\n"
-            "except rayform.CacheError as exc:\n"
-            "    print(type(exc).__name__, exc)\n")
-    result = _run([sys.executable, "-c", code], env={**os.environ, "RAYFORM_CACHE_DIR": str(afile)})
+    code = SCRIPTS / "cache_error.py"  # prints the CacheError of rayform.Client(offline=True)
+    result = _run([sys.executable, str(code)], env={**os.environ, "RAYFORM_CACHE_DIR": str(afile)})
     assert result.returncode == 0 and result.stderr == ""
     assert result.stdout.startswith(f"CacheError the cache directory {afile} is a file")
 

@@ -12,12 +12,11 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 
 import pytest
-from support import DEMO_SLICE, TOKEN
+from support import DEMO_SLICE, SCRIPTS, TOKEN
 from support.faultproxy import FaultProxy
 from support.reliability import assert_cache_consistent, pull_cmd, sub_env
 
@@ -28,31 +27,19 @@ ACTION = "joints/position_delta"
 
 # Replaces the per-host flock with one that always "acquires" at once, for everyone (as on
 # Lustre or NFS without working locks); the claims (rayform.cache._claims) stay.
-_FAKE_LOCKS = textwrap.dedent("""
-    import contextlib, rayform.cache
-    rayform.cache.bounded_lock = lambda *a, **k: contextlib.nullcontext(True)
-""")
-
-_PULL = "import sys\nfrom rayform.cli import main\nsys.exit(main(sys.argv[1:]))\n"
-
-_LOADER = textwrap.dedent(f"""
-    import rayform
-    from rayform.torch import EpisodeDataset
-    from torch.utils.data import DataLoader
-
-    ds = EpisodeDataset(rayform.Client().slices.get({DEMO_SLICE!r}), obs={OBS!r},
-                        action={ACTION!r}, fps=15, horizon=8)
-    print(sum(len(b["t_ns"]) for b in DataLoader(ds, batch_size=8, num_workers=2)))
-""")
+# `rayform`, and a DataLoader with two workers that prints how many samples it saw; with
+# --fake-locks every cache lock is granted at once in both.
+_PULL = str(SCRIPTS / "rayform_cli.py")
+_LOADER = [str(SCRIPTS / "crowd_loader.py")]
 
 
 def _crowd(url: str, cache: Path, fake_locks: bool) -> None:
-    prefix = _FAKE_LOCKS if fake_locks else ""
+    prefix = ["--fake-locks"] if fake_locks else []
     env = sub_env(RAYFORM_ENDPOINT=url, RAYFORM_CACHE_DIR=str(cache))
-    procs = [subprocess.Popen([sys.executable, "-c", prefix + _PULL, *pull_cmd(url, cache, "--jobs", "4")[3:]],
+    procs = [subprocess.Popen([sys.executable, _PULL, *prefix, *pull_cmd(url, cache, "--jobs", "4")[3:]],
                               env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for _ in range(8)]
-    procs += [subprocess.Popen([sys.executable, "-c", prefix + _LOADER], env=env,
+    procs += [subprocess.Popen([sys.executable, *_LOADER, *prefix, DEMO_SLICE, ACTION, *OBS], env=env,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
               for _ in range(2)]
     outs = [p.communicate(timeout=240) for p in procs]

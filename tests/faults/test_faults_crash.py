@@ -13,13 +13,12 @@ import shutil
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 from collections import Counter
 from pathlib import Path
 
 import pytest
-from support import DEMO_SLICE, TOKEN
+from support import DEMO_SLICE, SCRIPTS, TOKEN
 from support.faultproxy import FaultProxy
 from support.reliability import assert_cache_consistent, pull_cmd, sub_env
 
@@ -98,22 +97,9 @@ def test_sixty_sigkilled_pulls_leave_no_partial_blob(fproxy: FaultProxy, tmp_pat
     assert outcomes["mid-transfer"] >= 30, outcomes
 
 
-_LOADER = textwrap.dedent(f"""
-    import sys
-    import rayform
-    from rayform.torch import EpisodeDataset
-    from torch.utils.data import DataLoader
-
-    slice_ = rayform.Client().slices.get({DEMO_SLICE!r})
-    ds = EpisodeDataset(slice_, obs={OBS!r}, action={ACTION!r}, fps=15, horizon=16)
-    loader = DataLoader(ds, batch_size=8, num_workers=2, shuffle=True)
-    try:
-        n = sum(len(b["t_ns"]) for b in loader)
-    except RuntimeError as exc:
-        print("loader failed:", exc, file=sys.stderr)
-        sys.exit(3)
-    print(n)
-""")
+# A shuffled DataLoader with two workers: prints how many samples it saw, or exits 3 with the
+# loader's error on stderr.
+_LOADER = [str(SCRIPTS / "crash_loader.py"), DEMO_SLICE, ACTION, *OBS]
 
 
 def _kill_workers(fproxy: FaultProxy, tmp_path: Path, kills: int) -> int:
@@ -123,7 +109,7 @@ def _kill_workers(fproxy: FaultProxy, tmp_path: Path, kills: int) -> int:
         cache = tmp_path / f"cache{i}"
         env = sub_env(RAYFORM_ENDPOINT=fproxy.url, RAYFORM_CACHE_DIR=str(cache))
         fproxy.throttle_s = THROTTLE_S
-        proc = subprocess.Popen([sys.executable, "-c", _LOADER], env=env, text=True,
+        proc = subprocess.Popen([sys.executable, *_LOADER], env=env, text=True,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         try:
             victim = None
@@ -146,7 +132,7 @@ def _kill_workers(fproxy: FaultProxy, tmp_path: Path, kills: int) -> int:
         assert proc.returncode == 3 and f"{victim}" in err, err
         assert_cache_consistent(cache)
         fproxy.throttle_s = 0.0
-        fresh = subprocess.run([sys.executable, "-c", _LOADER], env=env, capture_output=True,
+        fresh = subprocess.run([sys.executable, *_LOADER], env=env, capture_output=True,
                                text=True, timeout=180)
         assert fresh.returncode == 0 and int(fresh.stdout) > 0, fresh.stderr
         cached = assert_cache_consistent(cache)

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from support import DEMO_SLICE, TOKEN, ServerProcess
+from support import DEMO_SLICE, SCRIPTS, TOKEN, ServerProcess
 from support.faultproxy import Fault, FaultProxy
 from support.reliability import assert_cache_consistent, pull_cmd, sub_env
 
@@ -181,14 +181,8 @@ def test_cached_files_cannot_be_written_even_by_their_owner(client_env: ServerPr
         assert len(blobs) == 28 and all(p.stat().st_mode & 0o777 == 0o444 for p in blobs)
         for p in blobs:  # as if `nobody` had pulled them: the owner (root ignores mode bits)
             os.chown(p, 65534, 65534)
-        attempt = ("import os, sys\nos.setgid(65534); os.setuid(65534)\nbad = []\n"
-                   "for p in sys.argv[1:]:\n"
-                   "    open(p, 'rb').read(1)  # readable, so refusals below are the mode bits\n"
-                   "    for mode in ('r+b', 'ab', 'wb'):\n"
-                   "        try:\n            open(p, mode).close(); bad.append((p, mode))\n"
-                   "        except PermissionError:\n            pass\n"
-                   "print(len(bad))\n")
-        r = subprocess.run([sys.executable, "-I", "-S", "-c", attempt, *map(str, blobs)],
+        attempt = SCRIPTS / "write_attempt.py"  # as `nobody`: how many opens for writing succeed
+        r = subprocess.run([sys.executable, "-I", "-S", str(attempt), *map(str, blobs)],
                            capture_output=True, text=True, timeout=60)
         assert r.returncode == 0 and r.stdout.strip() == "0", r.stderr + r.stdout
         assert len(assert_cache_consistent(cache)) == 28  # and the bytes are untouched

@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import mlflow
 import pytest
-from support import DEMO_SLICE, TOKEN, ServerProcess, free_port
+from support import DEMO_SLICE, SCRIPTS, TOKEN, ServerProcess, free_port
 from support.lineage import demo_dataset, demo_mixture, mixture_digests, sample_digests
 
 import rayform
@@ -94,14 +94,7 @@ def _log_training_run(ds: rayform.torch.EpisodeDataset | rayform.torch.MixtureDa
     return run.info.run_id
 
 
-_REBUILD = """
-import json, sys, mlflow
-from support.lineage import sample_digests
-run = mlflow.get_run(sys.argv[1])
-source = mlflow.data.get_source(run.inputs.dataset_inputs[0])
-ds = source.load()
-print(json.dumps({"type": type(source).__name__, "uri": ds.uri, "samples": sample_digests(ds)}))
-"""
+_REBUILD = str(SCRIPTS / "mlflow_rebuild.py")  # the run's dataset through MLflow's registry, as JSON
 
 
 def test_logged_input_rebuilds_the_same_samples_in_a_fresh_process(tracking: MlflowServer):
@@ -133,7 +126,7 @@ def test_logged_input_rebuilds_the_same_samples_in_a_fresh_process(tracking: Mlf
 
     # A fresh process finds the source type through the entry point and rebuilds.
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
-    out = subprocess.run([sys.executable, "-c", _REBUILD, run_id], env=env, check=True,
+    out = subprocess.run([sys.executable, _REBUILD, run_id], env=env, check=True,
                          capture_output=True, text=True, timeout=120)
     rebuilt = json.loads(out.stdout.strip().splitlines()[-1])
     assert rebuilt["type"] == "RayformDatasetSource"
@@ -141,13 +134,7 @@ def test_logged_input_rebuilds_the_same_samples_in_a_fresh_process(tracking: Mlf
     assert rebuilt["samples"] == sample_digests(ds)
 
 
-_REBUILD_MIXTURE = """
-import json, sys, mlflow
-from support.lineage import mixture_digests
-run = mlflow.get_run(sys.argv[1])
-mix = mlflow.data.get_source(run.inputs.dataset_inputs[0]).load(readahead_bytes=0)
-print(json.dumps({"type": type(mix).__name__, "uri": mix.uri, "samples": mixture_digests(mix)}))
-"""
+_REBUILD_MIXTURE = str(SCRIPTS / "mlflow_rebuild_mixture.py")  # the run's mixture, as JSON
 
 
 def test_logged_mixture_rebuilds_the_same_draws_in_a_fresh_process(tracking: MlflowServer):
@@ -168,7 +155,7 @@ def test_logged_mixture_rebuilds_the_same_draws_in_a_fresh_process(tracking: Mlf
     assert from_episode_dataset(reweighted).digest != logged.digest
 
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
-    out = subprocess.run([sys.executable, "-c", _REBUILD_MIXTURE, run_id], env=env, check=True,
+    out = subprocess.run([sys.executable, _REBUILD_MIXTURE, run_id], env=env, check=True,
                          capture_output=True, text=True, timeout=120)
     rebuilt = json.loads(out.stdout.strip().splitlines()[-1])
     assert rebuilt == {"type": "MixtureDataset", "uri": mix.uri, "samples": mixture_digests(mix)}
@@ -207,10 +194,5 @@ def test_importing_the_integration_before_mlflow_still_registers_the_source():
     # loads the entry points: the source must still register, without a warning.
     uri = (f"rayform://data.example.com/{DEMO_SLICE}@{'0' * 64}?v=1&action=&action_mode=hold"
            "&fps=15&frame=&horizon=1&obs=cam0/rgb&obs_steps=1&seed=0")
-    code = ("import sys\n"
-            "from rayform.integrations.mlflow import RayformDatasetSource, from_episode_dataset\n"
-            "from mlflow.data.dataset_source_registry import resolve_dataset_source\n"
-            "import rayform.integrations as pkg\n"
-            "assert pkg.mlflow is sys.modules['rayform.integrations.mlflow']\n"
-            "assert type(resolve_dataset_source(sys.argv[1])) is RayformDatasetSource\n")
-    subprocess.run([sys.executable, "-W", "error", "-c", code, uri], check=True, timeout=120)
+    code = SCRIPTS / "mlflow_entry_point.py"  # the integration first, then mlflow resolves the URI
+    subprocess.run([sys.executable, "-W", "error", str(code), uri], check=True, timeout=120)

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pytest
-from support import DEMO_SLICE, TESTS, TOKEN
+from support import DEMO_SLICE, SCRIPTS, TESTS, TOKEN
 from support.hostile import (
     Answer,
     HostileServer,
@@ -436,16 +436,7 @@ def test_cli_prints_no_escape_codes(demo: Demo, server: HostileServer, cache: Pa
 
 # The peak resident memory of the process (VmHWM: ru_maxrss would count the RSS of the pytest
 # process this one was forked from).
-MEASURE = """
-import sys
-import rayform
-client = rayform.Client(sys.argv[1], sys.argv[2], cache_dir=sys.argv[3])
-try:
-    client.slices.get(sys.argv[4])
-except rayform.RayformError as exc:
-    peak = next(line for line in open("/proc/self/status") if line.startswith("VmHWM:"))
-    print(type(exc).__name__, int(peak.split()[1]) // 1024)
-"""
+MEASURE = str(SCRIPTS / "peak_memory.py")  # prints the error's type and the peak memory in MiB
 
 
 @pytest.mark.parametrize("case", ["endless-manifest-declared-64-MiB", "gzip-bomb-manifest", "endless-page"])
@@ -461,7 +452,7 @@ def test_peak_memory_stays_bounded(case: str, demo: Demo, server: HostileServer,
         server.answers[manifest] = (Answer(200, b"", endless=True) if case.startswith("endless")
                                     else Answer(200, gzip_bomb(64 * 2**20), {"Content-Encoding": "gzip"}))
     checkout = os.pathsep.join([str(TESTS.parent / "sdk"), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    done = subprocess.run([sys.executable, "-c", MEASURE, server.url, TOKEN, str(cache), SLC], capture_output=True,
+    done = subprocess.run([sys.executable, MEASURE, server.url, TOKEN, str(cache), SLC], capture_output=True,
                           text=True, timeout=120, env={**os.environ, "PYTHONPATH": checkout})
     kind, peak_mib = done.stdout.split()
     assert kind == "ProtocolError" and int(peak_mib) < 300, (done.stdout, done.stderr[-2000:])

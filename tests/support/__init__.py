@@ -18,7 +18,8 @@ import pytest
 
 import rayform
 
-__all__ = ["DEMO_SLICE", "TOKEN", "ServerProcess", "forbid_network", "free_port", "make_client", "torchrun"]
+__all__ = ["DEMO_SLICE", "SCRIPTS", "TOKEN", "ServerProcess", "forbid_network", "free_port", "make_client",
+           "torchrun"]
 
 TOKEN = "test-token-3f9c2a7d5e1b"  # long and unique, so leak checks can grep for it
 #: The slice the session's small demo root holds (the ``demo_root`` fixture).
@@ -92,6 +93,8 @@ class ServerProcess:
 
 
 TESTS = Path(__file__).resolve().parents[1]
+#: Programs that tests run in subprocesses: ``[sys.executable, str(SCRIPTS / "name.py"), ...]``.
+SCRIPTS = TESTS / "support" / "scripts"
 
 
 def torchrun(world: int, script: str | Path, *args: str, cwd: Path | None = None,

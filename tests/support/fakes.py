@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from rayform.manifest import BlobRef, Manifest
+from rayform.manifest import BlobRef, ColumnarManifest, Manifest
 from rayform.slice import Slice
 from rayform_server.store import Store
 
@@ -59,7 +59,7 @@ class StoreBlobs:
         return False
 
 
-def store_slice(slice_id: str, manifest: Manifest, store: Store | None,
+def store_slice(slice_id: str, manifest: Manifest | ColumnarManifest, store: Store | None,
                 cache_dir: Path | None = None) -> Slice:
     """A :class:`~rayform.Slice` of ``manifest`` whose blobs come from ``store``."""
     return Slice(slice_id, manifest.hash, manifest, StoreBlobs(store, cache_dir))

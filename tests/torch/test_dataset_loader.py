@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from support import DEMO_SLICE
+from support import DEMO_SLICE, SCRIPTS
 from support.datasets import FPS, SLICE_ID, build_slice, decode_index_frame
 from support.fakes import StoreBlobs
 from torch.utils.data import DataLoader
@@ -28,7 +28,7 @@ from rayform.torch._decoding._video import DecoderCache
 
 OBS = ["cam0/rgb", "joints/position"]
 ACTION = "joints/position_delta"
-TESTS = Path(__file__).resolve().parents[1]
+HERE = Path(__file__).resolve().parent
 
 
 def jitter(sample: dict) -> dict:
@@ -80,24 +80,9 @@ def test_same_bits_across_processes(data) -> None:
     ds = make(slice_)
     ds.set_epoch(2)
     here = digest_epoch(DataLoader(ds, batch_size=8, sampler=EpisodeSampler(ds), num_workers=0))[0]
-    script = f"""
-import sys
-sys.path.insert(0, {str(TESTS)!r})
-from pathlib import Path
-from torch.utils.data import DataLoader
-from support.fakes import StoreBlobs
-from rayform_server.store import Store
-from rayform.slice import Slice
-from rayform.torch import EpisodeSampler
-import test_dataset_loader as t
-store = Store({str(slice_.client.store.root)!r})
-ref = store.get_slice({SLICE_ID!r})
-sl = Slice({SLICE_ID!r}, ref["manifest"], store.load_manifest(ref["manifest"]), StoreBlobs(store, Path(".")))
-ds = t.make(sl)
-ds.set_epoch(2)
-print(t.digest_epoch(DataLoader(ds, batch_size=8, sampler=EpisodeSampler(ds), num_workers=2))[0])
-"""
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    # This module's make() and digest_epoch() in a fresh process, on the same store.
+    script = [str(SCRIPTS / "loader_digest.py"), str(HERE), str(slice_.client.store.root), SLICE_ID]
+    out = subprocess.run([sys.executable, *script], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == here
 
