@@ -9,7 +9,7 @@ Slice ID → manifest → blobs → cache → decoder → sample → batch::
     dataset stats ──TableLoader──▶ SampleReader
 
 Each is a :class:`typing.Protocol`: anything with these members fits, so tests and benchmarks
-stand in for a server with a small fake (``tests/fakes.py``) instead of a subclass. The
+stand in for a server with a small fake (``tests/support/fakes.py``) instead of a subclass. The
 runtime-checkable ones are checked with ``isinstance`` where a user hands us the object.
 """
 
@@ -43,7 +43,7 @@ ProgressCallback = Callable[[int], None]
 class BlobFetcher(Protocol):
     """What a :class:`~rayform.Slice` needs from the client that resolved it.
 
-    :class:`~rayform.Client` is the real one; ``tests/fakes.py`` has one that reads a server
+    :class:`~rayform.Client` is the real one; ``tests/support/fakes.py`` has one that reads a server
     store directly.
     """
 
