@@ -26,6 +26,8 @@ from rayform.uri import selection_expression
 from rayform.view._index import EpisodeFilter, EpisodeIndex
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
     from rayform.slice import Slice
 
 __all__ = ["MAX_PAGE", "MAX_POINTS", "ViewAPI", "ViewError"]
@@ -233,6 +235,6 @@ def _summary(seg: Segment) -> dict[str, Any]:
             "streams": {n: st.kind for n, st in sorted(seg.streams.items())}}
 
 
-def dumps(doc: Any) -> bytes:
+def dumps(doc: Mapping[str, Any] | Sequence[Any]) -> bytes:
     """Compact JSON bytes of an answer."""
     return json.dumps(doc, separators=(",", ":"), allow_nan=False).encode()
