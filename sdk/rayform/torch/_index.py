@@ -15,12 +15,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from rayform.errors import InvalidArgumentError, NotFoundError
 from rayform.manifest import Segments
+
+if TYPE_CHECKING:
+    pass
 
 __all__ = ["GridIndex", "build_index", "check_table_streams", "grid_offsets_ns", "select_table", "selection_of"]
 
@@ -117,7 +120,7 @@ def select_table(slice_id: str, table: Segments, segment_ids: Sequence[str]) -> 
     return table.take(found)
 
 
-def check_table_streams(slice_id: str, table: Segments, names: Sequence[str], action: Any) -> None:
+def check_table_streams(slice_id: str, table: Segments, names: Sequence[str], action: str | None) -> None:
     """Every named stream is in every segment and the action is a table (vectorised)."""
     available = table.stream_names()
     for name in names:
