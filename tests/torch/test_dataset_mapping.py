@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from helpers import DEMO_SLICE, ServerProcess
+from support import DEMO_SLICE, ServerProcess
 
 import rayform
 from rayform import DatasetURI

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from helpers import DEMO_SLICE, ServerProcess
+from support import DEMO_SLICE, ServerProcess
 from torch.utils.data import DataLoader
 
 import rayform

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from helpers import DEMO_SLICE
+from support import DEMO_SLICE
 
 from rayform_server.demo import SINGLE_ARM_SLICE, SINGLE_ARM_STREAMS, build_demo
 from rayform_server.store import Store

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from helpers import DEMO_SLICE, TOKEN, ServerProcess, make_client
+from support import DEMO_SLICE, TOKEN, ServerProcess, make_client
 from torch.utils.data import DataLoader, default_collate
 
 from rayform.errors import InvalidArgumentError
