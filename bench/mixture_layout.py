@@ -18,7 +18,12 @@ r_single_arm)``; the report gives the mixture's rate over that, per round (targe
 On a shared machine wall-clock rates swing with other jobs, so it also measures CPU seconds per
 sample (the main process and both workers, from ``/proc``), whose weighted mean over the
 sources is the same target in CPU terms: ``cpu_ratio = (w c_bimanual + (1 - w) c_single_arm) /
-c_mixture`` (>= 0.9: the layout adds no measurable cost).
+c_mixture`` (>= 0.9: the layout adds no measurable cost). It also times the layout step alone
+(``mixture.layout.plan(spec).apply(sample)`` over samples each source already read), in
+microseconds per sample, and a control row: ``control``, today's mixture without a layout of the
+bimanual dataset with a second copy of itself (0.5 / 0.5), whose rate over the bimanual rate
+(``control_ratio``, CPU: ``control_cpu_ratio``) is the cost of mixing itself (each source's share
+of a batch is read in its own, smaller batched call), layout or not.
 
 Usage: ``.venv/bin/python -m bench.mixture_layout [--episodes 4] [--rounds 3] [--batches 20]
 [--weight 0.5] [--out FILE]``; writes ``bench/results/mixture_layout.json``. Not part of
@@ -65,18 +70,24 @@ def open_slice(root: Path, slice_id: str) -> Slice:
 
 
 def datasets(root: Path) -> tuple[EpisodeDataset, EpisodeDataset]:
-    bimanual = EpisodeDataset(
+    return _bimanual(root), _single_arm(root)
+
+
+def _bimanual(root: Path) -> EpisodeDataset:
+    return EpisodeDataset(
         open_slice(root, DEMO_SLICE),
         obs={"image_primary": "cam0/rgb", "image_wrist": "wrist/rgb", "state": "joints/position"},
         action={"action": "joints/position_delta"}, fps=30, horizon=8, image_size=SIZE,
         normalize="mean_std", shard=None, readahead_bytes=0,
     )
-    single_arm = EpisodeDataset(
+
+
+def _single_arm(root: Path) -> EpisodeDataset:
+    return EpisodeDataset(
         open_slice(root, SINGLE_ARM_SLICE),
         obs={"image_wrist": "hand/rgb", "state": "arm/joint_pos"}, action={"action": "arm/joint_cmd_delta"},
         fps=15, horizon=8, image_size={"image_wrist": SIZE}, normalize="mean_std", shard=None, readahead_bytes=0,
     )
-    return bimanual, single_arm
 
 
 def cpu_s(pids: list[int]) -> float:
@@ -111,6 +122,21 @@ def rate(ds: Any, batches: int, warmup: int = 3) -> tuple[float, float]:
     return n / dt, dc / n
 
 
+def layout_us(mixture: MixtureDataset, n: int = 256) -> dict[str, float]:
+    """Microseconds per sample of the layout step alone, per source (samples read beforehand)."""
+    assert mixture.layout is not None
+    out = {}
+    for name, ds in zip(mixture.source_names, mixture.sources, strict=True):
+        plan = mixture.layout.plan(ds.sample_spec())
+        samples = ds.__getitems__(list(range(0, len(ds), max(1, len(ds) // n)))[:n])
+        plan.apply(samples[0])  # the constant masks and zero images are made once
+        t0 = time.perf_counter()
+        for sample in samples:
+            plan.apply(sample)
+        out[name] = (time.perf_counter() - t0) / len(samples) * 1e6
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--episodes", type=int, default=4)
@@ -125,20 +151,26 @@ def main() -> int:
     w = args.weight
     mixture = MixtureDataset([(bimanual, w, "bimanual"), (single_arm, 1 - w, "single_arm")], layout="union",
                              num_samples=len(bimanual) + len(single_arm))
+    control = MixtureDataset([(bimanual, 0.5, "a"), (_bimanual(root), 0.5, "b")])
+    step = layout_us(mixture)
+    log("[bench] the layout step alone: " + ", ".join(f"{k} {v:.1f} us/sample" for k, v in step.items()))
     rounds: list[dict[str, float]] = []
     for r in range(args.rounds):
         row: dict[str, float] = {}
-        for name, ds in (("bimanual", bimanual), ("single_arm", single_arm), ("mixture", mixture)):
+        for name, ds in (("bimanual", bimanual), ("single_arm", single_arm), ("mixture", mixture),
+                         ("control", control)):
             row[name], row[f"{name}_cpu_ms"] = (x * f for x, f in zip(rate(ds, args.batches), (1, 1000), strict=True))
         row["harmonic"] = 1 / (w / row["bimanual"] + (1 - w) / row["single_arm"])
         row["ratio"] = row["mixture"] / row["harmonic"]
         row["cpu_ratio"] = (w * row["bimanual_cpu_ms"] + (1 - w) * row["single_arm_cpu_ms"]) / row["mixture_cpu_ms"]
+        row["control_ratio"] = row["control"] / row["bimanual"]
+        row["control_cpu_ratio"] = row["bimanual_cpu_ms"] / row["control_cpu_ms"]
         row["load"] = loadavg()
         rounds.append(row)
         log(f"[bench] round {r + 1}: " + ", ".join(f"{k} {v:.3g}" for k, v in row.items()))
     med = {k: statistics.median(row[k] for row in rounds) for k in rounds[0]}
     report = {"episodes": args.episodes, "weight": w, "batches": args.batches, "image_size": list(SIZE),
-              "rounds": rounds, "median": med}
+              "layout_us_per_sample": step, "rounds": rounds, "median": med}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n")
     per_round = ", ".join(f"{row['ratio']:.3f}" for row in rounds)
@@ -146,7 +178,8 @@ def main() -> int:
     log(f"[bench] median: mixture {med['mixture']:.1f} samples/s, harmonic mean of the sources "
         f"{med['harmonic']:.1f}, ratio {med['ratio']:.3f} (per round: "
         f"{per_round}); CPU per sample: mixture {med['mixture_cpu_ms']:.2f} ms, cpu_ratio {med['cpu_ratio']:.3f} "
-        f"(per round: {cpu_rounds}); wrote {args.out}")
+        f"(per round: {cpu_rounds}); control (mixing alone, no layout): ratio {med['control_ratio']:.3f}, "
+        f"cpu_ratio {med['control_cpu_ratio']:.3f}; wrote {args.out}")
     return 0
 
 
