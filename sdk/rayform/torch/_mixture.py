@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from torch.utils.data import Dataset
@@ -33,6 +33,10 @@ from rayform.torch._sampling import (
 )
 from rayform.torch._uri import mixture_arguments, mixture_uri
 from rayform.torch.dataset import EpisodeDataset
+
+if TYPE_CHECKING:
+    from rayform.client import Client
+    from rayform.uri import MixtureURI
 
 __all__ = ["MixtureDataset"]
 
@@ -210,7 +214,7 @@ class MixtureDataset(Dataset):
         return str(mixture_uri(self))
 
     @classmethod
-    def from_uri(cls, uri: str, client: Any = None, **options: Any) -> MixtureDataset:
+    def from_uri(cls, uri: str | MixtureURI, client: Client | None = None, **options: Any) -> MixtureDataset:
         """Rebuild the mixture ``uri`` names: each source as ``EpisodeDataset.from_uri`` would
         (``client`` and ``options`` go to every source), the same weights and draws.
 
@@ -310,7 +314,7 @@ def _quotas(total: int, weights: Sequence[float]) -> np.ndarray:
     return base
 
 
-def _sample_keys(ds: Any) -> dict[str, str]:
+def _sample_keys(ds: EpisodeDataset) -> dict[str, str]:
     """Sample key -> what fixes its shape, for comparing sources."""
     keys = {"t_ns": "()", "meta": "dict"}
     for name in ds.obs:
