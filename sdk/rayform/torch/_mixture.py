@@ -211,6 +211,12 @@ class MixtureDataset(Dataset):
         """The mixture as trained, one canonical string (``rayform:///mix?v=2&mix=W:URI&...``):
         every source's dataset URI with its weight as given, ``num_samples``, ``replacement``
         and ``seed``; :meth:`from_uri` rebuilds it. See ``docs/tracking.md``."""
+        nested = [k for k, ds in enumerate(self.sources) if not isinstance(ds, EpisodeDataset)]
+        if nested:
+            raise InvalidArgumentError(
+                f"source {nested[0]} of the mixture is not an EpisodeDataset, so the mixture has no URI: "
+                "build one mixture of EpisodeDatasets with the weights multiplied out"
+            )
         return str(mixture_uri(self))
 
     @classmethod

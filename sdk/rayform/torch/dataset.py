@@ -399,7 +399,7 @@ class EpisodeDataset(Dataset):
         return {
             "uri": self.uri,
             "slice": self.slice.id,
-            "manifest_hash": getattr(self.slice, "manifest_hash", None),
+            "manifest_hash": self.slice.manifest_hash,
             "obs": list(self.obs),
             "action": self.action,
             "fps": self.fps,
