@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     import numpy as np
@@ -89,6 +89,16 @@ class BlobSource(Protocol):
     @property
     def manifest_hash(self) -> str:
         """BLAKE3 hex of the manifest (pins the exact content)."""
+        ...
+
+    @property
+    def selection(self) -> dict[str, Any] | None:
+        """The ``select()`` arguments that made this view (``None`` for a whole slice)."""
+        ...
+
+    @property
+    def parent(self) -> BlobSource | None:
+        """The whole slice this view was selected from (``None`` for a whole slice)."""
         ...
 
     @property

@@ -6,42 +6,31 @@ dataset costs no I/O.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["dataset_profile", "is_mixture", "mixture_profile", "sample_spec"]
+from rayform.errors import InvalidArgumentError
+
+if TYPE_CHECKING:
+    from typing_extensions import TypeIs
+
+    from rayform.torch import EpisodeDataset, MixtureDataset
+
+__all__ = ["check_dataset", "dataset_profile", "is_mixture", "mixture_profile", "sample_spec"]
 
 
-def sample_spec(ds: Any) -> dict[str, tuple[str, tuple[int, ...]]]:
+def sample_spec(ds: EpisodeDataset | MixtureDataset) -> dict[str, tuple[str, tuple[int, ...]]]:
     """``{key: (dtype, shape)}`` of one sample's tensors, as ``ds[i]`` returns them.
 
     Cameras ``(3, H, W) uint8``, vectors ``(D,) float32``, each with a leading ``obs_steps``
     axis and a ``<key>_is_pad`` mask when ``obs_steps > 1``; ``action (horizon, D) float32``,
-    ``action_is_pad (horizon,) bool`` and ``t_ns () int64``. ``meta`` is not a tensor and is
-    left out. A dataset or mixture that states its own spec (sample keys mapped from stream
-    names, a mixture's layout with its masks) is asked for it.
+    ``action_is_pad (horizon,) bool`` and ``t_ns () int64``, under the dataset's sample keys
+    (mapped from stream names, docs/mixtures.md). ``meta`` is not a tensor and is left out. A
+    mixture's is its layout's (with its masks), or its sources' shared one.
     """
-    own = getattr(ds, "sample_spec", None)
-    if callable(own):
-        return dict(own())
-    first = ds.segments[0].streams
-    history = (ds.obs_steps,) if ds.obs_steps > 1 else ()
-    spec: dict[str, tuple[str, tuple[int, ...]]] = {}
-    for name in ds.obs:
-        stream = first[name]
-        if stream.kind == "video":  # (3, H, W) after the dataset's image_size
-            spec[name] = ("uint8", (*history, *ds.frame_shape(name)))
-        else:
-            spec[name] = ("float32", (*history, *stream.shape))
-        if history:
-            spec[f"{name}_is_pad"] = ("bool", history)
-    if ds.action is not None:
-        spec["action"] = ("float32", (ds.horizon, *first[ds.action].shape))
-        spec["action_is_pad"] = ("bool", (ds.horizon,))
-    spec["t_ns"] = ("int64", ())
-    return spec
+    return dict(ds.sample_spec())
 
 
-def dataset_profile(ds: Any) -> dict[str, Any]:
+def dataset_profile(ds: EpisodeDataset) -> dict[str, Any]:
     """The slice as the dataset uses it: episodes, hours, sites, samples, manifest hash.
 
     For a version 2 manifest the counts come from its columns (vectorised: no
@@ -60,27 +49,42 @@ def dataset_profile(ds: Any) -> dict[str, Any]:
         "samples": len(ds),
         "fps": ds.fps,
         # Only when used: what deployment needs to undo the normalisation (docs/mixtures.md).
-        **({"normalize": ds.normalize, "normalization": ds.normalization()} if getattr(ds, "normalize", None) else {}),
+        **({"normalize": ds.normalize, "normalization": ds.normalization()} if ds.normalize else {}),
     }
 
 
-def mixture_profile(mix: Any) -> dict[str, Any]:
+def mixture_profile(mix: MixtureDataset) -> dict[str, Any]:
     """Every source's profile with its weight (as given and normalised), and the mixture's
     draws per epoch, replacement and seed."""
     return {
         "num_samples": mix.num_samples,
         "replacement": mix.replacement,
         "seed": mix.seed,
-        **({"layout": mix.describe()["layout"]} if getattr(mix, "layout", None) is not None else {}),
+        **({"layout": mix.describe()["layout"]} if mix.layout is not None else {}),
         "sources": [
             {"weight": float(given), "share": float(w), "draws_per_epoch": int(q), **dataset_profile(ds),
-             **({"name": name} if name is not None else {})}
+             "name": name}
             for ds, given, w, q, name in zip(mix.sources, mix.given_weights, mix.weights, mix.quotas,
-                                             getattr(mix, "source_names", [None] * len(mix.sources)), strict=True)
+                                             mix.source_names, strict=True)
         ],
     }
 
 
-def is_mixture(ds: Any) -> bool:
-    """Whether ``ds`` is a :class:`~rayform.torch.MixtureDataset` (without importing torch)."""
-    return hasattr(ds, "sources") and hasattr(ds, "quotas") and hasattr(ds, "uri")
+def is_mixture(ds: EpisodeDataset | MixtureDataset) -> TypeIs[MixtureDataset]:
+    """Whether ``ds`` is a :class:`~rayform.torch.MixtureDataset`."""
+    # Imported here: a dataset in hand means rayform.torch is loaded already, and a tracker's
+    # module must import without torch.
+    from rayform.torch import MixtureDataset
+
+    return isinstance(ds, MixtureDataset)
+
+
+def check_dataset(ds: object, caller: str) -> None:
+    """Raise :class:`InvalidArgumentError` unless ``ds`` is an ``EpisodeDataset`` or
+    ``MixtureDataset``; ``caller`` names the function in the message."""
+    from rayform.torch import EpisodeDataset, MixtureDataset
+
+    if not isinstance(ds, (EpisodeDataset, MixtureDataset)):
+        raise InvalidArgumentError(
+            f"{caller}() takes a rayform.torch.EpisodeDataset or MixtureDataset, got {type(ds).__name__}"
+        )

@@ -24,6 +24,7 @@ from rayform.manifest import Segments
 
 if TYPE_CHECKING:
     pass
+    from rayform._seams import BlobSource
 
 __all__ = ["GridIndex", "build_index", "check_table_streams", "grid_offsets_ns", "select_table", "selection_of"]
 
@@ -142,12 +143,11 @@ def check_table_streams(slice_id: str, table: Segments, names: Sequence[str], ac
         )
 
 
-def selection_of(slice_: Any) -> dict[str, Any]:
+def selection_of(slice_: BlobSource) -> dict[str, Any]:
     """``describe()`` keys of a :meth:`~rayform.Slice.select` view: its parent slice, the
     parent's manifest hash and the selection (nothing for a whole slice)."""
-    selection = getattr(slice_, "selection", None)
-    if selection is None:
+    selection, parent = slice_.selection, slice_.parent
+    if selection is None or parent is None:
         return {}
-    parent = slice_.parent
     return {"parent_slice": parent.id, "parent_manifest_hash": parent.manifest_hash,
             "selection": selection}

@@ -18,7 +18,7 @@ import math
 import numbers
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from torch.utils.data import Dataset
@@ -35,6 +35,10 @@ from rayform.torch._sampling import (
 )
 from rayform.torch._uri import mixture_arguments, mixture_uri
 from rayform.torch.dataset import EpisodeDataset
+
+if TYPE_CHECKING:
+    from rayform.client import Client
+    from rayform.uri import MixtureURI
 
 __all__ = ["MixtureDataset"]
 
@@ -230,10 +234,16 @@ class MixtureDataset(Dataset):
         """The mixture as trained, one canonical string (``rayform:///mix?v=2&mix=W:URI&...``):
         every source's dataset URI with its weight as given, ``num_samples``, ``replacement``
         and ``seed``; :meth:`from_uri` rebuilds it. See ``docs/tracking.md``."""
+        nested = [k for k, ds in enumerate(self.sources) if not isinstance(ds, EpisodeDataset)]
+        if nested:
+            raise InvalidArgumentError(
+                f"source {nested[0]} of the mixture is not an EpisodeDataset, so the mixture has no URI: "
+                "build one mixture of EpisodeDatasets with the weights multiplied out"
+            )
         return str(mixture_uri(self))
 
     @classmethod
-    def from_uri(cls, uri: str, client: Any = None, **options: Any) -> MixtureDataset:
+    def from_uri(cls, uri: str | MixtureURI, client: Client | None = None, **options: Any) -> MixtureDataset:
         """Rebuild the mixture ``uri`` names: each source as ``EpisodeDataset.from_uri`` would
         (``client`` and ``options`` go to every source), the same weights and draws.
 
@@ -393,7 +403,7 @@ def _layout_doc(arg: Any) -> Any:
     return arg if isinstance(arg, str) else {k: list(v) for k, v in arg.items()}
 
 
-def _sample_keys(ds: Any) -> dict[str, str]:
+def _sample_keys(ds: EpisodeDataset) -> dict[str, str]:
     """Sample key -> what fixes its shape, for comparing sources."""
     keys = {"t_ns": "()", "meta": "dict"}
     key_of = {v: k for k, v in getattr(ds, "obs_keys", {}).items()}  # mapped sample keys
