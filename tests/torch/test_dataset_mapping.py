@@ -42,7 +42,8 @@ def test_uri_is_unchanged_without_mapping_and_version_4_with_it(slice_) -> None:
     same = EpisodeDataset(slice_, obs={k: k for k in OBS}, action={"action": ACTION}, fps=15)
     assert same.uri == listed.uri and "?v=1&" in listed.uri and "keys=" not in listed.uri
     assert "obs_keys" not in listed.describe()
-    mapped = EpisodeDataset(slice_, obs=MAPPED, action={"action": ACTION}, fps=15, image_size={"image_primary": (32, 32)})
+    mapped = EpisodeDataset(slice_, obs=MAPPED, action={"action": ACTION}, fps=15,
+                            image_size={"image_primary": (32, 32)})
     uri = mapped.uri
     assert "?v=4&" in uri and "keys=image_primary,state,action" in uri and "image_size=32x32" in uri
     assert DatasetURI.parse(uri).dataset_kwargs()["obs"] == MAPPED

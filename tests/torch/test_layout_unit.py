@@ -46,7 +46,8 @@ def test_union_with_history_masks_missing_keys_and_padding() -> None:
 
 def test_explicit_layouts_and_their_errors() -> None:
     wide, narrow = _specs(obs_steps=1)
-    explicit = {"cam": (3, 4, 4), "state": [8], "extra": {"dtype": "float32", "shape": [1]}, "action": ("float32", (3, 6)),
+    explicit = {"cam": (3, 4, 4), "state": [8], "extra": {"dtype": "float32", "shape": [1]},
+                "action": ("float32", (3, 6)),
                 "action_is_pad": [3], "t_ns": []}
     layout = Layout(explicit, [wide, narrow], ["action", "action"])
     assert layout.spec()["state"] == ("float32", (8,)) and layout.spec()["action"] == ("float32", (3, 6))

@@ -33,7 +33,8 @@ def test_mean_std_gives_mean_0_std_1_and_constant_components_only_centred(slice_
         std = np.asarray(ds.stats()[OBS[key]]["std"])
         live = torch.from_numpy(std > 1e-6)
         assert torch.allclose(x.mean(0), torch.zeros(x.shape[1], dtype=torch.float64), atol=1e-4)
-        assert torch.allclose(x.std(0, unbiased=False)[live], torch.ones(int(live.sum()), dtype=torch.float64), atol=1e-3)
+        ones = torch.ones(int(live.sum()), dtype=torch.float64)
+        assert torch.allclose(x.std(0, unbiased=False)[live], ones, atol=1e-3)
         assert torch.all(x[:, ~live] == 0)
     # Deployment: the policy's output back in robot units.
     plain = EpisodeDataset(slice_, obs=OBS, action=ACTION, fps=15, readahead_bytes=0)
@@ -56,7 +57,8 @@ def test_statistics_are_computed_once_and_cached(slice_, isolated_env) -> None:
     assert set(stats["state"]) == {"q01", "q99"}
     assert len(list((isolated_env / "stats").glob("*.json"))) == 1
     full = ds.stats()[OBS["state"]]
-    assert stats["state"]["q01"] == full["q01"] and all(lo <= m for lo, m in zip(full["q01"], full["mean"], strict=True))
+    assert stats["state"]["q01"] == full["q01"]
+    assert all(lo <= m for lo, m in zip(full["q01"], full["mean"], strict=True))
 
 
 def test_check_normalize_and_normalizer_units() -> None:

@@ -126,7 +126,9 @@ class Layout:
                     continue
                 dtype0, shape0 = merged[key]
                 if dtype0 != dtype:
-                    raise InvalidArgumentError(f"{key!r} is a {_kind(dtype0)} in one source and a {_kind(dtype)} in source {k}")
+                    raise InvalidArgumentError(
+                        f"{key!r} is a {_kind(dtype0)} in one source and a {_kind(dtype)} in source {k}"
+                    )
                 if dtype == "uint8" and shape0 != shape:
                     raise InvalidArgumentError(
                         f"camera {key!r} is {shape0} in one source and {shape} in source {k}: give the sources' "
@@ -146,14 +148,17 @@ class Layout:
         }
 
     @staticmethod
-    def _explicit(arg: dict[str, tuple[int, ...]], union: dict[str, tuple[str, tuple[int, ...]]]) -> dict[str, tuple[str, tuple[int, ...]]]:
+    def _explicit(arg: dict[str, tuple[int, ...]],
+                  union: dict[str, tuple[str, tuple[int, ...]]]) -> dict[str, tuple[str, tuple[int, ...]]]:
         lacking = [k for k in union if k not in arg]
         if lacking:
             raise InvalidArgumentError(f"layout= lacks {', '.join(map(repr, lacking))}, which a source has: add it")
         out: dict[str, tuple[str, tuple[int, ...]]] = {}
         for key, shape in arg.items():
             if key not in union:
-                raise InvalidArgumentError(f"layout= names {key!r}, which no source has: remove it or map a stream to it")
+                raise InvalidArgumentError(
+                    f"layout= names {key!r}, which no source has: remove it or map a stream to it"
+                )
             dtype, widest = union[key]
             if dtype == "uint8" and shape != widest:
                 raise InvalidArgumentError(f"layout= gives camera {key!r} {shape}; the sources' frames are {widest} "

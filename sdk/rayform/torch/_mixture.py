@@ -97,7 +97,9 @@ class MixtureDataset(Dataset):
         names: list[str | None] = []
         for item in sources:
             if not (isinstance(item, tuple) and len(item) in (2, 3) and isinstance(item[0], SamplerDataset)):
-                raise InvalidArgumentError(f"sources entry {item!r}: use (EpisodeDataset, weight) or (EpisodeDataset, weight, name)")
+                raise InvalidArgumentError(
+                    f"sources entry {item!r}: use (EpisodeDataset, weight) or (EpisodeDataset, weight, name)"
+                )
             names.append(_check_name(item[2]) if len(item) == 3 else None)
             w = item[1]
             if isinstance(w, bool) or not isinstance(w, numbers.Real) or not math.isfinite(w) or w <= 0:
@@ -262,7 +264,9 @@ class MixtureDataset(Dataset):
     def sample_spec(self) -> dict[str, tuple[str, tuple[int, ...]]]:
         """``{key: (dtype, shape)}`` of every sample: the layout's (with its masks), or without
         a layout the first source's (they are all the same)."""
-        return self.layout.spec() if self.layout is not None else self.sources[0].sample_spec()  # type: ignore[no-any-return]
+        if self.layout is not None:
+            return self.layout.spec()
+        return self.sources[0].sample_spec()  # type: ignore[no-any-return]
 
     def source_index(self, source: int | str) -> int:
         """The position of a source given by position or name.
@@ -437,7 +441,8 @@ def _check_same_keys(datasets: Sequence[Any]) -> None:
                 raise InvalidArgumentError(
                     f"sample key {key!r} differs between source 0 ({first[key]}) and source {k} "
                     f"({other[key]}): mixed sources need the same shapes (horizon, obs_steps, stream shapes; "
-                    "give cameras of different resolutions the same image_size=; vectors of other widths: layout='union')"
+                    "give cameras of different resolutions the same image_size=; vectors of other widths: "
+                    "layout='union')"
                 )
 
 

@@ -134,7 +134,9 @@ def resolve_names(obs: Sequence[str] | Mapping[str, str], action: str | Mapping[
     """
     if isinstance(obs, Mapping):
         if not obs:
-            raise InvalidArgumentError("obs={}: map at least one sample key to a stream, e.g. {'state': 'joints/position'}")
+            raise InvalidArgumentError(
+                "obs={}: map at least one sample key to a stream, e.g. {'state': 'joints/position'}"
+            )
         keys = tuple(check_key(k) for k in obs)
         streams = tuple(obs.values())
         if not all(isinstance(s, str) for s in streams):

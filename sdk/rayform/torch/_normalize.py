@@ -37,7 +37,8 @@ NORMALIZE_MODES = ("mean_std", "quantile")
 _FIELDS = {"mean_std": ("mean", "std"), "quantile": ("q01", "q99")}
 
 
-def check_normalize(value: Any, vector_keys: Mapping[str, int]) -> tuple[str | None, dict[str, dict[str, list[float]]] | None]:
+def check_normalize(value: Any, vector_keys: Mapping[str, int],
+                    ) -> tuple[str | None, dict[str, dict[str, list[float]]] | None]:
     """``(mode, given statistics)`` of a ``normalize=`` argument.
 
     Args:
@@ -69,7 +70,8 @@ def check_normalize(value: Any, vector_keys: Mapping[str, int]) -> tuple[str | N
     given: dict[str, dict[str, list[float]]] = {}
     for key in sorted(vector_keys):
         entry = value[key]
-        kinds = [mode for mode, fields in _FIELDS.items() if isinstance(entry, Mapping) and all(f in entry for f in fields)]
+        kinds = [mode for mode, fields in _FIELDS.items()
+                 if isinstance(entry, Mapping) and all(f in entry for f in fields)]
         if len(kinds) != 1:
             raise InvalidArgumentError(
                 f"normalize= statistics of {key!r}: give either 'mean' and 'std' or 'q01' and 'q99' (one pair)"
@@ -79,7 +81,8 @@ def check_normalize(value: Any, vector_keys: Mapping[str, int]) -> tuple[str | N
             arr = np.asarray(entry[field], dtype=np.float64).reshape(-1)
             if arr.shape != (vector_keys[key],) or not np.all(np.isfinite(arr)):
                 raise InvalidArgumentError(
-                    f"normalize= statistics {key!r}.{field}: {vector_keys[key]} finite numbers expected, got {arr.shape[0]}"
+                    f"normalize= statistics {key!r}.{field}: {vector_keys[key]} finite numbers expected, "
+                    f"got {arr.shape[0]}"
                 )
             given[key][field] = [float(x) for x in arr]
     return "given", given

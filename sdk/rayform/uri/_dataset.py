@@ -152,7 +152,8 @@ class DatasetURI:
             object.__setattr__(self, "keys", tuple(self.keys))
             if len(self.keys) != len(self.obs) + (1 if self.action else 0):  # type: ignore[arg-type]
                 raise InvalidArgumentError(
-                    f"dataset URI: keys= names {len(self.keys)} keys for {len(self.obs)} obs and "  # type: ignore[arg-type]
+                    f"dataset URI: keys= names {len(self.keys)} keys for "  # type: ignore[arg-type]
+                    f"{len(self.obs)} obs and "
                     f"{'an' if self.action else 'no'} action; copy the whole URI from dataset.uri"
                 )
 
@@ -398,7 +399,9 @@ def _normalize_arg(text: str) -> Any:
     try:
         return json.loads(text)
     except ValueError:
-        raise InvalidArgumentError(f"dataset URI: normalize={text[:40]!r} is neither a mode nor JSON statistics") from None
+        raise InvalidArgumentError(
+            f"dataset URI: normalize={text[:40]!r} is neither a mode nor JSON statistics"
+        ) from None
 
 
 def _split_list(value: str) -> list[str]:

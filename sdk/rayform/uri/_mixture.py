@@ -147,7 +147,8 @@ class MixtureURI:
         if version not in (str(MIX_VERSION), str(LAYOUT_VERSION)):
             raise InvalidArgumentError(
                 f"{_shown(uri)} has query version v={version}; this rayform reads mixture URIs of "
-                f"v={MIX_VERSION} and v={LAYOUT_VERSION}. Upgrade rayform (`pip install -U rayform`) to read a newer one."
+                f"v={MIX_VERSION} and v={LAYOUT_VERSION}. Upgrade rayform (`pip install -U rayform`) to read a "
+                "newer one."
             )
         known = _PARAMS + (_V3_PARAMS if version == str(LAYOUT_VERSION) else ())
         unknown = sorted(set(values) - set(known))
