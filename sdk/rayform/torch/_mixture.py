@@ -25,6 +25,7 @@ from torch.utils.data import Dataset
 
 from rayform.errors import InvalidArgumentError
 from rayform.torch._layout import Layout, SourcePlan, Spec
+from rayform.torch._lineage import mixture_arguments, mixture_uri
 from rayform.torch._sampling import (
     IndexStream,
     Permutation,
@@ -33,7 +34,6 @@ from rayform.torch._sampling import (
     derive_key,
     mix64,
 )
-from rayform.torch._uri import mixture_arguments, mixture_uri
 from rayform.torch.dataset import EpisodeDataset
 
 if TYPE_CHECKING:

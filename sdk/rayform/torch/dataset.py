@@ -36,6 +36,7 @@ from rayform.torch._index import (
     selection_of,
 )
 from rayform.torch._layout import dataset_spec
+from rayform.torch._lineage import dataset_arguments, dataset_uri
 from rayform.torch._names import Names, resolve_names
 from rayform.torch._normalize import Normalizer, check_normalize, unnormalize
 from rayform.torch._readahead import DEFAULT_READAHEAD_BYTES, ReadAhead, check_cache_fits
@@ -49,7 +50,6 @@ from rayform.torch._sampling import (
     shard_check,
 )
 from rayform.torch._stats import compute_stats
-from rayform.torch._uri import dataset_arguments, dataset_uri
 from rayform.uri import DatasetURI
 
 if TYPE_CHECKING:
