@@ -9,6 +9,7 @@
                           [--token T | --tokens-file F | --allow-anonymous]
                           [S3] [--presign-expiry SECONDS]
     rayform-server slices --root DIR
+    rayform-server renditions --root DIR --slice slc_... --renditions 240[,120] [--jobs N] [S3]
     rayform-server ingest ... [S3]   (when rayform_server.ingest is installed)
 
     S3 = --blobs s3://BUCKET/PREFIX --s3-endpoint URL   (credentials: AWS_* variables)
@@ -152,6 +153,31 @@ def _commit(args: argparse.Namespace) -> int:
     return 0
 
 
+def _renditions(args: argparse.Namespace) -> int:
+    from rayform_server._addrenditions import add_renditions
+    from rayform_server.store import Store
+
+    root = Path(args.root)
+    if not (root / "slices").is_dir():
+        _err(f"error: {root} is not a Rayform data root (no slices/ folder): give the --root that "
+             "`rayform-server serve` serves")
+        return 2
+    configure_root(root, args.blobs, args.s3_endpoint)
+    t0 = time.perf_counter()
+    report = add_renditions(Store(root), args.slice, args.renditions, jobs=args.jobs,
+                            progress=None if args.quiet else lambda line: _err("  " + line))
+    for line in report.skipped:
+        _err(f"warning: {line}")
+    if report.manifest == report.previous:
+        _err(f"slice {args.slice} already has every rendition asked for: manifest "
+             f"{report.manifest[:12]}... unchanged")
+        return 0
+    _err(f"slice {args.slice} -> manifest {report.manifest[:12]}... (was {report.previous[:12]}..., still "
+         f"readable by hash): {report.rendered} rendition(s), {human_bytes(report.added_bytes)}, in "
+         f"{time.perf_counter() - t0:.1f} s")
+    return 0
+
+
 def _slices(args: argparse.Namespace) -> int:
     from rayform_server.store import Store
 
@@ -292,6 +318,26 @@ def build_parser() -> argparse.ArgumentParser:
                             description="List each slice with its manifest hash, segment count and size.")
     slices.add_argument("--root", required=True, help="data root")
     slices.set_defaults(func=_slices)
+
+    rend = sub.add_parser(
+        "renditions", help="add renditions to a stored slice",
+        description="Store smaller copies of every camera video of a slice, rendered from the stored "
+        "originals as ingest --renditions renders them (same keyframe interval, rate and frames; the "
+        "width keeps the aspect ratio), and point the slice at a new manifest that lists them. The old "
+        "manifest stays readable by hash through the slice, so training runs logged against it still "
+        "rebuild. Heights a camera already has are kept; heights at or above a camera's own are "
+        "skipped with a warning. Works on local and S3-backed roots (--blobs, or what the root records).",
+        epilog="example: rayform-server renditions --root data/ --slice slc_7c1e04aa --renditions 120",
+    )
+    rend.add_argument("--root", required=True, help="the data root holding the slice")
+    rend.add_argument("--slice", required=True, help="slice ID, e.g. slc_7c1e04aa")
+    rend.add_argument("--renditions", metavar="HEIGHTS", type=parse_heights, required=True,
+                      help="heights in pixels, comma-separated, e.g. 240,120 (even, below the cameras' own)")
+    rend.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
+                      help="videos rendered in parallel (default: min(2, CPUs))")
+    rend.add_argument("--quiet", action="store_true", help="no line per rendered video")
+    _add_blob_args(rend)
+    rend.set_defaults(func=_renditions)
 
     _add_ingest(sub)
     return parser
