@@ -23,6 +23,7 @@ import numpy as np
 from rayform._hashing import hash_bytes
 from rayform._pagecheck import check_page, check_root, check_stream_names
 from rayform._pagemap import PageMaps
+from rayform._rendcols import FORMAT_VERSION_3, cells, has_renditions, rendition_type
 from rayform._segtable import HASH_BYTES, SegmentTable, _Columns, arrow_ints
 from rayform._untrusted import loads, shown
 from rayform.errors import ManifestError, NotFoundError
@@ -32,7 +33,9 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 __all__ = [
+    "COLUMNAR_VERSIONS",
     "FORMAT_VERSION_2",
+    "FORMAT_VERSION_3",
     "PAGE_FORMAT",
     "PAGE_ROWS",
     "ColumnarManifest",
@@ -47,6 +50,8 @@ __all__ = [
 ]
 
 FORMAT_VERSION_2 = 2
+#: Format versions whose root lists columnar pages (3: pages with renditions, ``_rendcols``).
+COLUMNAR_VERSIONS = (FORMAT_VERSION_2, FORMAT_VERSION_3)
 PAGE_FORMAT = "arrow-ipc-file"
 #: Segments per page: ~4 MB pages for five streams, so 1,000,000 segments is 62 pages.
 PAGE_ROWS = 16384
@@ -64,9 +69,9 @@ def _pa() -> Any:
     return pa
 
 
-def stream_type(plain: bool = False) -> pa.DataType:
+def stream_type(plain: bool = False, renditions: bool = False) -> pa.DataType:
     """The Arrow type of one stream row (the stream table's schema); ``plain``: strings
-    instead of dictionary-encoded strings."""
+    instead of dictionary-encoded strings; ``renditions``: with the version 3 field."""
     pa = _pa()
     h = pa.binary(_HASH_BYTES)
     # A few distinct values repeated per row: dictionary-encoded in pages.
@@ -78,24 +83,27 @@ def stream_type(plain: bool = False) -> pa.DataType:
         ("rate_hz", pa.float64()), ("shape", pa.list_(pa.int64())), ("dtype", word),
         ("count", pa.int64()), ("t0_ns", pa.int64()), ("t1_ns", pa.int64()),
         ("units", word), ("frame", word), ("quantity", word), ("codec", word), ("gop", pa.int64()),
+        *([("renditions", pa.list_(rendition_type()))] if renditions else []),
     ])
 
 
-def page_schema(plain: bool = False) -> pa.Schema:
-    """The Arrow schema of a page (the segment table)."""
+def page_schema(plain: bool = False, renditions: bool = False) -> pa.Schema:
+    """The Arrow schema of a page (the segment table); ``renditions``: of format version 3."""
     pa = _pa()
     return pa.schema([
         ("id", pa.string()), ("version", pa.int64()),
         ("site", pa.string() if plain else pa.dictionary(pa.int32(), pa.string())),
         ("start_ns", pa.int64()), ("end_ns", pa.int64()),
-        ("streams", pa.list_(stream_type(plain))),
+        ("streams", pa.list_(stream_type(plain, renditions))),
     ])
 
 
 # -- writing ---------------------------------------------------------------------------------
 def segments_to_table(segments: Sequence[Segment]) -> pa.Table:
-    """The segment table of ``segments`` (one Python pass; the writer's side only)."""
+    """The segment table of ``segments`` (one Python pass; the writer's side only): of the
+    version 3 page schema if a stream has renditions, else of version 2."""
     pa = _pa()
+    renditions = any(s.renditions for seg in segments for s in seg.streams.values())
     rows = []
     for seg in segments:
         streams = []
@@ -112,10 +120,15 @@ def segments_to_table(segments: Sequence[Segment]) -> pa.Table:
                 "count": s.count, "t0_ns": s.t0_ns, "t1_ns": s.t1_ns, "units": s.units or "",
                 "frame": s.frame or "", "quantity": s.quantity or "", "codec": s.codec or "",
                 "gop": s.gop or 0,
+                **({"renditions": cells(s)} if renditions else {}),
             })
         rows.append({"id": seg.id, "version": seg.version, "site": seg.site,
                      "start_ns": seg.start_ns, "end_ns": seg.end_ns, "streams": streams})
-    return pa.Table.from_pylist(rows, schema=page_schema())
+    return pa.Table.from_pylist(rows, schema=page_schema(renditions=renditions))
+
+
+def _has_renditions(table: pa.Table) -> bool:
+    return has_renditions(table.schema.field("streams").type.value_type)
 
 
 def table_to_pages(table: pa.Table, page_rows: int = PAGE_ROWS) -> list[bytes]:
@@ -125,7 +138,8 @@ def table_to_pages(table: pa.Table, page_rows: int = PAGE_ROWS) -> list[bytes]:
     same positions (e.g. a slice and the same slice with segments appended) share those pages.
     """
     pa = _pa()
-    plain, schema = page_schema(plain=True), page_schema()
+    renditions = _has_renditions(table)
+    plain, schema = page_schema(plain=True, renditions=renditions), page_schema(renditions=renditions)
     table = table.cast(plain)
     pages = []
     for start in range(0, max(table.num_rows, 1), page_rows):
@@ -146,7 +160,7 @@ def build_root(table: pa.Table, pages: Sequence[bytes], description: str, page_r
     cols = _Columns([table])
     doc = {
         "format": FORMAT,
-        "format_version": FORMAT_VERSION_2,
+        "format_version": FORMAT_VERSION_3 if _has_renditions(table) else FORMAT_VERSION_2,
         "description": description,
         "page_format": PAGE_FORMAT,
         "page_rows": page_rows,
@@ -163,6 +177,7 @@ class ColumnarManifest:
 
     Offers what :class:`~rayform.manifest.Manifest` offers (``segments``, ``blobs``,
     ``stream_names``, ``hash``, ``to_bytes``), plus ``summary`` (from the root, no page read).
+    ``format_version`` is 2, or 3 for pages that list renditions.
     """
 
     format_version = FORMAT_VERSION_2
@@ -171,6 +186,7 @@ class ColumnarManifest:
                  maps: PageMaps | None = None) -> None:
         self._root = root
         self.doc = doc
+        self.format_version = int(doc.get("format_version", FORMAT_VERSION_2))
         self.description = str(doc.get("description", ""))
         self.summary: dict[str, Any] = doc["summary"]
         self._page_paths = page_paths
@@ -199,6 +215,11 @@ class ColumnarManifest:
 
     def blobs(self, streams: list[str] | None = None) -> dict[str, BlobRef]:
         return self.segments.blobs(streams)
+
+    def rendition_blobs(self, streams: list[str] | None = None) -> dict[str, BlobRef]:
+        """The distinct rendition blobs of the named streams (all if ``None``), by hash
+        (``blobs`` lists the originals only, as for version 1); empty for version 2."""
+        return self.segments.rendition_blobs(streams)
 
     def to_v1(self) -> Manifest:
         """The same segments as a version 1 manifest (builds every segment: small slices only)."""
@@ -239,7 +260,7 @@ def open_pages(root: bytes, doc: dict[str, Any], page_paths: Sequence[str | Path
             the root (row counts), or lists a segment twice or a malformed ID.
     """
     pa = _pa()
-    schema = page_schema()
+    schema = page_schema(renditions=doc.get("format_version") == FORMAT_VERSION_3)
     tables = []
     maps = PageMaps()
     for i, (ref, path) in enumerate(zip(doc["pages"], page_paths, strict=True)):
@@ -249,8 +270,8 @@ def open_pages(root: bytes, doc: dict[str, Any], page_paths: Sequence[str | Path
             raise ManifestError(f"manifest page {ref['hash'][:12]}... is not an Arrow IPC file: {shown(exc)}") from exc
         if not table.schema.equals(schema) or table.num_rows != int(ref["segments"]):
             raise ManifestError(
-                f"manifest page {ref['hash'][:12]}... does not match the v2 page schema or its "
-                f"row count {ref['segments']}"
+                f"manifest page {ref['hash'][:12]}... does not match the page schema of format "
+                f"version {doc.get('format_version')} or its row count {ref['segments']}"
             )
         try:
             check_page(table, maps.span(i))
@@ -309,7 +330,7 @@ def load(
         ManifestError: bad hash, bad JSON, unknown version, a schema break.
     """
     doc = parse_manifest_json(data, expected_hash)
-    if isinstance(doc, dict) and doc.get("format") == FORMAT and doc.get("format_version") == FORMAT_VERSION_2:
+    if isinstance(doc, dict) and doc.get("format") == FORMAT and doc.get("format_version") in COLUMNAR_VERSIONS:
         checked = parse_root(data, doc)
         return open_pages(data, checked, list(read_pages(checked["pages"])))
     return Manifest.from_json(doc)
@@ -321,7 +342,7 @@ def page_refs(data: bytes) -> list[dict[str, Any]]:
         doc = loads(data)
     except ValueError:
         return []
-    if isinstance(doc, dict) and doc.get("format_version") == FORMAT_VERSION_2:
+    if isinstance(doc, dict) and doc.get("format_version") in COLUMNAR_VERSIONS:
         return list(parse_root(data, doc)["pages"])
     return []
 

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from rayform._ids import HASH_RE, STREAM_NAME_RE
+from rayform._rendcols import check_renditions, has_renditions
 from rayform._untrusted import shown
 from rayform.errors import ManifestError
 from rayform.manifest import (
@@ -232,6 +233,8 @@ def check_page(table: Any, span: tuple[int, int]) -> None:
     _words(values.field("quantity"), "quantity", lambda w: w in ("", *CARTESIAN_QUANTITIES))
     for field in ("units", "codec"):
         _words(values.field(field), field, lambda w: len(w) <= MAX_WORD_CHARS)
+    if has_renditions(values.type):  # format version 3
+        check_renditions(values, _fixed, _offsets, _within)
 
 
 def check_stream_names(tables: list[Any], doc: dict[str, Any]) -> None:

@@ -446,8 +446,9 @@ class Client:
                     f"slice {slice_id} has no stream {', '.join(unknown)}; it has "
                     f"{', '.join(slice_.streams)}"
                 )
-        if image_size is None or isinstance(slice_.segments, SegmentTable):
-            # Columnar (v2) pages list no renditions: every camera reads its original.
+        segments = slice_.segments
+        if image_size is None or (isinstance(segments, SegmentTable) and not segments.has_renditions):
+            # Version 2 pages list no renditions: every camera reads its original.
             check_size_value(image_size, resize)
             refs = list(slice_.blobs(names).values())
         else:

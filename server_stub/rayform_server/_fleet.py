@@ -92,8 +92,9 @@ def demo_description(episodes: int, seed: int) -> str:
 
 def stage_demo(root: str | os.PathLike[str], batch: str, shard: int, shards: int, *, small: bool = False,
                seed: int = 0, episodes: int | None = None,
-               progress: Callable[[str], None] | None = None) -> int:
-    """Render the demo episodes ``i`` with ``i % shards == shard`` and stage each in ``batch``
+               progress: Callable[[str], None] | None = None, renditions: tuple[int, ...] = ()) -> int:
+    """Render the demo episodes ``i`` with ``i % shards == shard`` (with camera renditions at the
+    heights ``renditions``) and stage each in ``batch``
     (one worker of a distributed build; ``rayform-server commit`` then makes the slice).
     Returns the number staged. Ordered by episode index, so the committed slice is the
     ordinary demo's, byte for byte."""
@@ -106,7 +107,7 @@ def stage_demo(root: str | os.PathLike[str], batch: str, shard: int, shards: int
     store = Store(root)
     count = 0
     for i in range(shard, n, shards):
-        seg = build_episode(str(store.root), spec, seed, i)
+        seg = build_episode(str(store.root), spec, seed, i, renditions=renditions)
         stage_segment(store, batch, seg, order=f"{i:012d}")
         count += 1
         if progress is not None:

@@ -273,12 +273,13 @@ class _Api:
 
 
 def _referenced(manifest: Any) -> frozenset[str]:
-    """Every blob hash a manifest names: its streams' blobs and their renditions (which only a
-    format version 1 manifest lists)."""
+    """Every blob hash a manifest names: its streams' blobs and their renditions."""
     hashes = set(manifest.blobs())
     if isinstance(manifest, Manifest):
         hashes.update(r.blob.hash for seg in manifest.segments for st in seg.streams.values()
                       for r in st.renditions)
+    else:  # columnar: version 3 pages list renditions, version 2 pages none
+        hashes.update(manifest.rendition_blobs())
     return frozenset(hashes)
 
 

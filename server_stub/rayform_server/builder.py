@@ -253,9 +253,9 @@ class SliceBuilder:
 
         Args:
             slice_id: the slice to create or replace.
-            format_version: 2 (columnar pages) or 1 (one JSON document, for readers older than
-                the v2 format); default 2, or 1 when a stream has renditions (the columnar
-                pages cannot list them yet).
+            format_version: 2 (the default: columnar pages, version 3 when a stream has
+                renditions) or 1 (one JSON document, for readers older than the columnar formats);
+                see :func:`commit_segments`.
         """
         check_slice_id(slice_id)
         if not self.segments:
@@ -274,20 +274,14 @@ def commit_segments(store: Store, segments: Sequence[Segment], description: str,
         store: the data root.
         segments: the manifest's segments, in order.
         description: the manifest's description.
-        format_version: 2 (columnar pages) or 1 (one JSON document, for readers older than
-            the v2 format); default 2, or 1 when a stream has renditions (the columnar
-            pages cannot list them yet).
+        format_version: 2 (the default: columnar pages; written as version 3 when a stream
+            has renditions, version 2 byte for byte otherwise), 3 (the same) or 1 (one JSON
+            document, for readers older than the columnar formats).
     """
-    has_renditions = any(st.renditions for seg in segments for st in seg.streams.values())
     if format_version is None:
-        format_version = 1 if has_renditions else 2
-    if format_version not in (1, 2):
-        raise InvalidArgumentError(f"format_version must be 1 or 2, got {format_version!r}")
-    if format_version == 2 and has_renditions:
-        raise InvalidArgumentError(
-            "a columnar (format version 2) manifest cannot list renditions yet: commit with "
-            "format_version=1 (the default when there are renditions)"
-        )
+        format_version = 2
+    if format_version not in (1, 2, 3):
+        raise InvalidArgumentError(f"format_version must be 1, 2 or 3, got {format_version!r}")
     if format_version == 1:
         return store.put_manifest(Manifest(segments=tuple(segments), description=description))
     return commit_table(store, segments_to_table(segments), description)

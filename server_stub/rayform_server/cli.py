@@ -108,9 +108,9 @@ def _demo(args: argparse.Namespace) -> int:
     _err(f"building demo slice {args.slice} in {args.root}: {episodes} episodes ({rendered} rendered), "
          f"cameras {spec.size[1]}x{spec.size[0]}, {args.jobs} process(es)")
     t0 = time.perf_counter()
-    if args.renditions and (args.stage is not None or args.share_blobs):
-        _err("error: --renditions works with a plain build only, not yet with --stage or --share-blobs: "
-             "drop one of them")
+    if args.renditions and args.share_blobs:
+        _err("error: --renditions does not combine with --share-blobs: build the shared demo, then add "
+             f"them with `rayform-server renditions --root {args.root} --slice {args.slice} --renditions ...`")
         return 2
     if args.stage is not None:
         from rayform_server._fleet import stage_demo
@@ -118,7 +118,8 @@ def _demo(args: argparse.Namespace) -> int:
 
         shard = Shard.parse(args.shard) if args.shard is not None else Shard()
         n = stage_demo(args.root, args.stage, shard.index, shard.count, small=args.small, seed=args.seed,
-                       episodes=args.episodes, progress=lambda line: _err("  " + line))
+                       episodes=args.episodes, progress=lambda line: _err("  " + line),
+                       renditions=args.renditions)
         _err(f"staged {n} episodes in batch {args.stage}; when every shard is done run: "
              f"rayform-server commit --root {args.root} --stage {args.stage} --slice {args.slice}")
         return 0

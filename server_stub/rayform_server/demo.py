@@ -269,7 +269,7 @@ def build_demo(
         episodes: number of episodes (default: the spec's, 20 or 4 with ``small``).
         renditions: heights (even, pixels) of smaller copies of each camera video to store
             too; heights at or above the cameras' are skipped with a warning. A slice with
-            renditions is committed as a format version 1 manifest.
+            renditions is committed as a format version 3 manifest (columnar pages that list them).
 
     Returns:
         The committed manifest.

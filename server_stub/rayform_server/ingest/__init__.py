@@ -51,7 +51,7 @@ def _common_args(p: argparse.ArgumentParser, source: str) -> None:
     p.add_argument("--renditions", metavar="HEIGHTS", type=parse_heights, default=(),
                    help="also store each camera at these heights in pixels, comma-separated, e.g. "
                    "240,120 (the width keeps the aspect ratio; a height at or above a camera's is "
-                   "skipped with a warning; not yet with --jobs or --stage)")
+                   "skipped with a warning); with --jobs or --stage each worker renders its own")
     add_stage_arguments(p, "recordings")
 
 
