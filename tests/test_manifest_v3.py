@@ -12,6 +12,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from fakes import StoreBlobs
@@ -198,3 +199,18 @@ def test_staged_demo_workers_render_renditions(v3: wire.ColumnarManifest, tmp_pa
     subprocess.run([*run, "commit", "--root", str(root), "--stage", "b", "--slice", DEMO_SLICE,
                     "--description", v3.description], check=True, capture_output=True, timeout=120)
     assert Store(root).get_slice(DEMO_SLICE)["manifest"] == v3.hash  # type: ignore[index]
+
+
+def test_rows_of_version_3_pages_read_from_column_views_equal_pyarrows(v3: wire.ColumnarManifest,
+                                                                        tmp_path: Path) -> None:
+    table = wire.segments_to_table(list(v3.segments))
+    pages = wire.table_to_pages(table, 3)  # two pages: rows past the first of a page, and a second page
+    m = _open(wire.build_root(table, pages, v3.description, 3), pages, tmp_path)
+    columns = m.segments._c  # type: ignore[attr-defined]
+    for i in range(columns.n):
+        p = int(np.searchsorted(columns._page_start, i, side="right")) - 1
+        want = columns.pages[p].slice(i - int(columns._page_start[p]), 1).to_pylist()[0]
+        got = columns.row(i)
+        assert got == want and [list(s) for s in got["streams"]] == [list(s) for s in want["streams"]]
+    assert len(columns._fast) == 2 and all(v is not None for v in columns._fast.values())
+    assert tuple(m.segments) == tuple(v3.segments)  # type: ignore[attr-defined]
