@@ -155,8 +155,13 @@ def test_served_pulled_at_a_resolution_and_rebuilt_from_its_uri(server: ServerPr
     client = make_client(server.url, tmp_path / "cache")
     slice_ = client.slices.get(DEMO_SLICE)
     assert slice_.manifest.format_version == 3
-    client.pull(DEMO_SLICE, image_size=(32, 32), resize="pad")
+    report = client.pull(DEMO_SLICE, image_size=(32, 32), resize="pad")
     originals = {seg.streams[c].blob.hash for seg in v3.segments for c in CAMS}
+    # The slice's size summary follows the same choice.
+    assert report.bytes == slice_.stream_nbytes(image_size=(32, 32)) < slice_.nbytes
+    chosen = slice_.blobs(CAMS, image_size=(32, 32), resize="squash")
+    assert set(v3.rendition_blobs()) <= set(chosen) and not originals & set(chosen)
+    assert set(slice_.blobs(CAMS, image_size=(64, 64), resize="crop")) >= originals  # nothing covers it
     assert all(client.cache.has_blob(h) for h in v3.rendition_blobs())
     assert not any(client.cache.has_blob(h) for h in originals)
     ds = EpisodeDataset(slice_, obs=OBS, action=ACTION, fps=15, horizon=4, shard=None, image_size=(32, 32))

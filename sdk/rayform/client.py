@@ -30,9 +30,7 @@ from rayform._limits import resolve_cache_limit, resolve_stall_timeout
 from rayform._manifest_io import open_manifest
 from rayform._pull import PullReport, run_pull
 from rayform._reference import LISTING_CAP, REFERENCE_CAP, check_listing, check_reference
-from rayform._resolution import check_size_value, resolution_blobs
 from rayform._seams import DownloadSink, ProgressCallback
-from rayform._segtable import SegmentTable
 from rayform._transport import Transport
 from rayform.cache import Cache
 from rayform.errors import (
@@ -446,13 +444,8 @@ class Client:
                     f"slice {slice_id} has no stream {', '.join(unknown)}; it has "
                     f"{', '.join(slice_.streams)}"
                 )
-        segments = slice_.segments
-        if image_size is None or (isinstance(segments, SegmentTable) and not segments.has_renditions):
-            # Version 2 pages list no renditions: every camera reads its original.
-            check_size_value(image_size, resize)
-            refs = list(slice_.blobs(names).values())
-        else:
-            refs = list(resolution_blobs(slice_.segments, names, image_size, resize).values())
+        # With image_size, each camera's chosen rendition instead of its original.
+        refs = list(slice_.blobs(names, image_size=image_size, resize=resize).values())
         limit = resolve_cache_limit(max_cache) if max_cache is not None else self.cache_limit
         check_fits(limit, sum(r.size for r in refs), f"the blobs of {slice_id} to pull")
         keep = frozenset(r.hash for r in refs)
