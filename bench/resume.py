@@ -53,10 +53,10 @@ class PreviousSampler(Sampler[tuple[int, int]]):
 
 
 class _Virtual:
-    """Just the sampler's hooks over a huge index space (no manifest, no data)."""
+    """The sampler's contract (rayform.torch.SamplerDataset) over a huge index space (no manifest, no data)."""
 
     def __init__(self, episodes: int, per_episode: int) -> None:
-        from rayform.torch._order import episode_streams
+        from rayform.torch._sampling import episode_streams
 
         self._streams = episode_streams
         self._offsets = np.arange(episodes + 1, dtype=np.int64) * per_episode
@@ -65,11 +65,19 @@ class _Virtual:
     def __len__(self) -> int:
         return int(self._offsets[-1])
 
-    def _order_streams(self, world: int, epoch: int, shuffle: bool) -> list[Any]:
-        return self._streams(self._offsets, world, self.ddp_even, self.seed, epoch, shuffle)
+    shard_auto, accepts_window = False, True
 
-    def _order_fingerprint(self) -> dict[str, Any]:
+    def order_streams(self, world: int, epoch: int, shuffle: bool, window: int | None = None) -> list[Any]:
+        return self._streams(self._offsets, world, self.ddp_even, self.seed, epoch, shuffle, window)
+
+    def order_fingerprint(self) -> dict[str, Any]:
         return {"samples": len(self)}
+
+    def cache_footprint(self) -> None:
+        return None
+
+    def follow_order(self, shuffle: bool, window: int | None) -> None:
+        pass
 
 
 def _cpu_s() -> float:

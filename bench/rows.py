@@ -177,7 +177,7 @@ BOUND_CHUNK = 8
 def _decode_front_to_back(task: tuple[str, int, np.ndarray, int, str]) -> int:
     path, _, idx, chunk, decoder = task
     if decoder == "intra":
-        from rayform.torch._intra import open_intra
+        from rayform.torch._decoding import open_intra
 
         dec: Any = open_intra(Path(path))
         if dec is None:

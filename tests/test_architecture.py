@@ -38,10 +38,10 @@ ALLOWED_PRIVATE = {
     # Row 5 of the benchmark, the raw decode limit, decodes exactly the frames the dataset's
     # own grid needs with the SDK's own all-intra packet decoder: it measures below the API.
     ("bench.rows", "rayform.torch._index"),
-    ("bench.rows", "rayform.torch._intra"),
+    ("bench.rows", "rayform.torch._decoding"),
     # The resume benchmark times the order engine alone over a virtual 10^9-sample epoch, which
     # no dataset of this machine's size can hold: it measures below the API too.
-    ("bench.resume", "rayform.torch._order"),
+    ("bench.resume", "rayform.torch._sampling"),
 }
 
 #: Our packages: the private-module rule is about how they depend on each other.
@@ -86,13 +86,26 @@ def _all_imports(tree: str) -> Iterator[tuple[str, str, int, str]]:
             yield str(path.relative_to(REPO)), module, line, name
 
 
+def _is_package(dotted: str) -> bool:
+    parts = dotted.split(".")
+    roots = [REPO / "sdk", REPO / "server_stub", REPO]
+    return any(root.joinpath(*parts, "__init__.py").is_file() for root in roots)
+
+
 def _private_owner(name: str) -> str | None:
-    """The package that owns the first private component of ``name`` (``None``: all public)."""
+    """The package that owns the last private component of ``name`` (``None``: all public):
+    a private module belongs to the package that holds it, and a private name to its module's
+    package. So ``rayform.torch._sampling._order`` is private to ``rayform.torch._sampling``
+    (whose ``__init__`` is the face the rest of ``rayform.torch`` imports)."""
     parts = name.split(".")
+    last = None
     for i, part in enumerate(parts):
         if part.startswith("_") and not part.startswith("__"):
-            return ".".join(parts[:i])
-    return None
+            last = i
+    if last is None:
+        return None
+    prefix = ".".join(parts[:last])
+    return prefix if _is_package(prefix) or last <= 1 else ".".join(parts[: last - 1])
 
 
 def _within(module: str, package: str) -> bool:
@@ -147,3 +160,171 @@ def test_the_rules_see_imports() -> None:
     assert _private_owner("rayform.torch._index.build_index") == "rayform.torch"
     assert _private_owner("rayform.format.hash_bytes") is None
     assert _private_owner("bench._data._StoreClient") == "bench"
+    assert _private_owner("rayform.torch._sampling._order.episode_streams") == "rayform.torch._sampling"
+    assert _private_owner("rayform.uri._dataset._shown") == "rayform.uri"
+    assert _private_owner("rayform._net.Transport") == "rayform"
+
+
+# -- import cycles and private reach-ins (the SDK and the server stub) -------------------------
+#: Reads of a private attribute defined by a class of another module, each with its reason.
+ALLOWED_PRIVATE_ATTRS = {
+    # A namedtuple's own API (``_fields``, ``_asdict``, ``_replace``, ``_make``), not ours.
+    "_fields", "_asdict", "_replace", "_make",
+    # torch's shared-memory storage constructor, which the collate function calls like torch's.
+    "_new_shared",
+}
+#: Import cycles that stand, each with its reason (none today).
+ALLOWED_CYCLES: set[frozenset[str]] = set()
+
+
+def _own_modules() -> dict[str, Path]:
+    out = {}
+    for tree in ("sdk", "server"):
+        root, prefix = TREES[tree]
+        for path in sorted(root.rglob("*.py")):
+            if not any(part.startswith(".") for part in path.relative_to(REPO).parts):
+                out[_module_name(path, root, prefix)] = path
+    return out
+
+
+def _runtime_nodes(tree: ast.AST) -> Iterator[ast.AST]:
+    """Every node except those under ``if TYPE_CHECKING:`` (imports there never run)."""
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            stack.extend(node.orelse)
+            continue
+        yield node
+        stack.extend(ast.iter_child_nodes(node))
+
+
+def _edges(modules: dict[str, Path]) -> dict[str, set[str]]:
+    """Module -> modules it imports at run time (anywhere in it, functions included); an edge
+    goes to the imported module itself, not to the ``__init__`` of the packages above it."""
+    graph: dict[str, set[str]] = {m: set() for m in modules}
+    for module, path in modules.items():
+        package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+        for node in _runtime_nodes(ast.parse(path.read_text(), str(path))):
+            targets = []
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    anchor = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                    base = ".".join([*anchor, base] if base else anchor)
+                for alias in node.names:
+                    sub = f"{base}.{alias.name}"
+                    targets.append(sub if sub in modules else base)
+            graph[module].update(t for t in targets if t in modules and t != module)
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan, iteratively)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    on_stack: set[str] = set()
+    stack: list[str] = []
+    found = []
+    for start in graph:
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph[start])))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
+def test_no_import_cycles() -> None:
+    cycles = [c for c in _cycles(_edges(_own_modules())) if frozenset(c) not in ALLOWED_CYCLES]
+    assert not cycles, ("modules that import each other (directly or around a circle; an import "
+                        "inside a function counts): move what both need into a module of its own, "
+                        "or pass it in\n" + "\n".join(" <-> ".join(c) for c in cycles))
+
+
+def _private_attrs_by_module(modules: dict[str, Path]) -> dict[str, set[str]]:
+    """Private attribute names (``_x``) each module's classes define: methods, class
+    attributes and ``self._x = ...`` assignments."""
+    out: dict[str, set[str]] = {}
+    for module, path in modules.items():
+        names: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if not isinstance(node, ast.ClassDef):
+                continue
+            for inner in ast.walk(node):
+                if isinstance(inner, (ast.FunctionDef, ast.AsyncFunctionDef)) and inner is not node:
+                    names.add(inner.name)
+                elif isinstance(inner, (ast.Assign, ast.AnnAssign)):
+                    for target in inner.targets if isinstance(inner, ast.Assign) else [inner.target]:
+                        if isinstance(target, ast.Name):
+                            names.add(target.id)
+                        elif isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) \
+                                and target.value.id in ("self", "cls"):
+                            names.add(target.attr)
+        out[module] = {n for n in names if n.startswith("_") and not n.startswith("__")}
+    return out
+
+
+def _private_reads(modules: dict[str, Path]) -> list[str]:
+    defined = _private_attrs_by_module(modules)
+    owners: dict[str, set[str]] = {}
+    for module, names in defined.items():
+        for name in names:
+            owners.setdefault(name, set()).add(module)
+    bad = []
+    for module, path in modules.items():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if not isinstance(node, ast.Attribute) or not node.attr.startswith("_") or node.attr.startswith("__"):
+                continue
+            if isinstance(node.value, ast.Name) and node.value.id in ("self", "cls", "super"):
+                continue
+            if node.attr in ALLOWED_PRIVATE_ATTRS or node.attr in defined[module]:
+                continue  # this module's own classes define it: a read of its own
+            others = owners.get(node.attr, set()) - {module}
+            if others:
+                bad.append(f"{path.relative_to(REPO)}:{node.lineno} reads .{node.attr} "
+                           f"(private to {', '.join(sorted(others))})")
+    return bad
+
+
+def test_no_module_reads_another_modules_private_attributes() -> None:
+    bad = _private_reads(_own_modules())
+    assert not bad, ("a private attribute of another module's class: add a public method or "
+                     "property to that class (or pass what is needed in)\n" + "\n".join(bad))
+
+
+def test_the_cycle_and_reach_in_checks_see_what_they_look_for() -> None:
+    """The checkers themselves, on small made-up graphs and modules."""
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert _cycles({"a": {"b"}, "b": set()}) == []
+    tree = ast.parse("if TYPE_CHECKING:\n    import a\nimport b\n")
+    imported = [n.names[0].name for n in _runtime_nodes(tree) if isinstance(n, ast.Import)]
+    assert imported == ["b"]

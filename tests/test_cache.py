@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from rayform._partial import PartialBlob, tmp_name
 from rayform.cache import Cache
+from rayform.cache._partial import PartialBlob, tmp_name
 from rayform.errors import CacheError, IntegrityError, TransportError
 from rayform.format import hash_bytes
 from rayform.manifest import BlobRef

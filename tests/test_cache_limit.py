@@ -16,7 +16,7 @@ from helpers import DEMO_SLICE, TOKEN, ServerProcess
 from torch.utils.data import DataLoader
 
 import rayform
-from rayform._evict import Pins, evict_lru
+from rayform.cache._evict import Pins, evict_lru
 from rayform.errors import InvalidArgumentError, OfflineError
 from rayform.torch import EpisodeDataset
 
@@ -38,7 +38,7 @@ for epoch in range(1):
         for key in [*{OBS!r}, "action", "t_ns"]:
             h.update(batch[key].numpy().tobytes())
 print(h.hexdigest())
-from rayform._fetchlog import fetch_log
+from rayform._net._fetchlog import fetch_log
 print("evicted", fetch_log().total().evicted_blobs, file=sys.stderr)
 """
 
@@ -166,7 +166,7 @@ def test_two_epochs_under_a_limit_match_unlimited(demo_server: ServerProcess, tm
 
 def test_windowed_shuffle_fetches_each_blob_about_once_under_a_small_cache(demo_server: ServerProcess,
                                                                            tmp_path: Path) -> None:
-    from rayform._fetchlog import fetch_log
+    from rayform._net._fetchlog import fetch_log
     from rayform.torch import EpisodeSampler
 
     def epoch_fetches(window: int | None, cache: Path, limit: int) -> tuple[int, int, list[bytes]]:

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from rayform._claims import read_claim
-from rayform._partial import HOST, PartialBlob
 from rayform.cache import Cache
+from rayform.cache._claims import read_claim
+from rayform.cache._partial import HOST, PartialBlob
 from rayform.errors import InvalidArgumentError
 from rayform.format import hash_bytes
 from rayform.manifest import BlobRef

@@ -41,7 +41,7 @@ from _sshnodes import SshNodes, missing
 from _team import GROUP, USERS, ensure_users, reachable
 from helpers import DEMO_SLICE, TOKEN, ServerProcess
 
-from rayform._claims import STALE_S, read_claim
+from rayform.cache._claims import STALE_S, read_claim
 
 CHECKOUT = Path(__file__).resolve().parent.parent
 BLOBS = 140  # 20 small demo episodes of 7 streams
@@ -50,9 +50,9 @@ pytestmark = pytest.mark.skipif(missing() is not None, reason=f"two sshfs nodes:
 
 # The pullers of the "before" run: flock only, as before claims existed.
 _NO_CLAIMS = textwrap.dedent("""
-    import contextlib, rayform.cache, rayform._claims
+    import contextlib, rayform.cache, rayform.cache._claims
     rayform.cache.Cache._claim = lambda self, *args: contextlib.nullcontext(
-        rayform._claims.Claimed(None, None))
+        rayform.cache._claims.Claimed(None, None))
 """)
 _PULL = "import sys\nfrom rayform.cli import main\nsys.exit(main(sys.argv[1:]))\n"
 

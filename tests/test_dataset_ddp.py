@@ -14,7 +14,7 @@ from helpers import torchrun
 from torch.utils.data.distributed import DistributedSampler
 
 from rayform.torch import EpisodeDataset, EpisodeSampler
-from rayform.torch._shard import rank_indices
+from rayform.torch._sampling._shard import rank_indices
 
 TESTS = Path(__file__).resolve().parent
 

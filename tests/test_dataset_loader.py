@@ -24,7 +24,7 @@ from rayform.errors import OfflineError
 from rayform.manifest import BlobRef, Manifest, Segment, Stream
 from rayform.slice import Slice
 from rayform.torch import EpisodeDataset, EpisodeSampler
-from rayform.torch._decode import DecoderCache
+from rayform.torch._decoding._video import DecoderCache
 
 OBS = ["cam0/rgb", "joints/position"]
 ACTION = "joints/position_delta"

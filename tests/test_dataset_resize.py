@@ -17,8 +17,8 @@ from rayform._resolution import Plan, Target
 from rayform.integrations._common import sample_spec
 from rayform.slice import Slice
 from rayform.torch import EpisodeDataset, MixtureDataset, collate
-from rayform.torch._decode import forget_intra_checks
-from rayform.torch._resize import resize_frames
+from rayform.torch._decoding._resize import resize_frames
+from rayform.torch._decoding._video import forget_intra_checks
 from rayform_server.store import Store
 
 CAMS = ["cam0/rgb", "wrist/rgb"]

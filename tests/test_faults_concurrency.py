@@ -27,7 +27,7 @@ OBS = ["cam0/rgb", "joints/position"]
 ACTION = "joints/position_delta"
 
 # Replaces the per-host flock with one that always "acquires" at once, for everyone (as on
-# Lustre or NFS without working locks); the claims (rayform._claims) stay.
+# Lustre or NFS without working locks); the claims (rayform.cache._claims) stay.
 _FAKE_LOCKS = textwrap.dedent("""
     import contextlib, rayform.cache
     rayform.cache.bounded_lock = lambda *a, **k: contextlib.nullcontext(True)

@@ -10,7 +10,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from rayform._selexpr import parse_selection
 from rayform.errors import InvalidArgumentError
 from rayform.format import (
     HASH_RE,
@@ -22,6 +21,7 @@ from rayform.format import (
     check_slice_id,
     check_stream_name,
 )
+from rayform.uri._selexpr import parse_selection
 from rayform.view._api import _PREFIX_RE, _SITE_RE  # white-box: the view's own patterns
 from rayform.view._server import _RANGE_RE
 from rayform_server.app import ApiError, _parse_range

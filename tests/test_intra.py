@@ -12,8 +12,8 @@ from torch.utils.data import DataLoader
 from torchcodec.decoders import VideoDecoder
 
 from rayform.torch import EpisodeDataset, _decode
-from rayform.torch._decode import DecoderCache, forget_intra_checks, intra_checks
-from rayform.torch._intra import IntraDecoder, open_intra
+from rayform.torch._decoding._intra import IntraDecoder, open_intra
+from rayform.torch._decoding._video import DecoderCache, forget_intra_checks, intra_checks
 from rayform_server._video import encode_video
 
 

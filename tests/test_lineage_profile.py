@@ -10,7 +10,7 @@ import pytest
 from fakes import StoreBlobs
 from helpers import DEMO_SLICE
 
-import rayform._segtable as segtable
+import rayform.manifest._segtable as segtable
 from rayform.integrations._common import dataset_profile
 from rayform.integrations.mlflow import from_episode_dataset
 from rayform.slice import Slice

@@ -246,8 +246,8 @@ def test_touched_manifest_pages_are_given_back(tmp_path: Path) -> None:
 
 
 def test_rows_read_from_column_views_equal_pyarrows(tmp_path: Path, demo_root: Path) -> None:
-    from rayform._columnar import page_schema
-    from rayform._pagerows import PageRows
+    from rayform.manifest._columnar import page_schema
+    from rayform.manifest._pagerows import PageRows
 
     build_shared_demo(tmp_path / "fleet", DEMO_SLICE, 20_000, small=True, seed=0)
     for store in (Store(tmp_path / "fleet"), Store(demo_root)):

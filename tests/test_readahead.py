@@ -14,7 +14,7 @@ from helpers import DEMO_SLICE, TOKEN, ServerProcess, torchrun
 from torch.utils.data import DataLoader
 
 import rayform
-from rayform._fetchlog import fetch_log
+from rayform._net._fetchlog import fetch_log
 from rayform.torch import EpisodeDataset, EpisodeSampler
 from rayform.torch._readahead import segment_blobs
 

@@ -12,12 +12,12 @@ from helpers import DEMO_SLICE, TOKEN, ServerProcess
 from torch.utils.data import DataLoader
 
 import rayform
-from rayform._evict import Pins
-from rayform._fetchlog import FetchLog, fetch_log
+from rayform._net._fetchlog import FetchLog, fetch_log
+from rayform.cache._evict import Pins
 from rayform.torch import EpisodeDataset, EpisodeSampler
-from rayform.torch._order import Stream, episode_streams
-from rayform.torch._perm import Permutation, derive_key
 from rayform.torch._readahead import _EpochPlan
+from rayform.torch._sampling._order import IndexStream, episode_streams
+from rayform.torch._sampling._perm import Permutation, derive_key
 
 
 @pytest.mark.parametrize("n", [0, 1, 2, 3, 7, 64, 1000, 4097])
@@ -37,17 +37,23 @@ class _Episodes:
         self.shard = (rank, world)
         self.ddp_even = ddp_even
         self.seed, self.epoch = 7, 3
-        self._index = self  # the plan also finds each index's episode
+        self.shard_auto, self.accepts_window = False, True
 
     def locate(self, flat: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         seg = np.searchsorted(self.offsets, flat, side="right") - 1
         return seg, flat - self.offsets[seg]
 
-    def _order_fingerprint(self) -> dict[str, object]:
+    def order_fingerprint(self) -> dict[str, object]:
         return {"samples": int(self.offsets[-1])}
 
-    def _order_streams(self, world: int, epoch: int, shuffle: bool, window: int | None = None) -> list[Stream]:
+    def order_streams(self, world: int, epoch: int, shuffle: bool, window: int | None = None) -> list[IndexStream]:
         return episode_streams(self.offsets, world, self.ddp_even, 7, epoch, shuffle, window)
+
+    def cache_footprint(self) -> None:
+        return None
+
+    def follow_order(self, shuffle: bool, window: int | None) -> None:
+        pass
 
 
 @pytest.mark.parametrize("window", [None, 2])
@@ -59,7 +65,7 @@ def test_every_position_of_every_rank_is_found_where_the_sampler_reads_it(ddp_ev
     parts = set()
     for rank in range(world):
         ds = _Episodes(counts, rank, world, ddp_even)
-        p = _EpochPlan(ds, 3, (True, window))
+        p = _EpochPlan(ds, ds, 3, (True, window))  # type: ignore[arg-type]  # it is its own grid
         sampler = EpisodeSampler(ds, window=window)
         expected = [k.sample for k in sampler]
         got = p.indices(0, len(expected) + 5)

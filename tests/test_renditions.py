@@ -26,7 +26,7 @@ from rayform.errors import IntegrityError, ManifestError
 from rayform.manifest import Manifest
 from rayform.slice import Slice
 from rayform.torch import EpisodeDataset, EpisodeSampler
-from rayform.torch._resize import resize_frames
+from rayform.torch._decoding._resize import resize_frames
 from rayform_server._renditions import (
     RenditionSkipped,
     keyframe_interval,

@@ -14,8 +14,8 @@ from helpers import DEMO_SLICE
 
 from rayform import DatasetURI
 from rayform import format as wire
+from rayform._net._pull import PullReport
 from rayform._progress import byte_bar
-from rayform._pull import PullReport
 from rayform.manifest import Segment
 from rayform.slice import Slice
 from rayform.torch import EpisodeDataset

@@ -6,7 +6,7 @@ import httpx
 import pytest
 
 import rayform
-from rayform._transport import Transport
+from rayform._net._transport import Transport
 from rayform.errors import InvalidArgumentError, TransportError
 
 ENDPOINT = "http://stub.test:8765"

@@ -7,8 +7,8 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from rayform.torch._order import WindowStream, episode_streams, plan
-from rayform.torch._perm import Permutation, derive_key
+from rayform.torch._sampling._order import WindowStream, episode_streams, plan
+from rayform.torch._sampling._perm import Permutation, derive_key
 
 
 @pytest.mark.parametrize("n", [0, 1, 2, 3, 5, 17, 1000, 12_345])

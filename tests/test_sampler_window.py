@@ -11,7 +11,7 @@ from helpers import DEMO_SLICE, ServerProcess, make_client
 from torch.utils.data import DataLoader
 
 from rayform.torch import EpisodeDataset, EpisodeSampler, MixtureDataset
-from rayform.torch._window import CacheFootprint, choose_window
+from rayform.torch._sampling._window import CacheFootprint, choose_window
 
 OBS = ["wrist/rgb", "joints/position"]
 ACTION = "joints/position_delta"
@@ -69,13 +69,22 @@ def test_auto_window_under_a_small_limit_reads_every_sample_once(
 class _Sized:
     """A dataset stand-in with a given footprint (the demo's 4 episodes only ever give 1)."""
 
-    seed, epoch, shard, _shard_auto = 0, 0, (0, 1), False
+    seed, epoch, shard, shard_auto, accepts_window = 0, 0, (0, 1), False, True
 
     def __init__(self, total: int, episodes: int, limit: int | None) -> None:
         self._fp = None if limit is None else CacheFootprint(total, episodes, limit)
 
     def cache_footprint(self) -> CacheFootprint | None:
         return self._fp
+
+    def order_fingerprint(self) -> dict[str, object]:
+        return {}
+
+    def order_streams(self, world: int, epoch: int, shuffle: bool, window: int | None = None) -> list[object]:
+        return []
+
+    def follow_order(self, shuffle: bool, window: int | None) -> None:
+        pass
 
 
 @pytest.mark.parametrize(("total", "episodes", "limit", "local", "window"), [

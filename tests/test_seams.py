@@ -10,9 +10,9 @@ from fakes import StoreBlobs, store_slice
 from helpers import ServerProcess
 
 import rayform
-from rayform._partial import PartialBlob
+from rayform._net._transport import Transport
 from rayform._seams import BlobFetcher, BlobSource
-from rayform._transport import Transport
+from rayform.cache._partial import PartialBlob
 from rayform.errors import InvalidArgumentError
 from rayform.format import hash_bytes, hash_file
 from rayform.manifest import BlobRef

@@ -27,8 +27,8 @@ import pytest
 from _team import GROUP, USERS, ensure_users, reachable
 from helpers import DEMO_SLICE, TOKEN, ServerProcess
 
-from rayform._locks import bounded_lock
-from rayform._sharing import CacheModes
+from rayform.cache._locks import bounded_lock
+from rayform.cache._sharing import CacheModes
 
 CHECKOUT = Path(__file__).resolve().parent.parent
 
@@ -156,7 +156,7 @@ def test_another_users_unwritable_lock_file_still_locks(team: Path) -> None:
     os.chmod(lock, 0o644)
     script = (
         "from pathlib import Path\n"
-        "from rayform._locks import bounded_lock\n"
+        "from rayform.cache._locks import bounded_lock\n"
         f"with bounded_lock(Path({str(lock)!r}), done=lambda: False, progress=lambda: 0,"
         " stall_s=1, mode=0o664) as held:\n"
         "    print('held' if held else 'not-held')\n"

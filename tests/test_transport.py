@@ -9,8 +9,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from rayform._partial import PartialBlob
-from rayform._transport import Transport
+from rayform._net._transport import Transport
+from rayform.cache._partial import PartialBlob
 from rayform.errors import AccessDeniedError, InvalidArgumentError, NotFoundError, TransportError
 from rayform.format import hash_bytes
 

@@ -7,7 +7,7 @@ from lineage_helpers import ACTION, OBS, sample_digests
 
 import rayform
 from rayform import DatasetURI
-from rayform._segtable import SegmentTable
+from rayform.manifest._segtable import SegmentTable
 from rayform.torch import EpisodeDataset
 
 

@@ -16,8 +16,6 @@ import importlib
 from typing import Any
 
 from rayform import errors
-from rayform._mixuri import MixtureURI
-from rayform._uri import DatasetURI
 from rayform.errors import (
     AccessDeniedError,
     CacheError,
@@ -31,7 +29,8 @@ from rayform.errors import (
     SliceChangedError,
     TransportError,
 )
-from rayform.manifest import BlobRef, Manifest, Segment, Stream
+from rayform.manifest import BlobRef, Manifest, Segment, Segments, Stream
+from rayform.uri import DatasetURI, MixtureURI
 
 __version__ = "0.1.0"
 
@@ -51,6 +50,7 @@ __all__ = [
     "RayformError",
     "DatasetURI",
     "Segment",
+    "Segments",
     "Slice",
     "SliceChangedError",
     "Stream",

@@ -13,10 +13,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from rayform import _columnar
 from rayform.cache import Cache
 from rayform.errors import IntegrityError, OfflineError
-from rayform.manifest import Manifest
+from rayform.manifest import ColumnarManifest, Manifest, load_manifest
 
 __all__ = ["PAGE_JOBS", "open_manifest"]
 
@@ -31,7 +30,7 @@ def open_manifest(
     data: bytes,
     fetch_page: Callable[[str, int], bytes] | None,
     jobs: int = PAGE_JOBS,
-) -> Manifest | _columnar.ColumnarManifest:
+) -> Manifest | ColumnarManifest:
     """Parse manifest bytes ``data`` (already named ``digest``); fetch missing v2 pages.
 
     Args:
@@ -76,4 +75,4 @@ def open_manifest(
                     fut.result()
         return paths
 
-    return _columnar.load(data, digest, pages)
+    return load_manifest(data, digest, pages)

@@ -11,7 +11,7 @@
 This module holds the arguments' validation, their canonical text (dataset URIs, the CLI's
 ``--image-size 224x224``) and the geometry (:meth:`Target.plan`): which source box becomes
 which part of the output. It needs neither torch nor a network; the pixels are resized by
-:mod:`rayform.torch._resize`. The geometry is a function of the source size only.
+:mod:`rayform.torch._decoding._resize`. The geometry is a function of the source size only.
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 if TYPE_CHECKING:
     import numpy as np
 
-    from rayform.manifest import BlobRef, Manifest, Stream
+    from rayform.manifest import BlobRef, Segments, Stream
 
 __all__ = [
     "BlobFetcher",
@@ -81,8 +81,8 @@ class BlobSource(Protocol):
         ...
 
     @property
-    def manifest(self) -> Manifest:
-        """Its parsed manifest: segments, streams, blob references."""
+    def segments(self) -> Segments:
+        """Its segments (streams, blob references) in manifest order, a view's only."""
         ...
 
     @property
@@ -110,7 +110,7 @@ class BlobSource(Protocol):
 
 
 class DownloadSink(Protocol):
-    """What a download writes into (:class:`~rayform._partial.PartialBlob`): bytes
+    """What a download writes into (:class:`~rayform.cache._partial.PartialBlob`): bytes
     ``offset..expected_size`` of one blob, in order."""
 
     @property

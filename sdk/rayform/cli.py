@@ -100,7 +100,7 @@ def _cmd_slices(args: argparse.Namespace) -> int:
         print(repr(s))
         if not listing:
             # A fleet slice: the summary only (it comes from the manifest root, no page read).
-            for name, kind, rate, shape, dtype, units, frame in s._stream_rows():
+            for name, kind, rate, shape, dtype, units, frame in s.stream_rows():
                 print(shown(f"  stream {name}: {kind} {rate:g} Hz {shape} {dtype} {units} {frame}".rstrip(), 400))
             print(f"  {len(s.segments)} segments; list them with `rayform slices show {s.id} --segments`")
             return 0

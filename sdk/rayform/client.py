@@ -21,25 +21,29 @@ from pathlib import Path
 from typing import Any
 
 from rayform._boundary import argument_errors
-from rayform._columnar import ColumnarManifest
 from rayform._env import default_cache_dir, env_flag
-from rayform._evict import Evictor, Pins, check_fits
-from rayform._fetchlog import fetch_log
 from rayform._ids import check_hash, check_slice_id, check_stream_name
 from rayform._limits import resolve_cache_limit, resolve_stall_timeout
 from rayform._manifest_io import open_manifest
-from rayform._pull import PullReport, run_pull
-from rayform._reference import LISTING_CAP, REFERENCE_CAP, check_listing, check_reference
+from rayform._net import (
+    LISTING_CAP,
+    REFERENCE_CAP,
+    PullReport,
+    Transport,
+    check_listing,
+    check_reference,
+    fetch_log,
+    run_pull,
+)
 from rayform._seams import DownloadSink, ProgressCallback
-from rayform._transport import Transport
-from rayform.cache import Cache
+from rayform.cache import Cache, Evictor, Pins, check_fits
 from rayform.errors import (
     InvalidArgumentError,
     ManifestError,
     NotFoundError,
     OfflineError,
 )
-from rayform.manifest import MAX_MANIFEST_BYTES, BlobRef, Manifest
+from rayform.manifest import MAX_MANIFEST_BYTES, BlobRef, ColumnarManifest, Manifest, segments_of
 from rayform.slice import Slice
 
 __all__ = ["Client", "PullReport", "SliceAPI"]
@@ -333,11 +337,7 @@ class Client:
         manifest = self._manifests.get(slice_id)
         if manifest is None:
             return []
-        if isinstance(manifest, ColumnarManifest):
-            return manifest.streams_with_blob(digest)
-        names = {n for seg in manifest.segments for n, s in seg.streams.items()
-                 if any(b.hash == digest for b in s.blobs())}
-        return sorted(names)
+        return segments_of(manifest).streams_with_blob(digest)
 
     def _offline_missing(self, slice_id: str, refs: Sequence[BlobRef]) -> OfflineError:
         streams: set[str] = set()

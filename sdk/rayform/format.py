@@ -57,18 +57,6 @@ Example::
 from __future__ import annotations
 
 from rayform._blobfmt import decode_table, decode_timestamps, encode_table, encode_timestamps
-from rayform._columnar import FORMAT_VERSION_2 as MANIFEST_FORMAT_VERSION_2
-from rayform._columnar import FORMAT_VERSION_3 as MANIFEST_FORMAT_VERSION_3
-from rayform._columnar import (
-    PAGE_FORMAT,
-    PAGE_ROWS,
-    ColumnarManifest,
-    build_root,
-    page_refs,
-    segments_to_table,
-    table_to_pages,
-)
-from rayform._columnar import load as load_manifest
 from rayform._hashing import hash_bytes, hash_file, new_hasher
 from rayform._ids import (
     HASH_RE,
@@ -83,7 +71,19 @@ from rayform._ids import (
 )
 from rayform.manifest import FORMAT as MANIFEST_FORMAT
 from rayform.manifest import FORMAT_VERSION as MANIFEST_FORMAT_VERSION
-from rayform.manifest import canonical_json
+from rayform.manifest import FORMAT_VERSION_2 as MANIFEST_FORMAT_VERSION_2
+from rayform.manifest import FORMAT_VERSION_3 as MANIFEST_FORMAT_VERSION_3
+from rayform.manifest import (
+    PAGE_FORMAT,
+    PAGE_ROWS,
+    ColumnarManifest,
+    build_root,
+    canonical_json,
+    load_manifest,
+    page_refs,
+    segments_to_table,
+    table_to_pages,
+)
 
 __all__ = [
     "HASH_RE",

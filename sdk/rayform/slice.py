@@ -10,13 +10,10 @@ from typing import Any
 import numpy as np
 
 from rayform._boundary import argument_errors
-from rayform._columnar import not_found as _columnar_not_found
 from rayform._resolution import check_size_value, resolution_blobs
 from rayform._seams import BlobFetcher
-from rayform._segments import SegmentColumns, as_segments
-from rayform._segtable import SegmentTable
 from rayform._units import human_bytes
-from rayform.manifest import BlobRef, Segment
+from rayform.manifest import BlobRef, Segment, Segments, segment_not_found, segments_of, select_rows
 
 __all__ = ["Slice"]
 
@@ -47,72 +44,48 @@ class Slice:
         self.parent = parent
         self.selection = selection
         self._rows = rows
-        self._segments: SegmentColumns | None = None
-        self._by_id: dict[str, Segment] | None = None
-
-    @property
-    def _columnar(self) -> bool:
-        return isinstance(self.manifest.segments, SegmentTable)
+        self._segments: Segments | None = None
 
     # -- contents --------------------------------------------------------------------------
     @property
-    def segments(self) -> SegmentColumns:
-        """Every segment (episode) in manifest order.
+    def segments(self) -> Segments:
+        """Every segment (episode) in manifest order: a :class:`~rayform.Segments` table.
 
-        A ``Sequence[Segment]`` with column methods (``ids()``, ``sites()``, ``column()``),
-        ``to_arrow()``, ``to_pandas()`` and a paged table as its notebook repr: for a version 1
-        manifest a tuple of segments; for version 2 a lazy sequence over the columns that builds
-        a :class:`~rayform.manifest.Segment` only when one is indexed.
+        A ``Sequence[Segment]`` with column methods (``ids()``, ``sites()``, ``column()``,
+        ``summary()``...), ``to_arrow()``, ``to_pandas()`` and a paged table as its notebook
+        repr, the same whatever the manifest's version: indexing gives a
+        :class:`~rayform.Segment` (built from its page row only when one is indexed).
         """
         if self._segments is None:
-            every = self.manifest.segments
             if self._rows is None:
-                self._segments = as_segments(every)
-            elif isinstance(every, SegmentTable):
-                self._segments = SegmentTable(every._c, self._rows)
+                self._segments = segments_of(self.manifest)
             else:
-                self._segments = as_segments(tuple(every[int(i)] for i in self._rows))
+                base = self.parent.segments if self.parent is not None else segments_of(self.manifest)
+                self._segments = base.take(self._rows)
         return self._segments
 
     @property
     def streams(self) -> list[str]:
         """Sorted names of every stream present in at least one segment."""
-        if self._rows is None:
-            return list(self.manifest.stream_names())
-        segs = self.segments
-        if isinstance(segs, SegmentTable):
-            return segs.stream_names()
-        return sorted({n for s in segs for n in s.streams})
+        return list(self.segments.summary()["streams"])
 
     @property
     def nbytes(self) -> int:
         """Total stored size of every blob, in bytes."""
-        if self._columnar and self._rows is None:
-            return int(self.manifest.summary["nbytes"])
-        return self.stream_nbytes()
+        return int(self.segments.summary()["nbytes"])
 
     @property
     def duration_s(self) -> float:
         """Sum of segment durations in seconds."""
-        segs = self.segments
-        if isinstance(segs, SegmentTable):
-            return segs.duration_ns() / 1e9
-        return sum(s.duration_s for s in segs)
+        return self.segments.duration_ns() / 1e9
 
     def segment(self, segment_id: str) -> Segment:
         """The segment with this ID; :class:`NotFoundError` if the slice has none."""
         segs = self.segments
-        if isinstance(segs, SegmentTable):
-            pos = int(segs.find([segment_id])[0])
-            if pos < 0:
-                raise _columnar_not_found(self.id, segment_id)
-            return segs[pos]
-        if self._by_id is None:
-            self._by_id = {s.id: s for s in segs}
-        try:
-            return self._by_id[segment_id]
-        except KeyError:
-            raise _columnar_not_found(self.id, segment_id) from None
+        pos = int(segs.find([segment_id])[0])
+        if pos < 0:
+            raise segment_not_found(self.id, segment_id)
+        return segs[pos]
 
     def blobs(self, streams: Sequence[str] | None = None, *, image_size: Any = None,
               resize: str = "pad") -> dict[str, BlobRef]:
@@ -126,19 +99,10 @@ class Slice:
         """
         names = list(streams) if streams else None
         segs = self.segments
-        if image_size is not None and not (isinstance(segs, SegmentTable) and not segs.has_renditions):
+        if image_size is not None and segs.has_renditions:
             return resolution_blobs(segs, names, image_size, resize)
         check_size_value(image_size, resize)
-        if isinstance(segs, SegmentTable):
-            return segs.blobs(names)
-        if self._rows is None:
-            return dict(self.manifest.blobs(names))
-        out: dict[str, BlobRef] = {}
-        for seg in segs:
-            for name, st in seg.streams.items():
-                if names is None or name in names:
-                    out.update((b.hash, b) for b in st.blobs())
-        return out
+        return segs.blobs(names)
 
     def stream_nbytes(self, streams: Sequence[str] | None = None, *, image_size: Any = None,
                       resize: str = "pad") -> int:
@@ -179,9 +143,7 @@ class Slice:
             NotFoundError: a listed segment ID is not in this slice.
             InvalidArgumentError: a bad argument, or a selection that keeps no segment.
         """
-        from rayform._select import select_rows
-
-        rows, selection = select_rows(self, segments=segments, sites=sites, start_ns=start_ns,
+        rows, selection = select_rows(self.segments, self.id, segments=segments, sites=sites, start_ns=start_ns,
                                       end_ns=end_ns, where=where)
         if self.selection is not None:
             selection = {"within": self.selection, **selection}
@@ -251,35 +213,21 @@ class Slice:
             f"duration={self.duration_s:.1f}s{sel}>"
         )
 
-    def _stream_rows(self) -> list[tuple[Any, ...]]:
+    def stream_rows(self) -> list[tuple[Any, ...]]:
+        """One row per stream, for tables (``rayform slices show``, the notebook repr):
+        ``(name, kind, rate_hz, shape, dtype, units, frame)``."""
         keys = ("kind", "rate_hz", "shape", "dtype", "units", "frame")
-        if self._columnar:
-            info = self.manifest.summary["streams"]
-            return [(name, *(tuple(v) if isinstance(v := info[name].get(k, ""), list) else v for k in keys))
-                    for name in self.streams]
-        rows = []
-        for name in self.streams:
-            ex = next(s.streams[name] for s in self.segments if name in s.streams)
-            rows.append((name, ex.kind, ex.rate_hz, tuple(ex.shape), ex.dtype, ex.units or "", ex.frame or ""))
-        return rows
-
-    def _sites(self) -> list[str]:
-        segs = self.segments
-        if isinstance(segs, SegmentTable):
-            if self._rows is None:
-                return list(self.manifest.summary["sites"])
-            import pyarrow.compute as pc
-
-            return sorted(str(x) for x in pc.unique(segs.sites()).to_pylist())
-        return sorted({s.site for s in segs})
+        info = self.segments.summary()["streams"]
+        return [(name, *(tuple(v) if isinstance(v := info[name].get(k, ""), list) else v for k in keys))
+                for name in info]
 
     def _repr_html_(self) -> str:
         rows = ["<tr>" + "".join(f"<td>{html.escape(str(v))}</td>" for v in row) + "</tr>"
-                for row in self._stream_rows()]
+                for row in self.stream_rows()]
         return (
             f"<div><b>Slice {html.escape(self.id)}</b> &middot; {len(self.segments)} segments "
             f"&middot; {self.duration_s:.1f} s &middot; {human_bytes(self.nbytes)} &middot; "
-            f"sites: {html.escape(', '.join(self._sites()))}<br><code>manifest {self.manifest_hash}</code>"
+            f"sites: {html.escape(', '.join(self.segments.summary()['sites']))}<br><code>manifest {self.manifest_hash}</code>"
             "<table><tr><th>stream</th><th>kind</th><th>rate (Hz)</th><th>shape</th>"
             "<th>dtype</th><th>units</th><th>frame</th></tr>" + "".join(rows) + "</table>"
             + _thumbnails(self) + "</div>"

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from rayform._segtable import SegmentTable
-
 __all__ = ["dataset_profile", "is_mixture", "mixture_profile", "sample_spec"]
 
 
@@ -47,23 +45,14 @@ def dataset_profile(ds: Any) -> dict[str, Any]:
     a fraction of a second.
     """
     segs = ds.segments
-    if isinstance(segs, SegmentTable):
-        seconds = segs.duration_ns() / 1e9
-        counts = segs.sites().value_counts()
-        sites = {str(v): int(n) for v, n in zip(counts.field("values").to_pylist(),
-                                                 counts.field("counts").to_pylist(), strict=True)}
-    else:
-        sites = {}
-        seconds = 0.0
-        for seg in segs:
-            sites[seg.site] = sites.get(seg.site, 0) + 1
-            seconds += seg.duration_s
+    seconds = segs.duration_ns() / 1e9
+    sites = segs.site_counts()
     return {
         "slice": ds.slice.id,
         "manifest_hash": ds.slice.manifest_hash,
         "segments": len(segs),
         "hours": round(seconds / 3600, 6),
-        "sites": dict(sorted(sites.items())),
+        "sites": sites,
         "samples": len(ds),
         "fps": ds.fps,
     }
@@ -78,7 +67,7 @@ def mixture_profile(mix: Any) -> dict[str, Any]:
         "seed": mix.seed,
         "sources": [
             {"weight": float(given), "share": float(w), "draws_per_epoch": int(q), **dataset_profile(ds)}
-            for ds, given, w, q in zip(mix.sources, mix._given_weights, mix.weights, mix.quotas, strict=True)
+            for ds, given, w, q in zip(mix.sources, mix.given_weights, mix.weights, mix.quotas, strict=True)
         ],
     }
 

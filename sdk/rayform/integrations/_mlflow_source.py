@@ -13,8 +13,7 @@ from typing import Any
 
 from mlflow.data.dataset_source import DatasetSource
 
-from rayform._mixuri import MixtureURI, is_mixture_uri
-from rayform._uri import SCHEMES, DatasetURI
+from rayform.uri import SCHEMES, DatasetURI, MixtureURI, is_mixture_uri
 
 __all__ = ["RayformDatasetSource"]
 

@@ -28,11 +28,10 @@ from typing import Any
 import mlflow.data  # noqa: F401
 from mlflow.data.dataset import Dataset
 
-from rayform._mixuri import MixtureURI
-from rayform._uri import DatasetURI
 from rayform.errors import InvalidArgumentError
 from rayform.integrations._common import dataset_profile, is_mixture, mixture_profile, sample_spec
 from rayform.integrations._mlflow_source import RayformDatasetSource
+from rayform.uri import DatasetURI, MixtureURI
 
 __all__ = ["RayformDataset", "RayformDatasetSource", "from_episode_dataset"]
 

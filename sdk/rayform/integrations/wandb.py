@@ -30,10 +30,9 @@ import wandb
 from wandb.sdk.artifacts.artifact_manifest_entry import ArtifactManifestEntry
 from wandb.sdk.lib.paths import LogicalPath
 
-from rayform._mixuri import MixtureURI
-from rayform._uri import DatasetURI
 from rayform.errors import InvalidArgumentError
 from rayform.integrations._common import dataset_profile, is_mixture, mixture_profile, sample_spec
+from rayform.uri import DatasetURI, MixtureURI
 
 __all__ = ["log_dataset"]
 

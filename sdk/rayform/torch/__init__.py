@@ -13,8 +13,7 @@ from __future__ import annotations
 
 from rayform.torch._collate import collate
 from rayform.torch._mixture import MixtureDataset
-from rayform.torch._sampler import EpisodeSampler
-from rayform.torch._split import split_episodes
+from rayform.torch._sampling import EpisodeSampler, SamplerDataset, split_episodes
 from rayform.torch.dataset import EpisodeDataset
 
-__all__ = ["EpisodeDataset", "EpisodeSampler", "MixtureDataset", "collate", "split_episodes"]
+__all__ = ["EpisodeDataset", "EpisodeSampler", "MixtureDataset", "SamplerDataset", "collate", "split_episodes"]

@@ -19,9 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from rayform._segtable import SegmentTable
 from rayform.errors import InvalidArgumentError, NotFoundError
-from rayform.manifest import Segment
+from rayform.manifest import Segments
 
 __all__ = ["GridIndex", "build_index", "check_table_streams", "grid_offsets_ns", "select_table", "selection_of"]
 
@@ -41,8 +40,7 @@ class GridIndex:
     """Per-segment grids of a dataset, flattened.
 
     Attributes:
-        segments: the selected segments, in dataset order (a tuple, or for a version 2
-            manifest a lazy :class:`~rayform._columnar.SegmentTable`).
+        segments: the selected segments, in dataset order.
         start_ns: ``int64 (S,)`` first grid time of each segment, ns.
         count: ``int64 (S,)`` grid points per segment (0 when the streams never overlap).
         offsets: ``int64 (S + 1,)`` cumulative counts: segment ``s`` owns flat indices
@@ -50,7 +48,7 @@ class GridIndex:
         fps: grid rate in Hz.
     """
 
-    segments: Sequence[Segment]
+    segments: Segments
     start_ns: np.ndarray
     count: np.ndarray
     offsets: np.ndarray
@@ -70,7 +68,7 @@ class GridIndex:
         return self.start_ns[seg] + grid_offsets_ns(steps, self.fps)
 
 
-def build_index(segments: Sequence[Segment], streams: Sequence[str], fps: float) -> GridIndex:
+def build_index(segments: Segments, streams: Sequence[str], fps: float) -> GridIndex:
     """Build the grid of every segment over the named streams (all must be present).
 
     Args:
@@ -82,20 +80,12 @@ def build_index(segments: Sequence[Segment], streams: Sequence[str], fps: float)
         The flattened :class:`GridIndex`.
     """
     n_seg = len(segments)
-    if isinstance(segments, SegmentTable):
-        # Columns, not objects: a few vectorised passes, whatever the number of segments.
-        first = np.full(n_seg, np.iinfo(np.int64).min, dtype=np.int64)
-        last = np.full(n_seg, np.iinfo(np.int64).max, dtype=np.int64)
-        for name in streams:
-            np.maximum(first, segments.stream_field(name, "t0_ns")[1], out=first)
-            np.minimum(last, segments.stream_field(name, "t1_ns")[1], out=last)
-    else:
-        first = np.empty(n_seg, dtype=np.int64)
-        last = np.empty(n_seg, dtype=np.int64)
-        for i, seg in enumerate(segments):
-            recs = seg.streams
-            first[i] = max(recs[name].t0_ns for name in streams)
-            last[i] = min(recs[name].t1_ns for name in streams)
+    # Columns, not objects: a few vectorised passes, whatever the number of segments.
+    first = np.full(n_seg, np.iinfo(np.int64).min, dtype=np.int64)
+    last = np.full(n_seg, np.iinfo(np.int64).max, dtype=np.int64)
+    for name in streams:
+        np.maximum(first, segments.stream_field(name, "t0_ns")[1], out=first)
+        np.minimum(last, segments.stream_field(name, "t1_ns")[1], out=last)
     span = last - first
     count = np.where(span >= 0, np.floor(span * (fps / 1e9) + 1e-9).astype(np.int64) + 1, 0)
     # Guard against float rounding: the last grid point must not pass `last`.
@@ -103,12 +93,11 @@ def build_index(segments: Sequence[Segment], streams: Sequence[str], fps: float)
     count = count - over.astype(np.int64)
     offsets = np.zeros(n_seg + 1, dtype=np.int64)
     np.cumsum(count, out=offsets[1:])
-    kept = segments if isinstance(segments, SegmentTable) else tuple(segments)
-    return GridIndex(kept, first, count, offsets, float(fps))
+    return GridIndex(segments, first, count, offsets, float(fps))
 
 
 # -- the columnar checks EpisodeDataset runs before building the index -----------------------
-def select_table(slice_id: str, table: SegmentTable, segment_ids: Sequence[str]) -> SegmentTable:
+def select_table(slice_id: str, table: Segments, segment_ids: Sequence[str]) -> Segments:
     """The segments ``segment_ids`` of ``table``, in that order (vectorised lookups)."""
     if isinstance(segment_ids, str):
         raise InvalidArgumentError(f"segments={segment_ids!r}: pass a list of segment IDs, e.g. [{segment_ids!r}]")
@@ -125,10 +114,10 @@ def select_table(slice_id: str, table: SegmentTable, segment_ids: Sequence[str])
     uniq, counts = np.unique(found, return_counts=True)
     if (counts > 1).any():
         raise InvalidArgumentError(f"segments lists {table[int(uniq[counts > 1][0])].id} twice: list each episode once")
-    return SegmentTable(table._c, table.positions()[found])
+    return table.take(found)
 
 
-def check_table_streams(slice_id: str, table: SegmentTable, names: Sequence[str], action: Any) -> None:
+def check_table_streams(slice_id: str, table: Segments, names: Sequence[str], action: Any) -> None:
     """Every named stream is in every segment and the action is a table (vectorised)."""
     available = table.stream_names()
     for name in names:

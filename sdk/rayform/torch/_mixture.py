@@ -23,9 +23,16 @@ import numpy as np
 from torch.utils.data import Dataset
 
 from rayform.errors import InvalidArgumentError
-from rayform.torch._epoch import SharedEpoch
-from rayform.torch._order import Stream
-from rayform.torch._perm import Permutation, derive_key, mix64
+from rayform.torch._sampling import (
+    IndexStream,
+    Permutation,
+    SamplerDataset,
+    SharedEpoch,
+    derive_key,
+    mix64,
+)
+from rayform.torch._uri import mixture_arguments, mixture_uri
+from rayform.torch.dataset import EpisodeDataset
 
 __all__ = ["MixtureDataset"]
 
@@ -74,7 +81,7 @@ class MixtureDataset(Dataset):
         datasets: list[Any] = []
         weights: list[float] = []
         for item in sources:
-            if not (isinstance(item, tuple) and len(item) == 2 and hasattr(item[0], "_order_streams")):
+            if not (isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], SamplerDataset)):
                 raise InvalidArgumentError(f"sources entry {item!r}: use (EpisodeDataset, weight)")
             w = item[1]
             if isinstance(w, bool) or not isinstance(w, numbers.Real) or not math.isfinite(w) or w <= 0:
@@ -90,7 +97,7 @@ class MixtureDataset(Dataset):
                 f"the sources are sharded differently ({sorted(shards)}): build them with the same shard="
             )
         self.sources = tuple(datasets)
-        self._given_weights = tuple(weights)  # as passed: the URI rebuilds exactly these
+        self.given_weights = tuple(weights)  # as passed: the URI rebuilds exactly these
         total = sum(weights)
         self.weights = tuple(w / total for w in weights)
         self._sizes = np.array([len(ds) for ds in datasets], dtype=np.int64)
@@ -105,7 +112,7 @@ class MixtureDataset(Dataset):
             raise InvalidArgumentError(f"seed={seed!r}: use an integer")
         self.seed = int(seed)
         self.quotas = _quotas(self.num_samples, self.weights)
-        self._shard_auto = any(getattr(ds, "_shard_auto", False) for ds in datasets)
+        self._shard_auto: bool = any(ds.shard_auto for ds in datasets)
         self._epoch = SharedEpoch(0)
 
     # -- size, epochs, sharding ------------------------------------------------------------
@@ -135,7 +142,24 @@ class MixtureDataset(Dataset):
         src = np.searchsorted(self._offsets, indices, side="right") - 1
         return src, indices - self._offsets[src]
 
-    def _order_streams(self, world: int, epoch: int, shuffle: bool, window: int | None = None) -> list[Stream]:
+    @property
+    def shard_auto(self) -> bool:
+        """Whether a source found its shard from ``torch.distributed`` (``shard="auto"``)."""
+        return self._shard_auto
+
+    @property
+    def accepts_window(self) -> bool:
+        """``False``: a mixture draws across its sources, not episode by episode."""
+        return False
+
+    def cache_footprint(self) -> None:
+        """``None``: the automatic shuffle window does not apply to a mixture."""
+        return None
+
+    def follow_order(self, shuffle: bool, window: int | None) -> None:
+        """Nothing to follow: the sources' read-ahead sees the mixture's keys as they come."""
+
+    def order_streams(self, world: int, epoch: int, shuffle: bool, window: int | None = None) -> list[IndexStream]:
         if window is not None:
             raise InvalidArgumentError(
                 "EpisodeSampler(window=...) orders the episodes of one EpisodeDataset; a "
@@ -143,7 +167,7 @@ class MixtureDataset(Dataset):
             )
         return [_MixtureStream(self, epoch, shuffle)]
 
-    def _order_fingerprint(self) -> dict[str, Any]:
+    def order_fingerprint(self) -> dict[str, Any]:
         return {"samples": self._sizes.tolist(), "weights": list(self.weights),
                 "num_samples": self.num_samples, "replacement": self.replacement}
 
@@ -183,8 +207,6 @@ class MixtureDataset(Dataset):
         """The mixture as trained, one canonical string (``rayform:///mix?v=2&mix=W:URI&...``):
         every source's dataset URI with its weight as given, ``num_samples``, ``replacement``
         and ``seed``; :meth:`from_uri` rebuilds it. See ``docs/tracking.md``."""
-        from rayform.torch._uri import mixture_uri
-
         return str(mixture_uri(self))
 
     @classmethod
@@ -197,9 +219,9 @@ class MixtureDataset(Dataset):
             SliceChangedError: a source's slice no longer resolves to its pinned manifest.
             OfflineError: offline and a pinned manifest is not cached.
         """
-        from rayform.torch._uri import mixture_from_uri
-
-        return mixture_from_uri(uri, client, **options)
+        sources, kwargs = mixture_arguments(uri, client)
+        return cls([(EpisodeDataset.from_uri(source, own, **options), weight) for source, own, weight in sources],
+                   **kwargs)
 
     def describe(self) -> dict[str, Any]:
         """A JSON-able summary for trackers: every source's ``describe()`` with its weight."""
@@ -292,14 +314,14 @@ def _sample_keys(ds: Any) -> dict[str, str]:
     """Sample key -> what fixes its shape, for comparing sources."""
     keys = {"t_ns": "()", "meta": "dict"}
     for name in ds.obs:
-        s = ds._stream(name)
+        s = ds.stream(name)
         # A camera's shape in the sample: after image_size, whatever the stored resolution.
         shape = list(s.shape[-1:] if s.kind == "table" else ds.frame_shape(name))
         keys[name] = f"{s.kind} {shape} x{ds.obs_steps}"
         if ds.obs_steps > 1:
             keys[f"{name}_is_pad"] = f"({ds.obs_steps},)"
     if ds.action is not None:
-        keys["action"] = f"({ds.horizon}, {list(ds._stream(ds.action).shape)[-1]})"
+        keys["action"] = f"({ds.horizon}, {list(ds.stream(ds.action).shape)[-1]})"
         keys["action_is_pad"] = f"({ds.horizon},)"
     return keys
 

@@ -30,11 +30,12 @@ from typing import Any
 
 import numpy as np
 
-from rayform._evict import Pins, check_fits
-from rayform._fetchlog import FetchLog, fetch_log, mark_ahead
+from rayform._net import FetchLog, fetch_log, mark_ahead
 from rayform._process import PerProcess
 from rayform._resolution import Target, stream_blobs
-from rayform.torch._order import Part, Stream, plan
+from rayform.cache import Pins, check_fits
+from rayform.torch._index import GridIndex
+from rayform.torch._sampling import IndexStream, Part, plan
 
 __all__ = ["ReadAhead", "check_cache_fits", "reader_pins", "segment_blobs"]
 
@@ -97,12 +98,12 @@ Order = tuple[bool, int | None]
 class _EpochPlan:
     """This rank's part of one epoch as a fresh sampler lays it out, with O(batch) lookups."""
 
-    def __init__(self, dataset: Any, epoch: int, order: Order) -> None:
+    def __init__(self, dataset: Any, index: GridIndex, epoch: int, order: Order) -> None:
         rank, world = dataset.shard
         self.epoch, self.order = epoch, order
-        self.streams: list[Stream] = dataset._order_streams(world, epoch, *order)
+        self.streams: list[IndexStream] = dataset.order_streams(world, epoch, *order)
         self.part: Part = plan([s.length for s in self.streams], [[world, 0]])[rank]
-        self._locate = dataset._index.locate
+        self._locate = index.locate
         # Indices (and their episodes) of positions lo .. lo + len(vals) - 1, computed a window
         # at a time: one vectorised call serves the next batches, not one small call per batch.
         self._lo, self._vals, self._segs = 0, np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
@@ -172,12 +173,15 @@ class ReadAhead:
 
     Args:
         dataset: the :class:`~rayform.torch.EpisodeDataset`.
+        index: its grid (which episode each index reads).
         max_bytes: bytes of blobs in flight at most (0 turns read-ahead off).
         threads: parallel downloads.
     """
 
-    def __init__(self, dataset: Any, max_bytes: int = DEFAULT_READAHEAD_BYTES, threads: int = _THREADS) -> None:
+    def __init__(self, dataset: Any, index: GridIndex, max_bytes: int = DEFAULT_READAHEAD_BYTES,
+                 threads: int = _THREADS) -> None:
         self.dataset = dataset
+        self.index = index
         self.max_bytes = max_bytes
         self.threads = threads
         # The orders a batch is looked for in, most likely first: EpisodeSampler's defaults,
@@ -199,7 +203,7 @@ class ReadAhead:
             st.plans, st.plan_epoch = {}, epoch
         if order not in st.plans:
             try:
-                st.plans[order] = _EpochPlan(self.dataset, epoch, order)
+                st.plans[order] = _EpochPlan(self.dataset, self.index, epoch, order)
             except Exception as exc:  # an order we cannot replay: no read-ahead, nothing else changes
                 log.debug("read-ahead off: cannot plan epoch %d (%s)", epoch, exc)
                 st.plans[order] = None
@@ -275,7 +279,7 @@ class ReadAhead:
                 if s in st.present_segments:
                     continue
                 cached = 0
-                refs = segment_blobs(ds._index.segments[s], names, ds.targets)
+                refs = segment_blobs(self.index.segments[s], names, ds.targets)
                 if limit is not None and s not in seen:
                     seen.add(s)
                     horizon += sum(r.size for r in refs.values())

@@ -25,19 +25,17 @@ from typing import Any
 import numpy as np
 import torch
 
-from rayform._evict import Pins
 from rayform._process import PerProcess
 from rayform._resolution import Target, choose_rendition, format_image_size
 from rayform._seams import BlobSource
+from rayform.cache import Pins
 from rayform.errors import IntegrityError, OfflineError
 from rayform.manifest import BlobRef, Stream
 from rayform.torch._align import align_values, latest_at_or_before
-from rayform.torch._decode import DecoderCache
+from rayform.torch._decoding import DecoderCache, TableCache, resize_frames
 from rayform.torch._frames import convert
 from rayform.torch._index import GridIndex, grid_offsets_ns
 from rayform.torch._readahead import reader_pins
-from rayform.torch._resize import resize_frames
-from rayform.torch._tables import TableCache
 
 __all__ = ["SampleReader"]
 

@@ -15,26 +15,22 @@ The format itself is :class:`rayform.DatasetURI` (``docs/tracking.md``).
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from rayform._mixuri import MixtureURI
 from rayform._resolution import format_image_size
-from rayform._segtable import SegmentTable
-from rayform._selexpr import selection_expression
-from rayform._uri import DatasetURI, _clean_endpoint
 from rayform.errors import InvalidArgumentError, NotFoundError, OfflineError, SliceChangedError
+from rayform.manifest import Segments
+from rayform.uri import DatasetURI, MixtureURI, clean_endpoint, selection_expression
 
 if TYPE_CHECKING:
     from rayform.client import Client
     from rayform.slice import Slice
     from rayform.torch._mixture import MixtureDataset
-    from rayform.torch.dataset import EpisodeDataset
+    from rayform.torch.dataset import EpisodeDataset  # noqa: F401  (named in docstrings)
 
-__all__ = ["OPTIONS", "dataset_from_uri", "dataset_uri", "mixture_from_uri", "mixture_uri",
-           "resolve_pinned"]
+__all__ = ["OPTIONS", "dataset_arguments", "dataset_uri", "mixture_arguments", "mixture_uri", "resolve_pinned"]
 
 #: ``EpisodeDataset`` arguments that change how samples are read or distributed, never which
 #: samples a dataset holds, so they are not in the URI and ``from_uri`` accepts them again.
@@ -71,32 +67,32 @@ def _chosen(ds: EpisodeDataset) -> tuple[str | None, tuple[str, ...] | None]:
         expr = selection_expression(selection)
         if expr is not None:
             return expr, None
-    if _same(used, slice_.manifest.segments):
+    root = slice_.parent if slice_.parent is not None else slice_
+    if _same(used, root.segments):
         return None, None
     return None, tuple(_ids(used))
 
 
-def _same(a: Sequence[Any], b: Sequence[Any]) -> bool:
+def _same(a: Segments, b: Segments) -> bool:
     """Same segments in the same order; compares columns, not objects, for a v2 manifest."""
     if a is b:
         return True
     if len(a) != len(b):
         return False
-    if isinstance(a, SegmentTable) and isinstance(b, SegmentTable) and a._c is b._c:
+    if a.same_columns(b):
         return bool(np.array_equal(a.positions(), b.positions()))
     return _ids(a) == _ids(b)
 
 
-def _ids(segs: Sequence[Any]) -> list[str]:
-    if isinstance(segs, SegmentTable):
-        return [str(x) for x in segs.ids().to_pylist()]
-    return [s.id for s in segs]
+def _ids(segs: Segments) -> list[str]:
+    return [str(x) for x in segs.ids().to_pylist()]
 
 
-def dataset_from_uri(uri: str | DatasetURI, client: Client | None = None, **options: Any) -> EpisodeDataset:
-    """Rebuild the dataset a URI names; see :meth:`EpisodeDataset.from_uri`."""
-    from rayform.torch.dataset import EpisodeDataset
-
+def dataset_arguments(uri: str | DatasetURI, client: Client | None = None,
+                      **options: Any) -> tuple[Slice, dict[str, Any]]:
+    """What :meth:`EpisodeDataset.from_uri` builds from: ``(slice, keyword arguments)``, the
+    slice pinned at the URI's manifest (and its selection), the arguments the URI fixes plus
+    ``options`` (the ones it leaves free)."""
     parsed = uri if isinstance(uri, DatasetURI) else DatasetURI.parse(uri)
     unknown = sorted(set(options) - set(OPTIONS))
     if unknown:
@@ -110,11 +106,11 @@ def dataset_from_uri(uri: str | DatasetURI, client: Client | None = None, **opti
     selection = parsed.selection()
     if selection is not None:
         slice_ = slice_.select(**selection)
-    return EpisodeDataset(slice_, **parsed.dataset_kwargs(), **options)
+    return slice_, {**parsed.dataset_kwargs(), **options}
 
 
 def mixture_uri(mix: MixtureDataset) -> MixtureURI:
-    """The :class:`~rayform._mixuri.MixtureURI` of ``mix``: its sources' URIs and weights as
+    """The :class:`~rayform.uri._mixture.MixtureURI` of ``mix``: its sources' URIs and weights as
     given, ``num_samples``, ``replacement`` and ``seed``."""
     nested = [k for k, ds in enumerate(mix.sources) if not hasattr(ds, "slice")]
     if nested:
@@ -123,26 +119,25 @@ def mixture_uri(mix: MixtureDataset) -> MixtureURI:
             "build one mixture of EpisodeDatasets with the weights multiplied out"
         )
     return MixtureURI(
-        tuple((w, dataset_uri(ds)) for w, ds in zip(mix._given_weights, mix.sources, strict=True)),
+        tuple((w, dataset_uri(ds)) for w, ds in zip(mix.given_weights, mix.sources, strict=True)),
         num_samples=mix.num_samples, replacement=mix.replacement, seed=mix.seed,
     )
 
 
-def mixture_from_uri(uri: str | MixtureURI, client: Client | None = None, **options: Any) -> MixtureDataset:
-    """Rebuild the mixture a URI names; see :meth:`MixtureDataset.from_uri`."""
-    from rayform.torch._mixture import MixtureDataset
-
+def mixture_arguments(uri: str | MixtureURI, client: Client | None = None,
+                      ) -> tuple[list[tuple[DatasetURI, Client, float]], dict[str, Any]]:
+    """What :meth:`MixtureDataset.from_uri` builds from: each source's ``(URI, client,
+    weight)`` (one client per server; a URI without a host shares the configured one) and the
+    mixture's keyword arguments."""
     parsed = uri if isinstance(uri, MixtureURI) else MixtureURI.parse(uri)
     clients: dict[str | None, Client] = {}
     sources = []
     for weight, source in parsed.sources:
-        # One client per server (a URI without a host shares the configured one).
         own = client if client is not None else clients.get(source.endpoint)
         if own is None:
             own = clients[source.endpoint] = _client_for(source)
-        sources.append((dataset_from_uri(source, own, **options), weight))
-    return MixtureDataset(sources, num_samples=parsed.num_samples, replacement=parsed.replacement,
-                          seed=parsed.seed)
+        sources.append((source, own, weight))
+    return sources, {"num_samples": parsed.num_samples, "replacement": parsed.replacement, "seed": parsed.seed}
 
 
 def resolve_pinned(client: Client, slice_id: str, manifest_hash: str) -> Slice:
@@ -175,7 +170,7 @@ def resolve_pinned(client: Client, slice_id: str, manifest_hash: str) -> Slice:
     except NotFoundError:
         pass
     raise SliceChangedError(
-        f"slice {slice_id} on {_clean_endpoint(client.endpoint) if client.endpoint else 'the server'} now resolves to manifest "
+        f"slice {slice_id} on {clean_endpoint(client.endpoint) if client.endpoint else 'the server'} now resolves to manifest "
         f"{slice_.manifest_hash[:12]}..., not {manifest_hash[:12]}... that the dataset URI "
         "pins, and the server does not serve the pinned version by hash (the slice never named it "
         "there, or the server predates manifests by hash). To reproduce the run, use a cache that "
@@ -195,10 +190,10 @@ def _client_for(parsed: DatasetURI) -> Client:
     configured = os.environ.get("RAYFORM_ENDPOINT") or None
     if parsed.endpoint is None:
         return Client()
-    if configured is not None and _clean_endpoint(configured) != parsed.endpoint:
+    if configured is not None and clean_endpoint(configured) != parsed.endpoint:
         raise InvalidArgumentError(
             f"the dataset URI names the server {parsed.endpoint} but RAYFORM_ENDPOINT is "
-            f"{_clean_endpoint(configured)}; RAYFORM_TOKEN is only sent to the latter. If both are "
+            f"{clean_endpoint(configured)}; RAYFORM_TOKEN is only sent to the latter. If both are "
             "the same data, pass client=rayform.Client() to use your configured server"
         )
     return Client(endpoint=parsed.endpoint)

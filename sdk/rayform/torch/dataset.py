@@ -2,8 +2,9 @@
 
 This module holds only the public class: argument validation, indexing, epochs, sharding
 policy, ``stats`` and ``describe``. The grid is in ``_index``, alignment in ``_align``,
-reading and decoding in ``_reader``/``_decode``/``_tables``, conventions in ``_frames``,
-sharding in ``_shard`` and statistics in ``_stats``. Semantics: ``docs/dataset.md``.
+reading in ``_reader`` (decoding in the ``_decoding`` package), read-ahead in ``_readahead``,
+conventions in ``_frames``, the sampling order and shards in the ``_sampling`` package, and
+statistics in ``_stats``. Semantics: ``docs/dataset.md``.
 """
 
 from __future__ import annotations
@@ -22,13 +23,10 @@ from rayform._boundary import argument_errors
 from rayform._hashing import hash_bytes
 from rayform._resolution import Target, check_image_size, describe_resolution
 from rayform._seams import BlobSource
-from rayform._segtable import SegmentTable
-from rayform._uri import DatasetURI
 from rayform.errors import InvalidArgumentError, NotFoundError
-from rayform.manifest import Segment
+from rayform.manifest import Segments, Stream
 from rayform.torch._align import ACTION_MODES
-from rayform.torch._decode import BACKENDS
-from rayform.torch._epoch import SharedEpoch
+from rayform.torch._decoding import BACKENDS
 from rayform.torch._frames import check_frame
 from rayform.torch._index import (
     GridIndex,
@@ -37,12 +35,19 @@ from rayform.torch._index import (
     select_table,
     selection_of,
 )
-from rayform.torch._order import DDP_EVEN, Stream, episode_streams
 from rayform.torch._readahead import DEFAULT_READAHEAD_BYTES, ReadAhead, check_cache_fits
 from rayform.torch._reader import SampleReader
-from rayform.torch._shardcheck import shard_check
+from rayform.torch._sampling import (
+    DDP_EVEN,
+    CacheFootprint,
+    IndexStream,
+    SharedEpoch,
+    episode_streams,
+    shard_check,
+)
 from rayform.torch._stats import compute_stats
-from rayform.torch._window import CacheFootprint
+from rayform.torch._uri import dataset_arguments, dataset_uri
+from rayform.uri import DatasetURI
 
 __all__ = ["EpisodeDataset"]
 
@@ -169,17 +174,16 @@ class EpisodeDataset(Dataset):
         names = [*self.obs, *([self.action] if self.action else [])]
         self._read_bytes = check_cache_fits(slice_, self._segments, names, self._targets)
         self._index: GridIndex = build_index(self._segments, names, self.fps)
-        if isinstance(self._segments, SegmentTable):
-            # The checks and the index read columns of every segment: unmap those pages, or
-            # every DataLoader worker would inherit them as its own resident memory.
-            self._segments.release_pages()
+        # The checks and the index read columns of every segment: unmap those pages, or
+        # every DataLoader worker would inherit them as its own resident memory.
+        self._segments.release_pages()
         self._reader = SampleReader(
             slice_, self._index, self.obs, self.action, horizon=self.horizon,
             obs_steps=self.obs_steps, action_mode=action_mode, frame=self.frame,
             decoder_cache_size=self.decoder_cache_size, decoder_backend=decoder_backend,
             decode_threads=self.decode_threads, targets=self._targets,
         )
-        self._readahead = ReadAhead(self, max_bytes=_int("readahead_bytes", readahead_bytes))
+        self._readahead = ReadAhead(self, self._index, max_bytes=_int("readahead_bytes", readahead_bytes))
         self._shard_check = shard_check(len(self._index))  # None outside a multi-process DDP
 
     # -- size and epochs -------------------------------------------------------------------
@@ -230,13 +234,13 @@ class EpisodeDataset(Dataset):
         Raises:
             InvalidArgumentError: ``name`` is not a camera of the dataset.
         """
-        if name not in self.obs or self._stream(name).kind != "video":
-            cams = [n for n in self.obs if self._stream(n).kind == "video"]
+        if name not in self.obs or self.stream(name).kind != "video":
+            cams = [n for n in self.obs if self.stream(n).kind == "video"]
             raise InvalidArgumentError(f"{name!r} is not a camera of this dataset; its cameras: {', '.join(cams) or 'none'}")
         if self._targets is not None:
             t = self._targets[name]
             return 3, t.height, t.width
-        h, w, c = self._stream(name).shape
+        h, w, c = self.stream(name).shape
         return c, h, w
 
     def cache_footprint(self) -> CacheFootprint | None:
@@ -248,11 +252,26 @@ class EpisodeDataset(Dataset):
             return None
         return CacheFootprint(int(self._read_bytes), len(self._index.segments), int(limit))
 
-    def _order_streams(self, world: int, epoch: int, shuffle: bool, window: int | None = None) -> list[Stream]:
+    @property
+    def shard_auto(self) -> bool:
+        """Whether :attr:`shard` was found from ``torch.distributed`` (``shard="auto"``)."""
+        return self._shard_auto
+
+    @property
+    def accepts_window(self) -> bool:
+        """``True``: :class:`~rayform.torch.EpisodeSampler` may read it a window of episodes at
+        a time."""
+        return True
+
+    def follow_order(self, shuffle: bool, window: int | None) -> None:
+        """Told by :class:`~rayform.torch.EpisodeSampler`: read-ahead fetches in its order."""
+        self._readahead.follow(shuffle, window)
+
+    def order_streams(self, world: int, epoch: int, shuffle: bool, window: int | None = None) -> list[IndexStream]:
         # The sampler's hook: how an epoch is laid out for a first world size (_order.py).
         return episode_streams(self._index.offsets, world, self.ddp_even, self.seed, epoch, shuffle, window)
 
-    def _order_fingerprint(self) -> dict[str, Any]:
+    def order_fingerprint(self) -> dict[str, Any]:
         # What a saved sampler position is only valid for.
         return {"samples": len(self._index), "episodes": len(self._index.segments), "ddp_even": self.ddp_even}
 
@@ -263,7 +282,7 @@ class EpisodeDataset(Dataset):
         self._epoch.set(int(epoch))
 
     @property
-    def segments(self) -> Sequence[Segment]:
+    def segments(self) -> Segments:
         """The dataset's episodes (all ranks' together), in order."""
         return self._index.segments
 
@@ -271,7 +290,7 @@ class EpisodeDataset(Dataset):
     def segment_lengths(self) -> dict[str, int]:
         """Grid samples per episode ID."""
         segs = self._index.segments
-        ids = segs.ids().to_pylist() if isinstance(segs, SegmentTable) else [seg.id for seg in segs]
+        ids = segs.ids().to_pylist()
         return {seg_id: int(n) for seg_id, n in zip(ids, self._index.count, strict=True)}
 
     # -- samples ---------------------------------------------------------------------------
@@ -322,12 +341,10 @@ class EpisodeDataset(Dataset):
         Pins the manifest hash and every argument that changes the samples (docs/tracking.md);
         never holds the token. :meth:`from_uri` rebuilds the dataset from it.
         """
-        from rayform.torch._uri import dataset_uri
-
         return str(dataset_uri(self))
 
     @classmethod
-    def from_uri(cls, uri: str, client: Any = None, **options: Any) -> EpisodeDataset:
+    def from_uri(cls, uri: str | DatasetURI, client: Any = None, **options: Any) -> EpisodeDataset:
         """Rebuild the dataset ``uri`` (from :attr:`uri`) names: same slice version, same samples.
 
         Args:
@@ -343,9 +360,8 @@ class EpisodeDataset(Dataset):
             OfflineError: offline and the pinned manifest is not cached.
             InvalidArgumentError: not a dataset URI, or an option that the URI fixes.
         """
-        from rayform.torch._uri import dataset_from_uri
-
-        return dataset_from_uri(uri, client, **options)
+        slice_, kwargs = dataset_arguments(uri, client, **options)
+        return cls(slice_, **kwargs)
 
     # -- metadata --------------------------------------------------------------------------
     def stats(self) -> dict[str, dict[str, Any]]:
@@ -355,7 +371,7 @@ class EpisodeDataset(Dataset):
         streams, after the ``frame`` conversion. Computed once and cached under the client's
         cache directory, keyed by everything the numbers depend on.
         """
-        roles = {name: "obs" for name in self.obs if self._stream(name).kind == "table"}
+        roles = {name: "obs" for name in self.obs if self.stream(name).kind == "table"}
         if self.action is not None:
             roles[self.action] = "action"
         return compute_stats(
@@ -398,7 +414,7 @@ class EpisodeDataset(Dataset):
             "rank": self._rank,
             "world_size": self._world,
             "ddp_even": self.ddp_even,
-            **describe_resolution(self._targets, self._stream),
+            **describe_resolution(self._targets, self.stream),
             **selection_of(self.slice),
         }
 
@@ -408,7 +424,9 @@ class EpisodeDataset(Dataset):
         DataLoader worker) has its own; empty before this process read a frame."""
         return self._reader.open_backends()
 
-    def _stream(self, name: str) -> Any:
+    def stream(self, name: str) -> Stream:
+        """The manifest's record of stream ``name`` (kind, rate in Hz, shape, dtype, units...),
+        from the first episode: every episode of the dataset has the streams it reads."""
         return self._index.segments[0].streams[name]
 
     def _arguments(self) -> tuple[list[tuple[str, Any]], str | None]:
@@ -476,35 +494,13 @@ def _choice(name: str, value: Any, allowed: Sequence[Any]) -> None:
         raise InvalidArgumentError(f"{name}={value!r}: use one of {', '.join(map(repr, allowed))}")
 
 
-def _select_segments(slice_: Any, segments: Sequence[str] | None) -> Sequence[Segment]:
-    every = getattr(slice_, "segments", None)
-    every = slice_.manifest.segments if every is None else every
-    if isinstance(every, SegmentTable):  # a v2 manifest: vectorised, nothing per segment
-        return every if segments is None else select_table(slice_.id, every, segments)
-    all_segments = tuple(every)
-    if segments is None:
-        return all_segments
-    if isinstance(segments, str):
-        raise InvalidArgumentError(f"segments={segments!r}: pass a list of segment IDs, e.g. [{segments!r}]")
-    by_id = {s.id: s for s in all_segments}
-    out, seen = [], set()
-    for seg_id in segments:
-        if seg_id not in by_id:
-            raise NotFoundError(
-                f"slice {slice_.id} has no segment {seg_id!r}; list them with "
-                f"`rayform slices show {slice_.id}` or use split_episodes(slice_)"
-            )
-        if seg_id in seen:
-            raise InvalidArgumentError(f"segments lists {seg_id} twice: list each episode once")
-        seen.add(seg_id)
-        out.append(by_id[seg_id])
-    if not out:
-        raise InvalidArgumentError("segments=[] selects no episode: pass at least one segment ID")
-    return tuple(out)
+def _select_segments(slice_: BlobSource, segments: Sequence[str] | None) -> Segments:
+    every = slice_.segments
+    return every if segments is None else select_table(slice_.id, every, segments)
 
 
 def _check_streams(
-    slice_: Any, segments: Sequence[Segment], obs: Sequence[str], action: str | None
+    slice_: BlobSource, segments: Segments, obs: Sequence[str], action: str | None
 ) -> tuple[list[str], str | None]:
     if isinstance(obs, str) or not all(isinstance(o, str) for o in obs) or not obs:
         raise InvalidArgumentError(f"obs={obs!r}: pass a non-empty list of stream names, e.g. ['cam0/rgb']")
@@ -517,31 +513,9 @@ def _check_streams(
             f"slice {slice_.id} has no episodes, so there is nothing to sample; pick a slice "
             "with data (`rayform slices ls`) or ask its owners to rebuild it"
         )
-    if isinstance(segments, SegmentTable):
-        check_table_streams(slice_.id, segments, [*obs, *([action] if action else [])], action)
-        if action is not None and action in obs:
-            raise InvalidArgumentError(f"{action!r} is both in obs and the action: use it once")
-        return list(obs), action
-    available = sorted({name for seg in segments for name in seg.streams})
-    for name in [*obs, *([action] if action else [])]:
-        missing = [seg.id for seg in segments if name not in seg.streams]
-        if len(missing) == len(segments):
-            raise NotFoundError(
-                f"stream {name!r} is not in slice {slice_.id}; available streams: {', '.join(available)}"
-            )
-        if missing:
-            raise NotFoundError(
-                f"stream {name!r} is missing from {len(missing)} of {len(segments)} episodes "
-                f"(e.g. {missing[0]}); select episodes that have it with segments=[...]"
-            )
-    if action is not None:
-        kinds = {seg.streams[action].kind for seg in segments}
-        if kinds != {"table"}:
-            raise InvalidArgumentError(
-                f"action={action!r} is a video stream: the action must be a table (vector) stream"
-            )
-        if action in obs:
-            raise InvalidArgumentError(f"{action!r} is both in obs and the action: use it once")
+    check_table_streams(slice_.id, segments, [*obs, *([action] if action else [])], action)
+    if action is not None and action in obs:
+        raise InvalidArgumentError(f"{action!r} is both in obs and the action: use it once")
     return list(obs), action
 
 

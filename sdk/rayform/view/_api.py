@@ -19,10 +19,10 @@ from urllib.parse import unquote
 import numpy as np
 
 from rayform._ids import SEGMENT_ID_RE, STREAM_NAME_RE
-from rayform._selexpr import selection_expression
 from rayform.errors import InvalidArgumentError, NotFoundError
 from rayform.format import decode_table, decode_timestamps
 from rayform.manifest import Segment, Stream
+from rayform.uri import selection_expression
 from rayform.view._index import EpisodeFilter, EpisodeIndex
 
 __all__ = ["MAX_PAGE", "MAX_POINTS", "ViewAPI", "ViewError"]

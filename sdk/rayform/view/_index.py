@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,8 +17,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from rayform._segtable import SegmentTable
-from rayform.manifest import Segment
+from rayform.manifest import Segment, Segments
 
 __all__ = ["EpisodeFilter", "EpisodeIndex"]
 
@@ -46,23 +44,17 @@ class EpisodeIndex:
     """Columns of one slice's segments (ID, site, start, end) and cached filter results.
 
     Args:
-        segments: the slice's segments (a tuple of :class:`Segment` or a ``SegmentTable``).
+        segments: the slice's segments.
     """
 
     _KEEP = 8  # filter results kept: paging through one filter must not refilter
 
-    def __init__(self, segments: Sequence[Segment]) -> None:
+    def __init__(self, segments: Segments) -> None:
         self.segments = segments
-        if isinstance(segments, SegmentTable):
-            self.ids = segments.ids()
-            self.sites = segments.sites()
-            self.start_ns = segments.column("start_ns")
-            self.end_ns = segments.column("end_ns")
-        else:
-            self.ids = pa.array([s.id for s in segments], type=pa.string())
-            self.sites = pa.array([s.site for s in segments], type=pa.string())
-            self.start_ns = np.array([s.start_ns for s in segments], dtype=np.int64)
-            self.end_ns = np.array([s.end_ns for s in segments], dtype=np.int64)
+        self.ids = segments.ids()
+        self.sites = segments.sites()
+        self.start_ns = segments.column("start_ns")
+        self.end_ns = segments.column("end_ns")
         self._lock = threading.Lock()  # one Segment cache and one result cache per slice
         self._results: OrderedDict[EpisodeFilter, np.ndarray] = OrderedDict()
         self._site_list: list[str] | None = None

@@ -33,7 +33,7 @@ import torch
 
 from rayform._untrusted import shown
 from rayform.errors import IntegrityError, RayformError
-from rayform.torch._intra import IntraDecoder, open_intra
+from rayform.torch._decoding._intra import IntraDecoder, open_intra
 
 __all__ = ["BACKENDS", "DecoderCache", "default_backend", "forget_intra_checks", "intra_checks"]
 

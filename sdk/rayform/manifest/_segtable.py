@@ -1,30 +1,32 @@
-"""The segments of a version 2 manifest as columns over memory-mapped pages.
+"""The one segment model: the segments of a manifest of either version as Arrow columns
+(a v2 manifest's memory-mapped pages, or a v1 manifest's segments turned into the same table).
 
 :class:`_Columns` holds the pages' Arrow tables (mapped, never copied whole) and derives numpy
 arrays from them only when asked (``t0_ns`` of every stream row for the grid index, the blob
-hashes for a pull), each once. :class:`SegmentTable` is the ``Sequence[Segment]`` over them: a
+hashes for a pull), each once. :class:`Segments` is the ``Sequence[Segment]`` over them: a
 selection is an array of positions, and indexing builds one
-:class:`~rayform.manifest.Segment` (keeping the last few thousand).
+:class:`~rayform.manifest._model.Segment` (keeping the last few thousand).
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, overload
 
 import numpy as np
 
-from rayform._pagemap import PageMaps
-from rayform._pagerows import PageRows
-from rayform._rendcols import has_renditions, parse_cells, rendition_blobs
-from rayform._segments import SegmentColumns
 from rayform.errors import ManifestError
-from rayform.manifest import BlobRef, Segment, Stream
+from rayform.manifest._model import BlobRef, Segment, Stream
+from rayform.manifest._pagemap import PageMaps
+from rayform.manifest._pagerows import PageRows
+from rayform.manifest._rendcols import parse_cells, rendition_blobs
+from rayform.manifest._schema import HASH_BYTES, segments_to_table, table_has_renditions
+from rayform.manifest._segments import SegmentColumns
 
-__all__ = ["SegmentTable"]
+__all__ = ["SegmentTable", "Segments"]
 
-HASH_BYTES = 32
+
 OPTIONAL_STR = ("units", "frame", "quantity", "codec")
 _FLOATS = {"halffloat": "float16", "float": "float32", "double": "float64"}
 
@@ -89,11 +91,17 @@ class _Columns:
     """Columns of the pages (one Arrow table each, in manifest order), derived lazily."""
 
     def __init__(self, pages: Sequence[Any], paths: Sequence[str] | None = None,
-                 maps: PageMaps | None = None) -> None:
+                 maps: PageMaps | None = None, *, objects: Sequence[Segment] | None = None,
+                 summary: dict[str, Any] | None = None) -> None:
         pa = _pa()
         self.pages = list(pages)
         self.paths = list(paths) if paths is not None else None
         self.maps = maps
+        # A version 1 manifest's own Segment objects, returned as they are (indexing stays a
+        # tuple lookup); a v2 manifest builds one from its page row when asked.
+        self.objects = tuple(objects) if objects is not None else None
+        # The writer's summary of the whole table (a v2 root's), read instead of the columns.
+        self.known_summary = summary
         self.table = pa.concat_tables(self.pages) if len(self.pages) > 1 else self.pages[0]
         self.n = self.table.num_rows
         self._page_start = np.cumsum([0, *(p.num_rows for p in self.pages)])[:-1]
@@ -104,10 +112,10 @@ class _Columns:
         # Pickled (spawned DataLoader workers) as the pages' paths: the receiver maps the same
         # files instead of receiving a copy of the columns.
         if self.paths is None:
-            return (_Columns, (self.pages,))
-        return (_map_columns, (self.paths,))
+            return (_list_columns, (self.pages, self.objects, self.known_summary))
+        return (_map_columns, (self.paths, self.known_summary))
 
-    def _values(self) -> list[Any]:
+    def stream_values(self) -> list[Any]:
         """Per page, the flattened stream rows (a StructArray) and the list offsets."""
         if "values" not in self._cache:
             out = []
@@ -131,7 +139,7 @@ class _Columns:
         """``int32 (R,)``: the segment position of every stream row."""
         if "seg" not in self._cache:
             parts, base = [], 0
-            for _, offs in self._values():
+            for _, offs in self.stream_values():
                 n = len(offs) - 1
                 parts.append(np.repeat(np.arange(base, base + n, dtype=np.int32), np.diff(offs)))
                 base += n
@@ -155,7 +163,7 @@ class _Columns:
         pa = _pa()
         names: list[str] = []
         codes = []
-        for values, _ in self._values():
+        for values, _ in self.stream_values():
             col = values.field("name")
             if not pa.types.is_dictionary(col.type):
                 col = col.dictionary_encode()
@@ -172,7 +180,7 @@ class _Columns:
         """A stream-row field of every stream row, ``(R,)`` numpy (strings as objects)."""
         # Not kept: the index needs t0/t1 once, and a kept copy would sit in every worker.
         parts = []
-        for values, _ in self._values():
+        for values, _ in self.stream_values():
             col = values.field(name)
             if _pa().types.is_dictionary(col.type):
                 col = col.cast(col.type.value_type)
@@ -182,7 +190,7 @@ class _Columns:
     def hashes(self, name: str) -> np.ndarray:
         """``(R, 32) uint8`` raw digests of ``blob_hash``/``ts_hash`` (zeros: no blob)."""
         parts = []
-        for values, _ in self._values():
+        for values, _ in self.stream_values():
             arr = values.field(name)
             buf = np.frombuffer(arr.buffers()[1], dtype=np.uint8)
             start = arr.offset * HASH_BYTES
@@ -215,7 +223,7 @@ class _Columns:
         return out
 
     def release(self) -> None:
-        """Give back the mapped pages this process touched (see :mod:`rayform._pagemap`)."""
+        """Give back the mapped pages this process touched (see :mod:`rayform.manifest._pagemap`)."""
         if self.maps is not None:
             self.maps.release()
 
@@ -244,8 +252,9 @@ class _Columns:
 
     @property
     def has_renditions(self) -> bool:
-        """Whether the pages have the ``renditions`` field (format version 3)."""
-        return has_renditions(self.pages[0].schema.field("streams").type.value_type)
+        """Whether the pages have the ``renditions`` field (format version 3, or a version 1
+        manifest whose cameras list renditions)."""
+        return table_has_renditions(self.pages[0])
 
     def unique_renditions(self, streams: Sequence[str] | None,
                           rows: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -256,7 +265,7 @@ class _Columns:
         if rows is not None:
             mask &= np.isin(self.stream_seg, rows)
         digests, sizes, start = [], [], 0
-        for values, _ in self._values():
+        for values, _ in self.stream_values():
             d, s = rendition_blobs(values, mask[start:start + len(values)])
             start += len(values)
             digests.append(d)
@@ -268,39 +277,61 @@ class _Columns:
         _, first = np.unique(keys, return_index=True)
         return all_d[first], all_s[first]
 
-    def summary(self) -> dict[str, Any]:
-        """The root document's ``summary`` (written once, by the manifest's writer)."""
+    def summary(self, rows: np.ndarray | None = None) -> dict[str, Any]:
+        """The summary of the segments at ``rows`` (all: ``None``): what a v2 root's
+        ``summary`` holds, computed from the columns (``build_root`` writes this)."""
+        if rows is None and self.known_summary is not None:
+            return self.known_summary
         start, end = self.col("start_ns"), self.col("end_ns")
-        pc = _pa().compute
-        sites = pc.unique(self.table.column("site").cast(_pa().string()))
+        sites = self.table.column("site").cast(_pa().string())
+        codes, segs = self.name_code, self.stream_seg
+        if rows is not None:
+            start, end = start[rows], end[rows]
+            sites = sites.take(arrow_ints(rows))
+            keep = np.isin(segs, rows)
+            codes, segs = codes[keep], segs[keep]
         info: dict[str, Any] = {}
         for code, name in enumerate(self.name_list):
-            rows = np.flatnonzero(self.name_code == code)
-            seg_row = self.row(int(self.stream_seg[rows[0]]))
+            hits = np.flatnonzero(codes == code)
+            if not hits.size:
+                continue
+            seg_row = self.row(int(segs[hits[0]]))
             first = next(s for s in seg_row["streams"] if s["name"] == name)
             info[name] = {k: first[k] for k in ("kind", "rate_hz", "shape", "dtype", *OPTIONAL_STR)
-                          if first[k] not in (None, "")} | {"segments": int(rows.size)}
+                          if first[k] not in (None, "")} | {"segments": int(hits.size)}
+        n = len(start)
         return {
-            "segments": self.n,
-            "streams": info,
-            "sites": sorted(str(x) for x in sites.to_pylist()),
-            "start_ns": int(start.min()) if self.n else 0,
-            "end_ns": int(end.max()) if self.n else 0,
+            "segments": n,
+            "streams": dict(sorted(info.items())),
+            "sites": sorted(str(x) for x in _pa().compute.unique(sites).to_pylist()),
+            "start_ns": int(start.min()) if n else 0,
+            "end_ns": int(end.max()) if n else 0,
             "duration_ns": int((end - start).sum()),
-            "nbytes": int(self.unique_blobs(None)[1].sum()),
+            "nbytes": int(self.unique_blobs(None, rows)[1].sum()),
         }
 
+    def segment(self, row: int) -> Segment | None:
+        """The manifest's own :class:`Segment` at ``row`` if it has objects (version 1)."""
+        return self.objects[row] if self.objects is not None else None
 
-def _map_columns(paths: list[str]) -> _Columns:
+
+def _map_columns(paths: list[str], summary: dict[str, Any] | None = None) -> _Columns:
     maps = PageMaps()
-    return _Columns([maps.table(p) for p in paths], paths, maps)
+    return _Columns([maps.table(p) for p in paths], paths, maps, summary=summary)
 
 
-class SegmentTable(SegmentColumns):
-    """The segments of a v2 manifest (or a selection of them), as columns.
+def _list_columns(pages: list[Any], objects: Sequence[Segment] | None, summary: dict[str, Any] | None) -> _Columns:
+    return _Columns(pages, objects=objects, summary=summary)
+
+
+class Segments(SegmentColumns):
+    """The segments of a slice (or of a selection of it), as columns: the one segment model,
+    whatever the manifest's version.
 
     A ``Sequence[Segment]``: ``len`` and the column methods cost no Python per segment;
-    indexing builds one :class:`~rayform.manifest.Segment` (and keeps the last few thousand).
+    indexing gives a :class:`~rayform.Segment` (a version 1 manifest's own object; for
+    version 2 one built from its page row, the last few thousand kept). Build one with
+    :func:`~rayform.manifest.segments_of`; a selection is :meth:`take`.
 
     Args:
         columns: the whole manifest's columns.
@@ -309,10 +340,14 @@ class SegmentTable(SegmentColumns):
 
     _CACHE = 4096
 
-    def __init__(self, columns: _Columns, rows: np.ndarray | None = None) -> None:
+    def __init__(self, columns: _Columns | Iterable[Segment], rows: np.ndarray | None = None) -> None:
+        if not isinstance(columns, _Columns):  # Segments([seg, ...]): a table of these segments
+            objects = tuple(columns)
+            columns = _Columns([segments_to_table(objects)], objects=objects)
         self._c = columns
         self.rows = None if rows is None else np.asarray(rows, dtype=np.int64)
         self._made: OrderedDict[int, Segment] = OrderedDict()
+        self._summary: dict[str, Any] | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_made": OrderedDict()}
@@ -327,15 +362,18 @@ class SegmentTable(SegmentColumns):
     @overload
     def __getitem__(self, i: int) -> Segment: ...
     @overload
-    def __getitem__(self, i: slice) -> SegmentTable: ...
-    def __getitem__(self, i: int | slice) -> Segment | SegmentTable:
+    def __getitem__(self, i: slice) -> Segments: ...
+    def __getitem__(self, i: int | slice) -> Segment | Segments:
         if isinstance(i, slice):
-            return SegmentTable(self._c, self.positions()[i])
+            return Segments(self._c, self.positions()[i])
         n = len(self)
         if not -n <= i < n:
             raise IndexError(f"segment position {i} out of range for {n} segments")
         i = i + n if i < 0 else i
         row = int(self.rows[i]) if self.rows is not None else int(i)
+        objects = self._c.objects
+        if objects is not None:
+            return objects[row]
         seg = self._made.get(row)
         if seg is None:
             seg = _segment(self._c.row(row))
@@ -348,9 +386,53 @@ class SegmentTable(SegmentColumns):
         for i in range(len(self)):
             yield self[i]
 
+    def __eq__(self, other: object) -> bool:
+        # Equal to any tuple, list or Segments of equal segments in the same order (a version 1
+        # manifest's segments were a tuple, and compare equal to it still).
+        if isinstance(other, Segments) and self.same_columns(other):
+            return bool(np.array_equal(self.positions(), other.positions()))
+        if isinstance(other, (Segments, tuple, list)):
+            return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
+        return NotImplemented
+
+    __hash__ = object.__hash__  # by identity, as before equality was defined
+
+    def take(self, positions: Sequence[int] | np.ndarray) -> Segments:
+        """These segments at ``positions`` (indices into this sequence), in that order."""
+        return Segments(self._c, self.positions()[np.asarray(positions, dtype=np.int64)])
+
+    def same_columns(self, other: Segments) -> bool:
+        """Whether ``other`` reads the same manifest's columns (a selection of one slice)."""
+        return self._c is other._c
+
+    def summary(self) -> dict[str, Any]:
+        """Counts of these segments: ``segments``, ``streams`` (name -> kind, rate_hz, shape,
+        dtype, units, frame, quantity, codec where set, and the number of ``segments`` that
+        have it), ``sites`` (sorted), ``start_ns``/``end_ns`` (ns), ``duration_ns`` (ns, the
+        sum of the segments' durations) and ``nbytes`` (distinct blobs, bytes). A whole v2
+        manifest answers from its root without reading a page."""
+        if self._summary is None:
+            self._summary = self._c.summary(self.rows)
+        return self._summary
+
+    def site_counts(self) -> dict[str, int]:
+        """Segments per site, sorted by site."""
+        counts = self.sites().value_counts()
+        pairs = zip(counts.field("values").to_pylist(), counts.field("counts").to_pylist(), strict=True)
+        return dict(sorted((str(v), int(n)) for v, n in pairs))
+
+    def streams_with_blob(self, digest: str) -> list[str]:
+        """Names of the streams of these segments that hold blob ``digest`` (for messages)."""
+        c = self._c
+        raw = np.frombuffer(bytes.fromhex(digest), dtype=np.uint8)
+        hit = (c.hashes("blob_hash") == raw).all(axis=1) | (c.hashes("ts_hash") == raw).all(axis=1)
+        if self.rows is not None:
+            hit &= np.isin(c.stream_seg, self.rows)
+        return sorted({c.name_list[k] for k in np.unique(c.name_code[hit])})
+
     def release_pages(self) -> None:
         """Unmap the manifest pages this process touched (column reads touch every row); the
-        table stays usable (see :mod:`rayform._pagemap`)."""
+        table stays usable (see :mod:`rayform.manifest._pagemap`)."""
         self._c.release()
 
     # -- columns ---------------------------------------------------------------------------
@@ -407,7 +489,7 @@ class SegmentTable(SegmentColumns):
             sel &= np.isin(c.stream_seg, self.rows)
         out: set[str] = set()
         start = 0
-        for values, _ in c._values():
+        for values, _ in c.stream_values():
             n = len(values)
             part = sel[start:start + n]
             start += n
@@ -429,7 +511,8 @@ class SegmentTable(SegmentColumns):
 
     @property
     def has_renditions(self) -> bool:
-        """Whether the manifest's pages can list renditions (format version 3)."""
+        """Whether these segments' streams can list renditions (a version 3 manifest, or a
+        version 1 manifest with renditions); without, every camera reads its original."""
         return self._c.has_renditions
 
     def duration_ns(self) -> int:
@@ -437,7 +520,7 @@ class SegmentTable(SegmentColumns):
 
     def stream_name_lists(self) -> Any:
         """The sorted stream names of each of these segments (Arrow ``list<string>``), from the
-        columns: no :class:`~rayform.manifest.Segment` is built."""
+        columns: no :class:`~rayform.manifest._model.Segment` is built."""
         c, pa = self._c, _pa()
         # Stream rows sorted by segment position, then name: each segment's names are one run.
         rank = np.argsort(np.argsort(c.name_list)).astype(np.int64)
@@ -480,3 +563,7 @@ def _segment(d: dict[str, Any]) -> Segment:
         )
     return Segment(id=d["id"], version=int(d["version"]), site=d["site"], start_ns=int(d["start_ns"]),
                    end_ns=int(d["end_ns"]), streams=streams)
+
+
+#: The name this model had when only version 2 manifests used it.
+SegmentTable = Segments

@@ -1,6 +1,6 @@
 """The thin HTTP layer: connection reuse, retries, typed errors, resumable blob downloads.
 
-Retries live here and nowhere else (the policy is in :mod:`rayform._retry`): connection errors,
+Retries live here and nowhere else (the policy is in :mod:`rayform._net._retry`): connection errors,
 timeouts, ``5xx`` and ``429`` are retried with exponential backoff and jitter (honouring
 ``Retry-After``), within a bound on the time without progress; ``4xx`` answers never are.
 Redirects are followed by hand: the same origin keeps the ``Authorization`` header, any other
@@ -27,8 +27,8 @@ from typing import Any
 
 import httpx
 
+from rayform._net._retry import Retryable, RetryPolicy, Side, run_with_retries
 from rayform._process import PerProcess
-from rayform._retry import Retryable, RetryPolicy, Side, run_with_retries
 from rayform._seams import DownloadSink, ProgressCallback
 from rayform._untrusted import loads, shown
 from rayform.errors import (

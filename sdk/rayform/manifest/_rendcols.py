@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from rayform.errors import ManifestError
-from rayform.manifest import INT64_MAX, BlobRef, Rendition, Stream
+from rayform.manifest._model import INT64_MAX, BlobRef, Rendition, Stream
 
 __all__ = ["FORMAT_VERSION_3", "MAX_RENDITIONS", "cells", "check_renditions", "has_renditions", "parse_cells",
            "rendition_blobs", "rendition_type"]

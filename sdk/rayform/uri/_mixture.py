@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from urllib.parse import quote, unquote, urlsplit
 
 from rayform._hashing import hash_bytes
-from rayform._uri import DatasetURI, _format_float, _shown
 from rayform.errors import InvalidArgumentError
+from rayform.uri._dataset import DatasetURI, _format_float, _shown
 
 __all__ = ["MIX_VERSION", "MixtureURI", "is_mixture_uri"]
 

@@ -28,17 +28,16 @@ from typing import Protocol
 
 import numpy as np
 
-from rayform.torch._perm import Permutation, derive_key
-from rayform.torch._shard import assign_episodes, rank_indices
+from rayform.torch._sampling._perm import Permutation, derive_key
+from rayform.torch._sampling._shard import assign_episodes, rank_indices
 
 __all__ = [
     "DDP_EVEN",
     "ArrayStream",
-    "EpisodeOrder",
     "Part",
     "Piece",
     "RangeStream",
-    "Stream",
+    "IndexStream",
     "WindowStream",
     "episode_streams",
     "plan",
@@ -49,7 +48,7 @@ __all__ = [
 DDP_EVEN = ("split", "pad", "drop")
 
 
-class Stream(Protocol):
+class IndexStream(Protocol):
     """Slots ``0 .. length - 1``, each standing for one dataset index."""
 
     length: int
@@ -171,23 +170,16 @@ class WindowStream:
         return self._layout
 
 
-class EpisodeOrder(Protocol):
-    """Anything that gives the streams of an epoch for a first world size."""
-
-    def streams(self, world: int) -> list[Stream]:
-        ...
-
-
 def episode_streams(
     offsets: np.ndarray, world: int, ddp_even: str, seed: int, epoch: int, shuffle: bool,
     window: int | None = None,
-) -> list[Stream]:
+) -> list[IndexStream]:
     """The streams of a plain dataset whose first world size is ``world``.
 
     ``"split"`` gives rank ``r`` the ``r``-th of ``world`` consecutive ranges of the dataset's
     index space (episodes in dataset order; sizes differ by at most one, so at most
     ``world - 1`` episodes are cut between two neighbouring ranks). ``"pad"`` and ``"drop"``
-    give whole episodes (``rayform.torch._shard``). Each stream is read in the order of a
+    give whole episodes (``rayform.torch._sampling._shard``). Each stream is read in the order of a
     permutation keyed by ``(seed, epoch, world, rank)``, or with ``window`` (and ``shuffle``)
     a :class:`WindowStream` of that many episodes keyed alike.
     """
@@ -198,14 +190,14 @@ def episode_streams(
     def perm(r: int, m: int) -> Permutation:
         return Permutation(m, derive_key("episode", seed, epoch, world, r), shuffle and not windowed)
 
-    def windows(inner: RangeStream | ArrayStream, r: int, bounds: Callable[[], np.ndarray]) -> Stream:
+    def windows(inner: RangeStream | ArrayStream, r: int, bounds: Callable[[], np.ndarray]) -> IndexStream:
         if not windowed:
             return inner
         return WindowStream(inner, bounds, int(window or 1), derive_key("window", seed, epoch, world, r))
 
     if ddp_even == "split" or world == 1:
         q, rem = divmod(n, world)
-        out: list[Stream] = []
+        out: list[IndexStream] = []
         for r in range(world):
             m, start = q + (r < rem), r * q + min(r, rem)
 
@@ -275,7 +267,7 @@ class Part:
             stream[j], slot[j] = self.pads[int(positions[j]) - own]
         return stream, slot
 
-    def keys(self, streams: Sequence[Stream], positions: np.ndarray) -> np.ndarray:
+    def keys(self, streams: Sequence[IndexStream], positions: np.ndarray) -> np.ndarray:
         """Dataset indices ``int64 (N,)`` this part reads at ``positions``, given its streams."""
         stream, slot = self.locate(positions)
         out = np.empty(len(stream), dtype=np.int64)

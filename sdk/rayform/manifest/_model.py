@@ -7,7 +7,7 @@ BLAKE3 hash of its canonical bytes (UTF-8, sorted keys, no whitespace). It lists
 All times are integers in nanoseconds; rates are in Hz.
 
 Version 2 (a root listing Arrow pages of the same fields, for slices of millions of segments)
-is read by ``rayform._columnar``; its segments are the same :class:`Segment` objects.
+is read by ``rayform.manifest._columnar``; its segments are the same :class:`Segment` objects.
 """
 
 from __future__ import annotations

@@ -9,9 +9,9 @@
 The path pins the slice *and* the manifest (its BLAKE3 hash, so every byte); the query holds
 every argument that changes which samples the dataset yields; a dataset on a
 ``Slice.select`` view names the selection in ``select=`` (query version 2, see
-``rayform._selexpr``) instead of listing its episodes; a dataset with a training resolution
+``rayform.uri._selexpr``) instead of listing its episodes; a dataset with a training resolution
 holds ``image_size=`` and ``resize=`` (query version 3). Mixtures have their own form
-(``rayform._mixuri``). The encoding is canonical
+(``rayform.uri._mixture``). The encoding is canonical
 (``docs/tracking.md`` defines it): one dataset has one URI, so the URI can be compared,
 hashed and used as a key. The access token is never part of it.
 
@@ -31,10 +31,10 @@ from urllib.parse import quote, unquote, urlsplit
 from rayform._hashing import hash_bytes
 from rayform._ids import HASH_RE, SEGMENT_ID_RE, SLICE_ID_RE, STREAM_NAME_RE
 from rayform._resolution import check_resize, format_image_size, parse_image_size
-from rayform._selexpr import parse_selection, selection_expression
 from rayform.errors import InvalidArgumentError
+from rayform.uri._selexpr import parse_selection, selection_expression
 
-__all__ = ["QUERY_VERSION", "SCHEMES", "DatasetURI"]
+__all__ = ["QUERY_VERSION", "SCHEMES", "DatasetURI", "clean_endpoint"]
 
 #: Version of the query encoding; a parser refuses versions and parameters it does not know,
 #: so an old SDK never silently builds a different dataset from a newer URI.
@@ -50,7 +50,7 @@ IMAGE_VERSION = 3
 SCHEMES = {"rayform": "https", "rayform+http": "http"}
 # Parameters, in canonical (alphabetical) order after ``v``; "select" only from version 2,
 # "image_size" and "resize" only in version 3. "mix" belongs to mixture URIs
-# (rayform._mixuri); see docs/tracking.md.
+# (rayform.uri._mixture); see docs/tracking.md.
 _PARAMS = ("action", "action_mode", "fps", "frame", "horizon", "image_size", "obs", "obs_steps", "resize",
            "seed", "segments", "select")
 _OPTIONAL = ("segments", "select", "image_size", "resize")
@@ -81,7 +81,7 @@ class DatasetURI:
         seed: the dataset's seed.
         segments: the selected segment IDs in order, or ``None`` for every segment.
         select: a selection view of the slice as a canonical expression
-            (``"sites:lab-a;start_ns:..."``, see ``rayform._selexpr``), or ``None``.
+            (``"sites:lab-a;start_ns:..."``, see ``rayform.uri._selexpr``), or ``None``.
         image_size: the cameras' training resolution as canonical text (``"224x224"``, or
             ``"cam0/rgb:224x224,wrist/rgb:128x128"`` in ``obs`` order), or ``None`` for frames
             as stored; a ``(H, W)`` tuple or a per-camera dict is accepted and made canonical.
@@ -106,7 +106,7 @@ class DatasetURI:
 
     def __post_init__(self) -> None:
         if self.endpoint is not None:
-            object.__setattr__(self, "endpoint", _clean_endpoint(self.endpoint))
+            object.__setattr__(self, "endpoint", clean_endpoint(self.endpoint))
         # Lists become tuples so that equal URIs compare equal and hash alike.
         if isinstance(self.obs, str):
             raise InvalidArgumentError(f"dataset URI: obs={self.obs!r}; pass a sequence of stream names")
@@ -293,7 +293,7 @@ class DatasetURI:
 
 
 # -- helpers ---------------------------------------------------------------------------------
-def _clean_endpoint(endpoint: str) -> str:
+def clean_endpoint(endpoint: str) -> str:
     """``scheme://host[:port][/prefix]`` without credentials, query or trailing slash."""
     parts = urlsplit(endpoint.rstrip("/"))
     if parts.scheme not in ("http", "https") or not parts.hostname:
@@ -318,7 +318,7 @@ def _parse_query(query: str, uri: str) -> dict[str, str]:
             raise InvalidArgumentError(f"dataset URI query item {item!r} has no '=': write key=value")
         if key in values:
             raise InvalidArgumentError(f"dataset URI names {key!r} twice: give each parameter once")
-        # select= is percent-encoded item by item (rayform._selexpr decodes it)
+        # select= is percent-encoded item by item (rayform.uri._selexpr decodes it)
         values[key] = value if key == "select" else unquote(value)
     version = values.pop("v", None)
     if version not in known:

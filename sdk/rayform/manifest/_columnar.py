@@ -1,5 +1,7 @@
 """Manifest format version 2: the segment table as Apache Arrow IPC pages.
 
+Version 3 is the same with a ``renditions`` list per stream row (``_rendcols``).
+
 A v2 manifest is a small canonical-JSON *root* (named, like v1, by the BLAKE3 of its bytes)
 that lists *pages*: Arrow IPC files of up to ``page_rows`` segments each, every page named by
 the BLAKE3 of its bytes. One row is one segment; its ``streams`` column is a list of structs,
@@ -8,7 +10,7 @@ one per stream (sorted by name), whose flattened child is the stream table. See
 
 Pages are opened by memory map: opening a slice of 1,000,000 segments reads the root, maps the
 pages and builds no Python object per segment; :class:`SegmentTable` materialises a
-:class:`~rayform.manifest.Segment` only when one is asked for. ``pyarrow`` is imported here
+:class:`~rayform.manifest._model.Segment` only when one is asked for. ``pyarrow`` is imported here
 lazily, so ``import rayform`` stays cheap.
 """
 
@@ -21,13 +23,20 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from rayform._hashing import hash_bytes
-from rayform._pagecheck import check_page, check_root, check_stream_names
-from rayform._pagemap import PageMaps
-from rayform._rendcols import FORMAT_VERSION_3, cells, has_renditions, rendition_type
-from rayform._segtable import HASH_BYTES, SegmentTable, _Columns, arrow_ints
 from rayform._untrusted import loads, shown
 from rayform.errors import ManifestError, NotFoundError
-from rayform.manifest import FORMAT, BlobRef, Manifest, Segment, canonical_json, parse_manifest_json
+from rayform.manifest._model import (
+    FORMAT,
+    BlobRef,
+    Manifest,
+    canonical_json,
+    parse_manifest_json,
+)
+from rayform.manifest._pagecheck import check_page, check_root, check_stream_names
+from rayform.manifest._pagemap import PageMaps
+from rayform.manifest._rendcols import FORMAT_VERSION_3
+from rayform.manifest._schema import _pa, page_schema, segments_to_table, table_has_renditions
+from rayform.manifest._segtable import Segments, SegmentTable, _Columns, arrow_ints
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -41,6 +50,7 @@ __all__ = [
     "ColumnarManifest",
     "SegmentTable",
     "build_root",
+    "segments_of",
     "load",
     "open_pages",
     "page_refs",
@@ -55,82 +65,9 @@ COLUMNAR_VERSIONS = (FORMAT_VERSION_2, FORMAT_VERSION_3)
 PAGE_FORMAT = "arrow-ipc-file"
 #: Segments per page: ~4 MB pages for five streams, so 1,000,000 segments is 62 pages.
 PAGE_ROWS = 16384
-_HASH_BYTES = HASH_BYTES
-#: The ``ts_hash`` of a stream without a timestamps blob (a table).
-NO_HASH = bytes(HASH_BYTES)
-
-
-def _pa() -> Any:
-    # Lazily: ~150 ms, paid only by code that opens a v2 manifest.
-    import pyarrow as pa
-    import pyarrow.compute
-    import pyarrow.ipc  # noqa: F401
-
-    return pa
-
-
-def stream_type(plain: bool = False, renditions: bool = False) -> pa.DataType:
-    """The Arrow type of one stream row (the stream table's schema); ``plain``: strings
-    instead of dictionary-encoded strings; ``renditions``: with the version 3 field."""
-    pa = _pa()
-    h = pa.binary(_HASH_BYTES)
-    # A few distinct values repeated per row: dictionary-encoded in pages.
-    word = pa.string() if plain else pa.dictionary(pa.int32(), pa.string())
-    return pa.struct([
-        ("name", word), ("kind", word),
-        ("blob_hash", h), ("blob_size", pa.int64()),
-        ("ts_hash", h), ("ts_size", pa.int64()),
-        ("rate_hz", pa.float64()), ("shape", pa.list_(pa.int64())), ("dtype", word),
-        ("count", pa.int64()), ("t0_ns", pa.int64()), ("t1_ns", pa.int64()),
-        ("units", word), ("frame", word), ("quantity", word), ("codec", word), ("gop", pa.int64()),
-        *([("renditions", pa.list_(rendition_type()))] if renditions else []),
-    ])
-
-
-def page_schema(plain: bool = False, renditions: bool = False) -> pa.Schema:
-    """The Arrow schema of a page (the segment table); ``renditions``: of format version 3."""
-    pa = _pa()
-    return pa.schema([
-        ("id", pa.string()), ("version", pa.int64()),
-        ("site", pa.string() if plain else pa.dictionary(pa.int32(), pa.string())),
-        ("start_ns", pa.int64()), ("end_ns", pa.int64()),
-        ("streams", pa.list_(stream_type(plain, renditions))),
-    ])
 
 
 # -- writing ---------------------------------------------------------------------------------
-def segments_to_table(segments: Sequence[Segment]) -> pa.Table:
-    """The segment table of ``segments`` (one Python pass; the writer's side only): of the
-    version 3 page schema if a stream has renditions, else of version 2."""
-    pa = _pa()
-    renditions = any(s.renditions for seg in segments for s in seg.streams.values())
-    rows = []
-    for seg in segments:
-        streams = []
-        for name, s in sorted(seg.streams.items()):
-            streams.append({
-                "name": name, "kind": s.kind,
-                "blob_hash": bytes.fromhex(s.blob.hash), "blob_size": s.blob.size,
-                # No nulls anywhere: Arrow leaves the bytes under a null unspecified, and a
-                # page's bytes must depend only on its content. "Absent" is spelled
-                # as 32 zero bytes (no timestamps blob), 0 (gop) and "" (strings).
-                "ts_hash": bytes.fromhex(s.timestamps.hash) if s.timestamps else NO_HASH,
-                "ts_size": s.timestamps.size if s.timestamps else 0,
-                "rate_hz": float(s.rate_hz), "shape": list(s.shape), "dtype": s.dtype,
-                "count": s.count, "t0_ns": s.t0_ns, "t1_ns": s.t1_ns, "units": s.units or "",
-                "frame": s.frame or "", "quantity": s.quantity or "", "codec": s.codec or "",
-                "gop": s.gop or 0,
-                **({"renditions": cells(s)} if renditions else {}),
-            })
-        rows.append({"id": seg.id, "version": seg.version, "site": seg.site,
-                     "start_ns": seg.start_ns, "end_ns": seg.end_ns, "streams": streams})
-    return pa.Table.from_pylist(rows, schema=page_schema(renditions=renditions))
-
-
-def _has_renditions(table: pa.Table) -> bool:
-    return has_renditions(table.schema.field("streams").type.value_type)
-
-
 def table_to_pages(table: pa.Table, page_rows: int = PAGE_ROWS) -> list[bytes]:
     """Split the segment table into pages of ``page_rows`` rows, each an Arrow IPC file.
 
@@ -138,7 +75,7 @@ def table_to_pages(table: pa.Table, page_rows: int = PAGE_ROWS) -> list[bytes]:
     same positions (e.g. a slice and the same slice with segments appended) share those pages.
     """
     pa = _pa()
-    renditions = _has_renditions(table)
+    renditions = table_has_renditions(table)
     plain, schema = page_schema(plain=True, renditions=renditions), page_schema(renditions=renditions)
     table = table.cast(plain)
     pages = []
@@ -160,7 +97,7 @@ def build_root(table: pa.Table, pages: Sequence[bytes], description: str, page_r
     cols = _Columns([table])
     doc = {
         "format": FORMAT,
-        "format_version": FORMAT_VERSION_3 if _has_renditions(table) else FORMAT_VERSION_2,
+        "format_version": FORMAT_VERSION_3 if table_has_renditions(table) else FORMAT_VERSION_2,
         "description": description,
         "page_format": PAGE_FORMAT,
         "page_rows": page_rows,
@@ -175,7 +112,7 @@ def build_root(table: pa.Table, pages: Sequence[bytes], description: str, page_r
 class ColumnarManifest:
     """A parsed v2 manifest: the root document and its mapped pages.
 
-    Offers what :class:`~rayform.manifest.Manifest` offers (``segments``, ``blobs``,
+    Offers what :class:`~rayform.manifest._model.Manifest` offers (``segments``, ``blobs``,
     ``stream_names``, ``hash``, ``to_bytes``), plus ``summary`` (from the root, no page read).
     ``format_version`` is 2, or 3 for pages that list renditions.
     """
@@ -190,7 +127,7 @@ class ColumnarManifest:
         self.description = str(doc.get("description", ""))
         self.summary: dict[str, Any] = doc["summary"]
         self._page_paths = page_paths
-        self.segments = SegmentTable(_Columns(pages, page_paths, maps))
+        self.segments = Segments(_Columns(pages, page_paths, maps, summary=self.summary))
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Pickled (spawned DataLoader workers) as paths: the receiver maps the same pages.
@@ -228,12 +165,13 @@ class ColumnarManifest:
     def stream_names(self) -> list[str]:
         return sorted(self.summary["streams"])
 
-    def streams_with_blob(self, digest: str) -> list[str]:
-        """Names of the streams that hold blob ``digest`` (for error messages)."""
-        c = self.segments._c
-        raw = np.frombuffer(bytes.fromhex(digest), dtype=np.uint8)
-        hit = (c.hashes("blob_hash") == raw).all(axis=1) | (c.hashes("ts_hash") == raw).all(axis=1)
-        return sorted({c.name_list[k] for k in np.unique(c.name_code[hit])})
+
+def segments_of(manifest: Manifest | ColumnarManifest) -> Segments:
+    """The :class:`Segments` of a manifest of either version (a version 1 manifest's segments
+    become the same columns as a v2 page, so every reader has one model to read)."""
+    if isinstance(manifest, ColumnarManifest):
+        return manifest.segments
+    return Segments(manifest.segments)
 
 
 def _reopen(root: bytes, page_paths: list[str]) -> ColumnarManifest:

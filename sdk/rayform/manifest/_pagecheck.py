@@ -21,10 +21,9 @@ from typing import Any
 import numpy as np
 
 from rayform._ids import HASH_RE, STREAM_NAME_RE
-from rayform._rendcols import check_renditions, has_renditions
 from rayform._untrusted import shown
 from rayform.errors import ManifestError
-from rayform.manifest import (
+from rayform.manifest._model import (
     CARTESIAN_QUANTITIES,
     DTYPE_RE,
     FRAME_CONVENTIONS,
@@ -35,6 +34,7 @@ from rayform.manifest import (
     TIME_MAX,
     TIME_MIN,
 )
+from rayform.manifest._rendcols import check_renditions, has_renditions
 
 __all__ = ["MAX_PAGE_BYTES", "check_page", "check_root", "check_stream_names"]
 

@@ -11,10 +11,10 @@ Layout (see ``docs/cache.md``)::
 
 A blob appears under its content name only complete and verified: it is written to a
 process-unique temporary file on the same filesystem, hashed while streaming, fsync'd, made
-read-only and atomically renamed. Locks and claims (:mod:`rayform._claims`) only avoid
+read-only and atomically renamed. Locks and claims (:mod:`rayform.cache._claims`) only avoid
 duplicate downloads; two writers without working locks still end with one correct blob. This module knows nothing of HTTP: a
 ``download`` callable fills a :class:`~rayform._seams.DownloadSink` (the cache's
-:class:`~rayform._partial.PartialBlob`).
+:class:`~rayform.cache._partial.PartialBlob`).
 """
 
 from __future__ import annotations
@@ -28,12 +28,14 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from rayform import _claims
 from rayform._env import env_flag
 from rayform._hashing import hash_bytes, hash_file
 from rayform._ids import HASH_RE, sharded_path
-from rayform._locks import bounded_lock
-from rayform._partial import (
+from rayform._process import PerProcess
+from rayform._seams import DownloadSink
+from rayform.cache import _claims  # the module itself: its functions are patched in tests
+from rayform.cache._locks import bounded_lock
+from rayform.cache._partial import (
     PartialBlob,
     active,
     drop_dead_partials,
@@ -43,9 +45,7 @@ from rayform._partial import (
     partial_named,
     tmp_name,
 )
-from rayform._process import PerProcess
-from rayform._seams import DownloadSink
-from rayform._sharing import CacheModes, shared_mode
+from rayform.cache._sharing import CacheModes, shared_mode
 from rayform.errors import CacheError, IntegrityError, InvalidArgumentError, RayformError
 from rayform.files import write_atomic
 from rayform.manifest import BlobRef
@@ -113,7 +113,7 @@ class Cache:
         shared: group-writable cache for a team: what this process creates gets directories
             ``0o2775`` (setgid), temporary files ``0o664``; cached objects are always read-only
             (``0o444``). ``None`` (default): ``RAYFORM_CACHE_SHARED``, else shared if ``root`` is
-            setgid and group-writable (see :mod:`rayform._sharing`).
+            setgid and group-writable (see :mod:`rayform.cache._sharing`).
         locks: take per-blob file locks and download claims to avoid duplicate downloads
             on this host and across nodes (``RAYFORM_NO_LOCKS=1`` turns both off).
             Correctness never depends on them.

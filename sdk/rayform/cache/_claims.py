@@ -39,8 +39,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from rayform._partial import HOST, pid_alive
 from rayform._process import PerProcess
+from rayform.cache._partial import HOST, pid_alive
 
 __all__ = ["HEARTBEAT_S", "STALE_S", "ClaimInfo", "Claimed", "Watch", "blob_claim",
            "clean_claims", "read_claim"]
@@ -55,7 +55,7 @@ _SUFFIX = ".claim"
 
 
 class _Partial(Protocol):
-    """What a claim reports of the download it guards (a :class:`~rayform._partial.PartialBlob`)."""
+    """What a claim reports of the download it guards (a :class:`~rayform.cache._partial.PartialBlob`)."""
 
     path: Path
     offset: int

@@ -1,8 +1,6 @@
 """``Slice.select``: which manifest positions a selection keeps, computed on columns.
 
-For a version 2 manifest every test is a vectorised operation on the mapped columns (no
-Python object per segment); a version 1 manifest (small by construction) builds the same
-columns from its segments first.
+Every test is a vectorised operation on the segment columns (no Python object per segment).
 """
 
 from __future__ import annotations
@@ -12,9 +10,9 @@ from typing import Any
 
 import numpy as np
 
-from rayform._columnar import not_found
-from rayform._segtable import SegmentTable, arrow_strings
 from rayform.errors import InvalidArgumentError
+from rayform.manifest._columnar import not_found
+from rayform.manifest._segtable import Segments, arrow_strings
 
 __all__ = ["select_rows"]
 
@@ -36,29 +34,15 @@ class _LazyColumns(dict):  # type: ignore[type-arg]
         return value
 
 
-def _columns(slice_: Any) -> tuple[Sequence[Any], np.ndarray, dict[str, np.ndarray], dict[str, Callable[[], np.ndarray]]]:
-    """``(segments, manifest positions, numeric columns, string column makers)`` of a slice."""
-    segs = slice_.segments
-    if isinstance(segs, SegmentTable):
-        pos = segs.positions()
-        num = {k: segs.column(k) for k in ("version", "start_ns", "end_ns")}
-        strings = {
-            "id": lambda: np.array(segs.ids().to_pylist(), dtype=object),
-            "site": lambda: np.array(segs.sites().to_pylist(), dtype=object),
-        }
-    else:
-        rows = slice_._rows
-        pos = np.arange(len(segs), dtype=np.int64) if rows is None else np.asarray(rows, dtype=np.int64)
-        num = {
-            "version": np.array([s.version for s in segs], dtype=np.int64),
-            "start_ns": np.array([s.start_ns for s in segs], dtype=np.int64),
-            "end_ns": np.array([s.end_ns for s in segs], dtype=np.int64),
-        }
-        ids = np.array([s.id for s in segs], dtype=object)
-        sites = np.array([s.site for s in segs], dtype=object)
-        strings = {"id": lambda: ids, "site": lambda: sites}
+def _columns(segs: Segments) -> tuple[np.ndarray, dict[str, np.ndarray], dict[str, Callable[[], np.ndarray]]]:
+    """``(manifest positions, numeric columns, string column makers)`` of some segments."""
+    num = {k: segs.column(k) for k in ("version", "start_ns", "end_ns")}
     num["duration_ns"] = num["end_ns"] - num["start_ns"]
-    return segs, pos, num, strings
+    strings = {
+        "id": lambda: np.array(segs.ids().to_pylist(), dtype=object),
+        "site": lambda: np.array(segs.sites().to_pylist(), dtype=object),
+    }
+    return segs.positions(), num, strings
 
 
 def _int_or_none(name: str, value: Any) -> int | None:
@@ -78,7 +62,8 @@ def _names(name: str, value: Any) -> list[str] | None:
 
 
 def select_rows(
-    slice_: Any,
+    segs: Segments,
+    slice_id: str,
     *,
     segments: Sequence[str] | None,
     sites: Sequence[str] | None,
@@ -92,29 +77,22 @@ def select_rows(
     t0, t1 = _int_or_none("start_ns", start_ns), _int_or_none("end_ns", end_ns)
     if where is not None and not callable(where):
         raise InvalidArgumentError(f"where={where!r}: pass a callable taking the column dict, or None")
-    segs, pos, num, strings = _columns(slice_)
+    pos, num, strings = _columns(segs)
     keep = np.ones(len(pos), dtype=bool)
     selection: dict[str, Any] = {}
     if seg_ids is not None:
-        if isinstance(segs, SegmentTable):
-            found = segs.find(seg_ids)
-        else:
-            index = {s: i for i, s in enumerate(strings["id"]())}
-            found = np.array([index.get(s, -1) for s in seg_ids], dtype=np.int64)
+        found = segs.find(seg_ids)
         if (found < 0).any():
-            raise not_found(slice_.id, seg_ids[int(np.flatnonzero(found < 0)[0])])
+            raise not_found(slice_id, seg_ids[int(np.flatnonzero(found < 0)[0])])
         mask = np.zeros(len(pos), dtype=bool)
         mask[found] = True
         keep &= mask
         selection["segments"] = list(seg_ids)
     if site_list is not None:
-        if isinstance(segs, SegmentTable):
-            import pyarrow.compute as pc
+        import pyarrow.compute as pc
 
-            mask = pc.is_in(segs.sites(), value_set=arrow_strings(site_list))
-            keep &= np.array(mask.to_pylist(), dtype=bool)
-        else:
-            keep &= np.isin(strings["site"](), site_list)
+        mask = pc.is_in(segs.sites(), value_set=arrow_strings(site_list))
+        keep &= np.array(mask.to_pylist(), dtype=bool)
         selection["sites"] = list(site_list)
     if t0 is not None:
         keep &= num["end_ns"] >= t0
@@ -133,6 +111,6 @@ def select_rows(
         selection["where"] = getattr(where, "__qualname__", repr(where))
     if not keep.any():
         raise InvalidArgumentError(
-            f"the selection {selection} keeps no segment of slice {slice_.id}: widen it"
+            f"the selection {selection} keeps no segment of slice {slice_id}: widen it"
         )
     return pos[keep], selection

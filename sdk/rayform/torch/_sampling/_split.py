@@ -13,6 +13,8 @@ from typing import Any
 
 from rayform._hashing import hash_bytes
 from rayform.errors import InvalidArgumentError
+from rayform.manifest import Segments
+from rayform.slice import Slice
 
 __all__ = ["split_episodes"]
 
@@ -36,8 +38,10 @@ def split_episodes(
         raise InvalidArgumentError(
             f"val_fraction={val_fraction!r}: use a number between 0 and 1, e.g. 0.1"
         )
-    items: Iterable[Any] = getattr(slice_or_segments, "segments", slice_or_segments)
-    if hasattr(items, "ids"):  # a v2 manifest's lazy segments: the ID column, no Segment objects
+    items: Iterable[Any] = slice_or_segments
+    if isinstance(items, Slice):
+        items = items.segments
+    if isinstance(items, Segments):  # the ID column: no Segment object per episode
         items = items.ids().to_pylist()
     train: list[str] = []
     val: list[str] = []

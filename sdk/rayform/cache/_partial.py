@@ -3,7 +3,7 @@
 A temporary blob file is named ``tmp/<hash>.<host>.<pid>.<random>.part``. Its owner is the
 process ``pid`` on ``host``. A file whose owner is dead (same host, pid not alive), or that has
 not been touched for ``stale_s`` seconds (any host), or whose writer's download claim went
-stale (see :mod:`rayform._claims`), may be *adopted* by another puller, which continues the
+stale (see :mod:`rayform.cache._claims`), may be *adopted* by another puller, which continues the
 download from its end with an HTTP ``Range``:
 
 * our own user's file of a provably dead process of this host is atomically renamed to the

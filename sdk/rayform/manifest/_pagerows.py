@@ -28,6 +28,8 @@ from typing import Any
 
 import numpy as np
 
+from rayform.manifest._schema import page_schema
+
 __all__ = ["PageRows", "Read"]
 
 #: ``read(address, nbytes) -> bytes``: bytes at an address inside the page's buffers.
@@ -103,8 +105,6 @@ class PageRows:
     def of(cls, page: Any, mapped_from: tuple[str, int] | None = None) -> PageRows | None:
         """Rows of ``page``, or ``None`` if it is not a null-free single-chunk page of the
         dictionary-encoded page schema (then ``to_pylist`` reads it)."""
-        from rayform._columnar import page_schema
-
         v3 = page.schema.equals(page_schema(renditions=True))
         if not (v3 or page.schema.equals(page_schema())):
             return None

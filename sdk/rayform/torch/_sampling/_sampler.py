@@ -28,8 +28,9 @@ import numpy as np
 from torch.utils.data import Sampler
 
 from rayform.errors import InvalidArgumentError
-from rayform.torch._order import Part, Stream, plan
-from rayform.torch._window import AUTO, WindowChoice, choose_window
+from rayform.torch._sampling._contract import SamplerDataset
+from rayform.torch._sampling._order import IndexStream, Part, plan
+from rayform.torch._sampling._window import AUTO, WindowChoice, choose_window
 
 __all__ = ["EpisodeSampler", "SampleKey"]
 
@@ -48,7 +49,7 @@ class _Cursor(NamedTuple):
     epoch: int
     history: list[list[int]]
     part: Part
-    streams: list[Stream]
+    streams: list[IndexStream]
 
 
 class EpisodeSampler(Sampler[SampleKey]):
@@ -60,7 +61,7 @@ class EpisodeSampler(Sampler[SampleKey]):
         shuffle: shuffle within each rank's shard; ``False`` reads it in dataset order.
         window: ``"auto"`` (default): a full shuffle, unless the client has a ``cache_limit``
             that the blobs read do not fit; then the largest window whose episodes take at most
-            half the limit per local rank (``rayform.torch._window``; logged once at INFO on
+            half the limit per local rank (``rayform.torch._sampling._window``; logged once at INFO on
             the ``rayform.sampler`` logger, and in :meth:`describe`). ``None`` shuffles each
             rank's whole shard. A number of episodes shuffles the shard's episodes and reads
             them ``window`` at a time, the samples of each window shuffled together: every
@@ -73,13 +74,12 @@ class EpisodeSampler(Sampler[SampleKey]):
     rank: the same on every rank, so DDP never waits for a rank that ran out.
     """
 
-    def __init__(self, dataset: Any, shuffle: bool = True, window: int | str | None = AUTO) -> None:
-        for hook in ("_order_streams", "_order_fingerprint", "shard", "seed", "epoch"):
-            if not hasattr(dataset, hook):
-                raise InvalidArgumentError(
-                    f"EpisodeSampler needs a rayform.torch.EpisodeDataset or MixtureDataset, "
-                    f"got {type(dataset).__name__}"
-                )
+    def __init__(self, dataset: SamplerDataset, shuffle: bool = True, window: int | str | None = AUTO) -> None:
+        if not isinstance(dataset, SamplerDataset):
+            raise InvalidArgumentError(
+                f"EpisodeSampler needs a rayform.torch.EpisodeDataset or MixtureDataset (or a dataset "
+                f"implementing rayform.torch.SamplerDataset), got {type(dataset).__name__}"
+            )
         self.dataset = dataset
         self.shuffle = bool(shuffle)
         self._choice: WindowChoice = choose_window(dataset, window, self.shuffle)
@@ -92,11 +92,13 @@ class EpisodeSampler(Sampler[SampleKey]):
     def _use_window(self, choice: WindowChoice) -> None:
         self._choice = choice
         self.window = choice.window
-        if self.window is not None:
-            self.dataset._order_streams(1, 0, True, self.window)  # a MixtureDataset refuses here
-        readahead = getattr(self.dataset, "_readahead", None)
-        if readahead is not None:  # the workers' read-ahead looks for batches in this order
-            readahead.follow(self.shuffle, self.window)
+        if self.window is not None and not self.dataset.accepts_window:
+            raise InvalidArgumentError(
+                f"EpisodeSampler(window={self.window}) needs a dataset that accepts a shuffle window; "
+                f"a {type(self.dataset).__name__} does not (a MixtureDataset draws across its "
+                "sources): use window=None"
+            )
+        self.dataset.follow_order(self.shuffle, self.window)  # read-ahead fetches in this order
 
     def describe(self) -> dict[str, Any]:
         """A JSON-able summary of the order, for experiment trackers: ``shuffle``, ``window``
@@ -182,7 +184,7 @@ class EpisodeSampler(Sampler[SampleKey]):
             "seed": int(self.dataset.seed),
             "shuffle": self.shuffle,
             "window": self.window,
-            "dataset": self.dataset._order_fingerprint(),
+            "dataset": self.dataset.order_fingerprint(),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -204,7 +206,7 @@ class EpisodeSampler(Sampler[SampleKey]):
                 raise InvalidArgumentError(f"malformed sampler state window: {saved!r}")
             self._use_window(WindowChoice(saved, True, "the window of the loaded sampler state"))
         mine = {"seed": int(self.dataset.seed), "shuffle": self.shuffle, "window": self.window,
-                "dataset": self.dataset._order_fingerprint()}
+                "dataset": self.dataset.order_fingerprint()}
         for name, value in mine.items():
             if state.get(name) != value:
                 raise InvalidArgumentError(
@@ -270,7 +272,7 @@ class EpisodeSampler(Sampler[SampleKey]):
                 history.append([world, 0])
             if consume:
                 self._pending = None
-        streams = self.dataset._order_streams(history[0][0], epoch, self.shuffle, self.window)
+        streams = self.dataset.order_streams(history[0][0], epoch, self.shuffle, self.window)
         part = plan([s.length for s in streams], history)[rank]
         return _Cursor(epoch, history, part, streams)
 
@@ -279,9 +281,9 @@ def _keys(cursor: _Cursor, positions: np.ndarray) -> np.ndarray:
     return cursor.part.keys(cursor.streams, positions)
 
 
-def _rank_world(dataset: Any) -> tuple[int, int]:
+def _rank_world(dataset: SamplerDataset) -> tuple[int, int]:
     rank, world = dataset.shard
-    if world == 1 and getattr(dataset, "_shard_auto", False):
+    if world == 1 and dataset.shard_auto:
         import torch.distributed as dist
 
         if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:

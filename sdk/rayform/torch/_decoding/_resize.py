@@ -4,7 +4,7 @@
 worker in training: bilinear with antialiasing (``torch.nn.functional.interpolate(mode=
 "bilinear", antialias=True)`` on ``uint8``), on a contiguous ``(N, 3, h, w)`` tensor, following
 the geometry of :class:`rayform._resolution.Target`. Every decoder backend returns the same
-bits for a frame (``_decode`` checks the packet decoder against the general one), and the
+bits for a frame (``_video`` checks the packet decoder against the general one), and the
 resize depends only on those bits and the tensor's layout (made contiguous first), so resized
 pixels never depend on ``decoder_backend``. FFmpeg's own scaler (torchcodec's decoder-side
 ``Resize``, PyAV's ``reformat``) is not used: its pixels differ between those libraries (by up

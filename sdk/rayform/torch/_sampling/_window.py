@@ -21,12 +21,15 @@ import logging
 import os
 import threading
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from rayform._units import human_bytes
 from rayform.errors import InvalidArgumentError
+
+if TYPE_CHECKING:
+    from rayform.torch._sampling._contract import SamplerDataset
 
 __all__ = ["AUTO", "CacheFootprint", "WindowChoice", "choose_window"]
 
@@ -77,12 +80,12 @@ def local_ranks() -> int:
         return 1
 
 
-def choose_window(dataset: Any, window: Any, shuffle: bool) -> WindowChoice:
+def choose_window(dataset: SamplerDataset, window: Any, shuffle: bool) -> WindowChoice:
     """Resolve the sampler's ``window`` argument for ``dataset``.
 
     Args:
-        dataset: the dataset being ordered; a ``cache_footprint()`` method (``EpisodeDataset``)
-            tells what an epoch needs; a dataset without it (a ``MixtureDataset``, whose sources
+        dataset: the dataset being ordered: its ``cache_footprint()`` tells what an epoch
+            needs; a dataset that does not accept a window (a ``MixtureDataset``, whose sources
             are not read episode by episode) gets a full shuffle under ``"auto"``.
         window: ``"auto"``, ``None`` (full shuffle) or a number of episodes >= 1.
         shuffle: the sampler's ``shuffle``; a window needs it.
@@ -90,10 +93,9 @@ def choose_window(dataset: Any, window: Any, shuffle: bool) -> WindowChoice:
     Raises:
         InvalidArgumentError: ``window`` is not one of those, or a number with ``shuffle=False``.
     """
-    footprint_of = getattr(dataset, "cache_footprint", None)
-    footprint: CacheFootprint | None = footprint_of() if callable(footprint_of) else None
+    footprint = dataset.cache_footprint()
     if isinstance(window, str) and window == AUTO:
-        return _auto(footprint, shuffle, has_footprint=callable(footprint_of))
+        return _auto(footprint, shuffle, has_footprint=dataset.accepts_window)
     if window is None:
         if shuffle and footprint is not None and footprint.total_bytes > footprint.cache_limit:
             _say_once(logging.WARNING, (

@@ -1,26 +1,25 @@
-"""What ``slice_.segments`` is, whatever the manifest version: one segment model with columns.
+"""The display and export side of the segment model: what any table of segments derives from
+its columns.
 
-:class:`SegmentColumns` is the shared face: a ``Sequence[Segment]`` with column methods
-(``ids()``, ``sites()``, ``column()``, ``stream_name_lists()``, ``segment_nbytes()``), and from
-them a short repr, a paged HTML table for notebooks, :meth:`~SegmentColumns.to_arrow` and
-:meth:`~SegmentColumns.to_pandas`. A version 2 manifest's
-:class:`~rayform._segtable.SegmentTable` reads the columns from its Arrow pages;
-:class:`SegmentList` (version 1) is a tuple of :class:`~rayform.manifest.Segment` that
-derives them, so indexing, iterating, ``len`` and ``==`` are a tuple's.
+:class:`SegmentColumns` is a ``Sequence[Segment]`` with column methods (``ids()``, ``sites()``,
+``column()``, ``stream_name_lists()``, ``segment_nbytes()``), and from them a short repr, a
+paged HTML table for notebooks, :meth:`~SegmentColumns.to_arrow` and
+:meth:`~SegmentColumns.to_pandas`. :class:`~rayform.manifest._segtable.Segments` (the one model,
+for both manifest versions) supplies the columns.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, SupportsIndex, overload
+from typing import Any
 
 import numpy as np
 
 from rayform import _html
 from rayform._units import human_bytes
-from rayform.manifest import Segment
+from rayform.manifest._model import Segment
 
-__all__ = ["PAGE_ROWS", "SegmentColumns", "SegmentList"]
+__all__ = ["PAGE_ROWS", "SegmentColumns"]
 
 #: Rows of one page of the HTML table (the next page is a slice: ``segments[20:40]``).
 PAGE_ROWS = 20
@@ -37,7 +36,7 @@ def _pa() -> Any:
 class SegmentColumns(Sequence[Segment]):
     """The segments of a slice (or of a ``select()`` view), in manifest order.
 
-    Index it for one :class:`~rayform.manifest.Segment` (a slice ``[a:b]`` gives segments
+    Index it for one :class:`~rayform.manifest._model.Segment` (a slice ``[a:b]`` gives segments
     again); the column methods read every segment at once without building them.
     """
 
@@ -124,58 +123,3 @@ class SegmentColumns(Sequence[Segment]):
         else:
             note = f"{n:,} rows"
         return _html.wrap(title, body, f'<div style="font-size:85%">{note}</div>')
-
-
-class SegmentList(SegmentColumns, tuple):  # type: ignore[misc]
-    """The segments of a version 1 manifest: a tuple of :class:`~rayform.manifest.Segment`
-    (equal to the plain tuple of the same segments) with the column methods of
-    :class:`SegmentColumns`."""
-
-    __slots__ = ()
-
-    # A tuple's own, not the slower generic ones of Sequence (which come first in the MRO).
-    __len__ = tuple.__len__
-    __iter__ = tuple.__iter__
-    __contains__ = tuple.__contains__
-    index = tuple.index
-    count = tuple.count
-
-    @overload  # type: ignore[override]
-    def __getitem__(self, i: SupportsIndex) -> Segment: ...
-    @overload
-    def __getitem__(self, i: slice) -> SegmentList: ...
-    def __getitem__(self, i: SupportsIndex | slice) -> Segment | SegmentList:
-        if isinstance(i, slice):
-            return SegmentList(tuple.__getitem__(self, i))
-        seg: Segment = tuple.__getitem__(self, i)
-        return seg
-
-    def ids(self) -> Any:
-        return _pa().array([s.id for s in self], type=_pa().string())
-
-    def sites(self) -> Any:
-        return _pa().array([s.site for s in self], type=_pa().string())
-
-    def column(self, name: str) -> np.ndarray:
-        if name not in ("version", "start_ns", "end_ns"):
-            raise KeyError(f"no segment column {name!r}: use version, start_ns or end_ns")
-        return np.array([getattr(s, name) for s in self], dtype=np.int64)
-
-    def stream_name_lists(self) -> Any:
-        return _pa().array([sorted(s.streams) for s in self], type=_pa().list_(_pa().string()))
-
-    def segment_nbytes(self) -> np.ndarray:
-        return np.array([s.nbytes for s in self], dtype=np.int64)
-
-    def stream_names(self) -> list[str]:
-        """Sorted names of the streams present in at least one of these segments."""
-        return sorted({n for s in self for n in s.streams})
-
-    def duration_ns(self) -> int:
-        """The sum of the segments' durations in nanoseconds."""
-        return sum(s.end_ns - s.start_ns for s in self)
-
-
-def as_segments(segments: Sequence[Segment]) -> SegmentColumns:
-    """``segments`` as a :class:`SegmentColumns` (a tuple becomes a :class:`SegmentList`)."""
-    return segments if isinstance(segments, SegmentColumns) else SegmentList(segments)

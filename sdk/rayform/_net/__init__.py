@@ -1,0 +1,33 @@
+"""The HTTP side of the client: transport with retries and stall bounds, the checks of what a
+server answers, parallel pulls and the per-process fetch log.
+
+Private to the SDK; :class:`~rayform.Client` is its user. Modules: ``_transport`` (httpx, Range
+resume, redirects to a store), ``_retry`` (the retry policy), ``_reference`` (checks of slice
+references and listings), ``_pull`` (``rayform pull``), ``_fetchlog`` (counts and logs).
+"""
+
+from rayform._net._fetchlog import FetchCounts, FetchLog, fetch_log, mark_ahead
+from rayform._net._pull import PullReport, run_pull
+from rayform._net._reference import LISTING_CAP, REFERENCE_CAP, check_listing, check_reference
+from rayform._net._retry import Retryable, RetryPolicy, Side, run_with_retries
+from rayform._net._transport import ERROR_BODY_CAP, JSON_CAP, Transport
+
+__all__ = [
+    "ERROR_BODY_CAP",
+    "JSON_CAP",
+    "LISTING_CAP",
+    "REFERENCE_CAP",
+    "FetchCounts",
+    "FetchLog",
+    "PullReport",
+    "RetryPolicy",
+    "Retryable",
+    "Side",
+    "Transport",
+    "check_listing",
+    "check_reference",
+    "fetch_log",
+    "mark_ahead",
+    "run_pull",
+    "run_with_retries",
+]

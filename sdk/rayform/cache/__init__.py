@@ -1,0 +1,24 @@
+"""The local, content-addressed cache a whole cluster can share (docs/cache.md, docs/team.md).
+
+The public face of the cache package: :class:`Cache` (``_store``) and what the client and the
+dataset use of its parts: eviction under a byte limit (``_evict``), the modes of a team cache
+(``_sharing``). The other modules are the cache's own: partial downloads (``_partial``), locks
+within a host (``_locks``) and download claims across nodes (``_claims``).
+"""
+
+from rayform.cache._evict import Evictor, EvictReport, Pins, check_fits, evict_lru
+from rayform.cache._sharing import CacheModes, shared_mode
+from rayform.cache._store import Cache, CacheEntry, VerifyReport
+
+__all__ = [
+    "Cache",
+    "CacheEntry",
+    "CacheModes",
+    "EvictReport",
+    "Evictor",
+    "Pins",
+    "VerifyReport",
+    "check_fits",
+    "evict_lru",
+    "shared_mode",
+]
