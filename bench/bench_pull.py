@@ -154,7 +154,7 @@ def _presigned(url: str, token: str, hashes: list[str]) -> list[tuple[str, str]]
 
 def _run_s3(root: Path | None, jobs: int, repeats: int, curl: str) -> dict[str, object]:
     sys.path.insert(0, str(HERE.parent / "tests"))
-    from _seaweed import SeaweedS3  # the test harness: weed mini on loopback
+    from support.seaweed import SeaweedS3  # the test harness: weed mini on loopback
 
     token = secrets.token_urlsafe(24)
     with tempfile.TemporaryDirectory(prefix="rayform-bench-s3-") as tmp:

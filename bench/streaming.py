@@ -66,7 +66,7 @@ class Setup:
     """SeaweedFS + the stub on an S3 copy of ``root``, both behind one throttled link."""
 
     def __init__(self, root: Path, work: Path) -> None:
-        from _seaweed import SeaweedS3
+        from support.seaweed import SeaweedS3
 
         from bench.bench_pull import s3_root_copy, start_server
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the LeRobot peer environment in .peer-venv (gitignored) only if it is missing,
-# then prints the path of its python. Used by tests/test_ingest_lerobot.py, which writes
+# then prints the path of its python. Used by tests/server/test_ingest_lerobot.py, which writes
 # datasets with LeRobot's own writer and reads them back with LeRobotDataset.
 # Usage: scripts/peer_lerobot.sh [VENV_DIR]      (default: <repo>/.peer-venv)
 set -euo pipefail

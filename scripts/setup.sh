@@ -10,9 +10,9 @@ if ! ldconfig -p 2>/dev/null | grep -q 'libavcodec\.so' || ! command -v ffmpeg >
   need_apt+=(ffmpeg)
 fi
 command -v curl >/dev/null 2>&1 || need_apt+=(curl)
-# Chromium: the docs test screenshots the built site headless (tests/test_docs_site.py).
+# Chromium: the docs test screenshots the built site headless (tests/docs/test_docs_site.py).
 command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
-# sshfs and sshd: the two-node cache tests (tests/test_claims_nodes.py), which need root anyway.
+# sshfs and sshd: the two-node cache tests (tests/cache/test_claims_nodes.py), which need root anyway.
 if [ "$(id -u)" = 0 ]; then
   command -v sshfs >/dev/null 2>&1 || need_apt+=(sshfs)
   [ -x /usr/sbin/sshd ] || need_apt+=(openssh-server)

@@ -1,7 +1,7 @@
 """Fixtures only: isolated environment and cache for every test, real servers on loopback.
 
-What tests share besides fixtures (the token, the demo slice ID, ``ServerProcess``...) is in
-``helpers.py``; import it from there, never from this file.
+What tests share besides fixtures (the token, the demo slice ID, ``ServerProcess``...) is in the
+``support`` package (``tests/support/``); import it from there, never from this file.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from _faultproxy import FaultProxy
-from helpers import DEMO_SLICE, TOKEN, ServerProcess
+from support import DEMO_SLICE, TOKEN, ServerProcess
+from support.faultproxy import FaultProxy
 
 _RAYFORM_ENV = ("RAYFORM_ENDPOINT", "RAYFORM_TOKEN", "RAYFORM_CACHE_DIR", "RAYFORM_OFFLINE")
 
@@ -57,7 +57,7 @@ def client_env(demo_server: ServerProcess, monkeypatch: pytest.MonkeyPatch) -> S
 
 @pytest.fixture
 def fproxy(demo_server: ServerProcess) -> Iterator[FaultProxy]:
-    """A fault-injecting proxy in front of the demo server (see ``_faultproxy.py``)."""
+    """A fault-injecting proxy in front of the demo server (see ``support/faultproxy.py``)."""
     with FaultProxy(demo_server.url) as p:
         yield p
 

@@ -11,7 +11,8 @@
    ``rayform.errors``...).
 4. Tests use the public home of the wire format (``rayform.format``), never ``rayform._ids``,
    ``rayform._hashing`` or ``rayform._blobfmt``; white-box unit tests of other private modules
-   may import them. Tests import shared helpers from ``helpers``, never from ``conftest``.
+   may import them. Tests import shared helpers from the ``support`` package, never from
+   ``conftest``.
 """
 
 from __future__ import annotations
@@ -114,7 +115,7 @@ def _within(module: str, package: str) -> bool:
 
 def test_the_sdk_never_imports_the_server_tests_or_bench() -> None:
     bad = [f"{f}:{line} imports {name}" for f, _, line, name in _all_imports("sdk")
-           if name.split(".")[0] in ("rayform_server", "tests", "bench", "conftest", "helpers")]
+           if name.split(".")[0] in ("rayform_server", "tests", "bench", "conftest", "support")]
     assert not bad, "the SDK must work without the server stub:\n" + "\n".join(bad)
 
 
@@ -148,7 +149,7 @@ def test_tests_use_the_public_wire_format_and_the_helpers_module() -> None:
             bad.append(f"{f}:{line} imports {name}: import it from rayform.format")
         if _within(name, "conftest"):
             bad.append(f"{f}:{line} imports {name}: conftest holds fixtures only; "
-                       "import shared helpers from helpers")
+                       "import shared helpers from the support package")
     assert not bad, "\n".join(bad)
 
 

@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _reliability import assert_cache_consistent
-from helpers import DEMO_SLICE, TOKEN, ServerProcess
+from support import DEMO_SLICE, TOKEN, ServerProcess
+from support.reliability import assert_cache_consistent
 
 import rayform
 from rayform import errors

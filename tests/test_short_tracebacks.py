@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fakes import StoreBlobs
-from helpers import DEMO_SLICE
+from support import DEMO_SLICE
+from support.fakes import StoreBlobs
 
 import rayform
 from rayform.errors import InvalidArgumentError, NotFoundError

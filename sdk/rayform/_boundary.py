@@ -13,20 +13,21 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import Any, TypeVar, cast
+from typing import ParamSpec, TypeVar
 
 from rayform.errors import InvalidArgumentError, NotFoundError
 
 __all__ = ["argument_errors"]
 
-F = TypeVar("F", bound=Callable[..., Any])
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
-def argument_errors(func: F) -> F:
+def argument_errors(func: Callable[P, R]) -> Callable[P, R]:
     """Decorator: an argument error raised in ``func`` or below shows ``func``'s frame last."""
 
     @functools.wraps(func)
-    def public(*args: Any, **kwargs: Any) -> Any:
+    def public(*args: P.args, **kwargs: P.kwargs) -> R:
         __tracebackhide__ = True  # noqa: F841  (read by IPython and pytest, not by Python)
         try:
             return func(*args, **kwargs)
@@ -37,4 +38,4 @@ def argument_errors(func: F) -> F:
                 inner.tb_next = None
             raise exc.with_traceback(inner) from exc.__cause__ if exc.__cause__ is not None else None
 
-    return cast(F, public)
+    return public

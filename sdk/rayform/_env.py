@@ -15,7 +15,7 @@ import platformdirs
 __all__ = ["TRUE_VALUES", "default_cache_dir", "env_flag"]
 
 #: Values that turn an on/off variable on, compared after stripping spaces and lower-casing.
-#: Anything else (unset, empty, ``0``, ``false``, ``no``, ``off``) is off.
+#: Every other value (unset, empty, ``0``, ``false``, ``no``, ``off``) is off.
 TRUE_VALUES = ("1", "true", "yes", "on")
 
 

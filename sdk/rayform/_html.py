@@ -19,7 +19,7 @@ _TABLE = 'style="border-collapse:collapse;font-size:90%;text-align:left"'
 _CELL = 'style="padding:1px 8px;text-align:left"'
 
 
-def esc(value: Any) -> str:
+def esc(value: str | int | float | None) -> str:
     """``str(value)``, escaped for HTML text and attributes."""
     return html.escape(str(value), quote=True)
 

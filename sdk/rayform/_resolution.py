@@ -89,12 +89,16 @@ class Target:
         sh, sw = min(H, max(1, _round(height * scale))), min(W, max(1, _round(width * scale)))
         return Plan((0, 0, height, width), (sh, sw), ((H - sh) // 2, (W - sw) // 2))
 
+#: ``image_size=``: ``(H, W)`` in pixels for every camera, or ``{camera key: (H, W)}``.
+ImageSize = tuple[int, int] | Mapping[str, tuple[int, int]]
+
+
 def _round(x: float) -> int:
     # Half up, not Python's half to even: the geometry reads as plain arithmetic.
     return int(x + 0.5)
 
 
-def _check_hw(name: str, value: Any) -> tuple[int, int]:
+def _check_hw(name: str, value: Sequence[int]) -> tuple[int, int]:
     ok = (isinstance(value, Sequence) and not isinstance(value, str) and len(value) == 2
           and all(isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in value))
     if not ok or not all(1 <= int(v) <= MAX_SIZE for v in value):
@@ -105,7 +109,7 @@ def _check_hw(name: str, value: Any) -> tuple[int, int]:
     return int(value[0]), int(value[1])
 
 
-def check_resize(resize: Any) -> str:
+def check_resize(resize: str | None) -> str:
     """Return ``resize`` if it is a mode, else raise InvalidArgumentError naming the modes."""
     if resize not in RESIZE_MODES:
         raise InvalidArgumentError(
@@ -115,7 +119,7 @@ def check_resize(resize: Any) -> str:
     return str(resize)
 
 
-def check_size_value(image_size: Any, resize: Any) -> None:
+def check_size_value(image_size: ImageSize | None, resize: str) -> None:
     """Check ``image_size`` (``(H, W)`` or a dict of them) and ``resize`` alone, where the
     cameras are not known (a columnar manifest's pull)."""
     check_resize(resize)
@@ -126,7 +130,7 @@ def check_size_value(image_size: Any, resize: Any) -> None:
         _check_hw("image_size", image_size)
 
 
-def check_image_size(image_size: Any, resize: Any, cameras: Sequence[str]) -> dict[str, Target] | None:
+def check_image_size(image_size: ImageSize | None, resize: str, cameras: Sequence[str]) -> dict[str, Target] | None:
     """Validate ``image_size=`` and ``resize=`` of a dataset whose camera keys are ``cameras``.
 
     Args:
@@ -253,8 +257,8 @@ def rendition_name(stream: Stream, target: Target | None) -> str:
     return "original" if chosen is None else f"{chosen.height}x{chosen.width}"
 
 
-def resolution_blobs(segments: Iterable[Segment], names: Sequence[str] | None, image_size: Any,
-                     resize: Any) -> dict[str, BlobRef]:
+def resolution_blobs(segments: Iterable[Segment], names: Sequence[str] | None, image_size: ImageSize | None,
+                     resize: str) -> dict[str, BlobRef]:
     """``{hash: BlobRef}`` a dataset at ``image_size``/``resize`` reads from ``segments``, for
     the streams ``names`` (all if ``None``): each camera's chosen rendition (or original) with
     its timestamps, and every table, exactly as the dataset chooses

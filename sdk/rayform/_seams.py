@@ -9,7 +9,7 @@ Slice ID → manifest → blobs → cache → decoder → sample → batch::
     dataset stats ──TableLoader──▶ SampleReader
 
 Each is a :class:`typing.Protocol`: anything with these members fits, so tests and benchmarks
-stand in for a server with a small fake (``tests/fakes.py``) instead of a subclass. The
+stand in for a server with a small fake (``tests/support/fakes.py``) instead of a subclass. The
 runtime-checkable ones are checked with ``isinstance`` where a user hands us the object.
 """
 
@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     import numpy as np
 
     from rayform.manifest import BlobRef, Segments, Stream
+    from rayform.slice import Slice
 
 __all__ = [
     "BlobFetcher",
@@ -42,7 +43,7 @@ ProgressCallback = Callable[[int], None]
 class BlobFetcher(Protocol):
     """What a :class:`~rayform.Slice` needs from the client that resolved it.
 
-    :class:`~rayform.Client` is the real one; ``tests/fakes.py`` has one that reads a server
+    :class:`~rayform.Client` is the real one; ``tests/support/fakes.py`` has one that reads a server
     store directly.
     """
 
@@ -55,7 +56,7 @@ class BlobFetcher(Protocol):
         """Directory for files derived from blobs (statistics), or ``None`` to keep none."""
         ...
 
-    def pull(self, slice_id: Any, streams: Sequence[str] | None = None, jobs: int = 8,
+    def pull(self, slice_id: str | Slice, streams: Sequence[str] | None = None, jobs: int = 8,
              progress: bool = False) -> object:
         """Make every blob of the named streams (all if ``None``) of ``slice_id`` (an ID, or a
         :class:`~rayform.Slice`, whose view pulls only its segments) local."""
@@ -88,6 +89,16 @@ class BlobSource(Protocol):
     @property
     def manifest_hash(self) -> str:
         """BLAKE3 hex of the manifest (pins the exact content)."""
+        ...
+
+    @property
+    def selection(self) -> dict[str, Any] | None:
+        """The ``select()`` arguments that made this view (``None`` for a whole slice)."""
+        ...
+
+    @property
+    def parent(self) -> BlobSource | None:
+        """The whole slice this view was selected from (``None`` for a whole slice)."""
         ...
 
     @property

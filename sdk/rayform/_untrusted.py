@@ -16,7 +16,10 @@ import math
 import re
 from typing import Any
 
-__all__ = ["SHOWN_CHARS", "loads", "shown"]
+__all__ = ["JSON", "SHOWN_CHARS", "loads", "shown"]
+
+#: A parsed JSON value (what :func:`loads` returns, and what a JSON document is built from).
+JSON = dict[str, "JSON"] | list["JSON"] | str | int | float | bool | None
 
 #: Characters of server text shown by default (a message gets more, see callers).
 SHOWN_CHARS = 200

@@ -10,14 +10,17 @@ import json
 import os
 import re
 import sys
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from rayform import __version__
 from rayform._resolution import RESIZE_MODES, parse_image_size
 from rayform._units import human_bytes
 from rayform._untrusted import shown
 from rayform.errors import InvalidArgumentError, RayformError
+
+if TYPE_CHECKING:
+    from rayform.slice import Slice
 
 __all__ = ["main", "parse_size"]
 
@@ -46,7 +49,7 @@ def _client(args: argparse.Namespace) -> Any:
                   offline=True if args.offline else None, shared=args.shared)
 
 
-def _print_json(doc: Any) -> None:
+def _print_json(doc: Mapping[str, Any] | Sequence[Any]) -> None:
     print(json.dumps(doc, indent=2, sort_keys=True, default=str))
 
 
@@ -68,7 +71,7 @@ def _cmd_pull(args: argparse.Namespace) -> int:
 SHOW_SEGMENTS_UP_TO = 100
 
 
-def _slice_json(s: Any, segments: bool) -> dict[str, Any]:
+def _slice_json(s: Slice, segments: bool) -> dict[str, Any]:
     doc = {
         "id": s.id,
         "manifest": s.manifest_hash,

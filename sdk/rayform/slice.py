@@ -13,7 +13,16 @@ from rayform._boundary import argument_errors
 from rayform._resolution import check_size_value, resolution_blobs
 from rayform._seams import BlobFetcher
 from rayform._units import human_bytes
-from rayform.manifest import BlobRef, Segment, Segments, segment_not_found, segments_of, select_rows
+from rayform.manifest import (
+    BlobRef,
+    ColumnarManifest,
+    Manifest,
+    Segment,
+    Segments,
+    segment_not_found,
+    segments_of,
+    select_rows,
+)
 
 __all__ = ["Slice"]
 
@@ -34,7 +43,7 @@ class Slice:
             slice), JSON-able, so a tracker can reproduce it.
     """
 
-    def __init__(self, slice_id: str, manifest_hash: str, manifest: Any, client: BlobFetcher, *,
+    def __init__(self, slice_id: str, manifest_hash: str, manifest: Manifest | ColumnarManifest, client: BlobFetcher, *,
                  rows: np.ndarray | None = None, parent: Slice | None = None,
                  selection: dict[str, Any] | None = None) -> None:
         self.id = slice_id

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from rayform._ids import HASH_RE, SLICE_ID_RE
-from rayform._untrusted import shown
+from rayform._untrusted import JSON, shown
 from rayform.errors import ProtocolError
 from rayform.manifest import MAX_MANIFEST_BYTES
 
@@ -32,7 +32,7 @@ def _bad(where: str, field: str, value: object, expected: str) -> ProtocolError:
     )
 
 
-def check_reference(doc: Any, where: str) -> tuple[str, int, str]:
+def check_reference(doc: JSON, where: str) -> tuple[str, int, str]:
     """``(manifest hash, manifest size, description)`` of a slice reference.
 
     Args:
@@ -59,7 +59,7 @@ def check_reference(doc: Any, where: str) -> tuple[str, int, str]:
     return digest, size, description
 
 
-def check_listing(doc: Any, server: str) -> list[dict[str, Any]]:
+def check_listing(doc: JSON, server: str) -> list[dict[str, Any]]:
     """The ``[{"id", "manifest", "description"}, ...]`` of a listing of slices.
 
     Raises:

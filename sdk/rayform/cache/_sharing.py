@@ -138,7 +138,7 @@ class CacheModes:
             if str(d) in _REPORTED:
                 return
         # A teammate may have just made it: its chmod follows its mkdir (a wider window over a
-        # network filesystem). Seen by two users on two sshfs nodes (tests/test_claims_nodes.py).
+        # network filesystem). Seen by two users on two sshfs nodes (tests/cache/test_claims_nodes.py).
         deadline = time.monotonic() + _SETTLE_S
         while time.monotonic() < deadline:
             time.sleep(0.05)

@@ -6,12 +6,19 @@ dataset costs no I/O.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["dataset_profile", "is_mixture", "mixture_profile", "sample_spec"]
+from rayform.errors import InvalidArgumentError
+
+if TYPE_CHECKING:
+    from typing_extensions import TypeIs
+
+    from rayform.torch import EpisodeDataset, MixtureDataset
+
+__all__ = ["check_dataset", "dataset_profile", "is_mixture", "mixture_profile", "sample_spec"]
 
 
-def sample_spec(ds: Any) -> dict[str, tuple[str, tuple[int, ...]]]:
+def sample_spec(ds: EpisodeDataset) -> dict[str, tuple[str, tuple[int, ...]]]:
     """``{key: (dtype, shape)}`` of one sample's tensors, as ``ds[i]`` returns them.
 
     Cameras ``(3, H, W) uint8``, vectors ``(D,) float32``, each with a leading ``obs_steps``
@@ -37,7 +44,7 @@ def sample_spec(ds: Any) -> dict[str, tuple[str, tuple[int, ...]]]:
     return spec
 
 
-def dataset_profile(ds: Any) -> dict[str, Any]:
+def dataset_profile(ds: EpisodeDataset) -> dict[str, Any]:
     """The slice as the dataset uses it: episodes, hours, sites, samples, manifest hash.
 
     For a version 2 manifest the counts come from its columns (vectorised: no
@@ -58,7 +65,7 @@ def dataset_profile(ds: Any) -> dict[str, Any]:
     }
 
 
-def mixture_profile(mix: Any) -> dict[str, Any]:
+def mixture_profile(mix: MixtureDataset) -> dict[str, Any]:
     """Every source's profile with its weight (as given and normalised), and the mixture's
     draws per epoch, replacement and seed."""
     return {
@@ -72,6 +79,21 @@ def mixture_profile(mix: Any) -> dict[str, Any]:
     }
 
 
-def is_mixture(ds: Any) -> bool:
-    """Whether ``ds`` is a :class:`~rayform.torch.MixtureDataset` (without importing torch)."""
-    return hasattr(ds, "sources") and hasattr(ds, "quotas") and hasattr(ds, "uri")
+def is_mixture(ds: EpisodeDataset | MixtureDataset) -> TypeIs[MixtureDataset]:
+    """Whether ``ds`` is a :class:`~rayform.torch.MixtureDataset`."""
+    # Imported here: a dataset in hand means rayform.torch is loaded already, and a tracker's
+    # module must import without torch.
+    from rayform.torch import MixtureDataset
+
+    return isinstance(ds, MixtureDataset)
+
+
+def check_dataset(ds: object, caller: str) -> None:
+    """Raise :class:`InvalidArgumentError` unless ``ds`` is an ``EpisodeDataset`` or
+    ``MixtureDataset``; ``caller`` names the function in the message."""
+    from rayform.torch import EpisodeDataset, MixtureDataset
+
+    if not isinstance(ds, (EpisodeDataset, MixtureDataset)):
+        raise InvalidArgumentError(
+            f"{caller}() takes a rayform.torch.EpisodeDataset or MixtureDataset, got {type(ds).__name__}"
+        )

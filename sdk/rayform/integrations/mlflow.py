@@ -22,16 +22,24 @@ that ``pip install "rayform[mlflow]"`` registers. Needs ``mlflow>=2.16``.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 # mlflow.data first: it loads the entry points, among them our _mlflow_source.
 import mlflow.data  # noqa: F401
 from mlflow.data.dataset import Dataset
 
-from rayform.errors import InvalidArgumentError
-from rayform.integrations._common import dataset_profile, is_mixture, mixture_profile, sample_spec
+from rayform.integrations._common import (
+    check_dataset,
+    dataset_profile,
+    is_mixture,
+    mixture_profile,
+    sample_spec,
+)
 from rayform.integrations._mlflow_source import RayformDatasetSource
 from rayform.uri import DatasetURI, MixtureURI
+
+if TYPE_CHECKING:
+    from rayform.torch import EpisodeDataset, EpisodeSampler, MixtureDataset
 
 __all__ = ["RayformDataset", "RayformDatasetSource", "from_episode_dataset"]
 
@@ -42,7 +50,8 @@ class RayformDataset(Dataset):
     Build it with :func:`from_episode_dataset`.
     """
 
-    def __init__(self, ds: Any, name: str | None = None, sampler: Any = None) -> None:
+    def __init__(self, ds: EpisodeDataset | MixtureDataset, name: str | None = None,
+                 sampler: EpisodeSampler | None = None) -> None:
         self._ds = ds
         self._uri: DatasetURI | MixtureURI
         if is_mixture(ds):
@@ -99,7 +108,8 @@ class RayformDataset(Dataset):
         return config
 
 
-def from_episode_dataset(ds: Any, name: str | None = None, sampler: Any = None) -> RayformDataset:
+def from_episode_dataset(ds: EpisodeDataset | MixtureDataset, name: str | None = None,
+                         sampler: EpisodeSampler | None = None) -> RayformDataset:
     """Describe ``ds`` for ``mlflow.log_input(..., context="training")``.
 
     Reads only the manifest (no fetch, no decode).
@@ -115,8 +125,5 @@ def from_episode_dataset(ds: Any, name: str | None = None, sampler: Any = None) 
     Raises:
         InvalidArgumentError: ``ds`` is neither.
     """
-    if not hasattr(ds, "uri") or not (hasattr(ds, "segments") or is_mixture(ds)):
-        raise InvalidArgumentError(
-            f"from_episode_dataset() takes a rayform.torch.EpisodeDataset or MixtureDataset, got {type(ds).__name__}"
-        )
+    check_dataset(ds, "from_episode_dataset")
     return RayformDataset(ds, name=name, sampler=sampler)

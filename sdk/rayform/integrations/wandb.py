@@ -24,23 +24,34 @@ sends it. Needs ``wandb>=0.19``.
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import wandb
 from wandb.sdk.artifacts.artifact_manifest_entry import ArtifactManifestEntry
 from wandb.sdk.lib.paths import LogicalPath
 
 from rayform.errors import InvalidArgumentError
-from rayform.integrations._common import dataset_profile, is_mixture, mixture_profile, sample_spec
+from rayform.integrations._common import (
+    check_dataset,
+    dataset_profile,
+    is_mixture,
+    mixture_profile,
+    sample_spec,
+)
 from rayform.uri import DatasetURI, MixtureURI
+
+if TYPE_CHECKING:
+    from wandb.sdk.wandb_run import Run
+
+    from rayform.torch import EpisodeDataset, EpisodeSampler, MixtureDataset
 
 __all__ = ["log_dataset"]
 
 _KEY_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*")
 
 
-def log_dataset(run: Any, ds: Any, *, key: str = "dataset", name: str | None = None,
-                sampler: Any = None) -> Any:
+def log_dataset(run: Run, ds: EpisodeDataset | MixtureDataset, *, key: str = "dataset", name: str | None = None,
+                sampler: EpisodeSampler | None = None) -> wandb.Artifact:
     """Record ``ds`` in ``run``: its description in ``run.config[key]``, its slice as an input.
 
     Reads only the manifest (no fetch, no decode).
@@ -60,10 +71,7 @@ def log_dataset(run: Any, ds: Any, *, key: str = "dataset", name: str | None = N
     Raises:
         InvalidArgumentError: ``ds`` is not an ``EpisodeDataset`` or ``key`` is not a name.
     """
-    if not hasattr(ds, "uri") or not hasattr(ds, "describe"):
-        raise InvalidArgumentError(
-            f"log_dataset() takes a rayform.torch.EpisodeDataset or MixtureDataset, got {type(ds).__name__}"
-        )
+    check_dataset(ds, "log_dataset")
     if not isinstance(key, str) or not _KEY_RE.fullmatch(key):
         raise InvalidArgumentError(f"key={key!r}: use a config key such as 'dataset' or 'val_dataset'")
     order = {"order": sampler.describe()} if sampler is not None else {}
@@ -88,13 +96,14 @@ def log_dataset(run: Any, ds: Any, *, key: str = "dataset", name: str | None = N
     # itself), so the entry is made here: its digest is the manifest hash, which pins every
     # byte, and the host is left out of the digest so any server name gives the same version.
     artifact.manifest.add_entry(ArtifactManifestEntry(
-        path=LogicalPath("manifest"), ref=uri.slice_uri, digest=uri.manifest_hash, size=ds.slice.nbytes,
+        path=LogicalPath("manifest"), ref=uri.slice_uri, digest=uri.manifest_hash, size=int(ds.slice.segments.summary()["nbytes"]),
     ))
     _use(run, artifact)
     return artifact
 
 
-def _log_mixture(run: Any, mix: Any, key: str, name: str | None, order: dict[str, Any]) -> Any:
+def _log_mixture(run: Run, mix: MixtureDataset, key: str, name: str | None,
+                 order: dict[str, Any]) -> wandb.Artifact:
     uri = MixtureURI.parse(mix.uri)
     info = {**mix.describe(), **order}
     info["digest"] = uri.digest
@@ -113,13 +122,13 @@ def _log_mixture(run: Any, mix: Any, key: str, name: str | None, order: dict[str
     for k, ((_, src), ds) in enumerate(zip(uri.sources, mix.sources, strict=True)):
         artifact.manifest.add_entry(ArtifactManifestEntry(
             path=LogicalPath(f"{k}-{src.slice_id}"), ref=src.slice_uri, digest=src.manifest_hash,
-            size=ds.slice.nbytes,
+            size=int(ds.slice.segments.summary()["nbytes"]),
         ))
     _use(run, artifact)
     return artifact
 
 
-def _use(run: Any, artifact: Any) -> None:
+def _use(run: Run, artifact: wandb.Artifact) -> None:
     """Mark ``artifact`` as an input of ``run``, online or offline."""
     if not getattr(run, "offline", False):
         run.use_artifact(artifact)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -305,7 +306,7 @@ class Manifest:
         return cls(segments=segments, description=description, format_version=version)
 
 
-def canonical_json(doc: Any) -> bytes:
+def canonical_json(doc: Mapping[str, Any]) -> bytes:
     """UTF-8 JSON with sorted keys and no whitespace: the bytes that get hashed."""
     return json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
 

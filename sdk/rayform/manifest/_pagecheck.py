@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from rayform._ids import HASH_RE, STREAM_NAME_RE
-from rayform._untrusted import shown
+from rayform._untrusted import JSON, shown
 from rayform.errors import ManifestError
 from rayform.manifest._model import (
     CARTESIAN_QUANTITIES,
@@ -35,6 +35,10 @@ from rayform.manifest._model import (
     TIME_MIN,
 )
 from rayform.manifest._rendcols import check_renditions, has_renditions
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from typing_extensions import TypeIs
 
 __all__ = ["MAX_PAGE_BYTES", "check_page", "check_root", "check_stream_names"]
 
@@ -55,15 +59,15 @@ def _pa() -> Any:
     return pa
 
 
-def _is_int(value: Any, low: int = TIME_MIN, high: int = INT64_MAX) -> bool:
+def _is_int(value: JSON, low: int = TIME_MIN, high: int = INT64_MAX) -> TypeIs[int]:
     return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
 
 
-def _bad(field: str, value: Any, expected: str) -> ManifestError:
+def _bad(field: str, value: JSON, expected: str) -> ManifestError:
     return ManifestError(f"manifest root: {field} is {shown(repr(value), 80)}, expected {expected}")
 
 
-def check_root(doc: Any) -> None:
+def check_root(doc: JSON) -> None:
     """Check a v2 root document's page references and summary (types and ranges).
 
     Raises:
@@ -74,15 +78,18 @@ def check_root(doc: Any) -> None:
     pages = doc.get("pages")
     if not isinstance(pages, list) or not 0 < len(pages) <= _MAX_PAGES:
         raise _bad('"pages"', type(pages).__name__, f"a list of 1 to {_MAX_PAGES} page references")
+    listed = 0  # segments the pages hold
     for i, p in enumerate(pages):
         if not isinstance(p, dict):
             raise _bad(f"page reference {i}", p, "an object")
-        if not isinstance(p.get("hash"), str) or not HASH_RE.fullmatch(p["hash"]):
-            raise _bad(f"page {i} hash", p.get("hash"), "64 lowercase hex digits")
+        digest, count = p.get("hash"), p.get("segments")
+        if not isinstance(digest, str) or not HASH_RE.fullmatch(digest):
+            raise _bad(f"page {i} hash", digest, "64 lowercase hex digits")
         if not _is_int(p.get("size"), 1, MAX_PAGE_BYTES):
             raise _bad(f"page {i} size", p.get("size"), f"a byte count from 1 to {MAX_PAGE_BYTES}")
-        if not _is_int(p.get("segments"), 0, 2**31 - 1):
-            raise _bad(f"page {i} segments", p.get("segments"), "a segment count")
+        if not _is_int(count, 0, 2**31 - 1):
+            raise _bad(f"page {i} segments", count, "a segment count")
+        listed += count
     if not isinstance(doc.get("description", ""), str):
         raise _bad('"description"', doc.get("description"), "a string")
     summary = doc.get("summary")
@@ -93,7 +100,7 @@ def check_root(doc: Any) -> None:
         required = key in ("segments", "nbytes")
         if (required or key in summary) and not _is_int(summary.get(key), low):
             raise _bad(f"summary.{key}", summary.get(key), "an integer")
-    if summary["segments"] != sum(p["segments"] for p in pages):
+    if summary["segments"] != listed:
         raise _bad("summary.segments", summary["segments"], "the sum of the pages' segments")
     sites = summary.get("sites", [])
     if not isinstance(sites, list) or not all(isinstance(s, str) and len(s) <= MAX_WORD_CHARS for s in sites):
@@ -105,7 +112,7 @@ def check_root(doc: Any) -> None:
         _check_stream_summary(name, info)
 
 
-def _check_stream_summary(name: str, info: Any) -> None:
+def _check_stream_summary(name: str, info: JSON) -> None:
     if not STREAM_NAME_RE.fullmatch(name) or ".." in name:
         raise _bad("a summary stream name", name, "a stream name such as 'cam0/rgb'")
     where = f"summary.streams[{name}]"
@@ -130,7 +137,7 @@ def _check_stream_summary(name: str, info: Any) -> None:
         raise _bad(f"{where}.segments", info.get("segments"), "a segment count")
 
 
-def _words(arr: Any, field: str, ok: Callable[[str], bool]) -> None:
+def _words(arr: pa.Array, field: str, ok: Callable[[str], bool]) -> None:
     """Check a dictionary-encoded column: its indices within its dictionary (valid UTF-8),
     and every word with ``ok(word)``."""
     try:
@@ -145,14 +152,14 @@ def _words(arr: Any, field: str, ok: Callable[[str], bool]) -> None:
             raise ManifestError(f"manifest page: {field} {shown(repr(word), 80)} is not allowed")
 
 
-def _fixed(arr: Any, dtype: type) -> np.ndarray:
+def _fixed(arr: pa.Array, dtype: type) -> np.ndarray:
     """The values of a fixed-width array (no copy; its buffer's size is checked by
     ``validate``)."""
     width = np.dtype(dtype).itemsize
     return np.frombuffer(arr.buffers()[1], dtype=dtype, count=len(arr), offset=arr.offset * width)
 
 
-def _offsets(arr: Any, child_len: int, field: str) -> int:
+def _offsets(arr: pa.Array, child_len: int, field: str) -> int:
     """Check that the offsets of a string or list array never decrease and stay within the
     child; returns the longest element."""
     offs = np.frombuffer(arr.buffers()[1], dtype=np.int32, count=len(arr) + 1, offset=arr.offset * 4)
@@ -173,7 +180,7 @@ def _within(values: np.ndarray, field: str, low: float, high: float) -> None:
                             f"allowed are {low} to {high}")
 
 
-def check_page(table: Any, span: tuple[int, int]) -> None:
+def check_page(table: pa.Table, span: tuple[int, int]) -> None:
     """Check one page (a table of the page schema, its schema already checked) in full.
 
     Arrow's own full validation reads every value (~0.3 s for 1,000,000 segments); this reads
@@ -253,7 +260,7 @@ def check_stream_names(tables: list[Any], doc: dict[str, Any]) -> None:
                             f"hold {shown(sorted(held), 200)}")
 
 
-def _with_dictionaries(arr: Any) -> list[Any]:
+def _with_dictionaries(arr: pa.Array) -> list[Any]:
     """``arr`` and the dictionaries of its dictionary-encoded children (``buffers()`` omits
     them)."""
     pa = _pa()

@@ -24,11 +24,14 @@ import ctypes
 import os
 import weakref
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from rayform.manifest._schema import page_schema
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 __all__ = ["PageRows", "Read"]
 
@@ -52,7 +55,7 @@ def _memory(address: int, nbytes: int) -> bytes:
 class _Column:
     """Where element ``k`` of a fixed-width array (or its offsets) lies: ``address + k * width``."""
 
-    def __init__(self, arr: Any, buffer: int, width: int) -> None:
+    def __init__(self, arr: pa.Array, buffer: int, width: int) -> None:
         self.address = arr.buffers()[buffer].address + arr.offset * width
         self.width = width
 
@@ -66,7 +69,7 @@ class PageRows:
             that file (read with ``os.pread``); ``None`` reads them from memory.
     """
 
-    def __init__(self, page: Any, mapped_from: tuple[str, int] | None = None) -> None:
+    def __init__(self, page: pa.Table, mapped_from: tuple[str, int] | None = None) -> None:
         self._file = mapped_from
         if mapped_from is not None:
             path, start = mapped_from
@@ -98,11 +101,11 @@ class PageRows:
                                 {k: _Column(items.field(k), 1, 8) for k in _RENDITION_INTS})
 
     @staticmethod
-    def _words(arr: Any) -> tuple[_Column, list[str]]:
+    def _words(arr: pa.DictionaryArray) -> tuple[_Column, list[str]]:
         return _Column(arr.indices, 1, 4), [str(w) for w in arr.dictionary.to_pylist()]
 
     @classmethod
-    def of(cls, page: Any, mapped_from: tuple[str, int] | None = None) -> PageRows | None:
+    def of(cls, page: pa.Table, mapped_from: tuple[str, int] | None = None) -> PageRows | None:
         """Rows of ``page``, or ``None`` if it is not a null-free single-chunk page of the
         dictionary-encoded page schema (then ``to_pylist`` reads it)."""
         v3 = page.schema.equals(page_schema(renditions=True))

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Any, overload
+from typing import TYPE_CHECKING, Any, overload
 
 import numpy as np
 
@@ -23,6 +23,9 @@ from rayform.manifest._pagerows import PageRows
 from rayform.manifest._rendcols import parse_cells, rendition_blobs
 from rayform.manifest._schema import HASH_BYTES, segments_to_table, table_has_renditions
 from rayform.manifest._segments import SegmentColumns
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 __all__ = ["SegmentTable", "Segments"]
 
@@ -54,7 +57,7 @@ def arrow_strings(values: Sequence[str]) -> Any:
     return pa.Array.from_buffers(pa.string(), len(encoded), [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(encoded))])
 
 
-def _np(arr: Any) -> np.ndarray:
+def _np(arr: pa.Array | pa.ChunkedArray) -> np.ndarray:
     """A numpy view of a fixed-width Arrow array (chunks concatenated; other types converted).
 
     Reads the data buffer directly: pyarrow's own ``to_numpy`` may import pandas (~1 s).
@@ -72,13 +75,13 @@ def _np(arr: Any) -> np.ndarray:
     return np.asarray(arr.to_numpy(zero_copy_only=False))
 
 
-def _bits(buf: Any, offset: int, n: int) -> np.ndarray:
+def _bits(buf: pa.Buffer, offset: int, n: int) -> np.ndarray:
     """``bool (n,)`` from an Arrow bitmap (least significant bit first)."""
     raw = np.unpackbits(np.frombuffer(buf, dtype=np.uint8), bitorder="little")
     return raw[offset:offset + n].astype(bool)
 
 
-def _ints_or(arr: Any, missing: int) -> np.ndarray:
+def _ints_or(arr: pa.Array, missing: int) -> np.ndarray:
     """An Arrow integer array as ``int64`` numpy, ``missing`` where null."""
     values = np.frombuffer(arr.buffers()[1], dtype=np.dtype(str(arr.type)), count=len(arr),
                            offset=arr.offset * arr.type.bit_width // 8).astype(np.int64)

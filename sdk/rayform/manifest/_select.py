@@ -45,7 +45,7 @@ def _columns(segs: Segments) -> tuple[np.ndarray, dict[str, np.ndarray], dict[st
     return segs.positions(), num, strings
 
 
-def _int_or_none(name: str, value: Any) -> int | None:
+def _int_or_none(name: str, value: int | None) -> int | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
@@ -53,7 +53,7 @@ def _int_or_none(name: str, value: Any) -> int | None:
     return int(value)
 
 
-def _names(name: str, value: Any) -> list[str] | None:
+def _names(name: str, value: Sequence[str] | None) -> list[str] | None:
     if value is None:
         return None
     if isinstance(value, str) or not all(isinstance(v, str) for v in value):

@@ -15,12 +15,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from rayform.errors import InvalidArgumentError, NotFoundError
 from rayform.manifest import Segments
+
+if TYPE_CHECKING:
+    pass
+    from rayform._seams import BlobSource
 
 __all__ = ["GridIndex", "build_index", "check_table_streams", "grid_offsets_ns", "select_table", "selection_of"]
 
@@ -117,7 +121,7 @@ def select_table(slice_id: str, table: Segments, segment_ids: Sequence[str]) -> 
     return table.take(found)
 
 
-def check_table_streams(slice_id: str, table: Segments, names: Sequence[str], action: Any) -> None:
+def check_table_streams(slice_id: str, table: Segments, names: Sequence[str], action: str | None) -> None:
     """Every named stream is in every segment and the action is a table (vectorised)."""
     available = table.stream_names()
     for name in names:
@@ -139,12 +143,11 @@ def check_table_streams(slice_id: str, table: Segments, names: Sequence[str], ac
         )
 
 
-def selection_of(slice_: Any) -> dict[str, Any]:
+def selection_of(slice_: BlobSource) -> dict[str, Any]:
     """``describe()`` keys of a :meth:`~rayform.Slice.select` view: its parent slice, the
     parent's manifest hash and the selection (nothing for a whole slice)."""
-    selection = getattr(slice_, "selection", None)
-    if selection is None:
+    selection, parent = slice_.selection, slice_.parent
+    if selection is None or parent is None:
         return {}
-    parent = slice_.parent
     return {"parent_slice": parent.id, "parent_manifest_hash": parent.manifest_hash,
             "selection": selection}

@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from torch.utils.data import Dataset
@@ -33,6 +33,10 @@ from rayform.torch._sampling import (
 )
 from rayform.torch._uri import mixture_arguments, mixture_uri
 from rayform.torch.dataset import EpisodeDataset
+
+if TYPE_CHECKING:
+    from rayform.client import Client
+    from rayform.uri import MixtureURI
 
 __all__ = ["MixtureDataset"]
 
@@ -207,10 +211,16 @@ class MixtureDataset(Dataset):
         """The mixture as trained, one canonical string (``rayform:///mix?v=2&mix=W:URI&...``):
         every source's dataset URI with its weight as given, ``num_samples``, ``replacement``
         and ``seed``; :meth:`from_uri` rebuilds it. See ``docs/tracking.md``."""
+        nested = [k for k, ds in enumerate(self.sources) if not isinstance(ds, EpisodeDataset)]
+        if nested:
+            raise InvalidArgumentError(
+                f"source {nested[0]} of the mixture is not an EpisodeDataset, so the mixture has no URI: "
+                "build one mixture of EpisodeDatasets with the weights multiplied out"
+            )
         return str(mixture_uri(self))
 
     @classmethod
-    def from_uri(cls, uri: str, client: Any = None, **options: Any) -> MixtureDataset:
+    def from_uri(cls, uri: str | MixtureURI, client: Client | None = None, **options: Any) -> MixtureDataset:
         """Rebuild the mixture ``uri`` names: each source as ``EpisodeDataset.from_uri`` would
         (``client`` and ``options`` go to every source), the same weights and draws.
 
@@ -310,7 +320,7 @@ def _quotas(total: int, weights: Sequence[float]) -> np.ndarray:
     return base
 
 
-def _sample_keys(ds: Any) -> dict[str, str]:
+def _sample_keys(ds: EpisodeDataset) -> dict[str, str]:
     """Sample key -> what fixes its shape, for comparing sources."""
     keys = {"t_ns": "()", "meta": "dict"}
     for name in ds.obs:

@@ -26,7 +26,7 @@ import collections
 import logging
 import threading
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -36,6 +36,11 @@ from rayform._resolution import Target, stream_blobs
 from rayform.cache import Pins, check_fits
 from rayform.torch._index import GridIndex
 from rayform.torch._sampling import IndexStream, Part, plan
+
+if TYPE_CHECKING:
+    from rayform._seams import BlobSource
+    from rayform.manifest import BlobRef, Segment
+    from rayform.torch.dataset import EpisodeDataset
 
 __all__ = ["ReadAhead", "check_cache_fits", "reader_pins", "segment_blobs"]
 
@@ -49,7 +54,7 @@ _MAX_BATCHES_AHEAD = 32
 _MIN_WINDOW = 4096
 
 
-def segment_blobs(segment: Any, names: Sequence[str], targets: Mapping[str, Target] | None = None) -> dict[str, Any]:
+def segment_blobs(segment: Segment, names: Sequence[str], targets: Mapping[str, Target] | None = None) -> dict[str, Any]:
     """``{hash: BlobRef}`` of the blobs one segment needs for the streams ``names``; a camera
     with a training resolution in ``targets`` needs only the rendition it reads."""
     out: dict[str, Any] = {}
@@ -60,7 +65,7 @@ def segment_blobs(segment: Any, names: Sequence[str], targets: Mapping[str, Targ
     return out
 
 
-def check_cache_fits(slice_: Any, segments: Sequence[Any], names: Sequence[str],
+def check_cache_fits(slice_: BlobSource, segments: Sequence[Any], names: Sequence[str],
                      targets: Mapping[str, Target] | None = None) -> int | None:
     """Raise up front if the largest segment's blobs exceed the client's ``cache_limit``.
 
@@ -80,7 +85,7 @@ def check_cache_fits(slice_: Any, segments: Sequence[Any], names: Sequence[str],
     return sum(size for size, _ in sizes)
 
 
-def reader_pins(slice_: Any, segments: Sequence[Any], names: Sequence[str]) -> Pins | None:
+def reader_pins(slice_: BlobSource, segments: Sequence[Any], names: Sequence[str]) -> Pins | None:
     """The pins of one reading process under a bounded cache (``None`` without a limit).
 
     They hold the blobs of about one segment (the most recently used): what a batch is reading.
@@ -98,7 +103,7 @@ Order = tuple[bool, int | None]
 class _EpochPlan:
     """This rank's part of one epoch as a fresh sampler lays it out, with O(batch) lookups."""
 
-    def __init__(self, dataset: Any, index: GridIndex, epoch: int, order: Order) -> None:
+    def __init__(self, dataset: EpisodeDataset, index: GridIndex, epoch: int, order: Order) -> None:
         rank, world = dataset.shard
         self.epoch, self.order = epoch, order
         self.streams: list[IndexStream] = dataset.order_streams(world, epoch, *order)
@@ -178,7 +183,7 @@ class ReadAhead:
         threads: parallel downloads.
     """
 
-    def __init__(self, dataset: Any, index: GridIndex, max_bytes: int = DEFAULT_READAHEAD_BYTES,
+    def __init__(self, dataset: EpisodeDataset, index: GridIndex, max_bytes: int = DEFAULT_READAHEAD_BYTES,
                  threads: int = _THREADS) -> None:
         self.dataset = dataset
         self.index = index
@@ -306,7 +311,7 @@ class ReadAhead:
             st.done_until = (epoch, start)
 
     # -- fetching --------------------------------------------------------------------------
-    def _enqueue(self, st: _State, ref: Any) -> None:
+    def _enqueue(self, st: _State, ref: BlobRef) -> None:
         with st.lock:
             if st.closed:
                 return

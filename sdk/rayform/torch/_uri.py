@@ -60,9 +60,9 @@ def _chosen(ds: EpisodeDataset) -> tuple[str | None, tuple[str, ...] | None]:
     expressible; otherwise (a ``where=`` predicate, or ``segments=`` chosen by hand) the
     episodes are listed, which rebuilds them exactly from the whole slice.
     """
-    slice_: Any = ds.slice  # a Slice in practice; BlobSource is its reading seam
+    slice_ = ds.slice
     used = ds.segments
-    selection = getattr(slice_, "selection", None)
+    selection = slice_.selection
     if selection is not None and _same(used, slice_.segments):
         expr = selection_expression(selection)
         if expr is not None:
@@ -111,13 +111,8 @@ def dataset_arguments(uri: str | DatasetURI, client: Client | None = None,
 
 def mixture_uri(mix: MixtureDataset) -> MixtureURI:
     """The :class:`~rayform.uri._mixture.MixtureURI` of ``mix``: its sources' URIs and weights as
-    given, ``num_samples``, ``replacement`` and ``seed``."""
-    nested = [k for k, ds in enumerate(mix.sources) if not hasattr(ds, "slice")]
-    if nested:
-        raise InvalidArgumentError(
-            f"source {nested[0]} of the mixture is not an EpisodeDataset, so the mixture has no URI: "
-            "build one mixture of EpisodeDatasets with the weights multiplied out"
-        )
+    given, ``num_samples``, ``replacement`` and ``seed`` (every source is an ``EpisodeDataset``:
+    the mixture checks)."""
     return MixtureURI(
         tuple((w, dataset_uri(ds)) for w, ds in zip(mix.given_weights, mix.sources, strict=True)),
         num_samples=mix.num_samples, replacement=mix.replacement, seed=mix.seed,

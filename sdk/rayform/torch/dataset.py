@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -48,6 +48,9 @@ from rayform.torch._sampling import (
 from rayform.torch._stats import compute_stats
 from rayform.torch._uri import dataset_arguments, dataset_uri
 from rayform.uri import DatasetURI
+
+if TYPE_CHECKING:
+    from rayform.client import Client
 
 __all__ = ["EpisodeDataset"]
 
@@ -344,7 +347,7 @@ class EpisodeDataset(Dataset):
         return str(dataset_uri(self))
 
     @classmethod
-    def from_uri(cls, uri: str | DatasetURI, client: Any = None, **options: Any) -> EpisodeDataset:
+    def from_uri(cls, uri: str | DatasetURI, client: Client | None = None, **options: Any) -> EpisodeDataset:
         """Rebuild the dataset ``uri`` (from :attr:`uri`) names: same slice version, same samples.
 
         Args:
@@ -396,7 +399,7 @@ class EpisodeDataset(Dataset):
         return {
             "uri": self.uri,
             "slice": self.slice.id,
-            "manifest_hash": getattr(self.slice, "manifest_hash", None),
+            "manifest_hash": self.slice.manifest_hash,
             "obs": list(self.obs),
             "action": self.action,
             "fps": self.fps,
@@ -460,7 +463,7 @@ class EpisodeDataset(Dataset):
         )
 
 
-def _short(value: Any) -> str:
+def _short(value: str | float | Sequence[str] | None) -> str:
     """An argument for a repr: a long list of segment IDs as its count."""
     if isinstance(value, (list, tuple)) and len(value) > 8:
         return f"<{len(value)} items: {value[0]!r}, ..., {value[-1]!r}>"
@@ -470,26 +473,26 @@ def _short(value: Any) -> str:
 
 
 # -- validation helpers ----------------------------------------------------------------------
-def _int(name: str, value: Any) -> int:
+def _int(name: str, value: int) -> int:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise InvalidArgumentError(f"{name}={value!r}: use an integer")
     return int(value)
 
 
-def _positive_int(name: str, value: Any) -> int:
+def _positive_int(name: str, value: int) -> int:
     if _int(name, value) < 1:
         raise InvalidArgumentError(f"{name}={value!r}: use an integer >= 1")
     return int(value)
 
 
-def _positive_number(name: str, value: Any) -> float:
+def _positive_number(name: str, value: float) -> float:
     ok = isinstance(value, numbers.Real) and not isinstance(value, bool)
     if not ok or not math.isfinite(float(value)) or float(value) <= 0:
         raise InvalidArgumentError(f"{name}={value!r}: use a finite number > 0 (Hz), e.g. 15")
     return float(value)
 
 
-def _choice(name: str, value: Any, allowed: Sequence[Any]) -> None:
+def _choice(name: str, value: str | None, allowed: Sequence[str | None]) -> None:
     if value not in allowed:
         raise InvalidArgumentError(f"{name}={value!r}: use one of {', '.join(map(repr, allowed))}")
 
@@ -519,7 +522,7 @@ def _check_streams(
     return list(obs), action
 
 
-def _resolve_shard(shard: Any) -> tuple[int, int]:
+def _resolve_shard(shard: str | tuple[int, int] | None) -> tuple[int, int]:
     if shard is None or shard is False:
         return 0, 1
     if shard == "auto":

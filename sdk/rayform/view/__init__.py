@@ -19,11 +19,14 @@ from __future__ import annotations
 
 import html
 import ipaddress
-from typing import Any
+from typing import TYPE_CHECKING
 
 from rayform.view._api import ViewAPI, ViewError
 from rayform.view._server import ViewServer
 from rayform.view._thumbs import thumbnails_html
+
+if TYPE_CHECKING:
+    from rayform.slice import Slice
 
 __all__ = ["ViewAPI", "ViewError", "ViewLink", "ViewServer", "is_loopback", "serve", "thumbnails_html"]
 
@@ -38,7 +41,7 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def serve(slice_: Any, *, host: str = "127.0.0.1", port: int = 0, frames: bool = False,
+def serve(slice_: Slice, *, host: str = "127.0.0.1", port: int = 0, frames: bool = False,
           quiet: bool = True) -> ViewServer:
     """Serve the viewer of ``slice_`` from a daemon thread.
 

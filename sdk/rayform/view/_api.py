@@ -13,7 +13,7 @@ import re
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
 import numpy as np
@@ -24,6 +24,11 @@ from rayform.format import decode_table, decode_timestamps
 from rayform.manifest import Segment, Stream
 from rayform.uri import selection_expression
 from rayform.view._index import EpisodeFilter, EpisodeIndex
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
+    from rayform.slice import Slice
 
 __all__ = ["MAX_PAGE", "MAX_POINTS", "ViewAPI", "ViewError"]
 
@@ -87,7 +92,7 @@ class ViewAPI:
         frames: serve every camera as decoded JPEG frames instead of its video file.
     """
 
-    def __init__(self, slice_: Any, *, frames: bool = False) -> None:
+    def __init__(self, slice_: Slice, *, frames: bool = False) -> None:
         self.slice = slice_
         self.frames = frames
         self.index = EpisodeIndex(slice_.segments)
@@ -230,6 +235,6 @@ def _summary(seg: Segment) -> dict[str, Any]:
             "streams": {n: st.kind for n, st in sorted(seg.streams.items())}}
 
 
-def dumps(doc: Any) -> bytes:
+def dumps(doc: Mapping[str, Any] | Sequence[Any]) -> bytes:
     """Compact JSON bytes of an answer."""
     return json.dumps(doc, separators=(",", ":"), allow_nan=False).encode()

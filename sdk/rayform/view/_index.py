@@ -11,7 +11,6 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -110,7 +109,7 @@ class EpisodeIndex:
             return self.segments[position]
 
 
-def _bools(mask: Any) -> np.ndarray:
+def _bools(mask: pa.Array | pa.ChunkedArray) -> np.ndarray:
     """An Arrow boolean (chunked) array as ``bool (N,)`` numpy, nulls as False."""
     mask = pc.fill_null(mask, False)
     chunks = mask.chunks if isinstance(mask, pa.ChunkedArray) else [mask]

@@ -23,7 +23,7 @@ import threading
 import traceback
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlsplit
 
 from rayform.errors import (
@@ -37,6 +37,10 @@ from rayform.errors import (
 )
 from rayform.view._api import ViewAPI, ViewError, dumps
 from rayform.view._frames import frame_jpeg
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+    from pathlib import Path
 
 __all__ = ["ViewServer"]
 
@@ -118,7 +122,7 @@ class ViewServer(ThreadingHTTPServer):
             with contextlib.suppress(OSError):
                 conn.shutdown(socket.SHUT_RDWR)  # its handler thread reads EOF and closes it
 
-    def handle_error(self, request: Any, client_address: Any) -> None:
+    def handle_error(self, request: socket.socket | tuple[bytes, socket.socket], client_address: tuple[str, int]) -> None:
         # A browser resets connections it no longer needs (a seek drops a video request).
         if not isinstance(sys.exc_info()[1], ConnectionError):
             super().handle_error(request, client_address)
@@ -269,7 +273,7 @@ class _Handler(BaseHTTPRequestHandler):
         self._headers(status, ctype, len(body), cache=cache, cookie=cookie)
         self.wfile.write(body)
 
-    def _json(self, doc: Any, status: int = 200) -> None:
+    def _json(self, doc: Mapping[str, Any] | Sequence[Any], status: int = 200) -> None:
         try:
             body = dumps(doc)
         except (TypeError, ValueError):
@@ -277,7 +281,7 @@ class _Handler(BaseHTTPRequestHandler):
             status = 500
         self._send(status, body, "application/json")
 
-    def _file(self, path: Any, ctype: str) -> None:
+    def _file(self, path: Path, ctype: str) -> None:
         """A file, whole or one byte range (``Range: bytes=a-b``), so video can seek."""
         with open(path, "rb") as f:
             size = f.seek(0, 2)

@@ -8,14 +8,17 @@ from __future__ import annotations
 
 import base64
 import html
-from typing import Any
+from typing import TYPE_CHECKING
 
 from rayform.view._frames import frame_jpeg
+
+if TYPE_CHECKING:
+    from rayform.slice import Slice
 
 __all__ = ["thumbnails_html"]
 
 
-def thumbnails_html(slice_: Any, height: int = 72) -> str:
+def thumbnails_html(slice_: Slice, height: int = 72) -> str:
     """``<img>`` tags (JPEG data URIs) of the first frame of every camera of the slice's first
     segment whose video is cached; ``""`` if there is none.
 

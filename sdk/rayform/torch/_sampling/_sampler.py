@@ -296,7 +296,7 @@ def _rank_world(dataset: SamplerDataset) -> tuple[int, int]:
     return int(rank), int(world)
 
 
-def _int(name: str, value: Any) -> int:
+def _int(name: str, value: int) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise InvalidArgumentError(f"{name}={value!r}: use an integer")
     return int(value)

@@ -9,18 +9,21 @@ never moves an existing one from train to validation or back.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING
 
 from rayform._hashing import hash_bytes
 from rayform.errors import InvalidArgumentError
 from rayform.manifest import Segments
 from rayform.slice import Slice
 
+if TYPE_CHECKING:
+    from rayform.manifest import Segment
+
 __all__ = ["split_episodes"]
 
 
 def split_episodes(
-    slice_or_segments: Any, val_fraction: float = 0.1, *, seed: int = 0
+    slice_or_segments: Slice | Segments | Iterable[str | Segment], val_fraction: float = 0.1, *, seed: int = 0
 ) -> tuple[list[str], list[str]]:
     """Split episodes into train and validation segment IDs.
 
@@ -38,11 +41,13 @@ def split_episodes(
         raise InvalidArgumentError(
             f"val_fraction={val_fraction!r}: use a number between 0 and 1, e.g. 0.1"
         )
-    items: Iterable[Any] = slice_or_segments
-    if isinstance(items, Slice):
-        items = items.segments
-    if isinstance(items, Segments):  # the ID column: no Segment object per episode
-        items = items.ids().to_pylist()
+    items: Iterable[str | Segment]
+    if isinstance(slice_or_segments, Slice):
+        slice_or_segments = slice_or_segments.segments
+    if isinstance(slice_or_segments, Segments):  # the ID column: no Segment object per episode
+        items = [str(x) for x in slice_or_segments.ids().to_pylist()]
+    else:
+        items = slice_or_segments
     train: list[str] = []
     val: list[str] = []
     for item in items:

@@ -21,7 +21,7 @@ import logging
 import os
 import threading
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -80,7 +80,7 @@ def local_ranks() -> int:
         return 1
 
 
-def choose_window(dataset: SamplerDataset, window: Any, shuffle: bool) -> WindowChoice:
+def choose_window(dataset: SamplerDataset, window: int | str | None, shuffle: bool) -> WindowChoice:
     """Resolve the sampler's ``window`` argument for ``dataset``.
 
     Args:

@@ -1,0 +1,185 @@
+"""A team cache shared by real Unix users of one group (docs/cache.md, "Shared caches").
+
+The cache root belongs to a third user (root), ``chgrp team DIR && chmod 2775 DIR`` as the docs
+say; two users of the team pull, prune, verify and train in it with ``runuser``. Shared mode is
+not asked for on any command line: it is inferred from the root's setgid group-writable mode,
+which is what makes every writer (a lazy fetch, cached statistics, ``cache prune``) agree.
+
+Needs root (to add users and run as them). The users and group are created once per machine
+if missing and left in place, so that concurrent or later runs find them.
+"""
+
+from __future__ import annotations
+
+import grp
+import logging
+import os
+import pwd
+import shutil
+import stat
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from support import DEMO_SLICE, SCRIPTS, TOKEN, ServerProcess
+from support.team import GROUP, USERS, ensure_users, reachable
+
+from rayform.cache._locks import bounded_lock
+from rayform.cache._sharing import CacheModes
+
+CHECKOUT = Path(__file__).resolve().parents[2]
+
+pytestmark = pytest.mark.skipif(
+    os.geteuid() != 0 or not shutil.which("useradd") or not shutil.which("runuser"),
+    reason="needs root with useradd and runuser to run as two real users of one group",
+)
+
+
+@pytest.fixture(scope="module")
+def team() -> Iterator[Path]:
+    """A directory for the test, reachable by the team's users; removed afterwards."""
+    ensure_users()
+    reachable(Path(sys.executable).parent)
+    reachable(Path(os.path.realpath(sys.executable)).parent)
+    reachable(CHECKOUT)
+    base = Path(tempfile.mkdtemp(prefix="rayform-team-", dir="/tmp"))
+    os.chmod(base, 0o755)
+    for user in USERS:
+        home = base / f"home-{user}"
+        home.mkdir()
+        pw = pwd.getpwnam(user)
+        os.chown(home, pw.pw_uid, pw.pw_gid)
+    try:
+        yield base
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def _as(user: str, base: Path, cache: Path, *args: str, server: ServerProcess | None = None,
+        offline: bool = False) -> subprocess.CompletedProcess[str]:
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(base / f"home-{user}"),
+        "PYTHONPATH": os.pathsep.join(str(CHECKOUT / d) for d in ("sdk", "server_stub", "tests")),
+        "RAYFORM_CACHE_DIR": str(cache),
+        "OMP_NUM_THREADS": "1",
+        "PYTHONWARNINGS": "error::UserWarning",
+    }
+    if server is not None:
+        env.update(RAYFORM_ENDPOINT=server.url, RAYFORM_TOKEN=TOKEN)
+    if offline:
+        env["RAYFORM_OFFLINE"] = "1"
+    # umask 022, as on most systems: shared mode must not depend on a team-friendly umask.
+    cmd = ["runuser", "-u", user, "--", "sh", "-c", 'umask 022; exec "$@"', "sh",
+           "env", "-i", *(f"{k}={v}" for k, v in env.items()), sys.executable, *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=240)
+
+
+def _ok(done: subprocess.CompletedProcess[str]) -> str:
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "ermission" not in done.stderr and "not writable" not in done.stderr, done.stderr
+    return done.stdout
+
+
+_TRAIN = str(SCRIPTS / "team_train.py")  # one shuffled epoch; prints the samples and stats
+
+
+def test_two_users_pull_prune_train_and_verify_one_team_cache(
+    team: Path, demo_server: ServerProcess
+) -> None:
+    cache = team / "cache"
+    cache.mkdir()
+    shutil.chown(cache, group=GROUP)
+    os.chmod(cache, 0o2775)  # the docs' recipe: `chgrp team DIR && chmod 2775 DIR`, as root
+    cli = ["-m", "rayform"]
+
+    # Alice pulls part of the slice, Bob the rest, then Bob prunes what Alice fetched.
+    _ok(_as("rfalice", team, cache, *cli, "pull", DEMO_SLICE, "--streams", "joints/position",
+            "-q", server=demo_server))
+    _ok(_as("rfbob", team, cache, *cli, "pull", DEMO_SLICE, "-q", server=demo_server))
+    _ok(_as("rfbob", team, cache, *cli, "cache", "prune", "--max-size", "100KB",
+            server=demo_server))
+    _ok(_as("rfbob", team, cache, *cli, "cache", "verify"))
+
+    # Alice pulls again (into directories Bob made), trains offline, computes statistics, verifies.
+    _ok(_as("rfalice", team, cache, *cli, "pull", DEMO_SLICE, "-q", server=demo_server))
+    out = _ok(_as("rfalice", team, cache, _TRAIN, DEMO_SLICE, offline=True))
+    assert "samples" in out
+    verify = _ok(_as("rfalice", team, cache, *cli, "cache", "verify", "--json"))
+    assert '"removed": []' in verify
+    # Bob trains online with a lazy fetch after another prune, and reads Alice's statistics.
+    _ok(_as("rfbob", team, cache, *cli, "cache", "prune", "--max-size", "0"))
+    _ok(_as("rfbob", team, cache, _TRAIN, DEMO_SLICE, server=demo_server))
+
+    gid = grp.getgrnam(GROUP).gr_gid
+    owners = {pwd.getpwnam(u).pw_uid for u in USERS} | {0}
+    n_blobs = 0
+    for p in [cache, *cache.rglob("*")]:
+        st = p.lstat()
+        assert st.st_gid == gid, f"{p} has group {st.st_gid}, not the team's"
+        assert st.st_uid in owners, p
+        mode = stat.S_IMODE(st.st_mode)
+        if p.is_dir():
+            assert mode == 0o2775, f"{p}: {oct(mode)}"
+        elif p.parent.parent.name in ("blobs", "manifests"):
+            n_blobs += 1
+            assert mode == 0o444, f"{p}: {oct(mode)}"
+        else:  # refs, statistics, lock files: the team may replace or lock them
+            assert mode & 0o060 == 0o060, f"{p}: {oct(mode)}"
+    assert n_blobs > 0
+
+
+def test_another_users_unwritable_lock_file_still_locks(team: Path) -> None:
+    """A lock file Alice left 0644 (made outside shared mode) is opened read-only by Bob:
+    ``flock`` works on it, so deduplication is not silently off for him."""
+    locks = team / "locks-ro"
+    locks.mkdir()
+    shutil.chown(locks, group=GROUP)
+    os.chmod(locks, 0o2775)
+    lock = locks / "x.lock"
+    lock.write_bytes(b"")
+    shutil.chown(lock, user="rfalice", group=GROUP)
+    os.chmod(lock, 0o644)
+    script = str(SCRIPTS / "team_lock.py")  # bounded_lock(lock, stall_s=..., mode=0o664)
+    assert _ok(_as("rfbob", team, team, script, str(lock), "1")).strip() == "held"
+    # And while Bob would hold it, a second holder waits: the lock is real.
+    with bounded_lock(lock, done=lambda: False, progress=lambda: 0, stall_s=5) as held:
+        assert held
+        waiter = _as("rfbob", team, team, script, str(lock), "0.3")
+    assert _ok(waiter).strip() == "not-held"
+
+
+def test_existing_directory_of_another_user_is_reported_once_not_changed(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    root = tmp_path / "cache"
+    root.mkdir()
+    os.chmod(root, 0o2775)
+    foreign = root / "blobs"
+    foreign.mkdir(mode=0o755)
+    alice = pwd.getpwnam("rfalice") if _has_user("rfalice") else None
+    uid = alice.pw_uid if alice else 4242
+    os.chown(foreign, uid, -1)
+    os.chmod(foreign, 0o755)
+    modes = CacheModes(root, shared=True)
+    with caplog.at_level(logging.WARNING, logger="rayform.cache"):
+        modes.make_dirs(foreign / "ab")
+        modes.make_dirs(foreign / "cd")
+        CacheModes(root, shared=True).make_dirs(foreign / "ef")
+    reports = [r.getMessage() for r in caplog.records if str(foreign) in r.getMessage()]
+    assert len(reports) == 1, reports
+    assert f"chmod 2775 {foreign}" in reports[0]
+    assert stat.S_IMODE(foreign.stat().st_mode) == 0o755  # another user's: left as it is
+    for sub in ("ab", "cd", "ef"):  # ours: group-writable and setgid whatever the umask
+        assert stat.S_IMODE((foreign / sub).stat().st_mode) == 0o2775
+
+
+def _has_user(name: str) -> bool:
+    try:
+        pwd.getpwnam(name)
+    except KeyError:
+        return False
+    return True

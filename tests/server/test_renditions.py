@@ -1,0 +1,314 @@
+"""Renditions stored at ingest: encoded like the original, listed in the manifest, chosen for
+a training resolution, pulled and read alone, verified like any blob."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import av
+import numpy as np
+import pytest
+import torch
+from support import DEMO_SLICE, TOKEN, ServerProcess, make_client
+from support.fakes import StoreBlobs
+from support.recordings import write_bag, write_lerobot_v21
+from torch.utils.data import DataLoader
+
+from rayform import InvalidArgumentError, OfflineError
+from rayform._resolution import Target, choose_rendition
+from rayform.errors import IntegrityError, ManifestError
+from rayform.manifest import Manifest
+from rayform.slice import Slice
+from rayform.torch import EpisodeDataset, EpisodeSampler
+from rayform.torch._decoding._resize import resize_frames
+from rayform_server._renditions import (
+    RenditionSkipped,
+    keyframe_interval,
+    parse_heights,
+    rendition_sizes,
+)
+from rayform_server.builder import SliceBuilder, VideoData
+from rayform_server.demo import build_demo
+from rayform_server.ingest import add_parser
+from rayform_server.store import Store
+
+CAMS = ["cam0/rgb", "wrist/rgb"]
+OBS = [*CAMS, "joints/position"]
+ACTION = "joints/position_delta"
+KEYS = [0, 9, 31, 20, 57, 3]
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The small demo (96x128 cameras) with 48-pixel renditions; 200 is skipped. Committed as
+    version 3 (columnar), then pointed at the same segments as a version 1 manifest, which
+    these tests read (tests/test_manifest_v3.py reads version 3)."""
+    path = tmp_path_factory.mktemp("rend") / "root"
+    with pytest.warns(RenditionSkipped, match="no 200-pixel rendition: the original is 128x96"):
+        columnar = build_demo(path, DEMO_SLICE, small=True, renditions=(48, 200))
+    assert columnar.format_version == 3
+    store = Store(path)
+    v1 = columnar.to_v1()
+    store.set_slice(DEMO_SLICE, store.put_manifest(v1), v1.description)
+    return path
+
+
+@pytest.fixture(scope="module")
+def manifest(root: Path) -> Manifest:
+    store = Store(root)
+    m = store.load_manifest(store.get_slice(DEMO_SLICE)["manifest"])
+    assert isinstance(m, Manifest)
+    return m
+
+
+@pytest.fixture(scope="module")
+def server(root: Path) -> Iterator[ServerProcess]:
+    server = ServerProcess(root)
+    yield server
+    server.stop()
+
+
+def local(root: Path, manifest: Manifest) -> tuple[Slice, StoreBlobs]:
+    blobs = StoreBlobs(Store(root))
+    return Slice(DEMO_SLICE, manifest.hash, manifest, blobs), blobs
+
+
+# -- ingest --------------------------------------------------------------------------------------
+def test_every_camera_gets_a_rendition_encoded_like_the_original(root: Path, manifest: Manifest) -> None:
+    assert manifest.format_version == 1
+    store = Store(root)
+    for seg in manifest.segments:
+        for name in CAMS:
+            st = seg.streams[name]
+            assert [(r.height, r.width) for r in st.renditions] == [(48, 64)]
+            path = store.blob_path(st.renditions[0].blob.hash)
+            with av.open(str(path)) as c:
+                v = c.streams.video[0]
+                assert (v.frames, v.codec_context.height, v.codec_context.width) == (st.count, 48, 64)
+                assert v.codec_context.name == "h264"
+            assert keyframe_interval(path) == keyframe_interval(store.blob_path(st.blob.hash)) == st.gop == 1
+            assert path.stat().st_size == st.renditions[0].blob.size
+        assert not seg.streams["joints/position"].renditions
+
+
+def test_renditions_follow_the_originals_keyframe_interval(tmp_path: Path) -> None:
+    store = Store(tmp_path / "root")
+    frames = [np.full((64, 96, 3), 8 * i, np.uint8) for i in range(25)]
+    t = np.arange(25, dtype=np.int64) * 33_000_000
+    seg = SliceBuilder(store, gop=10, renditions=(32,)).add_segment(
+        "seg_0a1b2c3d", site="x", streams=[VideoData("cam0/rgb", frames, t, 30.0)])
+    rendition = seg.streams["cam0/rgb"].renditions[0]
+    assert (rendition.height, rendition.width) == (32, 48)
+    assert keyframe_interval(store.blob_path(rendition.blob.hash)) == 10
+
+
+def test_heights_are_checked_and_widths_keep_the_aspect_ratio() -> None:
+    assert parse_heights("240,120, 240") == (120, 240)
+    for bad in ("", "240,abc", "121", "0"):
+        with pytest.raises(InvalidArgumentError, match="--renditions|even number"):
+            parse_heights(bad)
+    assert rendition_sizes(480, 640, (240, 120)) == [(120, 160), (240, 320)]
+    assert rendition_sizes(180, 320, (90,)) == [(90, 160)]
+    assert rendition_sizes(100, 150, (50,)) == [(50, 76)]  # 75 rounded to even
+    with pytest.warns(RenditionSkipped):
+        assert rendition_sizes(96, 128, (96,)) == []
+
+
+# -- the manifest --------------------------------------------------------------------------------
+def test_v1_manifest_with_renditions_round_trips_and_stays_v1_without(manifest: Manifest) -> None:
+    again = Manifest.from_bytes(manifest.to_bytes(), expected_hash=manifest.hash)
+    assert again == manifest and again.hash == manifest.hash
+    doc = json.loads(manifest.to_bytes())
+    cam = doc["segments"][0]["streams"]["cam0/rgb"]
+    assert cam["renditions"] == [{"blob": cam["renditions"][0]["blob"], "height": 48, "width": 64}]
+    assert "renditions" not in doc["segments"][0]["streams"]["joints/position"]
+    # Without renditions a stream's JSON is today's: no key, so no manifest hash changes.
+    bare = json.loads(manifest.to_bytes())
+    for seg in bare["segments"]:
+        for st in seg["streams"].values():
+            st.pop("renditions", None)
+    plain = Manifest.from_json(bare)
+    assert all(not st.renditions for seg in plain.segments for st in seg.streams.values())
+    assert b"renditions" not in plain.to_bytes()
+    assert manifest.blobs().keys() == plain.blobs().keys()  # blobs(): the originals
+
+
+@pytest.mark.parametrize(("change", "match"), [
+    (lambda r: r.update(height=96), "below the original's 128x96"),
+    (lambda r: r.update(width=63), "even sides"),
+    (lambda r: r["blob"].update(hash="zz"), "malformed blob hash"),
+])
+def test_a_malformed_rendition_is_refused(manifest: Manifest, change, match: str) -> None:
+    doc = json.loads(manifest.to_bytes())
+    change(doc["segments"][0]["streams"]["cam0/rgb"]["renditions"][0])
+    with pytest.raises(ManifestError, match=match):
+        Manifest.from_json(doc)
+
+
+def test_renditions_commit_as_version_3_by_default_and_version_1_on_request(tmp_path: Path) -> None:
+    store = Store(tmp_path / "root")
+    b = SliceBuilder(store, renditions=(16,))
+    b.add_segment("seg_0a1b2c3d", site="x", streams=[VideoData(
+        "cam0/rgb", [np.zeros((32, 48, 3), np.uint8)] * 3, np.arange(3, dtype=np.int64), 30.0)])
+    assert b.commit("slc_0a1b2c3d").format_version == 3
+    assert b.commit("slc_0a1b2c3d", format_version=2).format_version == 3  # columnar: 3 with renditions
+    assert isinstance(b.commit("slc_0a1b2c3d", format_version=1), Manifest)
+    with pytest.raises(InvalidArgumentError, match="format_version must be 1, 2 or 3"):
+        b.commit("slc_0a1b2c3d", format_version=4)
+
+
+# -- which rendition a dataset reads -------------------------------------------------------------
+def test_the_smallest_rendition_that_covers_the_target_is_chosen(manifest: Manifest) -> None:
+    st = manifest.segments[0].streams["cam0/rgb"]  # 96x128, rendition 48x64
+    small = st.renditions[0]
+    assert choose_rendition(st, Target(32, 32, "pad")) == small
+    assert choose_rendition(st, Target(64, 64, "pad")) == small  # 48x64 of picture: exactly it
+    assert choose_rendition(st, Target(40, 60, "squash")) == small
+    assert choose_rendition(st, Target(48, 48, "crop")) == small  # the centre 48x48 of 48x64
+    assert choose_rendition(st, Target(64, 64, "crop")) is None  # needs 64 rows: the original
+    assert choose_rendition(st, Target(50, 60, "squash")) is None
+    assert choose_rendition(st, None) is None
+
+
+def test_the_dataset_reads_only_the_chosen_rendition(root: Path, manifest: Manifest) -> None:
+    slice_, blobs = local(root, manifest)
+    ds = EpisodeDataset(slice_, obs=OBS, action=ACTION, fps=15, horizon=4, shard=None,
+                        image_size=(64, 64), resize="pad")
+    got = torch.stack([s["cam0/rgb"] for s in ds.__getitems__(KEYS)])
+    assert got.shape == (len(KEYS), 3, 64, 64)
+    assert not got[:, :, :8].any() and not got[:, :, 56:].any()
+    originals = {seg.streams[c].blob.hash for seg in manifest.segments for c in CAMS}
+    renditions = {seg.streams[c].renditions[0].blob.hash for seg in manifest.segments for c in CAMS}
+    assert blobs.asked & renditions and not blobs.asked & originals
+    assert ds.describe()["renditions"] == {"cam0/rgb": "48x64", "wrist/rgb": "48x64"}
+    # The same shapes from the original (a crop the rendition cannot cover), and its pixels
+    # near the rendition's: the rendition is the resized original, encoded once more.
+    full = EpisodeDataset(local(root, manifest)[0], obs=OBS, action=ACTION, fps=15, horizon=4, shard=None)
+    reference = resize_frames(torch.stack([s["cam0/rgb"] for s in full.__getitems__(KEYS)]), Target(64, 64, "pad"))
+    mse = ((got.double() - reference.double()) ** 2).mean().item()
+    assert 10 * np.log10(255**2 / mse) > 30
+    crop = EpisodeDataset(slice_, obs=OBS, action=ACTION, fps=15, horizon=4, shard=None,
+                          image_size=(64, 64), resize="crop")
+    assert crop[KEYS[0]]["cam0/rgb"].shape == (3, 64, 64) and crop.describe()["renditions"]["cam0/rgb"] == "original"
+
+
+# -- pull, offline, integrity --------------------------------------------------------------------
+def test_pull_at_a_resolution_takes_only_those_renditions_and_training_runs_offline(
+        server: ServerProcess, manifest: Manifest, tmp_path: Path) -> None:
+    client = make_client(server.url, tmp_path / "cache")
+    report = client.pull(DEMO_SLICE, image_size=(32, 32), resize="pad")
+    originals = {seg.streams[c].blob.hash for seg in manifest.segments for c in CAMS}
+    renditions = {seg.streams[c].renditions[0].blob.hash for seg in manifest.segments for c in CAMS}
+    cached = {h for h in manifest.blobs() | {r: None for r in renditions} if client.cache.has_blob(h)}
+    assert renditions <= cached and not originals & cached
+    assert report.bytes == sum(client.cache.get_blob(h).stat().st_size for h in cached)  # type: ignore[union-attr]
+
+    offline = make_client(server.url, tmp_path / "cache", offline=True)
+    slice_ = offline.slices.get(DEMO_SLICE)
+    ds = EpisodeDataset(slice_, obs=OBS, action=ACTION, fps=15, horizon=4, shard=None, image_size=(32, 32))
+    assert ds[KEYS[1]]["wrist/rgb"].shape == (3, 32, 32)
+    again = EpisodeDataset.from_uri(ds.uri, client=offline)
+    assert torch.equal(again[KEYS[2]]["cam0/rgb"], ds[KEYS[2]]["cam0/rgb"])
+    needs_original = EpisodeDataset(slice_, obs=OBS, action=ACTION, fps=15, shard=None,
+                                    image_size=(64, 64), resize="crop")
+    with pytest.raises(OfflineError, match=f"rayform pull {DEMO_SLICE}"):
+        needs_original[0]
+
+    tables_only = make_client(server.url, tmp_path / "cache2")
+    tables_only.pull(DEMO_SLICE, streams=["joints/position", ACTION, "cam0/rgb"])
+    cold = make_client(server.url, tmp_path / "cache2", offline=True).slices.get(DEMO_SLICE)
+    ds = EpisodeDataset(cold, obs=OBS, action=ACTION, fps=15, shard=None, image_size=(32, 32))
+    with pytest.raises(OfflineError, match=fr"rayform pull {DEMO_SLICE} --image-size 32x32 --resize pad"):
+        ds[0]
+
+
+def test_cli_pull_at_a_resolution(server: ServerProcess, manifest: Manifest, tmp_path: Path) -> None:
+    env = {"RAYFORM_ENDPOINT": server.url, "RAYFORM_TOKEN": TOKEN, "RAYFORM_CACHE_DIR": str(tmp_path / "c"),
+           "PATH": "/usr/bin:/bin", "PYTHONPATH": ":".join(sys.path)}
+    out = subprocess.run([sys.executable, "-m", "rayform", "pull", DEMO_SLICE, "--image-size", "32x32",
+                          "--resize", "squash", "--json"], env=env, capture_output=True, text=True, check=True)
+    report = json.loads(out.stdout)
+    expected = make_client(server.url, tmp_path / "c2").pull(DEMO_SLICE, image_size=(32, 32), resize="squash")
+    assert (report["blobs"], report["bytes"]) == (expected.blobs, expected.bytes)
+    assert report["bytes"] < sum(b.size for b in manifest.blobs().values())
+
+
+def test_a_tampered_rendition_is_refused(root: Path, manifest: Manifest, tmp_path: Path) -> None:
+    copy = tmp_path / "root"
+    shutil.copytree(root, copy)
+    ref = manifest.segments[0].streams["cam0/rgb"].renditions[0].blob
+    path = Store(copy).blob_path(ref.hash)
+    path.chmod(0o644)
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+    server = ServerProcess(copy)
+    try:
+        client = make_client(server.url, tmp_path / "cache")
+        with pytest.raises(IntegrityError):
+            client.pull(DEMO_SLICE, image_size=(32, 32))
+        assert not client.cache.has_blob(ref.hash)
+    finally:
+        server.stop()
+
+
+# -- ingest of recordings ------------------------------------------------------------------------
+def _ingest_cli(*argv: str) -> int:
+    parser = argparse.ArgumentParser()
+    add_parser(parser.add_subparsers())
+    args = parser.parse_args(["ingest", *argv])
+    return int(args.func(args))
+
+
+def test_ingest_lerobot_and_mcap_store_renditions(tmp_path: Path, capsys) -> None:
+    write_lerobot_v21(tmp_path / "v21")
+    assert _ingest_cli("lerobot", "--root", str(tmp_path / "root"), "--slice", "slc_0000a002", "--quiet",
+                       "--renditions", "24", str(tmp_path / "v21")) == 0
+    write_bag(tmp_path / "run.mcap")
+    assert _ingest_cli("mcap", "--root", str(tmp_path / "root"), "--slice", "slc_0000a003", "--quiet",
+                       "--renditions", "32", str(tmp_path / "run.mcap")) == 0
+    store = Store(tmp_path / "root")
+    for slice_id, size in (("slc_0000a002", (24, 32)), ("slc_0000a003", (32, 42))):
+        m = store.load_manifest(store.get_slice(slice_id)["manifest"])
+        cams = [st for seg in m.segments for st in seg.streams.values() if st.kind == "video"]
+        assert cams and all([(r.height, r.width) for r in st.renditions] == [size] for st in cams)
+        for st in cams:
+            with av.open(str(store.blob_path(st.renditions[0].blob.hash))) as c:
+                assert c.streams.video[0].frames == st.count
+    # Worker processes render the renditions of what they ingest: the serial ingest's manifest.
+    assert _ingest_cli("lerobot", "--root", str(tmp_path / "root"), "--slice", "slc_0000a004", "--quiet",
+                       "--renditions", "24", "--jobs", "2", str(tmp_path / "v21")) == 0
+    assert store.get_slice("slc_0000a004")["manifest"] == store.get_slice("slc_0000a002")["manifest"]  # type: ignore[index]
+    assert store.load_manifest(store.get_slice("slc_0000a004")["manifest"]).format_version == 3  # type: ignore[index]
+
+
+def test_read_ahead_and_the_cache_limit_count_only_the_renditions_read(
+        server: ServerProcess, manifest: Manifest, tmp_path: Path) -> None:
+    segs = manifest.segments
+    originals = {seg.streams[c].blob.hash for seg in segs for c in CAMS}
+    renditions = {seg.streams[c].renditions[0].blob.hash for seg in segs for c in CAMS}
+    # One episode's blobs at 32x32 fit under the limit; with the originals they do not.
+    small = max(sum(r.size for n in OBS + [ACTION] for r in seg.streams[n].blobs()
+                    if r.hash not in originals) + sum(seg.streams[c].renditions[0].blob.size for c in CAMS)
+                for seg in segs)
+    full = max(sum(r.size for n in OBS + [ACTION] for r in seg.streams[n].blobs()) for seg in segs)
+    assert small < full
+    client = make_client(server.url, tmp_path / "cache", cache_limit=(small + full) // 2)
+    slice_ = client.slices.get(DEMO_SLICE)
+    with pytest.raises(InvalidArgumentError, match="cache limit"):
+        EpisodeDataset(slice_, obs=OBS, action=ACTION, fps=15, shard=None)
+    EpisodeDataset(slice_, obs=OBS, action=ACTION, fps=15, shard=None, image_size=(32, 32))
+    # Read-ahead over a cold, unbounded cache (nothing is evicted): only renditions arrive.
+    unbounded = make_client(server.url, tmp_path / "cache2")
+    ds = EpisodeDataset(unbounded.slices.get(DEMO_SLICE), obs=OBS, action=ACTION, fps=15, shard=None,
+                        image_size=(32, 32))
+    loader = DataLoader(ds, batch_size=8, sampler=EpisodeSampler(ds, shuffle=True))
+    assert sum(len(b["t_ns"]) for b in loader) == len(ds)
+    assert not any(unbounded.cache.has_blob(h) for h in originals)
+    assert all(unbounded.cache.has_blob(h) for h in renditions)
