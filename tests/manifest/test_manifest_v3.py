@@ -15,8 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from fakes import StoreBlobs
-from helpers import DEMO_SLICE, ServerProcess, forbid_network, make_client
+from support import DEMO_SLICE, ServerProcess, forbid_network, make_client
+from support.fakes import StoreBlobs
 
 from rayform import format as wire
 from rayform.errors import IntegrityError, ManifestError

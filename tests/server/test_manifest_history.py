@@ -10,8 +10,8 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pytest
-from helpers import DEMO_SLICE, TOKEN, ServerProcess, forbid_network, make_client
-from lineage_helpers import copy_root, rebuild_slice_without_first_segment
+from support import DEMO_SLICE, TOKEN, ServerProcess, forbid_network, make_client
+from support.lineage import copy_root, rebuild_slice_without_first_segment
 
 from rayform import InvalidArgumentError, ManifestError, NotFoundError, OfflineError
 from rayform.cli import main

@@ -12,9 +12,9 @@ from pathlib import Path
 import av
 import pytest
 import torch
-from _seaweed import BUCKET, SeaweedS3
-from helpers import DEMO_SLICE, ServerProcess, make_client
-from lineage_helpers import ACTION, OBS
+from support import DEMO_SLICE, ServerProcess, make_client
+from support.lineage import ACTION, OBS
+from support.seaweed import BUCKET, SeaweedS3
 
 from rayform.manifest import Manifest
 from rayform.torch import EpisodeDataset
