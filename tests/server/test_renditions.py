@@ -286,6 +286,13 @@ def test_ingest_lerobot_and_mcap_store_renditions(tmp_path: Path, capsys) -> Non
                        "--renditions", "24", "--jobs", "2", str(tmp_path / "v21")) == 0
     assert store.get_slice("slc_0000a004")["manifest"] == store.get_slice("slc_0000a002")["manifest"]  # type: ignore[index]
     assert store.load_manifest(store.get_slice("slc_0000a004")["manifest"]).format_version == 3  # type: ignore[index]
+    # The same for MCAP files: two bags, serial and in two worker processes.
+    write_bag(tmp_path / "run2.mcap", seed=2)
+    bags = [str(tmp_path / "run.mcap"), str(tmp_path / "run2.mcap")]
+    for slice_id, jobs in (("slc_0000a005", "1"), ("slc_0000a006", "2")):
+        assert _ingest_cli("mcap", "--root", str(tmp_path / "root"), "--slice", slice_id, "--quiet",
+                           "--renditions", "32", "--jobs", jobs, *bags) == 0
+    assert store.get_slice("slc_0000a006")["manifest"] == store.get_slice("slc_0000a005")["manifest"]  # type: ignore[index]
 
 
 def test_read_ahead_and_the_cache_limit_count_only_the_renditions_read(
