@@ -308,7 +308,7 @@ class Client:
             raise NotFoundError(
                 f"slice {slice_id} on {self.endpoint} does not name manifest {digest[:12]}... now or "
                 f"before (or the slice is unknown, your token may not see it, or the server predates "
-                f"manifests by hash): {exc}"
+                f"manifests by hash). {exc}"
             ) from None
         try:
             slice_ = self._make_slice(slice_id, digest, data)  # verifies before caching
