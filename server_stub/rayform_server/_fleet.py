@@ -41,6 +41,7 @@ def build_shared_demo(
     seed: int = 0,
     jobs: int = 1,
     progress: Callable[[str], None] | None = None,
+    renditions: tuple[int, ...] = (),
 ) -> str:
     """Build the pool, then commit ``episodes`` segments that share its blobs.
 
@@ -52,9 +53,10 @@ def build_shared_demo(
         seed: everything random derives from it.
         jobs: pool episodes rendered in parallel.
         progress: called with a line of text per step.
+        renditions: heights of camera renditions rendered for the pool (shared like its videos).
 
     Returns:
-        The hash of the committed (version 2) manifest.
+        The hash of the committed manifest (version 2; 3 with renditions).
     """
     import pyarrow as pa
 
@@ -67,7 +69,8 @@ def build_shared_demo(
     # The pool is an ordinary demo build under a scratch slice, then that reference is dropped:
     # its blobs and manifest stay (content-addressed), only the fleet slice is named.
     scratch = "slc_" + hash_bytes(f"rayform-demo-pool:{slice_id}".encode())[:16]
-    pool = build_demo(root, scratch, small=small, seed=seed, jobs=jobs, episodes=pool_n, progress=progress)
+    pool = build_demo(root, scratch, small=small, seed=seed, jobs=jobs, episodes=pool_n, progress=progress,
+                      renditions=renditions)
     store.delete_slice(scratch)
     table = segments_to_table(list(pool.segments))
     if episodes > pool_n:

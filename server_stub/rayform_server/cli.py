@@ -108,10 +108,6 @@ def _demo(args: argparse.Namespace) -> int:
     _err(f"building demo slice {args.slice} in {args.root}: {episodes} episodes ({rendered} rendered), "
          f"cameras {spec.size[1]}x{spec.size[0]}, {args.jobs} process(es)")
     t0 = time.perf_counter()
-    if args.renditions and args.share_blobs:
-        _err("error: --renditions does not combine with --share-blobs: build the shared demo, then add "
-             f"them with `rayform-server renditions --root {args.root} --slice {args.slice} --renditions ...`")
-        return 2
     if args.stage is not None:
         from rayform_server._fleet import stage_demo
         from rayform_server.staging import Shard
@@ -128,7 +124,8 @@ def _demo(args: argparse.Namespace) -> int:
         from rayform_server.store import Store
 
         digest = build_shared_demo(args.root, args.slice, episodes, small=args.small, seed=args.seed,
-                                   jobs=args.jobs, progress=lambda line: _err("  " + line))
+                                   jobs=args.jobs, progress=lambda line: _err("  " + line),
+                                   renditions=args.renditions)
         manifest = Store(args.root).load_manifest(digest)
     else:
         manifest = build_demo(args.root, args.slice, small=args.small, seed=args.seed, jobs=args.jobs,

@@ -148,7 +148,9 @@ class Store:
             write_atomic(marker, b"", mode=0o444, tmp_dir=self.root / "tmp")
 
     def delete_slice(self, slice_id: str) -> None:
+        """Remove the slice reference and its history (the manifests and blobs stay)."""
         self.slice_path(slice_id).unlink(missing_ok=True)
+        shutil.rmtree(self.root / "history" / check_slice_id(slice_id), ignore_errors=True)
 
     # -- reads -----------------------------------------------------------------------------
     def get_slice(self, slice_id: str) -> dict[str, str] | None:

@@ -219,3 +219,15 @@ def test_rows_of_version_3_pages_read_from_column_views_equal_pyarrows(v3: wire.
         assert got == want and [list(s) for s in got["streams"]] == [list(s) for s in want["streams"]]
     assert len(columns._fast) == 2 and all(v is not None for v in columns._fast.values())
     assert tuple(m.segments) == tuple(v3.segments)  # type: ignore[attr-defined]
+
+
+def test_a_shared_blob_demo_lists_the_pools_renditions(v3: wire.ColumnarManifest, tmp_path: Path) -> None:
+    from rayform_server._fleet import build_shared_demo
+
+    root = tmp_path / "fleet"
+    digest = build_shared_demo(root, DEMO_SLICE, 10, small=True, renditions=(48,))
+    m = Store(root).load_manifest(digest)
+    assert isinstance(m, wire.ColumnarManifest) and m.format_version == 3 and len(m.segments) == 10
+    assert set(m.rendition_blobs()) == set(v3.rendition_blobs())  # the pool's, shared
+    assert m.segments[9].streams["cam0/rgb"].renditions == v3.segments[1].streams["cam0/rgb"].renditions
+    assert [p.name for p in (root / "history").iterdir()] == [DEMO_SLICE]  # the pool's scratch slice is gone
