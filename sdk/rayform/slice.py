@@ -96,7 +96,8 @@ class Slice:
             raise segment_not_found(self.id, segment_id)
         return segs[pos]
 
-    def blobs(self, streams: Sequence[str] | None = None, *, image_size: Any = None,
+    def blobs(self, streams: Sequence[str] | None = None, *,
+              image_size: tuple[int, int] | dict[str, tuple[int, int]] | None = None,
               resize: str = "pad") -> dict[str, BlobRef]:
         """The distinct blobs of this slice's segments (a view's only), by hash, for the named
         streams (all if ``None``).
@@ -113,7 +114,8 @@ class Slice:
         check_size_value(image_size, resize)
         return segs.blobs(names)
 
-    def stream_nbytes(self, streams: Sequence[str] | None = None, *, image_size: Any = None,
+    def stream_nbytes(self, streams: Sequence[str] | None = None, *,
+                      image_size: tuple[int, int] | dict[str, tuple[int, int]] | None = None,
                       resize: str = "pad") -> int:
         """Bytes needed to hold the named streams (all if ``None``); with ``image_size``, to
         train on them at that resolution (the renditions a dataset reads, see :meth:`blobs`)."""

@@ -14,13 +14,16 @@ This module holds the field's Arrow type, the writer's cells, the page checks an
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from rayform.errors import ManifestError
 from rayform.manifest._model import INT64_MAX, BlobRef, Rendition, Stream
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 __all__ = ["FORMAT_VERSION_3", "MAX_RENDITIONS", "cells", "check_renditions", "has_renditions", "parse_cells",
            "rendition_blobs", "rendition_type"]
@@ -38,14 +41,14 @@ def _pa() -> Any:
     return pa
 
 
-def rendition_type() -> Any:
+def rendition_type() -> pa.DataType:
     """The Arrow type of one rendition."""
     pa = _pa()
     return pa.struct([("blob_hash", pa.binary(_HASH_BYTES)), ("blob_size", pa.int64()),
                       ("height", pa.int64()), ("width", pa.int64())])
 
 
-def has_renditions(stream_row_type: Any) -> bool:
+def has_renditions(stream_row_type: pa.StructType) -> bool:
     """Whether a stream-row struct type has the ``renditions`` field (version 3 pages)."""
     return stream_row_type.get_field_index("renditions") >= 0
 
@@ -56,7 +59,8 @@ def cells(stream: Stream) -> list[dict[str, Any]]:
              "width": r.width} for r in stream.renditions]
 
 
-def parse_cells(items: Sequence[dict[str, Any]], kind: str, shape: Sequence[int], where: str) -> tuple[Rendition, ...]:
+def parse_cells(items: Sequence[Mapping[str, Any]], kind: str, shape: Sequence[int],
+                where: str) -> tuple[Rendition, ...]:
     """A stream row's renditions, checked against its stream (what the whole-page checks
     cannot see per row: a video stream only, smaller than it, smallest first, one per height).
 
@@ -76,7 +80,9 @@ def parse_cells(items: Sequence[dict[str, Any]], kind: str, shape: Sequence[int]
     return out
 
 
-def check_renditions(values: Any, fixed: Any, offsets: Any, within: Any) -> None:
+def check_renditions(values: pa.StructArray, fixed: Callable[[pa.Array, type], np.ndarray],
+                     offsets: Callable[[pa.Array, int, str], int],
+                     within: Callable[[np.ndarray, str, float, float], None]) -> None:
     """Check the ``renditions`` field of a page's stream rows (``values``, a StructArray).
 
     ``fixed``, ``offsets`` and ``within`` are the page checks' own helpers (a fixed-width
@@ -101,7 +107,7 @@ def check_renditions(values: Any, fixed: Any, offsets: Any, within: Any) -> None
             raise ManifestError(f"manifest page: a rendition's {side} is odd (H.264 4:2:0 sides are even)")
 
 
-def rendition_blobs(values: Any, keep: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def rendition_blobs(values: pa.StructArray, keep: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``(digests (U, 32) uint8, sizes (U,) int64)`` of the renditions of the stream rows
     ``keep`` (bool, one per row of ``values``), not deduplicated."""
     lists = values.field("renditions")
