@@ -274,7 +274,7 @@ class SampleReader:
         if pool is not None:
             return pool.submit(_decode_contiguous, state.decoders, *args, target), inverse
         done: Future[torch.Tensor] = Future()
-        frames = state.decoders.get_frames(*args)
+        frames = state.decoders.get_frames(*args, channels_last=target is not None)
         done.set_result(frames if target is None else resize_frames(frames, target))
         return done, inverse
 
@@ -283,5 +283,5 @@ def _decode_contiguous(decoders: DecoderCache, key: str, path: Path, indices: np
                        rate_hz: float, stream: str, target: Target | None) -> torch.Tensor:
     # In a pool thread: make the frames contiguous (or resize them) here, in parallel, so
     # that default_collate's copy in the calling thread is a plain memcpy, not a transpose.
-    frames = decoders.get_frames(key, path, indices, rate_hz, stream)
+    frames = decoders.get_frames(key, path, indices, rate_hz, stream, channels_last=target is not None)
     return frames.contiguous() if target is None else resize_frames(frames, target)

@@ -70,28 +70,42 @@ class IntraDecoder:
         offset, size = self._packets[index]
         return os.pread(self._fd, size, offset)
 
-    def get_frames_at(self, indices: list[int]) -> torch.Tensor:
-        """Frames ``indices`` as a contiguous ``uint8 (N, 3, H, W)`` RGB tensor."""
+    def get_frames_at(self, indices: list[int], channels_last: bool = False) -> torch.Tensor:
+        """Frames ``indices`` as a ``uint8 (N, 3, H, W)`` RGB tensor: contiguous, or laid out
+        ``(N, H, W, 3)`` in memory with ``channels_last`` (packed RGB straight from the
+        converter, which a resize reads fastest; the same values)."""
+        if channels_last:
+            packed = torch.empty((len(indices), self.height, self.width, 3), dtype=torch.uint8)
+            pixels = packed.numpy()
+            for k, index in enumerate(indices):
+                frame = self._frame(index)
+                pixels[k] = self._reformatter.reformat(frame, format="rgb24", threads=1).to_ndarray()
+            return packed.permute(0, 3, 1, 2)
         out = torch.empty((len(indices), 3, self.height, self.width), dtype=torch.uint8)
         planes = out.numpy()
         for k, index in enumerate(indices):
-            if not 0 <= index < len(self._packets):
-                raise IndexError(f"frame {index} is outside the video's {len(self._packets)} frames")
-            frames = self._ctx.decode(self._av.Packet(self.packet(index)))
-            if not frames:  # a decoder holding frames back: drain it (then it starts afresh)
-                frames = self._ctx.decode(None)
-                self._ctx.flush_buffers()
-            if len(frames) != 1:
-                raise RuntimeError(f"frame {index}: its packet decoded to {len(frames)} frames")
+            frame = self._frame(index)
             if not self._planar:
-                rgb = self._reformatter.reformat(frames[0], format="rgb24", threads=1).to_ndarray()
+                rgb = self._reformatter.reformat(frame, format="rgb24", threads=1).to_ndarray()
                 planes[k] = rgb.transpose(2, 0, 1)
                 continue
-            gbrp = self._reformatter.reformat(frames[0], format="gbrp", threads=1)
+            gbrp = self._reformatter.reformat(frame, format="gbrp", threads=1)
             for plane, channel in zip(gbrp.planes, _RGB_OF_GBRP, strict=True):
                 rows = np.frombuffer(cast(Any, plane), np.uint8).reshape(self.height, plane.line_size)
                 planes[k, channel] = rows[:, : self.width]
         return out
+
+    def _frame(self, index: int) -> Any:
+        """Decode frame ``index`` (an all-intra packet decodes alone)."""
+        if not 0 <= index < len(self._packets):
+            raise IndexError(f"frame {index} is outside the video's {len(self._packets)} frames")
+        frames = self._ctx.decode(self._av.Packet(self.packet(index)))
+        if not frames:  # a decoder holding frames back: drain it (then it starts afresh)
+            frames = self._ctx.decode(None)
+            self._ctx.flush_buffers()
+        if len(frames) != 1:
+            raise RuntimeError(f"frame {index}: its packet decoded to {len(frames)} frames")
+        return frames[0]
 
     def __del__(self) -> None:
         fd = getattr(self, "_fd", None)

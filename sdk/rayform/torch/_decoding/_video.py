@@ -41,7 +41,7 @@ BACKENDS = ("torchcodec", "pyav")
 
 
 class _Decoder(Protocol):
-    def get_frames_at(self, indices: list[int]) -> torch.Tensor: ...
+    def get_frames_at(self, indices: list[int], channels_last: bool = False) -> torch.Tensor: ...
 
 
 def default_backend() -> str:
@@ -59,8 +59,8 @@ class _TorchCodecDecoder:
 
         self._dec = VideoDecoder(os.fspath(path), seek_mode="approximate", num_ffmpeg_threads=1)
 
-    def get_frames_at(self, indices: list[int]) -> torch.Tensor:
-        return self._dec.get_frames_at(indices).data
+    def get_frames_at(self, indices: list[int], channels_last: bool = False) -> torch.Tensor:
+        return self._dec.get_frames_at(indices).data  # NCHW whatever is asked: its own layout
 
 
 class _PyAVDecoder:
@@ -85,7 +85,7 @@ class _PyAVDecoder:
         self._frames = self._container.decode(self._stream)
         self._last = -1
 
-    def get_frames_at(self, indices: list[int]) -> torch.Tensor:
+    def get_frames_at(self, indices: list[int], channels_last: bool = False) -> torch.Tensor:
         out = []
         for index in indices:
             if self._frames is None or index <= self._last or index - self._last > 30:
@@ -96,8 +96,8 @@ class _PyAVDecoder:
                     break
             else:
                 raise IndexError(f"frame {index} is past the end of the video")
-            out.append(torch.from_numpy(frame.to_ndarray(format="rgb24")).permute(2, 0, 1))
-        return torch.stack(out)
+            out.append(torch.from_numpy(frame.to_ndarray(format="rgb24")))
+        return torch.stack(out).permute(0, 3, 1, 2) if channels_last else torch.stack([f.permute(2, 0, 1) for f in out])
 
     def __del__(self) -> None:
         container = getattr(self, "_container", None)
@@ -189,7 +189,7 @@ class DecoderCache:
         return self._backend or default_backend()
 
     def get_frames(self, key: str, path: Path, indices: np.ndarray, rate_hz: float,
-                   stream: str = "") -> torch.Tensor:
+                   stream: str = "", *, channels_last: bool = False) -> torch.Tensor:
         """Frames at sorted, unique ``indices`` of the video at ``path``.
 
         Args:
@@ -198,6 +198,8 @@ class DecoderCache:
             indices: frame indices, sorted ascending, unique, ``(N,)``.
             rate_hz: the stream's nominal rate in Hz (frame ``i`` has pts ``i / rate_hz``).
             stream: the stream's name, for errors.
+            channels_last: frames laid out ``(N, H, W, 3)`` in memory where the decoder can
+                (what a resize reads fastest); the values are the same.
 
         Returns:
             ``uint8 (N, 3, H, W)``.
@@ -207,7 +209,7 @@ class DecoderCache:
                 or has fewer frames than its timestamps blob.
         """
         try:
-            return self._get_frames(key, path, indices, rate_hz)
+            return self._get_frames(key, path, indices, rate_hz, channels_last)
         except RayformError:
             raise
         except Exception as exc:  # whatever the decoder raises on bytes that are not a video
@@ -217,7 +219,8 @@ class DecoderCache:
                 "broken: report it to the data owners"
             ) from exc
 
-    def _get_frames(self, key: str, path: Path, indices: np.ndarray, rate_hz: float) -> torch.Tensor:
+    def _get_frames(self, key: str, path: Path, indices: np.ndarray, rate_hz: float,
+                    channels_last: bool) -> torch.Tensor:
         with self._lock:
             entry = self._open.get(key)
             if entry is None:
@@ -230,7 +233,7 @@ class DecoderCache:
             if entry.decoder is None:  # opened outside the cache lock: other videos go on
                 decoder = _checked_intra(path, rate_hz) if self._backend is None else None
                 entry.decoder = decoder or _general(self.backend, path, rate_hz)
-            return entry.decoder.get_frames_at([int(i) for i in indices])
+            return entry.decoder.get_frames_at([int(i) for i in indices], channels_last)
 
     def __len__(self) -> int:
         return len(self._open)
