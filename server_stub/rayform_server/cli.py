@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 
 from rayform.errors import RayformError
 from rayform.units import human_bytes
-from rayform_server._renditions import parse_heights
+from rayform_server._renditions import heights_argument
 from rayform_server.blobstore import DEFAULT_PRESIGN_EXPIRY_S, LocalBlobBackend, configure_root
 
 __all__ = ["build_parser", "main"]
@@ -291,7 +291,7 @@ def build_parser() -> argparse.ArgumentParser:
                       "reuse its blobs under their own IDs: a 1,000,000-segment slice in seconds")
     demo.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
                       help="episodes rendered in parallel (default: min(2, CPUs))")
-    demo.add_argument("--renditions", metavar="HEIGHTS", type=parse_heights, default=(),
+    demo.add_argument("--renditions", metavar="HEIGHTS", type=heights_argument, default=(),
                       help="also store each camera at these heights in pixels, comma-separated "
                       "(e.g. 48 with --small, 240,120 for the full demo; the width keeps the aspect ratio)")
     add_stage_arguments(demo, "episodes")
@@ -329,7 +329,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     rend.add_argument("--root", required=True, help="the data root holding the slice")
     rend.add_argument("--slice", required=True, help="slice ID, e.g. slc_7c1e04aa")
-    rend.add_argument("--renditions", metavar="HEIGHTS", type=parse_heights, required=True,
+    rend.add_argument("--renditions", metavar="HEIGHTS", type=heights_argument, required=True,
                       help="heights in pixels, comma-separated, e.g. 240,120 (even, below the cameras' own)")
     rend.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
                       help="videos rendered in parallel (default: min(2, CPUs))")
