@@ -7,7 +7,8 @@ version, a slice's segments are one :class:`Segments` table (``Slice.segments``)
 
 Modules: ``_model`` (the v1 document and the segment/stream records), ``_columnar`` (the v2
 root and pages; version 3: with renditions, ``_rendcols``), ``_pagecheck`` (checks of untrusted
-pages), ``_pagemap`` and ``_pagerows`` (reading mapped pages cheaply), ``_segments`` and ``_segtable`` (the segment model), ``_select`` (selections).
+pages), ``_pagemap`` and ``_pagerows`` (reading mapped pages cheaply), ``_segments`` and
+``_segtable`` (the segment model), ``_select`` (selections).
 """
 
 from rayform.manifest._columnar import (
