@@ -23,6 +23,7 @@ import numpy as np
 from torch.utils.data import Dataset
 
 from rayform.errors import InvalidArgumentError
+from rayform.torch._lineage import mixture_arguments, mixture_uri
 from rayform.torch._sampling import (
     IndexStream,
     Permutation,
@@ -31,7 +32,6 @@ from rayform.torch._sampling import (
     derive_key,
     mix64,
 )
-from rayform.torch._uri import mixture_arguments, mixture_uri
 from rayform.torch.dataset import EpisodeDataset
 
 if TYPE_CHECKING:

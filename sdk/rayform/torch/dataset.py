@@ -35,6 +35,7 @@ from rayform.torch._index import (
     select_table,
     selection_of,
 )
+from rayform.torch._lineage import dataset_arguments, dataset_uri
 from rayform.torch._readahead import DEFAULT_READAHEAD_BYTES, ReadAhead, check_cache_fits
 from rayform.torch._reader import SampleReader
 from rayform.torch._sampling import (
@@ -46,7 +47,6 @@ from rayform.torch._sampling import (
     shard_check,
 )
 from rayform.torch._stats import compute_stats
-from rayform.torch._uri import dataset_arguments, dataset_uri
 from rayform.uri import DatasetURI
 
 if TYPE_CHECKING:
