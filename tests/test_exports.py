@@ -17,7 +17,7 @@ def test_public_names_resolve():
     assert issubclass(rayform.InvalidArgumentError, ValueError)
     assert rayform.torch.EpisodeDataset is not None
     assert set(rayform.torch.__all__) == {
-        "EpisodeDataset", "EpisodeSampler", "MixtureDataset", "collate", "split_episodes"
+        "EpisodeDataset", "EpisodeSampler", "MixtureDataset", "SamplerDataset", "collate", "split_episodes"
     }
     for name in rayform.torch.__all__:
         assert getattr(rayform.torch, name) is not None, name

@@ -230,7 +230,8 @@ def test_stats_match_independent_values_and_are_cached(data, tmp_path: Path) -> 
 def test_public_names() -> None:
     import rayform.torch
 
-    assert set(rayform.torch.__all__) == {"EpisodeDataset", "EpisodeSampler", "MixtureDataset", "collate", "split_episodes"}
+    assert set(rayform.torch.__all__) == {"EpisodeDataset", "EpisodeSampler", "MixtureDataset", "SamplerDataset", "collate",
+                                          "split_episodes"}
     assert all(getattr(rayform.torch, name) for name in rayform.torch.__all__)
 
 
