@@ -14,6 +14,11 @@ collate_fn=rayform.torch.collate)`` over both cameras, the joints and a 16-step 
   (a second slice in the same root: the originals are the same blobs), ``image_size=(224, 224),
   resize="pad"``: the dataset reads the renditions.
 
+With ``--bound`` (and ``--renditions``) it also measures, in the same run, the sequential decode
+bound of the renditions (``bench.rows.sequential_bound``: every frame the 15 Hz grid needs,
+decoded front to back once per video, one process per core, the faster of torchcodec and the
+packet decoder) and the ``rend224`` loader's fraction of it.
+
 With renditions it also reports their disk cost (bytes of the renditions / the originals'),
 the bytes a cold epoch fetches (blobs the 224 dataset reads / the full-resolution dataset's)
 and the PSNR per camera of the rendition path against decoding the original and resizing it
@@ -25,12 +30,13 @@ rates swing with other jobs, CPU per sample much less) and batch bytes per sampl
 ``bench/results/resize.json``. Not part of ``make bench``.
 
 Usage: ``.venv/bin/python -m bench.resize [--episodes 4] [--rounds 3] [--batches 30]
-[--renditions 240] [--no-transform] [--out FILE]``
+[--renditions 240 [--bound]] [--no-transform] [--out FILE]``
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import statistics
@@ -45,7 +51,7 @@ from torch.utils.data import DataLoader
 from bench._data import BENCH, REPO, StoreClient
 from bench._measure import loadavg, log
 from bench._timing import LOADER_KW, child_pids
-from rayform.manifest import BlobRef, Stream
+from rayform.manifest import BlobRef, Manifest, Stream
 from rayform.slice import Slice
 from rayform.torch import EpisodeDataset, collate
 from rayform_server.builder import SliceBuilder
@@ -106,6 +112,21 @@ def rendition_blobs(stream: Stream, chosen: str | None) -> list[BlobRef]:
         if f"{r.height}x{r.width}" == chosen and stream.timestamps is not None:
             return [r.blob, stream.timestamps]
     return stream.blobs()
+
+
+def renditions_as_videos(slice_: Slice) -> Slice:
+    """``slice_`` with each camera's first rendition in place of its original video (the same
+    timestamps and frame count): what the decode bound of the renditions decodes."""
+    segments = []
+    for seg in slice_.manifest.segments:
+        streams = dict(seg.streams)
+        for cam in CAMERAS:
+            st = streams[cam]
+            r = st.renditions[0]
+            streams[cam] = dataclasses.replace(st, blob=r.blob, shape=(r.height, r.width, 3), renditions=())
+        segments.append(dataclasses.replace(seg, streams=streams))
+    manifest = Manifest(segments=tuple(segments), description="renditions as videos")
+    return Slice(slice_.id, manifest.hash, manifest, slice_.client)
 
 
 def loader(slice_: Slice, **kw: Any) -> DataLoader:
@@ -194,6 +215,8 @@ def main() -> None:
                     help="where the JSON results go (default bench/results/resize.json)")
     ap.add_argument("--renditions", type=int, default=None, metavar="HEIGHT",
                     help="also time the rend224 row on a slice with renditions at HEIGHT (e.g. 240)")
+    ap.add_argument("--bound", action="store_true",
+                    help="with --renditions: the sequential decode bound of the renditions, and the loader's fraction")
     args = ap.parse_args()
     root = BENCH / f"resize-e{args.episodes}"
     build(root, args.episodes)
@@ -226,6 +249,14 @@ def main() -> None:
             cpu[name].append(cpu_per)
         for name in ratios:
             ratios[name].append(this[name] / this["full"])
+    if args.bound and args.renditions:
+        from bench.rows import sequential_bound
+
+        bound = sequential_bound(renditions_as_videos(slices["rend224"]), 15, streams=("joints/position", ACTION))
+        log(f"[bench] sequential decode bound of the {args.renditions} renditions: "
+            f"{bound['samples_per_s']:.1f} samples/s ({bound['decoder']})")
+        extra["rendition_bound"] = bound
+        extra["rend224_fraction_of_rendition_bound"] = statistics.median(rates["rend224"]) / bound["samples_per_s"]
     sizes = {name: batch_bytes_per_sample(slices[name], **kw) for name, kw in rows.items() if name != "transform224"}
     out = {
         "data": f"{args.episodes} demo episodes x 8 s, 2 cameras 480x640 all-intra H.264 at 30 Hz",

@@ -152,10 +152,11 @@ def loaders(slice_: Slice, height: int, width: int) -> dict[str, Callable[[], Da
     }
 
 
-def needed_frames(slice_: Slice, fps: float) -> list[tuple[str, int, np.ndarray]]:
-    """Per (video path, frame count) the sorted unique frame indices a ``fps`` grid needs."""
-    names = [*CAMERAS, STATE, ACTION]
-    index = build_index(slice_.manifest.segments, names, fps)
+def needed_frames(slice_: Slice, fps: float, names: tuple[str, ...] | None = None) -> list[tuple[str, int, np.ndarray]]:
+    """Per (video path, frame count) the sorted unique frame indices a ``fps`` grid needs
+    (the grid of the streams ``names``; default the benchmark's cameras, state and action)."""
+    names = list(names) if names else [*CAMERAS, STATE, ACTION]
+    index = build_index(slice_.segments, names, fps)
     tasks = []
     for s, seg in enumerate(index.segments):
         times = index.times_ns(s, np.arange(int(index.count[s])))
@@ -192,8 +193,8 @@ def _decode_front_to_back(task: tuple[str, int, np.ndarray, int, str]) -> int:
 
 
 def _bound_rates(slice_: Slice, fps: float, samples: int, processes: int, runs: int, chunk: int,
-                 decoder: str) -> tuple[list[float], int]:
-    tasks = [(*task, chunk, decoder) for task in needed_frames(slice_, fps)]
+                 decoder: str, names: tuple[str, ...] | None = None) -> tuple[list[float], int]:
+    tasks = [(*task, chunk, decoder) for task in needed_frames(slice_, fps, names)]
     rates = []
     with mp.get_context("fork").Pool(processes) as pool:
         for _ in range(runs):
@@ -205,23 +206,29 @@ def _bound_rates(slice_: Slice, fps: float, samples: int, processes: int, runs: 
 
 def sequential_bound(slice_: Slice, fps: float, processes: int | None = None,
                      runs: int = 3, chunk: int = BOUND_CHUNK,
-                     decoders: tuple[str, ...] = ("torchcodec", "intra")) -> dict[str, Any]:
+                     decoders: tuple[str, ...] = ("torchcodec", "intra"),
+                     streams: tuple[str, str] | None = None) -> dict[str, Any]:
     """Row 5: decode every needed frame front to back, one video per task, all cores.
 
     Each of ``decoders`` (torchcodec's ``get_frames_at``; ``"intra"``: our all-intra packet
     decoder, all-intra video only) decodes the epoch ``runs`` times, in ``chunk``-frame calls;
     the bound is the faster one, since the speed of light is the best decode we know of.
 
+    ``streams``: ``(state, action)`` names of another slice than the benchmark's (whose cameras
+    are the benchmark's ``CAMERAS``).
+
     Returns ``samples_per_s`` = grid samples of the epoch (``samples``) / wall seconds of the
     decode (the median of the faster decoder's ``runs``), ``by_decoder`` (each one's median
     and runs), ``decoder`` (the faster), plus ``frames`` decoded per pass.
     """
-    samples = len(EpisodeDataset(slice_, obs=list(CAMERAS), action=ACTION, fps=fps, shard=None))
+    state, action = streams or (STATE, ACTION)
+    names = (*CAMERAS, state, action)
+    samples = len(EpisodeDataset(slice_, obs=list(CAMERAS), action=action, fps=fps, shard=None))
     processes = processes or os.cpu_count() or 1
     by_decoder: dict[str, Any] = {}
     for decoder in decoders:
         try:
-            rates, frames = _bound_rates(slice_, fps, samples, processes, runs, chunk, decoder)
+            rates, frames = _bound_rates(slice_, fps, samples, processes, runs, chunk, decoder, names)
         except ValueError:  # not all-intra: that decoder does not apply
             continue
         by_decoder[decoder] = {"samples_per_s": statistics.median(rates), "runs": rates}

@@ -55,7 +55,8 @@ def _print_json(doc: Mapping[str, Any] | Sequence[Any]) -> None:
 
 def _cmd_pull(args: argparse.Namespace) -> int:
     client = _client(args)
-    report = client.pull(args.slice_id, streams=args.streams or None, jobs=args.jobs,
+    target = args.slice_id if args.manifest is None else client.slices.get(args.slice_id, manifest_hash=args.manifest)
+    report = client.pull(target, streams=args.streams or None, jobs=args.jobs,
                          progress=not args.quiet and not args.json, max_cache=args.max_cache,
                          image_size=parse_image_size(args.image_size) if args.image_size else None,
                          resize=args.resize)
@@ -270,6 +271,9 @@ def build_parser() -> argparse.ArgumentParser:
                            "EpisodeDataset(image_size=..., resize=...) reads")
     pull.add_argument("--resize", choices=RESIZE_MODES, default="pad",
                       help="with --image-size: how frames become HxW (default pad)")
+    pull.add_argument("--manifest", metavar="HASH", default=None,
+                      help="pull the slice as it was at this manifest (e.g. the hash a dataset URI "
+                           "pins, after the slice changed); default: its current manifest")
     pull.set_defaults(func=_cmd_pull)
 
     slices = sub.add_parser("slices", help="show or list slices")

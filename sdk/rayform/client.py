@@ -22,7 +22,7 @@ from typing import Any
 
 from rayform._boundary import argument_errors
 from rayform._env import default_cache_dir, env_flag
-from rayform._ids import check_slice_id, check_stream_name
+from rayform._ids import check_hash, check_slice_id, check_stream_name
 from rayform._limits import resolve_cache_limit, resolve_stall_timeout
 from rayform._manifest_io import open_manifest
 from rayform._net import (
@@ -35,7 +35,6 @@ from rayform._net import (
     fetch_log,
     run_pull,
 )
-from rayform._resolution import check_size_value, resolution_blobs
 from rayform._seams import DownloadSink, ProgressCallback
 from rayform.cache import Cache, Evictor, Pins, check_fits
 from rayform.errors import (
@@ -44,7 +43,7 @@ from rayform.errors import (
     NotFoundError,
     OfflineError,
 )
-from rayform.manifest import BlobRef, ColumnarManifest, Manifest, segments_of
+from rayform.manifest import MAX_MANIFEST_BYTES, BlobRef, ColumnarManifest, Manifest, segments_of
 from rayform.slice import Slice
 
 __all__ = ["Client", "PullReport", "SliceAPI"]
@@ -64,6 +63,8 @@ class SliceAPI:
         resolve: ``resolve(slice_id) -> Slice`` for a well-formed ID (online or offline).
         list_all: ``list_all() -> [{"id", "manifest", "description"}, ...]``.
         owner: what the API belongs to (shown in its repr).
+        resolve_at: ``resolve_at(slice_id, manifest_hash) -> Slice``: the slice bound to one
+            manifest it names or once named (``get(..., manifest_hash=)``); ``None``: not offered.
     """
 
     def __init__(
@@ -71,27 +72,43 @@ class SliceAPI:
         resolve: Callable[[str], Slice],
         list_all: Callable[[], list[dict[str, Any]]],
         owner: object = None,
+        resolve_at: Callable[[str, str], Slice] | None = None,
     ) -> None:
         self._resolve = resolve
         self._list_all = list_all
         self._owner = owner
+        self._resolve_at = resolve_at
 
     @argument_errors
-    def get(self, slice_id: str) -> Slice:
+    def get(self, slice_id: str, *, manifest_hash: str | None = None) -> Slice:
         """Resolve ``slice_id`` to its manifest and return the :class:`~rayform.Slice`.
 
         Online, the server says which manifest the slice points at; the manifest bytes are
         verified against their BLAKE3 hash and cached, and the resolution is remembered so the
         slice works offline later. Offline, the remembered resolution is used.
 
+        With ``manifest_hash`` (e.g. a dataset URI's), the slice is bound to exactly that
+        manifest, whichever one the slice names now: online the server hands it out if the
+        slice names it or ever named it (``GET /v1/slices/{id}/manifests/{hash}``), and its
+        blobs stay readable through the slice; offline it is read from the cache by its hash.
+        The bytes are verified against the hash and cached; what the slice resolves to without
+        ``manifest_hash`` is not changed.
+
         Raises:
-            InvalidArgumentError: malformed ID (no request is made).
-            NotFoundError: unknown slice, or one your token may not see.
+            InvalidArgumentError: malformed ID or hash (no request is made).
+            NotFoundError: unknown slice, one your token may not see, or (with
+                ``manifest_hash``) a manifest the slice never named on this server.
             AccessDeniedError: missing or wrong token.
-            OfflineError: offline mode and the slice was never resolved here.
+            OfflineError: offline mode and the slice (or that manifest) was never cached here.
             TransportError: the server cannot be reached.
         """
-        return self._resolve(check_slice_id(slice_id))
+        slice_id = check_slice_id(slice_id)
+        if manifest_hash is None:
+            return self._resolve(slice_id)
+        manifest_hash = check_hash(manifest_hash)
+        if self._resolve_at is None:
+            raise InvalidArgumentError(f"{self._owner!r} cannot resolve a slice at a given manifest hash")
+        return self._resolve_at(slice_id, manifest_hash)
 
     def list(self) -> list[dict[str, Any]]:
         """Slices this token may see: ``[{"id", "manifest", "description"}, ...]``.
@@ -163,7 +180,7 @@ class Client:
         self._evictor = Evictor(self.cache.root)
         self._transport_obj: Transport | None = None
         self._manifests: dict[str, Manifest | ColumnarManifest] = {}
-        self.slices = SliceAPI(self._get_slice, self._list_slices, self)
+        self.slices = SliceAPI(self._get_slice, self._list_slices, self, self._get_slice_at)
 
     @property
     def cache_dir(self) -> Path:
@@ -269,6 +286,38 @@ class Client:
             slice_ = self._make_slice(slice_id, digest, data)
         self.cache.set_ref(self._key() or "", slice_id, digest, endpoint=self.endpoint,
                            description=description)
+        return slice_
+
+    def _get_slice_at(self, slice_id: str, digest: str) -> Slice:
+        """``slice_id`` bound to manifest ``digest`` (``slices.get(..., manifest_hash=)``)."""
+        if self.offline:
+            data = self.cache.get_manifest(digest)
+            if data is None:
+                raise OfflineError(
+                    f"manifest {digest[:12]}... of slice {slice_id} is not in the cache {self.cache_dir} "
+                    f"and offline mode is on (RAYFORM_OFFLINE=1); with network access run "
+                    f"`rayform pull {slice_id} --manifest {digest}` while the server still has that version"
+                )
+            return self._make_slice(slice_id, digest, data)
+        # Asked every time online: the server decides whether this slice may hand it out.
+        t = self._transport()
+        try:
+            data = t.get_bytes(f"v1/slices/{slice_id}/manifests/{digest}",
+                               f"fetching manifest {digest[:12]}... of slice {slice_id}", limit=MAX_MANIFEST_BYTES)
+        except NotFoundError as exc:
+            raise NotFoundError(
+                f"slice {slice_id} on {self.endpoint} does not name manifest {digest[:12]}... now or "
+                f"before (or the slice is unknown, your token may not see it, or the server predates "
+                f"manifests by hash). {exc}"
+            ) from None
+        try:
+            slice_ = self._make_slice(slice_id, digest, data)  # verifies before caching
+        except ManifestError as exc:
+            raise ManifestError(
+                f"the server {self.endpoint} sent an unusable manifest {digest[:12]}... for slice "
+                f"{slice_id}: {exc} Nothing was cached; if it persists, report it to the data owners."
+            ) from None
+        self.cache.put_manifest(data, digest)
         return slice_
 
     def _make_slice(self, slice_id: str, digest: str, data: bytes) -> Slice:
@@ -395,12 +444,8 @@ class Client:
                     f"slice {slice_id} has no stream {', '.join(unknown)}; it has "
                     f"{', '.join(slice_.streams)}"
                 )
-        if image_size is None or slice_.manifest.format_version != 1:
-            # Columnar (v2) pages list no renditions: every camera reads its original.
-            check_size_value(image_size, resize)
-            refs = list(slice_.blobs(names).values())
-        else:
-            refs = list(resolution_blobs(slice_.segments, names, image_size, resize).values())
+        # With image_size, each camera's chosen rendition instead of its original.
+        refs = list(slice_.blobs(names, image_size=image_size, resize=resize).values())
         limit = resolve_cache_limit(max_cache) if max_cache is not None else self.cache_limit
         check_fits(limit, sum(r.size for r in refs), f"the blobs of {slice_id} to pull")
         keep = frozenset(r.hash for r in refs)

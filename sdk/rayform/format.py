@@ -41,6 +41,10 @@ it; :func:`load_manifest` reads either version (checking every page against its 
 :class:`rayform.Manifest` or a memory-mapped :class:`ColumnarManifest`; :func:`page_refs` lists
 a root's pages. Details: ``docs/manifest.md``.
 
+**Manifest version 3** (:data:`MANIFEST_FORMAT_VERSION_3`): version 2 whose page schema has a
+``renditions`` list per stream row (smaller copies of a camera video); written only when a
+stream has renditions, so a manifest without them stays version 2, byte for byte.
+
 Example::
 
     >>> from rayform.format import check_slice_id, hash_bytes
@@ -68,6 +72,7 @@ from rayform._ids import (
 from rayform.manifest import FORMAT as MANIFEST_FORMAT
 from rayform.manifest import FORMAT_VERSION as MANIFEST_FORMAT_VERSION
 from rayform.manifest import FORMAT_VERSION_2 as MANIFEST_FORMAT_VERSION_2
+from rayform.manifest import FORMAT_VERSION_3 as MANIFEST_FORMAT_VERSION_3
 from rayform.manifest import (
     PAGE_FORMAT,
     PAGE_ROWS,
@@ -85,6 +90,7 @@ __all__ = [
     "MANIFEST_FORMAT",
     "MANIFEST_FORMAT_VERSION",
     "MANIFEST_FORMAT_VERSION_2",
+    "MANIFEST_FORMAT_VERSION_3",
     "PAGE_FORMAT",
     "PAGE_ROWS",
     "SEGMENT_ID_RE",

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from rayform._boundary import argument_errors
+from rayform._resolution import check_size_value, resolution_blobs
 from rayform._seams import BlobFetcher
 from rayform._units import human_bytes
 from rayform.manifest import (
@@ -95,14 +96,30 @@ class Slice:
             raise segment_not_found(self.id, segment_id)
         return segs[pos]
 
-    def blobs(self, streams: Sequence[str] | None = None) -> dict[str, BlobRef]:
+    def blobs(self, streams: Sequence[str] | None = None, *,
+              image_size: tuple[int, int] | dict[str, tuple[int, int]] | None = None,
+              resize: str = "pad") -> dict[str, BlobRef]:
         """The distinct blobs of this slice's segments (a view's only), by hash, for the named
-        streams (all if ``None``)."""
-        return self.segments.blobs(list(streams) if streams else None)
+        streams (all if ``None``).
 
-    def stream_nbytes(self, streams: Sequence[str] | None = None) -> int:
-        """Bytes needed to hold the named streams (all if ``None``)."""
-        return sum(b.size for b in self.blobs(streams).values())
+        With ``image_size`` (and ``resize``), the blobs ``EpisodeDataset(image_size=...,
+        resize=...)`` reads: for each camera the stored rendition it chooses (the original
+        where none covers the size) and never the other videos, as ``pull(image_size=...)``
+        fetches them. Without, every original (renditions are not listed).
+        """
+        names = list(streams) if streams else None
+        segs = self.segments
+        if image_size is not None and segs.has_renditions:
+            return resolution_blobs(segs, names, image_size, resize)
+        check_size_value(image_size, resize)
+        return segs.blobs(names)
+
+    def stream_nbytes(self, streams: Sequence[str] | None = None, *,
+                      image_size: tuple[int, int] | dict[str, tuple[int, int]] | None = None,
+                      resize: str = "pad") -> int:
+        """Bytes needed to hold the named streams (all if ``None``); with ``image_size``, to
+        train on them at that resolution (the renditions a dataset reads, see :meth:`blobs`)."""
+        return sum(b.size for b in self.blobs(streams, image_size=image_size, resize=resize).values())
 
     @argument_errors
     def select(

@@ -41,6 +41,7 @@ def build_shared_demo(
     seed: int = 0,
     jobs: int = 1,
     progress: Callable[[str], None] | None = None,
+    renditions: tuple[int, ...] = (),
 ) -> str:
     """Build the pool, then commit ``episodes`` segments that share its blobs.
 
@@ -52,9 +53,10 @@ def build_shared_demo(
         seed: everything random derives from it.
         jobs: pool episodes rendered in parallel.
         progress: called with a line of text per step.
+        renditions: heights of camera renditions rendered for the pool (shared like its videos).
 
     Returns:
-        The hash of the committed (version 2) manifest.
+        The hash of the committed manifest (version 2; 3 with renditions).
     """
     import pyarrow as pa
 
@@ -67,7 +69,8 @@ def build_shared_demo(
     # The pool is an ordinary demo build under a scratch slice, then that reference is dropped:
     # its blobs and manifest stay (content-addressed), only the fleet slice is named.
     scratch = "slc_" + hash_bytes(f"rayform-demo-pool:{slice_id}".encode())[:16]
-    pool = build_demo(root, scratch, small=small, seed=seed, jobs=jobs, episodes=pool_n, progress=progress)
+    pool = build_demo(root, scratch, small=small, seed=seed, jobs=jobs, episodes=pool_n, progress=progress,
+                      renditions=renditions)
     store.delete_slice(scratch)
     table = segments_to_table(list(pool.segments))
     if episodes > pool_n:
@@ -92,8 +95,9 @@ def demo_description(episodes: int, seed: int) -> str:
 
 def stage_demo(root: str | os.PathLike[str], batch: str, shard: int, shards: int, *, small: bool = False,
                seed: int = 0, episodes: int | None = None,
-               progress: Callable[[str], None] | None = None) -> int:
-    """Render the demo episodes ``i`` with ``i % shards == shard`` and stage each in ``batch``
+               progress: Callable[[str], None] | None = None, renditions: tuple[int, ...] = ()) -> int:
+    """Render the demo episodes ``i`` with ``i % shards == shard`` (with camera renditions at the
+    heights ``renditions``) and stage each in ``batch``
     (one worker of a distributed build; ``rayform-server commit`` then makes the slice).
     Returns the number staged. Ordered by episode index, so the committed slice is the
     ordinary demo's, byte for byte."""
@@ -106,7 +110,7 @@ def stage_demo(root: str | os.PathLike[str], batch: str, shard: int, shards: int
     store = Store(root)
     count = 0
     for i in range(shard, n, shards):
-        seg = build_episode(str(store.root), spec, seed, i)
+        seg = build_episode(str(store.root), spec, seed, i, renditions=renditions)
         stage_segment(store, batch, seg, order=f"{i:012d}")
         count += 1
         if progress is not None:

@@ -15,6 +15,7 @@ would give (docs/benchmarks.md reports the PSNR).
 
 from __future__ import annotations
 
+import argparse
 import os
 import warnings
 from collections.abc import Iterator, Sequence
@@ -26,7 +27,7 @@ import numpy as np
 from rayform.errors import InvalidArgumentError
 from rayform_server._video import DEFAULT_CRF, encode_video
 
-__all__ = ["RenditionSkipped", "check_heights", "keyframe_interval", "parse_heights", "render",
+__all__ = ["RenditionSkipped", "check_heights", "heights_argument", "keyframe_interval", "parse_heights", "render",
            "rendition_sizes"]
 
 
@@ -46,6 +47,15 @@ def parse_heights(text: str) -> tuple[int, ...]:
             f"--renditions {text!r}: give frame heights in pixels, comma-separated, e.g. --renditions 240,120"
         )
     return check_heights([int(x) for x in items])
+
+
+def heights_argument(text: str) -> tuple[int, ...]:
+    """:func:`parse_heights` as an argparse ``type``: a bad value is reported with what to
+    write instead (argparse would only say "invalid value")."""
+    try:
+        return parse_heights(text)
+    except InvalidArgumentError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def check_heights(heights: Sequence[int]) -> tuple[int, ...]:

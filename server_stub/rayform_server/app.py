@@ -8,7 +8,8 @@ Request handling, in order, before any file is opened:
 2. The bearer token -> 401 when missing or wrong (``/v1/health`` needs none).
 3. Path parameters against the ``rayform.format`` regexes -> 400.
 4. The token's scope -> 404, exactly as for an unknown slice.
-5. For blobs (and v2 manifest pages): the hash must be referenced by the slice's manifest -> else 404.
+5. For blobs (and v2 manifest pages): the hash must be referenced by a manifest the slice names
+   or once named -> else 404. For a manifest by hash: the slice must name or once have named it.
 
 Blobs are streamed from disk in 256 KiB chunks, whole or one byte range. With blobs in object
 storage (:class:`~rayform_server.blobstore.S3BlobBackend`) a blob request that passed every
@@ -143,6 +144,17 @@ class _Api:
     def _referenced(self, manifest_hash: str) -> frozenset[str]:
         return _memo(self._refs, manifest_hash, lambda: _referenced(self.store.load_manifest(manifest_hash)))
 
+    def _in_some_version(self, slice_id: str, ref: dict[str, str], digest: str,
+                         held: Callable[[str], frozenset[str]]) -> bool:
+        """Whether ``digest`` is in ``held(manifest)`` of the slice's current manifest or, failing
+        that, of any manifest it once named (a run logged before the slice changed reads those)."""
+        if digest in held(ref["manifest"]):
+            return True
+        return any(digest in held(m) for m in self.store.manifest_history(slice_id) if m != ref["manifest"])
+
+    def _pages_of(self, manifest_hash: str) -> frozenset[str]:
+        return _memo(self._pages, manifest_hash, lambda: self.store.page_hashes(manifest_hash))
+
     # -- endpoints -------------------------------------------------------------------------
     async def health(self, request: Request) -> Response:
         return JSONResponse({"status": "ok", "version": _version()})
@@ -173,12 +185,25 @@ class _Api:
         data = self.store.read_manifest_bytes(digest)
         return Response(data, media_type="application/json", headers=headers)
 
+    async def get_manifest_at(self, request: Request) -> Response:
+        """A manifest by hash: the slice's current one or one it named before."""
+        slice_id, _ = self._slice(request)
+        digest = _hash_param(request, "a manifest hash, e.g. from a dataset URI")
+        if not await run_in_threadpool(self.store.has_named, slice_id, digest):
+            raise ApiError(404, "not_found", f"slice {slice_id} never named manifest {digest[:12]}... "
+                           "on this server (or it was withdrawn): check the hash, or use the slice's "
+                           "current manifest")
+        headers = {"ETag": f'"{digest}"', "Cache-Control": "public, max-age=31536000, immutable"}
+        if _etag_matches(request.headers.get("if-none-match"), digest):
+            return Response(status_code=304, headers=headers)
+        data = await run_in_threadpool(self.store.read_manifest_bytes, digest)
+        return Response(data, media_type="application/json", headers=headers)
+
     async def get_page(self, request: Request) -> Response:
-        """A page of a v2 manifest: only the pages the slice's manifest root lists."""
+        """A page of a v2 manifest: only the pages a manifest root of the slice lists."""
         slice_id, ref = self._slice(request)
         digest = _hash_param(request, "a page hash from the manifest root")
-        pages = _memo(self._pages, ref["manifest"], lambda: self.store.page_hashes(ref["manifest"]))
-        if digest not in pages:
+        if not self._in_some_version(slice_id, ref, digest, self._pages_of):
             raise ApiError(404, "not_found", f"page {digest[:12]}... is not part of the manifest of "
                            f"slice {slice_id}: take page hashes from the manifest root")
         headers = {"ETag": f'"{digest}"', "Cache-Control": "public, max-age=31536000, immutable"}
@@ -190,7 +215,7 @@ class _Api:
     async def get_blob(self, request: Request) -> Response:
         slice_id, ref = self._slice(request)
         digest = _hash_param(request, "a BLAKE3 digest from the manifest")
-        if digest not in self._referenced(ref["manifest"]):
+        if not self._in_some_version(slice_id, ref, digest, self._referenced):
             raise ApiError(404, "not_found", f"blob {digest[:12]}... is not part of slice {slice_id}: "
                            "take blob hashes from this slice's manifest")
         if self.store.blobs.local_path(digest) is None:
@@ -248,12 +273,13 @@ class _Api:
 
 
 def _referenced(manifest: Any) -> frozenset[str]:
-    """Every blob hash a manifest names: its streams' blobs and their renditions (which only a
-    format version 1 manifest lists)."""
+    """Every blob hash a manifest names: its streams' blobs and their renditions."""
     hashes = set(manifest.blobs())
     if isinstance(manifest, Manifest):
         hashes.update(r.blob.hash for seg in manifest.segments for st in seg.streams.values()
                       for r in st.renditions)
+    else:  # columnar: version 3 pages list renditions, version 2 pages none
+        hashes.update(manifest.rendition_blobs())
     return frozenset(hashes)
 
 
@@ -357,6 +383,7 @@ def create_app(
         Route("/v1/slices/{slice_id}/manifest", api.get_manifest, methods=["GET", "HEAD"]),
         Route("/v1/slices/{slice_id}/blobs/{hash}", api.get_blob, methods=["GET", "HEAD"]),
         Route("/v1/slices/{slice_id}/pages/{hash}", api.get_page, methods=["GET", "HEAD"]),
+        Route("/v1/slices/{slice_id}/manifests/{hash}", api.get_manifest_at, methods=["GET", "HEAD"]),
     ]
     app = Starlette(
         routes=routes,

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -52,7 +52,7 @@ from rayform_server._renditions import check_heights, keyframe_interval, render,
 from rayform_server._video import DEFAULT_CRF, DEFAULT_GOP, encode_video
 from rayform_server.store import Store
 
-__all__ = ["SliceBuilder", "TableData", "VideoData", "commit_table"]
+__all__ = ["SliceBuilder", "TableData", "VideoData", "commit_segments", "commit_table"]
 
 
 @dataclass
@@ -253,30 +253,38 @@ class SliceBuilder:
 
         Args:
             slice_id: the slice to create or replace.
-            format_version: 2 (columnar pages) or 1 (one JSON document, for readers older than
-                the v2 format); default 2, or 1 when a stream has renditions (the columnar
-                pages cannot list them yet).
+            format_version: 2 (the default: columnar pages, version 3 when a stream has
+                renditions) or 1 (one JSON document, for readers older than the columnar formats);
+                see :func:`commit_segments`.
         """
         check_slice_id(slice_id)
         if not self.segments:
             raise InvalidArgumentError("a slice needs at least one segment")
-        has_renditions = any(st.renditions for seg in self.segments for st in seg.streams.values())
-        if format_version is None:
-            format_version = 1 if has_renditions else 2
-        if format_version not in (1, 2):
-            raise InvalidArgumentError(f"format_version must be 1 or 2, got {format_version!r}")
-        if format_version == 2 and has_renditions:
-            raise InvalidArgumentError(
-                "a columnar (format version 2) manifest cannot list renditions yet: commit with "
-                "format_version=1 (the default when there are renditions)"
-            )
-        if format_version == 1:
-            manifest = Manifest(segments=tuple(self.segments), description=self.description)
-            digest = self.store.put_manifest(manifest)
-        else:
-            digest = commit_table(self.store, segments_to_table(self.segments), self.description)
+        digest = commit_segments(self.store, self.segments, self.description, format_version=format_version)
         self.store.set_slice(slice_id, digest, self.description)
-        return self.store.load_manifest(digest) if format_version == 2 else manifest
+        return self.store.load_manifest(digest)
+
+
+def commit_segments(store: Store, segments: Sequence[Segment], description: str, *,
+                    format_version: int | None = None) -> str:
+    """Store ``segments`` as one manifest (pages first, root last for version 2); returns its
+    hash. Points no slice at it.
+
+    Args:
+        store: the data root.
+        segments: the manifest's segments, in order.
+        description: the manifest's description.
+        format_version: 2 (the default: columnar pages; written as version 3 when a stream
+            has renditions, version 2 byte for byte otherwise), 3 (the same) or 1 (one JSON
+            document, for readers older than the columnar formats).
+    """
+    if format_version is None:
+        format_version = 2
+    if format_version not in (1, 2, 3):
+        raise InvalidArgumentError(f"format_version must be 1, 2 or 3, got {format_version!r}")
+    if format_version == 1:
+        return store.put_manifest(Manifest(segments=tuple(segments), description=description))
+    return commit_table(store, segments_to_table(segments), description)
 
 
 def commit_table(store: Store, table: object, description: str, page_rows: int = PAGE_ROWS) -> str:

@@ -9,6 +9,7 @@
                           [--token T | --tokens-file F | --allow-anonymous]
                           [S3] [--presign-expiry SECONDS]
     rayform-server slices --root DIR
+    rayform-server renditions --root DIR --slice slc_... --renditions 240[,120] [--jobs N] [S3]
     rayform-server ingest ... [S3]   (when rayform_server.ingest is installed)
 
     S3 = --blobs s3://BUCKET/PREFIX --s3-endpoint URL   (credentials: AWS_* variables)
@@ -33,7 +34,7 @@ from typing import TYPE_CHECKING
 
 from rayform.errors import RayformError
 from rayform.units import human_bytes
-from rayform_server._renditions import parse_heights
+from rayform_server._renditions import heights_argument
 from rayform_server.blobstore import DEFAULT_PRESIGN_EXPIRY_S, LocalBlobBackend, configure_root
 
 __all__ = ["build_parser", "main"]
@@ -127,17 +128,14 @@ def _demo(args: argparse.Namespace) -> int:
     _err(f"building demo slice {args.slice} in {args.root}: {episodes} episodes ({rendered} rendered), "
          f"cameras {spec.size[1]}x{spec.size[0]}, {args.jobs} process(es)")
     t0 = time.perf_counter()
-    if args.renditions and (args.stage is not None or args.share_blobs):
-        _err("error: --renditions works with a plain build only, not yet with --stage or --share-blobs: "
-             "drop one of them")
-        return 2
     if args.stage is not None:
         from rayform_server._fleet import stage_demo
         from rayform_server.staging import Shard
 
         shard = Shard.parse(args.shard) if args.shard is not None else Shard()
         n = stage_demo(args.root, args.stage, shard.index, shard.count, small=args.small, seed=args.seed,
-                       episodes=args.episodes, progress=lambda line: _err("  " + line))
+                       episodes=args.episodes, progress=lambda line: _err("  " + line),
+                       renditions=args.renditions)
         _err(f"staged {n} episodes in batch {args.stage}; when every shard is done run: "
              f"rayform-server commit --root {args.root} --stage {args.stage} --slice {args.slice}")
         return 0
@@ -146,7 +144,8 @@ def _demo(args: argparse.Namespace) -> int:
         from rayform_server.store import Store
 
         digest = build_shared_demo(args.root, args.slice, episodes, small=args.small, seed=args.seed,
-                                   jobs=args.jobs, progress=lambda line: _err("  " + line))
+                                   jobs=args.jobs, progress=lambda line: _err("  " + line),
+                                   renditions=args.renditions)
         manifest = Store(args.root).load_manifest(digest)
     else:
         manifest = build_demo(args.root, args.slice, small=args.small, seed=args.seed, jobs=args.jobs,
@@ -169,6 +168,31 @@ def _commit(args: argparse.Namespace) -> int:
     description = args.description if args.description is not None else f"staged batch {args.stage}"
     digest = commit_staged(store, args.stage, args.slice, description, expect=args.expect)
     _err(f"slice {args.slice} -> manifest {digest[:12]}... from staging batch {args.stage}")
+    return 0
+
+
+def _renditions(args: argparse.Namespace) -> int:
+    from rayform_server._addrenditions import add_renditions
+    from rayform_server.store import Store
+
+    root = Path(args.root)
+    if not (root / "slices").is_dir():
+        _err(f"error: {root} is not a Rayform data root (no slices/ folder): give the --root that "
+             "`rayform-server serve` serves")
+        return 2
+    configure_root(root, args.blobs, args.s3_endpoint)
+    t0 = time.perf_counter()
+    report = add_renditions(Store(root), args.slice, args.renditions, jobs=args.jobs,
+                            progress=None if args.quiet else lambda line: _err("  " + line))
+    for line in report.skipped:
+        _err(f"warning: {line}")
+    if report.manifest == report.previous:
+        _err(f"slice {args.slice} already has every rendition asked for: manifest "
+             f"{report.manifest[:12]}... unchanged")
+        return 0
+    _err(f"slice {args.slice} -> manifest {report.manifest[:12]}... (was {report.previous[:12]}..., still "
+         f"readable by hash): {report.rendered} rendition(s), {human_bytes(report.added_bytes)}, in "
+         f"{time.perf_counter() - t0:.1f} s")
     return 0
 
 
@@ -291,7 +315,7 @@ def build_parser() -> argparse.ArgumentParser:
                       "reuse its blobs under their own IDs: a 1,000,000-segment slice in seconds")
     demo.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
                       help="episodes rendered in parallel (default: min(2, CPUs))")
-    demo.add_argument("--renditions", metavar="HEIGHTS", type=parse_heights, default=(),
+    demo.add_argument("--renditions", metavar="HEIGHTS", type=heights_argument, default=(),
                       help="also store each camera at these heights in pixels, comma-separated "
                       "(e.g. 48 with --small, 240,120 for the full demo; the width keeps the aspect ratio)")
     add_stage_arguments(demo, "episodes")
@@ -316,6 +340,26 @@ def build_parser() -> argparse.ArgumentParser:
                             description="List each slice with its manifest hash, segment count and size.")
     slices.add_argument("--root", required=True, help="data root")
     slices.set_defaults(func=_slices)
+
+    rend = sub.add_parser(
+        "renditions", help="add renditions to a stored slice",
+        description="Store smaller copies of every camera video of a slice, rendered from the stored "
+        "originals as ingest --renditions renders them (same keyframe interval, rate and frames; the "
+        "width keeps the aspect ratio), and point the slice at a new manifest that lists them. The old "
+        "manifest stays readable by hash through the slice, so training runs logged against it still "
+        "rebuild. Heights a camera already has are kept; heights at or above a camera's own are "
+        "skipped with a warning. Works on local and S3-backed roots (--blobs, or what the root records).",
+        epilog="example: rayform-server renditions --root data/ --slice slc_7c1e04aa --renditions 120",
+    )
+    rend.add_argument("--root", required=True, help="the data root holding the slice")
+    rend.add_argument("--slice", required=True, help="slice ID, e.g. slc_7c1e04aa")
+    rend.add_argument("--renditions", metavar="HEIGHTS", type=heights_argument, required=True,
+                      help="heights in pixels, comma-separated, e.g. 240,120 (even, below the cameras' own)")
+    rend.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
+                      help="videos rendered in parallel (default: min(2, CPUs))")
+    rend.add_argument("--quiet", action="store_true", help="no line per rendered video")
+    _add_blob_args(rend)
+    rend.set_defaults(func=_renditions)
 
     _add_ingest(sub)
     return parser

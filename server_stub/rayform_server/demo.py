@@ -274,7 +274,7 @@ def build_demo(
         episodes: number of episodes (default: the spec's, 20 or 4 with ``small``).
         renditions: heights (even, pixels) of smaller copies of each camera video to store
             too; heights at or above the cameras' are skipped with a warning. A slice with
-            renditions is committed as a format version 1 manifest.
+            renditions is committed as a format version 3 manifest (columnar pages that list them).
         robot: ``"bimanual"`` (this module's demo) or ``"single-arm"`` (one wrist camera, 7
             joints, 15 Hz, other stream names; ``rayform_server._demo_arm``; built in this
             process, without renditions). Pass its own slice ID, e.g. ``SINGLE_ARM_SLICE``.

@@ -9,8 +9,8 @@ store as it goes) and stages each finished segment as one small JSON file::
 written to a temporary file and renamed, so a worker killed at any instant leaves either the
 whole file or none; a re-run task replaces its files. Nothing is visible to clients until
 :func:`commit_staged` (one process, once every worker is done) reads the batch, checks that
-every blob it names is in the store, builds one version 2 manifest in ``order`` and points the
-slice at it; only then is the batch removed. A crash before the commit leaves no slice.
+every blob it names is in the store, builds one version 2 manifest (3 when cameras have
+renditions, rendered by the workers) in ``order`` and points the slice at it; only then is the batch removed. A crash before the commit leaves no slice.
 """
 
 from __future__ import annotations
@@ -150,7 +150,7 @@ def commit_staged(store: Store, batch: str, slice_id: str, description: str = ""
     segments = [seg for _, seg in pairs]
     for seg in segments:
         for stream in seg.streams.values():
-            for ref in stream.blobs():
+            for ref in [*stream.blobs(), *(r.blob for r in stream.renditions)]:
                 if not store.has_blob(ref.hash):
                     raise InvalidArgumentError(
                         f"segment {seg.id} of batch {batch!r} names blob {ref.hash[:12]}... "

@@ -5,6 +5,7 @@ Layout (see ``docs/layout.md``)::
     ROOT/blobs/ab/abcdef...        content-addressed blobs (video, timestamps, tables), BLAKE3
     ROOT/manifests/ab/abcdef...    manifests, named by the BLAKE3 of their canonical bytes
     ROOT/slices/slc_xxxxxxxx.json  {"id", "manifest", "description"}: a named reference
+    ROOT/history/slc_xxxxxxxx/<hash>  one empty file per manifest the slice has named
     ROOT/tmp/                      staging for atomic writes (same filesystem)
 
 Every write goes to a unique temporary file under ``tmp/`` and is renamed into place, so a
@@ -64,6 +65,12 @@ class Store:
         check_slice_id(slice_id)
         return self.root / "slices" / f"{slice_id}.json"
 
+    def history_path(self, slice_id: str, manifest_hash: str) -> Path:
+        """The marker that ``slice_id`` once named manifest ``manifest_hash`` (both validated)."""
+        check_slice_id(slice_id)
+        check_hash(manifest_hash)
+        return self.root / "history" / slice_id / manifest_hash
+
     # -- writes ----------------------------------------------------------------------------
     def _tmp(self) -> tuple[int, Path]:
         fd, name = tempfile.mkstemp(dir=self.root / "tmp", prefix="put-")
@@ -120,15 +127,30 @@ class Store:
         return digest
 
     def set_slice(self, slice_id: str, manifest_hash: str, description: str = "") -> None:
-        """Point ``slice_id`` at a stored manifest (atomically replaces an older reference)."""
+        """Point ``slice_id`` at a stored manifest (atomically replaces an older reference).
+
+        Every manifest the slice has named stays readable by hash through the slice
+        (``GET /v1/slices/{id}/manifests/{hash}``): the old reference's manifest and the new
+        one are recorded under ``history/<slice>/`` before the reference moves."""
         check_hash(manifest_hash)
         if not self.manifest_path(manifest_hash).exists():
             raise FileNotFoundError(f"manifest {manifest_hash} is not in the store")
+        old = self.get_slice(slice_id)
+        for digest in ([old["manifest"]] if old is not None else []) + [manifest_hash]:
+            self._remember(slice_id, digest)
         doc = {"id": slice_id, "manifest": manifest_hash, "description": description}
         write_atomic(self.slice_path(slice_id), canonical_json(doc), mode=0o644, tmp_dir=self.root / "tmp")
 
+    def _remember(self, slice_id: str, manifest_hash: str) -> None:
+        marker = self.history_path(slice_id, manifest_hash)
+        if not marker.exists():
+            marker.parent.mkdir(parents=True, exist_ok=True)
+            write_atomic(marker, b"", mode=0o444, tmp_dir=self.root / "tmp")
+
     def delete_slice(self, slice_id: str) -> None:
+        """Remove the slice reference and its history (the manifests and blobs stay)."""
         self.slice_path(slice_id).unlink(missing_ok=True)
+        shutil.rmtree(self.root / "history" / check_slice_id(slice_id), ignore_errors=True)
 
     # -- reads -----------------------------------------------------------------------------
     def get_slice(self, slice_id: str) -> dict[str, str] | None:
@@ -137,6 +159,23 @@ class Store:
             return json.loads(self.slice_path(slice_id).read_bytes())
         except FileNotFoundError:
             return None
+
+    def manifest_history(self, slice_id: str) -> list[str]:
+        """Hashes of every manifest ``slice_id`` has named (the current one included, also for
+        a reference written before the history was kept), sorted."""
+        ref = self.get_slice(slice_id)
+        folder = self.root / "history" / check_slice_id(slice_id)
+        named = {p.name for p in folder.iterdir() if wire.HASH_RE.fullmatch(p.name)} if folder.is_dir() else set()
+        if ref is not None:
+            named.add(ref["manifest"])
+        return sorted(named)
+
+    def has_named(self, slice_id: str, manifest_hash: str) -> bool:
+        """Whether ``slice_id`` names or once named manifest ``manifest_hash``."""
+        ref = self.get_slice(slice_id)
+        if ref is not None and ref["manifest"] == manifest_hash:
+            return True
+        return self.history_path(slice_id, manifest_hash).exists() and self.manifest_path(manifest_hash).exists()
 
     def read_manifest_bytes(self, digest: str) -> bytes:
         return self.manifest_path(digest).read_bytes()

@@ -46,10 +46,16 @@ KEYS = [0, 9, 31, 20, 57, 3]
 
 @pytest.fixture(scope="module")
 def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The small demo (96x128 cameras) with 48-pixel renditions; 200 is skipped."""
+    """The small demo (96x128 cameras) with 48-pixel renditions; 200 is skipped. Committed as
+    version 3 (columnar), then pointed at the same segments as a version 1 manifest, which
+    these tests read (tests/test_manifest_v3.py reads version 3)."""
     path = tmp_path_factory.mktemp("rend") / "root"
     with pytest.warns(RenditionSkipped, match="no 200-pixel rendition: the original is 128x96"):
-        build_demo(path, DEMO_SLICE, small=True, renditions=(48, 200))
+        columnar = build_demo(path, DEMO_SLICE, small=True, renditions=(48, 200))
+    assert columnar.format_version == 3
+    store = Store(path)
+    v1 = columnar.to_v1()
+    store.set_slice(DEMO_SLICE, store.put_manifest(v1), v1.description)
     return path
 
 
@@ -145,14 +151,16 @@ def test_a_malformed_rendition_is_refused(manifest: Manifest, change, match: str
         Manifest.from_json(doc)
 
 
-def test_a_columnar_manifest_cannot_hold_renditions_yet(tmp_path: Path) -> None:
+def test_renditions_commit_as_version_3_by_default_and_version_1_on_request(tmp_path: Path) -> None:
     store = Store(tmp_path / "root")
     b = SliceBuilder(store, renditions=(16,))
     b.add_segment("seg_0a1b2c3d", site="x", streams=[VideoData(
         "cam0/rgb", [np.zeros((32, 48, 3), np.uint8)] * 3, np.arange(3, dtype=np.int64), 30.0)])
-    with pytest.raises(InvalidArgumentError, match="format_version=1"):
-        b.commit("slc_0a1b2c3d", format_version=2)
-    assert isinstance(b.commit("slc_0a1b2c3d"), Manifest)
+    assert b.commit("slc_0a1b2c3d").format_version == 3
+    assert b.commit("slc_0a1b2c3d", format_version=2).format_version == 3  # columnar: 3 with renditions
+    assert isinstance(b.commit("slc_0a1b2c3d", format_version=1), Manifest)
+    with pytest.raises(InvalidArgumentError, match="format_version must be 1, 2 or 3"):
+        b.commit("slc_0a1b2c3d", format_version=4)
 
 
 # -- which rendition a dataset reads -------------------------------------------------------------
@@ -273,10 +281,18 @@ def test_ingest_lerobot_and_mcap_store_renditions(tmp_path: Path, capsys) -> Non
         for st in cams:
             with av.open(str(store.blob_path(st.renditions[0].blob.hash))) as c:
                 assert c.streams.video[0].frames == st.count
+    # Worker processes render the renditions of what they ingest: the serial ingest's manifest.
     assert _ingest_cli("lerobot", "--root", str(tmp_path / "root"), "--slice", "slc_0000a004", "--quiet",
-                       "--renditions", "24", "--jobs", "2", str(tmp_path / "v21")) == 2
-    assert "--renditions works with a plain ingest only" in capsys.readouterr().err
-    assert not (tmp_path / "root" / "slices" / "slc_0000a004.json").exists()
+                       "--renditions", "24", "--jobs", "2", str(tmp_path / "v21")) == 0
+    assert store.get_slice("slc_0000a004")["manifest"] == store.get_slice("slc_0000a002")["manifest"]  # type: ignore[index]
+    assert store.load_manifest(store.get_slice("slc_0000a004")["manifest"]).format_version == 3  # type: ignore[index]
+    # The same for MCAP files: two bags, serial and in two worker processes.
+    write_bag(tmp_path / "run2.mcap", seed=2)
+    bags = [str(tmp_path / "run.mcap"), str(tmp_path / "run2.mcap")]
+    for slice_id, jobs in (("slc_0000a005", "1"), ("slc_0000a006", "2")):
+        assert _ingest_cli("mcap", "--root", str(tmp_path / "root"), "--slice", slice_id, "--quiet",
+                           "--renditions", "32", "--jobs", jobs, *bags) == 0
+    assert store.get_slice("slc_0000a006")["manifest"] == store.get_slice("slc_0000a005")["manifest"]  # type: ignore[index]
 
 
 def test_read_ahead_and_the_cache_limit_count_only_the_renditions_read(

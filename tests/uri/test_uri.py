@@ -130,8 +130,8 @@ def test_environment_token_is_not_sent_to_another_server(client_env: ServerProce
     assert len(EpisodeDataset.from_uri(uri, client=client)) > 0
 
 
-def test_rebuilt_slice_is_refused_online_and_pinned_bytes_still_load_offline(
-    own_server: ServerProcess, monkeypatch: pytest.MonkeyPatch
+def test_rebuilt_slice_rebuilds_online_by_hash_and_offline_from_the_cache(
+    own_server: ServerProcess, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ):
     monkeypatch.setenv("RAYFORM_ENDPOINT", own_server.url)
     monkeypatch.setenv("RAYFORM_TOKEN", TOKEN)
@@ -142,13 +142,15 @@ def test_rebuilt_slice_is_refused_online_and_pinned_bytes_still_load_offline(
 
     new = rebuild_slice_without_first_segment(own_server.root, DEMO_SLICE)
     assert new != old
-    with pytest.raises(SliceChangedError) as info:
-        EpisodeDataset.from_uri(uri)
-    message = str(info.value)
-    assert old[:12] in message and new[:12] in message and "RAYFORM_OFFLINE=1" in message
-    assert isinstance(info.value, rayform.NotFoundError) and TOKEN not in message
-    # The current version is what a fresh resolve gives now.
-    assert rayform.Client().slices.get(DEMO_SLICE).manifest_hash == new
+    # Online, from a cold cache: the server hands out the pinned manifest by hash, and the
+    # blobs only the old version names (its first segment's) through the slice.
+    cold = rayform.Client(cache_dir=tmp_path / "cold")
+    again = EpisodeDataset.from_uri(uri, client=cold)
+    assert again.slice.manifest_hash == old and again.uri == uri
+    assert_same_samples(ds, again)
+    # The current version is still what a fresh resolve gives, in the cache too.
+    assert cold.slices.get(DEMO_SLICE).manifest_hash == new
+    assert cold.cache.get_ref(None, DEMO_SLICE)["manifest"] == new  # type: ignore[index]
 
     # Offline, the cache still holds the pinned manifest and blobs: the same samples.
     monkeypatch.setenv("RAYFORM_OFFLINE", "1")
@@ -156,6 +158,24 @@ def test_rebuilt_slice_is_refused_online_and_pinned_bytes_still_load_offline(
     again = EpisodeDataset.from_uri(uri)
     assert again.slice.manifest_hash == old
     assert_same_samples(ds, again)
+
+
+def test_a_withdrawn_version_is_refused_online(demo_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    root = copy_root(demo_root, tmp_path / "root")
+    server = ServerProcess(root)
+    try:
+        client = rayform.Client(endpoint=server.url, token=TOKEN, cache_dir=tmp_path / "cache")
+        ds = demo_dataset(client, DEMO_SLICE)
+        old = ds.slice.manifest_hash
+        new = rebuild_slice_without_first_segment(root, DEMO_SLICE)
+        (root / "history" / DEMO_SLICE / old).unlink()  # the operator withdraws the old version
+        with pytest.raises(SliceChangedError) as info:
+            EpisodeDataset.from_uri(ds.uri, client=client)
+        message = str(info.value)
+        assert old[:12] in message and new[:12] in message and "RAYFORM_OFFLINE=1" in message
+        assert isinstance(info.value, rayform.NotFoundError) and TOKEN not in message
+    finally:
+        server.stop()
 
 
 def test_offline_rebuild_from_the_cache(client_env: ServerProcess, monkeypatch: pytest.MonkeyPatch):
@@ -173,7 +193,7 @@ def test_offline_without_the_pinned_manifest_names_the_fix(monkeypatch: pytest.M
     monkeypatch.setenv("RAYFORM_OFFLINE", "1")
     forbid_network(monkeypatch)
     uri = f"rayform+http://127.0.0.1:9/{DEMO_SLICE}@{HASH}?v=1&action=&action_mode=hold&fps=15&frame=&horizon=1&obs=cam0/rgb&obs_steps=1&seed=0"
-    with pytest.raises(OfflineError, match=f"rayform pull {DEMO_SLICE}"):
+    with pytest.raises(OfflineError, match=f"rayform pull {DEMO_SLICE} --manifest {HASH}"):
         EpisodeDataset.from_uri(uri)
 
 

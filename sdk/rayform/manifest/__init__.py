@@ -6,12 +6,14 @@ Arrow pages, for slices of millions of segments) by :class:`ColumnarManifest`. W
 version, a slice's segments are one :class:`Segments` table (``Slice.segments``).
 
 Modules: ``_model`` (the v1 document and the segment/stream records), ``_columnar`` (the v2
-root and pages), ``_pagecheck`` (checks of untrusted pages), ``_pagemap`` and ``_pagerows`` (reading
-mapped pages cheaply), ``_segments`` and ``_segtable`` (the segment model), ``_select`` (selections).
+root and pages; version 3: with renditions, ``_rendcols``), ``_pagecheck`` (checks of untrusted
+pages), ``_pagemap`` and ``_pagerows`` (reading mapped pages cheaply), ``_segments`` and
+``_segtable`` (the segment model), ``_select`` (selections).
 """
 
 from rayform.manifest._columnar import (
     FORMAT_VERSION_2,
+    FORMAT_VERSION_3,
     PAGE_FORMAT,
     PAGE_ROWS,
     ColumnarManifest,
@@ -46,6 +48,7 @@ __all__ = [
     "FORMAT",
     "FORMAT_VERSION",
     "FORMAT_VERSION_2",
+    "FORMAT_VERSION_3",
     "FRAME_CONVENTIONS",
     "MAX_MANIFEST_BYTES",
     "PAGE_FORMAT",

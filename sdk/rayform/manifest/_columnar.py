@@ -1,5 +1,7 @@
 """Manifest format version 2: the segment table as Apache Arrow IPC pages.
 
+Version 3 is the same with a ``renditions`` list per stream row (``_rendcols``).
+
 A v2 manifest is a small canonical-JSON *root* (named, like v1, by the BLAKE3 of its bytes)
 that lists *pages*: Arrow IPC files of up to ``page_rows`` segments each, every page named by
 the BLAKE3 of its bytes. One row is one segment; its ``streams`` column is a list of structs,
@@ -32,14 +34,17 @@ from rayform.manifest._model import (
 )
 from rayform.manifest._pagecheck import check_page, check_root, check_stream_names
 from rayform.manifest._pagemap import PageMaps
-from rayform.manifest._schema import _pa, page_schema, segments_to_table
+from rayform.manifest._rendcols import FORMAT_VERSION_3
+from rayform.manifest._schema import _pa, page_schema, segments_to_table, table_has_renditions
 from rayform.manifest._segtable import Segments, SegmentTable, _Columns, arrow_ints
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
 __all__ = [
+    "COLUMNAR_VERSIONS",
     "FORMAT_VERSION_2",
+    "FORMAT_VERSION_3",
     "PAGE_FORMAT",
     "PAGE_ROWS",
     "ColumnarManifest",
@@ -55,6 +60,8 @@ __all__ = [
 ]
 
 FORMAT_VERSION_2 = 2
+#: Format versions whose root lists columnar pages (3: pages with renditions, ``_rendcols``).
+COLUMNAR_VERSIONS = (FORMAT_VERSION_2, FORMAT_VERSION_3)
 PAGE_FORMAT = "arrow-ipc-file"
 #: Segments per page: ~4 MB pages for five streams, so 1,000,000 segments is 62 pages.
 PAGE_ROWS = 16384
@@ -68,7 +75,8 @@ def table_to_pages(table: pa.Table, page_rows: int = PAGE_ROWS) -> list[bytes]:
     same positions (e.g. a slice and the same slice with segments appended) share those pages.
     """
     pa = _pa()
-    plain, schema = page_schema(plain=True), page_schema()
+    renditions = table_has_renditions(table)
+    plain, schema = page_schema(plain=True, renditions=renditions), page_schema(renditions=renditions)
     table = table.cast(plain)
     pages = []
     for start in range(0, max(table.num_rows, 1), page_rows):
@@ -89,7 +97,7 @@ def build_root(table: pa.Table, pages: Sequence[bytes], description: str, page_r
     cols = _Columns([table])
     doc = {
         "format": FORMAT,
-        "format_version": FORMAT_VERSION_2,
+        "format_version": FORMAT_VERSION_3 if table_has_renditions(table) else FORMAT_VERSION_2,
         "description": description,
         "page_format": PAGE_FORMAT,
         "page_rows": page_rows,
@@ -106,6 +114,7 @@ class ColumnarManifest:
 
     Offers what :class:`~rayform.manifest._model.Manifest` offers (``segments``, ``blobs``,
     ``stream_names``, ``hash``, ``to_bytes``), plus ``summary`` (from the root, no page read).
+    ``format_version`` is 2, or 3 for pages that list renditions.
     """
 
     format_version = FORMAT_VERSION_2
@@ -114,6 +123,7 @@ class ColumnarManifest:
                  maps: PageMaps | None = None) -> None:
         self._root = root
         self.doc = doc
+        self.format_version = int(doc.get("format_version", FORMAT_VERSION_2))
         self.description = str(doc.get("description", ""))
         self.summary: dict[str, Any] = doc["summary"]
         self._page_paths = page_paths
@@ -142,6 +152,11 @@ class ColumnarManifest:
 
     def blobs(self, streams: list[str] | None = None) -> dict[str, BlobRef]:
         return self.segments.blobs(streams)
+
+    def rendition_blobs(self, streams: list[str] | None = None) -> dict[str, BlobRef]:
+        """The distinct rendition blobs of the named streams (all if ``None``), by hash
+        (``blobs`` lists the originals only, as for version 1); empty for version 2."""
+        return self.segments.rendition_blobs(streams)
 
     def to_v1(self) -> Manifest:
         """The same segments as a version 1 manifest (builds every segment: small slices only)."""
@@ -183,7 +198,7 @@ def open_pages(root: bytes, doc: dict[str, Any], page_paths: Sequence[str | Path
             the root (row counts), or lists a segment twice or a malformed ID.
     """
     pa = _pa()
-    schema = page_schema()
+    schema = page_schema(renditions=doc.get("format_version") == FORMAT_VERSION_3)
     tables = []
     maps = PageMaps()
     for i, (ref, path) in enumerate(zip(doc["pages"], page_paths, strict=True)):
@@ -193,8 +208,8 @@ def open_pages(root: bytes, doc: dict[str, Any], page_paths: Sequence[str | Path
             raise ManifestError(f"manifest page {ref['hash'][:12]}... is not an Arrow IPC file: {shown(exc)}") from exc
         if not table.schema.equals(schema) or table.num_rows != int(ref["segments"]):
             raise ManifestError(
-                f"manifest page {ref['hash'][:12]}... does not match the v2 page schema or its "
-                f"row count {ref['segments']}"
+                f"manifest page {ref['hash'][:12]}... does not match the page schema of format "
+                f"version {doc.get('format_version')} or its row count {ref['segments']}"
             )
         try:
             check_page(table, maps.span(i))
@@ -253,7 +268,7 @@ def load(
         ManifestError: bad hash, bad JSON, unknown version, a schema break.
     """
     doc = parse_manifest_json(data, expected_hash)
-    if isinstance(doc, dict) and doc.get("format") == FORMAT and doc.get("format_version") == FORMAT_VERSION_2:
+    if isinstance(doc, dict) and doc.get("format") == FORMAT and doc.get("format_version") in COLUMNAR_VERSIONS:
         checked = parse_root(data, doc)
         return open_pages(data, checked, list(read_pages(checked["pages"])))
     return Manifest.from_json(doc)
@@ -265,7 +280,7 @@ def page_refs(data: bytes) -> list[dict[str, Any]]:
         doc = loads(data)
     except ValueError:
         return []
-    if isinstance(doc, dict) and doc.get("format_version") == FORMAT_VERSION_2:
+    if isinstance(doc, dict) and doc.get("format_version") in COLUMNAR_VERSIONS:
         return list(parse_root(data, doc)["pages"])
     return []
 

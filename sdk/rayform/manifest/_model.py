@@ -276,16 +276,16 @@ class Manifest:
         if not isinstance(doc, dict) or doc.get("format") != FORMAT:
             raise ManifestError(f"not a Rayform manifest (expected \"format\": \"{FORMAT}\")")
         version = doc.get("format_version")
-        if version == 2:
+        if version in (2, 3):
             raise ManifestError(
-                "manifest format_version 2 is a root that lists columnar pages, not a whole "
+                f"manifest format_version {version} is a root that lists columnar pages, not a whole "
                 "manifest: open it with client.slices.get(...) (or Store.load_manifest on the "
                 "server), which fetch, check and map its pages"
             )
         if version != FORMAT_VERSION:
             raise ManifestError(
                 f"manifest format_version {shown(repr(version), 40)} is not supported by this SDK (it reads "
-                f"version {FORMAT_VERSION}). Upgrade rayform: pip install -U rayform."
+                f"versions {FORMAT_VERSION} to 3). Upgrade rayform: pip install -U rayform."
             )
         try:
             if not isinstance(doc["segments"], list):

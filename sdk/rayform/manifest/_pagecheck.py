@@ -34,6 +34,7 @@ from rayform.manifest._model import (
     TIME_MAX,
     TIME_MIN,
 )
+from rayform.manifest._rendcols import check_renditions, has_renditions
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -239,6 +240,8 @@ def check_page(table: pa.Table, span: tuple[int, int]) -> None:
     _words(values.field("quantity"), "quantity", lambda w: w in ("", *CARTESIAN_QUANTITIES))
     for field in ("units", "codec"):
         _words(values.field(field), field, lambda w: len(w) <= MAX_WORD_CHARS)
+    if has_renditions(values.type):  # format version 3
+        check_renditions(values, _fixed, _offsets, _within)
 
 
 def check_stream_names(tables: list[Any], doc: dict[str, Any]) -> None:

@@ -14,8 +14,8 @@ access maps whole folios (up to 2 MiB) into the process, so reading rows through
 leave most of a fleet manifest resident in every DataLoader worker (or cost an unmap and a
 refault per row). A page built in memory is read with ``ctypes.string_at``.
 
-It accepts only pages of the v2 page schema without nulls, which is what the writer produces;
-anything else is read by pyarrow (:meth:`PageRows.of` returns ``None``).
+It accepts only pages of the v2 page schema (or v3's, with renditions) without nulls, which is
+what the writer produces; anything else is read by pyarrow (:meth:`PageRows.of` returns ``None``).
 """
 
 from __future__ import annotations
@@ -44,6 +44,7 @@ _HASHES = ("blob_hash", "ts_hash")
 #: The order of a stream row's keys in ``to_pylist`` (the page schema's field order).
 _STREAM_KEYS = ("name", "kind", "blob_hash", "blob_size", "ts_hash", "ts_size", "rate_hz", "shape", "dtype",
                 "count", "t0_ns", "t1_ns", "units", "frame", "quantity", "codec", "gop")
+_RENDITION_INTS = ("blob_size", "height", "width")
 _I32, _I64, _F64 = np.dtype("<i4"), np.dtype("<i8"), np.dtype("<f8")
 
 
@@ -92,6 +93,12 @@ class PageRows:
         self._hash_cols = {k: _Column(values.field(k), 1, values.field(k).type.byte_width) for k in _HASHES}
         shape = values.field("shape")
         self._shape_offsets, self._shape_values = _Column(shape, 1, 4), _Column(shape.values, 1, 8)
+        self._renditions: tuple[_Column, _Column, dict[str, _Column]] | None = None
+        if values.type.get_field_index("renditions") >= 0:  # format version 3
+            lists = values.field("renditions")
+            items = lists.values
+            self._renditions = (_Column(lists, 1, 4), _Column(items.field("blob_hash"), 1, 32),
+                                {k: _Column(items.field(k), 1, 8) for k in _RENDITION_INTS})
 
     @staticmethod
     def _words(arr: pa.DictionaryArray) -> tuple[_Column, list[str]]:
@@ -101,7 +108,8 @@ class PageRows:
     def of(cls, page: pa.Table, mapped_from: tuple[str, int] | None = None) -> PageRows | None:
         """Rows of ``page``, or ``None`` if it is not a null-free single-chunk page of the
         dictionary-encoded page schema (then ``to_pylist`` reads it)."""
-        if not page.schema.equals(page_schema()):
+        v3 = page.schema.equals(page_schema(renditions=True))
+        if not (v3 or page.schema.equals(page_schema())):
             return None
         for column in page.columns:
             if column.num_chunks != 1 or column.null_count:
@@ -109,6 +117,11 @@ class PageRows:
         values = page.column("streams").chunks[0].values
         if any(values.field(k).null_count for k in _STREAM_KEYS) or values.field("shape").values.null_count:
             return None
+        if v3:
+            lists = values.field("renditions")
+            items = lists.values
+            if lists.null_count or any(items.field(k).null_count for k in ("blob_hash", *_RENDITION_INTS)):
+                return None
         return cls(page, mapped_from)
 
     def row(self, i: int) -> dict[str, Any]:
@@ -134,6 +147,16 @@ class PageRows:
         dims = get(self._shape_values, bounds[0], bounds[-1] - bounds[0], _I64).tolist()
         fields["shape"] = [dims[s - bounds[0]:e - bounds[0]] for s, e in zip(bounds[:-1], bounds[1:], strict=True)]
         streams = [{k: fields[k][j] for k in _STREAM_KEYS} for j in range(n)]
+        if self._renditions is not None:
+            offsets, hashes, ints = self._renditions
+            bounds = get(offsets, r0, n + 1, _I32).tolist()
+            first, m = bounds[0], bounds[-1] - bounds[0]
+            raw = read(hashes.address + first * 32, m * 32)
+            cols = {k: get(c, first, m, _I64).tolist() for k, c in ints.items()}
+            items = [{"blob_hash": raw[j * 32:(j + 1) * 32], **{k: cols[k][j] for k in _RENDITION_INTS}}
+                     for j in range(m)]
+            for j, stream in enumerate(streams):
+                stream["renditions"] = items[bounds[j] - first:bounds[j + 1] - first]
         site_codes, site_words = self._site
         return {"id": read(self._id_data + a, b - a).decode(),
                 "version": int(get(self._version, i, 1, _I64)[0]),

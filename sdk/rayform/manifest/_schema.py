@@ -10,11 +10,12 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from rayform.manifest._model import Segment
+from rayform.manifest._rendcols import cells, has_renditions, rendition_type
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["HASH_BYTES", "NO_HASH", "page_schema", "segments_to_table", "stream_type"]
+__all__ = ["HASH_BYTES", "NO_HASH", "page_schema", "segments_to_table", "stream_type", "table_has_renditions"]
 
 #: Bytes of a raw BLAKE3 digest in a page.
 HASH_BYTES = 32
@@ -31,9 +32,9 @@ def _pa() -> Any:
     return pa
 
 
-def stream_type(plain: bool = False) -> pa.DataType:
+def stream_type(plain: bool = False, renditions: bool = False) -> pa.DataType:
     """The Arrow type of one stream row (the stream table's schema); ``plain``: strings
-    instead of dictionary-encoded strings."""
+    instead of dictionary-encoded strings; ``renditions``: with format version 3's field."""
     pa = _pa()
     h = pa.binary(HASH_BYTES)
     # A few distinct values repeated per row: dictionary-encoded in pages.
@@ -45,23 +46,26 @@ def stream_type(plain: bool = False) -> pa.DataType:
         ("rate_hz", pa.float64()), ("shape", pa.list_(pa.int64())), ("dtype", word),
         ("count", pa.int64()), ("t0_ns", pa.int64()), ("t1_ns", pa.int64()),
         ("units", word), ("frame", word), ("quantity", word), ("codec", word), ("gop", pa.int64()),
+        *([("renditions", pa.list_(rendition_type()))] if renditions else []),
     ])
 
 
-def page_schema(plain: bool = False) -> pa.Schema:
-    """The Arrow schema of a page (the segment table)."""
+def page_schema(plain: bool = False, renditions: bool = False) -> pa.Schema:
+    """The Arrow schema of a page (the segment table); ``renditions``: of format version 3."""
     pa = _pa()
     return pa.schema([
         ("id", pa.string()), ("version", pa.int64()),
         ("site", pa.string() if plain else pa.dictionary(pa.int32(), pa.string())),
         ("start_ns", pa.int64()), ("end_ns", pa.int64()),
-        ("streams", pa.list_(stream_type(plain))),
+        ("streams", pa.list_(stream_type(plain, renditions))),
     ])
 
 
 def segments_to_table(segments: Sequence[Segment]) -> pa.Table:
-    """The segment table of ``segments`` (one Python pass; the writer's side only)."""
+    """The segment table of ``segments`` (one Python pass; the writer's side only): of the
+    version 3 page schema if a stream has renditions, else of version 2."""
     pa = _pa()
+    renditions = any(s.renditions for seg in segments for s in seg.streams.values())
     rows = []
     for seg in segments:
         streams = []
@@ -78,7 +82,13 @@ def segments_to_table(segments: Sequence[Segment]) -> pa.Table:
                 "count": s.count, "t0_ns": s.t0_ns, "t1_ns": s.t1_ns, "units": s.units or "",
                 "frame": s.frame or "", "quantity": s.quantity or "", "codec": s.codec or "",
                 "gop": s.gop or 0,
+                **({"renditions": cells(s)} if renditions else {}),
             })
         rows.append({"id": seg.id, "version": seg.version, "site": seg.site,
                      "start_ns": seg.start_ns, "end_ns": seg.end_ns, "streams": streams})
-    return pa.Table.from_pylist(rows, schema=page_schema())
+    return pa.Table.from_pylist(rows, schema=page_schema(renditions=renditions))
+
+
+def table_has_renditions(table: pa.Table) -> bool:
+    """Whether a segment table (or page) has format version 3's ``renditions`` field."""
+    return has_renditions(table.schema.field("streams").type.value_type)

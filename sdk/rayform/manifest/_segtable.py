@@ -20,7 +20,8 @@ from rayform.errors import ManifestError
 from rayform.manifest._model import BlobRef, Segment, Stream
 from rayform.manifest._pagemap import PageMaps
 from rayform.manifest._pagerows import PageRows
-from rayform.manifest._schema import HASH_BYTES, segments_to_table
+from rayform.manifest._rendcols import parse_cells, rendition_blobs
+from rayform.manifest._schema import HASH_BYTES, segments_to_table, table_has_renditions
 from rayform.manifest._segments import SegmentColumns
 
 if TYPE_CHECKING:
@@ -245,6 +246,33 @@ class _Columns:
             keep = mask & self.present(h)
             digests.append(self.hashes(h)[keep])
             sizes.append(self.field(s)[keep].astype(np.int64))
+        all_d, all_s = np.concatenate(digests), np.concatenate(sizes)
+        if not len(all_d):
+            return all_d, all_s
+        keys = np.ascontiguousarray(all_d).view(np.dtype((np.void, HASH_BYTES))).ravel()
+        _, first = np.unique(keys, return_index=True)
+        return all_d[first], all_s[first]
+
+    @property
+    def has_renditions(self) -> bool:
+        """Whether the pages have the ``renditions`` field (format version 3, or a version 1
+        manifest whose cameras list renditions)."""
+        return table_has_renditions(self.pages[0])
+
+    def unique_renditions(self, streams: Sequence[str] | None,
+                          rows: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Unique ``(digests (U, 32) uint8, sizes (U,) int64)`` of the named streams' renditions."""
+        if not self.has_renditions:
+            return np.zeros((0, HASH_BYTES), np.uint8), np.zeros(0, np.int64)
+        mask = self.stream_mask(streams)
+        if rows is not None:
+            mask &= np.isin(self.stream_seg, rows)
+        digests, sizes, start = [], [], 0
+        for values, _ in self.stream_values():
+            d, s = rendition_blobs(values, mask[start:start + len(values)])
+            start += len(values)
+            digests.append(d)
+            sizes.append(s)
         all_d, all_s = np.concatenate(digests), np.concatenate(sizes)
         if not len(all_d):
             return all_d, all_s
@@ -479,6 +507,17 @@ class Segments(SegmentColumns):
         hexes = [d.tobytes().hex() for d in digests]
         return {h: BlobRef(h, int(s)) for h, s in zip(hexes, sizes, strict=True)}
 
+    def rendition_blobs(self, streams: Sequence[str] | None = None) -> dict[str, BlobRef]:
+        """Unique rendition blobs of these segments by hash (optionally only the named streams)."""
+        digests, sizes = self._c.unique_renditions(streams, self.rows)
+        return {d.tobytes().hex(): BlobRef(d.tobytes().hex(), int(s)) for d, s in zip(digests, sizes, strict=True)}
+
+    @property
+    def has_renditions(self) -> bool:
+        """Whether these segments' streams can list renditions (a version 3 manifest, or a
+        version 1 manifest with renditions); without, every camera reads its original."""
+        return self._c.has_renditions
+
     def duration_ns(self) -> int:
         return int((self.column("end_ns") - self.column("start_ns")).sum())
 
@@ -516,12 +555,14 @@ def _segment(d: dict[str, Any]) -> Segment:
         if (ts is None) != (s["kind"] == "table"):  # the page checks cannot see this per row
             raise ManifestError(f"segment {d['id']} stream {s['name']}: a video stream needs a "
                                 "timestamps blob and a table stream has none")
+        where = f"segment {d['id']} stream {s['name']}"
+        renditions = parse_cells(s.get("renditions") or (), s["kind"], s["shape"], where)
         streams[s["name"]] = Stream(
             name=s["name"], kind=s["kind"], blob=BlobRef(s["blob_hash"].hex(), int(s["blob_size"])),
             rate_hz=float(s["rate_hz"]), shape=tuple(s["shape"]), dtype=s["dtype"], count=int(s["count"]),
             t0_ns=int(s["t0_ns"]), t1_ns=int(s["t1_ns"]), timestamps=ts, units=s["units"] or None,
             frame=s["frame"] or None, quantity=s["quantity"] or None, codec=s["codec"] or None,
-            gop=s["gop"] or None,
+            gop=s["gop"] or None, renditions=renditions,
         )
     return Segment(id=d["id"], version=int(d["version"]), site=d["site"], start_ns=int(d["start_ns"]),
                    end_ns=int(d["end_ns"]), streams=streams)

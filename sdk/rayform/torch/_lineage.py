@@ -2,7 +2,8 @@
 
 The URI pins the manifest hash, so ``from_uri`` rebuilds the same samples or refuses:
 
-* online, the server must still resolve the slice ID to the pinned manifest, else
+* online, the slice's current manifest if it is the pinned one, else the pinned manifest by
+  hash (the server serves every manifest a slice once named, with its blobs), else
   :class:`~rayform.errors.SliceChangedError`;
 * offline (``RAYFORM_OFFLINE=1``), the pinned manifest is read from the cache by its hash,
   whatever slice version the cache resolved last, so a run can be reproduced from a cache
@@ -19,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from rayform._resolution import format_image_size
-from rayform.errors import InvalidArgumentError, OfflineError, SliceChangedError
+from rayform.errors import InvalidArgumentError, NotFoundError, OfflineError, SliceChangedError
 from rayform.manifest import Segments
 from rayform.torch._layout import format_layout, parse_layout
 from rayform.torch._normalize import format_normalize
@@ -161,33 +162,40 @@ def mixture_arguments(uri: str | MixtureURI, client: Client | None = None,
 def resolve_pinned(client: Client, slice_id: str, manifest_hash: str) -> Slice:
     """``slice_id`` at exactly ``manifest_hash``, from the server (online) or the cache (offline).
 
+    Online, the current manifest if the slice still names it; else the pinned one by hash
+    (``client.slices.get(slice_id, manifest_hash=...)``), which the server hands out for any
+    manifest the slice once named.
+
     Raises:
-        SliceChangedError: online, the server resolves ``slice_id`` to another manifest.
+        SliceChangedError: online, the slice names another manifest and the server does not
+            serve the pinned one (it never named it, or predates manifests by hash).
         OfflineError: offline, and the pinned manifest is not in the cache.
     """
     if client.offline:
-        data = client.cache.get_manifest(manifest_hash)
-        if data is None:
+        try:
+            return client.slices.get(slice_id, manifest_hash=manifest_hash)
+        except OfflineError:
             raise OfflineError(
                 f"manifest {manifest_hash[:12]}... of slice {slice_id} (the version the dataset "
                 f"URI pins) is not in the cache {client.cache_dir} and offline mode is on "
-                f"(RAYFORM_OFFLINE=1); with network access run `rayform pull {slice_id}` while "
-                "the server still serves that version"
-            )
-        # The client's own constructor: it verifies the bytes against the hash and knows every
-        # manifest format version.
-        return client._make_slice(slice_id, manifest_hash, data)
+                f"(RAYFORM_OFFLINE=1); with network access run `rayform pull {slice_id} --manifest "
+                f"{manifest_hash}` while the server still serves that version"
+            ) from None
     slice_ = client.slices.get(slice_id)
-    if slice_.manifest_hash != manifest_hash:
-        raise SliceChangedError(
-            f"slice {slice_id} on {clean_endpoint(client.endpoint) if client.endpoint else 'the server'} now resolves to manifest "
-            f"{slice_.manifest_hash[:12]}..., not {manifest_hash[:12]}... that the dataset URI "
-            "pins: it was rebuilt since the dataset was logged, so its samples may differ. To "
-            "reproduce the run, use a cache that still holds the pinned manifest and blobs with "
-            f"RAYFORM_OFFLINE=1; to train on the current version, build a new dataset from "
-            f"client.slices.get({slice_id!r})"
-        )
-    return slice_
+    if slice_.manifest_hash == manifest_hash:
+        return slice_
+    try:
+        return client.slices.get(slice_id, manifest_hash=manifest_hash)
+    except NotFoundError:
+        pass
+    raise SliceChangedError(
+        f"slice {slice_id} on {clean_endpoint(client.endpoint) if client.endpoint else 'the server'} now resolves to manifest "
+        f"{slice_.manifest_hash[:12]}..., not {manifest_hash[:12]}... that the dataset URI "
+        "pins, and the server does not serve the pinned version by hash (the slice never named it "
+        "there, or the server predates manifests by hash). To reproduce the run, use a cache that "
+        "still holds the pinned manifest and blobs with RAYFORM_OFFLINE=1; to train on the current "
+        f"version, build a new dataset from client.slices.get({slice_id!r})"
+    )
 
 
 def _client_for(parsed: DatasetURI) -> Client:

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from rayform.errors import InvalidArgumentError, RayformError
-from rayform_server._renditions import parse_heights
+from rayform_server._renditions import heights_argument
 from rayform_server._video import DEFAULT_GOP
 from rayform_server.ingest._common import Progress, parse_stream_specs
 from rayform_server.ingest.lerobot import ingest_lerobot
@@ -48,10 +48,10 @@ def _common_args(p: argparse.ArgumentParser, source: str) -> None:
     p.add_argument("--jobs", type=int, default=1, metavar="N",
                    help="ingest N recordings at a time in parallel processes (default 1); the slice is "
                    "the same")
-    p.add_argument("--renditions", metavar="HEIGHTS", type=parse_heights, default=(),
+    p.add_argument("--renditions", metavar="HEIGHTS", type=heights_argument, default=(),
                    help="also store each camera at these heights in pixels, comma-separated, e.g. "
                    "240,120 (the width keeps the aspect ratio; a height at or above a camera's is "
-                   "skipped with a warning; not yet with --jobs or --stage)")
+                   "skipped with a warning); with --jobs or --stage each worker renders its own")
     add_stage_arguments(p, "recordings")
 
 

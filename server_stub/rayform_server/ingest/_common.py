@@ -169,16 +169,6 @@ def commit_segments(
     return manifest
 
 
-def check_renditions(renditions: tuple[int, ...], jobs: int, stage: str | None) -> None:
-    """Renditions are stored by a plain (one-process, committing) ingest only, for now: the
-    staged path commits columnar (version 2) pages, which list no renditions yet."""
-    if renditions and (jobs > 1 or stage is not None):
-        raise InvalidArgumentError(
-            "--renditions works with a plain ingest only, not yet with --jobs or --stage (their "
-            "columnar manifests cannot list renditions): drop --jobs/--stage, or --renditions"
-        )
-
-
 def check_jobs(jobs: int, stage: str | None) -> None:
     """``jobs`` is a positive integer, and not combined with ``stage``."""
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:

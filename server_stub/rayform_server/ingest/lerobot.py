@@ -37,7 +37,6 @@ from rayform_server.ingest._common import (
     Progress,
     SegmentInput,
     check_jobs,
-    check_renditions,
     commit_segments,
     run_jobs,
     sanitize_stream_name,
@@ -203,7 +202,7 @@ def ingest_lerobot(
         jobs: episodes ingested in parallel processes (1: in this process); the slice is the
             same either way.
         renditions: heights (even, pixels) of smaller copies of every camera video to store
-            too (docs/manifest.md); not yet with ``jobs > 1`` or ``stage``.
+            too (docs/manifest.md), rendered by whichever process ingests the episode.
 
     Returns:
         The committed manifest (``None`` when staging). Blobs are written episode by episode;
@@ -216,7 +215,6 @@ def ingest_lerobot(
     """
     check_slice_id(slice_id, new=True)
     check_jobs(jobs, stage)
-    check_renditions(renditions, jobs, stage)
     progress = progress or Progress()
     layout = open_layout(path)
     chosen = _pick_streams(layout, streams)
@@ -228,7 +226,8 @@ def ingest_lerobot(
 
     description = f"LeRobot dataset {ds_id} ({layout.version})"
     if jobs > 1:
-        worker = functools.partial(_staging_worker, str(store.root), str(path), slice_id, chosen, site, ds_id, gop)
+        worker = functools.partial(_staging_worker, str(store.root), str(path), slice_id, chosen, site, ds_id, gop,
+                                   renditions)
         return run_jobs(store, slice_id, min(jobs, len(layout.episodes)), description, progress, worker)
 
     def segments() -> Iterator[SegmentInput]:
@@ -246,7 +245,8 @@ def ingest_lerobot(
 
 
 def _staging_worker(root: str, path: str, slice_id: str, streams: dict[str, str], site: str, dataset_id: str,
-                    gop: int, batch: str, shard: Shard, verbose: bool) -> None:
-    """One process of ``ingest_lerobot(jobs=N)``: stage this shard's episodes in ``batch``."""
+                    gop: int, renditions: tuple[int, ...], batch: str, shard: Shard, verbose: bool) -> None:
+    """One process of ``ingest_lerobot(jobs=N)``: stage this shard's episodes (and their renditions) in ``batch``."""
     ingest_lerobot(Store(root), path, slice_id, streams=streams, site=site, dataset_id=dataset_id, gop=gop,
-                   stage=batch, shard=shard, progress=Progress(sys.stderr if verbose else None))
+                   stage=batch, shard=shard, progress=Progress(sys.stderr if verbose else None),
+                   renditions=renditions)

@@ -41,7 +41,6 @@ from rayform_server.ingest._common import (
     Progress,
     SegmentInput,
     check_jobs,
-    check_renditions,
     commit_segments,
     nominal_rate_hz,
     run_jobs,
@@ -271,7 +270,7 @@ def ingest_mcap(
         jobs: files ingested in parallel processes (1: in this process); the slice is the
             same either way.
         renditions: heights (even, pixels) of smaller copies of every camera video to store
-            too (docs/manifest.md); not yet with ``jobs > 1`` or ``stage``.
+            too (docs/manifest.md), rendered by whichever process ingests the file.
 
     Returns:
         The committed manifest (written only at the end, with the slice reference), or
@@ -283,14 +282,13 @@ def ingest_mcap(
     """
     check_slice_id(slice_id, new=True)
     check_jobs(jobs, stage)
-    check_renditions(renditions, jobs, stage)
     progress = progress or Progress()
     if not files:
         raise InvalidArgumentError("no MCAP files given")
     description = "ROS 2 bags: " + ", ".join(Path(f).name for f in files)
     if jobs > 1:
         worker = functools.partial(_staging_worker, str(store.root), [str(f) for f in files], slice_id, streams,
-                                   site, gop)
+                                   site, gop, renditions)
         return run_jobs(store, slice_id, min(jobs, len(files)), description, progress, worker)
 
     def segments() -> Iterator[SegmentInput]:
@@ -310,7 +308,7 @@ def ingest_mcap(
 
 
 def _staging_worker(root: str, files: list[str], slice_id: str, streams: dict[str, str] | None, site: str,
-                    gop: int, batch: str, shard: Shard, verbose: bool) -> None:
-    """One process of ``ingest_mcap(jobs=N)``: stage this shard's files in ``batch``."""
+                    gop: int, renditions: tuple[int, ...], batch: str, shard: Shard, verbose: bool) -> None:
+    """One process of ``ingest_mcap(jobs=N)``: stage this shard's files (and their renditions) in ``batch``."""
     ingest_mcap(Store(root), files, slice_id, streams=streams, site=site, gop=gop, stage=batch, shard=shard,
-                progress=Progress(sys.stderr if verbose else None))
+                progress=Progress(sys.stderr if verbose else None), renditions=renditions)
