@@ -30,7 +30,8 @@ def test_format_and_files_are_the_public_wire_contract():
 
     assert sorted(rayform.format.__all__) == [
         "ColumnarManifest", "HASH_RE", "MANIFEST_FORMAT", "MANIFEST_FORMAT_VERSION",
-        "MANIFEST_FORMAT_VERSION_2", "PAGE_FORMAT", "PAGE_ROWS", "SEGMENT_ID_RE", "SLICE_ID_RE",
+        "MANIFEST_FORMAT_VERSION_2", "MANIFEST_FORMAT_VERSION_3", "PAGE_FORMAT", "PAGE_ROWS", "SEGMENT_ID_RE",
+        "SLICE_ID_RE",
         "STREAM_NAME_RE", "build_root", "canonical_json", "check_hash", "check_segment_id",
         "check_slice_id", "check_stream_name", "decode_table", "decode_timestamps", "encode_table",
         "encode_timestamps", "hash_bytes", "hash_file", "load_manifest", "new_hasher", "page_refs",
