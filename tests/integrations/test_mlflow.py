@@ -166,7 +166,7 @@ def test_source_refuses_a_slice_that_changed(tracking: MlflowServer):
     stale = ds.uri.replace(f"@{ds.slice.manifest_hash}", "@" + "0" * 64)
     source = mlflow.data.get_source(from_episode_dataset(ds))
     assert isinstance(source, RayformDatasetSource) and source.uri == ds.uri
-    with pytest.raises(SliceChangedError, match="rebuilt since the dataset was logged"):
+    with pytest.raises(SliceChangedError, match="does not serve the pinned version"):
         RayformDatasetSource.from_json(json.dumps({"uri": stale})).load()
 
 
