@@ -13,8 +13,8 @@ Rows: unthrottled, 100 MB/s + 5 ms, 30 MB/s + 5 ms (GOP 1, the ingest default); 
 off at 100 MB/s; a cache limit at 25 % of the streams' bytes for two epochs beside no limit,
 shuffled over the whole slice (``window=None``), within windows of episodes
 (``EpisodeSampler(window=W)``, ``W`` episodes filling at most half the limit), and with no
-window argument (``window="auto"``, the default, which picks ``W`` the same way); the same at GOP 10 (a keyframe every 10
-frames, about 3x fewer bytes). ``--limit-only`` runs only the cache-limit rows (GOP 1).
+window argument (``window="auto"``, the default, which picks ``W`` the same way); the same at
+GOP 10 (a keyframe every 10 frames, about 3x fewer bytes). ``--limit-only`` runs only the cache-limit rows (GOP 1).
 """
 
 from __future__ import annotations

@@ -277,7 +277,8 @@ class Slice:
         return (
             f"<div><b>Slice {html.escape(self.id)}</b> &middot; {len(self.segments)} segments "
             f"&middot; {self.duration_s:.1f} s &middot; {human_bytes(self.nbytes)} &middot; "
-            f"sites: {html.escape(', '.join(self.segments.summary()['sites']))}<br><code>manifest {self.manifest_hash}</code>"
+            f"sites: {html.escape(', '.join(self.segments.summary()['sites']))}"
+            f"<br><code>manifest {self.manifest_hash}</code>"
             "<table><tr><th>stream</th><th>kind</th><th>rate (Hz)</th><th>shape</th>"
             "<th>dtype</th><th>units</th><th>frame</th></tr>"
             + "".join(rows)

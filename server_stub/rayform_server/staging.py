@@ -10,7 +10,8 @@ written to a temporary file and renamed, so a worker killed at any instant leave
 whole file or none; a re-run task replaces its files. Nothing is visible to clients until
 :func:`commit_staged` (one process, once every worker is done) reads the batch, checks that
 every blob it names is in the store, builds one version 2 manifest (3 when cameras have
-renditions, rendered by the workers) in ``order`` and points the slice at it; only then is the batch removed. A crash before the commit leaves no slice.
+renditions, rendered by the workers) in ``order`` and points the slice at it; only then is the
+batch removed. A crash before the commit leaves no slice.
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """The tests' one stand-in for ``rayform.Client`` behind a ``Slice``: blobs from a server store.
 
 :class:`StoreBlobs` satisfies :class:`rayform._seams.BlobFetcher` (``ensure_blob``,
-``cache_dir``, ``pull``, ``cache_limit``, ``would_fetch``), so ``Slice(..., StoreBlobs(store))`` is a slice whose blobs come
-straight from a data root: no server, no network, no cache. It records what it was asked for.
+``cache_dir``, ``pull``, ``cache_limit``, ``would_fetch``), so ``Slice(..., StoreBlobs(store))``
+is a slice whose blobs come straight from a data root: no server, no network, no cache. It
+records what it was asked for.
 """
 
 from __future__ import annotations

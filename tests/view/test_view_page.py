@@ -21,8 +21,14 @@ import rayform.view
 from rayform.format import decode_timestamps
 
 #: Every camera element's state, for asserts.
-VIDEOS = "[...document.querySelectorAll('#cameras video')].map(v => ({t: v.currentTime, ready: v.readyState, seeking: v.seeking, stream: v.dataset.stream}))"
-SETTLED = "() => { const v = [...document.querySelectorAll('#cameras video')]; return v.length > 0 && v.every(x => x.readyState >= 2 && !x.seeking); }"
+VIDEOS = (
+    "[...document.querySelectorAll('#cameras video')].map(v => ({t: v.currentTime, "
+    "ready: v.readyState, seeking: v.seeking, stream: v.dataset.stream}))"
+)
+SETTLED = (
+    "() => { const v = [...document.querySelectorAll('#cameras video')]; "
+    "return v.length > 0 && v.every(x => x.readyState >= 2 && !x.seeking); }"
+)
 
 
 @pytest.fixture(scope="module")
@@ -132,7 +138,8 @@ def test_list_shows_every_episode_and_a_site_filter_narrows_it(
     site = online.segments[0].site
     page.get_by_label(site, exact=True).check()
     page.wait_for_function(
-        f"() => document.querySelectorAll('#episodes tbody tr').length == {sum(s.site == site for s in online.segments)}"
+        "() => document.querySelectorAll('#episodes tbody tr').length == "
+        f"{sum(s.site == site for s in online.segments)}"
     )
     shown = page.locator("#episodes tbody tr td:nth-child(3)").all_text_contents()
     assert shown and set(shown) == {site}
@@ -270,7 +277,8 @@ def test_decoded_frames_replace_video(browser: Browser, online: rayform.Slice, h
         assert page.locator("#cameras video").count() == 0
         page.evaluate("rayformView.seek(1.0)")
         page.wait_for_function(
-            "() => [...document.querySelectorAll('#cameras img')].every(i => i.complete && i.naturalWidth == 128 && i.src.includes('i='))",
+            "() => [...document.querySelectorAll('#cameras img')]"
+            ".every(i => i.complete && i.naturalWidth == 128 && i.src.includes('i='))",
             timeout=20_000,
         )
         seg = online.segments[0].id

@@ -12,7 +12,8 @@ Layout (see ``docs/cache.md``)::
 A blob appears under its content name only complete and verified: it is written to a
 process-unique temporary file on the same filesystem, hashed while streaming, fsync'd, made
 read-only and atomically renamed. Locks and claims (:mod:`rayform.cache._claims`) only avoid
-duplicate downloads; two writers without working locks still end with one correct blob. This module knows nothing of HTTP: a
+duplicate downloads; two writers without working locks still end with one correct blob. This
+module knows nothing of HTTP: a
 ``download`` callable fills a :class:`~rayform._seams.DownloadSink` (the cache's
 :class:`~rayform.cache._partial.PartialBlob`).
 """

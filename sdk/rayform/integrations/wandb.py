@@ -17,8 +17,8 @@ the artifact's digest depends on the manifest hash alone: every run that trains 
 slice version uses the same artifact version, and W&B's lineage graph links them. Nothing is
 uploaded. A ``MixtureDataset`` is logged the same way: its ``describe()`` (with ``"uri"``) in
 the config and one reference entry per source (``0-slc_...``, ``1-slc_...``, in the mixture's
-order), so the artifact's version follows the sources' manifests. Offline runs (``WANDB_MODE=offline``) record the same input, and ``wandb sync``
-sends it. Needs ``wandb>=0.19``.
+order), so the artifact's version follows the sources' manifests. Offline runs
+(``WANDB_MODE=offline``) record the same input, and ``wandb sync`` sends it. Needs ``wandb>=0.19``.
 """
 
 from __future__ import annotations

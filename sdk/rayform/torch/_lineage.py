@@ -222,8 +222,9 @@ def resolve_pinned(client: Client, slice_id: str, manifest_hash: str) -> Slice:
         return client.slices.get(slice_id, manifest_hash=manifest_hash)
     except NotFoundError:
         pass
+    server = clean_endpoint(client.endpoint) if client.endpoint else "the server"
     raise SliceChangedError(
-        f"slice {slice_id} on {clean_endpoint(client.endpoint) if client.endpoint else 'the server'} now resolves to manifest "
+        f"slice {slice_id} on {server} now resolves to manifest "
         f"{slice_.manifest_hash[:12]}..., not {manifest_hash[:12]}... that the dataset URI "
         "pins, and the server does not serve the pinned version by hash (the slice never named it "
         "there, or the server predates manifests by hash). To reproduce the run, use a cache that "

@@ -207,7 +207,8 @@ def _sorted_unique(
             kept.append(it)
     if len(kept) < len(items):
         progress(
-            f"{path.name} {topic}: dropped {len(items) - len(kept)} message(s) whose header.stamp repeats an earlier one"
+            f"{path.name} {topic}: dropped {len(items) - len(kept)} message(s) whose header.stamp "
+            "repeats an earlier one"
         )
     return kept
 
