@@ -11,11 +11,13 @@ demo: setup
 	$(PY) scripts/demo.py
 
 test: setup
+	$(PY) -m ruff format --check sdk server_stub tests bench scripts
 	$(PY) -m ruff check sdk server_stub tests bench scripts
 	$(PY) -m mypy
 	$(PY) -m pytest tests
 
 lint: setup
+	$(PY) -m ruff format --check sdk server_stub tests bench scripts
 	$(PY) -m ruff check sdk server_stub tests bench scripts
 	$(PY) -m mypy
 

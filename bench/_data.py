@@ -59,14 +59,22 @@ class Workload:
 
 def peer_python() -> str:
     """The LeRobot peer venv's python (built by ``scripts/peer_lerobot.sh`` when missing)."""
-    out = subprocess.run(["bash", str(REPO / "scripts" / "peer_lerobot.sh")], check=True,
-                         capture_output=True, text=True)
+    out = subprocess.run(
+        ["bash", str(REPO / "scripts" / "peer_lerobot.sh")],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     return out.stdout.strip().splitlines()[-1]
 
 
 def peer_env() -> dict[str, str]:
-    return {"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1",
-            "HOME": os.environ.get("HOME", "/root")}
+    return {
+        "HF_HUB_OFFLINE": "1",
+        "PATH": "/usr/bin:/bin",
+        "OMP_NUM_THREADS": "1",
+        "HOME": os.environ.get("HOME", "/root"),
+    }
 
 
 def prepare(w: Workload, log: Any = print) -> dict[str, float]:
@@ -77,17 +85,44 @@ def prepare(w: Workload, log: Any = print) -> dict[str, float]:
         subprocess.run(["rm", "-rf", str(tmp)], check=True)
         log(f"[bench] writing the LeRobot dataset {w.lerobot_dir} (once; minutes) ...")
         t = time.perf_counter()
-        subprocess.run([peer_python(), str(REPO / "bench" / "make_lerobot_data.py"), str(tmp),
-                        "--episodes", str(w.episodes), "--frames", str(w.frames), "--fps", str(w.fps),
-                        "--height", str(w.height), "--width", str(w.width)],
-                       check=True, env=peer_env())
+        subprocess.run(
+            [
+                peer_python(),
+                str(REPO / "bench" / "make_lerobot_data.py"),
+                str(tmp),
+                "--episodes",
+                str(w.episodes),
+                "--frames",
+                str(w.frames),
+                "--fps",
+                str(w.fps),
+                "--height",
+                str(w.height),
+                "--width",
+                str(w.width),
+            ],
+            check=True,
+            env=peer_env(),
+        )
         tmp.rename(w.lerobot_dir)
         spent["lerobot_write_s"] = time.perf_counter() - t
     if not (w.root / "slices").is_dir() or not any((w.root / "slices").iterdir()):
         log(f"[bench] ingesting into {w.root} ...")
         t = time.perf_counter()
-        subprocess.run([str(VENV_BIN / "rayform-server"), "ingest", "lerobot", "--root", str(w.root),
-                        "--slice", SLICE_ID, "--quiet", str(w.lerobot_dir)], check=True)
+        subprocess.run(
+            [
+                str(VENV_BIN / "rayform-server"),
+                "ingest",
+                "lerobot",
+                "--root",
+                str(w.root),
+                "--slice",
+                SLICE_ID,
+                "--quiet",
+                str(w.lerobot_dir),
+            ],
+            check=True,
+        )
         spent["ingest_s"] = time.perf_counter() - t
     return spent
 
@@ -101,9 +136,24 @@ def _free_port() -> int:
 def _pull(w: Workload, log: Any) -> float:
     """Serve the data root on loopback and ``rayform pull`` the slice into ``w.cache``."""
     token, port = secrets.token_hex(16), _free_port()
-    server = subprocess.Popen([sys.executable, "-m", "rayform_server", "serve", "--root", str(w.root),
-                               "--host", "127.0.0.1", "--port", str(port), "--token", token],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "rayform_server",
+            "serve",
+            "--root",
+            str(w.root),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--token",
+            token,
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         deadline = time.monotonic() + 30
         while True:
@@ -114,10 +164,16 @@ def _pull(w: Workload, log: Any) -> float:
                 if time.monotonic() > deadline or server.poll() is not None:
                     raise RuntimeError("rayform-server did not start") from None
                 time.sleep(0.2)
-        env = {**os.environ, "RAYFORM_ENDPOINT": f"http://127.0.0.1:{port}", "RAYFORM_TOKEN": token,
-               "RAYFORM_CACHE_DIR": str(w.cache)}
+        env = {
+            **os.environ,
+            "RAYFORM_ENDPOINT": f"http://127.0.0.1:{port}",
+            "RAYFORM_TOKEN": token,
+            "RAYFORM_CACHE_DIR": str(w.cache),
+        }
         t = time.perf_counter()
-        subprocess.run([str(VENV_BIN / "rayform"), "pull", "--quiet", SLICE_ID], check=True, env=env)
+        subprocess.run(
+            [str(VENV_BIN / "rayform"), "pull", "--quiet", SLICE_ID], check=True, env=env
+        )
         return time.perf_counter() - t
     finally:
         server.terminate()
@@ -142,7 +198,9 @@ class StoreClient:
     def would_fetch(self, ref: Any) -> bool:
         return False  # every blob of the store is already local
 
-    def pull(self, slice_id: Any, streams: Any = None, jobs: int = 8, progress: bool = False) -> None:
+    def pull(
+        self, slice_id: Any, streams: Any = None, jobs: int = 8, progress: bool = False
+    ) -> None:
         """Nothing to do: every blob of the store is already local."""
 
 
@@ -160,8 +218,10 @@ def open_slice(w: Workload, log: Any = print) -> tuple[Any, dict[str, Any]]:
         pull_s = _pull(w, log)
         client = rayform.Client(cache_dir=w.cache, offline=True)
         slice_ = client.slices.get(SLICE_ID)
-        return slice_, {"client": "rayform.Client (offline, warm cache after rayform pull)",
-                        "pull_s": pull_s}
+        return slice_, {
+            "client": "rayform.Client (offline, warm cache after rayform pull)",
+            "pull_s": pull_s,
+        }
     except Exception as exc:  # noqa: BLE001 - any failure of the client under construction
         log(f"[bench] real client unavailable ({type(exc).__name__}: {exc}); using the data root")
         from rayform_server.store import Store
@@ -169,4 +229,5 @@ def open_slice(w: Workload, log: Any = print) -> tuple[Any, dict[str, Any]]:
         store = Store(w.root)
         digest = store.get_slice(SLICE_ID)["manifest"]
         return Slice(SLICE_ID, digest, store.load_manifest(digest), StoreClient(w.root)), {
-            "client": f"stand-in (data root; real client failed: {type(exc).__name__})"}
+            "client": f"stand-in (data root; real client failed: {type(exc).__name__})"
+        }

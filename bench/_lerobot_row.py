@@ -19,7 +19,9 @@ from pathlib import Path
 
 
 def _timing():  # noqa: ANN202
-    spec = importlib.util.spec_from_file_location("_bench_timing", Path(__file__).with_name("_timing.py"))
+    spec = importlib.util.spec_from_file_location(
+        "_bench_timing", Path(__file__).with_name("_timing.py")
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -53,9 +55,14 @@ def main() -> int:
         built["video_backend"] = ds.video_backend
         return DataLoader(ds, **timing.LOADER_KW)
 
-    res = timing.time_loader(make_loader, batches=args.batches, runs=args.runs,
-                             warmup_batches=args.warmup, log=lambda s: print(s, flush=True),
-                             batch_size_of=lambda b: int(b["index"].shape[0]))
+    res = timing.time_loader(
+        make_loader,
+        batches=args.batches,
+        runs=args.runs,
+        warmup_batches=args.warmup,
+        log=lambda s: print(s, flush=True),
+        batch_size_of=lambda b: int(b["index"].shape[0]),
+    )
     loader = res.pop("loader")
     batch = next(iter(loader))
     cam = next(k for k in batch if k.startswith("observation.images."))

@@ -25,8 +25,9 @@ def _samples(batch: dict[str, Any]) -> int:
     return int(batch["action"].shape[0])
 
 
-def loader_row(name: str, make: Callable[[], Any], args: argparse.Namespace,
-               batches: int | None = None) -> dict[str, Any]:
+def loader_row(
+    name: str, make: Callable[[], Any], args: argparse.Namespace, batches: int | None = None
+) -> dict[str, Any]:
     """Time the loader ``make()`` builds (``bench._timing.time_loader``), logging as it goes.
 
     Args:
@@ -37,8 +38,14 @@ def loader_row(name: str, make: Callable[[], Any], args: argparse.Namespace,
     """
     log(f"[bench] {name}")
     load0 = loadavg()
-    res = time_loader(make, batches=args.batches if batches is None else batches, runs=args.runs,
-                      warmup_batches=args.warmup, batch_size_of=_samples, log=log)
+    res = time_loader(
+        make,
+        batches=args.batches if batches is None else batches,
+        runs=args.runs,
+        warmup_batches=args.warmup,
+        batch_size_of=_samples,
+        log=log,
+    )
     loader = res.pop("loader")
     del loader  # shuts the persistent workers down
     res["loadavg_1min"] = [load0, loadavg()]

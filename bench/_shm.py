@@ -34,7 +34,9 @@ def shm_huge_option() -> str:
 
 
 def _remount(value: str) -> None:
-    subprocess.run(["mount", "-o", f"remount,huge={value}", SHM], check=True, capture_output=True, text=True)
+    subprocess.run(
+        ["mount", "-o", f"remount,huge={value}", SHM], check=True, capture_output=True, text=True
+    )
 
 
 @contextlib.contextmanager

@@ -30,7 +30,9 @@ class _Bucket:
             return
         while True:
             now = time.monotonic()
-            self.level = min(self.rate * 0.05, self.level + (now - self.t) * self.rate)  # 50 ms burst
+            self.level = min(
+                self.rate * 0.05, self.level + (now - self.t) * self.rate
+            )  # 50 ms burst
             self.t = now
             if self.level >= n or self.level >= self.rate * 0.05:
                 self.level -= n
@@ -56,13 +58,16 @@ class Link:
 
         async def start() -> int:
             server = await asyncio.start_server(
-                lambda r, w: self._handle(r, w, upstream_port), "127.0.0.1", 0)
+                lambda r, w: self._handle(r, w, upstream_port), "127.0.0.1", 0
+            )
             self._servers.append(server)
             return int(server.sockets[0].getsockname()[1])
 
         return asyncio.run_coroutine_threadsafe(start(), self._loop).result(10)
 
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, port: int) -> None:
+    async def _handle(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, port: int
+    ) -> None:
         try:
             up_r, up_w = await asyncio.open_connection("127.0.0.1", port)
         except OSError:

@@ -17,8 +17,12 @@ from typing import Any
 __all__ = ["LOADER_KW", "child_pids", "rss_kib", "time_loader"]
 
 #: The DataLoader settings every loader row shares, so that rows differ only in the dataset.
-LOADER_KW: dict[str, Any] = {"batch_size": 32, "num_workers": 2, "shuffle": True,
-                             "persistent_workers": True}
+LOADER_KW: dict[str, Any] = {
+    "batch_size": 32,
+    "num_workers": 2,
+    "shuffle": True,
+    "persistent_workers": True,
+}
 
 
 def child_pids(pid: int | None = None) -> list[int]:
@@ -99,5 +103,10 @@ def time_loader(
         rates.append(n / dt)
         log(f"  window {r + 1}/{runs}: {n} samples in {dt:.2f} s = {n / dt:.1f} samples/s")
     stream.close()  # drops the epoch's iterator: its prefetched batches are discarded
-    return {"first_batch_s": first, "runs": rates, "samples_per_s": statistics.median(rates),
-            "batches": batches, "loader": loader}
+    return {
+        "first_batch_s": first,
+        "runs": rates,
+        "samples_per_s": statistics.median(rates),
+        "batches": batches,
+        "loader": loader,
+    }

@@ -47,14 +47,31 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_server(root: Path, token: str, env: dict[str, str] | None = None) -> tuple[subprocess.Popen[bytes], str]:
+def start_server(
+    root: Path, token: str, env: dict[str, str] | None = None
+) -> tuple[subprocess.Popen[bytes], str]:
     """A ``rayform-server serve`` of ``root`` on a free loopback port: ``(process, url)``."""
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
-    proc = subprocess.Popen([sys.executable, "-m", "rayform_server", "serve", "--root", str(root),
-                             "--host", "127.0.0.1", "--port", str(port), "--token", token],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            env={**os.environ, **env} if env else None)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "rayform_server",
+            "serve",
+            "--root",
+            str(root),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--token",
+            token,
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, **env} if env else None,
+    )
     for _ in range(300):
         try:
             if httpx.get(url + "/v1/health", timeout=1).status_code == 200:
@@ -79,8 +96,24 @@ def _time_rayform(url: str, token: str, jobs: int, work: Path) -> float:
     shutil.rmtree(cache, ignore_errors=True)
     env = {**os.environ, "RAYFORM_TOKEN": token}
     t0 = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "rayform", "pull", SLICE, "--endpoint", url,
-                    "--cache-dir", str(cache), "--jobs", str(jobs), "--quiet"], env=env, check=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "rayform",
+            "pull",
+            SLICE,
+            "--endpoint",
+            url,
+            "--cache-dir",
+            str(cache),
+            "--jobs",
+            str(jobs),
+            "--quiet",
+        ],
+        env=env,
+        check=True,
+    )
     return time.perf_counter() - t0
 
 
@@ -91,15 +124,18 @@ def _time_curl(curl: str, urls: list[str], header_file: Path, jobs: int, work: P
     listing = work / "urls.txt"
     listing.write_text("".join(f"{u}\n" for u in urls))
     # Each curl writes one blob to a file named after its hash, like the cache does.
-    cmd = (f"xargs -P {jobs} -n 1 -I{{}} sh -c '{curl} -sSf -H @{header_file} "
-           f"-o {out}/$(basename {{}}) {{}}' < {listing}")
+    cmd = (
+        f"xargs -P {jobs} -n 1 -I{{}} sh -c '{curl} -sSf -H @{header_file} "
+        f"-o {out}/$(basename {{}}) {{}}' < {listing}"
+    )
     t0 = time.perf_counter()
     subprocess.run(["bash", "-c", cmd], check=True)
     return time.perf_counter() - t0
 
 
-def _time_curl_pairs(curl: str, pairs: list[tuple[str, str]], jobs: int, work: Path,
-                     header_file: Path | None) -> float:
+def _time_curl_pairs(
+    curl: str, pairs: list[tuple[str, str]], jobs: int, work: Path, header_file: Path | None
+) -> float:
     """Parallel curl, one process per blob, each writing ``out/<name>``; URLs passed as
     arguments (never through a shell), so presigned query strings need no quoting."""
     out = work / "curl-out"
@@ -184,10 +220,13 @@ def _run_s3(root: Path | None, jobs: int, repeats: int, curl: str) -> dict[str, 
             header_file.write_text(f"Authorization: Bearer {token}\n")
             header_file.chmod(0o600)
             local_pairs = [(h, f"{local_url}/v1/slices/{SLICE}/blobs/{h}") for h in blobs]
-            times: dict[str, list[float]] = {k: [] for k in
-                                             ("local_rayform", "local_curl", "s3_rayform", "s3_curl")}
+            times: dict[str, list[float]] = {
+                k: [] for k in ("local_rayform", "local_curl", "s3_rayform", "s3_curl")
+            }
             for _ in range(repeats):  # interleaved so all rows see the same machine load
-                times["local_curl"].append(_time_curl_pairs(curl, local_pairs, jobs, work, header_file))
+                times["local_curl"].append(
+                    _time_curl_pairs(curl, local_pairs, jobs, work, header_file)
+                )
                 times["local_rayform"].append(_time_rayform(local_url, token, jobs, work))
                 s3_pairs = _presigned(s3_url, token, list(blobs))  # fresh URLs, outside the timing
                 times["s3_curl"].append(_time_curl_pairs(curl, s3_pairs, jobs, work, None))
@@ -198,8 +237,14 @@ def _run_s3(root: Path | None, jobs: int, repeats: int, curl: str) -> dict[str, 
                 proc.wait(10)
             weed.stop()
     med = {k: statistics.median(v) for k, v in times.items()}
-    rows = {k: {"seconds": [round(x, 3) for x in v], "median_s": round(med[k], 3),
-                "MiB_per_s": round(total / med[k] / 2**20, 2)} for k, v in times.items()}
+    rows = {
+        k: {
+            "seconds": [round(x, 3) for x in v],
+            "median_s": round(med[k], 3),
+            "MiB_per_s": round(total / med[k] / 2**20, 2),
+        }
+        for k, v in times.items()
+    }
     return {
         "benchmark": "pull_s3",
         "slice": SLICE,
@@ -216,9 +261,9 @@ def _run_s3(root: Path | None, jobs: int, repeats: int, curl: str) -> dict[str, 
         "load_avg_1m_at_end": round(os.getloadavg()[0], 2),
         "python": platform.python_version(),
         "note": "wall time incl. process start; curl: one process per blob via xargs -P; "
-                "s3_rayform asks the stub for each blob, follows the 307 without the token and "
-                "fetches from the store, verifying BLAKE3, fsyncing and renaming; s3_curl gets "
-                "the same presigned URLs collected before timing and only writes bytes",
+        "s3_rayform asks the stub for each blob, follows the 307 without the token and "
+        "fetches from the store, verifying BLAKE3, fsyncing and renaming; s3_curl gets "
+        "the same presigned URLs collected before timing and only writes bytes",
     }
 
 
@@ -227,9 +272,15 @@ def main() -> None:
     p.add_argument("--root", type=Path, help="an existing data root with the demo slice")
     p.add_argument("--jobs", type=int, default=8)
     p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--s3", action="store_true", help="add the S3-backend rows (writes pull_s3.json)")
-    p.add_argument("--out", type=Path, default=None,
-                   help="result file (default bench/results/pull.json, or pull_s3.json with --s3)")
+    p.add_argument(
+        "--s3", action="store_true", help="add the S3-backend rows (writes pull_s3.json)"
+    )
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="result file (default bench/results/pull.json, or pull_s3.json with --s3)",
+    )
     args = p.parse_args()
     if args.s3:
         out = args.out or HERE / "results" / "pull_s3.json"
@@ -289,13 +340,15 @@ def main() -> None:
         "cpus": os.cpu_count(),
         "python": platform.python_version(),
         "note": "wall time incl. process start; rayform verifies BLAKE3, fsyncs and renames "
-                "every blob; curl only writes bytes",
+        "every blob; curl only writes bytes",
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))
-    print(f"rayform pull / parallel curl = {result['ratio_rayform_over_curl']:.2f}x "
-          f"({len(urls)} blobs, {total / 2**20:.1f} MiB, {args.jobs} jobs)")
+    print(
+        f"rayform pull / parallel curl = {result['ratio_rayform_over_curl']:.2f}x "
+        f"({len(urls)} blobs, {total / 2**20:.1f} MiB, {args.jobs} jobs)"
+    )
 
 
 if __name__ == "__main__":

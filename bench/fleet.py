@@ -49,7 +49,9 @@ def rss_mib():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 """
 
-COLD = _COMMON + """
+COLD = (
+    _COMMON
+    + """
 client = rayform.Client(sys.argv[1], sys.argv[2], cache_dir=sys.argv[3])
 t0 = time.perf_counter()
 s = client.slices.get(sys.argv[4])
@@ -59,8 +61,11 @@ pages = s.manifest.doc["pages"]
 print(json.dumps({"seconds": dt, "pages": len(pages), "page_bytes": sum(p["size"] for p in pages),
                   "root_bytes": len(s.manifest.to_bytes()), "segments": len(s.segments)}))
 """
+)
 
-WARM = _COMMON + """
+WARM = (
+    _COMMON
+    + """
 from rayform.torch import EpisodeDataset
 client = rayform.Client(cache_dir=sys.argv[1], offline=True)
 t0 = time.perf_counter()
@@ -78,8 +83,11 @@ print(json.dumps({"get_seconds": t_get, "get_max_rss_mib": rss_get, "dataset_sec
                   "len": len(ds), "segments": len(s.segments), "repr_seconds": t_repr,
                   "max_rss_mib": rss_mib()}))
 """
+)
 
-LOADER = _COMMON + """
+LOADER = (
+    _COMMON
+    + """
 import torch
 from torch.utils.data import DataLoader
 from rayform.torch import EpisodeDataset, EpisodeSampler, collate
@@ -113,6 +121,7 @@ print(json.dumps({"segments": len(s.segments), "samples": len(ds), "seconds_200_
                   "workers": workers, "main": mem(os.getpid()), "main_at_fork": at_fork}))
 del it
 """
+)
 
 V1 = """
 import json, sys, time
@@ -131,8 +140,13 @@ def _free_port() -> int:
 
 
 def _py(code: str, *args: str) -> dict:
-    out = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
-                         env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=900)
+    out = subprocess.run(
+        [sys.executable, "-c", code, *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        timeout=900,
+    )
     if out.returncode != 0:
         raise RuntimeError(out.stderr[-3000:])
     return dict(json.loads(out.stdout.strip().splitlines()[-1]))
@@ -140,9 +154,24 @@ def _py(code: str, *args: str) -> dict:
 
 def _demo(root: Path, slice_id: str, episodes: int) -> float:
     t0 = time.perf_counter()
-    subprocess.run(["rayform-server", "demo", "--root", str(root), "--small", "--slice", slice_id,
-                    "--episodes", str(episodes), "--share-blobs", "--jobs", "1"],
-                   check=True, capture_output=True)
+    subprocess.run(
+        [
+            "rayform-server",
+            "demo",
+            "--root",
+            str(root),
+            "--small",
+            "--slice",
+            slice_id,
+            "--episodes",
+            str(episodes),
+            "--share-blobs",
+            "--jobs",
+            "1",
+        ],
+        check=True,
+        capture_output=True,
+    )
     return time.perf_counter() - t0
 
 
@@ -176,9 +205,22 @@ def main() -> int:
         _demo(root, SMALL, 1000)
         token = secrets.token_hex(16)
         port = _free_port()
-        server = subprocess.Popen(["rayform-server", "serve", "--root", str(root), "--host", "127.0.0.1",
-                                   "--port", str(port), "--token", token],
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        server = subprocess.Popen(
+            [
+                "rayform-server",
+                "serve",
+                "--root",
+                str(root),
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--token",
+                token,
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         url = f"http://127.0.0.1:{port}"
         try:
             for _ in range(200):

@@ -48,17 +48,32 @@ def _block_loader(slice_: Slice, block: int) -> DataLoader:
 def _timed_levers(slice_: Slice, make: Loaders) -> list[tuple[str, str, Callable[[], DataLoader]]]:
     """``(result key, title, loader)`` of every lever that is one timed loader."""
     return [
-        ("transfer_ceiling", "no decoding: build + collate + ship samples from 2 workers (ceiling)",
-         make["transfer_ceiling"]),
-        ("transfer_ceiling_collate", "no decoding, collate_fn=rayform.torch.collate (ceiling of row 7)",
-         make["transfer_ceiling_collate"]),
-        *((f"decoder_cache_{n}", f"EpisodeDataset 50 Hz, decoder_cache_size={n}",
-           partial(rows.episode_loader, slice_, 50, rows.HORIZON, decoder_cache_size=n))
-          for n in DECODER_CACHE_SIZES),
-        *((f"block_sampler_{b}",
-           f"EpisodeDataset 50 Hz, BlockShuffleSampler(block={b}), decoder_cache_size=64",
-           partial(_block_loader, slice_, b))
-          for b in SAMPLER_BLOCKS),
+        (
+            "transfer_ceiling",
+            "no decoding: build + collate + ship samples from 2 workers (ceiling)",
+            make["transfer_ceiling"],
+        ),
+        (
+            "transfer_ceiling_collate",
+            "no decoding, collate_fn=rayform.torch.collate (ceiling of row 7)",
+            make["transfer_ceiling_collate"],
+        ),
+        *(
+            (
+                f"decoder_cache_{n}",
+                f"EpisodeDataset 50 Hz, decoder_cache_size={n}",
+                partial(rows.episode_loader, slice_, 50, rows.HORIZON, decoder_cache_size=n),
+            )
+            for n in DECODER_CACHE_SIZES
+        ),
+        *(
+            (
+                f"block_sampler_{b}",
+                f"EpisodeDataset 50 Hz, BlockShuffleSampler(block={b}), decoder_cache_size=64",
+                partial(_block_loader, slice_, b),
+            )
+            for b in SAMPLER_BLOCKS
+        ),
     ]
 
 
@@ -69,12 +84,21 @@ def _gop_levers(w: Workload, slice_: Slice, args: argparse.Namespace) -> dict[st
     for gop in args.gops:
         log(f"[lever] keyframe interval {gop} ({n_seg} episodes re-encoded, x264 crf 23)")
         t = time.perf_counter()
-        sub = levers.regop_slice(slice_, w.root.with_name(f"{w.root.name}-gop{gop}"), gop, n_seg, GOP_SLICE)
+        sub = levers.regop_slice(
+            slice_, w.root.with_name(f"{w.root.name}-gop{gop}"), gop, n_seg, GOP_SLICE
+        )
         build_s = time.perf_counter() - t
-        size = sum(st.blob.size for seg in sub.manifest.segments for st in seg.streams.values()
-                   if st.kind == "video")
-        res = loader_row(f"[lever] gop {gop}: EpisodeDataset 50 Hz",
-                         partial(rows.episode_loader, sub, 50, rows.HORIZON, decoder_cache_size=64), args)
+        size = sum(
+            st.blob.size
+            for seg in sub.manifest.segments
+            for st in seg.streams.values()
+            if st.kind == "video"
+        )
+        res = loader_row(
+            f"[lever] gop {gop}: EpisodeDataset 50 Hz",
+            partial(rows.episode_loader, sub, 50, rows.HORIZON, decoder_cache_size=64),
+            args,
+        )
         res["bound"] = rows.sequential_bound(sub, 50)
         one = rows.episode_loader(sub, 50, rows.HORIZON, decoder_cache_size=64).dataset
         res["getitems_one_process"] = levers.getitems_rate(one, 10, 32)
@@ -96,11 +120,18 @@ def _hugepage_levers(make: Loaders, args: argparse.Namespace, prefix: str = "") 
         log(f"[lever] /dev/shm remounted huge=within_size (was huge={old}) for the next rows")
         out[f"{prefix}hugepage_shm_episode_50hz"] = loader_row(
             f"[lever] {'3. ' if prefix else ''}EpisodeDataset 50 Hz{tuned}, /dev/shm with 2 MiB pages",
-            make["episode_50hz"], args)
+            make["episode_50hz"],
+            args,
+        )
         if not prefix:
             out["hugepage_shm_transfer_ceiling"] = loader_row(
-                "[lever] no decoding (ceiling), /dev/shm with 2 MiB pages", make["transfer_ceiling"], args)
-        out[f"cpu_per_sample_{prefix}hugepage_shm"] = levers.cpu_per_sample(make["episode_50hz"], args.batches)
+                "[lever] no decoding (ceiling), /dev/shm with 2 MiB pages",
+                make["transfer_ceiling"],
+                args,
+            )
+        out[f"cpu_per_sample_{prefix}hugepage_shm"] = levers.cpu_per_sample(
+            make["episode_50hz"], args.batches
+        )
     log(f"[lever] /dev/shm back to huge={old}")
     return out
 
@@ -110,9 +141,13 @@ def _cpu_levers(make: Loaders, args: argparse.Namespace) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key in ("episode_50hz", "transfer_ceiling", "episode_50hz_threads", "episode_50hz_collate"):
         res = out[key] = levers.cpu_per_sample(make[key], args.batches)
-        log(f"  {key}: {res['samples_per_s']:.1f} samples/s, user {res['total_user_ms']:.2f} ms + system "
-            f"{res['total_sys_ms']:.2f} ms per sample: " + ", ".join(
-                f"{p} {v['user_ms']:.2f}/{v['sys_ms']:.2f}" for p, v in res["per_process"].items()))
+        log(
+            f"  {key}: {res['samples_per_s']:.1f} samples/s, user {res['total_user_ms']:.2f} ms + system "
+            f"{res['total_sys_ms']:.2f} ms per sample: "
+            + ", ".join(
+                f"{p} {v['user_ms']:.2f}/{v['sys_ms']:.2f}" for p, v in res["per_process"].items()
+            )
+        )
     return out
 
 
@@ -127,12 +162,18 @@ def _malloc_levers(make: Loaders, args: argparse.Namespace) -> dict[str, Any]:
     log("[lever] glibc malloc tuned: mmap threshold 32 MiB, trim threshold 1 GiB (from here on)")
     out: dict[str, Any] = {}
     out["malloc_episode_50hz"] = loader_row(
-        "[lever] 3. EpisodeDataset 50 Hz, malloc tuned", make["episode_50hz"], args)
-    for key, title in (("threads", "6. EpisodeDataset 50 Hz, decode_threads=2, num_workers=0"),
-                       ("collate", "7. EpisodeDataset 50 Hz, rayform.torch.collate")):
+        "[lever] 3. EpisodeDataset 50 Hz, malloc tuned", make["episode_50hz"], args
+    )
+    for key, title in (
+        ("threads", "6. EpisodeDataset 50 Hz, decode_threads=2, num_workers=0"),
+        ("collate", "7. EpisodeDataset 50 Hz, rayform.torch.collate"),
+    ):
         out[f"malloc_episode_50hz_{key}"] = loader_row(
-            f"[lever] {title}, malloc tuned", make[f"episode_50hz_{key}"], args)
-        out[f"cpu_per_sample_malloc_{key}"] = levers.cpu_per_sample(make[f"episode_50hz_{key}"], args.batches)
+            f"[lever] {title}, malloc tuned", make[f"episode_50hz_{key}"], args
+        )
+        out[f"cpu_per_sample_malloc_{key}"] = levers.cpu_per_sample(
+            make[f"episode_50hz_{key}"], args.batches
+        )
     if args.hugepage_shm:
         out.update(_hugepage_levers(make, args, prefix="malloc_"))
     return out
@@ -150,15 +191,21 @@ def run_levers(w: Workload, slice_: Slice, args: argparse.Namespace) -> dict[str
     out.update(_gop_levers(w, slice_, args))
     if args.hugepage_shm:
         out.update(_hugepage_levers(make, args))
-    for key, loader_key in (("full_epoch_episode_50hz", "episode_50hz"),
-                            ("full_epoch_episode_50hz_collate", "episode_50hz_collate")):
+    for key, loader_key in (
+        ("full_epoch_episode_50hz", "episode_50hz"),
+        ("full_epoch_episode_50hz_collate", "episode_50hz_collate"),
+    ):
         log(f"[lever] {key}: whole epochs, each from iter() to its last batch")
         out[key] = levers.full_epochs(make[loader_key])
-        log(f"  -> {out[key]['samples_per_s']:.1f} samples/s ({', '.join(f'{v:.0f}' for v in out[key]['runs'])})")
+        log(
+            f"  -> {out[key]['samples_per_s']:.1f} samples/s ({', '.join(f'{v:.0f}' for v in out[key]['runs'])})"
+        )
     out["cpu_per_sample"] = _cpu_levers(make, args)
     log("[lever] profile of EpisodeDataset 50 Hz __getitems__ (one process, cProfile)")
     ds = make["episode_50hz"]().dataset
-    out["profile"] = levers.profile_getitems(ds, 8, 32, REPO / ".bench" / "profile-episode-50hz.txt")
+    out["profile"] = levers.profile_getitems(
+        ds, 8, 32, REPO / ".bench" / "profile-episode-50hz.txt"
+    )
     log(f"  {out['profile']}")
     out.update(_malloc_levers(make, args))  # last: it changes this process's allocator
     return out

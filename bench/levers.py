@@ -34,7 +34,14 @@ from torch.utils.data import Sampler
 from rayform.format import decode_table, decode_timestamps
 from rayform.slice import Slice
 
-__all__ = ["BlockShuffleSampler", "cpu_per_sample", "full_epochs", "getitems_rate", "profile_getitems", "regop_slice"]
+__all__ = [
+    "BlockShuffleSampler",
+    "cpu_per_sample",
+    "full_epochs",
+    "getitems_rate",
+    "profile_getitems",
+    "regop_slice",
+]
 
 
 class BlockShuffleSampler(Sampler[int]):
@@ -49,9 +56,13 @@ class BlockShuffleSampler(Sampler[int]):
         self.dataset = dataset
         self.block = int(block)
         offsets = dataset._index.offsets
-        starts = [np.arange(a, b, self.block) for a, b in zip(offsets[:-1], offsets[1:], strict=True)]
+        starts = [
+            np.arange(a, b, self.block) for a, b in zip(offsets[:-1], offsets[1:], strict=True)
+        ]
         self.starts = np.concatenate(starts)
-        self.ends = np.concatenate([np.minimum(s + self.block, b) for s, b in zip(starts, offsets[1:], strict=True)])
+        self.ends = np.concatenate(
+            [np.minimum(s + self.block, b) for s, b in zip(starts, offsets[1:], strict=True)]
+        )
 
     def __len__(self) -> int:
         return len(self.dataset)
@@ -130,15 +141,23 @@ def profile_getitems(dataset: Any, batches: int, batch_size: int, dest: Path) ->
     dest.write_text(buf.getvalue())
 
     def cum(fragment: str) -> float:
-        return max((v[3] for k, v in stats.stats.items() if fragment in f"{k[0]}:{k[2]}"), default=0.0)
+        return max(
+            (v[3] for k, v in stats.stats.items() if fragment in f"{k[0]}:{k[2]}"), default=0.0
+        )
 
     # Either backend: torchcodec's wrapper in _decode.py, or the all-intra packet decoder.
     decode = max(cum("_decode.py:get_frames_at"), cum("_intra.py:get_frames_at"))
     opening = cum("_decode.py:__init__") + cum("_decode.py:_checked_intra")
-    return {"batches": batches, "batch_size": batch_size, "wall_s": wall,
-            "samples_per_s_one_process": batches * batch_size / wall,
-            "decode_frames_s": decode, "open_decoder_s": opening,
-            "other_s": max(0.0, wall - decode - opening), "profile": str(dest)}
+    return {
+        "batches": batches,
+        "batch_size": batch_size,
+        "wall_s": wall,
+        "samples_per_s_one_process": batches * batch_size / wall,
+        "decode_frames_s": decode,
+        "open_decoder_s": opening,
+        "other_s": max(0.0, wall - decode - opening),
+        "profile": str(dest),
+    }
 
 
 def _cpu_s(pid: int) -> tuple[float, float]:
@@ -180,11 +199,22 @@ def cpu_per_sample(make_loader: Any, batches: int, runs: int = 3) -> dict[str, A
         wall = time.perf_counter() - t
         after = {k: _cpu_s(p) for k, p in pids.items()}
         del it
-        per = {k: {"user_ms": (after[k][0] - before[k][0]) / n * 1e3,
-                   "sys_ms": (after[k][1] - before[k][1]) / n * 1e3} for k in pids}
-        results.append({"samples_per_s": n / wall, "samples": n, "per_process": per,
-                        "total_user_ms": sum(v["user_ms"] for v in per.values()),
-                        "total_sys_ms": sum(v["sys_ms"] for v in per.values())})
+        per = {
+            k: {
+                "user_ms": (after[k][0] - before[k][0]) / n * 1e3,
+                "sys_ms": (after[k][1] - before[k][1]) / n * 1e3,
+            }
+            for k in pids
+        }
+        results.append(
+            {
+                "samples_per_s": n / wall,
+                "samples": n,
+                "per_process": per,
+                "total_user_ms": sum(v["user_ms"] for v in per.values()),
+                "total_sys_ms": sum(v["sys_ms"] for v in per.values()),
+            }
+        )
     del loader
     return sorted(results, key=lambda r: r["samples_per_s"])[len(results) // 2]
 

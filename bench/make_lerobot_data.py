@@ -36,7 +36,9 @@ def _load_scene():  # noqa: ANN202
     return module
 
 
-def _trajectory(rng: np.random.Generator, n: int, fps: float, scene) -> tuple[np.ndarray, np.ndarray]:  # noqa: ANN001
+def _trajectory(
+    rng: np.random.Generator, n: int, fps: float, scene
+) -> tuple[np.ndarray, np.ndarray]:  # noqa: ANN001
     """Joint angles ``(n + 1, 14)`` (rad) and box poses ``(n + 1, 4)`` for one episode."""
     t = np.arange(n + 1) / fps
     q = np.zeros((n + 1, 14))
@@ -48,8 +50,15 @@ def _trajectory(rng: np.random.Generator, n: int, fps: float, scene) -> tuple[np
         tips = np.stack([cx + r * np.cos(w * t + ph), cy + r * np.sin(w * t + ph), z], axis=1)
         for i, tip in enumerate(tips):
             a = scene.ik_down(tip, base)
-            q[i, 7 * arm:7 * arm + 7] = [a[0], a[1], a[2], 0.0, a[3], 0.3 * np.sin(w * t[i]),
-                                         0.5 + 0.5 * np.sin(0.7 * t[i] + ph)]
+            q[i, 7 * arm : 7 * arm + 7] = [
+                a[0],
+                a[1],
+                a[2],
+                0.0,
+                a[3],
+                0.3 * np.sin(w * t[i]),
+                0.5 + 0.5 * np.sin(0.7 * t[i] + ph),
+            ]
     box = np.zeros((n + 1, 4))
     box[:, :2] = [0.42, 0.2]
     box[:, 3] = rng.uniform(-0.5, 0.5)
@@ -86,8 +95,9 @@ def main(argv: list[str] | None = None) -> int:
         "action": {"dtype": "float32", "shape": (14,), "names": names},
     }
     t0 = time.perf_counter()
-    ds = LeRobotDataset.create("rayform/bench", fps=args.fps, features=features, root=args.out,
-                               use_videos=True)
+    ds = LeRobotDataset.create(
+        "rayform/bench", fps=args.fps, features=features, root=args.out, use_videos=True
+    )
     ds.start_image_writer(num_processes=0, num_threads=2)
     render_s = save_s = 0.0
     for ep in range(args.episodes):
@@ -110,14 +120,20 @@ def main(argv: list[str] | None = None) -> int:
         a = time.perf_counter()
         ds.save_episode()
         save_s += time.perf_counter() - a
-        print(f"[make_lerobot_data] episode {ep + 1}/{args.episodes}: {args.frames} frames "
-              f"(render {render_s:.1f} s, save+encode {save_s:.1f} s so far)", flush=True)
+        print(
+            f"[make_lerobot_data] episode {ep + 1}/{args.episodes}: {args.frames} frames "
+            f"(render {render_s:.1f} s, save+encode {save_s:.1f} s so far)",
+            flush=True,
+        )
     ds.finalize()
     total = time.perf_counter() - t0
     frames = args.episodes * args.frames
-    print(f"[make_lerobot_data] wrote {args.out}: {args.episodes} episodes x {args.frames} frames, "
-          f"2 cameras {h}x{w}, in {total:.1f} s (render {render_s:.1f} s, save/encode {save_s:.1f} s, "
-          f"{frames / total:.1f} frames/s)", flush=True)
+    print(
+        f"[make_lerobot_data] wrote {args.out}: {args.episodes} episodes x {args.frames} frames, "
+        f"2 cameras {h}x{w}, in {total:.1f} s (render {render_s:.1f} s, save/encode {save_s:.1f} s, "
+        f"{frames / total:.1f} frames/s)",
+        flush=True,
+    )
     return 0
 
 

@@ -59,7 +59,9 @@ def build(root: Path, episodes: int) -> None:
     for slice_id, robot in ((DEMO_SLICE, "bimanual"), (SINGLE_ARM_SLICE, "single-arm")):
         if store.get_slice(slice_id) is not None:  # built by an earlier run
             continue
-        log(f"[bench] rendering {episodes} {robot} episodes into {root} (once; a minute or two) ...")
+        log(
+            f"[bench] rendering {episodes} {robot} episodes into {root} (once; a minute or two) ..."
+        )
         build_demo(root, slice_id, episodes=episodes, robot=robot, jobs=2)
 
 
@@ -77,16 +79,27 @@ def _bimanual(root: Path) -> EpisodeDataset:
     return EpisodeDataset(
         open_slice(root, DEMO_SLICE),
         obs={"image_primary": "cam0/rgb", "image_wrist": "wrist/rgb", "state": "joints/position"},
-        action={"action": "joints/position_delta"}, fps=30, horizon=8, image_size=SIZE,
-        normalize="mean_std", shard=None, readahead_bytes=0,
+        action={"action": "joints/position_delta"},
+        fps=30,
+        horizon=8,
+        image_size=SIZE,
+        normalize="mean_std",
+        shard=None,
+        readahead_bytes=0,
     )
 
 
 def _single_arm(root: Path) -> EpisodeDataset:
     return EpisodeDataset(
         open_slice(root, SINGLE_ARM_SLICE),
-        obs={"image_wrist": "hand/rgb", "state": "arm/joint_pos"}, action={"action": "arm/joint_cmd_delta"},
-        fps=15, horizon=8, image_size={"image_wrist": SIZE}, normalize="mean_std", shard=None, readahead_bytes=0,
+        obs={"image_wrist": "hand/rgb", "state": "arm/joint_pos"},
+        action={"action": "arm/joint_cmd_delta"},
+        fps=15,
+        horizon=8,
+        image_size={"image_wrist": SIZE},
+        normalize="mean_std",
+        shard=None,
+        readahead_bytes=0,
     )
 
 
@@ -103,8 +116,14 @@ def cpu_s(pids: list[int]) -> float:
 def rate(ds: Any, batches: int, warmup: int = 3) -> tuple[float, float]:
     """``(samples/s, CPU s per sample)`` of the loader over ``batches`` batches after ``warmup``
     (workers started)."""
-    loader = DataLoader(ds, sampler=EpisodeSampler(ds), batch_size=32, num_workers=2, persistent_workers=True,
-                        collate_fn=collate)
+    loader = DataLoader(
+        ds,
+        sampler=EpisodeSampler(ds),
+        batch_size=32,
+        num_workers=2,
+        persistent_workers=True,
+        collate_fn=collate,
+    )
     stream = iter(loader)
     for _ in range(warmup):
         next(stream)
@@ -149,37 +168,60 @@ def main() -> int:
     build(root, args.episodes)
     bimanual, single_arm = datasets(root)
     w = args.weight
-    mixture = MixtureDataset([(bimanual, w, "bimanual"), (single_arm, 1 - w, "single_arm")], layout="union",
-                             num_samples=len(bimanual) + len(single_arm))
+    mixture = MixtureDataset(
+        [(bimanual, w, "bimanual"), (single_arm, 1 - w, "single_arm")],
+        layout="union",
+        num_samples=len(bimanual) + len(single_arm),
+    )
     control = MixtureDataset([(bimanual, 0.5, "a"), (_bimanual(root), 0.5, "b")])
     step = layout_us(mixture)
-    log("[bench] the layout step alone: " + ", ".join(f"{k} {v:.1f} us/sample" for k, v in step.items()))
+    log(
+        "[bench] the layout step alone: "
+        + ", ".join(f"{k} {v:.1f} us/sample" for k, v in step.items())
+    )
     rounds: list[dict[str, float]] = []
     for r in range(args.rounds):
         row: dict[str, float] = {}
-        for name, ds in (("bimanual", bimanual), ("single_arm", single_arm), ("mixture", mixture),
-                         ("control", control)):
-            row[name], row[f"{name}_cpu_ms"] = (x * f for x, f in zip(rate(ds, args.batches), (1, 1000), strict=True))
+        for name, ds in (
+            ("bimanual", bimanual),
+            ("single_arm", single_arm),
+            ("mixture", mixture),
+            ("control", control),
+        ):
+            row[name], row[f"{name}_cpu_ms"] = (
+                x * f for x, f in zip(rate(ds, args.batches), (1, 1000), strict=True)
+            )
         row["harmonic"] = 1 / (w / row["bimanual"] + (1 - w) / row["single_arm"])
         row["ratio"] = row["mixture"] / row["harmonic"]
-        row["cpu_ratio"] = (w * row["bimanual_cpu_ms"] + (1 - w) * row["single_arm_cpu_ms"]) / row["mixture_cpu_ms"]
+        row["cpu_ratio"] = (w * row["bimanual_cpu_ms"] + (1 - w) * row["single_arm_cpu_ms"]) / row[
+            "mixture_cpu_ms"
+        ]
         row["control_ratio"] = row["control"] / row["bimanual"]
         row["control_cpu_ratio"] = row["bimanual_cpu_ms"] / row["control_cpu_ms"]
         row["load"] = loadavg()
         rounds.append(row)
         log(f"[bench] round {r + 1}: " + ", ".join(f"{k} {v:.3g}" for k, v in row.items()))
     med = {k: statistics.median(row[k] for row in rounds) for k in rounds[0]}
-    report = {"episodes": args.episodes, "weight": w, "batches": args.batches, "image_size": list(SIZE),
-              "layout_us_per_sample": step, "rounds": rounds, "median": med}
+    report = {
+        "episodes": args.episodes,
+        "weight": w,
+        "batches": args.batches,
+        "image_size": list(SIZE),
+        "layout_us_per_sample": step,
+        "rounds": rounds,
+        "median": med,
+    }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n")
     per_round = ", ".join(f"{row['ratio']:.3f}" for row in rounds)
     cpu_rounds = ", ".join(f"{row['cpu_ratio']:.3f}" for row in rounds)
-    log(f"[bench] median: mixture {med['mixture']:.1f} samples/s, harmonic mean of the sources "
+    log(
+        f"[bench] median: mixture {med['mixture']:.1f} samples/s, harmonic mean of the sources "
         f"{med['harmonic']:.1f}, ratio {med['ratio']:.3f} (per round: "
         f"{per_round}); CPU per sample: mixture {med['mixture_cpu_ms']:.2f} ms, cpu_ratio {med['cpu_ratio']:.3f} "
         f"(per round: {cpu_rounds}); control (mixing alone, no layout): ratio {med['control_ratio']:.3f}, "
-        f"cpu_ratio {med['control_cpu_ratio']:.3f}; wrote {args.out}")
+        f"cpu_ratio {med['control_cpu_ratio']:.3f}; wrote {args.out}"
+    )
     return 0
 
 

@@ -35,15 +35,19 @@ def plot(results: dict[str, Any], dest: Path) -> None:
     colors = ["#999999", "#d98c3a", "#2f6db5", "#5a9be0", "#444444", "#1d8f5a", "#7a3fb0"]
     for i, k in enumerate(keys):
         ax.bar(i, rows[k]["samples_per_s"], color=colors[list(LABELS).index(k)])
-        ax.text(i, rows[k]["samples_per_s"], f"{rows[k]['samples_per_s']:.0f}", ha="center", va="bottom")
+        ax.text(
+            i, rows[k]["samples_per_s"], f"{rows[k]['samples_per_s']:.0f}", ha="center", va="bottom"
+        )
         for v in rows[k].get("runs", []):
             ax.plot(i, v, "k.", ms=4)
     ax.set_xticks(range(len(keys)), [LABELS[k] for k in keys], fontsize=8)
     ax.set_ylabel("samples / s (batch 32; rows 1-4, 7: 2 workers)")
     w = results["workload"]
-    ax.set_title(f"{w['episodes']} episodes x {w['frames']} frames, 2 cameras {w['cameras'][0]}x"
-                 f"{w['cameras'][1]}, horizon {w['horizon']} — {results['machine']['cores']} CPU cores",
-                 fontsize=9)
+    ax.set_title(
+        f"{w['episodes']} episodes x {w['frames']} frames, 2 cameras {w['cameras'][0]}x"
+        f"{w['cameras'][1]}, horizon {w['horizon']} — {results['machine']['cores']} CPU cores",
+        fontsize=9,
+    )
     fig.tight_layout()
     fig.savefig(dest)
     plt.close(fig)
@@ -51,4 +55,7 @@ def plot(results: dict[str, Any], dest: Path) -> None:
 
 if __name__ == "__main__":
     src = Path(sys.argv[1] if len(sys.argv) > 1 else "bench/results/loader.json")
-    plot(json.loads(src.read_text()), Path(sys.argv[2] if len(sys.argv) > 2 else "docs/benchmarks.png"))
+    plot(
+        json.loads(src.read_text()),
+        Path(sys.argv[2] if len(sys.argv) > 2 else "docs/benchmarks.png"),
+    )

@@ -17,7 +17,10 @@ ROWS = (
     ("episode_15hz", "4. `EpisodeDataset` fps=15 (uint8)"),
     ("bound_50hz", "5. sequential-epoch bound, 50 Hz (2 processes)"),
     ("bound_15hz", "5'. sequential-epoch bound, 15 Hz (2 processes)"),
-    ("episode_50hz_threads", "6. `EpisodeDataset` fps=50, `decode_threads=2`, `DataLoader(num_workers=0)`"),
+    (
+        "episode_50hz_threads",
+        "6. `EpisodeDataset` fps=50, `decode_threads=2`, `DataLoader(num_workers=0)`",
+    ),
     ("episode_50hz_collate", "7. `EpisodeDataset` fps=50, `collate_fn=rayform.torch.collate`"),
 )
 
@@ -39,37 +42,67 @@ def tables(res: dict[str, Any]) -> str:
     out += [f"| {k} | {v:.2f} |" for k, v in res.get("ratios", {}).items()]
     lev = res.get("levers", {})
     if lev:
-        out += ["", "| lever (EpisodeDataset, 50 Hz, same loader) | samples/s (median) | runs |", "|---|---:|---|"]
+        out += [
+            "",
+            "| lever (EpisodeDataset, 50 Hz, same loader) | samples/s (median) | runs |",
+            "|---|---:|---|",
+        ]
         for key, r in lev.items():
             if key == "profile" or key.startswith(("gop_", "cpu_per_sample")):
                 continue
             out.append(f"| {key} | {r['samples_per_s']:.1f} | {_runs(r)} |")
         gops = {k: v for k, v in lev.items() if k.startswith("gop_")}
         if gops:
-            out += ["", "| keyframe interval (4 episodes re-encoded) | video MB | loader samples/s | "
-                    "one process, no loader | sequential bound |", "|---:|---:|---:|---:|---:|"]
+            out += [
+                "",
+                "| keyframe interval (4 episodes re-encoded) | video MB | loader samples/s | "
+                "one process, no loader | sequential bound |",
+                "|---:|---:|---:|---:|---:|",
+            ]
             for key, r in gops.items():
                 one = r.get("getitems_one_process")
-                out.append(f"| {key[4:]} | {r['video_bytes'] / 1e6:.1f} | {r['samples_per_s']:.1f} | "
-                           f"{one:.1f} | {r['bound']['samples_per_s']:.1f} |" if one else
-                           f"| {key[4:]} | {r['video_bytes'] / 1e6:.1f} | {r['samples_per_s']:.1f} | - | "
-                           f"{r['bound']['samples_per_s']:.1f} |")
+                out.append(
+                    f"| {key[4:]} | {r['video_bytes'] / 1e6:.1f} | {r['samples_per_s']:.1f} | "
+                    f"{one:.1f} | {r['bound']['samples_per_s']:.1f} |"
+                    if one
+                    else f"| {key[4:]} | {r['video_bytes'] / 1e6:.1f} | {r['samples_per_s']:.1f} | - | "
+                    f"{r['bound']['samples_per_s']:.1f} |"
+                )
     cpu = dict(lev.get("cpu_per_sample", {}))
-    for key, label in (("cpu_per_sample_hugepage_shm", "episode_50hz, /dev/shm huge=within_size"),
-                       ("cpu_per_sample_malloc_threads", "episode_50hz_threads, malloc tuned"),
-                       ("cpu_per_sample_malloc_collate", "episode_50hz_collate, malloc tuned"),
-                       ("cpu_per_sample_malloc_hugepage_shm", "episode_50hz, malloc tuned, /dev/shm huge=within_size")):
+    for key, label in (
+        ("cpu_per_sample_hugepage_shm", "episode_50hz, /dev/shm huge=within_size"),
+        ("cpu_per_sample_malloc_threads", "episode_50hz_threads, malloc tuned"),
+        ("cpu_per_sample_malloc_collate", "episode_50hz_collate, malloc tuned"),
+        (
+            "cpu_per_sample_malloc_hugepage_shm",
+            "episode_50hz, malloc tuned, /dev/shm huge=within_size",
+        ),
+    ):
         if key in lev:
             cpu[label] = lev[key]
     if cpu:
-        out += ["", "| loader | samples/s | CPU ms per sample, user + system (all processes) | per process "
-                "(user/system ms) |", "|---|---:|---:|---|"]
+        out += [
+            "",
+            "| loader | samples/s | CPU ms per sample, user + system (all processes) | per process "
+            "(user/system ms) |",
+            "|---|---:|---:|---|",
+        ]
         for key, r in cpu.items():
-            per = ", ".join(f"{p} {v['user_ms']:.2f}/{v['sys_ms']:.2f}" for p, v in r["per_process"].items())
-            out.append(f"| {key} | {r['samples_per_s']:.1f} | {r['total_user_ms']:.2f} + {r['total_sys_ms']:.2f} "
-                       f"| {per} |")
+            per = ", ".join(
+                f"{p} {v['user_ms']:.2f}/{v['sys_ms']:.2f}" for p, v in r["per_process"].items()
+            )
+            out.append(
+                f"| {key} | {r['samples_per_s']:.1f} | {r['total_user_ms']:.2f} + {r['total_sys_ms']:.2f} "
+                f"| {per} |"
+            )
     return "\n".join(out)
 
 
 if __name__ == "__main__":
-    print(tables(json.loads(Path(sys.argv[1] if len(sys.argv) > 1 else "bench/results/loader.json").read_text())))
+    print(
+        tables(
+            json.loads(
+                Path(sys.argv[1] if len(sys.argv) > 1 else "bench/results/loader.json").read_text()
+            )
+        )
+    )

@@ -65,18 +65,24 @@ RENDITIONS_SLICE_ID = "slc_be4c0481"
 
 def renditions_slice_id(height: int) -> str:
     return RENDITIONS_SLICE_ID if height == 240 else f"slc_be4d{height:04x}"
+
+
 CAMERAS = ["cam0/rgb", "wrist/rgb"]
 OBS = [*CAMERAS, "joints/position"]
 ACTION = "joints/position_delta"
 
 
-def build(root: Path, episodes: int, slice_id: str = SLICE_ID, renditions: tuple[int, ...] = ()) -> None:
+def build(
+    root: Path, episodes: int, slice_id: str = SLICE_ID, renditions: tuple[int, ...] = ()
+) -> None:
     """Render ``episodes`` demo episodes of 8 s with 480x640 cameras into ``root`` as
     ``slice_id``, with renditions at the heights ``renditions`` (once)."""
     store = Store(root)
     if (root / "slices" / slice_id).exists() or (root / "slices" / f"{slice_id}.json").exists():
         return
-    log(f"[bench] rendering {episodes} episodes at 480x640 into {root} as {slice_id} (once; minutes) ...")
+    log(
+        f"[bench] rendering {episodes} episodes at 480x640 into {root} as {slice_id} (once; minutes) ..."
+    )
     spec = DemoSpec(episodes=episodes, duration_s=(8.0, 8.0), size=(480, 640))
     builder = SliceBuilder(store, description="bench: demo scene at 480x640")
     for i in range(episodes):
@@ -99,8 +105,9 @@ def resize_in_transform(sample: dict[str, Any]) -> dict[str, Any]:
         sh = round(h * 224 / w)
         out = torch.zeros((3, 224, 224), dtype=torch.uint8)
         top = (224 - sh) // 2
-        out[:, top:top + sh] = F.interpolate(frame[None].contiguous(), size=(sh, 224), mode="bilinear",
-                                             antialias=True)[0]
+        out[:, top : top + sh] = F.interpolate(
+            frame[None].contiguous(), size=(sh, 224), mode="bilinear", antialias=True
+        )[0]
         sample[key] = out
     return sample
 
@@ -123,7 +130,9 @@ def renditions_as_videos(slice_: Slice) -> Slice:
         for cam in CAMERAS:
             st = streams[cam]
             r = st.renditions[0]
-            streams[cam] = dataclasses.replace(st, blob=r.blob, shape=(r.height, r.width, 3), renditions=())
+            streams[cam] = dataclasses.replace(
+                st, blob=r.blob, shape=(r.height, r.width, 3), renditions=()
+            )
         segments.append(dataclasses.replace(seg, streams=streams))
     manifest = Manifest(segments=tuple(segments), description="renditions as videos")
     return Slice(slice_.id, manifest.hash, manifest, slice_.client)
@@ -165,8 +174,16 @@ def time_row(make: Any, batches: int, warmup: int) -> tuple[float, float]:
 
 
 def batch_bytes_per_sample(slice_: Slice, **kw: Any) -> float:
-    batch = next(iter(DataLoader(EpisodeDataset(slice_, obs=OBS, action=ACTION, fps=15, horizon=16,
-                                                shard=None, **kw), batch_size=32)))
+    batch = next(
+        iter(
+            DataLoader(
+                EpisodeDataset(
+                    slice_, obs=OBS, action=ACTION, fps=15, horizon=16, shard=None, **kw
+                ),
+                batch_size=32,
+            )
+        )
+    )
     total = sum(v.nbytes for v in batch.values() if isinstance(v, torch.Tensor))
     return total / int(batch["action"].shape[0])
 
@@ -177,13 +194,27 @@ def rendition_report(full: Slice, rend: Slice) -> dict[str, Any]:
     originals = sum(seg.streams[c].blob.size for seg in segs for c in CAMERAS)
     stored = sum(r.blob.size for seg in segs for c in CAMERAS for r in seg.streams[c].renditions)
     ds_full = EpisodeDataset(full, obs=OBS, action=ACTION, fps=15, horizon=16, shard=None)
-    ds_rend = EpisodeDataset(rend, obs=OBS, action=ACTION, fps=15, horizon=16, shard=None,
-                             image_size=(224, 224), resize="pad")
+    ds_rend = EpisodeDataset(
+        rend,
+        obs=OBS,
+        action=ACTION,
+        fps=15,
+        horizon=16,
+        shard=None,
+        image_size=(224, 224),
+        resize="pad",
+    )
     # What a cold epoch fetches: every blob each dataset reads, once.
-    read_full = {r.hash: r.size for seg in segs for n in OBS + [ACTION] for r in seg.streams[n].blobs()}
+    read_full = {
+        r.hash: r.size for seg in segs for n in OBS + [ACTION] for r in seg.streams[n].blobs()
+    }
     chosen = ds_rend.describe()["renditions"]
-    read_rend = {r.hash: r.size for seg in segs for n in OBS + [ACTION]
-                 for r in rendition_blobs(seg.streams[n], chosen.get(n))}
+    read_rend = {
+        r.hash: r.size
+        for seg in segs
+        for n in OBS + [ACTION]
+        for r in rendition_blobs(seg.streams[n], chosen.get(n))
+    }
     # PSNR over every 5th sample of the first episode, per camera.
     picks = list(range(0, ds_full.segment_lengths[segs[0].id], 5))
     psnr = {}
@@ -193,7 +224,7 @@ def rendition_report(full: Slice, rend: Slice) -> dict[str, Any]:
         sh = round(h * 224 / w)
         top = (224 - sh) // 2
         ref = F.interpolate(ref.contiguous(), size=(sh, 224), mode="bilinear", antialias=True)
-        got = torch.stack([s[cam] for s in ds_rend.__getitems__(picks)])[:, :, top:top + sh]
+        got = torch.stack([s[cam] for s in ds_rend.__getitems__(picks)])[:, :, top : top + sh]
         mse = ((got.double() - ref.double()) ** 2).mean(dim=(1, 2, 3)).clamp_min(1e-12)
         psnr[cam] = float((10 * torch.log10(255.0**2 / mse)).mean())
     return {
@@ -211,17 +242,32 @@ def main() -> None:
     ap.add_argument("--batches", type=int, default=30, help="batches per timed window")
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--no-transform", action="store_true", help="skip the transform224 row")
-    ap.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "resize.json",
-                    help="where the JSON results go (default bench/results/resize.json)")
-    ap.add_argument("--renditions", type=int, default=None, metavar="HEIGHT",
-                    help="also time the rend224 row on a slice with renditions at HEIGHT (e.g. 240)")
-    ap.add_argument("--bound", action="store_true",
-                    help="with --renditions: the sequential decode bound of the renditions, and the loader's fraction")
+    ap.add_argument(
+        "--out",
+        type=Path,
+        default=REPO / "bench" / "results" / "resize.json",
+        help="where the JSON results go (default bench/results/resize.json)",
+    )
+    ap.add_argument(
+        "--renditions",
+        type=int,
+        default=None,
+        metavar="HEIGHT",
+        help="also time the rend224 row on a slice with renditions at HEIGHT (e.g. 240)",
+    )
+    ap.add_argument(
+        "--bound",
+        action="store_true",
+        help="with --renditions: the sequential decode bound of the renditions, and the loader's fraction",
+    )
     args = ap.parse_args()
     root = BENCH / f"resize-e{args.episodes}"
     build(root, args.episodes)
     slice_ = open_slice(root)
-    rows: dict[str, dict[str, Any]] = {"full": {}, "pad224": {"image_size": (224, 224), "resize": "pad"}}
+    rows: dict[str, dict[str, Any]] = {
+        "full": {},
+        "pad224": {"image_size": (224, 224), "resize": "pad"},
+    }
     if not args.no_transform:
         rows["transform224"] = {"transform": resize_in_transform}
     slices = dict.fromkeys(rows, slice_)
@@ -240,10 +286,13 @@ def main() -> None:
         this: dict[str, float] = {}
         for name, kw in rows.items():
             loads.append(loadavg())
-            rate, cpu_per = time_row(lambda kw=kw, name=name: loader(slices[name], **kw), args.batches,
-                                     args.warmup)
-            log(f"[bench] round {r + 1}/{args.rounds}: {name}: {rate:.1f} samples/s, "
-                f"{cpu_per * 1e3:.2f} ms CPU per sample")
+            rate, cpu_per = time_row(
+                lambda kw=kw, name=name: loader(slices[name], **kw), args.batches, args.warmup
+            )
+            log(
+                f"[bench] round {r + 1}/{args.rounds}: {name}: {rate:.1f} samples/s, "
+                f"{cpu_per * 1e3:.2f} ms CPU per sample"
+            )
             this[name] = rate
             rates[name].append(rate)
             cpu[name].append(cpu_per)
@@ -252,12 +301,22 @@ def main() -> None:
     if args.bound and args.renditions:
         from bench.rows import sequential_bound
 
-        bound = sequential_bound(renditions_as_videos(slices["rend224"]), 15, streams=("joints/position", ACTION))
-        log(f"[bench] sequential decode bound of the {args.renditions} renditions: "
-            f"{bound['samples_per_s']:.1f} samples/s ({bound['decoder']})")
+        bound = sequential_bound(
+            renditions_as_videos(slices["rend224"]), 15, streams=("joints/position", ACTION)
+        )
+        log(
+            f"[bench] sequential decode bound of the {args.renditions} renditions: "
+            f"{bound['samples_per_s']:.1f} samples/s ({bound['decoder']})"
+        )
         extra["rendition_bound"] = bound
-        extra["rend224_fraction_of_rendition_bound"] = statistics.median(rates["rend224"]) / bound["samples_per_s"]
-    sizes = {name: batch_bytes_per_sample(slices[name], **kw) for name, kw in rows.items() if name != "transform224"}
+        extra["rend224_fraction_of_rendition_bound"] = (
+            statistics.median(rates["rend224"]) / bound["samples_per_s"]
+        )
+    sizes = {
+        name: batch_bytes_per_sample(slices[name], **kw)
+        for name, kw in rows.items()
+        if name != "transform224"
+    }
     out = {
         "data": f"{args.episodes} demo episodes x 8 s, 2 cameras 480x640 all-intra H.264 at 30 Hz",
         "loader": "README loader: batch 32, 2 workers, shuffle, persistent, rayform.torch.collate; fps 15, horizon 16",
@@ -274,9 +333,21 @@ def main() -> None:
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(out, indent=2) + "\n")
-    log(json.dumps({k: out[k] for k in ("median_samples_per_s", "median_ratio_to_full",
-                                        "median_cpu_ms_per_sample", "bytes_ratio_pad224_to_full", *extra)},
-                   indent=2))
+    log(
+        json.dumps(
+            {
+                k: out[k]
+                for k in (
+                    "median_samples_per_s",
+                    "median_ratio_to_full",
+                    "median_cpu_ms_per_sample",
+                    "bytes_ratio_pad224_to_full",
+                    *extra,
+                )
+            },
+            indent=2,
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -47,7 +47,9 @@ class PreviousSampler(Sampler[tuple[int, int]]):
 
     def __iter__(self) -> Iterator[tuple[int, int]]:
         epoch = int(self.dataset.epoch)
-        order = np.random.default_rng([int(self.dataset.seed), epoch, 0x5A]).permutation(len(self.dataset))
+        order = np.random.default_rng([int(self.dataset.seed), epoch, 0x5A]).permutation(
+            len(self.dataset)
+        )
         for i in order.tolist():
             yield (i, epoch)
 
@@ -67,7 +69,9 @@ class _Virtual:
 
     shard_auto, accepts_window = False, True
 
-    def order_streams(self, world: int, epoch: int, shuffle: bool, window: int | None = None) -> list[Any]:
+    def order_streams(
+        self, world: int, epoch: int, shuffle: bool, window: int | None = None
+    ) -> list[Any]:
         return self._streams(self._offsets, world, self.ddp_even, self.seed, epoch, shuffle, window)
 
     def order_fingerprint(self) -> dict[str, Any]:
@@ -81,7 +85,10 @@ class _Virtual:
 
 
 def _cpu_s() -> float:
-    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    own, kids = (
+        resource.getrusage(resource.RUSAGE_SELF),
+        resource.getrusage(resource.RUSAGE_CHILDREN),
+    )
     return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
 
 
@@ -142,16 +149,23 @@ def main(argv: list[str] | None = None) -> int:
 
     # Keys per second of the two samplers alone (no data), over 100,000 samples.
     small = _Virtual(1000, 100)
-    for kind, make_sampler in (("previous", PreviousSampler), ("episode_sampler", rt.EpisodeSampler)):
+    for kind, make_sampler in (
+        ("previous", PreviousSampler),
+        ("episode_sampler", rt.EpisodeSampler),
+    ):
         s = make_sampler(small)
-        out[f"keys_per_s_{kind}"] = len(small) / median_s(lambda s=s: sum(1 for _ in s), args.repeats)
+        out[f"keys_per_s_{kind}"] = len(small) / median_s(
+            lambda s=s: sum(1 for _ in s), args.repeats
+        )
 
     # 3. Time to first batch of a real loader, fresh vs resumed half-way.
     slice_ = open_slice()
     obs = ["cam0/rgb", "wrist/rgb", "joints/position"]
 
     def make() -> Any:
-        return rt.EpisodeDataset(slice_, obs=obs, action="joints/position_delta", fps=15, horizon=16)
+        return rt.EpisodeDataset(
+            slice_, obs=obs, action="joints/position_delta", fps=15, horizon=16
+        )
 
     n = len(make())
     batch = 16
@@ -202,7 +216,9 @@ def main(argv: list[str] | None = None) -> int:
     out["cpu_ms_per_sample_runs"] = cpu
     pairs = [b / a for a, b in zip(rates["previous"], rates["episode_sampler"], strict=True)]
     out["throughput_ratio_median_of_pairs"] = statistics.median(pairs)
-    out["cpu_ratio"] = out["cpu_ms_per_sample"]["episode_sampler"] / out["cpu_ms_per_sample"]["previous"]
+    out["cpu_ratio"] = (
+        out["cpu_ms_per_sample"]["episode_sampler"] / out["cpu_ms_per_sample"]["previous"]
+    )
 
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(out, indent=2))

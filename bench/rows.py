@@ -33,9 +33,22 @@ from rayform.slice import Slice
 from rayform.torch import EpisodeDataset, collate
 from rayform.torch._index import build_index
 
-__all__ = ["CAMERAS", "COLLATE_KW", "HORIZON", "IN_PROCESS_KW", "NaiveDataset", "TransferCeiling",
-           "collate_loader", "construction_time", "episode_loader", "loaders", "needed_frames",
-           "sequential_bound", "threaded_loader", "worker_rss"]
+__all__ = [
+    "CAMERAS",
+    "COLLATE_KW",
+    "HORIZON",
+    "IN_PROCESS_KW",
+    "NaiveDataset",
+    "TransferCeiling",
+    "collate_loader",
+    "construction_time",
+    "episode_loader",
+    "loaders",
+    "needed_frames",
+    "sequential_bound",
+    "threaded_loader",
+    "worker_rss",
+]
 
 CAMERAS = ("cam0/rgb", "wrist/rgb")
 STATE, ACTION = "observation/state", "action"
@@ -74,7 +87,9 @@ class NaiveDataset(Dataset):
         _, action = decode_table(self.slice.blob_path(seg.streams[ACTION].blob).read_bytes())
         rows = np.arange(k, k + self.horizon)
         out[STATE] = torch.from_numpy(np.ascontiguousarray(state[k], dtype=np.float32))
-        out["action"] = torch.from_numpy(action[np.minimum(rows, len(action) - 1)].astype(np.float32))
+        out["action"] = torch.from_numpy(
+            action[np.minimum(rows, len(action) - 1)].astype(np.float32)
+        )
         out["action_is_pad"] = torch.from_numpy(rows >= len(action))
         return out
 
@@ -96,9 +111,12 @@ class TransferCeiling(Dataset):
 
     def __getitem__(self, i: int) -> dict[str, Any]:
         return {
-            CAMERAS[0]: self.pool[i % 8].clone(), CAMERAS[1]: self.pool[(i + 1) % 8].clone(),
-            STATE: torch.zeros(14), "action": torch.zeros(self.horizon, 14),
-            "action_is_pad": torch.zeros(self.horizon, dtype=torch.bool), "t_ns": torch.tensor(i),
+            CAMERAS[0]: self.pool[i % 8].clone(),
+            CAMERAS[1]: self.pool[(i + 1) % 8].clone(),
+            STATE: torch.zeros(14),
+            "action": torch.zeros(self.horizon, 14),
+            "action_is_pad": torch.zeros(self.horizon, dtype=torch.bool),
+            "t_ns": torch.tensor(i),
             "meta": {"slice": "s", "segment": "g", "segment_version": 1, "site": "x"},
         }
 
@@ -110,14 +128,16 @@ IN_PROCESS_KW: dict[str, Any] = {"batch_size": 32, "shuffle": True, "num_workers
 COLLATE_KW: dict[str, Any] = {**LOADER_KW, "collate_fn": collate}
 
 
-def episode_loader(slice_: Slice, fps: float, horizon: int, loader_kw: dict[str, Any] | None = None,
-                   **kw: Any) -> DataLoader:
+def episode_loader(
+    slice_: Slice, fps: float, horizon: int, loader_kw: dict[str, Any] | None = None, **kw: Any
+) -> DataLoader:
     """Rows 3/4/6/7: ``EpisodeDataset`` over both cameras and the state, action chunk ``horizon``.
 
     ``loader_kw`` replaces the benchmark's DataLoader settings (rows 6, 7); ``kw`` go to the dataset.
     """
-    ds = EpisodeDataset(slice_, obs=[*CAMERAS, STATE], action=ACTION, fps=fps, horizon=horizon,
-                        shard=None, **kw)
+    ds = EpisodeDataset(
+        slice_, obs=[*CAMERAS, STATE], action=ACTION, fps=fps, horizon=horizon, shard=None, **kw
+    )
     return DataLoader(ds, **(LOADER_KW if loader_kw is None else loader_kw))
 
 
@@ -152,7 +172,9 @@ def loaders(slice_: Slice, height: int, width: int) -> dict[str, Callable[[], Da
     }
 
 
-def needed_frames(slice_: Slice, fps: float, names: tuple[str, ...] | None = None) -> list[tuple[str, int, np.ndarray]]:
+def needed_frames(
+    slice_: Slice, fps: float, names: tuple[str, ...] | None = None
+) -> list[tuple[str, int, np.ndarray]]:
     """Per (video path, frame count) the sorted unique frame indices a ``fps`` grid needs
     (the grid of the streams ``names``; default the benchmark's cameras, state and action)."""
     names = list(names) if names else [*CAMERAS, STATE, ACTION]
@@ -192,8 +214,16 @@ def _decode_front_to_back(task: tuple[str, int, np.ndarray, int, str]) -> int:
     return len(idx)
 
 
-def _bound_rates(slice_: Slice, fps: float, samples: int, processes: int, runs: int, chunk: int,
-                 decoder: str, names: tuple[str, ...] | None = None) -> tuple[list[float], int]:
+def _bound_rates(
+    slice_: Slice,
+    fps: float,
+    samples: int,
+    processes: int,
+    runs: int,
+    chunk: int,
+    decoder: str,
+    names: tuple[str, ...] | None = None,
+) -> tuple[list[float], int]:
     tasks = [(*task, chunk, decoder) for task in needed_frames(slice_, fps, names)]
     rates = []
     with mp.get_context("fork").Pool(processes) as pool:
@@ -204,10 +234,15 @@ def _bound_rates(slice_: Slice, fps: float, samples: int, processes: int, runs: 
     return rates, frames
 
 
-def sequential_bound(slice_: Slice, fps: float, processes: int | None = None,
-                     runs: int = 3, chunk: int = BOUND_CHUNK,
-                     decoders: tuple[str, ...] = ("torchcodec", "intra"),
-                     streams: tuple[str, str] | None = None) -> dict[str, Any]:
+def sequential_bound(
+    slice_: Slice,
+    fps: float,
+    processes: int | None = None,
+    runs: int = 3,
+    chunk: int = BOUND_CHUNK,
+    decoders: tuple[str, ...] = ("torchcodec", "intra"),
+    streams: tuple[str, str] | None = None,
+) -> dict[str, Any]:
     """Row 5: decode every needed frame front to back, one video per task, all cores.
 
     Each of ``decoders`` (torchcodec's ``get_frames_at``; ``"intra"``: our all-intra packet
@@ -228,16 +263,27 @@ def sequential_bound(slice_: Slice, fps: float, processes: int | None = None,
     by_decoder: dict[str, Any] = {}
     for decoder in decoders:
         try:
-            rates, frames = _bound_rates(slice_, fps, samples, processes, runs, chunk, decoder, names)
+            rates, frames = _bound_rates(
+                slice_, fps, samples, processes, runs, chunk, decoder, names
+            )
         except ValueError:  # not all-intra: that decoder does not apply
             continue
         by_decoder[decoder] = {"samples_per_s": statistics.median(rates), "runs": rates}
     best = max(by_decoder, key=lambda d: by_decoder[d]["samples_per_s"])
-    return {**by_decoder[best], "decoder": best, "by_decoder": by_decoder, "frames": frames,
-            "processes": processes, "samples": samples, "chunk": chunk}
+    return {
+        **by_decoder[best],
+        "decoder": best,
+        "by_decoder": by_decoder,
+        "frames": frames,
+        "processes": processes,
+        "samples": samples,
+        "chunk": chunk,
+    }
 
 
-def worker_rss(make_loader: Callable[[], DataLoader], epochs: int, log: Callable[[str], None]) -> dict[str, Any]:
+def worker_rss(
+    make_loader: Callable[[], DataLoader], epochs: int, log: Callable[[str], None]
+) -> dict[str, Any]:
     """Worker RSS (KiB) after each of ``epochs`` full epochs, and each worker's peak."""
     loader = make_loader()
     per_epoch = []
@@ -249,9 +295,13 @@ def worker_rss(make_loader: Callable[[], DataLoader], epochs: int, log: Callable
         log(f"  epoch {e + 1}/{epochs}: {n} batches, worker RSS {[r // 1024 for r, _ in rss]} MiB")
     peak = [h for _, h in (rss_kib(p) for p in child_pids())]
     first, last = np.array(per_epoch[0]), np.array(per_epoch[-1])
-    return {"rss_kib_per_epoch": per_epoch, "peak_kib": peak,
-            "growth_kib": (last - first).tolist(), "epochs": epochs,
-            "samples_per_epoch": len(loader.dataset)}
+    return {
+        "rss_kib_per_epoch": per_epoch,
+        "peak_kib": peak,
+        "growth_kib": (last - first).tolist(),
+        "epochs": epochs,
+        "samples_per_epoch": len(loader.dataset),
+    }
 
 
 def construction_time(slice_: Slice, segments: int, fps: float, repeats: int = 3) -> dict[str, Any]:
@@ -261,12 +311,21 @@ def construction_time(slice_: Slice, segments: int, fps: float, repeats: int = 3
     construction only reads the manifest).
     """
     real = slice_.manifest.segments
-    segs = tuple(dataclasses.replace(real[i % len(real)], id=f"seg_{i:016x}") for i in range(segments))
+    segs = tuple(
+        dataclasses.replace(real[i % len(real)], id=f"seg_{i:016x}") for i in range(segments)
+    )
     big = Manifest(segments=segs, description="synthetic")
     big_slice = Slice(slice_.id, big.hash, big, slice_.client)
     times = []
     for _ in range(repeats):
         t = time.perf_counter()
-        ds = EpisodeDataset(big_slice, obs=[*CAMERAS, STATE], action=ACTION, fps=fps, horizon=16, shard=None)
+        ds = EpisodeDataset(
+            big_slice, obs=[*CAMERAS, STATE], action=ACTION, fps=fps, horizon=16, shard=None
+        )
         times.append(time.perf_counter() - t)
-    return {"segments": segments, "samples": len(ds), "seconds": statistics.median(times), "runs": times}
+    return {
+        "segments": segments,
+        "samples": len(ds),
+        "seconds": statistics.median(times),
+        "runs": times,
+    }

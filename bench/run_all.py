@@ -47,36 +47,75 @@ ROWS = (
     (2, "lerobot", "2. LeRobotDataset (peer venv, torchcodec)"),
     (3, "episode_50hz", "3. EpisodeDataset 50 Hz"),
     (4, "episode_15hz", "4. EpisodeDataset 15 Hz"),
-    (6, "episode_50hz_threads", "6. EpisodeDataset 50 Hz, decode_threads=2, DataLoader(num_workers=0)"),
+    (
+        6,
+        "episode_50hz_threads",
+        "6. EpisodeDataset 50 Hz, decode_threads=2, DataLoader(num_workers=0)",
+    ),
     (7, "episode_50hz_collate", "7. EpisodeDataset 50 Hz, collate_fn=rayform.torch.collate"),
     (5, "bound", "5. sequential-epoch bound"),
 )
 #: Ratios reported: name -> (numerator row, denominator row).
-RATIOS = {"3/2": ("episode_50hz", "lerobot"), "3/5": ("episode_50hz", "bound_50hz"),
-          "4/5@15Hz": ("episode_15hz", "bound_15hz"), "6/5": ("episode_50hz_threads", "bound_50hz"),
-          "6/2": ("episode_50hz_threads", "lerobot"), "7/5": ("episode_50hz_collate", "bound_50hz"),
-          "7/2": ("episode_50hz_collate", "lerobot"), "7/3": ("episode_50hz_collate", "episode_50hz"),
-          "3/1": ("episode_50hz", "naive")}
+RATIOS = {
+    "3/2": ("episode_50hz", "lerobot"),
+    "3/5": ("episode_50hz", "bound_50hz"),
+    "4/5@15Hz": ("episode_15hz", "bound_15hz"),
+    "6/5": ("episode_50hz_threads", "bound_50hz"),
+    "6/2": ("episode_50hz_threads", "lerobot"),
+    "7/5": ("episode_50hz_collate", "bound_50hz"),
+    "7/2": ("episode_50hz_collate", "lerobot"),
+    "7/3": ("episode_50hz_collate", "episode_50hz"),
+    "3/1": ("episode_50hz", "naive"),
+}
 
 
 def _machine() -> dict[str, Any]:
     import torch
     import torchcodec
 
-    cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
-                if ln.startswith("model name")), platform.processor())
+    cpu = next(
+        (
+            ln.split(":", 1)[1].strip()
+            for ln in Path("/proc/cpuinfo").read_text().splitlines()
+            if ln.startswith("model name")
+        ),
+        platform.processor(),
+    )
     mem = int(Path("/proc/meminfo").read_text().split()[1]) // 1024
-    return {"cpu": cpu, "cores": os.cpu_count(), "mem_mib": mem, "python": platform.python_version(),
-            "torch": torch.__version__, "torchcodec": torchcodec.__version__, "platform": platform.platform()}
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "mem_mib": mem,
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "torchcodec": torchcodec.__version__,
+        "platform": platform.platform(),
+    }
 
 
 def _lerobot_row(w: Workload, args: argparse.Namespace, batches: int, title: str) -> dict[str, Any]:
     log(f"[bench] {title}")
     out = REPO / ".bench" / "lerobot-row.json"
     load0 = loadavg()
-    subprocess.run([peer_python(), str(REPO / "bench" / "_lerobot_row.py"), str(w.lerobot_dir), str(out),
-                    "--batches", str(batches), "--runs", str(args.runs), "--warmup", str(args.warmup),
-                    "--horizon", "16"], check=True, env=peer_env(), stderr=subprocess.DEVNULL)
+    subprocess.run(
+        [
+            peer_python(),
+            str(REPO / "bench" / "_lerobot_row.py"),
+            str(w.lerobot_dir),
+            str(out),
+            "--batches",
+            str(batches),
+            "--runs",
+            str(args.runs),
+            "--warmup",
+            str(args.warmup),
+            "--horizon",
+            "16",
+        ],
+        check=True,
+        env=peer_env(),
+        stderr=subprocess.DEVNULL,
+    )
     res = json.loads(out.read_text())
     res["loadavg_1min"] = [load0, loadavg()]
     log(f"  -> {res['samples_per_s']:.1f} samples/s (first batch {res['first_batch_s']:.2f} s)")
@@ -101,24 +140,37 @@ def _main_rows(w: Workload, slice_: Any, args: argparse.Namespace) -> dict[str, 
                 res = r[f"bound_{fps}hz"] = rows.sequential_bound(slice_, fps)
                 log(f"  -> {res['samples_per_s']:.1f} samples/s ({res['samples']} samples)")
         else:
-            r[key] = loader_row(title, make[key], args, args.naive_batches if key == "naive" else None)
+            r[key] = loader_row(
+                title, make[key], args, args.naive_batches if key == "naive" else None
+            )
     return r
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description="Rayform loader benchmark: rows 1-7 and the lever experiments")
+    ap = argparse.ArgumentParser(
+        description="Rayform loader benchmark: rows 1-7 and the lever experiments"
+    )
     ap.add_argument("--quick", action="store_true", help="4 episodes x 100 frames")
     ap.add_argument("--runs", type=int, default=5, help="timed runs per row (median reported)")
     ap.add_argument("--warmup", type=int, default=3, help="untimed batches after the first")
     ap.add_argument("--batches", type=int, default=20, help="batches per timed run (fast rows)")
-    ap.add_argument("--naive-batches", type=int, default=4, help="batches per timed run (naive row)")
+    ap.add_argument(
+        "--naive-batches", type=int, default=4, help="batches per timed run (naive row)"
+    )
     ap.add_argument("--rss-epochs", type=int, default=10)
     ap.add_argument("--rows", default="1,2,3,4,5,6,7", help="comma-separated rows to run")
     ap.add_argument("--no-levers", dest="levers", action="store_false", help="skip the lever rows")
-    ap.add_argument("--hugepage-shm", action="store_true",
-                    help="also measure with /dev/shm remounted huge=within_size (root; restored after)")
-    ap.add_argument("--gops", type=lambda s: [int(g) for g in s.split(",")], default=[1, 2, 10],
-                    help="keyframe intervals to measure (lever)")
+    ap.add_argument(
+        "--hugepage-shm",
+        action="store_true",
+        help="also measure with /dev/shm remounted huge=within_size (root; restored after)",
+    )
+    ap.add_argument(
+        "--gops",
+        type=lambda s: [int(g) for g in s.split(",")],
+        default=[1, 2, 10],
+        help="keyframe intervals to measure (lever)",
+    )
     args = ap.parse_args(argv)
     import torch
 
@@ -127,9 +179,18 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)
     w = Workload(4, 100) if args.quick else Workload(20, 400)
     t_all = time.perf_counter()
-    out: dict[str, Any] = {"workload": {"episodes": w.episodes, "frames": w.frames, "fps": w.fps,
-                                        "cameras": [w.height, w.width], "state_dim": 14, "horizon": rows.HORIZON},
-                           "machine": _machine(), "settings": vars(args)}
+    out: dict[str, Any] = {
+        "workload": {
+            "episodes": w.episodes,
+            "frames": w.frames,
+            "fps": w.fps,
+            "cameras": [w.height, w.width],
+            "state_dim": 14,
+            "horizon": rows.HORIZON,
+        },
+        "machine": _machine(),
+        "settings": vars(args),
+    }
     out["prepare"] = prepare(w, log)
     slice_, how = open_slice(w, log)
     out["data"] = how
@@ -137,13 +198,23 @@ def main(argv: list[str] | None = None) -> int:
     if args.rss_epochs:
         # First, while this process has decoded nothing: forked workers inherit (and count in
         # their RSS) whatever the parent holds, e.g. the decoders of row 6, which runs in-process.
-        segs = [s.id for s in slice_.manifest.segments[: max(1, len(slice_.manifest.segments) // 5)]]
-        log(f"[bench] worker RSS over {args.rss_epochs} epochs (EpisodeDataset 15 Hz, {len(segs)} episodes)")
-        out["rss"] = rows.worker_rss(lambda: rows.episode_loader(slice_, 15, rows.HORIZON, segments=segs),
-                                     args.rss_epochs, log)
+        segs = [
+            s.id for s in slice_.manifest.segments[: max(1, len(slice_.manifest.segments) // 5)]
+        ]
+        log(
+            f"[bench] worker RSS over {args.rss_epochs} epochs (EpisodeDataset 15 Hz, {len(segs)} episodes)"
+        )
+        out["rss"] = rows.worker_rss(
+            lambda: rows.episode_loader(slice_, 15, rows.HORIZON, segments=segs),
+            args.rss_epochs,
+            log,
+        )
     r = out["rows"] = _main_rows(w, slice_, args)
-    ratios = {name: r[a]["samples_per_s"] / r[b]["samples_per_s"] for name, (a, b) in RATIOS.items()
-              if a in r and b in r}
+    ratios = {
+        name: r[a]["samples_per_s"] / r[b]["samples_per_s"]
+        for name, (a, b) in RATIOS.items()
+        if a in r and b in r
+    }
     out["ratios"] = ratios
     log("[bench] ratios: " + ", ".join(f"{k} = {v:.2f}" for k, v in ratios.items()))
 

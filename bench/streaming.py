@@ -13,8 +13,8 @@ Rows: unthrottled, 100 MB/s + 5 ms, 30 MB/s + 5 ms (GOP 1, the ingest default); 
 off at 100 MB/s; a cache limit at 25 % of the streams' bytes for two epochs beside no limit,
 shuffled over the whole slice (``window=None``), within windows of episodes
 (``EpisodeSampler(window=W)``, ``W`` episodes filling at most half the limit), and with no
-window argument (``window="auto"``, the default, which picks ``W`` the same way); the same at GOP 10 (a keyframe every 10
-frames, about 3x fewer bytes). ``--limit-only`` runs only the cache-limit rows (GOP 1).
+window argument (``window="auto"``, the default, which picks ``W`` the same way); the same at
+GOP 10 (a keyframe every 10 frames, about 3x fewer bytes). ``--limit-only`` runs only the cache-limit rows (GOP 1).
 """
 
 from __future__ import annotations
@@ -97,8 +97,12 @@ def _dataset(setup: Setup, cache: Path, **kw: Any) -> Any:
     from rayform.torch import EpisodeDataset
 
     limit = kw.pop("cache_limit", None)
-    client = rayform.Client(endpoint=setup.url, token=setup.token, cache_dir=cache, cache_limit=limit)
-    return EpisodeDataset(client.slices.get(SLICE), obs=OBS, action=ACTION, fps=15, horizon=16, **kw)
+    client = rayform.Client(
+        endpoint=setup.url, token=setup.token, cache_dir=cache, cache_limit=limit
+    )
+    return EpisodeDataset(
+        client.slices.get(SLICE), obs=OBS, action=ACTION, fps=15, horizon=16, **kw
+    )
 
 
 def _epoch(ds: Any, epoch: int, workers: int, window: int | str | None = None) -> dict[str, float]:
@@ -109,8 +113,13 @@ def _epoch(ds: Any, epoch: int, workers: int, window: int | str | None = None) -
     from rayform.torch import EpisodeSampler
 
     ds.set_epoch(epoch)
-    loader = DataLoader(ds, sampler=EpisodeSampler(ds, window=window), batch_size=32, num_workers=workers,
-                        collate_fn=rayform.torch.collate)
+    loader = DataLoader(
+        ds,
+        sampler=EpisodeSampler(ds, window=window),
+        batch_size=32,
+        num_workers=workers,
+        collate_fn=rayform.torch.collate,
+    )
     skip = max(1, math.ceil(0.05 * len(loader)))
     t0 = time.perf_counter()
     t_start, counted = t0, 0
@@ -133,8 +142,15 @@ def _median_row(rows: list[dict[str, float]]) -> dict[str, Any]:
     return out
 
 
-def run(gop: int, rates: list[float | None], workers: int, limit_rows: bool, work: Path,
-        repeats: int, cold_rows: bool = True) -> dict[str, Any]:
+def run(
+    gop: int,
+    rates: list[float | None],
+    workers: int,
+    limit_rows: bool,
+    work: Path,
+    repeats: int,
+    cold_rows: bool = True,
+) -> dict[str, Any]:
     setup = Setup(_root(gop), work / f"gop{gop}")
     out: dict[str, Any] = {"gop": gop, "rows": {}}
     try:
@@ -144,8 +160,13 @@ def run(gop: int, rates: list[float | None], workers: int, limit_rows: bool, wor
         episodes = len(warm.slice.segments)
         if cold_rows:
             warm.slice.client.pull(SLICE, streams=[*OBS, ACTION])
-        cases: list[tuple[str, float | None, dict[str, Any]]] = [("warm", None, {})] if cold_rows else []
-        cases += [("cold_" + ("unthrottled" if r is None else f"{r / MB:g}MBps_5ms"), r, {}) for r in rates]
+        cases: list[tuple[str, float | None, dict[str, Any]]] = (
+            [("warm", None, {})] if cold_rows else []
+        )
+        cases += [
+            ("cold_" + ("unthrottled" if r is None else f"{r / MB:g}MBps_5ms"), r, {})
+            for r in rates
+        ]
         if gop == 1 and cold_rows:
             cases.append(("cold_100MBps_5ms_readahead_off", 100 * MB, {"readahead_bytes": 0}))
         runs: dict[str, list[dict[str, float]]] = {name: [] for name, _, _ in cases}
@@ -175,7 +196,8 @@ def run(gop: int, rates: list[float | None], workers: int, limit_rows: bool, wor
             # Episodes whose blobs fill at most half the limit (the rest: read-ahead, pins).
             window = max(1, int(limit / 2 / (out["bytes"] / episodes)))
             cases_2: list[tuple[str, int | None, int | str | None]] = [
-                ("unlimited", None, None), ("limit_25pct", limit, None),
+                ("unlimited", None, None),
+                ("limit_25pct", limit, None),
                 ("limit_25pct_window", limit, window),
                 ("limit_25pct_auto", limit, "auto"),  # EpisodeSampler(ds): no window argument
             ]
@@ -188,8 +210,12 @@ def run(gop: int, rates: list[float | None], workers: int, limit_rows: bool, wor
                     row["bytes_down"] = setup.link.bytes_down - before
                     epochs.append(row)
                 chosen = EpisodeSampler(ds, window=w).window if w == "auto" else w
-                out["rows"][f"two_epochs_{label}"] = {"cache_limit": cap, "window": w,
-                                                      "window_chosen": chosen, "epochs": epochs}
+                out["rows"][f"two_epochs_{label}"] = {
+                    "cache_limit": cap,
+                    "window": w,
+                    "window_chosen": chosen,
+                    "epochs": epochs,
+                }
     finally:
         setup.close()
     return out
@@ -200,9 +226,16 @@ def main() -> None:
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--repeats", type=int, default=2, help="interleaved runs per row (median kept)")
     p.add_argument("--no-limit", action="store_true", help="skip the two-epoch cache-limit rows")
-    p.add_argument("--limit-only", action="store_true", help="only the two-epoch cache-limit rows (GOP 1)")
-    p.add_argument("--gops", type=int, nargs="+", default=[1, 10],
-                   help="encodings to run: 1 (all-intra, full rows) and/or 10 (cold rows only)")
+    p.add_argument(
+        "--limit-only", action="store_true", help="only the two-epoch cache-limit rows (GOP 1)"
+    )
+    p.add_argument(
+        "--gops",
+        type=int,
+        nargs="+",
+        default=[1, 10],
+        help="encodings to run: 1 (all-intra, full rows) and/or 10 (cold rows only)",
+    )
     p.add_argument("--out", type=Path, default=HERE / "results" / "streaming.json")
     args = p.parse_args()
     with tempfile.TemporaryDirectory(prefix="rayform-bench-stream-") as tmp:
@@ -211,14 +244,29 @@ def main() -> None:
         if args.limit_only:
             results.append(run(1, [], args.workers, True, work, args.repeats, cold_rows=False))
         elif 1 in args.gops:
-            results.append(run(1, [None, 100 * MB, 30 * MB], args.workers, not args.no_limit, work,
-                               args.repeats))
+            results.append(
+                run(
+                    1,
+                    [None, 100 * MB, 30 * MB],
+                    args.workers,
+                    not args.no_limit,
+                    work,
+                    args.repeats,
+                )
+            )
         if 10 in args.gops and not args.limit_only:
             results.append(run(10, [100 * MB, 30 * MB], args.workers, False, work, args.repeats))
-    doc = {"benchmark": "streaming", "slice": SLICE, "obs": OBS, "action": ACTION,
-           "loader": f"batch 32, {args.workers} workers, EpisodeSampler, rayform.torch.collate",
-           "results": results, "cpus": os.cpu_count(), "load_avg_1m_at_end": round(os.getloadavg()[0], 2),
-           "python": platform.python_version()}
+    doc = {
+        "benchmark": "streaming",
+        "slice": SLICE,
+        "obs": OBS,
+        "action": ACTION,
+        "loader": f"batch 32, {args.workers} workers, EpisodeSampler, rayform.torch.collate",
+        "results": results,
+        "cpus": os.cpu_count(),
+        "load_avg_1m_at_end": round(os.getloadavg()[0], 2),
+        "python": platform.python_version(),
+    }
     args.out.write_text(json.dumps(doc, indent=2) + "\n")
     print(json.dumps(doc, indent=2))
 

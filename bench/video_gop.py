@@ -24,7 +24,9 @@ from rayform_server.demo import build_episode, demo_spec
 from rayform_server.store import Store
 
 
-def _measure(paths: list[Path], counts: list[int], reads: int, rng: np.random.Generator) -> tuple[float, float, float]:
+def _measure(
+    paths: list[Path], counts: list[int], reads: int, rng: np.random.Generator
+) -> tuple[float, float, float]:
     """Median and p95 ms of one random frame through an open decoder, and ms to open + first read."""
     decoders = [VideoDecoder(str(p), seek_mode="approximate", num_ffmpeg_threads=1) for p in paths]
     times = []
@@ -37,7 +39,9 @@ def _measure(paths: list[Path], counts: list[int], reads: int, rng: np.random.Ge
     cold = []
     for k, p in enumerate(paths):
         t0 = time.perf_counter()
-        VideoDecoder(str(p), seek_mode="approximate", num_ffmpeg_threads=1).get_frame_at(counts[k] // 2)
+        VideoDecoder(str(p), seek_mode="approximate", num_ffmpeg_threads=1).get_frame_at(
+            counts[k] // 2
+        )
         cold.append((time.perf_counter() - t0) * 1e3)
     return statistics.median(times), float(np.percentile(times, 95)), statistics.median(cold)
 
@@ -50,9 +54,13 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
     spec = demo_spec(small=False)
-    print(f"demo content {spec.size[1]}x{spec.size[0]}, {args.episodes} episodes x 2 cameras, "
-          f"{args.reads} random reads per GOP\n")
-    print("| GOP (frames) | size (kB per camera-second) | random frame, median (ms) | p95 (ms) | open + 1 frame (ms) |")
+    print(
+        f"demo content {spec.size[1]}x{spec.size[0]}, {args.episodes} episodes x 2 cameras, "
+        f"{args.reads} random reads per GOP\n"
+    )
+    print(
+        "| GOP (frames) | size (kB per camera-second) | random frame, median (ms) | p95 (ms) | open + 1 frame (ms) |"
+    )
     print("|---:|---:|---:|---:|---:|")
     with tempfile.TemporaryDirectory() as tmp:
         store = Store(tmp)
@@ -67,7 +75,10 @@ def main() -> None:
                     seconds += s.count / s.rate_hz
                     size += s.blob.size
             med, p95, cold = _measure(paths, counts, args.reads, np.random.default_rng(gop))
-            print(f"| {gop} | {size / seconds / 1e3:.1f} | {med:.2f} | {p95:.2f} | {cold:.2f} |", flush=True)
+            print(
+                f"| {gop} | {size / seconds / 1e3:.1f} | {med:.2f} | {p95:.2f} | {cold:.2f} |",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

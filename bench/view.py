@@ -39,8 +39,10 @@ from playwright.sync_api import Page, sync_playwright
 HERE = Path(__file__).resolve().parent
 FLEET = "slc_f1ee7000"
 DEMO = "slc_7c1e04aa"
-SETTLED = ("() => { const v = [...document.querySelectorAll('#cameras video')]; "
-           "return v.length > 0 && v.every(x => x.readyState >= 2 && !x.seeking); }")
+SETTLED = (
+    "() => { const v = [...document.querySelectorAll('#cameras video')]; "
+    "return v.length > 0 && v.every(x => x.readyState >= 2 && !x.seeking); }"
+)
 
 
 def _free_port() -> int:
@@ -54,9 +56,22 @@ class _Stub:
 
     def __init__(self, root: Path, token: str) -> None:
         self.url = f"http://127.0.0.1:{_free_port()}"
-        self.proc = subprocess.Popen(["rayform-server", "serve", "--root", str(root), "--host", "127.0.0.1",
-                                      "--port", self.url.rsplit(":", 1)[1], "--token", token],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(
+            [
+                "rayform-server",
+                "serve",
+                "--root",
+                str(root),
+                "--host",
+                "127.0.0.1",
+                "--port",
+                self.url.rsplit(":", 1)[1],
+                "--token",
+                token,
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         for _ in range(600):
             try:
                 if httpx.get(self.url + "/v1/health", timeout=1).status_code == 200:
@@ -75,8 +90,13 @@ class _View:
 
     def __init__(self, slice_id: str, env: dict[str, str], *args: str) -> None:
         t0 = time.perf_counter()
-        self.proc = subprocess.Popen(["rayform", "view", slice_id, *args], stdout=subprocess.PIPE,
-                                     stderr=subprocess.DEVNULL, text=True, env=env)
+        self.proc = subprocess.Popen(
+            ["rayform", "view", slice_id, *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            env=env,
+        )
         assert self.proc.stdout is not None
         self.url = self.proc.stdout.readline().strip()
         self.start_s = time.perf_counter() - t0
@@ -104,13 +124,19 @@ def _fleet(root: Path, segments: int, chromium: str) -> dict[str, Any]:
     token = secrets.token_hex(16)
     stub = _Stub(root, token)
     cache = Path(tempfile.mkdtemp(prefix="view-bench-cache-"))
-    env = {**os.environ, "RAYFORM_ENDPOINT": stub.url, "RAYFORM_TOKEN": token, "RAYFORM_CACHE_DIR": str(cache)}
+    env = {
+        **os.environ,
+        "RAYFORM_ENDPOINT": stub.url,
+        "RAYFORM_TOKEN": token,
+        "RAYFORM_CACHE_DIR": str(cache),
+    }
     out: dict[str, Any] = {"segments": segments}
     view = _View(FLEET, env)
     try:
         out["view_start_s"] = view.start_s
         base, key = view.url.split("/?key=")
         with httpx.Client(base_url=base, params={"key": key}, timeout=120) as h:
+
             def get(path: str, **params: Any) -> Any:
                 r = h.get(path, params={"key": key, **params})
                 r.raise_for_status()
@@ -125,7 +151,9 @@ def _fleet(root: Path, segments: int, chromium: str) -> dict[str, Any]:
                 "site_filter": lambda: get("/api/episodes", limit=50, sites=site),
                 "site_filter_page_2": lambda: get("/api/episodes", limit=50, offset=50, sites=site),
                 "id_prefix": lambda: get("/api/episodes", limit=50, prefix="seg_00ab"),
-                "time_window": lambda: get("/api/episodes", limit=50, start_ns=mid, end_ns=int(mid) + 3_600_000_000_000),
+                "time_window": lambda: get(
+                    "/api/episodes", limit=50, start_ns=mid, end_ns=int(mid) + 3_600_000_000_000
+                ),
                 "page_in_the_middle": lambda: get("/api/episodes", limit=50, offset=segments // 2),
                 "selection_site": lambda: get("/api/selection", sites=site),
             }
@@ -136,13 +164,17 @@ def _fleet(root: Path, segments: int, chromium: str) -> dict[str, Any]:
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=chromium)
             page = browser.new_page(viewport={"width": 1400, "height": 900})
-            out["browser_first_rows_s"], _ = _timed(lambda: (page.goto(view.url), page.wait_for_selector("#episodes tbody tr")))
+            out["browser_first_rows_s"], _ = _timed(
+                lambda: (page.goto(view.url), page.wait_for_selector("#episodes tbody tr"))
+            )
             total = page.locator("#page-info").text_content()
 
             def click_site() -> None:
                 page.get_by_label(site, exact=True).check()
-                page.wait_for_function(f"() => document.querySelector('#page-info').textContent != {json.dumps(total)}",
-                                       timeout=120_000)
+                page.wait_for_function(
+                    f"() => document.querySelector('#page-info').textContent != {json.dumps(total)}",
+                    timeout=120_000,
+                )
 
             out["browser_site_filter_s"], _ = _timed(click_site)
             out["browser_site_filter_info"] = page.locator("#page-info").text_content()
@@ -166,11 +198,19 @@ def _open_episode(page: Page, row: int) -> float:
 def _first_frame(chromium: str) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="view-bench-demo-"))
     token = secrets.token_hex(16)
-    subprocess.run(["rayform-server", "demo", "--root", str(work / "root"), "--small"], check=True,
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    subprocess.run(
+        ["rayform-server", "demo", "--root", str(work / "root"), "--small"],
+        check=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     stub = _Stub(work / "root", token)
-    env = {**os.environ, "RAYFORM_ENDPOINT": stub.url, "RAYFORM_TOKEN": token,
-           "RAYFORM_CACHE_DIR": str(work / "cache")}
+    env = {
+        **os.environ,
+        "RAYFORM_ENDPOINT": stub.url,
+        "RAYFORM_TOKEN": token,
+        "RAYFORM_CACHE_DIR": str(work / "cache"),
+    }
     out: dict[str, Any] = {}
     try:
         with sync_playwright() as pw:
@@ -195,7 +235,9 @@ def _first_frame(chromium: str) -> dict[str, Any]:
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--segments", type=int, default=1_000_000)
     p.add_argument("--root", type=Path, help="a data root that already holds the fleet slice")
     args = p.parse_args()
@@ -207,12 +249,28 @@ def main() -> int:
     if root is None:
         tmp = Path(tempfile.mkdtemp(prefix="view-bench-fleet-"))
         root = tmp / "root"
-        subprocess.run(["rayform-server", "demo", "--root", str(root), "--small", "--slice", FLEET,
-                        "--episodes", str(args.segments), "--share-blobs"], check=True,
-                       stdout=subprocess.DEVNULL)
+        subprocess.run(
+            [
+                "rayform-server",
+                "demo",
+                "--root",
+                str(root),
+                "--small",
+                "--slice",
+                FLEET,
+                "--episodes",
+                str(args.segments),
+                "--share-blobs",
+            ],
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
     try:
-        result = {"fleet": _fleet(root, args.segments, chromium), "demo": _first_frame(chromium),
-                  "load_average": os.getloadavg()}
+        result = {
+            "fleet": _fleet(root, args.segments, chromium),
+            "demo": _first_frame(chromium),
+            "load_average": os.getloadavg(),
+        }
     finally:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)

@@ -43,7 +43,9 @@ def main() -> int:
     step(f"1/4 demo slice {SLICE} in {ROOT.relative_to(HERE)}")
     if not (ROOT / "slices" / f"{SLICE}.json").exists():
         t0 = time.perf_counter()
-        subprocess.run([bindir / "rayform-server", "demo", "--root", ROOT, "--slice", SLICE], check=True)
+        subprocess.run(
+            [bindir / "rayform-server", "demo", "--root", ROOT, "--slice", SLICE], check=True
+        )
         print(f"built in {time.perf_counter() - t0:.1f} s")
     else:
         print("already built (delete .demo/ to rebuild)")
@@ -53,8 +55,18 @@ def main() -> int:
     url = f"http://127.0.0.1:{port}"
     step(f"2/4 server stub on {url} (bearer token, random per run)")
     server = subprocess.Popen(
-        [bindir / "rayform-server", "serve", "--root", ROOT, "--host", "127.0.0.1",
-         "--port", str(port), "--token", token],
+        [
+            bindir / "rayform-server",
+            "serve",
+            "--root",
+            ROOT,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--token",
+            token,
+        ],
     )
     try:
         deadline = time.monotonic() + 30
@@ -73,8 +85,19 @@ def main() -> int:
         os.environ.pop("RAYFORM_OFFLINE", None)
         shutil.rmtree(CACHE, ignore_errors=True)
         step(f"3/4 rayform pull {SLICE} into a fresh cache ({CACHE.relative_to(HERE)})")
-        subprocess.run([bindir / "rayform", "pull", SLICE, "--streams", "cam0/rgb", "wrist/rgb",
-                        "joints/position", "joints/position_delta"], check=True)
+        subprocess.run(
+            [
+                bindir / "rayform",
+                "pull",
+                SLICE,
+                "--streams",
+                "cam0/rgb",
+                "wrist/rgb",
+                "joints/position",
+                "joints/position_delta",
+            ],
+            check=True,
+        )
     finally:
         server.terminate()
         server.wait(10)
@@ -101,11 +124,19 @@ def main() -> int:
     )
     workers = min(8, os.cpu_count() or 1)
     sampler = rayform.torch.EpisodeSampler(dataset, shuffle=True)
-    loader = DataLoader(dataset, batch_size=64, num_workers=workers, sampler=sampler,
-                        persistent_workers=True, collate_fn=rayform.torch.collate)
-    print(f"{len(dataset)} samples at 15 Hz over {len(slice_.segments)} episodes; "
-          f"DataLoader(batch_size=64, num_workers={workers}, sampler=EpisodeSampler(shuffle=True), "
-          "persistent_workers=True, collate_fn=rayform.torch.collate)")
+    loader = DataLoader(
+        dataset,
+        batch_size=64,
+        num_workers=workers,
+        sampler=sampler,
+        persistent_workers=True,
+        collate_fn=rayform.torch.collate,
+    )
+    print(
+        f"{len(dataset)} samples at 15 Hz over {len(slice_.segments)} episodes; "
+        f"DataLoader(batch_size=64, num_workers={workers}, sampler=EpisodeSampler(shuffle=True), "
+        "persistent_workers=True, collate_fn=rayform.torch.collate)"
+    )
     for epoch in range(2):
         dataset.set_epoch(epoch)
         t0 = time.perf_counter()
@@ -117,8 +148,10 @@ def main() -> int:
                 shapes = {k: tuple(v.shape) for k, v in batch.items() if hasattr(v, "shape")}
             n += batch["action"].shape[0]
         dt = time.perf_counter() - t0
-        print(f"epoch {epoch}: {n} samples in {dt:.1f} s = {n / dt:.0f} samples/s "
-              f"(first batch after {first:.2f} s)")
+        print(
+            f"epoch {epoch}: {n} samples in {dt:.1f} s = {n / dt:.0f} samples/s "
+            f"(first batch after {first:.2f} s)"
+        )
     print("batch shapes:", shapes)
     print("\ndemo done: slice served, pulled, verified, and trained on offline.")
     return 0

@@ -30,16 +30,33 @@ SLICE = "slc_7c1e04aa"
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--root", type=Path, required=True, help="data root of `rayform-server demo`")
-    p.add_argument("--out", type=Path, default=Path(__file__).resolve().parents[1] / "docs" / "view.png")
+    p.add_argument(
+        "--out", type=Path, default=Path(__file__).resolve().parents[1] / "docs" / "view.png"
+    )
     args = p.parse_args()
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     token = secrets.token_hex(16)
-    stub = subprocess.Popen(["rayform-server", "serve", "--root", str(args.root), "--host", "127.0.0.1",
-                             "--port", str(port), "--token", token], stderr=subprocess.DEVNULL)
+    stub = subprocess.Popen(
+        [
+            "rayform-server",
+            "serve",
+            "--root",
+            str(args.root),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--token",
+            token,
+        ],
+        stderr=subprocess.DEVNULL,
+    )
     cache = Path(tempfile.mkdtemp(prefix="view-shot-"))
     errors: list[str] = []
     try:
@@ -62,11 +79,17 @@ def main() -> int:
                 for row in (3, 5):
                     page.locator("#episodes .mark").nth(row).check()
                 page.get_by_label("lab-zurich", exact=True).check()
-                page.wait_for_function("() => document.querySelectorAll('#episodes tbody tr').length == 10")
+                page.wait_for_function(
+                    "() => document.querySelectorAll('#episodes tbody tr').length == 10"
+                )
                 page.locator("#episodes .mark").nth(0).check()
-                page.wait_for_function("() => document.querySelector('#sel-count').textContent.includes('3 marked')")
-                page.wait_for_function("() => [...document.querySelectorAll('#cameras video')]"
-                                       ".every(v => v.readyState >= 2 && !v.seeking)")
+                page.wait_for_function(
+                    "() => document.querySelector('#sel-count').textContent.includes('3 marked')"
+                )
+                page.wait_for_function(
+                    "() => [...document.querySelectorAll('#cameras video')]"
+                    ".every(v => v.readyState >= 2 && !v.seeking)"
+                )
                 page.screenshot(path=str(args.out))
                 browser.close()
         finally:

@@ -38,7 +38,6 @@ def demo_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-
 @pytest.fixture(scope="session")
 def demo_server(demo_root: Path) -> Iterator[ServerProcess]:
     """A real server stub serving the small demo root with bearer token TOKEN."""

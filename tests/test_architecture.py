@@ -114,18 +114,27 @@ def _within(module: str, package: str) -> bool:
 
 
 def test_the_sdk_never_imports_the_server_tests_or_bench() -> None:
-    bad = [f"{f}:{line} imports {name}" for f, _, line, name in _all_imports("sdk")
-           if name.split(".")[0] in ("rayform_server", "tests", "bench", "conftest", "support")]
+    bad = [
+        f"{f}:{line} imports {name}"
+        for f, _, line, name in _all_imports("sdk")
+        if name.split(".")[0] in ("rayform_server", "tests", "bench", "conftest", "support")
+    ]
     assert not bad, "the SDK must work without the server stub:\n" + "\n".join(bad)
 
 
 def test_the_sdk_core_never_imports_torch() -> None:
     heavy = ("torch", "torchcodec", "rayform.torch", "rayform.integrations")
-    bad = [f"{f}:{line} imports {name}" for f, module, line, name in _all_imports("sdk")
-           if not _within(module, "rayform.torch") and not _within(module, "rayform.integrations")
-           and any(_within(name, h) for h in heavy)]
-    assert not bad, ("`import rayform` must not need torch; move this into rayform/torch or "
-                     "rayform/integrations:\n" + "\n".join(bad))
+    bad = [
+        f"{f}:{line} imports {name}"
+        for f, module, line, name in _all_imports("sdk")
+        if not _within(module, "rayform.torch")
+        and not _within(module, "rayform.integrations")
+        and any(_within(name, h) for h in heavy)
+    ]
+    assert not bad, (
+        "`import rayform` must not need torch; move this into rayform/torch or "
+        "rayform/integrations:\n" + "\n".join(bad)
+    )
 
 
 @pytest.mark.parametrize("tree", ["sdk", "server", "bench", "scripts"])
@@ -135,11 +144,15 @@ def test_private_modules_are_imported_only_inside_their_package(tree: str) -> No
         owner = _private_owner(name)
         if owner is None or name.split(".")[0] not in OWN or _within(module, owner):
             continue
-        if any(module == importer and _within(name, allowed) for importer, allowed in ALLOWED_PRIVATE):
+        if any(
+            module == importer and _within(name, allowed) for importer, allowed in ALLOWED_PRIVATE
+        ):
             continue
         bad.append(f"{f}:{line} imports {name} (private to {owner})")
-    assert not bad, ("use the public name instead (rayform.format, rayform.files, rayform.errors, "
-                     "...), or make it public:\n" + "\n".join(bad))
+    assert not bad, (
+        "use the public name instead (rayform.format, rayform.files, rayform.errors, "
+        "...), or make it public:\n" + "\n".join(bad)
+    )
 
 
 def test_tests_use_the_public_wire_format_and_the_helpers_module() -> None:
@@ -148,20 +161,27 @@ def test_tests_use_the_public_wire_format_and_the_helpers_module() -> None:
         if any(_within(name, w) for w in WIRE_PRIVATE):
             bad.append(f"{f}:{line} imports {name}: import it from rayform.format")
         if _within(name, "conftest"):
-            bad.append(f"{f}:{line} imports {name}: conftest holds fixtures only; "
-                       "import shared helpers from the support package")
+            bad.append(
+                f"{f}:{line} imports {name}: conftest holds fixtures only; "
+                "import shared helpers from the support package"
+            )
     assert not bad, "\n".join(bad)
 
 
 def test_the_rules_see_imports() -> None:
     """The checker itself: it finds nested, relative and from-imports of private names."""
-    found = {name for _, module, _, name in _all_imports("server") if module == "rayform_server.cli"}
+    found = {
+        name for _, module, _, name in _all_imports("server") if module == "rayform_server.cli"
+    }
     assert "rayform_server.blobstore.configure_root" in found  # from-import of a name
     assert "rayform_server.app.create_app" in found  # imported inside a function
     assert _private_owner("rayform.torch._index.build_index") == "rayform.torch"
     assert _private_owner("rayform.format.hash_bytes") is None
     assert _private_owner("bench._data._StoreClient") == "bench"
-    assert _private_owner("rayform.torch._sampling._order.episode_streams") == "rayform.torch._sampling"
+    assert (
+        _private_owner("rayform.torch._sampling._order.episode_streams")
+        == "rayform.torch._sampling"
+    )
     assert _private_owner("rayform.uri._dataset._shown") == "rayform.uri"
     assert _private_owner("rayform._net.Transport") == "rayform"
 
@@ -170,7 +190,10 @@ def test_the_rules_see_imports() -> None:
 #: Reads of a private attribute defined by a class of another module, each with its reason.
 ALLOWED_PRIVATE_ATTRS = {
     # A namedtuple's own API (``_fields``, ``_asdict``, ``_replace``, ``_make``), not ours.
-    "_fields", "_asdict", "_replace", "_make",
+    "_fields",
+    "_asdict",
+    "_replace",
+    "_make",
     # torch's shared-memory storage constructor, which the collate function calls like torch's.
     "_new_shared",
 }
@@ -266,9 +289,11 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_no_import_cycles() -> None:
     cycles = [c for c in _cycles(_edges(_own_modules())) if frozenset(c) not in ALLOWED_CYCLES]
-    assert not cycles, ("modules that import each other (directly or around a circle; an import "
-                        "inside a function counts): move what both need into a module of its own, "
-                        "or pass it in\n" + "\n".join(" <-> ".join(c) for c in cycles))
+    assert not cycles, (
+        "modules that import each other (directly or around a circle; an import "
+        "inside a function counts): move what both need into a module of its own, "
+        "or pass it in\n" + "\n".join(" <-> ".join(c) for c in cycles)
+    )
 
 
 def _private_attrs_by_module(modules: dict[str, Path]) -> dict[str, set[str]]:
@@ -284,11 +309,16 @@ def _private_attrs_by_module(modules: dict[str, Path]) -> dict[str, set[str]]:
                 if isinstance(inner, (ast.FunctionDef, ast.AsyncFunctionDef)) and inner is not node:
                     names.add(inner.name)
                 elif isinstance(inner, (ast.Assign, ast.AnnAssign)):
-                    for target in inner.targets if isinstance(inner, ast.Assign) else [inner.target]:
+                    for target in (
+                        inner.targets if isinstance(inner, ast.Assign) else [inner.target]
+                    ):
                         if isinstance(target, ast.Name):
                             names.add(target.id)
-                        elif isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) \
-                                and target.value.id in ("self", "cls"):
+                        elif (
+                            isinstance(target, ast.Attribute)
+                            and isinstance(target.value, ast.Name)
+                            and target.value.id in ("self", "cls")
+                        ):
                             names.add(target.attr)
         out[module] = {n for n in names if n.startswith("_") and not n.startswith("__")}
     return out
@@ -303,7 +333,11 @@ def _private_reads(modules: dict[str, Path]) -> list[str]:
     bad = []
     for module, path in modules.items():
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            if not isinstance(node, ast.Attribute) or not node.attr.startswith("_") or node.attr.startswith("__"):
+            if (
+                not isinstance(node, ast.Attribute)
+                or not node.attr.startswith("_")
+                or node.attr.startswith("__")
+            ):
                 continue
             if isinstance(node.value, ast.Name) and node.value.id in ("self", "cls", "super"):
                 continue
@@ -311,15 +345,19 @@ def _private_reads(modules: dict[str, Path]) -> list[str]:
                 continue  # this module's own classes define it: a read of its own
             others = owners.get(node.attr, set()) - {module}
             if others:
-                bad.append(f"{path.relative_to(REPO)}:{node.lineno} reads .{node.attr} "
-                           f"(private to {', '.join(sorted(others))})")
+                bad.append(
+                    f"{path.relative_to(REPO)}:{node.lineno} reads .{node.attr} "
+                    f"(private to {', '.join(sorted(others))})"
+                )
     return bad
 
 
 def test_no_module_reads_another_modules_private_attributes() -> None:
     bad = _private_reads(_own_modules())
-    assert not bad, ("a private attribute of another module's class: add a public method or "
-                     "property to that class (or pass what is needed in)\n" + "\n".join(bad))
+    assert not bad, (
+        "a private attribute of another module's class: add a public method or "
+        "property to that class (or pass what is needed in)\n" + "\n".join(bad)
+    )
 
 
 def test_the_cycle_and_reach_in_checks_see_what_they_look_for() -> None:

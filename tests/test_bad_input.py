@@ -60,11 +60,14 @@ def _put_manifest(root: Path, slice_id: str, data: bytes, name: str | None = Non
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(data)
     (root / "slices" / f"{slice_id}.json").write_bytes(
-        canonical_json({"id": slice_id, "manifest": digest, "description": "edited by a test"}))
+        canonical_json({"id": slice_id, "manifest": digest, "description": "edited by a test"})
+    )
 
 
 @pytest.fixture(scope="module")
-def bad_server(demo_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
+def bad_server(
+    demo_root: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[str, str]]:
     root = tmp_path_factory.mktemp("bad-root") / "root"
     shutil.copytree(demo_root, root)
     ref = json.loads((root / "slices" / f"{DEMO_SLICE}.json").read_bytes())
@@ -107,18 +110,56 @@ def _blob_of(client: rayform.Client, slice_id: str, seg: int = 0) -> Any:
 # name -> (action on a Bad, expected error type, regex the message must match: what to do)
 CASES: dict[str, tuple[Callable[[Bad], object], type[Exception], str]] = {
     "id-empty": (lambda b: b.client().slices.get(""), errors.InvalidArgumentError, "slc_"),
-    "id-uppercase": (lambda b: b.client().slices.get("slc_7C1E04AA"), errors.InvalidArgumentError, "slc_"),
-    "id-traversal": (lambda b: b.client().slices.get("../../etc/passwd"), errors.InvalidArgumentError, "slc_"),
-    "id-not-a-string": (lambda b: b.client().slices.get(12345), errors.InvalidArgumentError, "slc_"),
-    "id-with-path": (lambda b: b.client().slices.get(f"{DEMO_SLICE}/manifest"), errors.InvalidArgumentError, "slc_"),
-    "id-unknown": (lambda b: b.client().slices.get("slc_0123abcd"), errors.NotFoundError, "rayform slices ls"),
-    "pull-unknown-stream": (lambda b: b.client().pull(DEMO_SLICE, streams=["cam9/rgb"]), errors.NotFoundError,
-                            "it has cam0/rgb"),
-    "pull-malformed-stream": (lambda b: b.client().pull(DEMO_SLICE, streams=["../x"]),
-                              errors.InvalidArgumentError, "stream"),
-    "pull-jobs-0": (lambda b: b.client().pull(DEMO_SLICE, jobs=0), errors.InvalidArgumentError, "positive"),
-    "dataset-unknown-obs": (lambda b: b.dataset(obs=["cam9/rgb"]), errors.NotFoundError, "cam0/rgb"),
-    "dataset-unknown-action": (lambda b: b.dataset(action="joints/torque"), errors.NotFoundError, "joints"),
+    "id-uppercase": (
+        lambda b: b.client().slices.get("slc_7C1E04AA"),
+        errors.InvalidArgumentError,
+        "slc_",
+    ),
+    "id-traversal": (
+        lambda b: b.client().slices.get("../../etc/passwd"),
+        errors.InvalidArgumentError,
+        "slc_",
+    ),
+    "id-not-a-string": (
+        lambda b: b.client().slices.get(12345),
+        errors.InvalidArgumentError,
+        "slc_",
+    ),
+    "id-with-path": (
+        lambda b: b.client().slices.get(f"{DEMO_SLICE}/manifest"),
+        errors.InvalidArgumentError,
+        "slc_",
+    ),
+    "id-unknown": (
+        lambda b: b.client().slices.get("slc_0123abcd"),
+        errors.NotFoundError,
+        "rayform slices ls",
+    ),
+    "pull-unknown-stream": (
+        lambda b: b.client().pull(DEMO_SLICE, streams=["cam9/rgb"]),
+        errors.NotFoundError,
+        "it has cam0/rgb",
+    ),
+    "pull-malformed-stream": (
+        lambda b: b.client().pull(DEMO_SLICE, streams=["../x"]),
+        errors.InvalidArgumentError,
+        "stream",
+    ),
+    "pull-jobs-0": (
+        lambda b: b.client().pull(DEMO_SLICE, jobs=0),
+        errors.InvalidArgumentError,
+        "positive",
+    ),
+    "dataset-unknown-obs": (
+        lambda b: b.dataset(obs=["cam9/rgb"]),
+        errors.NotFoundError,
+        "cam0/rgb",
+    ),
+    "dataset-unknown-action": (
+        lambda b: b.dataset(action="joints/torque"),
+        errors.NotFoundError,
+        "joints",
+    ),
     "dataset-no-obs": (lambda b: b.dataset(obs=[]), errors.InvalidArgumentError, "non-empty list"),
     "fps-zero": (lambda b: b.dataset(fps=0), errors.InvalidArgumentError, r"> 0 \(Hz\)"),
     "fps-negative": (lambda b: b.dataset(fps=-15), errors.InvalidArgumentError, r"> 0 \(Hz\)"),
@@ -128,30 +169,68 @@ CASES: dict[str, tuple[Callable[[Bad], object], type[Exception], str]] = {
     "horizon-float": (lambda b: b.dataset(horizon=2.5), errors.InvalidArgumentError, "integer"),
     "frame-unknown": (lambda b: b.dataset(frame="enu"), errors.InvalidArgumentError, "ros"),
     "obs-steps-zero": (lambda b: b.dataset(obs_steps=0), errors.InvalidArgumentError, ">= 1"),
-    "manifest-malformed": (lambda b: b.client().slices.get("slc_bad00001"), errors.ManifestError,
-                           "report"),
-    "manifest-format-version": (lambda b: b.client().slices.get("slc_bad00002"), errors.ManifestError,
-                                "pip install -U rayform"),
-    "manifest-hash-mismatch": (lambda b: b.client().slices.get("slc_bad00003"), errors.ManifestError,
-                               "corrupt"),
-    "slice-empty": (lambda b: EpisodeDataset(b.client().slices.get("slc_bad00004"), obs=OBS, action=None, fps=15),
-                    errors.NotFoundError, "no episodes.*rayform slices ls"),
-    "blob-shorter-than-manifest": (lambda b: b.client().ensure_blob("slc_bad00005", _blob_of(b.client(), "slc_bad00005")),
-                                  errors.IntegrityError, "report"),
-    "blob-longer-than-manifest": (lambda b: b.client().ensure_blob("slc_bad00006", _blob_of(b.client(), "slc_bad00006")),
-                                   errors.IntegrityError, "report"),
-    "blob-tampered-on-server": (lambda b: b.client().pull(DEMO_SLICE, streams=["joints/position"]),
-                                errors.IntegrityError, "report"),
-    "token-wrong": (lambda b: b.client(token="not-the-token-123").slices.get(DEMO_SLICE),
-                    errors.AccessDeniedError, "RAYFORM_TOKEN"),
-    "token-missing": (lambda b: b.client(token=None).slices.get(DEMO_SLICE), errors.AccessDeniedError,
-                      "RAYFORM_TOKEN"),
-    "offline-nothing-cached": (lambda b: b.client(offline=True).slices.get(DEMO_SLICE), errors.OfflineError,
-                               f"rayform pull {DEMO_SLICE}"),
-    "endpoint-not-http": (lambda b: b.client(endpoint="ftp://example.com"), errors.InvalidArgumentError,
-                          "RAYFORM_ENDPOINT"),
-    "endpoint-missing": (lambda b: rayform.Client(token=TOKEN, cache_dir=b.cache).slices.get(DEMO_SLICE),
-                         errors.InvalidArgumentError, "RAYFORM_ENDPOINT"),
+    "manifest-malformed": (
+        lambda b: b.client().slices.get("slc_bad00001"),
+        errors.ManifestError,
+        "report",
+    ),
+    "manifest-format-version": (
+        lambda b: b.client().slices.get("slc_bad00002"),
+        errors.ManifestError,
+        "pip install -U rayform",
+    ),
+    "manifest-hash-mismatch": (
+        lambda b: b.client().slices.get("slc_bad00003"),
+        errors.ManifestError,
+        "corrupt",
+    ),
+    "slice-empty": (
+        lambda b: EpisodeDataset(
+            b.client().slices.get("slc_bad00004"), obs=OBS, action=None, fps=15
+        ),
+        errors.NotFoundError,
+        "no episodes.*rayform slices ls",
+    ),
+    "blob-shorter-than-manifest": (
+        lambda b: b.client().ensure_blob("slc_bad00005", _blob_of(b.client(), "slc_bad00005")),
+        errors.IntegrityError,
+        "report",
+    ),
+    "blob-longer-than-manifest": (
+        lambda b: b.client().ensure_blob("slc_bad00006", _blob_of(b.client(), "slc_bad00006")),
+        errors.IntegrityError,
+        "report",
+    ),
+    "blob-tampered-on-server": (
+        lambda b: b.client().pull(DEMO_SLICE, streams=["joints/position"]),
+        errors.IntegrityError,
+        "report",
+    ),
+    "token-wrong": (
+        lambda b: b.client(token="not-the-token-123").slices.get(DEMO_SLICE),
+        errors.AccessDeniedError,
+        "RAYFORM_TOKEN",
+    ),
+    "token-missing": (
+        lambda b: b.client(token=None).slices.get(DEMO_SLICE),
+        errors.AccessDeniedError,
+        "RAYFORM_TOKEN",
+    ),
+    "offline-nothing-cached": (
+        lambda b: b.client(offline=True).slices.get(DEMO_SLICE),
+        errors.OfflineError,
+        f"rayform pull {DEMO_SLICE}",
+    ),
+    "endpoint-not-http": (
+        lambda b: b.client(endpoint="ftp://example.com"),
+        errors.InvalidArgumentError,
+        "RAYFORM_ENDPOINT",
+    ),
+    "endpoint-missing": (
+        lambda b: rayform.Client(token=TOKEN, cache_dir=b.cache).slices.get(DEMO_SLICE),
+        errors.InvalidArgumentError,
+        "RAYFORM_ENDPOINT",
+    ),
     "prune-negative": (lambda b: b.client().cache.prune(-1), errors.InvalidArgumentError, ">= 0"),
 }
 
@@ -180,7 +259,9 @@ def test_read_only_cache_dir_is_a_clear_error(bad: Bad, tmpfs: Callable[[str], P
     assert list(ro.iterdir()) == []
 
 
-def test_full_disk_is_a_clear_error_and_cache_stays_consistent(bad: Bad, tmpfs: Callable[[str], Path]) -> None:
+def test_full_disk_is_a_clear_error_and_cache_stays_consistent(
+    bad: Bad, tmpfs: Callable[[str], Path]
+) -> None:
     small = tmpfs("size=96k")
     client = bad.client(cache_dir=small / "cache")
     with pytest.raises(errors.CacheError, match="full.*prune"):
@@ -195,7 +276,9 @@ def test_full_disk_is_a_clear_error_and_cache_stays_consistent(bad: Bad, tmpfs: 
 
 
 @pytest.mark.parametrize("err", [errno.ENOLCK, errno.ENOSYS], ids=["no-locks", "no-flock-syscall"])
-def test_cache_on_a_filesystem_without_locking(bad: Bad, monkeypatch: pytest.MonkeyPatch, err: int) -> None:
+def test_cache_on_a_filesystem_without_locking(
+    bad: Bad, monkeypatch: pytest.MonkeyPatch, err: int
+) -> None:
     def no_flock(fd: int, op: int) -> None:
         raise OSError(err, os.strerror(err))
 

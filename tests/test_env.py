@@ -40,7 +40,9 @@ def test_unset_is_off(monkeypatch: pytest.MonkeyPatch) -> None:
     assert not env_flag("RAYFORM_NO_LOCKS") and Cache("unused").locks
 
 
-def test_default_cache_dir_follows_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_default_cache_dir_follows_the_environment(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     monkeypatch.setenv("RAYFORM_CACHE_DIR", str(tmp_path / "mine"))
     assert default_cache_dir() == tmp_path / "mine"
     assert rayform.Client().cache_dir == tmp_path / "mine"
@@ -52,8 +54,14 @@ def test_default_cache_dir_follows_the_environment(monkeypatch: pytest.MonkeyPat
         assert default_cache_dir() == Path(platformdirs.user_cache_dir("rayform"))
 
 
-def test_the_cli_and_the_client_agree_on_the_cache_dir(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_the_cli_and_the_client_agree_on_the_cache_dir(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     monkeypatch.setenv("RAYFORM_CACHE_DIR", str(tmp_path / "shared" / ".." / "c"))
-    cli = subprocess.run([sys.executable, "-m", "rayform", "cache", "path"], capture_output=True, text=True,
-                         check=True).stdout.strip()
+    cli = subprocess.run(
+        [sys.executable, "-m", "rayform", "cache", "path"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     assert Path(cli) == rayform.Client().cache_dir

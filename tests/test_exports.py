@@ -17,7 +17,12 @@ def test_public_names_resolve():
     assert issubclass(rayform.InvalidArgumentError, ValueError)
     assert rayform.torch.EpisodeDataset is not None
     assert set(rayform.torch.__all__) == {
-        "EpisodeDataset", "EpisodeSampler", "MixtureDataset", "SamplerDataset", "collate", "split_episodes",
+        "EpisodeDataset",
+        "EpisodeSampler",
+        "MixtureDataset",
+        "SamplerDataset",
+        "collate",
+        "split_episodes",
         "unnormalize",
     }
     for name in rayform.torch.__all__:
@@ -29,26 +34,52 @@ def test_format_and_files_are_the_public_wire_contract():
     import rayform.format
 
     assert sorted(rayform.format.__all__) == [
-        "ColumnarManifest", "HASH_RE", "MANIFEST_FORMAT", "MANIFEST_FORMAT_VERSION",
-        "MANIFEST_FORMAT_VERSION_2", "MANIFEST_FORMAT_VERSION_3", "PAGE_FORMAT", "PAGE_ROWS", "SEGMENT_ID_RE",
+        "ColumnarManifest",
+        "HASH_RE",
+        "MANIFEST_FORMAT",
+        "MANIFEST_FORMAT_VERSION",
+        "MANIFEST_FORMAT_VERSION_2",
+        "MANIFEST_FORMAT_VERSION_3",
+        "PAGE_FORMAT",
+        "PAGE_ROWS",
+        "SEGMENT_ID_RE",
         "SLICE_ID_RE",
-        "STREAM_NAME_RE", "build_root", "canonical_json", "check_hash", "check_segment_id",
-        "check_slice_id", "check_stream_name", "decode_table", "decode_timestamps", "encode_table",
-        "encode_timestamps", "hash_bytes", "hash_file", "load_manifest", "new_hasher", "page_refs",
-        "segments_to_table", "sharded_path", "table_to_pages",
+        "STREAM_NAME_RE",
+        "build_root",
+        "canonical_json",
+        "check_hash",
+        "check_segment_id",
+        "check_slice_id",
+        "check_stream_name",
+        "decode_table",
+        "decode_timestamps",
+        "encode_table",
+        "encode_timestamps",
+        "hash_bytes",
+        "hash_file",
+        "load_manifest",
+        "new_hasher",
+        "page_refs",
+        "segments_to_table",
+        "sharded_path",
+        "table_to_pages",
     ]
     assert sorted(rayform.files.__all__) == ["publish", "unique_tmp_name", "write_atomic"]
     for module in (rayform.format, rayform.files):
         for name in module.__all__:
             assert getattr(module, name) is not None, name
     doc = rayform.Manifest(segments=()).to_json()
-    assert (doc["format"], doc["format_version"]) == (rayform.format.MANIFEST_FORMAT,
-                                                      rayform.format.MANIFEST_FORMAT_VERSION)
+    assert (doc["format"], doc["format_version"]) == (
+        rayform.format.MANIFEST_FORMAT,
+        rayform.format.MANIFEST_FORMAT_VERSION,
+    )
 
 
 def test_import_rayform_does_not_import_torch():
-    code = ("import sys, rayform, rayform.format, rayform.files; rayform.Client; "
-            "assert 'torch' not in sys.modules, 'torch imported'")
+    code = (
+        "import sys, rayform, rayform.format, rayform.files; rayform.Client; "
+        "assert 'torch' not in sys.modules, 'torch imported'"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)
 
 

@@ -28,8 +28,12 @@ REPO = Path(__file__).resolve().parent.parent
 SNAPSHOT = Path(__file__).resolve().parent / "public_api.json"
 MODULES = ("rayform", "rayform.torch", "rayform.format", "rayform.files", "rayform.errors")
 CLASSES = (
-    "rayform.client:Client", "rayform.slice:Slice", "rayform.cache:Cache",
-    "rayform.torch:EpisodeDataset", "rayform.torch:EpisodeSampler", "rayform.torch:MixtureDataset",
+    "rayform.client:Client",
+    "rayform.slice:Slice",
+    "rayform.cache:Cache",
+    "rayform.torch:EpisodeDataset",
+    "rayform.torch:EpisodeSampler",
+    "rayform.torch:MixtureDataset",
 )
 
 

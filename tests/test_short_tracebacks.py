@@ -39,19 +39,46 @@ def _shown_frames(exc: BaseException) -> list[tuple[str, str]]:
 
 
 CASES: dict[str, tuple[Callable[[Slice, Path], Any], type[Exception], str, tuple[str, str]]] = {
-    "fps": (lambda s, _: EpisodeDataset(s, obs=["joints/position"], action=None, fps=-1),
-            InvalidArgumentError, "fps=-1", ("dataset.py", "__init__")),
-    "unknown stream": (lambda s, _: EpisodeDataset(s, obs=["nope/x"], action=None, fps=10),
-                       NotFoundError, "available streams", ("dataset.py", "__init__")),
-    "unknown segment": (lambda s, _: EpisodeDataset(s, obs=["joints/position"], action=None, fps=10,
-                                                    segments=["seg_00000000"]),
-                        NotFoundError, "seg_00000000", ("dataset.py", "__init__")),
-    "empty selection": (lambda s, _: s.select(sites=["nowhere"]), InvalidArgumentError, "keeps no segment",
-                        ("slice.py", "select")),
-    "bad slice ID": (lambda _, tmp: rayform.Client("http://127.0.0.1:9", "t", cache_dir=tmp).slices.get("bad id"),
-                     InvalidArgumentError, "malformed slice ID", ("client.py", "get")),
-    "bad endpoint": (lambda _, tmp: rayform.Client(endpoint="ftp://x", token="t", cache_dir=tmp),
-                     InvalidArgumentError, "ftp://x", ("client.py", "__init__")),
+    "fps": (
+        lambda s, _: EpisodeDataset(s, obs=["joints/position"], action=None, fps=-1),
+        InvalidArgumentError,
+        "fps=-1",
+        ("dataset.py", "__init__"),
+    ),
+    "unknown stream": (
+        lambda s, _: EpisodeDataset(s, obs=["nope/x"], action=None, fps=10),
+        NotFoundError,
+        "available streams",
+        ("dataset.py", "__init__"),
+    ),
+    "unknown segment": (
+        lambda s, _: EpisodeDataset(
+            s, obs=["joints/position"], action=None, fps=10, segments=["seg_00000000"]
+        ),
+        NotFoundError,
+        "seg_00000000",
+        ("dataset.py", "__init__"),
+    ),
+    "empty selection": (
+        lambda s, _: s.select(sites=["nowhere"]),
+        InvalidArgumentError,
+        "keeps no segment",
+        ("slice.py", "select"),
+    ),
+    "bad slice ID": (
+        lambda _, tmp: rayform.Client("http://127.0.0.1:9", "t", cache_dir=tmp).slices.get(
+            "bad id"
+        ),
+        InvalidArgumentError,
+        "malformed slice ID",
+        ("client.py", "get"),
+    ),
+    "bad endpoint": (
+        lambda _, tmp: rayform.Client(endpoint="ftp://x", token="t", cache_dir=tmp),
+        InvalidArgumentError,
+        "ftp://x",
+        ("client.py", "__init__"),
+    ),
 }
 
 

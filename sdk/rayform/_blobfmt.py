@@ -24,7 +24,9 @@ __all__ = ["decode_table", "decode_timestamps", "encode_table", "encode_timestam
 
 def _check_times(t_ns: np.ndarray, what: str) -> None:
     if t_ns.ndim != 1 or t_ns.dtype != np.int64:
-        raise IntegrityError(f"{what}: timestamps must be int64 of shape (N,), got {t_ns.dtype} {t_ns.shape}")
+        raise IntegrityError(
+            f"{what}: timestamps must be int64 of shape (N,), got {t_ns.dtype} {t_ns.shape}"
+        )
     if t_ns.size > 1 and not bool(np.all(np.diff(t_ns) > 0)):
         raise IntegrityError(f"{what}: timestamps are not strictly increasing")
 
@@ -54,7 +56,9 @@ def encode_table(t_ns: np.ndarray, values: np.ndarray) -> bytes:
     values = np.ascontiguousarray(values)
     _check_times(t_ns, "table")
     if values.ndim != 2 or values.shape[0] != t_ns.shape[0]:
-        raise IntegrityError(f"table values must be (N, D) with N={t_ns.shape[0]}, got {values.shape}")
+        raise IntegrityError(
+            f"table values must be (N, D) with N={t_ns.shape[0]}, got {values.shape}"
+        )
     buf = io.BytesIO()
     np.save(buf, t_ns, allow_pickle=False)
     np.save(buf, values, allow_pickle=False)
@@ -71,5 +75,7 @@ def decode_table(data: bytes, what: str = "table blob") -> tuple[np.ndarray, np.
         raise IntegrityError(f"{what} is not a valid table (two .npy arrays): {exc}") from exc
     _check_times(t_ns, what)
     if values.ndim != 2 or values.shape[0] != t_ns.shape[0]:
-        raise IntegrityError(f"{what}: values shape {values.shape} does not match {t_ns.shape[0]} timestamps")
+        raise IntegrityError(
+            f"{what}: values shape {values.shape} does not match {t_ns.shape[0]} timestamps"
+        )
     return t_ns, values

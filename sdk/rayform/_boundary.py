@@ -36,6 +36,8 @@ def argument_errors(func: Callable[P, R]) -> Callable[P, R]:
             inner = exc.__traceback__.tb_next if exc.__traceback__ is not None else None
             if inner is not None:
                 inner.tb_next = None
-            raise exc.with_traceback(inner) from exc.__cause__ if exc.__cause__ is not None else None
+            raise exc.with_traceback(inner) from (
+                exc.__cause__ if exc.__cause__ is not None else None
+            )
 
     return public

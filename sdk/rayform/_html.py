@@ -35,7 +35,9 @@ def utc(ns: int) -> str:
 def table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
     """An HTML ``<table>`` of escaped cells."""
     head = "".join(f"<th {_CELL}>{esc(h)}</th>" for h in headers)
-    body = "".join("<tr>" + "".join(f"<td {_CELL}>{esc(v)}</td>" for v in row) + "</tr>" for row in rows)
+    body = "".join(
+        "<tr>" + "".join(f"<td {_CELL}>{esc(v)}</td>" for v in row) + "</tr>" for row in rows
+    )
     return f"<table {_TABLE}><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 

@@ -46,8 +46,10 @@ def check_slice_id(value: object, *, new: bool = False) -> str:
     """
     if not isinstance(value, str) or not SLICE_ID_RE.fullmatch(value):
         if new:
-            hint = ("Choose a new one, e.g. 'slc_' plus 8 random hex digits: "
-                    "python -c \"import secrets; print('slc_' + secrets.token_hex(4))\"")
+            hint = (
+                "Choose a new one, e.g. 'slc_' plus 8 random hex digits: "
+                "python -c \"import secrets; print('slc_' + secrets.token_hex(4))\""
+            )
         else:
             hint = "`rayform slices ls` lists the slice IDs your token may read."
         raise InvalidArgumentError(

@@ -19,9 +19,22 @@ __all__ = ["DEFAULT_STALL_TIMEOUT_S", "parse_bytes", "resolve_cache_limit", "res
 #: Default bound, in seconds, on a network operation that makes no progress.
 DEFAULT_STALL_TIMEOUT_S = 120.0
 
-_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9,
-          "gb": 10**9, "t": 10**12, "tb": 10**12, "kib": 2**10, "mib": 2**20, "gib": 2**30,
-          "tib": 2**40}
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 10**3,
+    "kb": 10**3,
+    "m": 10**6,
+    "mb": 10**6,
+    "g": 10**9,
+    "gb": 10**9,
+    "t": 10**12,
+    "tb": 10**12,
+    "kib": 2**10,
+    "mib": 2**20,
+    "gib": 2**30,
+    "tib": 2**40,
+}
 
 
 def parse_bytes(text: str, what: str = "size") -> int:
@@ -51,8 +64,12 @@ def resolve_stall_timeout(value: float | None) -> float:
             value = float(env)
         except ValueError:
             value = math.nan
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 \
-            or math.isinf(value):
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not value > 0
+        or math.isinf(value)
+    ):
         raise InvalidArgumentError(
             f"{source}={value!r}: use a positive number of seconds, e.g. 120 (the time a "
             "network operation may go without progress before it fails)"
@@ -79,6 +96,8 @@ def resolve_cache_limit(value: int | str | None) -> int | None:
 
 def _positive(source: str, n: int) -> int:
     if n <= 0:
-        raise InvalidArgumentError(f"{source}={n}: the cache limit must be more than 0 bytes, "
-                                   "e.g. '50GB'; leave it unset for no limit")
+        raise InvalidArgumentError(
+            f"{source}={n}: the cache limit must be more than 0 bytes, "
+            "e.g. '50GB'; leave it unset for no limit"
+        )
     return n

@@ -44,9 +44,19 @@ def byte_bar(total: int, desc: str) -> Any:
             d = dict(super().format_dict)
             n, elapsed = d.get("n") or 0, d.get("elapsed") or 0.0
             rate = d.get("rate") or (n / elapsed if elapsed else 0.0)
-            d.update(done=human_bytes(n), size=human_bytes(d.get("total") or 0),
-                     speed=f"{human_bytes(rate)}/s")
+            d.update(
+                done=human_bytes(n),
+                size=human_bytes(d.get("total") or 0),
+                speed=f"{human_bytes(rate)}/s",
+            )
             return d
 
-    return ByteBar(total=total, unit="B", desc=desc, file=sys.stderr, dynamic_ncols=True,
-                   mininterval=0.2, bar_format=BAR_FORMAT)
+    return ByteBar(
+        total=total,
+        unit="B",
+        desc=desc,
+        file=sys.stderr,
+        dynamic_ncols=True,
+        mininterval=0.2,
+        bar_format=BAR_FORMAT,
+    )

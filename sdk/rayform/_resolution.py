@@ -24,9 +24,23 @@ from typing import Any
 from rayform.errors import InvalidArgumentError
 from rayform.manifest import BlobRef, Rendition, Segment, Stream
 
-__all__ = ["MAX_SIZE", "RESIZE_MODES", "Plan", "Target", "check_image_size", "check_resize", "check_size_value",
-           "choose_rendition", "describe_resolution", "format_image_size", "parse_image_size", "rendition_name", "resolution_blobs",
-           "stream_blobs", "video_blob"]
+__all__ = [
+    "MAX_SIZE",
+    "RESIZE_MODES",
+    "Plan",
+    "Target",
+    "check_image_size",
+    "check_resize",
+    "check_size_value",
+    "choose_rendition",
+    "describe_resolution",
+    "format_image_size",
+    "parse_image_size",
+    "rendition_name",
+    "resolution_blobs",
+    "stream_blobs",
+    "video_blob",
+]
 
 #: Values of ``resize=``.
 RESIZE_MODES = ("pad", "squash", "crop")
@@ -89,6 +103,7 @@ class Target:
         sh, sw = min(H, max(1, _round(height * scale))), min(W, max(1, _round(width * scale)))
         return Plan((0, 0, height, width), (sh, sw), ((H - sh) // 2, (W - sw) // 2))
 
+
 #: ``image_size=``: ``(H, W)`` in pixels for every camera, or ``{camera key: (H, W)}``.
 ImageSize = tuple[int, int] | Mapping[str, tuple[int, int]]
 
@@ -99,8 +114,12 @@ def _round(x: float) -> int:
 
 
 def _check_hw(name: str, value: Sequence[int]) -> tuple[int, int]:
-    ok = (isinstance(value, Sequence) and not isinstance(value, str) and len(value) == 2
-          and all(isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in value))
+    ok = (
+        isinstance(value, Sequence)
+        and not isinstance(value, str)
+        and len(value) == 2
+        and all(isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in value)
+    )
     if not ok or not all(1 <= int(v) <= MAX_SIZE for v in value):
         raise InvalidArgumentError(
             f"{name}={value!r}: use (height, width) in pixels, two integers from 1 to {MAX_SIZE}, "
@@ -130,7 +149,9 @@ def check_size_value(image_size: ImageSize | None, resize: str) -> None:
         _check_hw("image_size", image_size)
 
 
-def check_image_size(image_size: ImageSize | None, resize: str, cameras: Sequence[str]) -> dict[str, Target] | None:
+def check_image_size(
+    image_size: ImageSize | None, resize: str, cameras: Sequence[str]
+) -> dict[str, Target] | None:
     """Validate ``image_size=`` and ``resize=`` of a dataset whose camera keys are ``cameras``.
 
     Args:
@@ -172,7 +193,9 @@ def check_image_size(image_size: ImageSize | None, resize: str, cameras: Sequenc
     return {k: Target(h, w, resize) for k, (h, w) in sizes.items()}
 
 
-def format_image_size(image_size: tuple[int, int] | Mapping[str, Sequence[int]], order: Sequence[str] = ()) -> str:
+def format_image_size(
+    image_size: tuple[int, int] | Mapping[str, Sequence[int]], order: Sequence[str] = ()
+) -> str:
     """The canonical text of an ``image_size`` (dataset URIs, the CLI): ``224x224`` when every
     camera has the same size, else ``cam0/rgb:224x224,wrist/rgb:128x128`` with the cameras in
     ``order`` (the dataset's), any others after them in sorted order.
@@ -185,7 +208,9 @@ def format_image_size(image_size: tuple[int, int] | Mapping[str, Sequence[int]],
         return f"{h}x{w}"
     sizes = {k: _check_hw(f"image_size[{k!r}]", v) for k, v in image_size.items()}
     if not sizes:
-        raise InvalidArgumentError("image_size={}: name a size per camera, or pass one (H, W) for all")
+        raise InvalidArgumentError(
+            "image_size={}: name a size per camera, or pass one (H, W) for all"
+        )
     if len(set(sizes.values())) == 1:
         h, w = next(iter(sizes.values()))
         return f"{h}x{w}"
@@ -199,6 +224,7 @@ def parse_image_size(text: str) -> tuple[int, int] | dict[str, tuple[int, int]]:
     Raises:
         InvalidArgumentError: not ``HxW`` nor ``KEY:HxW,...``.
     """
+
     def hw(item: str) -> tuple[int, int]:
         h, x, w = item.partition("x")
         if not (x and h.isdigit() and w.isdigit()):
@@ -214,7 +240,9 @@ def parse_image_size(text: str) -> tuple[int, int] | dict[str, tuple[int, int]]:
     for item in text.split(","):
         key, _, size = item.rpartition(":")
         if not key or key in out:
-            raise InvalidArgumentError(f"image_size={text!r}: write KEY:HxW once per camera, e.g. cam0/rgb:224x224")
+            raise InvalidArgumentError(
+                f"image_size={text!r}: write KEY:HxW once per camera, e.g. cam0/rgb:224x224"
+            )
         out[key] = hw(size)
     return out
 
@@ -257,8 +285,12 @@ def rendition_name(stream: Stream, target: Target | None) -> str:
     return "original" if chosen is None else f"{chosen.height}x{chosen.width}"
 
 
-def resolution_blobs(segments: Iterable[Segment], names: Sequence[str] | None, image_size: ImageSize | None,
-                     resize: str) -> dict[str, BlobRef]:
+def resolution_blobs(
+    segments: Iterable[Segment],
+    names: Sequence[str] | None,
+    image_size: ImageSize | None,
+    resize: str,
+) -> dict[str, BlobRef]:
     """``{hash: BlobRef}`` a dataset at ``image_size``/``resize`` reads from ``segments``, for
     the streams ``names`` (all if ``None``): each camera's chosen rendition (or original) with
     its timestamps, and every table, exactly as the dataset chooses
@@ -284,7 +316,9 @@ def resolution_blobs(segments: Iterable[Segment], names: Sequence[str] | None, i
     return out
 
 
-def describe_resolution(targets: Mapping[str, Target] | None, stream_of: Callable[[str], Stream]) -> dict[str, Any]:
+def describe_resolution(
+    targets: Mapping[str, Target] | None, stream_of: Callable[[str], Stream]
+) -> dict[str, Any]:
     """``describe()``'s keys for trackers: ``image_size`` (``[H, W]``, or ``{camera: [H, W]}``
     when cameras differ), ``resize`` and ``renditions`` (which stored video each camera reads,
     :func:`rendition_name`, in the stream ``stream_of(camera)``: the first episode's; ingest

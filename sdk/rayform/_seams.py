@@ -56,8 +56,13 @@ class BlobFetcher(Protocol):
         """Directory for files derived from blobs (statistics), or ``None`` to keep none."""
         ...
 
-    def pull(self, slice_id: str | Slice, streams: Sequence[str] | None = None, jobs: int = 8,
-             progress: bool = False) -> object:
+    def pull(
+        self,
+        slice_id: str | Slice,
+        streams: Sequence[str] | None = None,
+        jobs: int = 8,
+        progress: bool = False,
+    ) -> object:
         """Make every blob of the named streams (all if ``None``) of ``slice_id`` (an ID, or a
         :class:`~rayform.Slice`, whose view pulls only its segments) local."""
         ...
@@ -151,7 +156,9 @@ class DownloadSink(Protocol):
 class Fetch(Protocol):
     """Download one blob of a slice into the cache (``Client._fetch``, used by ``pull``)."""
 
-    def __call__(self, slice_id: str, ref: BlobRef, on_bytes: ProgressCallback | None = None, /) -> tuple[Path, int]:
+    def __call__(
+        self, slice_id: str, ref: BlobRef, on_bytes: ProgressCallback | None = None, /
+    ) -> tuple[Path, int]:
         """Returns the cached path and the bytes this call downloaded (0 if already cached)."""
         ...
 

@@ -27,9 +27,22 @@ __all__ = ["main", "parse_size"]
 #: Characters of an error message printed (a message quotes server text, capped on its own).
 ERROR_CHARS = 4000
 
-_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9,
-          "gb": 10**9, "t": 10**12, "tb": 10**12, "kib": 2**10, "mib": 2**20, "gib": 2**30,
-          "tib": 2**40}
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 10**3,
+    "kb": 10**3,
+    "m": 10**6,
+    "mb": 10**6,
+    "g": 10**9,
+    "gb": 10**9,
+    "t": 10**12,
+    "tb": 10**12,
+    "kib": 2**10,
+    "mib": 2**20,
+    "gib": 2**30,
+    "tib": 2**40,
+}
 
 
 def parse_size(text: str) -> int:
@@ -45,8 +58,12 @@ def parse_size(text: str) -> int:
 def _client(args: argparse.Namespace) -> Any:
     from rayform.client import Client
 
-    return Client(endpoint=args.endpoint, cache_dir=args.cache_dir,
-                  offline=True if args.offline else None, shared=args.shared)
+    return Client(
+        endpoint=args.endpoint,
+        cache_dir=args.cache_dir,
+        offline=True if args.offline else None,
+        shared=args.shared,
+    )
 
 
 def _print_json(doc: Mapping[str, Any] | Sequence[Any]) -> None:
@@ -55,11 +72,20 @@ def _print_json(doc: Mapping[str, Any] | Sequence[Any]) -> None:
 
 def _cmd_pull(args: argparse.Namespace) -> int:
     client = _client(args)
-    target = args.slice_id if args.manifest is None else client.slices.get(args.slice_id, manifest_hash=args.manifest)
-    report = client.pull(target, streams=args.streams or None, jobs=args.jobs,
-                         progress=not args.quiet and not args.json, max_cache=args.max_cache,
-                         image_size=parse_image_size(args.image_size) if args.image_size else None,
-                         resize=args.resize)
+    target = (
+        args.slice_id
+        if args.manifest is None
+        else client.slices.get(args.slice_id, manifest_hash=args.manifest)
+    )
+    report = client.pull(
+        target,
+        streams=args.streams or None,
+        jobs=args.jobs,
+        progress=not args.quiet and not args.json,
+        max_cache=args.max_cache,
+        image_size=parse_image_size(args.image_size) if args.image_size else None,
+        resize=args.resize,
+    )
     if args.json:
         _print_json(report.to_json())
     elif not args.quiet:
@@ -82,11 +108,24 @@ def _slice_json(s: Slice, segments: bool) -> dict[str, Any]:
     }
     if segments:
         doc["segments"] = [
-            {"id": g.id, "version": g.version, "site": g.site, "start_ns": g.start_ns,
-             "end_ns": g.end_ns, "bytes": g.nbytes,
-             "streams": {n: {"kind": st.kind, "rate_hz": st.rate_hz, "shape": list(st.shape),
-                             "count": st.count, "bytes": st.nbytes}
-                         for n, st in sorted(g.streams.items())}}
+            {
+                "id": g.id,
+                "version": g.version,
+                "site": g.site,
+                "start_ns": g.start_ns,
+                "end_ns": g.end_ns,
+                "bytes": g.nbytes,
+                "streams": {
+                    n: {
+                        "kind": st.kind,
+                        "rate_hz": st.rate_hz,
+                        "shape": list(st.shape),
+                        "count": st.count,
+                        "bytes": st.nbytes,
+                    }
+                    for n, st in sorted(g.streams.items())
+                },
+            }
             for g in s.segments
         ]
     return doc
@@ -104,25 +143,39 @@ def _cmd_slices(args: argparse.Namespace) -> int:
         if not listing:
             # A fleet slice: the summary only (it comes from the manifest root, no page read).
             for name, kind, rate, shape, dtype, units, frame in s.stream_rows():
-                print(shown(f"  stream {name}: {kind} {rate:g} Hz {shape} {dtype} {units} {frame}".rstrip(), 400))
-            print(f"  {len(s.segments)} segments; list them with `rayform slices show {s.id} --segments`")
+                print(
+                    shown(
+                        f"  stream {name}: {kind} {rate:g} Hz {shape} {dtype} {units} {frame}".rstrip(),
+                        400,
+                    )
+                )
+            print(
+                f"  {len(s.segments)} segments; list them with `rayform slices show {s.id} --segments`"
+            )
             return 0
         for g in s.segments:
-            print(f"  {g.id} v{g.version} site={shown(g.site, 80)} {g.duration_s:.1f}s "
-                  f"{human_bytes(g.nbytes)} streams={','.join(sorted(g.streams))}")
+            print(
+                f"  {g.id} v{g.version} site={shown(g.site, 80)} {g.duration_s:.1f}s "
+                f"{human_bytes(g.nbytes)} streams={','.join(sorted(g.streams))}"
+            )
         return 0
     rows = client.slices.list()
     if args.json:
         _print_json(rows)
     elif not rows and client.offline:
         # An empty listing offline means "nothing pulled into this cache", not "no slices".
-        print(f"no slices are remembered in the cache {client.cache_dir}; with network access, "
-              "`rayform pull SLICE_ID` into it first", file=sys.stderr)
+        print(
+            f"no slices are remembered in the cache {client.cache_dir}; with network access, "
+            "`rayform pull SLICE_ID` into it first",
+            file=sys.stderr,
+        )
     elif not rows:
         print(f"your token may read no slices on {client.endpoint}", file=sys.stderr)
     else:
         for r in rows:
-            print(f"{r['id']}  {shown(str(r.get('manifest', ''))[:12])}  {shown(r.get('description', ''))}")
+            print(
+                f"{r['id']}  {shown(str(r.get('manifest', ''))[:12])}  {shown(r.get('description', ''))}"
+            )
     return 0
 
 
@@ -142,8 +195,12 @@ def _cmd_cache(args: argparse.Namespace) -> int:
     if cmd == "ls":
         entries = list(cache.ls())
         if args.json:
-            _print_json([{"kind": e.kind, "hash": e.hash, "size": e.size, "atime": e.atime}
-                         for e in entries])
+            _print_json(
+                [
+                    {"kind": e.kind, "hash": e.hash, "size": e.size, "atime": e.atime}
+                    for e in entries
+                ]
+            )
         else:
             for e in entries:
                 print(f"{e.kind[:-1]:8} {e.hash}  {human_bytes(e.size):>10}")
@@ -153,9 +210,11 @@ def _cmd_cache(args: argparse.Namespace) -> int:
         if args.json:
             _print_json(du)
         else:
-            print(f"{cache.root}: {du['blobs']} blobs {human_bytes(du['blob_bytes'])}, "
-                  f"{du['manifests']} manifests {human_bytes(du['manifest_bytes'])}, "
-                  f"temporary {human_bytes(du['tmp_bytes'])}")
+            print(
+                f"{cache.root}: {du['blobs']} blobs {human_bytes(du['blob_bytes'])}, "
+                f"{du['manifests']} manifests {human_bytes(du['manifest_bytes'])}, "
+                f"temporary {human_bytes(du['tmp_bytes'])}"
+            )
         return 0
     if cmd == "verify":
         report = cache.verify()
@@ -169,11 +228,14 @@ def _cmd_cache(args: argparse.Namespace) -> int:
     # prune
     evicted = cache.prune(parse_size(args.max_size))
     if args.json:
-        _print_json({"evicted": [e.hash for e in evicted],
-                     "evicted_bytes": sum(e.size for e in evicted)})
+        _print_json(
+            {"evicted": [e.hash for e in evicted], "evicted_bytes": sum(e.size for e in evicted)}
+        )
     else:
-        print(f"evicted {len(evicted)} blobs ({human_bytes(sum(e.size for e in evicted))}); "
-              f"cache now {human_bytes(cache.du()['blob_bytes'])}")
+        print(
+            f"evicted {len(evicted)} blobs ({human_bytes(sum(e.size for e in evicted))}); "
+            f"cache now {human_bytes(cache.du()['blob_bytes'])}"
+        )
     return 0
 
 
@@ -182,18 +244,29 @@ def _cmd_view(args: argparse.Namespace) -> int:
         from rayform.view import ViewAPI, ViewServer, is_loopback
     except ImportError as exc:  # PyAV, the view extra's dependency
         raise InvalidArgumentError(
-            f"rayform view needs the view extra ({exc}): pip install 'rayform[view]'") from exc
+            f"rayform view needs the view extra ({exc}): pip install 'rayform[view]'"
+        ) from exc
 
     client = _client(args)
     slice_ = client.slices.get(args.slice_id)
-    server = ViewServer(ViewAPI(slice_, frames=args.frames), args.host, args.port, quiet=not args.verbose)
+    server = ViewServer(
+        ViewAPI(slice_, frames=args.frames), args.host, args.port, quiet=not args.verbose
+    )
     if not is_loopback(args.host):
-        print(f"rayform view: warning: listening on {args.host}, not only this machine: anyone "
-              "who has the URL's key can read this slice through it", file=sys.stderr)
-    print(f"rayform view of {slice_.id} ({len(slice_)} episodes"
-          f"{', offline' if client.offline else ''}); Ctrl-C stops it", file=sys.stderr)
+        print(
+            f"rayform view: warning: listening on {args.host}, not only this machine: anyone "
+            "who has the URL's key can read this slice through it",
+            file=sys.stderr,
+        )
+    print(
+        f"rayform view of {slice_.id} ({len(slice_)} episodes"
+        f"{', offline' if client.offline else ''}); Ctrl-C stops it",
+        file=sys.stderr,
+    )
     if args.json:  # one line, for a script that starts the viewer and opens the page itself
-        print(json.dumps({"url": server.url, "slice": slice_.id, "episodes": len(slice_)}), flush=True)
+        print(
+            json.dumps({"url": server.url, "slice": slice_.id, "episodes": len(slice_)}), flush=True
+        )
     else:
         print(server.url, flush=True)
     try:
@@ -235,53 +308,84 @@ def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``rayform``."""
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--endpoint", help="server URL (default: $RAYFORM_ENDPOINT)")
-    common.add_argument("--cache-dir", help="cache directory (default: $RAYFORM_CACHE_DIR or "
-                        "the user cache dir, ~/.cache/rayform on Linux)")
-    common.add_argument("--offline", action="store_true",
-                        help="never touch the network (also: RAYFORM_OFFLINE=1)")
+    common.add_argument(
+        "--cache-dir",
+        help="cache directory (default: $RAYFORM_CACHE_DIR or "
+        "the user cache dir, ~/.cache/rayform on Linux)",
+    )
+    common.add_argument(
+        "--offline", action="store_true", help="never touch the network (also: RAYFORM_OFFLINE=1)"
+    )
     common.add_argument("--json", action="store_true", help="machine-readable output")
-    common.add_argument("--shared", action="store_true", default=None,
-                        help="team cache: what this command writes is group-writable, directories "
-                        "setgid (default: on when the cache directory is setgid and "
-                        "group-writable, or RAYFORM_CACHE_SHARED=1)")
+    common.add_argument(
+        "--shared",
+        action="store_true",
+        default=None,
+        help="team cache: what this command writes is group-writable, directories "
+        "setgid (default: on when the cache directory is setgid and "
+        "group-writable, or RAYFORM_CACHE_SHARED=1)",
+    )
     p = argparse.ArgumentParser(
         prog="rayform",
         description="Rayform: fetch slices of robot data into a shared, verified cache. "
-                    "The token is read from $RAYFORM_TOKEN and never printed.",
+        "The token is read from $RAYFORM_TOKEN and never printed.",
         epilog=_ENV_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--version", action="version", version=f"rayform {__version__}")
     sub = p.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
 
-    pull = sub.add_parser("pull", parents=[common], help="prefetch a slice into the cache",
-                          description="Download every blob a training run needs (or only the "
-                          "named streams) in parallel, verifying every byte. Resumable: run it "
-                          "again after an interruption.")
+    pull = sub.add_parser(
+        "pull",
+        parents=[common],
+        help="prefetch a slice into the cache",
+        description="Download every blob a training run needs (or only the "
+        "named streams) in parallel, verifying every byte. Resumable: run it "
+        "again after an interruption.",
+    )
     pull.add_argument("slice_id", metavar="SLICE_ID", help="e.g. slc_7c1e04aa")
     pull.add_argument("--streams", nargs="+", metavar="S", help="only these streams, e.g. cam0/rgb")
     pull.add_argument("--jobs", "-j", type=int, default=8, help="parallel downloads (default 8)")
     pull.add_argument("--quiet", "-q", action="store_true", help="no progress bar or summary")
-    pull.add_argument("--max-cache", metavar="SIZE", default=None,
-                      help="keep the cache's blobs under SIZE (e.g. 50GB), evicting least recently "
-                           "used blobs nobody is reading (default RAYFORM_CACHE_LIMIT)")
-    pull.add_argument("--image-size", metavar="HxW", default=None,
-                      help="pull for training at this resolution (e.g. 224x224, or cam0/rgb:224x224,"
-                           "wrist/rgb:128x128): per camera only the stored rendition "
-                           "EpisodeDataset(image_size=..., resize=...) reads")
-    pull.add_argument("--resize", choices=RESIZE_MODES, default="pad",
-                      help="with --image-size: how frames become HxW (default pad)")
-    pull.add_argument("--manifest", metavar="HASH", default=None,
-                      help="pull the slice as it was at this manifest (e.g. the hash a dataset URI "
-                           "pins, after the slice changed); default: its current manifest")
+    pull.add_argument(
+        "--max-cache",
+        metavar="SIZE",
+        default=None,
+        help="keep the cache's blobs under SIZE (e.g. 50GB), evicting least recently "
+        "used blobs nobody is reading (default RAYFORM_CACHE_LIMIT)",
+    )
+    pull.add_argument(
+        "--image-size",
+        metavar="HxW",
+        default=None,
+        help="pull for training at this resolution (e.g. 224x224, or cam0/rgb:224x224,"
+        "wrist/rgb:128x128): per camera only the stored rendition "
+        "EpisodeDataset(image_size=..., resize=...) reads",
+    )
+    pull.add_argument(
+        "--resize",
+        choices=RESIZE_MODES,
+        default="pad",
+        help="with --image-size: how frames become HxW (default pad)",
+    )
+    pull.add_argument(
+        "--manifest",
+        metavar="HASH",
+        default=None,
+        help="pull the slice as it was at this manifest (e.g. the hash a dataset URI "
+        "pins, after the slice changed); default: its current manifest",
+    )
     pull.set_defaults(func=_cmd_pull)
 
     slices = sub.add_parser("slices", help="show or list slices")
     ssub = slices.add_subparsers(dest="slices_cmd", required=True, metavar="SUBCOMMAND")
     show = ssub.add_parser("show", parents=[common], help="segments and streams of a slice")
     show.add_argument("slice_id", metavar="SLICE_ID")
-    show.add_argument("--segments", action="store_true",
-                      help=f"list every segment (the default only up to {SHOW_SEGMENTS_UP_TO} segments)")
+    show.add_argument(
+        "--segments",
+        action="store_true",
+        help=f"list every segment (the default only up to {SHOW_SEGMENTS_UP_TO} segments)",
+    )
     ssub.add_parser("ls", parents=[common], help="slices your token may see")
     slices.set_defaults(func=_cmd_slices)
 
@@ -290,24 +394,36 @@ def build_parser() -> argparse.ArgumentParser:
     csub.add_parser("path", parents=[common], help="print the cache directory")
     csub.add_parser("ls", parents=[common], help="list cached blobs and manifests")
     csub.add_parser("du", parents=[common], help="disk usage of the cache")
-    csub.add_parser("verify", parents=[common],
-                    help="re-hash every cached object; remove corrupt ones")
-    prune = csub.add_parser("prune", parents=[common],
-                            help="evict least recently used blobs down to a size")
+    csub.add_parser(
+        "verify", parents=[common], help="re-hash every cached object; remove corrupt ones"
+    )
+    prune = csub.add_parser(
+        "prune", parents=[common], help="evict least recently used blobs down to a size"
+    )
     prune.add_argument("--max-size", required=True, metavar="SIZE", help="e.g. 10GB, 500MiB")
     cache.set_defaults(func=_cmd_cache)
 
-    view = sub.add_parser("view", parents=[common], help="look at a slice in a web browser",
-                          description="Serve a local page that lists the slice's episodes, plays "
-                          "each episode's cameras in sync with plots of its table streams, and "
-                          "turns a selection into slice_.select(...). Prints the URL (it holds a "
-                          "per-run key); Ctrl-C stops it. docs/view.md")
+    view = sub.add_parser(
+        "view",
+        parents=[common],
+        help="look at a slice in a web browser",
+        description="Serve a local page that lists the slice's episodes, plays "
+        "each episode's cameras in sync with plots of its table streams, and "
+        "turns a selection into slice_.select(...). Prints the URL (it holds a "
+        "per-run key); Ctrl-C stops it. docs/view.md",
+    )
     view.add_argument("slice_id", metavar="SLICE_ID")
-    view.add_argument("--host", default="127.0.0.1",
-                      help="address to listen on (default 127.0.0.1: this machine only)")
+    view.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to listen on (default 127.0.0.1: this machine only)",
+    )
     view.add_argument("--port", type=int, default=0, help="TCP port (default: a free one)")
-    view.add_argument("--frames", action="store_true",
-                      help="serve cameras as decoded JPEG frames instead of their video files")
+    view.add_argument(
+        "--frames",
+        action="store_true",
+        help="serve cameras as decoded JPEG frames instead of their video files",
+    )
     view.add_argument("--verbose", "-v", action="store_true", help="log every request to stderr")
     view.set_defaults(func=_cmd_view)
     return p

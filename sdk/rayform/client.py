@@ -107,7 +107,9 @@ class SliceAPI:
             return self._resolve(slice_id)
         manifest_hash = check_hash(manifest_hash)
         if self._resolve_at is None:
-            raise InvalidArgumentError(f"{self._owner!r} cannot resolve a slice at a given manifest hash")
+            raise InvalidArgumentError(
+                f"{self._owner!r} cannot resolve a slice at a given manifest hash"
+            )
         return self._resolve_at(slice_id, manifest_hash)
 
     def list(self) -> list[dict[str, Any]]:
@@ -189,8 +191,10 @@ class Client:
 
     def __repr__(self) -> str:
         token = "***" if self._token else None
-        return (f"Client(endpoint={self.endpoint!r}, token={token}, cache_dir='{self.cache_dir}', "
-                f"offline={self.offline})")
+        return (
+            f"Client(endpoint={self.endpoint!r}, token={token}, cache_dir='{self.cache_dir}', "
+            f"offline={self.offline})"
+        )
 
     def __getstate__(self) -> dict[str, Any]:
         # Connections are dropped by the transport's PerProcess holder. The parsed manifests
@@ -210,7 +214,10 @@ class Client:
             )
         if self._transport_obj is None:
             self._transport_obj = Transport(
-                self.endpoint, self._token, timeout=self.timeout, attempts=self.attempts,
+                self.endpoint,
+                self._token,
+                timeout=self.timeout,
+                attempts=self.attempts,
                 stall_timeout=self.stall_timeout,
             )
         return self._transport_obj
@@ -238,8 +245,10 @@ class Client:
     # -- slices ----------------------------------------------------------------------------
     def _list_slices(self) -> list[dict[str, Any]]:
         if self.offline:
-            return [{"id": r["id"], "manifest": r["manifest"], "description": r.get("description", "")}
-                    for r in self.cache.refs()]
+            return [
+                {"id": r["id"], "manifest": r["manifest"], "description": r.get("description", "")}
+                for r in self.cache.refs()
+            ]
         t = self._transport()
         return check_listing(t.get_json("v1/slices", "listing slices", limit=LISTING_CAP), t.server)
 
@@ -272,8 +281,9 @@ class Client:
         digest, size, description = check_reference(doc, f"{what}: {t.server}")
         data = self.cache.get_manifest(digest)
         if data is None:
-            data = t.get_bytes(f"v1/slices/{slice_id}/manifest", f"fetching the manifest of {slice_id}",
-                               limit=size)
+            data = t.get_bytes(
+                f"v1/slices/{slice_id}/manifest", f"fetching the manifest of {slice_id}", limit=size
+            )
             try:
                 slice_ = self._make_slice(slice_id, digest, data)  # verifies before caching
             except ManifestError as exc:
@@ -284,8 +294,9 @@ class Client:
             self.cache.put_manifest(data, digest)
         else:
             slice_ = self._make_slice(slice_id, digest, data)
-        self.cache.set_ref(self._key() or "", slice_id, digest, endpoint=self.endpoint,
-                           description=description)
+        self.cache.set_ref(
+            self._key() or "", slice_id, digest, endpoint=self.endpoint, description=description
+        )
         return slice_
 
     def _get_slice_at(self, slice_id: str, digest: str) -> Slice:
@@ -302,8 +313,11 @@ class Client:
         # Asked every time online: the server decides whether this slice may hand it out.
         t = self._transport()
         try:
-            data = t.get_bytes(f"v1/slices/{slice_id}/manifests/{digest}",
-                               f"fetching manifest {digest[:12]}... of slice {slice_id}", limit=MAX_MANIFEST_BYTES)
+            data = t.get_bytes(
+                f"v1/slices/{slice_id}/manifests/{digest}",
+                f"fetching manifest {digest[:12]}... of slice {slice_id}",
+                limit=MAX_MANIFEST_BYTES,
+            )
         except NotFoundError as exc:
             raise NotFoundError(
                 f"slice {slice_id} on {self.endpoint} does not name manifest {digest[:12]}... now or "
@@ -323,11 +337,17 @@ class Client:
     def _make_slice(self, slice_id: str, digest: str, data: bytes) -> Slice:
         fetch = None
         if not self.offline:
+
             def fetch(page: str, size: int) -> bytes:
-                return self._transport().get_bytes(f"v1/slices/{slice_id}/pages/{page}",
-                                                   f"fetching manifest page {page[:12]}... of {slice_id}",
-                                                   limit=size)
-        manifest = self._manifests.get(digest) or open_manifest(self.cache, slice_id, digest, data, fetch)
+                return self._transport().get_bytes(
+                    f"v1/slices/{slice_id}/pages/{page}",
+                    f"fetching manifest page {page[:12]}... of {slice_id}",
+                    limit=size,
+                )
+
+        manifest = self._manifests.get(digest) or open_manifest(
+            self.cache, slice_id, digest, data, fetch
+        )
         self._manifests[digest] = manifest
         self._manifests[slice_id] = manifest
         return Slice(slice_id, digest, manifest, self)
@@ -343,7 +363,9 @@ class Client:
         streams: set[str] = set()
         for ref in refs:
             streams.update(self._streams_of(slice_id, ref.hash))
-        cmd = f"rayform pull {slice_id}" + (f" --streams {' '.join(sorted(streams))}" if streams else "")
+        cmd = f"rayform pull {slice_id}" + (
+            f" --streams {' '.join(sorted(streams))}" if streams else ""
+        )
         what = f"blob {refs[0].hash[:12]}..." if len(refs) == 1 else f"{len(refs)} blobs"
         return OfflineError(
             f"{what} of slice {slice_id} not in the cache {self.cache_dir} and offline mode is "
@@ -379,13 +401,21 @@ class Client:
         assert path is not None
         return path  # evicted again and again: the caller opens it now or fetches once more
 
-    def _fetch(self, slice_id: str, ref: BlobRef, on_bytes: ProgressCallback | None = None, *,
-               limit: int | None = None, keep: frozenset[str] = frozenset()) -> tuple[Path, int]:
+    def _fetch(
+        self,
+        slice_id: str,
+        ref: BlobRef,
+        on_bytes: ProgressCallback | None = None,
+        *,
+        limit: int | None = None,
+        keep: frozenset[str] = frozenset(),
+    ) -> tuple[Path, int]:
         url = f"v1/slices/{slice_id}/blobs/{ref.hash}"
 
         def download(part: DownloadSink) -> None:
-            self._transport().download(url, part, f"downloading blob {ref.hash[:12]}... of {slice_id}",
-                                       on_bytes)
+            self._transport().download(
+                url, part, f"downloading blob {ref.hash[:12]}... of {slice_id}", on_bytes
+            )
 
         t0 = time.monotonic()
         path, fetched = self.cache.fetch_blob(ref, download)
@@ -450,7 +480,9 @@ class Client:
         check_fits(limit, sum(r.size for r in refs), f"the blobs of {slice_id} to pull")
         keep = frozenset(r.hash for r in refs)
 
-        def fetch(sid: str, ref: BlobRef, on_bytes: ProgressCallback | None = None) -> tuple[Path, int]:
+        def fetch(
+            sid: str, ref: BlobRef, on_bytes: ProgressCallback | None = None
+        ) -> tuple[Path, int]:
             return self._fetch(sid, ref, on_bytes, limit=limit, keep=keep)
 
         if self.offline:

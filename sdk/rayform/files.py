@@ -73,7 +73,9 @@ def write_atomic(
             is untouched.
     """
     dest = Path(dest)
-    tmp = Path(tmp_dir if tmp_dir is not None else dest.parent) / (tmp_name or unique_tmp_name(dest.name))
+    tmp = Path(tmp_dir if tmp_dir is not None else dest.parent) / (
+        tmp_name or unique_tmp_name(dest.name)
+    )
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:
         with os.fdopen(fd, "wb") as f:

@@ -27,7 +27,6 @@ from rayform.manifest import (
 __all__ = ["Slice"]
 
 
-
 class Slice:
     """A slice resolved to its manifest, or a selection of it (:meth:`select`).
 
@@ -43,9 +42,17 @@ class Slice:
             slice), JSON-able, so a tracker can reproduce it.
     """
 
-    def __init__(self, slice_id: str, manifest_hash: str, manifest: Manifest | ColumnarManifest, client: BlobFetcher, *,
-                 rows: np.ndarray | None = None, parent: Slice | None = None,
-                 selection: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        slice_id: str,
+        manifest_hash: str,
+        manifest: Manifest | ColumnarManifest,
+        client: BlobFetcher,
+        *,
+        rows: np.ndarray | None = None,
+        parent: Slice | None = None,
+        selection: dict[str, Any] | None = None,
+    ) -> None:
         self.id = slice_id
         self.manifest_hash = manifest_hash
         self.manifest = manifest
@@ -69,7 +76,9 @@ class Slice:
             if self._rows is None:
                 self._segments = segments_of(self.manifest)
             else:
-                base = self.parent.segments if self.parent is not None else segments_of(self.manifest)
+                base = (
+                    self.parent.segments if self.parent is not None else segments_of(self.manifest)
+                )
                 self._segments = base.take(self._rows)
         return self._segments
 
@@ -96,9 +105,13 @@ class Slice:
             raise segment_not_found(self.id, segment_id)
         return segs[pos]
 
-    def blobs(self, streams: Sequence[str] | None = None, *,
-              image_size: tuple[int, int] | dict[str, tuple[int, int]] | None = None,
-              resize: str = "pad") -> dict[str, BlobRef]:
+    def blobs(
+        self,
+        streams: Sequence[str] | None = None,
+        *,
+        image_size: tuple[int, int] | dict[str, tuple[int, int]] | None = None,
+        resize: str = "pad",
+    ) -> dict[str, BlobRef]:
         """The distinct blobs of this slice's segments (a view's only), by hash, for the named
         streams (all if ``None``).
 
@@ -114,12 +127,18 @@ class Slice:
         check_size_value(image_size, resize)
         return segs.blobs(names)
 
-    def stream_nbytes(self, streams: Sequence[str] | None = None, *,
-                      image_size: tuple[int, int] | dict[str, tuple[int, int]] | None = None,
-                      resize: str = "pad") -> int:
+    def stream_nbytes(
+        self,
+        streams: Sequence[str] | None = None,
+        *,
+        image_size: tuple[int, int] | dict[str, tuple[int, int]] | None = None,
+        resize: str = "pad",
+    ) -> int:
         """Bytes needed to hold the named streams (all if ``None``); with ``image_size``, to
         train on them at that resolution (the renditions a dataset reads, see :meth:`blobs`)."""
-        return sum(b.size for b in self.blobs(streams, image_size=image_size, resize=resize).values())
+        return sum(
+            b.size for b in self.blobs(streams, image_size=image_size, resize=resize).values()
+        )
 
     @argument_errors
     def select(
@@ -154,13 +173,27 @@ class Slice:
             NotFoundError: a listed segment ID is not in this slice.
             InvalidArgumentError: a bad argument, or a selection that keeps no segment.
         """
-        rows, selection = select_rows(self.segments, self.id, segments=segments, sites=sites, start_ns=start_ns,
-                                      end_ns=end_ns, where=where)
+        rows, selection = select_rows(
+            self.segments,
+            self.id,
+            segments=segments,
+            sites=sites,
+            start_ns=start_ns,
+            end_ns=end_ns,
+            where=where,
+        )
         if self.selection is not None:
             selection = {"within": self.selection, **selection}
         root = self.parent if self.parent is not None else self
-        return Slice(self.id, self.manifest_hash, self.manifest, self.client, rows=rows,
-                     parent=root, selection=selection)
+        return Slice(
+            self.id,
+            self.manifest_hash,
+            self.manifest,
+            self.client,
+            rows=rows,
+            parent=root,
+            selection=selection,
+        )
 
     # -- data ------------------------------------------------------------------------------
     @property
@@ -186,7 +219,9 @@ class Slice:
         """True if :meth:`blob_path` would download ``ref`` now (online and not cached)."""
         return self.client.would_fetch(ref)
 
-    def pull(self, streams: Sequence[str] | None = None, *, jobs: int = 8, progress: bool = False) -> Any:
+    def pull(
+        self, streams: Sequence[str] | None = None, *, jobs: int = 8, progress: bool = False
+    ) -> Any:
         """Prefetch every blob of the named streams (all if ``None``) into the cache; a
         :meth:`select` view pulls only its own segments' blobs.
 
@@ -229,19 +264,27 @@ class Slice:
         ``(name, kind, rate_hz, shape, dtype, units, frame)``."""
         keys = ("kind", "rate_hz", "shape", "dtype", "units", "frame")
         info = self.segments.summary()["streams"]
-        return [(name, *(tuple(v) if isinstance(v := info[name].get(k, ""), list) else v for k in keys))
-                for name in info]
+        return [
+            (name, *(tuple(v) if isinstance(v := info[name].get(k, ""), list) else v for k in keys))
+            for name in info
+        ]
 
     def _repr_html_(self) -> str:
-        rows = ["<tr>" + "".join(f"<td>{html.escape(str(v))}</td>" for v in row) + "</tr>"
-                for row in self.stream_rows()]
+        rows = [
+            "<tr>" + "".join(f"<td>{html.escape(str(v))}</td>" for v in row) + "</tr>"
+            for row in self.stream_rows()
+        ]
         return (
             f"<div><b>Slice {html.escape(self.id)}</b> &middot; {len(self.segments)} segments "
             f"&middot; {self.duration_s:.1f} s &middot; {human_bytes(self.nbytes)} &middot; "
-            f"sites: {html.escape(', '.join(self.segments.summary()['sites']))}<br><code>manifest {self.manifest_hash}</code>"
+            f"sites: {html.escape(', '.join(self.segments.summary()['sites']))}"
+            f"<br><code>manifest {self.manifest_hash}</code>"
             "<table><tr><th>stream</th><th>kind</th><th>rate (Hz)</th><th>shape</th>"
-            "<th>dtype</th><th>units</th><th>frame</th></tr>" + "".join(rows) + "</table>"
-            + _thumbnails(self) + "</div>"
+            "<th>dtype</th><th>units</th><th>frame</th></tr>"
+            + "".join(rows)
+            + "</table>"
+            + _thumbnails(self)
+            + "</div>"
         )
 
 

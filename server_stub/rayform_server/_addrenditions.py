@@ -83,8 +83,10 @@ def _local_original(store: Store, task: _Task) -> tuple[Path, bool]:
         return path, False
     url = store.blobs.presigned_url(task.original, 3600)
     if url is None:
-        raise InvalidArgumentError(f"{task.name}: blob {task.original[:12]}... is in {store.blobs.describe()}, "
-                                   "which gives no download URL")
+        raise InvalidArgumentError(
+            f"{task.name}: blob {task.original[:12]}... is in {store.blobs.describe()}, "
+            "which gives no download URL"
+        )
     fd, name = tempfile.mkstemp(dir=store.root / "tmp", prefix="orig-", suffix=".mp4")
     h, size = new_hasher(), 0
     try:
@@ -95,8 +97,10 @@ def _local_original(store: Store, task: _Task) -> tuple[Path, bool]:
                 out.write(chunk)
                 size += len(chunk)
         if h.hexdigest() != task.original or size != task.original_size:
-            raise IntegrityError(f"{task.name}: the object store's copy of blob {task.original[:12]}... "
-                                 "does not match its hash: tell the store's operator")
+            raise IntegrityError(
+                f"{task.name}: the object store's copy of blob {task.original[:12]}... "
+                "does not match its hash: tell the store's operator"
+            )
     except BaseException:
         Path(name).unlink(missing_ok=True)
         raise
@@ -111,7 +115,15 @@ def _render(root: str, task: _Task) -> str:
     os.close(fd)
     try:
         gop = task.gop if task.gop is not None else keyframe_interval(original)
-        render(original, task.size, Path(out), rate_hz=task.rate_hz, gop=gop, count=task.count, name=task.name)
+        render(
+            original,
+            task.size,
+            Path(out),
+            rate_hz=task.rate_hz,
+            gop=gop,
+            count=task.count,
+            name=task.name,
+        )
     except BaseException:
         Path(out).unlink(missing_ok=True)
         raise
@@ -135,8 +147,18 @@ def _plan(segments: Sequence[Segment], heights: Sequence[int]) -> tuple[list[_Ta
             skipped.update(str(w.message) for w in caught)
             for size in sizes:
                 if size[0] not in have:
-                    tasks.setdefault((st.blob.hash, size), _Task(st.blob.hash, st.blob.size, size, st.rate_hz,
-                                                                 st.gop, st.count, f"{seg.id} {st.name}"))
+                    tasks.setdefault(
+                        (st.blob.hash, size),
+                        _Task(
+                            st.blob.hash,
+                            st.blob.size,
+                            size,
+                            st.rate_hz,
+                            st.gop,
+                            st.count,
+                            f"{seg.id} {st.name}",
+                        ),
+                    )
     return list(tasks.values()), sorted(skipped)
 
 
@@ -152,8 +174,14 @@ def _with(stream: Stream, made: dict[tuple[str, tuple[int, int]], Rendition]) ->
     return dataclasses.replace(stream, renditions=tuple(by_height[h] for h in sorted(by_height)))
 
 
-def add_renditions(store: Store, slice_id: str, heights: Sequence[int], *, jobs: int = 1,
-                   progress: Callable[[str], None] | None = None) -> AddReport:
+def add_renditions(
+    store: Store,
+    slice_id: str,
+    heights: Sequence[int],
+    *,
+    jobs: int = 1,
+    progress: Callable[[str], None] | None = None,
+) -> AddReport:
     """Render the renditions at ``heights`` that the cameras of ``slice_id`` lack, commit a new
     manifest listing them and point the slice at it.
 
@@ -180,8 +208,10 @@ def add_renditions(store: Store, slice_id: str, heights: Sequence[int], *, jobs:
         raise InvalidArgumentError(f"--jobs {jobs!r}: use a positive number of processes")
     ref = store.get_slice(slice_id)
     if ref is None:
-        raise NotFoundError(f"no slice {slice_id} in {store.root}: list them with "
-                            f"`rayform-server slices --root {store.root}`")
+        raise NotFoundError(
+            f"no slice {slice_id} in {store.root}: list them with "
+            f"`rayform-server slices --root {store.root}`"
+        )
     previous = ref["manifest"]
     manifest = store.load_manifest(previous)
     segments = list(manifest.segments)
@@ -198,7 +228,9 @@ def add_renditions(store: Store, slice_id: str, heights: Sequence[int], *, jobs:
         ref = store.put_file(out, move=True)
         made[(task.original, task.size)] = Rendition(ref, *task.size)
         added += ref.size
-        say(f"[{k}/{len(tasks)}] {task.name} {task.size[1]}x{task.size[0]} ({human_bytes(ref.size)})")
+        say(
+            f"[{k}/{len(tasks)}] {task.name} {task.size[1]}x{task.size[0]} ({human_bytes(ref.size)})"
+        )
 
     root = str(store.root)
     if jobs == 1:
@@ -209,8 +241,10 @@ def add_renditions(store: Store, slice_id: str, heights: Sequence[int], *, jobs:
             futures = [pool.submit(_render, root, task) for task in tasks]
             for k, (task, fut) in enumerate(zip(tasks, futures, strict=True), 1):
                 store_one(k, task, fut.result())
-    new_segments = [dataclasses.replace(seg, streams={n: _with(st, made) for n, st in seg.streams.items()})
-                    for seg in segments]
+    new_segments = [
+        dataclasses.replace(seg, streams={n: _with(st, made) for n, st in seg.streams.items()})
+        for seg in segments
+    ]
     version = 1 if isinstance(manifest, Manifest) else None
     digest = commit_segments(store, new_segments, manifest.description, format_version=version)
     store.set_slice(slice_id, digest, ref.get("description", ""))

@@ -86,7 +86,9 @@ def _episode(store_root: str, spec: Any, seed: int, index: int, kit: DemoKit) ->
     builder = SliceBuilder(Store(store_root))
     cam, joints, action = SINGLE_ARM_STREAMS
     return builder.add_segment(
-        _segment_id(seed, index), site=_SITE, version=1,
+        _segment_id(seed, index),
+        site=_SITE,
+        version=1,
         streams=[
             VideoData(cam, frames(cam_t), cam_t, _RATE_HZ, gop=DEFAULT_GOP),
             TableData(joints, joint_t, q_joint, _RATE_HZ, units="rad"),
@@ -117,5 +119,7 @@ def build_single_arm(
         seg = _episode(str(Store(root).root), spec, seed, i, kit)
         builder.segments.append(seg)
         if progress is not None:
-            progress(f"episode {i + 1}/{spec.episodes}: {seg.id} {seg.duration_s:.1f} s, {human_bytes(seg.nbytes)}")
+            progress(
+                f"episode {i + 1}/{spec.episodes}: {seg.id} {seg.duration_s:.1f} s, {human_bytes(seg.nbytes)}"
+            )
     return builder.commit(slice_id)

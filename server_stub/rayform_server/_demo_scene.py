@@ -70,7 +70,9 @@ def fk(q: np.ndarray, base: tuple[float, float]) -> dict[str, np.ndarray]:
     }
 
 
-def pose_ros_to_opencv(tip: np.ndarray, yaw: np.ndarray, pitch: np.ndarray, roll: np.ndarray) -> np.ndarray:
+def pose_ros_to_opencv(
+    tip: np.ndarray, yaw: np.ndarray, pitch: np.ndarray, roll: np.ndarray
+) -> np.ndarray:
     """Tool poses ``(N, 7)`` = x, y, z (m), qx, qy, qz, qw in the OpenCV convention.
 
     The world axes are re-expressed as OpenCV's (x right, y down, z forward):
@@ -88,12 +90,16 @@ def pose_ros_to_opencv(tip: np.ndarray, yaw: np.ndarray, pitch: np.ndarray, roll
     return np.stack([-y, -z, x, -qy, -qz, qx, qw], axis=1)
 
 
-def _smooth_noise(rng: np.random.Generator, shape: tuple[int, int], cells: tuple[int, int]) -> np.ndarray:
+def _smooth_noise(
+    rng: np.random.Generator, shape: tuple[int, int], cells: tuple[int, int]
+) -> np.ndarray:
     """Bilinearly upsampled uniform noise in [0, 1), ``shape``."""
     coarse = rng.random((cells[0] + 1, cells[1] + 1))
     ry = np.linspace(0, cells[0], shape[0])
     rx = np.linspace(0, cells[1], shape[1])
-    rows = np.array([np.interp(ry, np.arange(cells[0] + 1), coarse[:, j]) for j in range(cells[1] + 1)]).T
+    rows = np.array(
+        [np.interp(ry, np.arange(cells[0] + 1), coarse[:, j]) for j in range(cells[1] + 1)]
+    ).T
     return np.array([np.interp(rx, np.arange(cells[1] + 1), row) for row in rows])
 
 
@@ -124,18 +130,26 @@ def _tex_index(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return ix, iy
 
 
-def paint_tape(tex: np.ndarray, center: tuple[float, float], half: float, color: tuple[float, ...]) -> None:
+def paint_tape(
+    tex: np.ndarray, center: tuple[float, float], half: float, color: tuple[float, ...]
+) -> None:
     """Draw a square tape outline (the place target) of half-size ``half`` m onto ``tex``."""
     x0, y0 = _tex_index(np.array(center[0] - half), np.array(center[1] - half))
     x1, y1 = _tex_index(np.array(center[0] + half), np.array(center[1] + half))
     w = max(2, int(0.008 / _TEX_RES))
     col = np.array(color, dtype=np.float32)
-    for sl in ((slice(x0, x1), slice(y0, y0 + w)), (slice(x0, x1), slice(y1 - w, y1)),
-               (slice(x0, x0 + w), slice(y0, y1)), (slice(x1 - w, x1), slice(y0, y1))):
+    for sl in (
+        (slice(x0, x1), slice(y0, y0 + w)),
+        (slice(x0, x1), slice(y1 - w, y1)),
+        (slice(x0, x0 + w), slice(y0, y1)),
+        (slice(x1 - w, x1), slice(y0, y1)),
+    ):
         tex[sl] = 0.35 * tex[sl] + 0.65 * col
 
 
-def _blend(img: np.ndarray, box: tuple[int, int, int, int], alpha: np.ndarray, color: np.ndarray) -> None:
+def _blend(
+    img: np.ndarray, box: tuple[int, int, int, int], alpha: np.ndarray, color: np.ndarray
+) -> None:
     y0, y1, x0, x1 = box
     region = img[y0:y1, x0:x1]
     a = alpha[..., None]
@@ -149,7 +163,9 @@ def _box(h: int, w: int, cx: float, cy: float, r: float) -> tuple[int, int, int,
     return None if x0 >= x1 or y0 >= y1 else (y0, y1, x0, x1)
 
 
-def capsule(img: np.ndarray, p: np.ndarray, q: np.ndarray, r0: float, r1: float, color: np.ndarray) -> None:
+def capsule(
+    img: np.ndarray, p: np.ndarray, q: np.ndarray, r0: float, r1: float, color: np.ndarray
+) -> None:
     """A shaded, anti-aliased capsule from pixel ``p`` (radius ``r0``) to ``q`` (``r1``)."""
     h, w = img.shape[:2]
     rmax = max(r0, r1)
@@ -183,7 +199,9 @@ def blob(img: np.ndarray, cx: float, cy: float, sigma: float, strength: float) -
     _blend(img, b, alpha.astype(np.float32), np.zeros(3, np.float32))
 
 
-def square(img: np.ndarray, cx: float, cy: float, half: float, angle: float, color: np.ndarray) -> None:
+def square(
+    img: np.ndarray, cx: float, cy: float, half: float, angle: float, color: np.ndarray
+) -> None:
     """A filled, anti-aliased square of half-size ``half`` px rotated by ``angle`` rad."""
     b = _box(img.shape[0], img.shape[1], cx, cy, half * 1.5)
     if b is None:
@@ -267,14 +285,14 @@ class Scene:
         blob(img, bx[0] + 3, bx[1] + 3, 0.6 * BOX_SIZE * px_per_m, 0.45)
         arms = []
         for k, base in enumerate(ARM_BASES):
-            pts = fk(st.q[7 * k: 7 * k + 7], base)
+            pts = fk(st.q[7 * k : 7 * k + 7], base)
             arms.append(pts)
             sh = self._px0(np.array([pts["tip"][0], pts["tip"][1], 0.0]))
             blob(img, sh[0] + 4, sh[1] + 4, (0.02 + 0.15 * pts["tip"][2]) * px_per_m, 0.5)
         self._draw_box0(img, st.box)
         for k, pts in enumerate(arms):
             color = self._ARM_COLORS[k]
-            q = st.q[7 * k: 7 * k + 7]
+            q = st.q[7 * k : 7 * k + 7]
             s, e, wr, tp = (self._px0(pts[n]) for n in ("shoulder", "elbow", "wrist", "tip"))
             scale = lambda p3: self.f0 / (self._CAM0[2] - p3[2])  # noqa: E731
             # Fingers: two thin capsules either side of the tool axis.
@@ -283,10 +301,21 @@ class Scene:
             sep = (0.012 + 0.035 * np.clip(q[6], 0, 1)) * scale(pts["tip"])
             for sgn in (-1, 1):
                 off = sgn * sep * side
-                capsule(img, wr + off * 0.6, tp + off, 0.006 * scale(pts["wrist"]), 0.004 * scale(pts["tip"]), color * 0.55)
+                capsule(
+                    img,
+                    wr + off * 0.6,
+                    tp + off,
+                    0.006 * scale(pts["wrist"]),
+                    0.004 * scale(pts["tip"]),
+                    color * 0.55,
+                )
             capsule(img, e, wr, 0.028 * scale(pts["elbow"]), 0.022 * scale(pts["wrist"]), color)
-            capsule(img, s, e, 0.035 * scale(pts["shoulder"]), 0.028 * scale(pts["elbow"]), color * 0.95)
-            capsule(img, wr, wr, 0.03 * scale(pts["wrist"]), 0.03 * scale(pts["wrist"]), color * 0.8)
+            capsule(
+                img, s, e, 0.035 * scale(pts["shoulder"]), 0.028 * scale(pts["elbow"]), color * 0.95
+            )
+            capsule(
+                img, wr, wr, 0.03 * scale(pts["wrist"]), 0.03 * scale(pts["wrist"]), color * 0.8
+            )
         return np.clip(img, 0, 255).astype(np.uint8)
 
     def render_wrist(self, st: State) -> np.ndarray:
@@ -317,6 +346,12 @@ class Scene:
         finger = np.array([70, 72, 80], np.float32)
         for sgn in (-1, 1):
             cx = self.w / 2 + sgn * sep / 2
-            capsule(img, np.array([cx, self.h * 1.05], np.float32), np.array([cx, self.h * 0.62], np.float32),
-                    0.07 * self.w, 0.045 * self.w, finger)
+            capsule(
+                img,
+                np.array([cx, self.h * 1.05], np.float32),
+                np.array([cx, self.h * 0.62], np.float32),
+                0.07 * self.w,
+                0.045 * self.w,
+                finger,
+            )
         return np.clip(img, 0, 255).astype(np.uint8)

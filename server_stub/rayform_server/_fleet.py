@@ -69,8 +69,16 @@ def build_shared_demo(
     # The pool is an ordinary demo build under a scratch slice, then that reference is dropped:
     # its blobs and manifest stay (content-addressed), only the fleet slice is named.
     scratch = "slc_" + hash_bytes(f"rayform-demo-pool:{slice_id}".encode())[:16]
-    pool = build_demo(root, scratch, small=small, seed=seed, jobs=jobs, episodes=pool_n, progress=progress,
-                      renditions=renditions)
+    pool = build_demo(
+        root,
+        scratch,
+        small=small,
+        seed=seed,
+        jobs=jobs,
+        episodes=pool_n,
+        progress=progress,
+        renditions=renditions,
+    )
     store.delete_slice(scratch)
     table = segments_to_table(list(pool.segments))
     if episodes > pool_n:
@@ -80,8 +88,10 @@ def build_shared_demo(
         table = table.set_column(table.schema.get_field_index("id"), "id", ids)
     if progress is not None:
         progress(f"segment table: {episodes} segments over {pool_n} pool episodes")
-    description = (f"demo: bimanual pick-and-place, {episodes} episodes from {len(SITES)} sites sharing "
-                   f"the blobs of {pool_n} (procedurally generated, seed {seed})")
+    description = (
+        f"demo: bimanual pick-and-place, {episodes} episodes from {len(SITES)} sites sharing "
+        f"the blobs of {pool_n} (procedurally generated, seed {seed})"
+    )
     digest = commit_table(store, table, description)
     store.set_slice(slice_id, digest, description)
     return digest
@@ -89,13 +99,24 @@ def build_shared_demo(
 
 def demo_description(episodes: int, seed: int) -> str:
     """The description :func:`~rayform_server.demo.build_demo` gives its slice."""
-    return (f"demo: bimanual pick-and-place, {episodes} episodes from {len(SITES)} sites "
-            f"(procedurally generated, seed {seed})")
+    return (
+        f"demo: bimanual pick-and-place, {episodes} episodes from {len(SITES)} sites "
+        f"(procedurally generated, seed {seed})"
+    )
 
 
-def stage_demo(root: str | os.PathLike[str], batch: str, shard: int, shards: int, *, small: bool = False,
-               seed: int = 0, episodes: int | None = None,
-               progress: Callable[[str], None] | None = None, renditions: tuple[int, ...] = ()) -> int:
+def stage_demo(
+    root: str | os.PathLike[str],
+    batch: str,
+    shard: int,
+    shards: int,
+    *,
+    small: bool = False,
+    seed: int = 0,
+    episodes: int | None = None,
+    progress: Callable[[str], None] | None = None,
+    renditions: tuple[int, ...] = (),
+) -> int:
     """Render the demo episodes ``i`` with ``i % shards == shard`` (with camera renditions at the
     heights ``renditions``) and stage each in ``batch``
     (one worker of a distributed build; ``rayform-server commit`` then makes the slice).

@@ -27,8 +27,15 @@ import numpy as np
 from rayform.errors import InvalidArgumentError
 from rayform_server._video import DEFAULT_CRF, encode_video
 
-__all__ = ["RenditionSkipped", "check_heights", "heights_argument", "keyframe_interval", "parse_heights", "render",
-           "rendition_sizes"]
+__all__ = [
+    "RenditionSkipped",
+    "check_heights",
+    "heights_argument",
+    "keyframe_interval",
+    "parse_heights",
+    "render",
+    "rendition_sizes",
+]
 
 
 class RenditionSkipped(UserWarning):
@@ -73,7 +80,9 @@ def check_heights(heights: Sequence[int]) -> tuple[int, ...]:
     return tuple(sorted(set(heights)))
 
 
-def rendition_sizes(height: int, width: int, heights: Sequence[int], name: str = "") -> list[tuple[int, int]]:
+def rendition_sizes(
+    height: int, width: int, heights: Sequence[int], name: str = ""
+) -> list[tuple[int, int]]:
     """``(h, w)`` of each rendition of a ``height`` x ``width`` video, smallest first.
 
     The width keeps the aspect ratio, rounded to even. A height at or above the original's is
@@ -84,7 +93,10 @@ def rendition_sizes(height: int, width: int, heights: Sequence[int], name: str =
         if h >= height:
             warnings.warn(
                 f"{name or 'video'}: no {h}-pixel rendition: the original is {width}x{height}, "
-                "already that small", RenditionSkipped, stacklevel=2)
+                "already that small",
+                RenditionSkipped,
+                stacklevel=2,
+            )
             continue
         out.append((h, max(2, 2 * round(width * h / height / 2))))
     return out
@@ -96,7 +108,9 @@ def keyframe_interval(path: str | os.PathLike[str]) -> int:
     (the frame count when there is one keyframe)."""
     with av.open(os.fspath(path)) as container:
         stream = container.streams.video[0]
-        keys = [i for i, p in enumerate(p for p in container.demux(stream) if p.size) if p.is_keyframe]
+        keys = [
+            i for i, p in enumerate(p for p in container.demux(stream) if p.size) if p.is_keyframe
+        ]
         frames = stream.frames or (keys[-1] + 1 if keys else 1)
     return keys[1] - keys[0] if len(keys) > 1 else max(1, int(frames))
 
@@ -106,11 +120,22 @@ def _scaled(path: Path, height: int, width: int) -> Iterator[np.ndarray]:
         stream = container.streams.video[0]
         stream.thread_count = 1
         for frame in container.decode(stream):
-            yield frame.reformat(width=width, height=height, format="rgb24", interpolation="AREA").to_ndarray()
+            yield frame.reformat(
+                width=width, height=height, format="rgb24", interpolation="AREA"
+            ).to_ndarray()
 
 
-def render(original: Path, size: tuple[int, int], out: Path, *, rate_hz: float, gop: int, count: int,
-           crf: int = DEFAULT_CRF, name: str = "") -> None:
+def render(
+    original: Path,
+    size: tuple[int, int],
+    out: Path,
+    *,
+    rate_hz: float,
+    gop: int,
+    count: int,
+    crf: int = DEFAULT_CRF,
+    name: str = "",
+) -> None:
     """Encode the ``(h, w)`` rendition of the video ``original`` into ``out``.
 
     Args:

@@ -63,11 +63,15 @@ def encode_video(
         for frame in frames:
             frame = np.asarray(frame)
             if frame.dtype != np.uint8 or frame.ndim != 3 or frame.shape[2] != 3:
-                raise InvalidArgumentError(f"frame {count}: expected (H, W, 3) uint8, got {frame.dtype} {frame.shape}")
+                raise InvalidArgumentError(
+                    f"frame {count}: expected (H, W, 3) uint8, got {frame.dtype} {frame.shape}"
+                )
             if stream is None:
                 height, width = frame.shape[:2]
                 if height % 2 or width % 2:
-                    raise InvalidArgumentError(f"frame size {width}x{height} must be even for H.264 4:2:0")
+                    raise InvalidArgumentError(
+                        f"frame size {width}x{height} must be even for H.264 4:2:0"
+                    )
                 stream = container.add_stream("libx264", rate=rate)
                 stream.width, stream.height = width, height
                 stream.pix_fmt = "yuv420p"

@@ -59,12 +59,16 @@ _RANGE_RE = re.compile(r"bytes=([0-9]*)-([0-9]*)")
 class ApiError(Exception):
     """An error answer: HTTP status, protocol error code, message, extra headers."""
 
-    def __init__(self, status: int, code: str, message: str, headers: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, status: int, code: str, message: str, headers: dict[str, str] | None = None
+    ) -> None:
         super().__init__(message)
         self.status, self.code, self.message, self.headers = status, code, message, headers or {}
 
     def response(self) -> JSONResponse:
-        return JSONResponse({"error": self.code, "message": self.message}, self.status, headers=self.headers)
+        return JSONResponse(
+            {"error": self.code, "message": self.message}, self.status, headers=self.headers
+        )
 
 
 def _version() -> str:
@@ -94,26 +98,40 @@ class _Guard:
     def _check(scope: Scope) -> ApiError | None:
         raw = scope.get("raw_path") or scope["path"].encode()
         if len(raw) + len(scope.get("query_string", b"")) + 1 > MAX_TARGET_BYTES:
-            return ApiError(414, "uri_too_long", f"the request target is over {MAX_TARGET_BYTES} bytes")
+            return ApiError(
+                414, "uri_too_long", f"the request target is over {MAX_TARGET_BYTES} bytes"
+            )
         if scope["method"] not in ("GET", "HEAD"):
-            return ApiError(405, "method_not_allowed", f"{scope['method']} is not allowed: this API is "
-                            "read-only (GET and HEAD)", {"Allow": "GET, HEAD"})
+            return ApiError(
+                405,
+                "method_not_allowed",
+                f"{scope['method']} is not allowed: this API is read-only (GET and HEAD)",
+                {"Allow": "GET, HEAD"},
+            )
         headers = dict(scope["headers"])
         length = headers.get(b"content-length", b"0").strip()
         if b"transfer-encoding" in headers or length not in (b"", b"0"):
-            return ApiError(413, "payload_too_large", "requests to this API carry no body: send it without one")
+            return ApiError(
+                413, "payload_too_large", "requests to this API carry no body: send it without one"
+            )
         segments = raw.split(b"/")
         decoded = [unquote_to_bytes(s) for s in segments]
         if any(s in (b".", b"..") or b"/" in s or b"\\" in s or b"\x00" in s for s in decoded):
-            return ApiError(400, "invalid_argument", "the path contains '.', '..', an encoded slash, "
-                            "a backslash or NUL: use the plain /v1/... paths of docs/protocol.md")
+            return ApiError(
+                400,
+                "invalid_argument",
+                "the path contains '.', '..', an encoded slash, "
+                "a backslash or NUL: use the plain /v1/... paths of docs/protocol.md",
+            )
         return None
 
 
 class _Api:
     """The endpoint handlers, bound to a store and an access policy."""
 
-    def __init__(self, store: Store, auth: Auth, presign_expiry_s: int = DEFAULT_PRESIGN_EXPIRY_S) -> None:
+    def __init__(
+        self, store: Store, auth: Auth, presign_expiry_s: int = DEFAULT_PRESIGN_EXPIRY_S
+    ) -> None:
         self.store = store
         self.auth = auth
         self.presign_expiry_s = presign_expiry_s
@@ -124,33 +142,50 @@ class _Api:
     def _grant(self, request: Request) -> Grant:
         grant = self.auth.authenticate(request.headers.get("authorization"))
         if grant is None:
-            raise ApiError(401, "unauthorized", "missing or wrong bearer token: send "
-                           "'Authorization: Bearer <token>' (set RAYFORM_TOKEN for the SDK)",
-                           {"WWW-Authenticate": 'Bearer realm="rayform"'})
+            raise ApiError(
+                401,
+                "unauthorized",
+                "missing or wrong bearer token: send "
+                "'Authorization: Bearer <token>' (set RAYFORM_TOKEN for the SDK)",
+                {"WWW-Authenticate": 'Bearer realm="rayform"'},
+            )
         return grant
 
     def _slice(self, request: Request) -> tuple[str, dict[str, str]]:
         grant = self._grant(request)
         slice_id = request.path_params["slice_id"]
         if not SLICE_ID_RE.fullmatch(slice_id):
-            raise ApiError(400, "invalid_argument", f"malformed slice ID {slice_id[:80]!r}: expected "
-                           "'slc_' followed by 8 to 64 lowercase hex digits, e.g. 'slc_7c1e04aa'")
+            raise ApiError(
+                400,
+                "invalid_argument",
+                f"malformed slice ID {slice_id[:80]!r}: expected "
+                "'slc_' followed by 8 to 64 lowercase hex digits, e.g. 'slc_7c1e04aa'",
+            )
         ref = self.store.get_slice(slice_id) if grant.allows(slice_id) else None
         if ref is None:
-            raise ApiError(404, "not_found", f"no slice {slice_id} (or this token may not read it): "
-                           "check the ID with `rayform-server slices` or ask for access")
+            raise ApiError(
+                404,
+                "not_found",
+                f"no slice {slice_id} (or this token may not read it): "
+                "check the ID with `rayform-server slices` or ask for access",
+            )
         return slice_id, ref
 
     def _referenced(self, manifest_hash: str) -> frozenset[str]:
-        return _memo(self._refs, manifest_hash, lambda: _referenced(self.store.load_manifest(manifest_hash)))
+        return _memo(
+            self._refs, manifest_hash, lambda: _referenced(self.store.load_manifest(manifest_hash))
+        )
 
-    def _in_some_version(self, slice_id: str, ref: dict[str, str], digest: str,
-                         held: Callable[[str], frozenset[str]]) -> bool:
+    def _in_some_version(
+        self, slice_id: str, ref: dict[str, str], digest: str, held: Callable[[str], frozenset[str]]
+    ) -> bool:
         """Whether ``digest`` is in ``held(manifest)`` of the slice's current manifest or, failing
         that, of any manifest it once named (a run logged before the slice changed reads those)."""
         if digest in held(ref["manifest"]):
             return True
-        return any(digest in held(m) for m in self.store.manifest_history(slice_id) if m != ref["manifest"])
+        return any(
+            digest in held(m) for m in self.store.manifest_history(slice_id) if m != ref["manifest"]
+        )
 
     def _pages_of(self, manifest_hash: str) -> frozenset[str]:
         return _memo(self._pages, manifest_hash, lambda: self.store.page_hashes(manifest_hash))
@@ -166,15 +201,26 @@ class _Api:
             if grant.allows(slice_id):
                 ref = self.store.get_slice(slice_id)
                 if ref is not None:
-                    out.append({"id": slice_id, "manifest": ref["manifest"],
-                                "description": ref.get("description", "")})
+                    out.append(
+                        {
+                            "id": slice_id,
+                            "manifest": ref["manifest"],
+                            "description": ref.get("description", ""),
+                        }
+                    )
         return JSONResponse({"slices": out})
 
     async def get_slice(self, request: Request) -> Response:
         slice_id, ref = self._slice(request)
         size = self.store.manifest_path(ref["manifest"]).stat().st_size
-        return JSONResponse({"id": slice_id, "manifest": ref["manifest"], "manifest_size": size,
-                             "description": ref.get("description", "")})
+        return JSONResponse(
+            {
+                "id": slice_id,
+                "manifest": ref["manifest"],
+                "manifest_size": size,
+                "description": ref.get("description", ""),
+            }
+        )
 
     async def get_manifest(self, request: Request) -> Response:
         _, ref = self._slice(request)
@@ -190,9 +236,13 @@ class _Api:
         slice_id, _ = self._slice(request)
         digest = _hash_param(request, "a manifest hash, e.g. from a dataset URI")
         if not await run_in_threadpool(self.store.has_named, slice_id, digest):
-            raise ApiError(404, "not_found", f"slice {slice_id} never named manifest {digest[:12]}... "
-                           "on this server (or it was withdrawn): check the hash, or use the slice's "
-                           "current manifest")
+            raise ApiError(
+                404,
+                "not_found",
+                f"slice {slice_id} never named manifest {digest[:12]}... "
+                "on this server (or it was withdrawn): check the hash, or use the slice's "
+                "current manifest",
+            )
         headers = {"ETag": f'"{digest}"', "Cache-Control": "public, max-age=31536000, immutable"}
         if _etag_matches(request.headers.get("if-none-match"), digest):
             return Response(status_code=304, headers=headers)
@@ -204,8 +254,12 @@ class _Api:
         slice_id, ref = self._slice(request)
         digest = _hash_param(request, "a page hash from the manifest root")
         if not self._in_some_version(slice_id, ref, digest, self._pages_of):
-            raise ApiError(404, "not_found", f"page {digest[:12]}... is not part of the manifest of "
-                           f"slice {slice_id}: take page hashes from the manifest root")
+            raise ApiError(
+                404,
+                "not_found",
+                f"page {digest[:12]}... is not part of the manifest of "
+                f"slice {slice_id}: take page hashes from the manifest root",
+            )
         headers = {"ETag": f'"{digest}"', "Cache-Control": "public, max-age=31536000, immutable"}
         if _etag_matches(request.headers.get("if-none-match"), digest):
             return Response(status_code=304, headers=headers)
@@ -216,18 +270,29 @@ class _Api:
         slice_id, ref = self._slice(request)
         digest = _hash_param(request, "a BLAKE3 digest from the manifest")
         if not self._in_some_version(slice_id, ref, digest, self._referenced):
-            raise ApiError(404, "not_found", f"blob {digest[:12]}... is not part of slice {slice_id}: "
-                           "take blob hashes from this slice's manifest")
+            raise ApiError(
+                404,
+                "not_found",
+                f"blob {digest[:12]}... is not part of slice {slice_id}: "
+                "take blob hashes from this slice's manifest",
+            )
         if self.store.blobs.local_path(digest) is None:
             return await self._redirect(slice_id, digest)
         path = self.store.blob_path(digest)
         try:
             size = path.stat().st_size
         except FileNotFoundError:
-            raise ApiError(404, "not_found", f"blob {digest[:12]}... of slice {slice_id} is missing "
-                           "from the server's data root: tell the server operator") from None
-        headers = {"ETag": f'"{digest}"', "Accept-Ranges": "bytes",
-                   "Cache-Control": "public, max-age=31536000, immutable"}
+            raise ApiError(
+                404,
+                "not_found",
+                f"blob {digest[:12]}... of slice {slice_id} is missing "
+                "from the server's data root: tell the server operator",
+            ) from None
+        headers = {
+            "ETag": f'"{digest}"',
+            "Accept-Ranges": "bytes",
+            "Cache-Control": "public, max-age=31536000, immutable",
+        }
         rng = request.headers.get("range")
         if_range = request.headers.get("if-range")
         if rng is not None and if_range is not None and not _etag_matches(if_range, digest):
@@ -241,9 +306,15 @@ class _Api:
             headers["Content-Range"] = f"bytes {start}-{end}/{size}"
         headers["Content-Length"] = str(end - start + 1)
         if request.method == "HEAD":
-            return Response(status_code=status, headers=headers, media_type="application/octet-stream")
-        return StreamingResponse(_read(path, start, end + 1), status_code=status, headers=headers,
-                                 media_type="application/octet-stream")
+            return Response(
+                status_code=status, headers=headers, media_type="application/octet-stream"
+            )
+        return StreamingResponse(
+            _read(path, start, end + 1),
+            status_code=status,
+            headers=headers,
+            media_type="application/octet-stream",
+        )
 
     async def _redirect(self, slice_id: str, digest: str) -> Response:
         """``307`` to a presigned URL for a blob kept in object storage."""
@@ -260,24 +331,38 @@ class _Api:
             host = blobs.host() if hasattr(blobs, "host") else "?"
             within = getattr(blobs, "lookup_timeout_s", None)
             when = f" within {within:g} s" if within else ""
-            raise ApiError(503, STORE_UNAVAILABLE, f"the object store at {host} did not "
-                           f"answer{when} ({type(exc).__name__}); retry with backoff",
-                           {"Retry-After": "1"}) from None
+            raise ApiError(
+                503,
+                STORE_UNAVAILABLE,
+                f"the object store at {host} did not "
+                f"answer{when} ({type(exc).__name__}); retry with backoff",
+                {"Retry-After": "1"},
+            ) from None
         if not present:
-            raise ApiError(404, "not_found", f"blob {digest[:12]}... of slice {slice_id} is missing "
-                           "from the server's object store: tell the server operator")
+            raise ApiError(
+                404,
+                "not_found",
+                f"blob {digest[:12]}... of slice {slice_id} is missing "
+                "from the server's object store: tell the server operator",
+            )
         if url is None:
             raise ApiError(500, "internal", "the blob store gives no download URL")
-        return Response(status_code=307, headers={"Location": url, "Cache-Control": "no-store",
-                                                  "ETag": f'"{digest}"'})
+        return Response(
+            status_code=307,
+            headers={"Location": url, "Cache-Control": "no-store", "ETag": f'"{digest}"'},
+        )
 
 
 def _referenced(manifest: Any) -> frozenset[str]:
     """Every blob hash a manifest names: its streams' blobs and their renditions."""
     hashes = set(manifest.blobs())
     if isinstance(manifest, Manifest):
-        hashes.update(r.blob.hash for seg in manifest.segments for st in seg.streams.values()
-                      for r in st.renditions)
+        hashes.update(
+            r.blob.hash
+            for seg in manifest.segments
+            for st in seg.streams.values()
+            for r in st.renditions
+        )
     else:  # columnar: version 3 pages list renditions, version 2 pages none
         hashes.update(manifest.rendition_blobs())
     return frozenset(hashes)
@@ -295,22 +380,37 @@ def _parse_range(header: str, size: int) -> tuple[int, int]:
     value = header.strip().replace(" ", "")
     unsatisfiable = {"Content-Range": f"bytes */{size}"}
     if "," in value:
-        raise ApiError(416, "range_not_satisfiable", "several ranges in one request are not "
-                       "supported: ask for one range per request", unsatisfiable)
+        raise ApiError(
+            416,
+            "range_not_satisfiable",
+            "several ranges in one request are not supported: ask for one range per request",
+            unsatisfiable,
+        )
     m = _RANGE_RE.fullmatch(value)
     if m is None or (m[1] == "" and m[2] == "") or (m[1] and m[2] and int(m[2]) < int(m[1])):
-        raise ApiError(400, "invalid_argument", f"bad Range header {header[:80]!r}: use "
-                       "'bytes=a-b', 'bytes=a-' or 'bytes=-n'")
+        raise ApiError(
+            400,
+            "invalid_argument",
+            f"bad Range header {header[:80]!r}: use 'bytes=a-b', 'bytes=a-' or 'bytes=-n'",
+        )
     if m[1] == "":
         n = int(m[2])
         if n == 0 or size == 0:
-            raise ApiError(416, "range_not_satisfiable", f"range {value} selects no byte of a "
-                           f"{size}-byte blob", unsatisfiable)
+            raise ApiError(
+                416,
+                "range_not_satisfiable",
+                f"range {value} selects no byte of a {size}-byte blob",
+                unsatisfiable,
+            )
         return max(0, size - n), size - 1
     first = int(m[1])
     if first >= size:
-        raise ApiError(416, "range_not_satisfiable", f"range {value} starts at or past the end of "
-                       f"the {size}-byte blob", unsatisfiable)
+        raise ApiError(
+            416,
+            "range_not_satisfiable",
+            f"range {value} starts at or past the end of the {size}-byte blob",
+            unsatisfiable,
+        )
     last = size - 1 if m[2] == "" else min(int(m[2]), size - 1)
     return first, last
 
@@ -336,17 +436,25 @@ async def _api_error(request: Request, exc: Exception) -> Response:
 async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
     if exc.status_code == 404:
-        return ApiError(404, "not_found", f"no such endpoint {request.url.path[:200]}: see "
-                        "docs/protocol.md for the /v1 paths").response()
+        return ApiError(
+            404,
+            "not_found",
+            f"no such endpoint {request.url.path[:200]}: see docs/protocol.md for the /v1 paths",
+        ).response()
     if exc.status_code == 405:
-        return ApiError(405, "method_not_allowed", "only GET and HEAD are allowed",
-                        {"Allow": "GET, HEAD"}).response()
+        return ApiError(
+            405, "method_not_allowed", "only GET and HEAD are allowed", {"Allow": "GET, HEAD"}
+        ).response()
     return ApiError(exc.status_code, "invalid_argument", str(exc.detail)).response()
 
 
 async def _internal(request: Request, exc: Exception) -> Response:
-    return ApiError(500, "internal", "the server failed to answer; retry with backoff, and tell "
-                    "the server operator if it persists").response()
+    return ApiError(
+        500,
+        "internal",
+        "the server failed to answer; retry with backoff, and tell "
+        "the server operator if it persists",
+    ).response()
 
 
 def create_app(
@@ -374,7 +482,9 @@ def create_app(
     """
     auth = Auth.from_options(token, tokens_file, allow_anonymous)
     if presign_expiry_s < 1:
-        raise InvalidArgumentError(f"presign_expiry_s must be at least 1 second, got {presign_expiry_s}")
+        raise InvalidArgumentError(
+            f"presign_expiry_s must be at least 1 second, got {presign_expiry_s}"
+        )
     api = _Api(Store(root, blobs=blobs), auth, presign_expiry_s)
     routes = [
         Route("/v1/health", api.health, methods=["GET", "HEAD"]),
@@ -383,7 +493,9 @@ def create_app(
         Route("/v1/slices/{slice_id}/manifest", api.get_manifest, methods=["GET", "HEAD"]),
         Route("/v1/slices/{slice_id}/blobs/{hash}", api.get_blob, methods=["GET", "HEAD"]),
         Route("/v1/slices/{slice_id}/pages/{hash}", api.get_page, methods=["GET", "HEAD"]),
-        Route("/v1/slices/{slice_id}/manifests/{hash}", api.get_manifest_at, methods=["GET", "HEAD"]),
+        Route(
+            "/v1/slices/{slice_id}/manifests/{hash}", api.get_manifest_at, methods=["GET", "HEAD"]
+        ),
     ]
     app = Starlette(
         routes=routes,
@@ -398,13 +510,17 @@ def _hash_param(request: Request, what: str) -> str:
     """The ``{hash}`` of the URL, or a 400 naming what a valid one is (``what``)."""
     digest = str(request.path_params["hash"])
     if not HASH_RE.fullmatch(digest):
-        raise ApiError(400, "invalid_argument", f"malformed content hash {digest[:80]!r}: "
-                       f"expected 64 lowercase hex digits ({what})")
+        raise ApiError(
+            400,
+            "invalid_argument",
+            f"malformed content hash {digest[:80]!r}: expected 64 lowercase hex digits ({what})",
+        )
     return digest
 
 
-def _memo(cache: OrderedDict[str, frozenset[str]], key: str,
-          compute: Callable[[], frozenset[str]]) -> frozenset[str]:
+def _memo(
+    cache: OrderedDict[str, frozenset[str]], key: str, compute: Callable[[], frozenset[str]]
+) -> frozenset[str]:
     """``cache[key]``, computed on a miss; least recently used entries beyond
     ``_REFS_CACHE_SIZE`` are dropped (a server may serve many manifests over its life)."""
     value = cache.get(key)

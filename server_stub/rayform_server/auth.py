@@ -73,7 +73,9 @@ def load_tokens_file(path: str | os.PathLike[str]) -> list[Grant]:
     try:
         doc = json.loads(p.read_bytes())
     except FileNotFoundError as exc:
-        raise InvalidArgumentError(f"tokens file {p} does not exist: check the --tokens-file path") from exc
+        raise InvalidArgumentError(
+            f"tokens file {p} does not exist: check the --tokens-file path"
+        ) from exc
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise InvalidArgumentError(f"tokens file {p} is not readable JSON: {exc}") from exc
     if not isinstance(doc, dict) or not isinstance(doc.get("tokens"), list) or not doc["tokens"]:
@@ -86,22 +88,36 @@ def load_tokens_file(path: str | os.PathLike[str]) -> list[Grant]:
     for i, entry in enumerate(doc["tokens"]):
         where = f"tokens file {p}, entry {i}"
         if not isinstance(entry, dict):
-            raise InvalidArgumentError(f"{where}: each entry must be an object with name, token, slices")
+            raise InvalidArgumentError(
+                f"{where}: each entry must be an object with name, token, slices"
+            )
         unknown = set(entry) - {"name", "token", "slices"}
         if unknown:
-            raise InvalidArgumentError(f"{where}: unknown keys {sorted(unknown)} (allowed: name, token, slices)")
+            raise InvalidArgumentError(
+                f"{where}: unknown keys {sorted(unknown)} (allowed: name, token, slices)"
+            )
         name = entry.get("name")
         if not isinstance(name, str) or not _NAME_RE.fullmatch(name):
-            raise InvalidArgumentError(f"{where}: 'name' must be 1-64 characters of letters, digits, _ . @ -")
+            raise InvalidArgumentError(
+                f"{where}: 'name' must be 1-64 characters of letters, digits, _ . @ -"
+            )
         where = f"tokens file {p}, entry {i} ({name})"
         if name in names:
-            raise InvalidArgumentError(f"{where}: the name {name!r} is used twice; names must be unique")
+            raise InvalidArgumentError(
+                f"{where}: the name {name!r} is used twice; names must be unique"
+            )
         names.add(name)
         token = _check_token(entry.get("token"), where)
         if any(hmac.compare_digest(token, g.token) for g in grants):
-            raise InvalidArgumentError(f"{where}: the same token is given twice; every token must be unique")
+            raise InvalidArgumentError(
+                f"{where}: the same token is given twice; every token must be unique"
+            )
         slices = entry.get("slices")
-        if not isinstance(slices, list) or not slices or not all(isinstance(s, str) and _PATTERN_RE.fullmatch(s) for s in slices):
+        if (
+            not isinstance(slices, list)
+            or not slices
+            or not all(isinstance(s, str) and _PATTERN_RE.fullmatch(s) for s in slices)
+        ):
             raise InvalidArgumentError(
                 f"{where}: 'slices' must be a non-empty list of slice-ID patterns such as "
                 "'slc_7c1e04aa', 'slc_7c1e*' or '*'"

@@ -110,17 +110,28 @@ class S3BlobBackend:
     client waits. Uploads (ingest) keep botocore's patient defaults.
     """
 
-    def __init__(self, bucket: str, prefix: str = "", *, endpoint_url: str | None = None,
-                 region: str | None = None, create_bucket: bool = True,
-                 lookup_timeout_s: float | None = None) -> None:
+    def __init__(
+        self,
+        bucket: str,
+        prefix: str = "",
+        *,
+        endpoint_url: str | None = None,
+        region: str | None = None,
+        create_bucket: bool = True,
+        lookup_timeout_s: float | None = None,
+    ) -> None:
         import boto3
 
         self.bucket = bucket
         self.prefix = prefix.strip("/")
         self.endpoint_url = endpoint_url
         self._region = region or os.environ.get("AWS_REGION") or "us-east-1"
-        self._s3 = boto3.client("s3", endpoint_url=endpoint_url, region_name=self._region,
-                                config=self._config(retries={"max_attempts": 5, "mode": "standard"}))
+        self._s3 = boto3.client(
+            "s3",
+            endpoint_url=endpoint_url,
+            region_name=self._region,
+            config=self._config(retries={"max_attempts": 5, "mode": "standard"}),
+        )
         if lookup_timeout_s is None:
             lookup_timeout_s = float(os.environ.get("RAYFORM_SERVER_STORE_TIMEOUT") or 5.0)
         self.set_lookup_timeout(lookup_timeout_s)
@@ -139,12 +150,20 @@ class S3BlobBackend:
         import boto3
 
         if not seconds > 0:
-            raise ValueError(f"the object store timeout must be a positive number of seconds, got {seconds!r}")
+            raise ValueError(
+                f"the object store timeout must be a positive number of seconds, got {seconds!r}"
+            )
         self.lookup_timeout_s = float(seconds)
         self._lookup = boto3.client(
-            "s3", endpoint_url=self.endpoint_url, region_name=self._region,
-            config=self._config(connect_timeout=seconds, read_timeout=seconds,
-                                retries={"max_attempts": 1, "mode": "standard"}))
+            "s3",
+            endpoint_url=self.endpoint_url,
+            region_name=self._region,
+            config=self._config(
+                connect_timeout=seconds,
+                read_timeout=seconds,
+                retries={"max_attempts": 1, "mode": "standard"},
+            ),
+        )
 
     def host(self) -> str:
         """``host[:port]`` of the object store (what errors may show of it)."""
@@ -155,21 +174,31 @@ class S3BlobBackend:
     def _ensure_bucket(self) -> None:
         from botocore.exceptions import BotoCoreError, ClientError
 
-        fix = ("check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY (or AWS_PROFILE) and --s3-endpoint, "
-               "then start again")
+        fix = (
+            "check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY (or AWS_PROFILE) and --s3-endpoint, "
+            "then start again"
+        )
         try:
             try:
                 self._lookup.head_bucket(Bucket=self.bucket)
             except ClientError as exc:
-                if exc.response.get("Error", {}).get("Code") not in ("404", "NoSuchBucket", "NotFound"):
+                if exc.response.get("Error", {}).get("Code") not in (
+                    "404",
+                    "NoSuchBucket",
+                    "NotFound",
+                ):
                     raise
                 self._s3.create_bucket(Bucket=self.bucket)
         except ClientError as exc:
             code = exc.response.get("Error", {}).get("Code", "?")
-            raise AccessDeniedError(f"the object store {self.describe()} refused access to bucket "
-                                    f"{self.bucket!r} (error {code}): {fix}") from None
+            raise AccessDeniedError(
+                f"the object store {self.describe()} refused access to bucket "
+                f"{self.bucket!r} (error {code}): {fix}"
+            ) from None
         except BotoCoreError as exc:
-            raise TransportError(f"cannot use the object store {self.describe()} ({exc}): {fix}") from None
+            raise TransportError(
+                f"cannot use the object store {self.describe()} ({exc}): {fix}"
+            ) from None
 
     def key(self, digest: str) -> str:
         check_hash(digest)
@@ -205,7 +234,9 @@ class S3BlobBackend:
 
     def presigned_url(self, digest: str, expires_s: int) -> str | None:
         return self._s3.generate_presigned_url(
-            "get_object", Params={"Bucket": self.bucket, "Key": self.key(digest)}, ExpiresIn=expires_s
+            "get_object",
+            Params={"Bucket": self.bucket, "Key": self.key(digest)},
+            ExpiresIn=expires_s,
         )
 
     def describe(self) -> str:
@@ -213,7 +244,9 @@ class S3BlobBackend:
         return f"s3://{self.bucket}/{self.prefix}{where}"
 
 
-def blob_backend_from_url(url: str | None, root: Path, *, endpoint_url: str | None = None) -> BlobBackend:
+def blob_backend_from_url(
+    url: str | None, root: Path, *, endpoint_url: str | None = None
+) -> BlobBackend:
     """``None`` or ``file://`` -> local directory under ``root``; ``s3://BUCKET/PREFIX`` -> S3."""
     if not url:
         return LocalBlobBackend(root)
@@ -222,9 +255,9 @@ def blob_backend_from_url(url: str | None, root: Path, *, endpoint_url: str | No
         return S3BlobBackend(parsed.netloc, parsed.path, endpoint_url=endpoint_url)
     if parsed.scheme == "file":
         return LocalBlobBackend(Path(parsed.path))
-    raise InvalidArgumentError(f"unsupported blob store {url!r}: use s3://BUCKET/PREFIX or leave it out for the local root")
-
-
+    raise InvalidArgumentError(
+        f"unsupported blob store {url!r}: use s3://BUCKET/PREFIX or leave it out for the local root"
+    )
 
 
 def _read_config(root: Path) -> dict[str, str] | None:
@@ -233,10 +266,12 @@ def _read_config(root: Path) -> dict[str, str] | None:
     except FileNotFoundError:
         return None
     except (OSError, ValueError) as exc:
-        raise InvalidArgumentError(f"{root / CONFIG_NAME} is unreadable ({exc}): fix or delete it "
-                                   "(deleting it means the blobs are in ROOT/blobs)") from None
+        raise InvalidArgumentError(
+            f"{root / CONFIG_NAME} is unreadable ({exc}): fix or delete it "
+            "(deleting it means the blobs are in ROOT/blobs)"
+        ) from None
     if not isinstance(doc, dict) or not isinstance(doc.get("blobs"), str):
-        raise InvalidArgumentError(f"{root / CONFIG_NAME} has no \"blobs\" URL: fix or delete it")
+        raise InvalidArgumentError(f'{root / CONFIG_NAME} has no "blobs" URL: fix or delete it')
     return doc
 
 
@@ -255,8 +290,9 @@ def backend_for_root(root: str | os.PathLike[str]) -> BlobBackend:
     return blob_backend_from_url(doc["blobs"], root, endpoint_url=doc.get("s3_endpoint") or None)
 
 
-def configure_root(root: str | os.PathLike[str], blobs: str | None,
-                   endpoint_url: str | None = None) -> BlobBackend:
+def configure_root(
+    root: str | os.PathLike[str], blobs: str | None, endpoint_url: str | None = None
+) -> BlobBackend:
     """The blob backend for ``root``, recording ``blobs`` in ``ROOT/blobstore.json`` if new.
 
     Args:
@@ -277,20 +313,29 @@ def configure_root(root: str | os.PathLike[str], blobs: str | None,
     if blobs is None:
         if doc is None:
             if endpoint_url:
-                raise InvalidArgumentError(f"an S3 endpoint was given but the data root {root} keeps its blobs "
-                                           "locally: add --blobs s3://BUCKET/PREFIX")
+                raise InvalidArgumentError(
+                    f"an S3 endpoint was given but the data root {root} keeps its blobs "
+                    "locally: add --blobs s3://BUCKET/PREFIX"
+                )
             return LocalBlobBackend(root)
-        return blob_backend_from_url(doc["blobs"], root,
-                                     endpoint_url=endpoint_url or doc.get("s3_endpoint") or None)
+        return blob_backend_from_url(
+            doc["blobs"], root, endpoint_url=endpoint_url or doc.get("s3_endpoint") or None
+        )
     wanted = blobs.rstrip("/")
     if doc is not None and doc["blobs"].rstrip("/") != wanted:
-        raise InvalidArgumentError(f"the data root {root} keeps its blobs in {doc['blobs']}, not {blobs}: "
-                                   f"pass --blobs {doc['blobs']} or use another --root")
+        raise InvalidArgumentError(
+            f"the data root {root} keeps its blobs in {doc['blobs']}, not {blobs}: "
+            f"pass --blobs {doc['blobs']} or use another --root"
+        )
     if doc is None and any((root / "blobs").rglob("*")):
-        raise InvalidArgumentError(f"the data root {root} already holds blobs in {root / 'blobs'}: copy them "
-                                   f"to {blobs} and start from a fresh --root, or leave --blobs out")
+        raise InvalidArgumentError(
+            f"the data root {root} already holds blobs in {root / 'blobs'}: copy them "
+            f"to {blobs} and start from a fresh --root, or leave --blobs out"
+        )
     backend = blob_backend_from_url(wanted, root, endpoint_url=endpoint_url)
     if doc is None and not isinstance(backend, LocalBlobBackend):
         record = {"blobs": wanted, "s3_endpoint": endpoint_url or ""}
-        write_atomic(root / CONFIG_NAME, (json.dumps(record, indent=2, sort_keys=True) + "\n").encode())
+        write_atomic(
+            root / CONFIG_NAME, (json.dumps(record, indent=2, sort_keys=True) + "\n").encode()
+        )
     return backend

@@ -119,10 +119,18 @@ class SliceBuilder:
             skipped with a warning.
     """
 
-    def __init__(self, store: Store, description: str = "", *, gop: int = DEFAULT_GOP,
-                 renditions: tuple[int, ...] = ()) -> None:
+    def __init__(
+        self,
+        store: Store,
+        description: str = "",
+        *,
+        gop: int = DEFAULT_GOP,
+        renditions: tuple[int, ...] = (),
+    ) -> None:
         if gop < 1:
-            raise InvalidArgumentError(f"gop (keyframe interval in frames) must be at least 1, got {gop}")
+            raise InvalidArgumentError(
+                f"gop (keyframe interval in frames) must be at least 1, got {gop}"
+            )
         self.store = store
         self.description = description
         self.gop = gop
@@ -188,7 +196,9 @@ class SliceBuilder:
             fd, tmp = tempfile.mkstemp(dir=self.store.root / "tmp", suffix=".mp4")
             os.close(fd)
             try:
-                count, h, w = encode_video(data.frames, tmp, rate_hz=data.rate_hz, gop=gop, crf=data.crf)
+                count, h, w = encode_video(
+                    data.frames, tmp, rate_hz=data.rate_hz, gop=gop, crf=data.crf
+                )
                 # Rendered from the local file, before it moves into the store (maybe S3).
                 renditions = self._renditions(data, Path(tmp), (h, w, 3), count, gop)
                 ref = self.store.put_file(tmp, move=True)
@@ -196,16 +206,29 @@ class SliceBuilder:
                 Path(tmp).unlink(missing_ok=True)
             shape = (h, w, 3)
             if count != t_ns.size:
-                raise InvalidArgumentError(f"{data.name}: {count} frames but {t_ns.size} timestamps")
+                raise InvalidArgumentError(
+                    f"{data.name}: {count} frames but {t_ns.size} timestamps"
+                )
         ts = self.store.put_bytes(encode_timestamps(t_ns))
         return Stream(
-            name=data.name, kind="video", blob=ref, timestamps=ts, rate_hz=float(data.rate_hz),
-            shape=shape, dtype="uint8", count=count, t0_ns=int(t_ns[0]), t1_ns=int(t_ns[-1]),
-            codec=data.codec, gop=gop, renditions=renditions,
+            name=data.name,
+            kind="video",
+            blob=ref,
+            timestamps=ts,
+            rate_hz=float(data.rate_hz),
+            shape=shape,
+            dtype="uint8",
+            count=count,
+            t0_ns=int(t_ns[0]),
+            t1_ns=int(t_ns[-1]),
+            codec=data.codec,
+            gop=gop,
+            renditions=renditions,
         )
 
-    def _renditions(self, data: VideoData, original: Path, shape: tuple[int, ...], count: int,
-                    gop: int | None) -> tuple[Rendition, ...]:
+    def _renditions(
+        self, data: VideoData, original: Path, shape: tuple[int, ...], count: int, gop: int | None
+    ) -> tuple[Rendition, ...]:
         """Render, store and list the builder's renditions of the local video ``original``."""
         sizes = rendition_sizes(shape[0], shape[1], self.renditions, data.name)
         if not sizes:
@@ -218,8 +241,16 @@ class SliceBuilder:
             fd, tmp = tempfile.mkstemp(dir=self.store.root / "tmp", suffix=".mp4")
             os.close(fd)
             try:
-                render(original, size, Path(tmp), rate_hz=data.rate_hz, gop=gop, count=count, crf=data.crf,
-                       name=data.name)
+                render(
+                    original,
+                    size,
+                    Path(tmp),
+                    rate_hz=data.rate_hz,
+                    gop=gop,
+                    count=count,
+                    crf=data.crf,
+                    name=data.name,
+                )
                 out.append(Rendition(self.store.put_file(tmp, move=True), *size))
             finally:
                 Path(tmp).unlink(missing_ok=True)
@@ -230,9 +261,13 @@ class SliceBuilder:
         if values.ndim == 1:
             values = values[:, None]
         if values.ndim != 2 or values.shape[0] != t_ns.size:
-            raise InvalidArgumentError(f"{data.name}: values must be (N, D) with N={t_ns.size}, got {values.shape}")
+            raise InvalidArgumentError(
+                f"{data.name}: values must be (N, D) with N={t_ns.size}, got {values.shape}"
+            )
         if data.frame is not None and data.frame not in FRAME_CONVENTIONS:
-            raise InvalidArgumentError(f"{data.name}: frame must be one of {FRAME_CONVENTIONS}, got {data.frame!r}")
+            raise InvalidArgumentError(
+                f"{data.name}: frame must be one of {FRAME_CONVENTIONS}, got {data.frame!r}"
+            )
         if data.quantity is not None:
             want = CARTESIAN_QUANTITIES.get(data.quantity)
             if want is None or values.shape[1] != want or data.frame is None:
@@ -242,13 +277,23 @@ class SliceBuilder:
                 )
         ref = self.store.put_bytes(encode_table(t_ns, values))
         return Stream(
-            name=data.name, kind="table", blob=ref, rate_hz=float(data.rate_hz),
-            shape=(int(values.shape[1]),), dtype=str(values.dtype), count=int(t_ns.size),
-            t0_ns=int(t_ns[0]), t1_ns=int(t_ns[-1]), units=data.units, frame=data.frame,
+            name=data.name,
+            kind="table",
+            blob=ref,
+            rate_hz=float(data.rate_hz),
+            shape=(int(values.shape[1]),),
+            dtype=str(values.dtype),
+            count=int(t_ns.size),
+            t0_ns=int(t_ns[0]),
+            t1_ns=int(t_ns[-1]),
+            units=data.units,
+            frame=data.frame,
             quantity=data.quantity,
         )
 
-    def commit(self, slice_id: str, *, format_version: int | None = None) -> Manifest | ColumnarManifest:
+    def commit(
+        self, slice_id: str, *, format_version: int | None = None
+    ) -> Manifest | ColumnarManifest:
         """Write the manifest and point ``slice_id`` at it. Returns the manifest.
 
         Args:
@@ -260,13 +305,20 @@ class SliceBuilder:
         check_slice_id(slice_id)
         if not self.segments:
             raise InvalidArgumentError("a slice needs at least one segment")
-        digest = commit_segments(self.store, self.segments, self.description, format_version=format_version)
+        digest = commit_segments(
+            self.store, self.segments, self.description, format_version=format_version
+        )
         self.store.set_slice(slice_id, digest, self.description)
         return self.store.load_manifest(digest)
 
 
-def commit_segments(store: Store, segments: Sequence[Segment], description: str, *,
-                    format_version: int | None = None) -> str:
+def commit_segments(
+    store: Store,
+    segments: Sequence[Segment],
+    description: str,
+    *,
+    format_version: int | None = None,
+) -> str:
     """Store ``segments`` as one manifest (pages first, root last for version 2); returns its
     hash. Points no slice at it.
 

@@ -52,8 +52,18 @@ from rayform_server._video import DEFAULT_GOP
 from rayform_server.builder import SliceBuilder, TableData, VideoData
 from rayform_server.store import Store
 
-__all__ = ["DEMO_SLICE", "ROBOTS", "SINGLE_ARM_SLICE", "SINGLE_ARM_STREAMS", "SITES", "DemoSpec", "build_demo",
-           "build_episode", "demo_spec", "segment_id"]
+__all__ = [
+    "DEMO_SLICE",
+    "ROBOTS",
+    "SINGLE_ARM_SLICE",
+    "SINGLE_ARM_STREAMS",
+    "SITES",
+    "DemoSpec",
+    "build_demo",
+    "build_episode",
+    "demo_spec",
+    "segment_id",
+]
 
 DEMO_SLICE = "slc_7c1e04aa"
 #: ``--robot`` values: the bimanual demo (the default, unchanged) and a second embodiment.
@@ -110,8 +120,11 @@ class _Plan:
         while True:
             pick = np.array([rng.uniform(0.30, 0.50), rng.uniform(0.12, 0.32), 0.0])
             place = np.array([rng.uniform(0.28, 0.46), rng.uniform(-0.08, 0.06), 0.0])
-            if (np.hypot(*(place[:2] - left)) < 0.62 and np.hypot(*(pick[:2] - left)) < 0.62
-                    and np.hypot(*(pick[:2] - place[:2])) > 0.12):
+            if (
+                np.hypot(*(place[:2] - left)) < 0.62
+                and np.hypot(*(pick[:2] - left)) < 0.62
+                and np.hypot(*(pick[:2] - place[:2])) > 0.12
+            ):
                 break
         self.pick, self.place = pick, place
         self.box_yaw0 = rng.uniform(-0.6, 0.6)
@@ -165,11 +178,19 @@ class _Plan:
             return np.array([*self.pick[:2], 0.0, self.box_yaw0])
         if t_s >= self.release_t:
             q_rel = self.q(np.array([self.release_t - _LAG_S]))[0]
-            yaw = self.box_yaw0 + self._tool_yaw(q_rel) - self._tool_yaw(self.q(np.array([self.grasp_t]))[0])
+            yaw = (
+                self.box_yaw0
+                + self._tool_yaw(q_rel)
+                - self._tool_yaw(self.q(np.array([self.grasp_t]))[0])
+            )
             return np.array([*self.place[:2], 0.0, yaw])
         pts = fk(q_meas[:7], ARM_BASES[0])
         tip = pts["tip"]
-        yaw = self.box_yaw0 + self._tool_yaw(q_meas) - self._tool_yaw(self.q(np.array([self.grasp_t]))[0])
+        yaw = (
+            self.box_yaw0
+            + self._tool_yaw(q_meas)
+            - self._tool_yaw(self.q(np.array([self.grasp_t]))[0])
+        )
         return np.array([tip[0], tip[1], max(0.0, tip[2] - BOX_SIZE / 2), yaw])
 
     @staticmethod
@@ -177,8 +198,14 @@ class _Plan:
         return float(q[0] + q[3] + q[5])
 
 
-def _times(rng: np.random.Generator, start_ns: int, duration_s: float, rate_hz: float,
-           jitter_ns: float, drop_frac: float = 0.0) -> np.ndarray:
+def _times(
+    rng: np.random.Generator,
+    start_ns: int,
+    duration_s: float,
+    rate_hz: float,
+    jitter_ns: float,
+    drop_frac: float = 0.0,
+) -> np.ndarray:
     """Capture times (ns, int64, strictly increasing) of a stream with jitter and drops."""
     offset_ns = int(rng.integers(1_000_000, 25_000_000))
     period_ns = 1e9 / rate_hz
@@ -193,8 +220,14 @@ def _times(rng: np.random.Generator, start_ns: int, duration_s: float, rate_hz: 
     return t
 
 
-def build_episode(store_root: str, spec: DemoSpec, seed: int, index: int, gop: int = DEFAULT_GOP,
-                  renditions: tuple[int, ...] = ()) -> Segment:
+def build_episode(
+    store_root: str,
+    spec: DemoSpec,
+    seed: int,
+    index: int,
+    gop: int = DEFAULT_GOP,
+    renditions: tuple[int, ...] = (),
+) -> Segment:
     """Render, encode (keyframe every ``gop`` frames) and store episode ``index`` into the data
     root ``store_root``, with camera renditions at the heights ``renditions``; returns its
     segment (not yet part of any slice)."""
@@ -212,11 +245,21 @@ def build_episode(store_root: str, spec: DemoSpec, seed: int, index: int, gop: i
 
     site = index % len(SITES)
     tex = table_texture(site, seed)
-    paint_tape(tex, (float(plan.place[0]), float(plan.place[1])), 0.045, (40, 110, 210) if site else (230, 200, 40))
-    box_color = np.array(rng.choice([[200, 40, 35], [40, 150, 70], [230, 140, 30], [140, 60, 170]]), float)
+    paint_tape(
+        tex,
+        (float(plan.place[0]), float(plan.place[1])),
+        0.045,
+        (40, 110, 210) if site else (230, 200, 40),
+    )
+    box_color = np.array(
+        rng.choice([[200, 40, 35], [40, 150, 70], [230, 140, 30], [140, 60, 170]]), float
+    )
     scene = Scene(tex, spec.size, box_color)
 
-    cam_t = {name: _times(rng, start_ns, duration, _CAMERA_HZ, 2e6, 0.02) for name in ("cam0/rgb", "wrist/rgb")}
+    cam_t = {
+        name: _times(rng, start_ns, duration, _CAMERA_HZ, 2e6, 0.02)
+        for name in ("cam0/rgb", "wrist/rgb")
+    }
     joint_t = _times(rng, start_ns, duration, _JOINT_HZ, 1e5)
     ctrl_t = _times(rng, start_ns, duration, _CONTROL_HZ, 0.0)
     pose_t = _times(rng, start_ns, duration, _POSE_HZ, 2e5)
@@ -238,11 +281,25 @@ def build_episode(store_root: str, spec: DemoSpec, seed: int, index: int, gop: i
         site=SITES[site],
         version=2 if index % 3 == 1 else 1,
         streams=[
-            VideoData("cam0/rgb", frames(cam_t["cam0/rgb"], scene.render_cam0), cam_t["cam0/rgb"], _CAMERA_HZ, gop=gop),
-            VideoData("wrist/rgb", frames(cam_t["wrist/rgb"], scene.render_wrist), cam_t["wrist/rgb"], _CAMERA_HZ, gop=gop),
+            VideoData(
+                "cam0/rgb",
+                frames(cam_t["cam0/rgb"], scene.render_cam0),
+                cam_t["cam0/rgb"],
+                _CAMERA_HZ,
+                gop=gop,
+            ),
+            VideoData(
+                "wrist/rgb",
+                frames(cam_t["wrist/rgb"], scene.render_wrist),
+                cam_t["wrist/rgb"],
+                _CAMERA_HZ,
+                gop=gop,
+            ),
             TableData("joints/position", joint_t, q_joint, _JOINT_HZ, units="rad"),
             TableData("joints/position_delta", ctrl_t, delta, _CONTROL_HZ, units="rad"),
-            TableData("ee/pose", pose_t, pose, _POSE_HZ, units="m", frame="opencv", quantity="pose"),
+            TableData(
+                "ee/pose", pose_t, pose, _POSE_HZ, units="m", frame="opencv", quantity="pose"
+            ),
         ],
     )
 
@@ -290,8 +347,14 @@ def build_demo(
     if robot == "single-arm":
         if renditions:
             raise InvalidArgumentError("the single-arm demo has no renditions: drop --renditions")
-        kit = DemoKit(plan=_Plan, times=_times, epoch_ns=_EPOCH_NS, lag_s=_LAG_S)  # same task, scene and timing
-        arm_spec = demo_spec(small) if episodes is None else replace(demo_spec(small), episodes=int(episodes))
+        kit = DemoKit(
+            plan=_Plan, times=_times, epoch_ns=_EPOCH_NS, lag_s=_LAG_S
+        )  # same task, scene and timing
+        arm_spec = (
+            demo_spec(small)
+            if episodes is None
+            else replace(demo_spec(small), episodes=int(episodes))
+        )
         return build_single_arm(str(root), slice_id, kit, arm_spec, seed=seed, progress=progress)
     check_slice_id(slice_id, new=True)
     if jobs < 1:
@@ -312,17 +375,23 @@ def build_demo(
     def report(seg: Segment, i: int) -> None:
         builder.segments.append(seg)
         if progress is not None:
-            progress(f"episode {i + 1}/{spec.episodes}: {seg.id} {seg.site} v{seg.version} "
-                     f"{seg.duration_s:.1f} s, {human_bytes(seg.nbytes)}")
+            progress(
+                f"episode {i + 1}/{spec.episodes}: {seg.id} {seg.site} v{seg.version} "
+                f"{seg.duration_s:.1f} s, {human_bytes(seg.nbytes)}"
+            )
 
     if jobs == 1:
         for i in range(spec.episodes):
             report(build_episode(root_s, spec, seed, i, renditions=renditions), i)
     else:
         # "spawn": a fresh interpreter per worker, safe whatever threads the caller runs.
-        with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
-            futures = [pool.submit(build_episode, root_s, spec, seed, i, DEFAULT_GOP, renditions)
-                       for i in range(spec.episodes)]
+        with ProcessPoolExecutor(
+            max_workers=jobs, mp_context=multiprocessing.get_context("spawn")
+        ) as pool:
+            futures = [
+                pool.submit(build_episode, root_s, spec, seed, i, DEFAULT_GOP, renditions)
+                for i in range(spec.episodes)
+            ]
             for i, fut in enumerate(futures):
                 report(fut.result(), i)
     return builder.commit(slice_id)

@@ -10,7 +10,8 @@ written to a temporary file and renamed, so a worker killed at any instant leave
 whole file or none; a re-run task replaces its files. Nothing is visible to clients until
 :func:`commit_staged` (one process, once every worker is done) reads the batch, checks that
 every blob it names is in the store, builds one version 2 manifest (3 when cameras have
-renditions, rendered by the workers) in ``order`` and points the slice at it; only then is the batch removed. A crash before the commit leaves no slice.
+renditions, rendered by the workers) in ``order`` and points the slice at it; only then is the
+batch removed. A crash before the commit leaves no slice.
 """
 
 from __future__ import annotations
@@ -75,18 +76,28 @@ class Shard:
 def add_stage_arguments(parser: argparse.ArgumentParser, recordings: str) -> None:
     """``--stage BATCH`` and ``--shard I/N`` (default ``None``: every one of ``recordings``)
     for a command that can be one worker of a distributed build."""
-    parser.add_argument("--stage", metavar="BATCH", default=None,
-                        help=f"one worker of a distributed build: stage this worker's {recordings} in BATCH "
-                        "(in the shared root) instead of making the slice; then `rayform-server commit "
-                        "--stage BATCH` once every worker is done")
-    parser.add_argument("--shard", metavar="I/N", default=None,
-                        help=f"with --stage: the {recordings} i with i %% N == I (default: all), e.g. "
-                        "$SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT")
+    parser.add_argument(
+        "--stage",
+        metavar="BATCH",
+        default=None,
+        help=f"one worker of a distributed build: stage this worker's {recordings} in BATCH "
+        "(in the shared root) instead of making the slice; then `rayform-server commit "
+        "--stage BATCH` once every worker is done",
+    )
+    parser.add_argument(
+        "--shard",
+        metavar="I/N",
+        default=None,
+        help=f"with --stage: the {recordings} i with i %% N == I (default: all), e.g. "
+        "$SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT",
+    )
 
 
 def _batch_dir(store: Store, batch: str) -> Path:
     if not isinstance(batch, str) or not BATCH_RE.fullmatch(batch):
-        raise InvalidArgumentError(f"staging batch {batch!r}: use 1 to 64 letters, digits, '_', '.' or '-', e.g. 'run-0412'")
+        raise InvalidArgumentError(
+            f"staging batch {batch!r}: use 1 to 64 letters, digits, '_', '.' or '-', e.g. 'run-0412'"
+        )
     return store.root / "staging" / batch
 
 
@@ -122,15 +133,20 @@ def staged(store: Store, batch: str) -> list[tuple[str, Segment]]:
     for path in sorted(_batch_dir(store, batch).glob("seg_*.json")):
         try:
             doc: Any = json.loads(path.read_bytes())
-            one = Manifest.from_json({"format": FORMAT, "format_version": 1, "segments": [doc["segment"]]})
+            one = Manifest.from_json(
+                {"format": FORMAT, "format_version": 1, "segments": [doc["segment"]]}
+            )
             out.append((str(doc["order"]), one.segments[0]))
         except (ValueError, KeyError, TypeError) as exc:
-            raise InvalidArgumentError(f"staged file {path} is unreadable ({exc}): re-run the task that wrote it") from exc
+            raise InvalidArgumentError(
+                f"staged file {path} is unreadable ({exc}): re-run the task that wrote it"
+            ) from exc
     return sorted(out, key=lambda p: (p[0], p[1].id))
 
 
-def commit_staged(store: Store, batch: str, slice_id: str, description: str = "",
-                  *, expect: int | None = None) -> str:
+def commit_staged(
+    store: Store, batch: str, slice_id: str, description: str = "", *, expect: int | None = None
+) -> str:
     """Build one version 2 manifest from every segment staged in ``batch``, point
     ``slice_id`` at it and remove the batch. Returns the manifest hash.
 
@@ -141,7 +157,9 @@ def commit_staged(store: Store, batch: str, slice_id: str, description: str = ""
     """
     pairs = staged(store, batch)
     if not pairs:
-        raise InvalidArgumentError(f"staging batch {batch!r} in {store.root} holds no segment: run the workers first")
+        raise InvalidArgumentError(
+            f"staging batch {batch!r} in {store.root} holds no segment: run the workers first"
+        )
     if expect is not None and len(pairs) != expect:
         raise InvalidArgumentError(
             f"staging batch {batch!r} holds {len(pairs)} segments, expected {expect}: wait for "

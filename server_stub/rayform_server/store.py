@@ -55,7 +55,9 @@ class Store:
         check_hash(digest)
         path = self.blobs.local_path(digest)
         if path is None:
-            raise FileNotFoundError(f"blob {digest} lives in {self.blobs.describe()}, not on local disk")
+            raise FileNotFoundError(
+                f"blob {digest} lives in {self.blobs.describe()}, not on local disk"
+            )
         return path
 
     def manifest_path(self, digest: str) -> Path:
@@ -139,7 +141,9 @@ class Store:
         for digest in ([old["manifest"]] if old is not None else []) + [manifest_hash]:
             self._remember(slice_id, digest)
         doc = {"id": slice_id, "manifest": manifest_hash, "description": description}
-        write_atomic(self.slice_path(slice_id), canonical_json(doc), mode=0o644, tmp_dir=self.root / "tmp")
+        write_atomic(
+            self.slice_path(slice_id), canonical_json(doc), mode=0o644, tmp_dir=self.root / "tmp"
+        )
 
     def _remember(self, slice_id: str, manifest_hash: str) -> None:
         marker = self.history_path(slice_id, manifest_hash)
@@ -165,7 +169,11 @@ class Store:
         a reference written before the history was kept), sorted."""
         ref = self.get_slice(slice_id)
         folder = self.root / "history" / check_slice_id(slice_id)
-        named = {p.name for p in folder.iterdir() if wire.HASH_RE.fullmatch(p.name)} if folder.is_dir() else set()
+        named = (
+            {p.name for p in folder.iterdir() if wire.HASH_RE.fullmatch(p.name)}
+            if folder.is_dir()
+            else set()
+        )
         if ref is not None:
             named.add(ref["manifest"])
         return sorted(named)
@@ -175,7 +183,10 @@ class Store:
         ref = self.get_slice(slice_id)
         if ref is not None and ref["manifest"] == manifest_hash:
             return True
-        return self.history_path(slice_id, manifest_hash).exists() and self.manifest_path(manifest_hash).exists()
+        return (
+            self.history_path(slice_id, manifest_hash).exists()
+            and self.manifest_path(manifest_hash).exists()
+        )
 
     def read_manifest_bytes(self, digest: str) -> bytes:
         return self.manifest_path(digest).read_bytes()

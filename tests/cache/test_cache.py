@@ -27,14 +27,15 @@ def _blob(n: int, seed: int = 0) -> tuple[bytes, BlobRef]:
     return data, BlobRef(hash_bytes(data), len(data))
 
 
-def _writer(data: bytes, calls: list[int] | None = None,
-            chunk: int = 4096) -> Callable[[PartialBlob], None]:
+def _writer(
+    data: bytes, calls: list[int] | None = None, chunk: int = 4096
+) -> Callable[[PartialBlob], None]:
     def download(part: PartialBlob) -> None:
         if calls is not None:
             calls.append(part.offset)
         pos = part.offset
         while pos < len(data):
-            part.write(data[pos:pos + chunk])
+            part.write(data[pos : pos + chunk])
             pos += chunk
 
     return download
@@ -61,6 +62,7 @@ def test_fetch_places_verified_read_only_blob(tmp_path: Path) -> None:
 def test_broken_download_leaves_nothing_under_content_name_and_resumes(tmp_path: Path) -> None:
     cache = Cache(tmp_path / "c")
     data, ref = _blob(200_000)
+
     def broken(part: PartialBlob) -> None:
         part.write(data[:120_000])
         raise TransportError("server went away")
@@ -110,7 +112,7 @@ def test_two_writers_without_locks_end_with_one_correct_blob(tmp_path: Path) -> 
 
     def slow(part: PartialBlob) -> None:
         for i in range(part.offset, len(data), 10_000):
-            part.write(data[i:i + 10_000])
+            part.write(data[i : i + 10_000])
             time.sleep(0.002)
 
     def run() -> None:
@@ -233,8 +235,6 @@ def test_cache_pickles_without_process_state(tmp_path: Path) -> None:
     assert clone.root == cache.root and clone.locks is False
 
 
-
-
 def test_read_only_cache_gives_cache_error(tmpfs: Callable[[str], Path]) -> None:
     root = tmpfs("size=2m,ro")
     cache = Cache(root / "cache")
@@ -265,7 +265,9 @@ def test_lock_held_by_a_stalled_process_does_not_block(tmp_path: Path) -> None:
     lock.parent.mkdir(parents=True)
     holder = subprocess.Popen(
         [sys.executable, str(SCRIPTS / "hold_flock.py"), str(lock)],
-        stdout=subprocess.PIPE, text=True)
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
         t0 = time.monotonic()

@@ -38,19 +38,38 @@ def _blob_bytes(cache: Path) -> int:
 
 
 def _reader(url: str, cache: Path, limit: int | None) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, str(READER), url, str(cache), str(limit or "none"),
-                             DEMO_SLICE, ACTION, *OBS],
-                            env=sub_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [
+            sys.executable,
+            str(READER),
+            url,
+            str(cache),
+            str(limit or "none"),
+            DEMO_SLICE,
+            ACTION,
+            *OBS,
+        ],
+        env=sub_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
-def test_eviction_races_four_readers_and_a_puller(demo_server: ServerProcess, tmp_path: Path) -> None:
+def test_eviction_races_four_readers_and_a_puller(
+    demo_server: ServerProcess, tmp_path: Path
+) -> None:
     ref_proc = _reader(demo_server.url, tmp_path / "unbounded", None)
     want, err = ref_proc.communicate(timeout=120)
     assert ref_proc.returncode == 0, err
-    slice_ = rayform.Client(endpoint=demo_server.url, token=TOKEN, cache_dir=tmp_path / "x").slices.get(DEMO_SLICE)
+    slice_ = rayform.Client(
+        endpoint=demo_server.url, token=TOKEN, cache_dir=tmp_path / "x"
+    ).slices.get(DEMO_SLICE)
     read = slice_.manifest.blobs([*OBS, ACTION])
-    per_segment = max(sum(b.size for n in [*OBS, ACTION] for b in seg.streams[n].blobs())
-                      for seg in slice_.segments)
+    per_segment = max(
+        sum(b.size for n in [*OBS, ACTION] for b in seg.streams[n].blobs())
+        for seg in slice_.segments
+    )
     limit = sum(r.size for r in read.values()) // 2  # half of what the readers need
     assert limit > per_segment
 
@@ -67,8 +86,13 @@ def test_eviction_races_four_readers_and_a_puller(demo_server: ServerProcess, tm
     watcher.start()
     try:
         readers = [_reader(demo_server.url, cache, limit) for _ in range(4)]
-        puller = subprocess.run(pull_cmd(demo_server.url, cache, "--streams", "ee/pose", "--max-cache", str(limit)),
-                                env=sub_env(), capture_output=True, text=True, timeout=120)
+        puller = subprocess.run(
+            pull_cmd(demo_server.url, cache, "--streams", "ee/pose", "--max-cache", str(limit)),
+            env=sub_env(),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         outs = [p.communicate(timeout=240) for p in readers]
     finally:
         stop.set()
@@ -89,15 +113,27 @@ def test_eviction_races_four_readers_and_a_puller(demo_server: ServerProcess, tm
     assert evicted > 0, [err for _, err in outs]
 
 
-def test_limit_below_one_segment_is_a_clear_error_up_front(demo_server: ServerProcess, tmp_path: Path) -> None:
-    client = rayform.Client(endpoint=demo_server.url, token=TOKEN, cache_dir=tmp_path / "c", cache_limit="50kB")
+def test_limit_below_one_segment_is_a_clear_error_up_front(
+    demo_server: ServerProcess, tmp_path: Path
+) -> None:
+    client = rayform.Client(
+        endpoint=demo_server.url, token=TOKEN, cache_dir=tmp_path / "c", cache_limit="50kB"
+    )
     slice_ = client.slices.get(DEMO_SLICE)
-    with pytest.raises(InvalidArgumentError, match=r"cache limit 48.8 KiB \(50000 bytes\) is smaller than "
-                                                   r"segment seg_\w+'s blobs .*raise cache_limit"):
+    with pytest.raises(
+        InvalidArgumentError,
+        match=r"cache limit 48.8 KiB \(50000 bytes\) is smaller than "
+        r"segment seg_\w+'s blobs .*raise cache_limit",
+    ):
         EpisodeDataset(slice_, obs=OBS, action=ACTION, fps=15)
     assert not (tmp_path / "c" / "blobs").exists()  # nothing was fetched
-    result = subprocess.run(pull_cmd(demo_server.url, tmp_path / "c", "--max-cache", "10kB"),
-                            env=sub_env(), capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        pull_cmd(demo_server.url, tmp_path / "c", "--max-cache", "10kB"),
+        env=sub_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 1 and "rayform: error: the cache limit 9.8 KiB" in result.stderr
     assert "Traceback" not in result.stderr
     for bad in ("-1", "lots", "0"):
@@ -111,7 +147,8 @@ def test_limit_below_one_segment_is_a_clear_error_up_front(demo_server: ServerPr
 
 
 def test_pinned_blob_is_not_evicted_and_an_evicted_one_is_fetched_again(
-    demo_server: ServerProcess, tmp_path: Path,
+    demo_server: ServerProcess,
+    tmp_path: Path,
 ) -> None:
     cache = tmp_path / "c"
     client = rayform.Client(endpoint=demo_server.url, token=TOKEN, cache_dir=cache)
@@ -134,10 +171,16 @@ def test_pinned_blob_is_not_evicted_and_an_evicted_one_is_fetched_again(
         offline.ensure_blob(DEMO_SLICE, refs[2])
 
 
-def test_two_epochs_under_a_limit_match_unlimited(demo_server: ServerProcess, tmp_path: Path) -> None:
+def test_two_epochs_under_a_limit_match_unlimited(
+    demo_server: ServerProcess, tmp_path: Path
+) -> None:
     def run(limit: int | None, cache: Path) -> list[bytes]:
-        client = rayform.Client(endpoint=demo_server.url, token=TOKEN, cache_dir=cache, cache_limit=limit)
-        ds = EpisodeDataset(client.slices.get(DEMO_SLICE), obs=OBS, action=ACTION, fps=15, horizon=4)
+        client = rayform.Client(
+            endpoint=demo_server.url, token=TOKEN, cache_dir=cache, cache_limit=limit
+        )
+        ds = EpisodeDataset(
+            client.slices.get(DEMO_SLICE), obs=OBS, action=ACTION, fps=15, horizon=4
+        )
         out = []
         for _ in range(2):
             for batch in DataLoader(ds, batch_size=8):
@@ -149,26 +192,38 @@ def test_two_epochs_under_a_limit_match_unlimited(demo_server: ServerProcess, tm
     assert _blob_bytes(tmp_path / "bounded") <= limit + 3 * 110_000
 
 
-def test_windowed_shuffle_fetches_each_blob_about_once_under_a_small_cache(demo_server: ServerProcess,
-                                                                           tmp_path: Path) -> None:
+def test_windowed_shuffle_fetches_each_blob_about_once_under_a_small_cache(
+    demo_server: ServerProcess, tmp_path: Path
+) -> None:
     from rayform._net._fetchlog import fetch_log
     from rayform.torch import EpisodeSampler
 
     def epoch_fetches(window: int | None, cache: Path, limit: int) -> tuple[int, int, list[bytes]]:
-        client = rayform.Client(endpoint=demo_server.url, token=TOKEN, cache_dir=cache, cache_limit=limit)
-        ds = EpisodeDataset(client.slices.get(DEMO_SLICE), obs=OBS, action=ACTION, fps=15, horizon=4)
+        client = rayform.Client(
+            endpoint=demo_server.url, token=TOKEN, cache_dir=cache, cache_limit=limit
+        )
+        ds = EpisodeDataset(
+            client.slices.get(DEMO_SLICE), obs=OBS, action=ACTION, fps=15, horizon=4
+        )
         before = fetch_log().total()
         seen = []
         for batch in DataLoader(ds, batch_size=8, sampler=EpisodeSampler(ds, window=window)):
             seen += [t.numpy().tobytes() for t in batch["wrist/rgb"]]
         assert ds._readahead.join(30)
         after = fetch_log().total()
-        return after.fetched_bytes - before.fetched_bytes, after.ahead_bytes - before.ahead_bytes, seen
+        return (
+            after.fetched_bytes - before.fetched_bytes,
+            after.ahead_bytes - before.ahead_bytes,
+            seen,
+        )
 
     probe = rayform.Client(endpoint=demo_server.url, token=TOKEN, cache_dir=tmp_path / "probe")
     slice_ = probe.slices.get(DEMO_SLICE)
     needed = sum(r.size for r in slice_.manifest.blobs([*OBS, ACTION]).values())
-    per_segment = max(sum(b.size for n in [*OBS, ACTION] for b in seg.streams[n].blobs()) for seg in slice_.segments)
+    per_segment = max(
+        sum(b.size for n in [*OBS, ACTION] for b in seg.streams[n].blobs())
+        for seg in slice_.segments
+    )
     # Two episodes' blobs: the one being read and the next; read-ahead's 32 batches ahead
     # span the whole epoch here, so read-ahead must bound how far it looks.
     limit = 2 * per_segment

@@ -38,16 +38,25 @@ def _writer(data: bytes, calls: list[int], delay_s: float = 0.0) -> Callable[[Pa
     def download(part: PartialBlob) -> None:
         calls.append(part.offset)
         for pos in range(part.offset, len(data), 4096):
-            part.write(data[pos:pos + 4096])
+            part.write(data[pos : pos + 4096])
             time.sleep(delay_s)
 
     return download
 
 
-def _record(host: str, pid: int, beat: int, nbytes: int = 0, token: str = "feedface",
-            part: str = "") -> bytes:
-    doc = {"host": host, "pid": pid, "uid": os.geteuid(), "token": token, "beat": beat,
-           "bytes": nbytes, "part": part, "time": 0}
+def _record(
+    host: str, pid: int, beat: int, nbytes: int = 0, token: str = "feedface", part: str = ""
+) -> bytes:
+    doc = {
+        "host": host,
+        "pid": pid,
+        "uid": os.geteuid(),
+        "token": token,
+        "beat": beat,
+        "bytes": nbytes,
+        "part": part,
+        "time": 0,
+    }
     return json.dumps(doc).encode().ljust(255) + b"\n"
 
 
@@ -71,8 +80,11 @@ class ForeignHolder:
         while not self._stop.wait(0.1):
             if self.beating and self.path.exists():
                 beat += 1
-                self.path.write_bytes(_record("othernode", 4242, beat, beat * 100 if self.growing else 0,
-                                              part=self.part))
+                self.path.write_bytes(
+                    _record(
+                        "othernode", 4242, beat, beat * 100 if self.growing else 0, part=self.part
+                    )
+                )
 
     def stop(self, remove: bool = True) -> None:
         self._stop.set()
@@ -206,7 +218,7 @@ def test_a_holder_taken_over_while_frozen_stops_beating_and_still_ends_with_one_
         claim.write_bytes(taker)  # another node took the claim over meanwhile
         time.sleep(0.5)
         for pos in range(part.offset, len(data), 4096):
-            part.write(data[pos:pos + 4096])
+            part.write(data[pos : pos + 4096])
 
     path, _ = cache.fetch_blob(ref, download)
     assert read_claim(claim) == taker, "neither overwritten by a beat nor removed"

@@ -86,12 +86,39 @@ def _env(cache: Path) -> dict[str, str]:
     }
 
 
-def _pullers(nodes: SshNodes, mount: Path, node: str, url: str, *, n: int = 2,
-             claims: bool = True, user: str | None = None) -> list[subprocess.Popen[str]]:
-    cmd = [sys.executable, str(_PULL), *([] if claims else ["--no-claims"]), "pull", DEMO_SLICE,
-           "--endpoint", url, "--quiet", "--jobs", "4"]
-    return [nodes.run_on(node, cmd, user=user, env=_env(mount / "cache"),
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _ in range(n)]
+def _pullers(
+    nodes: SshNodes,
+    mount: Path,
+    node: str,
+    url: str,
+    *,
+    n: int = 2,
+    claims: bool = True,
+    user: str | None = None,
+) -> list[subprocess.Popen[str]]:
+    cmd = [
+        sys.executable,
+        str(_PULL),
+        *([] if claims else ["--no-claims"]),
+        "pull",
+        DEMO_SLICE,
+        "--endpoint",
+        url,
+        "--quiet",
+        "--jobs",
+        "4",
+    ]
+    return [
+        nodes.run_on(
+            node,
+            cmd,
+            user=user,
+            env=_env(mount / "cache"),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        for _ in range(n)
+    ]
 
 
 def _wait(procs: list[subprocess.Popen[str]], timeout: float = 300) -> None:
@@ -126,23 +153,30 @@ def two_mounts(nodes: SshNodes, request: pytest.FixtureRequest) -> Nodes:
     if request.param == "root":
         return Nodes(nodes.mount(f"{name}-a"), nodes.mount(f"{name}-b"))
     ensure_users()
-    for path in (Path(sys.executable).parent, Path(os.path.realpath(sys.executable)).parent,
-                 CHECKOUT):
+    for path in (
+        Path(sys.executable).parent,
+        Path(os.path.realpath(sys.executable)).parent,
+        CHECKOUT,
+    ):
         reachable(path)
     cache.mkdir()
     shutil.chown(cache, group=GROUP)
     os.chmod(cache, 0o2775)  # docs/cache.md's team recipe
     alice, bob = USERS
-    return Nodes(nodes.mount(f"{name}-a", login=alice), nodes.mount(f"{name}-b", login=bob),
-                 alice, bob)
+    return Nodes(
+        nodes.mount(f"{name}-a", login=alice), nodes.mount(f"{name}-b", login=bob), alice, bob
+    )
 
 
 @pytest.mark.parametrize("two_mounts", ["root"], indirect=True)
 def test_flock_does_not_cross_the_two_nodes(two_mounts: Nodes) -> None:
     a, b = two_mounts.a, two_mounts.b
     (a / "probe.lock").write_bytes(b"")
-    with open(a / "probe.lock", "rb") as held, open(a / "probe.lock", "rb") as same_node, \
-            open(b / "probe.lock", "rb") as other_node:
+    with (
+        open(a / "probe.lock", "rb") as held,
+        open(a / "probe.lock", "rb") as same_node,
+        open(b / "probe.lock", "rb") as other_node,
+    ):
         fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
         with pytest.raises(BlockingIOError):  # within a node it works
             fcntl.flock(same_node, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -155,15 +189,19 @@ def test_flock_does_not_cross_the_two_nodes(two_mounts: Nodes) -> None:
 
 def _run_two_nodes(nodes: SshNodes, two: Nodes, proxy: FaultProxy, *, claims: bool) -> float:
     proxy.throttle_s = 0.002  # a few ms per KiB: transfers overlap across processes
-    procs = [*_pullers(nodes, two.a, "node-a", proxy.url, claims=claims, user=two.user_a),
-             *_pullers(nodes, two.b, "node-b", proxy.url, claims=claims, user=two.user_b)]
+    procs = [
+        *_pullers(nodes, two.a, "node-a", proxy.url, claims=claims, user=two.user_a),
+        *_pullers(nodes, two.b, "node-b", proxy.url, claims=claims, user=two.user_b),
+    ]
     _wait(procs)
     assert len(assert_cache_consistent(nodes.export / "cache")) == BLOBS
     assert set(proxy.stats.whole) == set(proxy.stats.transfers), "no resumes expected"
     ratio = _duplicates(proxy) / BLOBS
-    print(f"\ntwo nodes x two pullers ({two.user_a or 'root'}, {two.user_b or 'root'}), "
-          f"claims {'on' if claims else 'off'}: "
-          f"{_duplicates(proxy)} duplicate whole-blob GETs for {BLOBS} blobs ({ratio:.1%})")
+    print(
+        f"\ntwo nodes x two pullers ({two.user_a or 'root'}, {two.user_b or 'root'}), "
+        f"claims {'on' if claims else 'off'}: "
+        f"{_duplicates(proxy)} duplicate whole-blob GETs for {BLOBS} blobs ({ratio:.1%})"
+    )
     return ratio
 
 
@@ -191,8 +229,11 @@ def _orphans(cache: Path, host: str) -> set[str]:
     for p in (cache / "claims").glob("*.claim"):
         raw = read_claim(p)
         digest = p.name.split(".")[0]
-        if raw and f'"host": "{host}"'.encode() in raw and \
-                not (cache / "blobs" / digest[:2] / digest).exists():
+        if (
+            raw
+            and f'"host": "{host}"'.encode() in raw
+            and not (cache / "blobs" / digest[:2] / digest).exists()
+        ):
             out.add(p.name)
     return out
 
@@ -228,11 +269,13 @@ def test_a_node_killed_mid_download_is_taken_over_within_the_stale_time(
     first = first or last
     proxy.throttle_s = 0.0
     _wait(node_b)
-    print(f"\nnode A ({two.user_a or 'root'}) killed holding {len(orphaned)} claims on incomplete "
-          f"blobs; node B ({two.user_b or 'root'}) took the first over after {first:.1f} s, the "
-          f"last after {last:.1f} s (stale time {STALE_S:.0f} s); "
-          f"{sum(proxy.stats.transfers.values()) - sum(proxy.stats.whole.values())} "
-          "downloads resumed with Range")
+    print(
+        f"\nnode A ({two.user_a or 'root'}) killed holding {len(orphaned)} claims on incomplete "
+        f"blobs; node B ({two.user_b or 'root'}) took the first over after {first:.1f} s, the "
+        f"last after {last:.1f} s (stale time {STALE_S:.0f} s); "
+        f"{sum(proxy.stats.transfers.values()) - sum(proxy.stats.whole.values())} "
+        "downloads resumed with Range"
+    )
     assert first > STALE_S - 3, "not before the record went stale"
     assert last < STALE_S + 20, "taken over within the stale time (and a loaded machine's slack)"
     assert len(assert_cache_consistent(cache)) == BLOBS

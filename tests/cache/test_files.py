@@ -28,8 +28,9 @@ def test_write_atomic_replaces_and_uses_tmp_dir(tmp_path: Path) -> None:
     assert list(staging.iterdir()) == []
 
 
-def test_a_failed_rename_leaves_the_old_file_and_no_temporary(tmp_path: Path,
-                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_failed_rename_leaves_the_old_file_and_no_temporary(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     (tmp_path / "ref").write_bytes(b"old")
 
     def interrupted(src: object, dst: object) -> None:
@@ -53,7 +54,9 @@ def test_an_existing_temporary_name_is_never_overwritten(tmp_path: Path) -> None
 def test_tmp_names_are_unique_and_name_the_process(tmp_path: Path) -> None:
     names = {unique_tmp_name("blob") for _ in range(100)}
     assert len(names) == 100
-    assert all(n.startswith(".blob.") and f".{os.getpid()}." in n and n.endswith(".tmp") for n in names)
+    assert all(
+        n.startswith(".blob.") and f".{os.getpid()}." in n and n.endswith(".tmp") for n in names
+    )
     src = tmp_path / "src"
     src.write_bytes(b"data")
     publish(src, tmp_path / "dest", mode=0o400)

@@ -58,8 +58,14 @@ def team() -> Iterator[Path]:
         shutil.rmtree(base, ignore_errors=True)
 
 
-def _as(user: str, base: Path, cache: Path, *args: str, server: ServerProcess | None = None,
-        offline: bool = False) -> subprocess.CompletedProcess[str]:
+def _as(
+    user: str,
+    base: Path,
+    cache: Path,
+    *args: str,
+    server: ServerProcess | None = None,
+    offline: bool = False,
+) -> subprocess.CompletedProcess[str]:
     env = {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
         "HOME": str(base / f"home-{user}"),
@@ -73,8 +79,21 @@ def _as(user: str, base: Path, cache: Path, *args: str, server: ServerProcess | 
     if offline:
         env["RAYFORM_OFFLINE"] = "1"
     # umask 022, as on most systems: shared mode must not depend on a team-friendly umask.
-    cmd = ["runuser", "-u", user, "--", "sh", "-c", 'umask 022; exec "$@"', "sh",
-           "env", "-i", *(f"{k}={v}" for k, v in env.items()), sys.executable, *args]
+    cmd = [
+        "runuser",
+        "-u",
+        user,
+        "--",
+        "sh",
+        "-c",
+        'umask 022; exec "$@"',
+        "sh",
+        "env",
+        "-i",
+        *(f"{k}={v}" for k, v in env.items()),
+        sys.executable,
+        *args,
+    ]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=240)
 
 
@@ -97,11 +116,24 @@ def test_two_users_pull_prune_train_and_verify_one_team_cache(
     cli = ["-m", "rayform"]
 
     # Alice pulls part of the slice, Bob the rest, then Bob prunes what Alice fetched.
-    _ok(_as("rfalice", team, cache, *cli, "pull", DEMO_SLICE, "--streams", "joints/position",
-            "-q", server=demo_server))
+    _ok(
+        _as(
+            "rfalice",
+            team,
+            cache,
+            *cli,
+            "pull",
+            DEMO_SLICE,
+            "--streams",
+            "joints/position",
+            "-q",
+            server=demo_server,
+        )
+    )
     _ok(_as("rfbob", team, cache, *cli, "pull", DEMO_SLICE, "-q", server=demo_server))
-    _ok(_as("rfbob", team, cache, *cli, "cache", "prune", "--max-size", "100KB",
-            server=demo_server))
+    _ok(
+        _as("rfbob", team, cache, *cli, "cache", "prune", "--max-size", "100KB", server=demo_server)
+    )
     _ok(_as("rfbob", team, cache, *cli, "cache", "verify"))
 
     # Alice pulls again (into directories Bob made), trains offline, computes statistics, verifies.

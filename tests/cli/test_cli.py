@@ -14,11 +14,21 @@ from support import DEMO_SLICE, TOKEN, ServerProcess
 from rayform.format import hash_file
 
 
-def _run(*args: str, env: dict[str, str] | None = None,
-         script: bool = False) -> subprocess.CompletedProcess[str]:
-    cmd = [str(Path(sys.executable).parent / "rayform")] if script else [sys.executable, "-m", "rayform"]
-    result = subprocess.run([*cmd, *args], capture_output=True, text=True, timeout=120,
-                            env=env if env is not None else dict(os.environ))
+def _run(
+    *args: str, env: dict[str, str] | None = None, script: bool = False
+) -> subprocess.CompletedProcess[str]:
+    cmd = (
+        [str(Path(sys.executable).parent / "rayform")]
+        if script
+        else [sys.executable, "-m", "rayform"]
+    )
+    result = subprocess.run(
+        [*cmd, *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env if env is not None else dict(os.environ),
+    )
     assert TOKEN not in result.stdout and TOKEN not in result.stderr
     assert "Traceback" not in result.stderr, result.stderr
     return result
@@ -67,8 +77,9 @@ def test_cache_path_du_and_ls(client_env: ServerProcess, isolated_env: Path) -> 
     assert len(entries) == 30  # 28 blobs, the root, its page
 
 
-def test_cache_verify_removes_a_corrupt_blob_and_pull_repairs_it(client_env: ServerProcess,
-                                                                 isolated_env: Path) -> None:
+def test_cache_verify_removes_a_corrupt_blob_and_pull_repairs_it(
+    client_env: ServerProcess, isolated_env: Path
+) -> None:
     _pull_json()
     victim = next(p for p in (isolated_env / "blobs").rglob("*") if p.is_file())
     os.chmod(victim, 0o644)
@@ -83,7 +94,10 @@ def test_cache_verify_removes_a_corrupt_blob_and_pull_repairs_it(client_env: Ser
 def test_cache_prune_to_a_size(client_env: ServerProcess) -> None:
     _pull_json()
     pruned = json.loads(_run("cache", "prune", "--max-size", "100KiB", "--json").stdout)
-    assert pruned["evicted"] and json.loads(_run("cache", "du", "--json").stdout)["blob_bytes"] <= 100 * 1024
+    assert (
+        pruned["evicted"]
+        and json.loads(_run("cache", "du", "--json").stdout)["blob_bytes"] <= 100 * 1024
+    )
 
 
 def test_pull_named_streams(client_env: ServerProcess) -> None:
@@ -91,15 +105,19 @@ def test_pull_named_streams(client_env: ServerProcess) -> None:
     assert out["blobs"] == 8 and out["fetched_blobs"] == 8
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (("pull", "slc_NOPE"), "malformed slice ID"),
-    (("pull", "slc_0000000f"), "not found"),
-    (("slices", "show", DEMO_SLICE, "--offline"), f"rayform pull {DEMO_SLICE}"),
-    (("pull", DEMO_SLICE, "--streams", "nope/x"), "no stream nope/x"),
-    (("cache", "prune", "--max-size", "lots"), "cannot read size"),
-])
-def test_errors_are_one_clear_line(client_env: ServerProcess, args: tuple[str, ...],
-                                   message: str) -> None:
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("pull", "slc_NOPE"), "malformed slice ID"),
+        (("pull", "slc_0000000f"), "not found"),
+        (("slices", "show", DEMO_SLICE, "--offline"), f"rayform pull {DEMO_SLICE}"),
+        (("pull", DEMO_SLICE, "--streams", "nope/x"), "no stream nope/x"),
+        (("cache", "prune", "--max-size", "lots"), "cannot read size"),
+    ],
+)
+def test_errors_are_one_clear_line(
+    client_env: ServerProcess, args: tuple[str, ...], message: str
+) -> None:
     result = _run(*args)
     assert result.returncode == 1
     lines = result.stderr.strip().splitlines()

@@ -16,10 +16,17 @@ BIN = Path(sys.executable).parent  # the console scripts installed next to this 
 SDK = Path(__file__).resolve().parents[2] / "sdk"
 
 
-def _run(cmd: list[str], *, stdout: int | None = subprocess.PIPE,
-         env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    result = subprocess.run(cmd, stdout=stdout, stderr=subprocess.PIPE, text=True, timeout=120,
-                            env=env if env is not None else dict(os.environ))
+def _run(
+    cmd: list[str], *, stdout: int | None = subprocess.PIPE, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run(
+        cmd,
+        stdout=stdout,
+        stderr=subprocess.PIPE,
+        text=True,
+        timeout=120,
+        env=env if env is not None else dict(os.environ),
+    )
     assert "Traceback" not in result.stderr, result.stderr
     assert "Exception ignored" not in result.stderr, result.stderr
     assert TOKEN not in (result.stdout or "") + result.stderr
@@ -46,20 +53,31 @@ def _into_closed_pipe(cmd: list[str]) -> subprocess.CompletedProcess[str]:
 
 
 # -- a closed pipe -------------------------------------------------------------------------
-def test_closed_pipe_ends_quietly_like_coreutils(client_env: ServerProcess, demo_root: Path) -> None:
+def test_closed_pipe_ends_quietly_like_coreutils(
+    client_env: ServerProcess, demo_root: Path
+) -> None:
     assert rayform("pull", DEMO_SLICE, "--quiet").returncode == 0
-    for cmd in ([str(BIN / "rayform"), "cache", "ls"],
-                [str(BIN / "rayform"), "slices", "show", DEMO_SLICE],
-                [str(BIN / "rayform-server"), "slices", "--root", str(demo_root)]):
+    for cmd in (
+        [str(BIN / "rayform"), "cache", "ls"],
+        [str(BIN / "rayform"), "slices", "show", DEMO_SLICE],
+        [str(BIN / "rayform-server"), "slices", "--root", str(demo_root)],
+    ):
         result = _into_closed_pipe(cmd)
         # 141 = 128 + SIGPIPE, what a shell reports for `yes | head -1`; nothing on stderr.
         assert (result.returncode, result.stderr) == (141, ""), cmd
 
 
 def test_pipe_into_head_prints_the_first_line(client_env: ServerProcess) -> None:
-    shown = subprocess.run(f"{BIN / 'rayform'} slices show {DEMO_SLICE} | head -1", shell=True,
-                           capture_output=True, text=True, timeout=120)
-    assert shown.stdout.startswith(f"<Slice {DEMO_SLICE} manifest=") and shown.stdout.count("\n") == 1
+    shown = subprocess.run(
+        f"{BIN / 'rayform'} slices show {DEMO_SLICE} | head -1",
+        shell=True,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert (
+        shown.stdout.startswith(f"<Slice {DEMO_SLICE} manifest=") and shown.stdout.count("\n") == 1
+    )
     assert shown.stderr == ""
 
 
@@ -68,15 +86,21 @@ def test_cache_dir_that_is_a_file_is_one_clear_error(tmp_path: Path) -> None:
     afile = tmp_path / "not-a-dir"
     afile.write_text("x")
     env = {**os.environ, "RAYFORM_CACHE_DIR": str(afile)}
-    for args in (("cache", "du"), ("cache", "ls"), ("cache", "verify"), ("slices", "ls", "--offline"),
-                 ("slices", "show", DEMO_SLICE, "--offline")):
+    for args in (
+        ("cache", "du"),
+        ("cache", "ls"),
+        ("cache", "verify"),
+        ("slices", "ls", "--offline"),
+        ("slices", "show", DEMO_SLICE, "--offline"),
+    ):
         result = rayform(*args, env=env)
         assert result.returncode == 1, args
         assert result.stdout == ""
         assert result.stderr == (
             f"rayform: error: the cache directory {afile} is a file, not a directory; set "
             "RAYFORM_CACHE_DIR (or --cache-dir, or cache_dir=) to a directory, e.g. "
-            "~/.cache/rayform\n"), args
+            "~/.cache/rayform\n"
+        ), args
     below = rayform("cache", "du", "--cache-dir", str(afile / "sub" / "cache"))
     assert below.returncode == 1
     assert f"is under {afile}, which is a file" in below.stderr
@@ -99,9 +123,16 @@ def test_cache_path_json(isolated_env: Path) -> None:
 
 
 def test_every_command_accepts_json() -> None:
-    for args in (("pull", "--help"), ("slices", "show", "--help"), ("slices", "ls", "--help"),
-                 ("cache", "path", "--help"), ("cache", "ls", "--help"), ("cache", "du", "--help"),
-                 ("cache", "verify", "--help"), ("cache", "prune", "--help")):
+    for args in (
+        ("pull", "--help"),
+        ("slices", "show", "--help"),
+        ("slices", "ls", "--help"),
+        ("cache", "path", "--help"),
+        ("cache", "ls", "--help"),
+        ("cache", "du", "--help"),
+        ("cache", "verify", "--help"),
+        ("cache", "prune", "--help"),
+    ):
         result = rayform(*args)
         assert result.returncode == 0 and "--json" in result.stdout, args
 
@@ -113,15 +144,17 @@ def test_malformed_slice_id_points_at_slices_ls() -> None:
     assert result.stderr == (
         "rayform: error: malformed slice ID 'myslice': a slice ID is 'slc_' followed by 8 to 64 "
         "lowercase hex digits, e.g. 'slc_7c1e04aa'. `rayform slices ls` lists the slice IDs "
-        "your token may read.\n")
+        "your token may read.\n"
+    )
     assert "web UI" not in result.stderr
 
 
 def test_malformed_new_slice_id_at_ingest_says_how_to_choose_one(tmp_path: Path) -> None:
     bag = tmp_path / "run.mcap"
     bag.write_bytes(b"")
-    result = rayform_server("ingest", "mcap", "--root", str(tmp_path / "data"), "--slice", "myslice",
-                            str(bag))
+    result = rayform_server(
+        "ingest", "mcap", "--root", str(tmp_path / "data"), "--slice", "myslice", str(bag)
+    )
     assert result.returncode == 2 and result.stdout == ""
     assert "malformed slice ID 'myslice'" in result.stderr
     assert "Choose a new one" in result.stderr and "secrets.token_hex(4)" in result.stderr
@@ -142,7 +175,8 @@ def test_no_token_and_wrong_token_say_different_things(demo_server: ServerProces
     assert missing.stderr == (
         f"rayform: error: resolving slice {DEMO_SLICE}: the server requires an access token and "
         "RAYFORM_TOKEN is not set; set RAYFORM_TOKEN to your token (or pass token= to "
-        "rayform.Client)\n")
+        "rayform.Client)\n"
+    )
     wrong = rayform("slices", "show", DEMO_SLICE, env={**base, "RAYFORM_TOKEN": "wrong-token-123"})
     assert wrong.returncode == 1 and wrong.stdout == ""
     assert "did not accept the access token" in wrong.stderr
@@ -153,26 +187,34 @@ def test_no_token_and_wrong_token_say_different_things(demo_server: ServerProces
 def test_offline_slices_ls_on_an_empty_cache_says_so(isolated_env: Path) -> None:
     result = rayform("slices", "ls", "--offline")
     assert result.returncode == 0 and result.stdout == ""
-    assert result.stderr == (f"no slices are remembered in the cache {isolated_env}; with network "
-                             "access, `rayform pull SLICE_ID` into it first\n")
+    assert result.stderr == (
+        f"no slices are remembered in the cache {isolated_env}; with network "
+        "access, `rayform pull SLICE_ID` into it first\n"
+    )
     as_json = rayform("slices", "ls", "--offline", "--json")
     assert (as_json.returncode, as_json.stdout, as_json.stderr) == (0, "[]\n", "")
 
 
 # -- MCAP files that are not MCAP -------------------------------------------------------------
-@pytest.mark.parametrize(("content", "reason"), [
-    (b"", "the file is empty (0 bytes)"),
-    (b"\x89MCAP0\r\n", "EndOfFile while reading the header (truncated file?)"),
-    (b"hello\n", "it does not start with the MCAP magic bytes (it starts with b'hello\\n')"),
-])
+@pytest.mark.parametrize(
+    ("content", "reason"),
+    [
+        (b"", "the file is empty (0 bytes)"),
+        (b"\x89MCAP0\r\n", "EndOfFile while reading the header (truncated file?)"),
+        (b"hello\n", "it does not start with the MCAP magic bytes (it starts with b'hello\\n')"),
+    ],
+)
 def test_unreadable_mcap_says_why(tmp_path: Path, content: bytes, reason: str) -> None:
     bag = tmp_path / "run.mcap"
     bag.write_bytes(content)
-    result = rayform_server("ingest", "mcap", "--root", str(tmp_path / "data"), "--slice",
-                            "slc_4a11ce00", str(bag))
+    result = rayform_server(
+        "ingest", "mcap", "--root", str(tmp_path / "data"), "--slice", "slc_4a11ce00", str(bag)
+    )
     assert result.returncode == 2 and result.stdout == ""
-    assert result.stderr == (f"rayform-server ingest mcap: error: {bag} is not a readable MCAP "
-                             f"file: {reason}; pass complete ROS 2 .mcap bags\n")
+    assert result.stderr == (
+        f"rayform-server ingest mcap: error: {bag} is not a readable MCAP "
+        f"file: {reason}; pass complete ROS 2 .mcap bags\n"
+    )
 
 
 # -- version, help, dir() ----------------------------------------------------------------------
@@ -181,7 +223,10 @@ def test_version() -> None:
 
     result = rayform("--version")
     assert (result.returncode, result.stdout, result.stderr) == (
-        0, f"rayform {package.__version__}\n", "")
+        0,
+        f"rayform {package.__version__}\n",
+        "",
+    )
 
 
 def test_top_level_help_lists_every_environment_variable_the_sdk_reads() -> None:

@@ -27,7 +27,9 @@ def test_get_returns_the_demo_slice(client_env: ServerProcess, isolated_env: Pat
     slice_ = client.slices.get(DEMO_SLICE)
     assert isinstance(slice_, rayform.Slice) and slice_.id == DEMO_SLICE
     assert len(slice_.segments) == 4
-    assert {"cam0/rgb", "wrist/rgb", "joints/position", "joints/position_delta"} <= set(slice_.streams)
+    assert {"cam0/rgb", "wrist/rgb", "joints/position", "joints/position_delta"} <= set(
+        slice_.streams
+    )
     assert slice_.manifest.hash == slice_.manifest_hash
     assert DEMO_SLICE in repr(slice_) and "segments=4" in repr(slice_)
     assert "<table>" in slice_._repr_html_() and "cam0/rgb" in slice_._repr_html_()

@@ -36,7 +36,9 @@ def slices(demo_root: Path, tmp_path: Path) -> tuple[Slice, Slice]:
     return Slice(DEMO_SLICE, v2.hash, v2, client), Slice(DEMO_SLICE, v1.hash, v1, client)
 
 
-def test_segments_of_both_versions_have_the_same_reprs_and_columns(slices: tuple[Slice, Slice]) -> None:
+def test_segments_of_both_versions_have_the_same_reprs_and_columns(
+    slices: tuple[Slice, Slice],
+) -> None:
     v2, v1 = slices
     ids = [s.id for s in v1.segments]
     for s in (v2, v1):
@@ -47,7 +49,16 @@ def test_segments_of_both_versions_have_the_same_reprs_and_columns(slices: tuple
         assert page.count("<tr>") == 5 and all(i in page for i in ids) and "lab-zurich" in page
         assert len(_UTC.findall(page)) == 4 and "4 rows" in page
         table = s.segments.to_arrow()
-        assert table.column_names == ["id", "version", "site", "start", "end", "duration_s", "nbytes", "streams"]
+        assert table.column_names == [
+            "id",
+            "version",
+            "site",
+            "start",
+            "end",
+            "duration_s",
+            "nbytes",
+            "streams",
+        ]
         assert table.column("id").to_pylist() == ids
         assert table.column("nbytes").to_pylist() == [seg.nbytes for seg in v1.segments]
         assert table.column("streams").to_pylist() == [sorted(seg.streams) for seg in v1.segments]
@@ -57,14 +68,18 @@ def test_segments_of_both_versions_have_the_same_reprs_and_columns(slices: tuple
     for s in (v2, v1):
         view = s.select(segments=[ids[3], ids[0]])
         assert view.segments.to_arrow().column("id").to_pylist() == [ids[0], ids[3]]
-        assert s.segments[::-1].to_arrow().column("streams").to_pylist()[0] == sorted(v1.segments[3].streams)
+        assert s.segments[::-1].to_arrow().column("streams").to_pylist()[0] == sorted(
+            v1.segments[3].streams
+        )
 
 
 def test_v1_segments_still_behave_as_the_tuple(slices: tuple[Slice, Slice]) -> None:
     _, v1 = slices
     plain = v1.manifest.segments
     assert isinstance(plain, tuple) and v1.segments == plain and plain == v1.segments
-    assert len(v1.segments) == 4 and list(v1.segments) == list(plain) and v1.segments[-1] is plain[-1]
+    assert (
+        len(v1.segments) == 4 and list(v1.segments) == list(plain) and v1.segments[-1] is plain[-1]
+    )
     assert plain[0] in v1.segments and v1.segments.index(plain[2]) == 2
     assert tuple(v1.segments[1:]) == plain[1:]
     with pytest.raises(IndexError):
@@ -86,10 +101,14 @@ def test_paged_html_of_many_segments_points_at_the_next_page(slices: tuple[Slice
 def test_to_pandas(slices: tuple[Slice, Slice]) -> None:
     pandas = pytest.importorskip("pandas")
     frame = slices[0].segments.to_pandas()
-    assert isinstance(frame, pandas.DataFrame) and list(frame["id"]) == [s.id for s in slices[1].segments]
+    assert isinstance(frame, pandas.DataFrame) and list(frame["id"]) == [
+        s.id for s in slices[1].segments
+    ]
 
 
-def test_to_pandas_without_pandas_says_what_to_do(slices: tuple[Slice, Slice], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_to_pandas_without_pandas_says_what_to_do(
+    slices: tuple[Slice, Slice], monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setitem(sys.modules, "pandas", None)  # what an import of a missing module meets
     with pytest.raises(ImportError, match=r"pip install pandas \(or use segments.to_arrow\(\)\)"):
         slices[1].segments.to_pandas()
@@ -102,13 +121,20 @@ def test_a_segment_reads_short(slices: tuple[Slice, Slice]) -> None:
     assert seg.id in text and _UTC.search(text) and "KiB" in text and "duration=1.99s" in text
     page = seg._repr_html_()
     assert page.count("<tr>") == 6 + 1 + len(seg.streams)  # facts, stream header, one per stream
-    assert "cam0/rgb" in page and "KiB" in page and len(_UTC.findall(page)) == 2 and "None" not in page
+    assert (
+        "cam0/rgb" in page and "KiB" in page and len(_UTC.findall(page)) == 2 and "None" not in page
+    )
 
 
 def test_a_pull_report_reads_like_the_cli_line() -> None:
     report = PullReport("slc_x", 3, 3 << 20, 2, 2 << 20, 1, 1 << 20, 0.5)
-    assert str(report) == report.summary() == (
-        "slc_x: 3 blobs (3.0 MiB) verified in cache; fetched 2 (2.0 MiB) in 0.5 s (4.0 MiB/s), 1 already cached")
+    assert (
+        str(report)
+        == report.summary()
+        == (
+            "slc_x: 3 blobs (3.0 MiB) verified in cache; fetched 2 (2.0 MiB) in 0.5 s (4.0 MiB/s), 1 already cached"
+        )
+    )
     assert repr(report) == f"<PullReport {report.summary()}>"
     page = report._repr_html_()
     assert "Pull of slc_x" in page and "2 blobs, 2.0 MiB" in page and "1 blobs, 1.0 MiB" in page
@@ -119,23 +145,49 @@ def test_the_progress_bar_counts_in_binary_units(capsys: pytest.CaptureFixture[s
     bar.update(3 << 20)
     bar.close()
     shown = capsys.readouterr().err.replace("\r", "\n").strip().splitlines()[-1]
-    assert re.fullmatch(r"pull slc_x: 100%\|.*\| 3\.0 MiB/3\.0 MiB \[.*, [\d.]+ (B|KiB|MiB|GiB)/s\]", shown), shown
+    assert re.fullmatch(
+        r"pull slc_x: 100%\|.*\| 3\.0 MiB/3\.0 MiB \[.*, [\d.]+ (B|KiB|MiB|GiB)/s\]", shown
+    ), shown
 
 
-def test_the_server_stub_lists_sizes_in_binary_units(demo_root: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_server_stub_lists_sizes_in_binary_units(
+    demo_root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert server_cli(["slices", "--root", str(demo_root)]) == 0
     line = capsys.readouterr().out.strip()
     assert re.search(r" \d+\.\d (KiB|MiB) ", line) and " MB " not in line, line
 
 
-def test_a_dataset_shows_every_argument_that_changes_its_samples(slices: tuple[Slice, Slice]) -> None:
+def test_a_dataset_shows_every_argument_that_changes_its_samples(
+    slices: tuple[Slice, Slice],
+) -> None:
     v2, v1 = slices
-    ds = EpisodeDataset(v2, obs=["cam0/rgb", "joints/position"], action="joints/position_delta", fps=15,
-                        horizon=16, frame="ros", obs_steps=2, action_mode="nearest", seed=7)
+    ds = EpisodeDataset(
+        v2,
+        obs=["cam0/rgb", "joints/position"],
+        action="joints/position_delta",
+        fps=15,
+        horizon=16,
+        frame="ros",
+        obs_steps=2,
+        action_mode="nearest",
+        seed=7,
+    )
     text = repr(ds)
-    for part in ("slice=slc_7c1e04aa", "episodes=4", f"samples={len(ds)}", "obs=['cam0/rgb', 'joints/position']",
-                 "action='joints/position_delta'", "fps=15", "horizon=16", "frame='ros'", "obs_steps=2",
-                 "action_mode='nearest'", "seed=7", f"uri={ds.uri}>"):
+    for part in (
+        "slice=slc_7c1e04aa",
+        "episodes=4",
+        f"samples={len(ds)}",
+        "obs=['cam0/rgb', 'joints/position']",
+        "action='joints/position_delta'",
+        "fps=15",
+        "horizon=16",
+        "frame='ros'",
+        "obs_steps=2",
+        "action_mode='nearest'",
+        "seed=7",
+        f"uri={ds.uri}>",
+    ):
         assert part in text, part
     # Every parameter of the URI is in the repr, whatever the URI gains later.
     for key in DatasetURI.parse(ds.uri).dataset_kwargs():
@@ -144,9 +196,13 @@ def test_a_dataset_shows_every_argument_that_changes_its_samples(slices: tuple[S
     assert "EpisodeDataset on slc_7c1e04aa" in page and "horizon" in page and "nearest" in page
     assert html.escape(ds.uri) in page
     # A view names its selection; chosen episodes are listed; no action is shown as such.
-    view = EpisodeDataset(v2.select(sites=["lab-zurich"]), obs=["joints/position"], action=None, fps=10)
+    view = EpisodeDataset(
+        v2.select(sites=["lab-zurich"]), obs=["joints/position"], action=None, fps=10
+    )
     assert "select='sites:lab-zurich'" in repr(view) and "action=None" in repr(view)
-    chosen = EpisodeDataset(v1, obs=["joints/position"], action=None, fps=10, segments=[v1.segments[1].id])
+    chosen = EpisodeDataset(
+        v1, obs=["joints/position"], action=None, fps=10, segments=[v1.segments[1].id]
+    )
     assert f"segments=['{v1.segments[1].id}']" in repr(chosen)
 
 

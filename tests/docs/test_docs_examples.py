@@ -52,8 +52,13 @@ def docs_inputs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from support.recordings import write_bag, write_lerobot_v21
 
     inputs = tmp_path_factory.mktemp("docs-inputs")
-    subprocess.run([str(BIN / "rayform-server"), "demo", "--root", str(inputs / "data")],
-                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=900)
+    subprocess.run(
+        [str(BIN / "rayform-server"), "demo", "--root", str(inputs / "data")],
+        check=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        timeout=900,
+    )
     write_lerobot_v21(inputs / "my_lerobot_dataset", episodes=4, n=40, fps=10, action=True)
     (inputs / "bags").mkdir()
     for k in (1, 2):
@@ -86,16 +91,29 @@ _GROUPS: list[int] = []  # process groups of the page's shell commands, for the 
 
 def _env(server: ServerProcess, cache: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAYFORM_")}
-    env.update(RAYFORM_ENDPOINT=server.url, RAYFORM_TOKEN=TOKEN, TOKEN=TOKEN,
-               RAYFORM_CACHE_DIR=str(cache), PATH=f"{BIN}{os.pathsep}{env.get('PATH', '')}",
-               OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    env.update(
+        RAYFORM_ENDPOINT=server.url,
+        RAYFORM_TOKEN=TOKEN,
+        TOKEN=TOKEN,
+        RAYFORM_CACHE_DIR=str(cache),
+        PATH=f"{BIN}{os.pathsep}{env.get('PATH', '')}",
+        OMP_NUM_THREADS="1",
+        PYTHONUNBUFFERED="1",
+    )
     return env
 
 
 def _shell(cmd: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.Popen(["bash", "-eu", "-c", cmd], cwd=cwd, env=env, text=True,
-                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen(
+        ["bash", "-eu", "-c", cmd],
+        cwd=cwd,
+        env=env,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     _GROUPS.append(proc.pid)
     out, _ = proc.communicate(timeout=300)
     return subprocess.CompletedProcess(cmd, proc.returncode, out)
@@ -108,9 +126,15 @@ def _in_terminal(cmd: str, cwd: Path, env: dict[str, str]) -> subprocess.Complet
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))  # 80 columns
     try:
         # As typed at an interactive prompt: no -e, no pipefail (`... | head -3` is fine).
-        proc = subprocess.Popen(["bash", "-c", cmd], cwd=cwd, env=env,
-                                stdin=subprocess.DEVNULL, stdout=slave, stderr=slave,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            ["bash", "-c", cmd],
+            cwd=cwd,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=slave,
+            stderr=slave,
+            start_new_session=True,
+        )
         _GROUPS.append(proc.pid)
     finally:
         os.close(slave)
@@ -135,7 +159,8 @@ def _run_shell(block: Block, cwd: Path, env: dict[str, str]) -> None:
     if commands is None:
         result = _shell(block.text, cwd, env)
         assert result.returncode == 0, (
-            f"{block.where}: the script exited {result.returncode}:\n{result.stdout[-4000:]}")
+            f"{block.where}: the script exited {result.returncode}:\n{result.stdout[-4000:]}"
+        )
         return
     for c in commands:
         result = _in_terminal(c.cmd, cwd, env)
@@ -143,21 +168,32 @@ def _run_shell(block: Block, cwd: Path, env: dict[str, str]) -> None:
         assert "Traceback" not in result.stdout, f"{where}: `{c.cmd}`:\n{result.stdout[-4000:]}"
         if not any("error" in line for line in c.expected):
             assert result.returncode == 0, (
-                f"{where}: `{c.cmd}` exited {result.returncode}:\n{result.stdout[-4000:]}")
+                f"{where}: `{c.cmd}` exited {result.returncode}:\n{result.stdout[-4000:]}"
+            )
         actual = [normalise(ln, cwd) for ln in terminal(result.stdout)]
         expected = [normalise(ln) for ln in c.expected]
         if not matches(expected, actual):
-            diff = "\n".join(difflib.unified_diff(expected, actual, "shown in the doc", "printed",
-                                                  lineterm=""))
-            pytest.fail(f"{where}: `{c.cmd}` printed something else than the doc shows "
-                        f"(after normalising timings, rates, ports, paths):\n{diff}")
+            diff = "\n".join(
+                difflib.unified_diff(expected, actual, "shown in the doc", "printed", lineterm="")
+            )
+            pytest.fail(
+                f"{where}: `{c.cmd}` printed something else than the doc shows "
+                f"(after normalising timings, rates, ports, paths):\n{diff}"
+            )
 
 
 def _run_python(blocks: list[Block], cwd: Path, env: dict[str, str]) -> None:
     spec = cwd.parent / f"blocks-{blocks[0].line}.json"
     spec.write_text(json.dumps([{"where": b.where, "code": b.text} for b in blocks]))
-    result = subprocess.run([sys.executable, str(RUNNER), str(spec)], cwd=cwd, env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=600)
+    result = subprocess.run(
+        [sys.executable, str(RUNNER), str(spec)],
+        cwd=cwd,
+        env=env,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        timeout=600,
+    )
     assert result.returncode == 0, result.stdout[-6000:]
 
 
@@ -199,18 +235,25 @@ def test_examples_of_the_page_run(page: Path, request: pytest.FixtureRequest) ->
 def test_a_changed_output_fails(page_env: tuple[Path, dict[str, str]]) -> None:
     """The comparison is not vacuous: a doc that shows a stale number fails."""
     cwd, env = page_env
-    block = Block(REPO / "docs" / "stale.md", 1, "console",
-                  f"$ rayform slices ls\n{DEMO_SLICE}  1b446bd59659  demo\n", None)
+    block = Block(
+        REPO / "docs" / "stale.md",
+        1,
+        "console",
+        f"$ rayform slices ls\n{DEMO_SLICE}  1b446bd59659  demo\n",
+        None,
+    )
     with pytest.raises(pytest.fail.Exception, match="printed something else"):
         _run_shell(block, cwd, env)
 
 
 def test_markers_need_a_reason_and_a_fence(tmp_path: Path) -> None:
     page = REPO / "docs" / "_scratch_not_a_page.md"  # never written: collect() gets the text
-    text = ("<!-- not-run -->\n```sh\nfalse\n```\n\n"
-            "<!-- not-run: needs a GPU -->\n\nsome prose\n\n"
-            "<!-- not-run: needs a cluster -->\n```python\nimport nothing\n```\n"
-            "```console\n$ echo hi\nhi\n```\n")
+    text = (
+        "<!-- not-run -->\n```sh\nfalse\n```\n\n"
+        "<!-- not-run: needs a GPU -->\n\nsome prose\n\n"
+        "<!-- not-run: needs a cluster -->\n```python\nimport nothing\n```\n"
+        "```console\n$ echo hi\nhi\n```\n"
+    )
     scratch = tmp_path / "page.md"
     scratch.write_text(text)
     blocks, problems = collect(scratch, rel=page.relative_to(REPO))
@@ -220,16 +263,27 @@ def test_markers_need_a_reason_and_a_fence(tmp_path: Path) -> None:
         "block's opening fence",
     ]
     assert [(b.lang, b.runs, b.not_run) for b in blocks] == [
-        ("sh", False, ""), ("python", False, "needs a cluster"), ("console", True, None)]
+        ("sh", False, ""),
+        ("python", False, "needs a cluster"),
+        ("console", True, None),
+    ]
 
 
 def test_transcripts_and_matching() -> None:
-    block = Block(REPO / "README.md", 10, "console",
-                  "$ echo a \\\n  b\na b\n$ true\n\n$ seq 5\n1\n...\n5\n", None)
+    block = Block(
+        REPO / "README.md",
+        10,
+        "console",
+        "$ echo a \\\n  b\na b\n$ true\n\n$ seq 5\n1\n...\n5\n",
+        None,
+    )
     commands = transcript(block)
     assert commands is not None
     assert [(c.line, c.cmd, c.expected) for c in commands] == [
-        (11, "echo a \n  b", ["a b"]), (14, "true", []), (16, "seq 5", ["1", "...", "5"])]
+        (11, "echo a \n  b", ["a b"]),
+        (14, "true", []),
+        (16, "seq 5", ["1", "...", "5"]),
+    ]
     assert matches(["1", "...", "5"], ["1", "2", "3", "4", "5"])
     assert matches(["1", "...", "5"], ["1", "5"])
     assert not matches(["1", "...", "5"], ["1", "2"])
@@ -238,20 +292,27 @@ def test_transcripts_and_matching() -> None:
     assert terminal("50%\r100%\nnext\r\n\n") == ["100%", "next"]
     assert terminal("long line\rshort\n") == ["shortline"]
     assert normalise("fetched 3 (1 MiB) in 0.8 s (29.5 MiB/s) from 127.0.0.1:4567") == (
-        "fetched 3 (1 MiB) in <duration> (<rate>) from <host>:<port>")
+        "fetched 3 (1 MiB) in <duration> (<rate>) from <host>:<port>"
+    )
     assert normalise("x: 100%|██████▌   | 1.0M/2.0M [00:01<00:02, 1.2MB/s]") == (
-        "x: 100%|<bar>| 1.0M/2.0M [<elapsed<eta, rate>]")
+        "x: 100%|<bar>| 1.0M/2.0M [<elapsed<eta, rate>]"
+    )
 
 
 def test_a_python_block_that_prints_something_else_fails(tmp_path: Path) -> None:
     spec = tmp_path / "blocks.json"
-    spec.write_text(json.dumps([
-        {"where": "docs/x.md:1", "code": "value = 41\n"},
-        {"where": "docs/x.md:5", "code": ">>> value + 1\n42\n"},  # shares the namespace
-        {"where": "docs/x.md:9", "code": ">>> value\n40\n"},
-    ]))
-    result = subprocess.run([sys.executable, str(RUNNER), str(spec)], capture_output=True,
-                            text=True, timeout=60)
+    spec.write_text(
+        json.dumps(
+            [
+                {"where": "docs/x.md:1", "code": "value = 41\n"},
+                {"where": "docs/x.md:5", "code": ">>> value + 1\n42\n"},  # shares the namespace
+                {"where": "docs/x.md:9", "code": ">>> value\n40\n"},
+            ]
+        )
+    )
+    result = subprocess.run(
+        [sys.executable, str(RUNNER), str(spec)], capture_output=True, text=True, timeout=60
+    )
     assert result.returncode == 1
     assert "FAILED: docs/x.md:9: 1 doctest example(s) differ" in result.stdout
     assert "FAILED: docs/x.md:5" not in result.stdout

@@ -14,14 +14,35 @@ import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parents[2]
-CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                  "--disable-component-update", "--disable-sync", "--no-first-run"]
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
 
 
 def _build(config: Path, site: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--config-file",
-                           str(config), "--site-dir", str(site)], capture_output=True, text=True,
-                          timeout=300, cwd=config.parent)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mkdocs",
+            "build",
+            "--strict",
+            "--config-file",
+            str(config),
+            "--site-dir",
+            str(site),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=config.parent,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +61,9 @@ def test_api_page_is_generated_from_the_docstrings(site: Path) -> None:
     html = (site / "api.html").read_text()
     for obj in (EpisodeDataset, Client, OfflineError):
         first_line = (obj.__doc__ or "").strip().splitlines()[0]
-        assert first_line.replace("``", "") in html.replace("<code>", "").replace("</code>", ""), first_line
+        assert first_line.replace("``", "") in html.replace("<code>", "").replace("</code>", ""), (
+            first_line
+        )
     for page in ("index", "recipes", "dataset", "cli", "contributing-docs"):
         assert (site / f"{page}.html").is_file(), page
 
@@ -66,10 +89,20 @@ def test_api_page_renders_in_headless_chromium(site: Path, tmp_path: Path) -> No
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     assert chromium, "install Debian's chromium (scripts/setup.sh does, as root)"
     shot = tmp_path / "api.png"
-    subprocess.run([chromium, *CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'profile'}",
-                    "--window-size=1280,1600", f"--screenshot={shot}",
-                    (site / "api.html").as_uri()],
-                   capture_output=True, timeout=120, check=True, env={**os.environ, "HOME": str(tmp_path)})
+    subprocess.run(
+        [
+            chromium,
+            *CHROMIUM_FLAGS,
+            f"--user-data-dir={tmp_path / 'profile'}",
+            "--window-size=1280,1600",
+            f"--screenshot={shot}",
+            (site / "api.html").as_uri(),
+        ],
+        capture_output=True,
+        timeout=120,
+        check=True,
+        env={**os.environ, "HOME": str(tmp_path)},
+    )
     assert shot.stat().st_size > 30_000  # a blank or error page compresses to a few kB
     with av.open(str(shot)) as container:
         rgb = next(container.decode(video=0)).to_ndarray(format="rgb24")

@@ -17,8 +17,13 @@ def _kernel_env(server: ServerProcess, cache: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAYFORM_")}
     # This checkout first: the kernel must import the rayform under test, not an installed one.
     path = [str(REPO / "sdk"), str(REPO / "server_stub"), env.get("PYTHONPATH", "")]
-    env.update(PYTHONPATH=os.pathsep.join(p for p in path if p), RAYFORM_ENDPOINT=server.url,
-               RAYFORM_TOKEN=TOKEN, RAYFORM_CACHE_DIR=str(cache), PYTHONWARNINGS="error::DeprecationWarning:rayform")
+    env.update(
+        PYTHONPATH=os.pathsep.join(p for p in path if p),
+        RAYFORM_ENDPOINT=server.url,
+        RAYFORM_TOKEN=TOKEN,
+        RAYFORM_CACHE_DIR=str(cache),
+        PYTHONWARNINGS="error::DeprecationWarning:rayform",
+    )
     return env
 
 
@@ -39,8 +44,14 @@ def test_the_notebook_runs_and_shows_every_repr(demo_server: ServerProcess, tmp_
     shown = [[o for o in cell if o["output_type"] == "execute_result"] for cell in cells]
     sl, segs, arrow, seg, report, printed, ds, sample, stats = cells
     # The slice, its segments (a paged table, not `<... at 0x...>`), one segment, as HTML.
-    assert "Slice slc_7c1e04aa" in _html(shown[0][0]) and "<Slice slc_7c1e04aa" in _text(shown[0][0])
-    assert "4 segments" in _html(shown[1][0]) and "<th" in _html(shown[1][0]) and " at 0x" not in _text(shown[1][0])
+    assert "Slice slc_7c1e04aa" in _html(shown[0][0]) and "<Slice slc_7c1e04aa" in _text(
+        shown[0][0]
+    )
+    assert (
+        "4 segments" in _html(shown[1][0])
+        and "<th" in _html(shown[1][0])
+        and " at 0x" not in _text(shown[1][0])
+    )
     assert "'duration_s'" in _text(arrow[0]) and "'nbytes'" in _text(arrow[0])
     assert "UTC" in _html(seg[0]) and "KiB" in _html(seg[0]) and "Stream(" not in _text(seg[0])
     # The pull: a bar in binary units (text: no ipywidgets here), its report as HTML and as a line.
@@ -49,7 +60,11 @@ def test_the_notebook_runs_and_shows_every_repr(demo_server: ServerProcess, tmp_
     assert "MB/s" not in bar and "verified in cache" in _html(shown[4][0])
     assert "blobs" in _text(printed[0]) and "verified in cache; fetched" in _text(printed[0])
     # The dataset: every argument and the URI; a sample; stats as arrays.
-    assert "horizon=16" in _text(ds[0]) and "frame='ros'" in _text(ds[0]) and "uri=rayform+http://" in _text(ds[0])
+    assert (
+        "horizon=16" in _text(ds[0])
+        and "frame='ros'" in _text(ds[0])
+        and "uri=rayform+http://" in _text(ds[0])
+    )
     assert "EpisodeDataset on slc_7c1e04aa" in _html(ds[0])
     assert "'cam0/rgb': (3, " in _text(sample[0]) and "'action': (16, 14)" in _text(sample[0])
     assert "array(" in _text(stats[0]) and "dtype=float32" in _text(stats[0])
@@ -59,7 +74,8 @@ def test_the_notebook_runs_and_shows_every_repr(demo_server: ServerProcess, tmp_
     # The docs page is this notebook's executed form (regenerate it when the notebook changes).
     committed = PAGE.read_text(encoding="utf-8")
     assert page_fingerprint(committed) == fingerprint(nb), (
-        "docs/notebook.md is stale: run RAYFORM_UPDATE_DOCS=1 pytest tests/docs/test_notebook.py")
+        "docs/notebook.md is stale: run RAYFORM_UPDATE_DOCS=1 pytest tests/docs/test_notebook.py"
+    )
     for cell in nb["cells"]:
         if cell["cell_type"] == "code":
             assert cell["source"].strip() in committed

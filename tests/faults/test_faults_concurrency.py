@@ -36,12 +36,26 @@ _LOADER = [str(SCRIPTS / "crowd_loader.py")]
 def _crowd(url: str, cache: Path, fake_locks: bool) -> None:
     prefix = ["--fake-locks"] if fake_locks else []
     env = sub_env(RAYFORM_ENDPOINT=url, RAYFORM_CACHE_DIR=str(cache))
-    procs = [subprocess.Popen([sys.executable, _PULL, *prefix, *pull_cmd(url, cache, "--jobs", "4")[3:]],
-                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for _ in range(8)]
-    procs += [subprocess.Popen([sys.executable, *_LOADER, *prefix, DEMO_SLICE, ACTION, *OBS], env=env,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-              for _ in range(2)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, _PULL, *prefix, *pull_cmd(url, cache, "--jobs", "4")[3:]],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(8)
+    ]
+    procs += [
+        subprocess.Popen(
+            [sys.executable, *_LOADER, *prefix, DEMO_SLICE, ACTION, *OBS],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
     outs = [p.communicate(timeout=240) for p in procs]
     for p, (_, err) in zip(procs, outs, strict=True):
         assert p.returncode == 0, err
@@ -55,8 +69,11 @@ def test_eight_pullers_and_two_datasets_share_one_cache(
     fproxy.throttle_s = 0.002
     cache = tmp_path / "shared"
     _crowd(fproxy.url, cache, fake_locks)
-    expected = sorted(rayform.Client(endpoint=fproxy.url, token=TOKEN, cache_dir=tmp_path / "ref")
-                      .slices.get(DEMO_SLICE).manifest.blobs())
+    expected = sorted(
+        rayform.Client(endpoint=fproxy.url, token=TOKEN, cache_dir=tmp_path / "ref")
+        .slices.get(DEMO_SLICE)
+        .manifest.blobs()
+    )
     assert assert_cache_consistent(cache) == expected
     assert list((cache / "tmp").iterdir()) == []
     assert set(fproxy.stats.transfers) == set(expected)
@@ -67,11 +84,14 @@ def test_eight_pullers_and_two_datasets_share_one_cache(
 def _holder(fproxy: FaultProxy, cache: Path) -> subprocess.Popen[bytes]:
     """A throttled pull that is writing (and holding the locks of) some blobs."""
     fproxy.throttle_s = 0.05
-    proc = subprocess.Popen(pull_cmd(fproxy.url, cache, "--jobs", "2"), env=sub_env(),
-                            stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        pull_cmd(fproxy.url, cache, "--jobs", "2"), env=sub_env(), stderr=subprocess.DEVNULL
+    )
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
-        if (cache / "tmp").is_dir() and any(p.stat().st_size > 1024 for p in (cache / "tmp").glob("*.part")):
+        if (cache / "tmp").is_dir() and any(
+            p.stat().st_size > 1024 for p in (cache / "tmp").glob("*.part")
+        ):
             return proc
         time.sleep(0.02)
     proc.kill()

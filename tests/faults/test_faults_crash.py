@@ -46,8 +46,11 @@ def _kill_pulls(fproxy: FaultProxy, tmp_path: Path, kills: int, seed: int) -> Co
     """SIGKILL ``kills`` throttled `rayform pull` processes; after each, check and complete a copy."""
     rng = random.Random(seed)
     cache = tmp_path / "cache"
-    expected = sorted(rayform.Client(endpoint=fproxy.url, token=TOKEN, cache_dir=tmp_path / "ref")
-                      .slices.get(DEMO_SLICE).manifest.blobs())
+    expected = sorted(
+        rayform.Client(endpoint=fproxy.url, token=TOKEN, cache_dir=tmp_path / "ref")
+        .slices.get(DEMO_SLICE)
+        .manifest.blobs()
+    )
     outcomes: Counter[str] = Counter()
     for i in range(kills):
         if cache.is_dir() and len(assert_cache_consistent(cache)) == len(expected):
@@ -55,21 +58,36 @@ def _kill_pulls(fproxy: FaultProxy, tmp_path: Path, kills: int, seed: int) -> Co
         fproxy.throttle_s = THROTTLE_S
         early, delay = rng.random() < 0.25, rng.uniform(0.05, 0.9)
         started = _blob_requests(fproxy)
-        proc = subprocess.Popen(pull_cmd(fproxy.url, cache, "--jobs", "4"), env=sub_env(),
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            pull_cmd(fproxy.url, cache, "--jobs", "4"),
+            env=sub_env(),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         if not early:
             # Count the delay from the first blob request, not from the spawn: interpreter and
             # import start-up (slow on a loaded machine) must not decide where the kill lands.
             deadline = time.monotonic() + 60
-            while _blob_requests(fproxy) == started and proc.poll() is None and time.monotonic() < deadline:
+            while (
+                _blob_requests(fproxy) == started
+                and proc.poll() is None
+                and time.monotonic() < deadline
+            ):
                 time.sleep(0.005)
         time.sleep(delay)
         proc.send_signal(signal.SIGKILL)
         proc.wait()
         done = assert_cache_consistent(cache) if cache.is_dir() else []
         parts = _parts(cache)
-        outcomes["mid-transfer" if parts else "complete" if len(done) == len(expected)
-                 else "between-blobs" if done else "before-first-byte"] += 1
+        outcomes[
+            "mid-transfer"
+            if parts
+            else "complete"
+            if len(done) == len(expected)
+            else "between-blobs"
+            if done
+            else "before-first-byte"
+        ] += 1
         # The next pull completes: run it on a copy so the kills keep accumulating on `cache`.
         fproxy.throttle_s = 0.0
         copy = tmp_path / f"next{i}"
@@ -109,8 +127,13 @@ def _kill_workers(fproxy: FaultProxy, tmp_path: Path, kills: int) -> int:
         cache = tmp_path / f"cache{i}"
         env = sub_env(RAYFORM_ENDPOINT=fproxy.url, RAYFORM_CACHE_DIR=str(cache))
         fproxy.throttle_s = THROTTLE_S
-        proc = subprocess.Popen([sys.executable, *_LOADER], env=env, text=True,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        proc = subprocess.Popen(
+            [sys.executable, *_LOADER],
+            env=env,
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
         try:
             victim = None
             deadline = time.monotonic() + 60
@@ -132,18 +155,24 @@ def _kill_workers(fproxy: FaultProxy, tmp_path: Path, kills: int) -> int:
         assert proc.returncode == 3 and f"{victim}" in err, err
         assert_cache_consistent(cache)
         fproxy.throttle_s = 0.0
-        fresh = subprocess.run([sys.executable, *_LOADER], env=env, capture_output=True,
-                               text=True, timeout=180)
+        fresh = subprocess.run(
+            [sys.executable, *_LOADER], env=env, capture_output=True, text=True, timeout=180
+        )
         assert fresh.returncode == 0 and int(fresh.stdout) > 0, fresh.stderr
         cached = assert_cache_consistent(cache)
-        wanted = rayform.Client(endpoint=fproxy.url, token=TOKEN, cache_dir=cache) \
-            .slices.get(DEMO_SLICE).manifest.blobs([*OBS, ACTION])
+        wanted = (
+            rayform.Client(endpoint=fproxy.url, token=TOKEN, cache_dir=cache)
+            .slices.get(DEMO_SLICE)
+            .manifest.blobs([*OBS, ACTION])
+        )
         assert set(wanted) <= set(cached)
         assert list((cache / "tmp").glob("*.part")) == [], "the killed worker's file was adopted"
     return mid
 
 
-def test_sigkilled_loader_worker_then_fresh_loader_completes(fproxy: FaultProxy, tmp_path: Path) -> None:
+def test_sigkilled_loader_worker_then_fresh_loader_completes(
+    fproxy: FaultProxy, tmp_path: Path
+) -> None:
     assert _kill_workers(fproxy, tmp_path, kills=1) == 1
 
 

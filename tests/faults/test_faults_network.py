@@ -34,13 +34,20 @@ CASES = {
     "stall-past-read-timeout": ([Fault("stall", times=2, stall_s=4.0)], 0.0),
     "dropped-connection": ([Fault("drop", times=3)], 0.0),
     "manifest-503": ([Fault("503", match="/manifest", times=2, retry_after_s=0)], 0.0),
-    "everything-at-once": ([Fault(k, times=1, stall_s=4.0) for k in
-                            ("500", "503", "429", "reset", "truncate", "flip", "stall", "drop")], 0.0),
+    "everything-at-once": (
+        [
+            Fault(k, times=1, stall_s=4.0)
+            for k in ("500", "503", "429", "reset", "truncate", "flip", "stall", "drop")
+        ],
+        0.0,
+    ),
 }
 
 
 @pytest.mark.parametrize("case", list(CASES))
-def test_fault_ends_in_complete_verified_pull(fproxy: FaultProxy, tmp_path: Path, case: str) -> None:
+def test_fault_ends_in_complete_verified_pull(
+    fproxy: FaultProxy, tmp_path: Path, case: str
+) -> None:
     faults, min_s = CASES[case]
     injected = sum(f.times for f in faults)
     fproxy.add(*faults)
@@ -56,7 +63,9 @@ def test_fault_ends_in_complete_verified_pull(fproxy: FaultProxy, tmp_path: Path
     assert min_s <= elapsed < 30, elapsed
 
 
-def test_persistent_5xx_gives_transport_error_and_no_blob(fproxy: FaultProxy, tmp_path: Path) -> None:
+def test_persistent_5xx_gives_transport_error_and_no_blob(
+    fproxy: FaultProxy, tmp_path: Path
+) -> None:
     client = make_client(fproxy.url, tmp_path / "cache", attempts=3, timeout=2.0)
     ref = client.slices.get(DEMO_SLICE).segments[0].streams["cam0/rgb"].blob
     fproxy.add(Fault("503", match=ref.hash, times=100, retry_after_s=0))
@@ -72,7 +81,9 @@ def test_persistent_5xx_gives_transport_error_and_no_blob(fproxy: FaultProxy, tm
     assert len(assert_cache_consistent(tmp_path / "cache")) == 28
 
 
-def test_bit_flipped_twice_on_one_blob_is_integrity_error(fproxy: FaultProxy, tmp_path: Path) -> None:
+def test_bit_flipped_twice_on_one_blob_is_integrity_error(
+    fproxy: FaultProxy, tmp_path: Path
+) -> None:
     client = make_client(fproxy.url, tmp_path / "cache", timeout=2.0)
     ref = client.slices.get(DEMO_SLICE).segments[1].streams["wrist/rgb"].blob
     fproxy.add(Fault("flip", match=ref.hash, times=2))

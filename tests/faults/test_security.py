@@ -39,23 +39,42 @@ def test_token_in_no_log_exception_repr_progress_line_or_url(
         client = rayform.Client(endpoint=proxy.url, token=TOKEN, cache_dir=tmp_path / "c")
         slice_ = client.slices.get(DEMO_SLICE)
         client.pull(DEMO_SLICE, jobs=4)
-        seen += [repr(client), repr(slice_), repr(client.slices), repr(client._transport()),
-                 slice_._repr_html_() if hasattr(slice_, "_repr_html_") else ""]
-        for bad in (lambda: client.slices.get("slc_0123abcd"),
-                    lambda: rayform.Client(endpoint=proxy.url, token=TOKEN + "x",
-                                           cache_dir=tmp_path / "c").slices.get(DEMO_SLICE),
-                    lambda: rayform.Client(endpoint=proxy.url, token=TOKEN, cache_dir=tmp_path / "c",
-                                           attempts=1).pull("slc_0123abcd")):
+        seen += [
+            repr(client),
+            repr(slice_),
+            repr(client.slices),
+            repr(client._transport()),
+            slice_._repr_html_() if hasattr(slice_, "_repr_html_") else "",
+        ]
+        for bad in (
+            lambda: client.slices.get("slc_0123abcd"),
+            lambda: rayform.Client(
+                endpoint=proxy.url, token=TOKEN + "x", cache_dir=tmp_path / "c"
+            ).slices.get(DEMO_SLICE),
+            lambda: rayform.Client(
+                endpoint=proxy.url, token=TOKEN, cache_dir=tmp_path / "c", attempts=1
+            ).pull("slc_0123abcd"),
+        ):
             with pytest.raises(RayformError) as err:
                 bad()
             seen += [str(err.value), repr(err.value)]
         seen += list(proxy.stats.requests)  # every URL the SDK asked for
-        cli = subprocess.run(pull_cmd(proxy.url, tmp_path / "cli")[:-1], env=sub_env(),
-                             capture_output=True, text=True, timeout=120)
+        cli = subprocess.run(
+            pull_cmd(proxy.url, tmp_path / "cli")[:-1],
+            env=sub_env(),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert cli.returncode == 0 and "pull slc_7c1e04aa" in cli.stderr  # the progress bar ran
         seen += [cli.stdout, cli.stderr]
-        bad_cli = subprocess.run(pull_cmd(proxy.url, tmp_path / "cli", slice_id="slc_0123abcd"),
-                                 env=sub_env(), capture_output=True, text=True, timeout=60)
+        bad_cli = subprocess.run(
+            pull_cmd(proxy.url, tmp_path / "cli", slice_id="slc_0123abcd"),
+            env=sub_env(),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert bad_cli.returncode == 1
         seen += [bad_cli.stderr]
     assert len(caplog.records) > 10
@@ -97,11 +116,15 @@ class _Redirector(BaseHTTPRequestHandler):
         self.seen.append(dict(self.headers.items()))
         if "/blobs/" in self.path:
             self.send_response(307)
-            self.send_header("Location", f"{self.target}/bucket/{self.path.rsplit('/', 1)[-1]}?X-Sig=abc")
+            self.send_header(
+                "Location", f"{self.target}/bucket/{self.path.rsplit('/', 1)[-1]}?X-Sig=abc"
+            )
             self.send_header("Content-Length", "0")
             self.end_headers()
             return
-        r = httpx.get(self.upstream + self.path, headers={"Authorization": self.headers["Authorization"]})
+        r = httpx.get(
+            self.upstream + self.path, headers={"Authorization": self.headers["Authorization"]}
+        )
         self.send_response(r.status_code)
         self.send_header("Content-Length", str(len(r.content)))
         self.end_headers()
@@ -120,8 +143,17 @@ def two_origins(demo_server: ServerProcess) -> Iterator[tuple[str, list, list]]:
     seen_a: list[dict[str, str]] = []
     seen_b: list[dict[str, str]] = []
     b = _serve(type("B", (_Recorder,), {"root": demo_server.root, "seen": seen_b}))
-    a = _serve(type("A", (_Redirector,), {"upstream": demo_server.url, "seen": seen_a,
-                                          "target": f"http://localhost:{b.server_address[1]}"}))
+    a = _serve(
+        type(
+            "A",
+            (_Redirector,),
+            {
+                "upstream": demo_server.url,
+                "seen": seen_a,
+                "target": f"http://localhost:{b.server_address[1]}",
+            },
+        )
+    )
     try:
         yield f"http://127.0.0.1:{a.server_address[1]}", seen_a, seen_b
     finally:
@@ -130,8 +162,9 @@ def two_origins(demo_server: ServerProcess) -> Iterator[tuple[str, list, list]]:
             s.server_close()
 
 
-def test_cross_origin_redirect_drops_authorization(two_origins: tuple[str, list, list],
-                                                   tmp_path: Path) -> None:
+def test_cross_origin_redirect_drops_authorization(
+    two_origins: tuple[str, list, list], tmp_path: Path
+) -> None:
     url, seen_a, seen_b = two_origins
     client = rayform.Client(endpoint=url, token=TOKEN, cache_dir=tmp_path / "c")
     report = client.pull(DEMO_SLICE, streams=["joints/position"])
@@ -154,16 +187,32 @@ def _raw(port: int, data: bytes) -> bytes:
     return out
 
 
-@pytest.mark.parametrize("request_bytes", [
-    b"GARBAGE\r\n\r\n",
-    b"GET /v1/slices HTTP/9.9\r\nHost: x\r\nConnection: close\r\n\r\n",
-    b"GET /v1/slices HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 200_000 + b"\r\n\r\n",
-    b"GET /v1/slices HTTP/1.1\r\nHost: x\r\nContent-Length: -5\r\n\r\n",
-    b"GET /v1/slices?token=" + TOKEN.encode() + b" HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
-    b"GET /v1/slices HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + TOKEN.encode()
-    + b"\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\nzz\r\n",
-], ids=["garbage", "bad-version", "huge-header", "negative-length", "token-in-query", "bad-chunked-body"])
-def test_server_refuses_malformed_requests(demo_server: ServerProcess, request_bytes: bytes) -> None:
+@pytest.mark.parametrize(
+    "request_bytes",
+    [
+        b"GARBAGE\r\n\r\n",
+        b"GET /v1/slices HTTP/9.9\r\nHost: x\r\nConnection: close\r\n\r\n",
+        b"GET /v1/slices HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 200_000 + b"\r\n\r\n",
+        b"GET /v1/slices HTTP/1.1\r\nHost: x\r\nContent-Length: -5\r\n\r\n",
+        b"GET /v1/slices?token="
+        + TOKEN.encode()
+        + b" HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+        b"GET /v1/slices HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
+        + TOKEN.encode()
+        + b"\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\nzz\r\n",
+    ],
+    ids=[
+        "garbage",
+        "bad-version",
+        "huge-header",
+        "negative-length",
+        "token-in-query",
+        "bad-chunked-body",
+    ],
+)
+def test_server_refuses_malformed_requests(
+    demo_server: ServerProcess, request_bytes: bytes
+) -> None:
     answer = _raw(demo_server.port, request_bytes)
     status = int(answer.split(b" ", 2)[1]) if answer.startswith(b"HTTP/") else None
     assert status is None or 400 <= status < 500, answer[:200]  # refused, or connection dropped
@@ -182,16 +231,21 @@ def test_cached_files_cannot_be_written_even_by_their_owner(client_env: ServerPr
         for p in blobs:  # as if `nobody` had pulled them: the owner (root ignores mode bits)
             os.chown(p, 65534, 65534)
         attempt = SCRIPTS / "write_attempt.py"  # as `nobody`: how many opens for writing succeed
-        r = subprocess.run([sys.executable, "-I", "-S", str(attempt), *map(str, blobs)],
-                           capture_output=True, text=True, timeout=60)
+        r = subprocess.run(
+            [sys.executable, "-I", "-S", str(attempt), *map(str, blobs)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert r.returncode == 0 and r.stdout.strip() == "0", r.stderr + r.stdout
         assert len(assert_cache_consistent(cache)) == 28  # and the bytes are untouched
     finally:
         shutil.rmtree(top)
 
 
-def test_cache_verify_cli_detects_and_removes_a_tampered_blob(client_env: ServerProcess,
-                                                             isolated_env: Path) -> None:
+def test_cache_verify_cli_detects_and_removes_a_tampered_blob(
+    client_env: ServerProcess, isolated_env: Path
+) -> None:
     client = rayform.Client()
     client.pull(DEMO_SLICE, streams=["joints/position"])
     victim = sorted((isolated_env / "blobs").rglob("*"))[-1]
@@ -199,8 +253,13 @@ def test_cache_verify_cli_detects_and_removes_a_tampered_blob(client_env: Server
     data = bytearray(victim.read_bytes())
     data[len(data) // 2] ^= 0x01
     victim.write_bytes(bytes(data))
-    r = subprocess.run([sys.executable, "-m", "rayform", "cache", "verify", "--json"],
-                       env={**os.environ}, capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [sys.executable, "-m", "rayform", "cache", "verify", "--json"],
+        env={**os.environ},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 0, r.stderr
     assert f'"{victim.name}"' in r.stdout and not victim.exists()
     assert_cache_consistent(isolated_env)

@@ -19,7 +19,9 @@ import rayform
 from rayform.torch import EpisodeDataset
 
 
-def _hammer(url: str, tmp_path: Path, seconds: float, clients: int = 16) -> tuple[int, list[BaseException]]:
+def _hammer(
+    url: str, tmp_path: Path, seconds: float, clients: int = 16
+) -> tuple[int, list[BaseException]]:
     """``clients`` threads, each resolving the slice and pulling a random stream into a fresh
     cache, again and again for ``seconds``. Returns (pulls completed, errors)."""
     streams = ["cam0/rgb", "wrist/rgb", "joints/position", "joints/position_delta", "ee/pose"]
@@ -89,8 +91,9 @@ def test_ten_epochs_with_persistent_workers_keep_memory_flat(client_env: ServerP
     client = rayform.Client()
     obs = ["cam0/rgb", "wrist/rgb", "joints/position"]
     client.pull(DEMO_SLICE, streams=[*obs, "joints/position_delta"])
-    ds = EpisodeDataset(client.slices.get(DEMO_SLICE), obs=obs, action="joints/position_delta",
-                        fps=15, horizon=16)
+    ds = EpisodeDataset(
+        client.slices.get(DEMO_SLICE), obs=obs, action="joints/position_delta", fps=15, horizon=16
+    )
     loader = DataLoader(ds, batch_size=16, num_workers=2, persistent_workers=True, shuffle=True)
     per_epoch: list[int] = []
     before = set(_children(os.getpid()))

@@ -29,7 +29,9 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Slice:
     return Slice(DEMO_SLICE, digest, Store(root).load_manifest(digest), StoreBlobs(None))
 
 
-def test_profile_of_a_big_v2_slice_reads_columns_not_segments(fleet: Slice, monkeypatch: pytest.MonkeyPatch):
+def test_profile_of_a_big_v2_slice_reads_columns_not_segments(
+    fleet: Slice, monkeypatch: pytest.MonkeyPatch
+):
     made = []
     real = segtable._segment
 
@@ -39,7 +41,9 @@ def test_profile_of_a_big_v2_slice_reads_columns_not_segments(fleet: Slice, monk
 
     monkeypatch.setattr(segtable, "_segment", counting)
     assert isinstance(fleet.segments, segtable.SegmentTable)  # a v2 manifest
-    ds = EpisodeDataset(fleet, obs=["cam0/rgb", "joints/position"], action="joints/position_delta", fps=15)
+    ds = EpisodeDataset(
+        fleet, obs=["cam0/rgb", "joints/position"], action="joints/position_delta", fps=15
+    )
     made.clear()
     t0 = time.perf_counter()
     profile = dataset_profile(ds)
@@ -61,8 +65,9 @@ def test_profile_of_a_view_counts_only_its_episodes(fleet: Slice, monkeypatch: p
     view = fleet.select(sites=[site])
     ds = EpisodeDataset(view, obs=["joints/position"], action="joints/position_delta", fps=15)
     made: list[Any] = []
-    monkeypatch.setattr(segtable, "_segment", lambda row: made.append(row) or pytest.fail("a Segment was built"))
+    monkeypatch.setattr(
+        segtable, "_segment", lambda row: made.append(row) or pytest.fail("a Segment was built")
+    )
     profile = dataset_profile(ds)
     assert list(profile["sites"]) == [site] and profile["segments"] == len(view.segments) < EPISODES
     assert ds.uri.endswith(f"&select=sites:{site}") and made == []
-

@@ -38,15 +38,30 @@ class MlflowServer:
         exe = Path(sys.executable).parent / "mlflow"
         self.log = (root / "server.log").open("wb")
         self.proc = subprocess.Popen(
-            [str(exe), "server", "--backend-store-uri", f"sqlite:///{root / 'mlflow.db'}",
-             "--artifacts-destination", str(root / "artifacts"), "--host", "127.0.0.1",
-             "--port", str(self.port), "--workers", "1"],
-            stdout=self.log, stderr=subprocess.STDOUT, cwd=root,
+            [
+                str(exe),
+                "server",
+                "--backend-store-uri",
+                f"sqlite:///{root / 'mlflow.db'}",
+                "--artifacts-destination",
+                str(root / "artifacts"),
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--workers",
+                "1",
+            ],
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            cwd=root,
         )
         deadline = time.monotonic() + 120  # first start migrates the SQLite schema
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"mlflow server exited: {(root / 'server.log').read_text()[-2000:]}")
+                raise RuntimeError(
+                    f"mlflow server exited: {(root / 'server.log').read_text()[-2000:]}"
+                )
             try:
                 if httpx.get(self.url + "/health", timeout=1).status_code == 200:
                     return
@@ -78,8 +93,9 @@ def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MlflowSe
 
 
 @pytest.fixture
-def tracking(mlflow_server: MlflowServer, client_env: ServerProcess,
-             monkeypatch: pytest.MonkeyPatch) -> MlflowServer:
+def tracking(
+    mlflow_server: MlflowServer, client_env: ServerProcess, monkeypatch: pytest.MonkeyPatch
+) -> MlflowServer:
     """MLflow and Rayform both configured through the environment (inherited by children)."""
     monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_server.url)
     mlflow.set_tracking_uri(mlflow_server.url)
@@ -94,7 +110,9 @@ def _log_training_run(ds: rayform.torch.EpisodeDataset | rayform.torch.MixtureDa
     return run.info.run_id
 
 
-_REBUILD = str(SCRIPTS / "mlflow_rebuild.py")  # the run's dataset through MLflow's registry, as JSON
+_REBUILD = str(
+    SCRIPTS / "mlflow_rebuild.py"
+)  # the run's dataset through MLflow's registry, as JSON
 
 
 def test_logged_input_rebuilds_the_same_samples_in_a_fresh_process(tracking: MlflowServer):
@@ -125,9 +143,18 @@ def test_logged_input_rebuilds_the_same_samples_in_a_fresh_process(tracking: Mlf
         assert col["tensor-spec"]["dtype"] == dtype and tuple(col["tensor-spec"]["shape"]) == shape
 
     # A fresh process finds the source type through the entry point and rebuilds.
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
-    out = subprocess.run([sys.executable, _REBUILD, run_id], env=env, check=True,
-                         capture_output=True, text=True, timeout=120)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]),
+    }
+    out = subprocess.run(
+        [sys.executable, _REBUILD, run_id],
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     rebuilt = json.loads(out.stdout.strip().splitlines()[-1])
     assert rebuilt["type"] == "RayformDatasetSource"
     assert rebuilt["uri"] == ds.uri
@@ -148,15 +175,28 @@ def test_logged_mixture_rebuilds_the_same_draws_in_a_fresh_process(tracking: Mlf
     assert json.loads(logged.source) == {"uri": mix.uri}
     profile = json.loads(logged.profile)
     assert [p["weight"] for p in profile["sources"]] == [3, 1]
-    assert [p["manifest_hash"] for p in profile["sources"]] == [ds.slice.manifest_hash for ds in mix.sources]
+    assert [p["manifest_hash"] for p in profile["sources"]] == [
+        ds.slice.manifest_hash for ds in mix.sources
+    ]
     assert profile["num_samples"] == 40 and profile["sources"][1]["segments"] == 2
     # The digest covers the weights: the same sources weighted otherwise log another digest.
-    reweighted = MixtureDataset([(ds, 1) for ds in mix.sources], num_samples=40, replacement=True, seed=5)
+    reweighted = MixtureDataset(
+        [(ds, 1) for ds in mix.sources], num_samples=40, replacement=True, seed=5
+    )
     assert from_episode_dataset(reweighted).digest != logged.digest
 
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
-    out = subprocess.run([sys.executable, _REBUILD_MIXTURE, run_id], env=env, check=True,
-                         capture_output=True, text=True, timeout=120)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]),
+    }
+    out = subprocess.run(
+        [sys.executable, _REBUILD_MIXTURE, run_id],
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     rebuilt = json.loads(out.stdout.strip().splitlines()[-1])
     assert rebuilt == {"type": "MixtureDataset", "uri": mix.uri, "samples": mixture_digests(mix)}
 
@@ -174,7 +214,9 @@ def test_token_is_in_nothing_mlflow_stored(tracking: MlflowServer):
     ds = demo_dataset(rayform.Client(), DEMO_SLICE, segments=None)
     _log_training_run(ds)
     files = [p for p in tracking.root.rglob("*") if p.is_file() and p.name != "server.log"]
-    assert any(p.name == "mlflow.db" for p in files) and any(p.name == "dataset.json" for p in files)
+    assert any(p.name == "mlflow.db" for p in files) and any(
+        p.name == "dataset.json" for p in files
+    )
     for path in files:
         assert TOKEN.encode() not in path.read_bytes(), f"token leaked into {path}"
 
@@ -182,8 +224,10 @@ def test_token_is_in_nothing_mlflow_stored(tracking: MlflowServer):
 def test_mlflow_resolves_a_dataset_uri_to_the_rayform_source():
     from mlflow.data.dataset_source_registry import resolve_dataset_source
 
-    uri = (f"rayform://data.example.com/{DEMO_SLICE}@{'0' * 64}?v=1&action=&action_mode=hold"
-           "&fps=15&frame=&horizon=1&obs=cam0/rgb&obs_steps=1&seed=0")
+    uri = (
+        f"rayform://data.example.com/{DEMO_SLICE}@{'0' * 64}?v=1&action=&action_mode=hold"
+        "&fps=15&frame=&horizon=1&obs=cam0/rgb&obs_steps=1&seed=0"
+    )
     source = resolve_dataset_source(uri)
     assert isinstance(source, RayformDatasetSource) and source.uri == uri
     assert RayformDatasetSource.from_json(source.to_json()).uri == uri
@@ -192,7 +236,9 @@ def test_mlflow_resolves_a_dataset_uri_to_the_rayform_source():
 def test_importing_the_integration_before_mlflow_still_registers_the_source():
     # The entry point names rayform.integrations.mlflow, which imports mlflow.data, which
     # loads the entry points: the source must still register, without a warning.
-    uri = (f"rayform://data.example.com/{DEMO_SLICE}@{'0' * 64}?v=1&action=&action_mode=hold"
-           "&fps=15&frame=&horizon=1&obs=cam0/rgb&obs_steps=1&seed=0")
+    uri = (
+        f"rayform://data.example.com/{DEMO_SLICE}@{'0' * 64}?v=1&action=&action_mode=hold"
+        "&fps=15&frame=&horizon=1&obs=cam0/rgb&obs_steps=1&seed=0"
+    )
     code = SCRIPTS / "mlflow_entry_point.py"  # the integration first, then mlflow resolves the URI
     subprocess.run([sys.executable, "-W", "error", str(code), uri], check=True, timeout=120)

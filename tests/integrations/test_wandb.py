@@ -22,14 +22,22 @@ from rayform.torch import EpisodeDataset, EpisodeSampler, MixtureDataset
 
 
 @pytest.fixture
-def wandb_dir(tmp_path: Path, client_env: ServerProcess, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+def wandb_dir(
+    tmp_path: Path, client_env: ServerProcess, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Path]:
     """Offline W&B writing only under a temp dir, and the demo server for Rayform."""
     root = tmp_path / "wandb"
     root.mkdir()
-    for name, value in {"WANDB_MODE": "offline", "WANDB_DIR": root, "WANDB_SILENT": "true",
-                        "WANDB_CONSOLE": "off", "WANDB_CONFIG_DIR": root / "config",
-                        "WANDB_CACHE_DIR": root / "cache", "WANDB_DATA_DIR": root / "data",
-                        "WANDB_DISABLE_GIT": "true"}.items():
+    for name, value in {
+        "WANDB_MODE": "offline",
+        "WANDB_DIR": root,
+        "WANDB_SILENT": "true",
+        "WANDB_CONSOLE": "off",
+        "WANDB_CONFIG_DIR": root / "config",
+        "WANDB_CACHE_DIR": root / "cache",
+        "WANDB_DATA_DIR": root / "data",
+        "WANDB_DISABLE_GIT": "true",
+    }.items():
         monkeypatch.setenv(name, str(value))
     yield root
     wandb.teardown()  # ends W&B's service process
@@ -47,12 +55,12 @@ def read_records(run_dir: Path) -> list[Any]:
         if left < 7:
             pos += left
             continue
-        _, n, kind = struct.unpack("<IHB", data[pos:pos + 7])
+        _, n, kind = struct.unpack("<IHB", data[pos : pos + 7])
         pos += 7
         if kind == 0 and n == 0:  # zero padding up to the block's end
             pos += left - 7
             continue
-        chunk += data[pos:pos + n]
+        chunk += data[pos : pos + n]
         pos += n
         if kind in (1, 4):
             record = pb.Record()
@@ -117,7 +125,9 @@ def test_logged_mixture_rebuilds_the_same_draws(wandb_dir: Path):
     assert config["dataset"]["digest"] == MixtureURI.parse(mix.uri).digest
     assert [s["weight"] for s in config["dataset"]["sources"]] == list(mix.weights)
     (record,) = artifacts
-    assert record.name == f"mix-{DEMO_SLICE}" and record.type == "dataset" and record.use_after_commit
+    assert (
+        record.name == f"mix-{DEMO_SLICE}" and record.type == "dataset" and record.use_after_commit
+    )
     assert record.digest == artifact.digest
     entries = sorted(record.manifest.contents, key=lambda e: e.path)
     assert [e.path for e in entries] == [f"0-{DEMO_SLICE}", f"1-{DEMO_SLICE}"]

@@ -30,9 +30,18 @@ from rayform_server.staging import BATCH_RE
 
 H = "ab" * 32
 GOOD = {"slice": "slc_7c1e04aa", "segment": "seg_0a1b2c3d", "hash": H, "stream": "cam0/rgb"}
-CHECKS = {"slice": check_slice_id, "segment": check_segment_id, "hash": check_hash,
-          "stream": check_stream_name}
-PATTERNS = {"slice": SLICE_ID_RE, "segment": SEGMENT_ID_RE, "hash": HASH_RE, "stream": STREAM_NAME_RE}
+CHECKS = {
+    "slice": check_slice_id,
+    "segment": check_segment_id,
+    "hash": check_hash,
+    "stream": check_stream_name,
+}
+PATTERNS = {
+    "slice": SLICE_ID_RE,
+    "segment": SEGMENT_ID_RE,
+    "hash": HASH_RE,
+    "stream": STREAM_NAME_RE,
+}
 SUFFIXES = ["\n", "\r\n", "\n\n", "\nx", "\x00", " ", "\t"]
 
 
@@ -64,7 +73,9 @@ def test_the_page_check_regex_is_anchored_at_the_end_of_text() -> None:
     assert pc.match_substring_regex(ids, r"^seg_[0-9a-f]{8,64}$").to_pylist() == [True, False]
 
 
-@pytest.mark.parametrize("text", ["sites:lab-a\n", "segments:seg_0a1b2c3d\n", "segments:seg_0a1b2c3d%0A"])
+@pytest.mark.parametrize(
+    "text", ["sites:lab-a\n", "segments:seg_0a1b2c3d\n", "segments:seg_0a1b2c3d%0A"]
+)
 def test_selection_expressions_refuse_a_newline(text: str) -> None:
     with pytest.raises(InvalidArgumentError):
         parse_selection(text)
@@ -81,11 +92,14 @@ def test_staging_batch_names_refuse_a_newline() -> None:
     assert BATCH_RE.match("run-0412") and not BATCH_RE.match("run-0412\n")
 
 
-@pytest.mark.parametrize("entry", [
-    {"name": "ops\n", "token": "t" * 24, "slices": ["*"]},
-    {"name": "ops", "token": "t" * 24 + "\n", "slices": ["*"]},
-    {"name": "ops", "token": "t" * 24, "slices": ["slc_*\n"]},
-])
+@pytest.mark.parametrize(
+    "entry",
+    [
+        {"name": "ops\n", "token": "t" * 24, "slices": ["*"]},
+        {"name": "ops", "token": "t" * 24 + "\n", "slices": ["*"]},
+        {"name": "ops", "token": "t" * 24, "slices": ["slc_*\n"]},
+    ],
+)
 def test_tokens_file_fields_refuse_a_newline(tmp_path: Path, entry: dict[str, object]) -> None:
     path = tmp_path / "tokens.json"
     path.write_text(json.dumps({"tokens": [entry]}))
@@ -100,7 +114,11 @@ def test_range_header_refuses_a_newline() -> None:
 
 
 def test_view_patterns_refuse_a_newline() -> None:
-    for pattern, good in ((_SITE_RE, "lab-zurich"), (_PREFIX_RE, "seg_2a"), (_RANGE_RE, "bytes=0-9")):
+    for pattern, good in (
+        (_SITE_RE, "lab-zurich"),
+        (_PREFIX_RE, "seg_2a"),
+        (_RANGE_RE, "bytes=0-9"),
+    ):
         assert pattern.fullmatch(good) and pattern.match(good)
         for method in ("match", "fullmatch"):
             assert getattr(pattern, method)(good + "\n") is None, (pattern.pattern, method)

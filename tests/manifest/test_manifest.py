@@ -25,14 +25,42 @@ H1, H2, H3 = ("a" * 64, "b" * 64, "c" * 64)
 
 
 def make_manifest() -> Manifest:
-    video = Stream(name="cam0/rgb", kind="video", blob=BlobRef(H1, 10), timestamps=BlobRef(H2, 5),
-                   rate_hz=30.0, shape=(48, 64, 3), dtype="uint8", count=3, t0_ns=0, t1_ns=66_000_000,
-                   codec="h264", gop=10)
-    pose = Stream(name="ee/pose", kind="table", blob=BlobRef(H3, 7), rate_hz=100.0, shape=(7,),
-                  dtype="float32", count=2, t0_ns=5, t1_ns=10_000_005, units="m", frame="opencv",
-                  quantity="pose")
-    seg = Segment(id="seg_0123abcd", version=2, site="lab-a", start_ns=0, end_ns=66_000_000,
-                  streams={"cam0/rgb": video, "ee/pose": pose})
+    video = Stream(
+        name="cam0/rgb",
+        kind="video",
+        blob=BlobRef(H1, 10),
+        timestamps=BlobRef(H2, 5),
+        rate_hz=30.0,
+        shape=(48, 64, 3),
+        dtype="uint8",
+        count=3,
+        t0_ns=0,
+        t1_ns=66_000_000,
+        codec="h264",
+        gop=10,
+    )
+    pose = Stream(
+        name="ee/pose",
+        kind="table",
+        blob=BlobRef(H3, 7),
+        rate_hz=100.0,
+        shape=(7,),
+        dtype="float32",
+        count=2,
+        t0_ns=5,
+        t1_ns=10_000_005,
+        units="m",
+        frame="opencv",
+        quantity="pose",
+    )
+    seg = Segment(
+        id="seg_0123abcd",
+        version=2,
+        site="lab-a",
+        start_ns=0,
+        end_ns=66_000_000,
+        streams={"cam0/rgb": video, "ee/pose": pose},
+    )
     return Manifest(segments=(seg,), description="test")
 
 
@@ -56,7 +84,10 @@ def test_manifest_round_trip_is_canonical_and_hash_stable():
         (lambda d: d["segments"][0].update(id="../etc"), "malformed segment ID"),
         (lambda d: d["segments"][0]["streams"]["cam0/rgb"].update(kind="audio"), "unknown kind"),
         (lambda d: d["segments"][0]["streams"]["ee/pose"].update(frame="enu"), "unknown frame"),
-        (lambda d: d["segments"][0]["streams"]["ee/pose"]["blob"].update(hash="zz"), "malformed blob hash"),
+        (
+            lambda d: d["segments"][0]["streams"]["ee/pose"]["blob"].update(hash="zz"),
+            "malformed blob hash",
+        ),
         (lambda d: d["segments"][0]["streams"]["ee/pose"]["blob"].update(size=-1), "size"),
         (lambda d: d["segments"][0].pop("site"), "schema"),
         (lambda d: d["segments"].append(d["segments"][0]), "twice"),
@@ -93,7 +124,9 @@ def test_table_and_timestamp_blobs_round_trip_deterministically():
         encode_timestamps(np.array([3, 3]))
 
 
-@pytest.mark.parametrize("bad", ["slc_123", "SLC_7c1e04aa", "slc_7C1E04AA", "slc_../../x", 7, None, "slc_" + "a" * 65])
+@pytest.mark.parametrize(
+    "bad", ["slc_123", "SLC_7c1e04aa", "slc_7C1E04AA", "slc_../../x", 7, None, "slc_" + "a" * 65]
+)
 def test_bad_slice_ids(bad):
     with pytest.raises(InvalidArgumentError, match="slice ID"):
         check_slice_id(bad)

@@ -76,7 +76,9 @@ def test_v1_and_v2_round_trip(demo_root: Path) -> None:
     table = wire.segments_to_table(v1.segments)
     pages = wire.table_to_pages(table)
     assert hash_bytes(wire.build_root(table, pages, v1.description)) == v2.hash
-    assert v2.summary["segments"] == 4 and v2.summary["nbytes"] == sum(b.size for b in v1.blobs().values())
+    assert v2.summary["segments"] == 4 and v2.summary["nbytes"] == sum(
+        b.size for b in v1.blobs().values()
+    )
     # Reading the root alone (without its pages) as v1 is a clear error.
     with pytest.raises(ManifestError, match="format_version 2"):
         Manifest.from_bytes(v2.to_bytes())
@@ -108,7 +110,9 @@ def test_v2_slice_and_its_v1_twin_give_identical_samples(root: Path, tmp_path: P
     assert a._repr_html_().count("<tr>") == b._repr_html_().count("<tr>") == 6
 
 
-def test_tampered_page_is_refused_by_hash(root: Path, server: ServerProcess, tmp_path: Path) -> None:
+def test_tampered_page_is_refused_by_hash(
+    root: Path, server: ServerProcess, tmp_path: Path
+) -> None:
     manifest = _v2(Store(root))
     page = manifest.doc["pages"][0]
     path = root / "manifests" / page["hash"][:2] / page["hash"]
@@ -120,12 +124,18 @@ def test_tampered_page_is_refused_by_hash(root: Path, server: ServerProcess, tmp
     client = rayform.Client(server.url, TOKEN, cache_dir=cache)
     with pytest.raises(IntegrityError, match="do not match their hash"):
         client.slices.get(DEMO_SLICE)
-    cached = [p.name for p in (cache / "manifests").rglob("*") if p.is_file()] if (cache / "manifests").exists() else []
+    cached = (
+        [p.name for p in (cache / "manifests").rglob("*") if p.is_file()]
+        if (cache / "manifests").exists()
+        else []
+    )
     assert page["hash"] not in cached and manifest.hash not in cached  # nothing half-usable
     assert client.cache.get_ref(None, DEMO_SLICE) is None
 
 
-def test_pages_download_in_parallel_and_versions_share_pages(root: Path, server: ServerProcess, tmp_path: Path) -> None:
+def test_pages_download_in_parallel_and_versions_share_pages(
+    root: Path, server: ServerProcess, tmp_path: Path
+) -> None:
     store = Store(root)
     table = wire.segments_to_table(list(_v2(store).segments))
     import pyarrow as pa
@@ -146,17 +156,26 @@ def test_pages_download_in_parallel_and_versions_share_pages(root: Path, server:
     client = rayform.Client(server.url, TOKEN, cache_dir=tmp_path / "c")
     s1 = client.slices.get("slc_0000f001")
     assert len(s1.segments) == 20 and s1.segment("seg_00000013").id == "seg_00000013"
-    before = {p.name: p.stat().st_mtime_ns for p in (tmp_path / "c" / "manifests").rglob("*") if p.is_file()}
+    before = {
+        p.name: p.stat().st_mtime_ns
+        for p in (tmp_path / "c" / "manifests").rglob("*")
+        if p.is_file()
+    }
     s2 = client.slices.get("slc_0000f002")
-    after = {p.name: p.stat().st_mtime_ns for p in (tmp_path / "c" / "manifests").rglob("*") if p.is_file()}
+    after = {
+        p.name: p.stat().st_mtime_ns
+        for p in (tmp_path / "c" / "manifests").rglob("*")
+        if p.is_file()
+    }
     # Only the new page and the new root were fetched; the shared pages were not rewritten.
     assert set(after) - set(before) == {pages2[-1], s2.manifest_hash}
     assert all(after[h] == before[h] for h in pages1)
     assert [s.id for s in s2.segments[20:]] == ["seg_00000014", "seg_00000015"]
 
 
-def test_offline_open_of_a_resolved_v2_slice(client_env: ServerProcess, isolated_env: Path,
-                                             monkeypatch: pytest.MonkeyPatch) -> None:
+def test_offline_open_of_a_resolved_v2_slice(
+    client_env: ServerProcess, isolated_env: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     online = rayform.Client().slices.get(DEMO_SLICE)
     assert isinstance(online.manifest, wire.ColumnarManifest)
     forbid_network(monkeypatch)
@@ -173,8 +192,12 @@ def test_offline_open_of_a_resolved_v2_slice(client_env: ServerProcess, isolated
         rayform.Client(offline=True).slices.get(DEMO_SLICE)
 
 
-def test_shared_blob_demo_and_big_slice_show(tmp_path: Path, demo_root: Path, monkeypatch: pytest.MonkeyPatch,
-                                             capsys: pytest.CaptureFixture[str]) -> None:
+def test_shared_blob_demo_and_big_slice_show(
+    tmp_path: Path,
+    demo_root: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     root = tmp_path / "fleet"
     digest = build_shared_demo(root, DEMO_SLICE, 1000, small=True, seed=0)
     store = Store(root)
@@ -186,7 +209,9 @@ def test_shared_blob_demo_and_big_slice_show(tmp_path: Path, demo_root: Path, mo
     assert ids[:4] == [s.id for s in demo.segments]  # the pool is the ordinary demo
     assert m.blobs() == demo.blobs()  # 1000 segments, the demo's 28 blobs
     assert m.segments[5].streams == demo.segments[1].streams
-    assert sorted(p.name for p in (root / "blobs").rglob("*") if p.is_file()) == sorted(demo.blobs())
+    assert sorted(p.name for p in (root / "blobs").rglob("*") if p.is_file()) == sorted(
+        demo.blobs()
+    )
     assert list(store.list_slices()) == [DEMO_SLICE]  # the pool's scratch slice is gone
 
     server = ServerProcess(root)
@@ -198,7 +223,9 @@ def test_shared_blob_demo_and_big_slice_show(tmp_path: Path, demo_root: Path, mo
         assert "segments=1000" in out and "1000 segments; list them with" in out
         assert "stream cam0/rgb: video 30 Hz" in out and "seg_" not in out
         assert cli_main(["slices", "show", DEMO_SLICE, "--segments"]) == 0
-        listed = [line for line in capsys.readouterr().out.splitlines() if line.strip().startswith("seg_")]
+        listed = [
+            line for line in capsys.readouterr().out.splitlines() if line.strip().startswith("seg_")
+        ]
         assert len(listed) == 1000
     finally:
         server.stop()
@@ -241,7 +268,10 @@ def test_touched_manifest_pages_are_given_back(tmp_path: Path) -> None:
     for i in rng.integers(0, len(table), 200).tolist():
         seg = table[int(i)]
         # Still right after the unmaps: the pages are mapped again from the page cache.
-        assert seg.streams == pool[int(i) % 4].streams and seg.streams["joints/position"].t0_ns == t0[i]
+        assert (
+            seg.streams == pool[int(i) % 4].streams
+            and seg.streams["joints/position"].t0_ns == t0[i]
+        )
         assert _mapped_kib(pages) == 0, "a row's page stayed mapped after the Segment was built"
 
 
@@ -261,5 +291,7 @@ def test_rows_read_from_column_views_equal_pyarrows(tmp_path: Path, demo_root: P
             assert [list(s) for s in got["streams"]] == [list(s) for s in want["streams"]]
         assert all(v is not None for v in columns._fast.values()) and columns._fast
     # A table of another layout (plain strings) is read by pyarrow.
-    plain = wire.segments_to_table(list(_v2(Store(demo_root)).segments)).cast(page_schema(plain=True))
+    plain = wire.segments_to_table(list(_v2(Store(demo_root)).segments)).cast(
+        page_schema(plain=True)
+    )
     assert PageRows.of(plain) is None

@@ -78,7 +78,9 @@ def _with_rendition(seg: Segment, name: str, **change: object) -> Segment:
 
 
 # -- the format ----------------------------------------------------------------------------------
-def test_version_3_round_trips_and_lists_every_rendition(v3: wire.ColumnarManifest, tmp_path: Path) -> None:
+def test_version_3_round_trips_and_lists_every_rendition(
+    v3: wire.ColumnarManifest, tmp_path: Path
+) -> None:
     assert v3.format_version == 3 and json.loads(v3.to_bytes())["format_version"] == 3
     segments = list(v3.segments)
     for seg in segments:
@@ -94,8 +96,13 @@ def test_version_3_round_trips_and_lists_every_rendition(v3: wire.ColumnarManife
     assert Manifest.from_bytes(v1.to_bytes()).segments == tuple(segments)
     assert v3.blobs() == v1.blobs()
     expected = {r.blob.hash for seg in segments for n in CAMS for r in seg.streams[n].renditions}
-    assert set(v3.rendition_blobs()) == expected and set(v3.rendition_blobs(["joints/position"])) == set()
-    assert set(v3.segments[1:2].rendition_blobs(["cam0/rgb"])) == {segments[1].streams["cam0/rgb"].renditions[0].blob.hash}
+    assert (
+        set(v3.rendition_blobs()) == expected
+        and set(v3.rendition_blobs(["joints/position"])) == set()
+    )
+    assert set(v3.segments[1:2].rendition_blobs(["cam0/rgb"])) == {
+        segments[1].streams["cam0/rgb"].renditions[0].blob.hash
+    }
 
 
 def test_without_renditions_version_2_is_unchanged(demo_root: Path) -> None:
@@ -108,13 +115,17 @@ def test_without_renditions_version_2_is_unchanged(demo_root: Path) -> None:
     assert root == v2.to_bytes() and v2.rendition_blobs() == {}
 
 
-@pytest.mark.parametrize(("change", "match"), [
-    ({"width": 63}, "odd"),
-    ({"height": 96}, "smaller than the original"),
-    ({"blob": None}, "video stream only"),
-])
-def test_a_page_breaking_the_rendition_rules_is_refused(v3: wire.ColumnarManifest, tmp_path: Path,
-                                                        change: dict, match: str) -> None:
+@pytest.mark.parametrize(
+    ("change", "match"),
+    [
+        ({"width": 63}, "odd"),
+        ({"height": 96}, "smaller than the original"),
+        ({"blob": None}, "video stream only"),
+    ],
+)
+def test_a_page_breaking_the_rendition_rules_is_refused(
+    v3: wire.ColumnarManifest, tmp_path: Path, change: dict, match: str
+) -> None:
     segments = list(v3.segments)
     if change.get("blob", 0) is None:  # a rendition on a table stream
         bad = _with_rendition(segments[0], "joints/position", height=2, width=2)
@@ -140,8 +151,15 @@ def test_a_newer_format_version_asks_for_an_upgrade(v3: wire.ColumnarManifest) -
 # -- reading it ----------------------------------------------------------------------------------
 def test_a_dataset_reads_only_the_chosen_renditions(root: Path, v3: wire.ColumnarManifest) -> None:
     blobs = StoreBlobs(Store(root))
-    ds = EpisodeDataset(Slice(DEMO_SLICE, v3.hash, v3, blobs), obs=OBS, action=ACTION, fps=15, horizon=4,
-                        shard=None, image_size=(32, 32))
+    ds = EpisodeDataset(
+        Slice(DEMO_SLICE, v3.hash, v3, blobs),
+        obs=OBS,
+        action=ACTION,
+        fps=15,
+        horizon=4,
+        shard=None,
+        image_size=(32, 32),
+    )
     assert ds[KEYS[0]]["cam0/rgb"].shape == (3, 32, 32)
     for i in KEYS:
         ds[i]
@@ -150,8 +168,12 @@ def test_a_dataset_reads_only_the_chosen_renditions(root: Path, v3: wire.Columna
     assert ds.describe()["renditions"] == {"cam0/rgb": "48x64", "wrist/rgb": "48x64"}
 
 
-def test_served_pulled_at_a_resolution_and_rebuilt_from_its_uri(server: ServerProcess, v3: wire.ColumnarManifest,
-                                                                tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_served_pulled_at_a_resolution_and_rebuilt_from_its_uri(
+    server: ServerProcess,
+    v3: wire.ColumnarManifest,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     client = make_client(server.url, tmp_path / "cache")
     slice_ = client.slices.get(DEMO_SLICE)
     assert slice_.manifest.format_version == 3
@@ -161,10 +183,14 @@ def test_served_pulled_at_a_resolution_and_rebuilt_from_its_uri(server: ServerPr
     assert report.bytes == slice_.stream_nbytes(image_size=(32, 32)) < slice_.nbytes
     chosen = slice_.blobs(CAMS, image_size=(32, 32), resize="squash")
     assert set(v3.rendition_blobs()) <= set(chosen) and not originals & set(chosen)
-    assert set(slice_.blobs(CAMS, image_size=(64, 64), resize="crop")) >= originals  # nothing covers it
+    assert (
+        set(slice_.blobs(CAMS, image_size=(64, 64), resize="crop")) >= originals
+    )  # nothing covers it
     assert all(client.cache.has_blob(h) for h in v3.rendition_blobs())
     assert not any(client.cache.has_blob(h) for h in originals)
-    ds = EpisodeDataset(slice_, obs=OBS, action=ACTION, fps=15, horizon=4, shard=None, image_size=(32, 32))
+    ds = EpisodeDataset(
+        slice_, obs=OBS, action=ACTION, fps=15, horizon=4, shard=None, image_size=(32, 32)
+    )
     again = EpisodeDataset.from_uri(ds.uri, client=client)
     for i in KEYS:
         a, b = ds[i], again[i]
@@ -175,7 +201,9 @@ def test_served_pulled_at_a_resolution_and_rebuilt_from_its_uri(server: ServerPr
     assert torch.equal(again[KEYS[1]]["wrist/rgb"], ds[KEYS[1]]["wrist/rgb"])
 
 
-def test_a_tampered_rendition_is_refused(root: Path, v3: wire.ColumnarManifest, tmp_path: Path) -> None:
+def test_a_tampered_rendition_is_refused(
+    root: Path, v3: wire.ColumnarManifest, tmp_path: Path
+) -> None:
     copy = tmp_path / "root"
     shutil.copytree(root, copy)
     ref = v3.segments[0].streams["cam0/rgb"].renditions[0].blob
@@ -199,29 +227,67 @@ def test_staged_demo_workers_render_renditions(v3: wire.ColumnarManifest, tmp_pa
     root = tmp_path / "root"
     run = [sys.executable, "-m", "rayform_server"]
     for shard in ("0/2", "1/2"):
-        subprocess.run([*run, "demo", "--root", str(root), "--small", "--renditions", "48", "--stage", "b",
-                        "--shard", shard], check=True, capture_output=True, timeout=300)
-    subprocess.run([*run, "commit", "--root", str(root), "--stage", "b", "--slice", DEMO_SLICE,
-                    "--description", v3.description], check=True, capture_output=True, timeout=120)
+        subprocess.run(
+            [
+                *run,
+                "demo",
+                "--root",
+                str(root),
+                "--small",
+                "--renditions",
+                "48",
+                "--stage",
+                "b",
+                "--shard",
+                shard,
+            ],
+            check=True,
+            capture_output=True,
+            timeout=300,
+        )
+    subprocess.run(
+        [
+            *run,
+            "commit",
+            "--root",
+            str(root),
+            "--stage",
+            "b",
+            "--slice",
+            DEMO_SLICE,
+            "--description",
+            v3.description,
+        ],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
     assert Store(root).get_slice(DEMO_SLICE)["manifest"] == v3.hash  # type: ignore[index]
 
 
-def test_rows_of_version_3_pages_read_from_column_views_equal_pyarrows(v3: wire.ColumnarManifest,
-                                                                        tmp_path: Path) -> None:
+def test_rows_of_version_3_pages_read_from_column_views_equal_pyarrows(
+    v3: wire.ColumnarManifest, tmp_path: Path
+) -> None:
     table = wire.segments_to_table(list(v3.segments))
-    pages = wire.table_to_pages(table, 3)  # two pages: rows past the first of a page, and a second page
+    pages = wire.table_to_pages(
+        table, 3
+    )  # two pages: rows past the first of a page, and a second page
     m = _open(wire.build_root(table, pages, v3.description, 3), pages, tmp_path)
     columns = m.segments._c  # type: ignore[attr-defined]
     for i in range(columns.n):
         p = int(np.searchsorted(columns._page_start, i, side="right")) - 1
         want = columns.pages[p].slice(i - int(columns._page_start[p]), 1).to_pylist()[0]
         got = columns.row(i)
-        assert got == want and [list(s) for s in got["streams"]] == [list(s) for s in want["streams"]]
+        assert got == want and [list(s) for s in got["streams"]] == [
+            list(s) for s in want["streams"]
+        ]
     assert len(columns._fast) == 2 and all(v is not None for v in columns._fast.values())
     assert tuple(m.segments) == tuple(v3.segments)  # type: ignore[attr-defined]
 
 
-def test_a_shared_blob_demo_lists_the_pools_renditions(v3: wire.ColumnarManifest, tmp_path: Path) -> None:
+def test_a_shared_blob_demo_lists_the_pools_renditions(
+    v3: wire.ColumnarManifest, tmp_path: Path
+) -> None:
     from rayform_server._fleet import build_shared_demo
 
     root = tmp_path / "fleet"
@@ -229,5 +295,10 @@ def test_a_shared_blob_demo_lists_the_pools_renditions(v3: wire.ColumnarManifest
     m = Store(root).load_manifest(digest)
     assert isinstance(m, wire.ColumnarManifest) and m.format_version == 3 and len(m.segments) == 10
     assert set(m.rendition_blobs()) == set(v3.rendition_blobs())  # the pool's, shared
-    assert m.segments[9].streams["cam0/rgb"].renditions == v3.segments[1].streams["cam0/rgb"].renditions
-    assert [p.name for p in (root / "history").iterdir()] == [DEMO_SLICE]  # the pool's scratch slice is gone
+    assert (
+        m.segments[9].streams["cam0/rgb"].renditions
+        == v3.segments[1].streams["cam0/rgb"].renditions
+    )
+    assert [p.name for p in (root / "history").iterdir()] == [
+        DEMO_SLICE
+    ]  # the pool's scratch slice is gone

@@ -29,7 +29,9 @@ def test_the_real_and_the_fake_client_are_blob_fetchers(tmp_path: Path) -> None:
     assert not isinstance(object(), BlobFetcher)
 
 
-def test_a_slice_is_a_blob_source_and_exposes_its_cache_dir(demo_root: Path, tmp_path: Path) -> None:
+def test_a_slice_is_a_blob_source_and_exposes_its_cache_dir(
+    demo_root: Path, tmp_path: Path
+) -> None:
     store = Store(demo_root)
     manifest = store.load_manifest(store.get_slice(DEMO_SLICE)["manifest"])
     slice_ = store_slice(DEMO_SLICE, manifest, store, tmp_path / "c")
@@ -38,7 +40,9 @@ def test_a_slice_is_a_blob_source_and_exposes_its_cache_dir(demo_root: Path, tmp
     assert store_slice(DEMO_SLICE, manifest, store).cache_dir is None
 
 
-def test_the_client_slice_uses_the_client_cache_dir(client_env: ServerProcess, isolated_env: Path) -> None:
+def test_the_client_slice_uses_the_client_cache_dir(
+    client_env: ServerProcess, isolated_env: Path
+) -> None:
     slice_ = rayform.Client().slices.get(DEMO_SLICE)
     assert isinstance(slice_, BlobSource)
     assert slice_.cache_dir == isolated_env.absolute()
@@ -53,9 +57,13 @@ class Lookalike:
         raise AssertionError("never read")
 
 
-@pytest.mark.parametrize("bad", ["slc_7c1e04aa", None, Lookalike()], ids=["slice-id", "none", "lookalike"])
+@pytest.mark.parametrize(
+    "bad", ["slc_7c1e04aa", None, Lookalike()], ids=["slice-id", "none", "lookalike"]
+)
 def test_a_dataset_of_something_else_than_a_slice_is_a_clear_error(bad: object) -> None:
-    with pytest.raises(InvalidArgumentError, match=r"slice_ must be a rayform.Slice \(from client.slices.get"):
+    with pytest.raises(
+        InvalidArgumentError, match=r"slice_ must be a rayform.Slice \(from client.slices.get"
+    ):
         EpisodeDataset(bad, obs=["joints/position"], action=None, fps=15)  # type: ignore[arg-type]
 
 
@@ -65,7 +73,9 @@ def test_download_reports_progress_to_the_callback_it_is_given(tmp_path: Path) -
     def handler(request: httpx.Request) -> httpx.Response:
         return httpx.Response(200, content=DATA)
 
-    transport = Transport("http://stub.test:8765", None, http_transport=httpx.MockTransport(handler))
+    transport = Transport(
+        "http://stub.test:8765", None, http_transport=httpx.MockTransport(handler)
+    )
     part = PartialBlob(tmp_path / f"{digest}.h.1.x.part", digest, len(DATA), 0o644)
     seen: list[int] = []
     transport.download("blob", part, "downloading", on_bytes=seen.append)
@@ -74,7 +84,9 @@ def test_download_reports_progress_to_the_callback_it_is_given(tmp_path: Path) -
     assert not hasattr(part, "on_bytes")  # the sink only holds bytes; progress is the caller's
 
 
-def test_pull_progress_counts_every_byte_once(client_env: ServerProcess, capsys: pytest.CaptureFixture[str]) -> None:
+def test_pull_progress_counts_every_byte_once(
+    client_env: ServerProcess, capsys: pytest.CaptureFixture[str]
+) -> None:
     client = rayform.Client()
     report = client.pull(DEMO_SLICE, streams=["joints/position"], progress=True)
     assert report.fetched_bytes == report.bytes > 0
@@ -86,8 +98,9 @@ def test_pull_progress_counts_every_byte_once(client_env: ServerProcess, capsys:
         assert hash_file(slice_.blob_path(ref)) == ref.hash
 
 
-def test_a_slice_tells_its_cache_limit_and_what_a_read_would_download(client_env: ServerProcess,
-                                                                      isolated_env: Path, demo_root: Path) -> None:
+def test_a_slice_tells_its_cache_limit_and_what_a_read_would_download(
+    client_env: ServerProcess, isolated_env: Path, demo_root: Path
+) -> None:
     slice_ = rayform.Client(cache_limit=10**9).slices.get(DEMO_SLICE)
     ref = next(iter(slice_.segments[0].streams["joints/position"].blobs()))
     assert slice_.cache_limit == 10**9 and slice_.would_fetch(ref)
@@ -96,7 +109,11 @@ def test_a_slice_tells_its_cache_limit_and_what_a_read_would_download(client_env
     missing = next(iter(slice_.segments[0].streams["cam0/rgb"].blobs()))
     assert slice_.would_fetch(missing)
     offline = rayform.Client(offline=True).slices.get(DEMO_SLICE)  # the resolution is cached
-    assert offline.cache_limit is None and not offline.would_fetch(missing)  # offline never downloads
+    assert offline.cache_limit is None and not offline.would_fetch(
+        missing
+    )  # offline never downloads
     store = Store(demo_root)
-    fake = store_slice(DEMO_SLICE, store.load_manifest(store.get_slice(DEMO_SLICE)["manifest"]), store)
+    fake = store_slice(
+        DEMO_SLICE, store.load_manifest(store.get_slice(DEMO_SLICE)["manifest"]), store
+    )
     assert fake.cache_limit is None and not fake.would_fetch(ref)

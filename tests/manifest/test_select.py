@@ -52,9 +52,18 @@ def test_select_by_ids_sites_time_and_predicate(slices: tuple[Slice, Slice]) -> 
         zurich = sl.select(sites=["lab-zurich"])
         assert _ids(zurich) == [s.id for s in segs if s.site == "lab-zurich"]
         assert zurich.streams == sl.streams
-        assert zurich.nbytes == sum({b.hash: b.size for s in segs if s.site == "lab-zurich"
-                                     for st in s.streams.values() for b in st.blobs()}.values())
-        assert zurich.duration_s == pytest.approx(sum(s.duration_s for s in segs if s.site == "lab-zurich"))
+        assert zurich.nbytes == sum(
+            {
+                b.hash: b.size
+                for s in segs
+                if s.site == "lab-zurich"
+                for st in s.streams.values()
+                for b in st.blobs()
+            }.values()
+        )
+        assert zurich.duration_s == pytest.approx(
+            sum(s.duration_s for s in segs if s.site == "lab-zurich")
+        )
 
         mid = (segs[1].start_ns + segs[1].end_ns) // 2
         late = sl.select(start_ns=mid)
@@ -130,7 +139,9 @@ def test_view_gives_the_samples_of_a_slice_built_from_the_same_segments(
         EpisodeDataset(parent, obs=["joints/position"], action="cam0/rgb", fps=15)
 
 
-def test_a_view_pulls_only_its_own_segments_blobs(demo_server: ServerProcess, tmp_path: Path) -> None:
+def test_a_view_pulls_only_its_own_segments_blobs(
+    demo_server: ServerProcess, tmp_path: Path
+) -> None:
     client = rayform.Client(endpoint=demo_server.url, token=TOKEN, cache_dir=tmp_path / "cache")
     parent = client.slices.get(DEMO_SLICE)
     view = parent.select(sites=["lab-zurich"])

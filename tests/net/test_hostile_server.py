@@ -79,7 +79,9 @@ def demo(demo_root: Path) -> Demo:
     manifest = store.load_manifest(store.get_slice(DEMO_SLICE)["manifest"])
     assert isinstance(manifest, ColumnarManifest)
     segments = list(manifest.segments)
-    return Demo(manifest.to_v1().to_json(), dict(manifest.doc), segments, segments_to_table(segments))
+    return Demo(
+        manifest.to_v1().to_json(), dict(manifest.doc), segments, segments_to_table(segments)
+    )
 
 
 @pytest.fixture
@@ -108,8 +110,13 @@ def _client(server: HostileServer, cache: Path, **kw: Any) -> rayform.Client:
     return rayform.Client(server.url, TOKEN, cache_dir=cache, **kw)
 
 
-def _fails(call: Callable[[], object], error: type[RayformError], *, names_server: str | None = None,
-           within_s: float = 30.0) -> RayformError:
+def _fails(
+    call: Callable[[], object],
+    error: type[RayformError],
+    *,
+    names_server: str | None = None,
+    within_s: float = 30.0,
+) -> RayformError:
     """Run ``call``; it must raise ``error`` within ``within_s`` with a safe one-line message."""
     t0 = time.monotonic()
     with pytest.raises(error) as info:
@@ -149,12 +156,16 @@ REFERENCES: dict[str, Answer] = {
     "json-array": Answer.json([H]),
     "hash-with-newline": Answer.json({"manifest": H + "\n", "manifest_size": 10}),
     "nested-100000-deep": Answer.json(DEEP),
-    "5000-digit-integer": Answer.json(b'{"manifest": "%s", "manifest_size": 1%s}' % (H.encode(), b"0" * 5000)),
+    "5000-digit-integer": Answer.json(
+        b'{"manifest": "%s", "manifest_size": 1%s}' % (H.encode(), b"0" * 5000)
+    ),
     "size-infinity": Answer.json(b'{"manifest": "%s", "manifest_size": Infinity}' % H.encode()),
     "size-1e400": Answer.json(b'{"manifest": "%s", "manifest_size": 1e400}' % H.encode()),
     "size-a-string": Answer.json({"manifest": H, "manifest_size": "10"}),
     "size-a-terabyte": Answer.json({"manifest": H, "manifest_size": 10**12}),
-    "description-not-a-string": Answer.json({"manifest": H, "manifest_size": 10, "description": {"a": 1}}),
+    "description-not-a-string": Answer.json(
+        {"manifest": H, "manifest_size": 10, "description": {"a": 1}}
+    ),
     "html-from-a-proxy": Answer(200, b"<html><body>502 Bad Gateway</body></html>"),
     "endless-body": Answer(200, b'{"manifest": "', endless=True),
     "gzip-bomb": Answer(200, gzip_bomb(64 * 2**20), {"Content-Encoding": "gzip"}),
@@ -174,22 +185,38 @@ V1_CASES: dict[str, Callable[[Demo], bytes]] = {
     "t0-infinity": lambda d: _raw(_v1(d, lambda m: _cam(m).update(t0_ns="@")), "@", b"Infinity"),
     "rate-nan": lambda d: _raw(_v1(d, lambda m: _cam(m).update(rate_hz="@")), "@", b"NaN"),
     "nested-100000-deep": lambda d: _raw(_v1(d, lambda m: m.update(description="@")), "@", DEEP),
-    "5000-digit-count": lambda d: _raw(_v1(d, lambda m: _cam(m).update(count="@")), "@", b"1" * 5000),
+    "5000-digit-count": lambda d: _raw(
+        _v1(d, lambda m: _cam(m).update(count="@")), "@", b"1" * 5000
+    ),
     "count-2**70": lambda d: canonical_json(_v1(d, lambda m: _cam(m).update(count=2**70))),
     "count-a-string": lambda d: canonical_json(_v1(d, lambda m: _cam(m).update(count="3"))),
     "version-true": lambda d: canonical_json(_v1(d, lambda m: _seg(m).update(version=True))),
     "streams-a-list": lambda d: canonical_json(_v1(d, lambda m: _seg(m).update(streams=[1, 2]))),
     "segments-an-object": lambda d: canonical_json(_v1(d, lambda m: m.update(segments={"a": 1}))),
-    "segment-id-newline": lambda d: canonical_json(_v1(d, lambda m: _seg(m).update(id=_seg(m)["id"] + "\n"))),
-    "segment-id-100000-chars": lambda d: canonical_json(_v1(d, lambda m: _seg(m).update(id="seg_" + "a" * 100_000))),
-    "blob-hash-newline": lambda d: canonical_json(_v1(d, lambda m: _cam(m)["blob"].update(hash=H + "\n"))),
-    "blob-size-negative": lambda d: canonical_json(_v1(d, lambda m: _cam(m)["blob"].update(size=-1))),
-    "stream-name-traversal": lambda d: canonical_json(_v1(d, lambda m: _seg(m)["streams"].update({"../x": _cam(m)}))),
+    "segment-id-newline": lambda d: canonical_json(
+        _v1(d, lambda m: _seg(m).update(id=_seg(m)["id"] + "\n"))
+    ),
+    "segment-id-100000-chars": lambda d: canonical_json(
+        _v1(d, lambda m: _seg(m).update(id="seg_" + "a" * 100_000))
+    ),
+    "blob-hash-newline": lambda d: canonical_json(
+        _v1(d, lambda m: _cam(m)["blob"].update(hash=H + "\n"))
+    ),
+    "blob-size-negative": lambda d: canonical_json(
+        _v1(d, lambda m: _cam(m)["blob"].update(size=-1))
+    ),
+    "stream-name-traversal": lambda d: canonical_json(
+        _v1(d, lambda m: _seg(m)["streams"].update({"../x": _cam(m)}))
+    ),
     "site-an-object": lambda d: canonical_json(_v1(d, lambda m: _seg(m).update(site={"a": 1}))),
-    "site-100000-chars": lambda d: canonical_json(_v1(d, lambda m: _seg(m).update(site="x" * 100_000))),
+    "site-100000-chars": lambda d: canonical_json(
+        _v1(d, lambda m: _seg(m).update(site="x" * 100_000))
+    ),
     "shape-strings": lambda d: canonical_json(_v1(d, lambda m: _cam(m).update(shape=["a"]))),
     "units-a-list": lambda d: canonical_json(_v1(d, lambda m: _cam(m).update(units=[1]))),
-    "video-without-timestamps": lambda d: canonical_json(_v1(d, lambda m: _cam(m).pop("timestamps"))),
+    "video-without-timestamps": lambda d: canonical_json(
+        _v1(d, lambda m: _cam(m).pop("timestamps"))
+    ),
     "not-an-object": lambda d: b'"just a string"',
     "invalid-utf8": lambda d: b'{"format": "rayform.manifest", "description": "\xff"}',
 }
@@ -219,24 +246,47 @@ def _segments_changed(d: Demo, **stream: Any) -> pa.Table:
     return segments_to_table(segs)
 
 
-def _one_page(d: Demo, table: pa.Table, compression: str | None = None, **root: Any) -> tuple[bytes, dict[str, bytes]]:
+def _one_page(
+    d: Demo, table: pa.Table, compression: str | None = None, **root: Any
+) -> tuple[bytes, dict[str, bytes]]:
     page = page_bytes(table.combine_chunks(), compression)
     return v2_root(d.root, [page], **root), {hash_bytes(page): page}
 
 
-BAD_UTF8 = pa.Array.from_buffers(pa.string(), 1, [None, pa.py_buffer(bytes([0, 0, 0, 0, 2, 0, 0, 0])),
-                                                     pa.py_buffer(b"\xff\xfe")])
+BAD_UTF8 = pa.Array.from_buffers(
+    pa.string(), 1, [None, pa.py_buffer(bytes([0, 0, 0, 0, 2, 0, 0, 0])), pa.py_buffer(b"\xff\xfe")]
+)
 V2_CASES: dict[str, Callable[[Demo], tuple[bytes, dict[str, bytes]]]] = {
     "page-ref-without-segments": lambda d: _one_page(d, d.table, pages=[{"hash": H, "size": 10}]),
-    "page-ref-size-a-terabyte": lambda d: _one_page(d, d.table, pages=[{"hash": H, "size": 10**12, "segments": 4}]),
-    "page-ref-hash-newline": lambda d: _one_page(d, d.table, pages=[{"hash": H + "\n", "size": 10, "segments": 4}]),
+    "page-ref-size-a-terabyte": lambda d: _one_page(
+        d, d.table, pages=[{"hash": H, "size": 10**12, "segments": 4}]
+    ),
+    "page-ref-hash-newline": lambda d: _one_page(
+        d, d.table, pages=[{"hash": H + "\n", "size": 10, "segments": 4}]
+    ),
     "pages-an-object": lambda d: _one_page(d, d.table, pages={"a": 1}),
-    "summary-streams-a-list": lambda d: _one_page(d, d.table, summary={**d.root["summary"], "streams": [1]}),
-    "summary-rate-a-string": lambda d: _one_page(d, d.table, summary={**d.root["summary"], "streams": {
-        "cam0/rgb": {**d.root["summary"]["streams"]["cam0/rgb"], "rate_hz": "fast"}}}),
-    "dictionary-index-out-of-range": lambda d: _one_page(d, _site_dictionary(d.table, [0, 1, 7, 0], pa.array(["a", "b"]))),
-    "dictionary-invalid-utf8": lambda d: _one_page(d, _site_dictionary(d.table, [0, 0, 0, 0], BAD_UTF8)),
-    "site-with-escape-codes-too-long": lambda d: _one_page(d, _site_dictionary(d.table, [0, 0, 0, 0], pa.array([ANSI * 100]))),
+    "summary-streams-a-list": lambda d: _one_page(
+        d, d.table, summary={**d.root["summary"], "streams": [1]}
+    ),
+    "summary-rate-a-string": lambda d: _one_page(
+        d,
+        d.table,
+        summary={
+            **d.root["summary"],
+            "streams": {
+                "cam0/rgb": {**d.root["summary"]["streams"]["cam0/rgb"], "rate_hz": "fast"}
+            },
+        },
+    ),
+    "dictionary-index-out-of-range": lambda d: _one_page(
+        d, _site_dictionary(d.table, [0, 1, 7, 0], pa.array(["a", "b"]))
+    ),
+    "dictionary-invalid-utf8": lambda d: _one_page(
+        d, _site_dictionary(d.table, [0, 0, 0, 0], BAD_UTF8)
+    ),
+    "site-with-escape-codes-too-long": lambda d: _one_page(
+        d, _site_dictionary(d.table, [0, 0, 0, 0], pa.array([ANSI * 100]))
+    ),
     "blob-size-negative": lambda d: _one_page(d, _segments_changed(d, blob=BlobRef(H, -1))),
     "count-negative": lambda d: _one_page(d, _segments_changed(d, count=-3)),
     "stream-name-with-newline": lambda d: _one_page(d, _segments_changed(d, name="cam0/rgb\n")),
@@ -245,9 +295,21 @@ V2_CASES: dict[str, Callable[[Demo], tuple[bytes, dict[str, bytes]]]] = {
     "ends-before-it-starts": lambda d: _one_page(d, _segments_changed(d, t1_ns=-5)),
     "time-2**63-1": lambda d: _one_page(d, _segments_changed(d, t1_ns=2**63 - 1)),
     "zstd-compressed-page": lambda d: _one_page(d, d.table, "zstd"),
-    "summary-lists-a-ghost-stream": lambda d: _one_page(d, d.table, summary={**d.root["summary"], "streams": {
-        **d.root["summary"]["streams"], "ghost/x": d.root["summary"]["streams"]["joints/position"]}}),
-    "not-arrow": lambda d: (v2_root(d.root, [b"PK\x03\x04 not arrow"]), {hash_bytes(b"PK\x03\x04 not arrow"): b"PK\x03\x04 not arrow"}),
+    "summary-lists-a-ghost-stream": lambda d: _one_page(
+        d,
+        d.table,
+        summary={
+            **d.root["summary"],
+            "streams": {
+                **d.root["summary"]["streams"],
+                "ghost/x": d.root["summary"]["streams"]["joints/position"],
+            },
+        },
+    ),
+    "not-arrow": lambda d: (
+        v2_root(d.root, [b"PK\x03\x04 not arrow"]),
+        {hash_bytes(b"PK\x03\x04 not arrow"): b"PK\x03\x04 not arrow"},
+    ),
 }
 
 
@@ -259,7 +321,9 @@ def test_crafted_v2_manifest(case: str, demo: Demo, server: HostileServer, cache
     assert not list(cache.rglob(digest))
 
 
-def test_video_row_without_timestamps_is_a_manifest_error(demo: Demo, server: HostileServer, cache: Path) -> None:
+def test_video_row_without_timestamps_is_a_manifest_error(
+    demo: Demo, server: HostileServer, cache: Path
+) -> None:
     root, pages = _one_page(demo, _segments_changed(demo, timestamps=None))
     crafted_slice(server, SLC, root, pages=pages)
     slice_ = _client(server, cache).slices.get(SLC)  # a per-row fact: found when the row is read
@@ -269,13 +333,17 @@ def test_video_row_without_timestamps_is_a_manifest_error(demo: Demo, server: Ho
 # -- bodies: sizes, encodings, time -------------------------------------------------------
 def test_manifest_longer_than_declared(demo: Demo, server: HostileServer, cache: Path) -> None:
     crafted_slice(server, SLC, canonical_json(demo.v1))
-    server.answers[f"/v1/slices/{SLC}/manifest"] = Answer(200, canonical_json(demo.v1), endless=True)
+    server.answers[f"/v1/slices/{SLC}/manifest"] = Answer(
+        200, canonical_json(demo.v1), endless=True
+    )
     _fails(lambda: _client(server, cache).slices.get(SLC), ProtocolError, names_server=server.url)
 
 
 def test_gzip_bomb_manifest(demo: Demo, server: HostileServer, cache: Path) -> None:
     crafted_slice(server, SLC, canonical_json(demo.v1))
-    server.answers[f"/v1/slices/{SLC}/manifest"] = Answer(200, gzip_bomb(64 * 2**20), {"Content-Encoding": "gzip"})
+    server.answers[f"/v1/slices/{SLC}/manifest"] = Answer(
+        200, gzip_bomb(64 * 2**20), {"Content-Encoding": "gzip"}
+    )
     _fails(lambda: _client(server, cache).slices.get(SLC), ProtocolError, names_server=server.url)
 
 
@@ -286,34 +354,51 @@ def test_page_longer_than_declared(demo: Demo, server: HostileServer, cache: Pat
 
 
 @pytest.mark.parametrize("what", ["reference", "manifest"])
-def test_trickled_metadata_ends_within_the_stall_bound(what: str, demo: Demo, server: HostileServer,
-                                                       cache: Path) -> None:
+def test_trickled_metadata_ends_within_the_stall_bound(
+    what: str, demo: Demo, server: HostileServer, cache: Path
+) -> None:
     manifest = canonical_json(demo.v1)
     crafted_slice(server, SLC, manifest)
     path = f"/v1/slices/{SLC}" + ("/manifest" if what == "manifest" else "")
     server.answers[path] = dataclasses.replace(server.answers[path], trickle_bps=2.0)
-    error = _fails(lambda: _client(server, cache, stall_timeout=STALL_S).slices.get(SLC), TransportError,
-                   names_server=server.url, within_s=4 * STALL_S)  # generous: a loaded CI machine
+    error = _fails(
+        lambda: _client(server, cache, stall_timeout=STALL_S).slices.get(SLC),
+        TransportError,
+        names_server=server.url,
+        within_s=4 * STALL_S,
+    )  # generous: a loaded CI machine
     assert "incomplete" in str(error)
 
 
 def test_endless_error_bodies_are_cut(server: HostileServer, cache: Path) -> None:
-    server.answers[f"/v1/slices/{SLC}"] = Answer(404, b'{"error": "not_found", "message": "', endless=True)
+    server.answers[f"/v1/slices/{SLC}"] = Answer(
+        404, b'{"error": "not_found", "message": "', endless=True
+    )
     _fails(lambda: _client(server, cache).slices.get(SLC), NotFoundError, names_server=server.url)
     server.answers[f"/v1/slices/{SLC}"] = Answer(500, b"x", endless=True)
-    _fails(lambda: _client(server, cache, attempts=2).slices.get(SLC), TransportError, names_server=server.url)
+    _fails(
+        lambda: _client(server, cache, attempts=2).slices.get(SLC),
+        TransportError,
+        names_server=server.url,
+    )
 
 
 # -- what the server says is shown safely -------------------------------------------------
 def test_error_messages_are_escaped_and_capped(server: HostileServer, cache: Path) -> None:
-    server.answers[f"/v1/slices/{SLC}"] = Answer.json({"error": "forbidden", "message": ANSI + "go away"}, 403)
+    server.answers[f"/v1/slices/{SLC}"] = Answer.json(
+        {"error": "forbidden", "message": ANSI + "go away"}, 403
+    )
     error = _fails(lambda: _client(server, cache).slices.get(SLC), AccessDeniedError)
     assert "\\x1b[2J" in str(error) and "go away" in str(error)
-    server.answers[f"/v1/slices/{SLC}"] = Answer.json({"error": "forbidden", "message": "x" * 50_000}, 403)
+    server.answers[f"/v1/slices/{SLC}"] = Answer.json(
+        {"error": "forbidden", "message": "x" * 50_000}, 403
+    )
     error = _fails(lambda: _client(server, cache).slices.get(SLC), AccessDeniedError)
     assert "more characters]" in str(error) and len(str(error)) < 1000
     # 5 MB: read up to the error-body cap only, so not even JSON any more: no message at all.
-    server.answers[f"/v1/slices/{SLC}"] = Answer.json({"error": "forbidden", "message": "x" * 5_000_000}, 403)
+    server.answers[f"/v1/slices/{SLC}"] = Answer.json(
+        {"error": "forbidden", "message": "x" * 5_000_000}, 403
+    )
     error = _fails(lambda: _client(server, cache).slices.get(SLC), AccessDeniedError)
     assert len(str(error)) < 1000
 
@@ -323,7 +408,9 @@ LISTINGS = {
     "entries-are-strings": {"slices": ["slc_00000000"]},
     "slices-an-object": {"slices": {"a": 1}},
     "a-list": [1, 2, 3],
-    "id-with-escape-codes": {"slices": [{"id": "slc_00000000" + ANSI, "manifest": H, "description": ""}]},
+    "id-with-escape-codes": {
+        "slices": [{"id": "slc_00000000" + ANSI, "manifest": H, "description": ""}]
+    },
 }
 
 
@@ -347,16 +434,24 @@ def _garbage_video(demo: Demo, server: HostileServer) -> str:
     return digest
 
 
-def test_undecodable_video_with_matching_hash(demo: Demo, server: HostileServer, cache: Path) -> None:
+def test_undecodable_video_with_matching_hash(
+    demo: Demo, server: HostileServer, cache: Path
+) -> None:
     digest = _garbage_video(demo, server)
-    ds = EpisodeDataset(_client(server, cache).slices.get(SLC), obs=["cam0/rgb"], action="joints/position_delta",
-                        fps=15, horizon=4)
+    ds = EpisodeDataset(
+        _client(server, cache).slices.get(SLC),
+        obs=["cam0/rgb"],
+        action="joints/position_delta",
+        fps=15,
+        horizon=4,
+    )
     error = _fails(lambda: ds[0], IntegrityError)
     assert digest in str(error) and "cam0/rgb" in str(error)
 
 
 def _swap_blob(demo: Demo, server: HostileServer, stream: str, key: str, data: bytes) -> None:
     """Serve a slice whose ``stream`` has ``key`` (``blob``/``timestamps``) = ``data`` everywhere."""
+
     def swap(m: dict[str, Any]) -> None:
         for seg in m["segments"]:
             seg["streams"][stream][key] = {"hash": hash_bytes(data), "size": len(data)}
@@ -367,10 +462,17 @@ def _swap_blob(demo: Demo, server: HostileServer, stream: str, key: str, data: b
 
 def test_table_unlike_its_manifest(demo: Demo, server: HostileServer, cache: Path) -> None:
     t0 = _seg(demo.v1)["streams"]["joints/position"]["t0_ns"]
-    narrow = encode_table(t0 + np.arange(400, dtype=np.int64) * 5_000_000, np.zeros((400, 3), np.float32))
+    narrow = encode_table(
+        t0 + np.arange(400, dtype=np.int64) * 5_000_000, np.zeros((400, 3), np.float32)
+    )
     _swap_blob(demo, server, "joints/position", "blob", narrow)
-    ds = EpisodeDataset(_client(server, cache).slices.get(SLC), obs=["joints/position"],
-                        action="joints/position_delta", fps=15, horizon=4)
+    ds = EpisodeDataset(
+        _client(server, cache).slices.get(SLC),
+        obs=["joints/position"],
+        action="joints/position_delta",
+        fps=15,
+        horizon=4,
+    )
     error = _fails(lambda: ds[0], IntegrityError)
     assert hash_bytes(narrow) in str(error) and "joints/position" in str(error)
 
@@ -379,34 +481,62 @@ def test_more_timestamps_than_frames(demo: Demo, server: HostileServer, cache: P
     t0 = _cam(demo.v1)["t0_ns"]
     many = encode_timestamps(t0 + np.arange(10_000, dtype=np.int64) * 1000)
     _swap_blob(demo, server, "cam0/rgb", "timestamps", many)
-    ds = EpisodeDataset(_client(server, cache).slices.get(SLC), obs=["cam0/rgb"], action="joints/position_delta",
-                        fps=15, horizon=4)
+    ds = EpisodeDataset(
+        _client(server, cache).slices.get(SLC),
+        obs=["cam0/rgb"],
+        action="joints/position_delta",
+        fps=15,
+        horizon=4,
+    )
     error = _fails(lambda: ds[len(ds) - 1], IntegrityError)
     assert "cam0/rgb" in str(error)
 
 
 def test_blob_with_content_encoding(demo: Demo, server: HostileServer, cache: Path) -> None:
     digest = _garbage_video(demo, server)
-    server.answers[f"/v1/slices/{SLC}/blobs/{digest}"] = Answer(200, gzip_bomb(2**20), {"Content-Encoding": "gzip"})
-    _fails(lambda: _client(server, cache).pull(SLC, streams=["cam0/rgb"]), ProtocolError, names_server=server.url)
+    server.answers[f"/v1/slices/{SLC}/blobs/{digest}"] = Answer(
+        200, gzip_bomb(2**20), {"Content-Encoding": "gzip"}
+    )
+    _fails(
+        lambda: _client(server, cache).pull(SLC, streams=["cam0/rgb"]),
+        ProtocolError,
+        names_server=server.url,
+    )
     assert not list(cache.rglob(digest))
 
 
 def test_redirect_to_an_invalid_url(demo: Demo, server: HostileServer, cache: Path) -> None:
     digest = _garbage_video(demo, server)
     # httpx refuses the Location header itself (a protocol error on the connection): retried.
-    server.answers[f"/v1/slices/{SLC}/blobs/{digest}"] = Answer(307, headers={"Location": "http://[::1\x1b[31m"})
-    _fails(lambda: _client(server, cache, attempts=2).pull(SLC, streams=["cam0/rgb"]), TransportError,
-           names_server=server.url)
+    server.answers[f"/v1/slices/{SLC}/blobs/{digest}"] = Answer(
+        307, headers={"Location": "http://[::1\x1b[31m"}
+    )
+    _fails(
+        lambda: _client(server, cache, attempts=2).pull(SLC, streams=["cam0/rgb"]),
+        TransportError,
+        names_server=server.url,
+    )
 
 
 # -- the command line, in a subprocess ----------------------------------------------------
 def _rayform(server: HostileServer, cache: Path, *args: str) -> subprocess.CompletedProcess[str]:
     checkout = [str(TESTS.parent / "sdk"), str(TESTS.parent / "server_stub")]
-    env = {**os.environ, "RAYFORM_ENDPOINT": server.url, "RAYFORM_TOKEN": TOKEN, "RAYFORM_CACHE_DIR": str(cache),
-           "PYTHONPATH": os.pathsep.join([*checkout, os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
-    done = subprocess.run([sys.executable, "-m", "rayform", *args], capture_output=True, text=True,
-                          timeout=120, env=env)
+    env = {
+        **os.environ,
+        "RAYFORM_ENDPOINT": server.url,
+        "RAYFORM_TOKEN": TOKEN,
+        "RAYFORM_CACHE_DIR": str(cache),
+        "PYTHONPATH": os.pathsep.join([*checkout, os.environ.get("PYTHONPATH", "")]).rstrip(
+            os.pathsep
+        ),
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "rayform", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
     for stream in (done.stdout, done.stderr):
         assert not has_control(stream), repr(stream[:300])
         assert all(len(line) < 5000 for line in stream.splitlines())
@@ -415,19 +545,32 @@ def _rayform(server: HostileServer, cache: Path, *args: str) -> subprocess.Compl
 
 
 def test_cli_prints_no_escape_codes(demo: Demo, server: HostileServer, cache: Path) -> None:
-    server.answers[f"/v1/slices/{SLC}"] = Answer.json({"error": "forbidden", "message": ANSI * 1000}, 403)
+    server.answers[f"/v1/slices/{SLC}"] = Answer.json(
+        {"error": "forbidden", "message": ANSI * 1000}, 403
+    )
     denied = _rayform(server, cache, "slices", "show", SLC)
     assert denied.returncode == 1 and "access denied" in denied.stderr
 
-    server.answers["/v1/slices"] = Answer.json({"slices": [{"id": 1, "manifest": [], "description": None}]})
+    server.answers["/v1/slices"] = Answer.json(
+        {"slices": [{"id": 1, "manifest": [], "description": None}]}
+    )
     listing = _rayform(server, cache, "slices", "ls")
     assert listing.returncode == 1 and "rayform: error:" in listing.stderr
 
     other = "slc_00c0ffee"
     doc = _v1(demo, lambda m: [seg.update(site=ANSI) for seg in m["segments"]])
     crafted_slice(server, other, canonical_json(doc), description=ANSI + "x" * 10_000)
-    server.answers["/v1/slices"] = Answer.json({"slices": [{"id": other, "manifest": hash_bytes(canonical_json(doc)),
-                                                            "description": ANSI + "x" * 10_000}]})
+    server.answers["/v1/slices"] = Answer.json(
+        {
+            "slices": [
+                {
+                    "id": other,
+                    "manifest": hash_bytes(canonical_json(doc)),
+                    "description": ANSI + "x" * 10_000,
+                }
+            ]
+        }
+    )
     shown = _rayform(server, cache, "slices", "show", other)
     assert shown.returncode == 0 and "\\x1b[2J" in shown.stdout
     listed = _rayform(server, cache, "slices", "ls")
@@ -439,20 +582,38 @@ def test_cli_prints_no_escape_codes(demo: Demo, server: HostileServer, cache: Pa
 MEASURE = str(SCRIPTS / "peak_memory.py")  # prints the error's type and the peak memory in MiB
 
 
-@pytest.mark.parametrize("case", ["endless-manifest-declared-64-MiB", "gzip-bomb-manifest", "endless-page"])
-def test_peak_memory_stays_bounded(case: str, demo: Demo, server: HostileServer, cache: Path) -> None:
+@pytest.mark.parametrize(
+    "case", ["endless-manifest-declared-64-MiB", "gzip-bomb-manifest", "endless-page"]
+)
+def test_peak_memory_stays_bounded(
+    case: str, demo: Demo, server: HostileServer, cache: Path
+) -> None:
     manifest = f"/v1/slices/{SLC}/manifest"
     if case == "endless-page":
         root, pages = _one_page(demo, demo.table)
         crafted_slice(server, SLC, root, pages={h: b"" for h in pages})
-        server.answers.update({f"/v1/slices/{SLC}/pages/{h}": Answer(200, b"", endless=True) for h in pages})
+        server.answers.update(
+            {f"/v1/slices/{SLC}/pages/{h}": Answer(200, b"", endless=True) for h in pages}
+        )
     else:
         crafted_slice(server, SLC, canonical_json(demo.v1))
-        server.answers[f"/v1/slices/{SLC}"] = Answer.json({"manifest": H, "manifest_size": 64 * 2**20})
-        server.answers[manifest] = (Answer(200, b"", endless=True) if case.startswith("endless")
-                                    else Answer(200, gzip_bomb(64 * 2**20), {"Content-Encoding": "gzip"}))
-    checkout = os.pathsep.join([str(TESTS.parent / "sdk"), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    done = subprocess.run([sys.executable, MEASURE, server.url, TOKEN, str(cache), SLC], capture_output=True,
-                          text=True, timeout=120, env={**os.environ, "PYTHONPATH": checkout})
+        server.answers[f"/v1/slices/{SLC}"] = Answer.json(
+            {"manifest": H, "manifest_size": 64 * 2**20}
+        )
+        server.answers[manifest] = (
+            Answer(200, b"", endless=True)
+            if case.startswith("endless")
+            else Answer(200, gzip_bomb(64 * 2**20), {"Content-Encoding": "gzip"})
+        )
+    checkout = os.pathsep.join(
+        [str(TESTS.parent / "sdk"), os.environ.get("PYTHONPATH", "")]
+    ).rstrip(os.pathsep)
+    done = subprocess.run(
+        [sys.executable, MEASURE, server.url, TOKEN, str(cache), SLC],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": checkout},
+    )
     kind, peak_mib = done.stdout.split()
     assert kind == "ProtocolError" and int(peak_mib) < 300, (done.stdout, done.stderr[-2000:])

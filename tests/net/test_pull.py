@@ -22,9 +22,6 @@ def proxy(demo_server: ServerProcess) -> Iterator[CountingProxy]:
         yield p
 
 
-
-
-
 def test_pull_fetches_each_blob_once_then_nothing(proxy: CountingProxy, tmp_path: Path) -> None:
     client = make_client(proxy.url, tmp_path / "cache")
     report = client.pull(DEMO_SLICE, jobs=4)
@@ -55,8 +52,10 @@ def test_four_processes_pull_one_cache(proxy: CountingProxy, tmp_path: Path, loc
     proxy.delay_s = 0.002  # ~0.5 MB/s per blob: the four pullers overlap
     cache = tmp_path / "shared-cache"
     env = sub_env() if locks else sub_env(RAYFORM_NO_LOCKS="1")
-    procs = [subprocess.Popen(pull_cmd(proxy.url, cache, "--jobs", "4"), env=env,
-                              stderr=subprocess.PIPE) for _ in range(4)]
+    procs = [
+        subprocess.Popen(pull_cmd(proxy.url, cache, "--jobs", "4"), env=env, stderr=subprocess.PIPE)
+        for _ in range(4)
+    ]
     for p in procs:
         _, err = p.communicate(timeout=120)
         assert p.returncode == 0, err.decode()
@@ -72,8 +71,9 @@ def test_four_processes_pull_one_cache(proxy: CountingProxy, tmp_path: Path, loc
 def test_sigkill_mid_transfer_then_resume(proxy: CountingProxy, tmp_path: Path) -> None:
     cache = tmp_path / "cache"
     proxy.delay_s = 0.05  # 1 KiB every 50 ms: a 20 KiB blob takes a second
-    proc = subprocess.Popen(pull_cmd(proxy.url, cache, "--jobs", "2"), env=sub_env(),
-                            stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        pull_cmd(proxy.url, cache, "--jobs", "2"), env=sub_env(), stderr=subprocess.DEVNULL
+    )
     partial = kill_when_writing(proc, cache)
     # A puller killed right after creating a .part file leaves it empty: that is fine too.
     assert any(size > 0 for size in partial.values())
@@ -105,8 +105,9 @@ def test_corrupted_bytes_raise_integrity_error(proxy: CountingProxy, tmp_path: P
     assert ref.hash not in assert_cache_consistent(tmp_path / "cache")
 
 
-def test_offline_after_pull_with_server_stopped(demo_root: Path, tmp_path: Path,
-                                                monkeypatch: pytest.MonkeyPatch) -> None:
+def test_offline_after_pull_with_server_stopped(
+    demo_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     server = ServerProcess(demo_root)
     try:
         online = make_client(server.url, tmp_path / "cache")

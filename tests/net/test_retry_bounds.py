@@ -13,8 +13,9 @@ ENDPOINT = "http://stub.test:8765"
 
 
 def _transport(handler, sleeps: list[float], **kw: object) -> Transport:  # noqa: ANN001
-    return Transport(ENDPOINT, "tok", http_transport=httpx.MockTransport(handler), sleep=sleeps.append,
-                     **kw)  # type: ignore[arg-type]
+    return Transport(
+        ENDPOINT, "tok", http_transport=httpx.MockTransport(handler), sleep=sleeps.append, **kw
+    )  # type: ignore[arg-type]
 
 
 def test_busy_answers_do_not_use_up_attempts_but_the_stall_bound_holds() -> None:
@@ -30,27 +31,43 @@ def test_busy_answers_do_not_use_up_attempts_but_the_stall_bound_holds() -> None
     assert _transport(handler, sleeps, attempts=2).get_json("v1/slices", "listing") == {"ok": True}
     assert sleeps == [2.0] * 6
     forever: list[float] = []
-    busy = _transport(lambda r: httpx.Response(503, headers={"Retry-After": "5"}), forever,
-                      attempts=2, stall_timeout=30)
-    with pytest.raises(TransportError, match=r"gave up after \d+ s without progress .*30 s.*"
-                                             r"RAYFORM_STALL_TIMEOUT.*RAYFORM_ENDPOINT"):
+    busy = _transport(
+        lambda r: httpx.Response(503, headers={"Retry-After": "5"}),
+        forever,
+        attempts=2,
+        stall_timeout=30,
+    )
+    with pytest.raises(
+        TransportError,
+        match=r"gave up after \d+ s without progress .*30 s.*"
+        r"RAYFORM_STALL_TIMEOUT.*RAYFORM_ENDPOINT",
+    ):
         busy.get_bytes("v1/slices", "listing")
     assert sum(forever) < 30 and len(forever) == 5  # 5 waits of 5 s; a sixth would pass 30 s
 
 
 def test_store_unavailable_names_the_object_store_behind_the_server() -> None:
     def handler(request: httpx.Request) -> httpx.Response:
-        return httpx.Response(503, headers={"Retry-After": "1"}, json={
-            "error": "store_unavailable",
-            "message": "the object store at s3.internal:9000 did not answer within 5 s (ReadTimeoutError)"})
+        return httpx.Response(
+            503,
+            headers={"Retry-After": "1"},
+            json={
+                "error": "store_unavailable",
+                "message": "the object store at s3.internal:9000 did not answer within 5 s (ReadTimeoutError)",
+            },
+        )
 
     sleeps: list[float] = []
     with pytest.raises(TransportError) as info:
-        _transport(handler, sleeps, attempts=3).get_bytes("v1/slices/x/blobs/y", "downloading blob y")
+        _transport(handler, sleeps, attempts=3).get_bytes(
+            "v1/slices/x/blobs/y", "downloading blob y"
+        )
     msg = str(info.value)
-    assert msg.startswith("downloading blob y failed after 3 attempts: the object store behind the "
-                          f"server at {ENDPOINT} did not answer (HTTP 503: the object store at "
-                          "s3.internal:9000 did not answer")
+    assert msg.startswith(
+        "downloading blob y failed after 3 attempts: the object store behind the "
+        f"server at {ENDPOINT} did not answer (HTTP 503: the object store at "
+        "s3.internal:9000 did not answer"
+    )
     assert "RAYFORM_ENDPOINT" not in msg and "tell its operator" in msg
     assert sleeps == [1.0, 1.0]  # store faults use up attempts: the user hears of it soon
 
@@ -63,7 +80,9 @@ def test_stall_timeout_argument_and_environment(monkeypatch: pytest.MonkeyPatch)
     assert rayform.Client(endpoint=ENDPOINT)._transport().stall_timeout == 9.5
     for bad in ("0", "-3", "soon", "inf"):
         monkeypatch.setenv("RAYFORM_STALL_TIMEOUT", bad)
-        with pytest.raises(InvalidArgumentError, match="RAYFORM_STALL_TIMEOUT=.*positive number of seconds"):
+        with pytest.raises(
+            InvalidArgumentError, match="RAYFORM_STALL_TIMEOUT=.*positive number of seconds"
+        ):
             rayform.Client(endpoint=ENDPOINT)
     with pytest.raises(InvalidArgumentError, match="stall_timeout=0"):
         rayform.Client(endpoint=ENDPOINT, stall_timeout=0)

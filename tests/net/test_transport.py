@@ -19,11 +19,18 @@ DATA = bytes(range(256)) * 400  # 102400 bytes
 HASH = hash_bytes(DATA)
 
 
-def _transport(handler: Callable[[httpx.Request], httpx.Response],
-               sleeps: list[float] | None = None, attempts: int = 4) -> Transport:
-    return Transport("http://stub.test:8765", SECRET, attempts=attempts,
-                     http_transport=httpx.MockTransport(handler),
-                     sleep=(sleeps.append if sleeps is not None else lambda s: None))
+def _transport(
+    handler: Callable[[httpx.Request], httpx.Response],
+    sleeps: list[float] | None = None,
+    attempts: int = 4,
+) -> Transport:
+    return Transport(
+        "http://stub.test:8765",
+        SECRET,
+        attempts=attempts,
+        http_transport=httpx.MockTransport(handler),
+        sleep=(sleeps.append if sleeps is not None else lambda s: None),
+    )
 
 
 def _part(tmp_path: Path) -> PartialBlob:
@@ -34,8 +41,11 @@ def _range_response(request: httpx.Request, body: bytes = DATA) -> httpx.Respons
     rng = request.headers.get("range")
     if rng:
         start = int(rng.removeprefix("bytes=").split("-")[0])
-        return httpx.Response(206, content=body[start:], headers={
-            "Content-Range": f"bytes {start}-{len(body) - 1}/{len(body)}"})
+        return httpx.Response(
+            206,
+            content=body[start:],
+            headers={"Content-Range": f"bytes {start}-{len(body) - 1}/{len(body)}"},
+        )
     return httpx.Response(200, content=body)
 
 
@@ -54,10 +64,15 @@ def test_503_retried_honouring_retry_after_then_succeeds() -> None:
     assert calls[0].headers["authorization"] == f"Bearer {SECRET}"
 
 
-@pytest.mark.parametrize(("status", "error"), [
-    (400, InvalidArgumentError), (401, AccessDeniedError), (403, AccessDeniedError),
-    (404, NotFoundError),
-])
+@pytest.mark.parametrize(
+    ("status", "error"),
+    [
+        (400, InvalidArgumentError),
+        (401, AccessDeniedError),
+        (403, AccessDeniedError),
+        (404, NotFoundError),
+    ],
+)
 def test_4xx_never_retried_and_typed(status: int, error: type[Exception]) -> None:
     calls = []
 
@@ -103,8 +118,11 @@ def test_broken_download_resumes_with_range(tmp_path: Path) -> None:
     def handler(request: httpx.Request) -> httpx.Response:
         calls.append(request)
         if len(calls) == 1:
-            return httpx.Response(200, stream=_BreakingStream(DATA, 40_000),
-                                  headers={"Content-Length": str(len(DATA))})
+            return httpx.Response(
+                200,
+                stream=_BreakingStream(DATA, 40_000),
+                headers={"Content-Length": str(len(DATA))},
+            )
         return _range_response(request)
 
     part = _part(tmp_path)
@@ -129,8 +147,9 @@ def test_redirect_to_other_origin_drops_authorization_and_refreshes_expired_url(
     def handler(request: httpx.Request) -> httpx.Response:
         seen.append((request.url.host, request.headers.get("authorization")))
         if request.url.host == "stub.test":
-            return httpx.Response(307, headers={
-                "Location": f"https://bucket.s3.test/blob?sig={next(presigned)}"})
+            return httpx.Response(
+                307, headers={"Location": f"https://bucket.s3.test/blob?sig={next(presigned)}"}
+            )
         if request.url.params["sig"] == "expired":
             return httpx.Response(403, text="<Error>Request has expired</Error>")
         return _range_response(request)
@@ -138,8 +157,12 @@ def test_redirect_to_other_origin_drops_authorization_and_refreshes_expired_url(
     part = _part(tmp_path)
     _transport(handler).download("v1/slices/slc_00000000/blobs/" + HASH, part, "downloading")
     assert part.finish() == HASH
-    assert seen == [("stub.test", f"Bearer {SECRET}"), ("bucket.s3.test", None),
-                    ("stub.test", f"Bearer {SECRET}"), ("bucket.s3.test", None)]
+    assert seen == [
+        ("stub.test", f"Bearer {SECRET}"),
+        ("bucket.s3.test", None),
+        ("stub.test", f"Bearer {SECRET}"),
+        ("bucket.s3.test", None),
+    ]
 
 
 def test_same_origin_redirect_keeps_authorization(tmp_path: Path) -> None:

@@ -59,9 +59,17 @@ def test_demo_shape_sites_versions(manifest: Manifest) -> None:
         assert st["cam0/rgb"].shape == (96, 128, 3)
         assert st["joints/position"].rate_hz == 200.0 and st["joints/position"].shape == (14,)
         assert st["joints/position"].units == "rad"
-        assert st["joints/position_delta"].rate_hz == 50.0 and st["joints/position_delta"].shape == (14,)
+        assert st["joints/position_delta"].rate_hz == 50.0 and st[
+            "joints/position_delta"
+        ].shape == (14,)
         pose = st["ee/pose"]
-        assert (pose.rate_hz, pose.shape, pose.frame, pose.quantity, pose.units) == (100.0, (7,), "opencv", "pose", "m")
+        assert (pose.rate_hz, pose.shape, pose.frame, pose.quantity, pose.units) == (
+            100.0,
+            (7,),
+            "opencv",
+            "pose",
+            "m",
+        )
         starts = [s.t0_ns for s in st.values()]
         assert len(set(starts)) == len(starts), "each stream starts at its own time"
         assert seg.start_ns == min(starts) and 1.8 < seg.duration_s < 2.1
@@ -84,7 +92,9 @@ def test_camera_timestamps_jitter_and_drop(store: Store, manifest: Manifest) -> 
     assert drops >= len(manifest.segments) * 2
 
 
-def test_joint_streams_are_smooth_and_actions_match_motion(store: Store, manifest: Manifest) -> None:
+def test_joint_streams_are_smooth_and_actions_match_motion(
+    store: Store, manifest: Manifest
+) -> None:
     for seg in manifest.segments:
         tq, q = decode_table(_blob(store, seg.streams["joints/position"].blob.hash))
         assert q.dtype == np.float32 and q.shape == (tq.size, 14)
@@ -121,13 +131,32 @@ def test_videos_decode_to_moving_textured_frames(store: Store, manifest: Manifes
 
 
 def test_demo_cli_prints_progress(tmp_path: Path) -> None:
-    r = subprocess.run([sys.executable, "-m", "rayform_server", "demo", "--root", str(tmp_path),
-                        "--small", "--slice", "slc_0000aaaa", "--jobs", "1"],
-                       capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "rayform_server",
+            "demo",
+            "--root",
+            str(tmp_path),
+            "--small",
+            "--slice",
+            "slc_0000aaaa",
+            "--jobs",
+            "1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stderr
     assert "episode 4/4" in r.stderr and "slc_0000aaaa" in r.stderr
-    r = subprocess.run([sys.executable, "-m", "rayform_server", "slices", "--root", str(tmp_path)],
-                       capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [sys.executable, "-m", "rayform_server", "slices", "--root", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 0 and "slc_0000aaaa" in r.stdout and "4 segments" in r.stdout
 
 

@@ -18,11 +18,17 @@ BIMANUAL_SMALL_HASH = "31195fa0895f19b09ea651d6ff36602a69015c88e551b98359341f76d
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "rayform_server", "demo", *args],
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "rayform_server", "demo", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
-def test_default_demo_is_byte_identical_and_single_arm_is_its_own_slice(tmp_path: Path, demo_root: Path) -> None:
+def test_default_demo_is_byte_identical_and_single_arm_is_its_own_slice(
+    tmp_path: Path, demo_root: Path
+) -> None:
     r = _run("--root", str(tmp_path), "--small", "--jobs", "1")
     assert r.returncode == 0, r.stderr
     store = Store(tmp_path)
@@ -44,6 +50,9 @@ def test_default_demo_is_byte_identical_and_single_arm_is_its_own_slice(tmp_path
         assert {s.rate_hz for s in st.values()} == {15.0}
         assert 1.8 < seg.duration_s < 2.1
     # Deterministic: another root, the same manifest.
-    assert build_demo(tmp_path / "again", SINGLE_ARM_SLICE, small=True, robot="single-arm").hash == digest
+    assert (
+        build_demo(tmp_path / "again", SINGLE_ARM_SLICE, small=True, robot="single-arm").hash
+        == digest
+    )
     r = _run("--root", str(tmp_path), "--small", "--robot", "single-arm", "--renditions", "48")
     assert r.returncode == 2 and "plain build" in r.stderr

@@ -25,7 +25,7 @@ QUIET = Progress(None)
 
 # Runs in the peer venv: writes a v3.0 dataset with LeRobot's own writer, then dumps what
 # LeRobotDataset returns for every frame.
-PEER_SCRIPT = r'''
+PEER_SCRIPT = r"""
 import sys, numpy as np, torch
 torch.set_num_threads(1)
 from lerobot.datasets.lerobot_dataset import LeRobotDataset
@@ -59,19 +59,33 @@ np.savez(out,
     state=np.stack([it["observation.state"].numpy() for it in items]),
     action=np.stack([it["action"].numpy() for it in items]),
     image=np.stack([(it["observation.images.top"].numpy() * 255).round().astype(np.uint8) for it in items]))
-'''
+"""
 
 
 @pytest.fixture(scope="module")
 def lerobot_v30(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
     """A v3.0 dataset written by LeRobot 0.4.4 and what LeRobotDataset returns for it."""
-    peer = subprocess.run(["bash", str(REPO / "scripts" / "peer_lerobot.sh")], check=True,
-                          capture_output=True, text=True, timeout=600).stdout.strip().splitlines()[-1]
+    peer = (
+        subprocess.run(
+            ["bash", str(REPO / "scripts" / "peer_lerobot.sh")],
+            check=True,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        .stdout.strip()
+        .splitlines()[-1]
+    )
     work = tmp_path_factory.mktemp("lerobot")
     script = work / "peer.py"
     script.write_text(PEER_SCRIPT)
-    proc = subprocess.run([peer, str(script), str(work / "ds"), str(work / "ref.npz")],
-                          capture_output=True, text=True, timeout=300, env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"})
+    proc = subprocess.run(
+        [peer, str(script), str(work / "ds"), str(work / "ref.npz")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"},
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     with np.load(work / "ref.npz") as ref:
         return work / "ds", dict(ref)
@@ -94,13 +108,17 @@ def test_v30_matches_lerobot_dataset(lerobot_v30, tmp_path: Path) -> None:
         assert np.abs(want_t - ref["timestamp"][rows] * 1e9).max() < 1e5
         cam = seg.streams["top/rgb"]
         assert (cam.codec, cam.shape, cam.count) == ("h264", (96, 128, 3), 30)
-        np.testing.assert_array_equal(decode_timestamps(store.blob_path(cam.timestamps.hash).read_bytes()), want_t)
+        np.testing.assert_array_equal(
+            decode_timestamps(store.blob_path(cam.timestamps.hash).read_bytes()), want_t
+        )
         t, v = decode_table(store.blob_path(seg.streams["action"].blob.hash).read_bytes())
         np.testing.assert_array_equal(t, want_t)
         np.testing.assert_array_equal(v, ref["action"][rows])
 
     slice_ = store_slice("slc_0000a001", m, store)
-    ds = EpisodeDataset(slice_, obs=["top/rgb", "observation/state"], action="action", fps=15, shard=None)
+    ds = EpisodeDataset(
+        slice_, obs=["top/rgb", "observation/state"], action="action", fps=15, shard=None
+    )
     checked = 0
     for i in range(len(ds)):
         sample = ds[i]
@@ -114,21 +132,39 @@ def test_v30_matches_lerobot_dataset(lerobot_v30, tmp_path: Path) -> None:
         diff = np.abs(img - ref["image"][row].astype(np.int16)).mean()
         assert diff < 10, (ep, row, diff)
         other = rows[(list(rows).index(row) + 1) % len(rows)]
-        assert np.abs(img - ref["image"][other].astype(np.int16)).mean() > diff + 10  # frames differ
+        assert (
+            np.abs(img - ref["image"][other].astype(np.int16)).mean() > diff + 10
+        )  # frames differ
         checked += 1
     assert checked == len(ds) >= 40
 
     # idempotent: the same dataset gives the same manifest in another data root
-    assert ingest_lerobot(Store(tmp_path / "again"), path, "slc_0000a001", progress=QUIET).hash == m.hash
+    assert (
+        ingest_lerobot(Store(tmp_path / "again"), path, "slc_0000a001", progress=QUIET).hash
+        == m.hash
+    )
 
 
 def test_v21_layout_via_cli(tmp_path: Path) -> None:
     truth = write_lerobot_v21(tmp_path / "v21")
     parser = argparse.ArgumentParser()
     add_parser(parser.add_subparsers())
-    args = parser.parse_args(["ingest", "lerobot", "--root", str(tmp_path / "root"), "--slice", "slc_0000a002",
-                              "--quiet", "--stream", "cam/rgb=observation.images.front",
-                              "--stream", "q=observation.state", str(tmp_path / "v21")])
+    args = parser.parse_args(
+        [
+            "ingest",
+            "lerobot",
+            "--root",
+            str(tmp_path / "root"),
+            "--slice",
+            "slc_0000a002",
+            "--quiet",
+            "--stream",
+            "cam/rgb=observation.images.front",
+            "--stream",
+            "q=observation.state",
+            str(tmp_path / "v21"),
+        ]
+    )
     assert args.func(args) == 0
     store = Store(tmp_path / "root")
     m = store.load_manifest(store.get_slice("slc_0000a002")["manifest"])
@@ -139,7 +175,9 @@ def test_v21_layout_via_cli(tmp_path: Path) -> None:
         np.testing.assert_array_equal(t, truth["t"][e])
         np.testing.assert_array_equal(v, truth["state"][e])
         cam = seg.streams["cam/rgb"]
-        np.testing.assert_array_equal(decode_timestamps(store.blob_path(cam.timestamps.hash).read_bytes()), truth["t"][e])
+        np.testing.assert_array_equal(
+            decode_timestamps(store.blob_path(cam.timestamps.hash).read_bytes()), truth["t"][e]
+        )
         with av.open(str(store.blob_path(cam.blob.hash))) as c:
             codes = [read_lerobot_code(f.to_ndarray(format="rgb24")) for f in c.decode(video=0)]
         assert codes == [10 * e + i for i in range(20)]
@@ -152,18 +190,42 @@ def test_bad_input_is_refused_and_leaves_no_slice(tmp_path: Path, capsys) -> Non
         ingest_lerobot(store, tmp_path / "empty", "slc_0000a003", progress=QUIET)
     write_lerobot_v21(tmp_path / "v21")
     with pytest.raises(InvalidArgumentError, match="no video or vector feature 'observation.nope'"):
-        ingest_lerobot(store, tmp_path / "v21", "slc_0000a003", streams={"x": "observation.nope"}, progress=QUIET)
-    (tmp_path / "v21" / "videos" / "chunk-000" / "observation.images.front" / "episode_000001.mp4").unlink()
+        ingest_lerobot(
+            store,
+            tmp_path / "v21",
+            "slc_0000a003",
+            streams={"x": "observation.nope"},
+            progress=QUIET,
+        )
+    (
+        tmp_path
+        / "v21"
+        / "videos"
+        / "chunk-000"
+        / "observation.images.front"
+        / "episode_000001.mp4"
+    ).unlink()
     with pytest.raises(InvalidArgumentError, match="is missing"):
         ingest_lerobot(store, tmp_path / "v21", "slc_0000a003", progress=QUIET)
-    assert store.get_slice("slc_0000a003") is None  # episode 0 was stored, but no slice points at it
+    assert (
+        store.get_slice("slc_0000a003") is None
+    )  # episode 0 was stored, but no slice points at it
     info = json.loads((tmp_path / "v21" / "meta" / "info.json").read_text())
     info["codebase_version"] = "v1.6"
     (tmp_path / "v21" / "meta" / "info.json").write_text(json.dumps(info))
     parser = argparse.ArgumentParser()
     add_parser(parser.add_subparsers())
-    args = parser.parse_args(["ingest", "lerobot", "--root", str(tmp_path / "root"), "--slice", "slc_0000a003",
-                              str(tmp_path / "v21")])
+    args = parser.parse_args(
+        [
+            "ingest",
+            "lerobot",
+            "--root",
+            str(tmp_path / "root"),
+            "--slice",
+            "slc_0000a003",
+            str(tmp_path / "v21"),
+        ]
+    )
     assert args.func(args) == 2
     assert "v1.6" in capsys.readouterr().err
 
@@ -187,7 +249,9 @@ def test_float32_timestamps_snap_to_the_grid(tmp_path: Path, capsys) -> None:
     fps, n = 30, 40
     truth = write_lerobot_v21(tmp_path / "v21", episodes=1, n=n, fps=fps)
     raw = np.rint((np.arange(n) / fps).astype(np.float32).astype(np.float64) * 1e9).astype(np.int64)
-    assert (raw > grid_offsets_ns(np.arange(n), fps)).any()  # unsnapped, some rows lie past their step
+    assert (
+        raw > grid_offsets_ns(np.arange(n), fps)
+    ).any()  # unsnapped, some rows lie past their step
     store = Store(tmp_path / "root")
     m = ingest_lerobot(store, tmp_path / "v21", "slc_0000a004", progress=Progress(sys.stderr))
     assert "keeping the recorded times" not in capsys.readouterr().err
@@ -195,7 +259,9 @@ def test_float32_timestamps_snap_to_the_grid(tmp_path: Path, capsys) -> None:
     t, _ = decode_table(store.blob_path(seg.streams["observation/state"].blob.hash).read_bytes())
     np.testing.assert_array_equal(t, grid_offsets_ns(np.arange(n), fps))
     slice_ = store_slice("slc_0000a004", m, store)
-    ds = EpisodeDataset(slice_, obs=["front/rgb"], action="observation/state", fps=fps, horizon=2, shard=None)
+    ds = EpisodeDataset(
+        slice_, obs=["front/rgb"], action="observation/state", fps=fps, horizon=2, shard=None
+    )
     assert len(ds) == n
     for k in range(n):
         sample = ds[k]
@@ -209,6 +275,8 @@ def test_jittered_timestamps_are_kept(tmp_path: Path, capsys) -> None:
     store = Store(tmp_path / "root")
     m = ingest_lerobot(store, tmp_path / "v21", "slc_0000a005", progress=Progress(sys.stderr))
     assert "keeping the recorded times" in capsys.readouterr().err
-    t, _ = decode_table(store.blob_path(m.segments[0].streams["observation/state"].blob.hash).read_bytes())
+    t, _ = decode_table(
+        store.blob_path(m.segments[0].streams["observation/state"].blob.hash).read_bytes()
+    )
     np.testing.assert_array_equal(t, truth["t"][0])
     assert not np.array_equal(t, np.rint(np.arange(20) * 1e8).astype(np.int64))

@@ -38,7 +38,13 @@ def test_default_streams_keep_every_stamp_and_value(bag, tmp_path: Path) -> None
     store = Store(tmp_path / "root")
     m = ingest_mcap(store, [path], "slc_0000000a", progress=QUIET)
     (seg,) = m.segments
-    assert sorted(seg.streams) == ["cam0/rgb", "cam1/rgb", "ee_pose", "joint_states/position", "joint_states/velocity"]
+    assert sorted(seg.streams) == [
+        "cam0/rgb",
+        "cam1/rgb",
+        "ee_pose",
+        "joint_states/position",
+        "joint_states/velocity",
+    ]
     for name, key in (("cam0/rgb", "cam0"), ("cam1/rgb", "cam1")):
         s = seg.streams[name]
         assert s.kind == "video" and s.shape == (H, W, 3) and s.count == truth[key].size
@@ -46,7 +52,10 @@ def test_default_streams_keep_every_stamp_and_value(bag, tmp_path: Path) -> None
         np.testing.assert_array_equal(stamps, truth[key])
         frames = decode_all(store.blob_path(s.blob.hash))
         assert [read_code(f) for f in frames] == list(range(truth[key].size))
-    for name, key in (("joint_states/position", "joint_pos"), ("joint_states/velocity", "joint_vel")):
+    for name, key in (
+        ("joint_states/position", "joint_pos"),
+        ("joint_states/velocity", "joint_vel"),
+    ):
         t, v = decode_table(store.blob_path(seg.streams[name].blob.hash).read_bytes())
         np.testing.assert_array_equal(t, truth["joints"])
         np.testing.assert_array_equal(v, truth[key])
@@ -65,8 +74,13 @@ def test_dataset_returns_latest_frame_at_or_before_grid_time(bag, tmp_path: Path
     store = Store(tmp_path / "root")
     m = ingest_mcap(store, [path], "slc_0000000b", progress=QUIET)
     slice_ = store_slice("slc_0000000b", m, store)
-    ds = EpisodeDataset(slice_, obs=["cam0/rgb", "cam1/rgb", "joint_states/position"],
-                        action="joint_states/velocity", fps=7, shard=None)
+    ds = EpisodeDataset(
+        slice_,
+        obs=["cam0/rgb", "cam1/rgb", "joint_states/position"],
+        action="joint_states/velocity",
+        fps=7,
+        shard=None,
+    )
     checked = 0
     for i in range(0, len(ds), 3):
         sample = ds[i]
@@ -80,7 +94,9 @@ def test_dataset_returns_latest_frame_at_or_before_grid_time(bag, tmp_path: Path
             checked += 1
         j = int(np.searchsorted(truth["joints"], t, side="right")) - 1
         if j >= 0:
-            np.testing.assert_allclose(sample["joint_states/position"].numpy(), truth["joint_pos"][j].astype(np.float32))
+            np.testing.assert_allclose(
+                sample["joint_states/position"].numpy(), truth["joint_pos"][j].astype(np.float32)
+            )
     assert checked >= 10
 
 
@@ -90,11 +106,24 @@ def test_idempotent_and_stream_selection_via_cli(bag, tmp_path: Path) -> None:
     add_parser(parser.add_subparsers())
     hashes = []
     for root in ("a", "b"):
-        args = parser.parse_args([
-            "ingest", "mcap", "--root", str(tmp_path / root), "--slice", "slc_0000000c", "--quiet",
-            "--stream", "top/rgb=/cam1/image_raw/compressed", "--stream", "arm/q=/joint_states:position",
-            "--site", "lab-a", str(path),
-        ])
+        args = parser.parse_args(
+            [
+                "ingest",
+                "mcap",
+                "--root",
+                str(tmp_path / root),
+                "--slice",
+                "slc_0000000c",
+                "--quiet",
+                "--stream",
+                "top/rgb=/cam1/image_raw/compressed",
+                "--stream",
+                "arm/q=/joint_states:position",
+                "--site",
+                "lab-a",
+                str(path),
+            ]
+        )
         assert args.func(args) == 0
         ref = Store(tmp_path / root).get_slice("slc_0000000c")
         hashes.append(ref["manifest"])
@@ -146,10 +175,22 @@ def test_duplicate_stamps_are_dropped_with_a_message(tmp_path: Path) -> None:
     path = tmp_path / "dup.mcap"
     stamps = [T0, T0 + 10**8, T0 + 10**8, T0 + 2 * 10**8]
     with path.open("wb") as f, Writer(f) as w:
-        schema = w.register_msgdef("sensor_msgs/msg/JointState", msgdef("sensor_msgs/msg/JointState"))
+        schema = w.register_msgdef(
+            "sensor_msgs/msg/JointState", msgdef("sensor_msgs/msg/JointState")
+        )
         for i, t in enumerate(stamps):
-            w.write_message("/joint_states", schema, {"header": header(t), "name": ["a"], "position": [float(i)],
-                                                      "velocity": [], "effort": []}, log_time=t + i)
+            w.write_message(
+                "/joint_states",
+                schema,
+                {
+                    "header": header(t),
+                    "name": ["a"],
+                    "position": [float(i)],
+                    "velocity": [],
+                    "effort": [],
+                },
+                log_time=t + i,
+            )
     lines: list[str] = []
 
     class Collect:
@@ -162,7 +203,9 @@ def test_duplicate_stamps_are_dropped_with_a_message(tmp_path: Path) -> None:
     store = Store(tmp_path / "root")
     m = ingest_mcap(store, [path], "slc_0000000f", progress=Progress(Collect()))
     s = m.segments[0].streams["joint_states/position"]
-    assert sorted(m.segments[0].streams) == ["joint_states/position"]  # empty velocity/effort skipped
+    assert sorted(m.segments[0].streams) == [
+        "joint_states/position"
+    ]  # empty velocity/effort skipped
     t, v = decode_table(store.blob_path(s.blob.hash).read_bytes())
     assert t.tolist() == [T0, T0 + 10**8, T0 + 2 * 10**8] and v[:, 0].tolist() == [0.0, 1.0, 3.0]
     assert any("dropped 1 message" in line for line in lines)

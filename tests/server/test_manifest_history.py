@@ -24,7 +24,9 @@ ALICE, BOB = "alice-token-0123", "bob-token-4567"
 
 
 @pytest.fixture(scope="module")
-def rebuilt(demo_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServerProcess, str, str, str]]:
+def rebuilt(
+    demo_root: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[ServerProcess, str, str, str]]:
     """A copy of the demo root whose slice was rebuilt (old and new manifest), plus another
     slice; served with scoped tokens (alice: the demo slice, bob: the other)."""
     root = copy_root(demo_root, tmp_path_factory.mktemp("hist") / "root")
@@ -33,14 +35,24 @@ def rebuilt(demo_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     new = rebuild_slice_without_first_segment(root, DEMO_SLICE)
     b = SliceBuilder(store, description="other")
     t = np.arange(20, dtype=np.int64) * 5_000_000
-    b.add_segment("seg_0000beef", site="x", streams=[TableData("joints/position", t, np.zeros((20, 2)), 200.0)])
+    b.add_segment(
+        "seg_0000beef",
+        site="x",
+        streams=[TableData("joints/position", t, np.zeros((20, 2)), 200.0)],
+    )
     other = b.commit(OTHER).hash
     tokens = tmp_path_factory.mktemp("tokens") / "tokens.json"
-    tokens.write_text(json.dumps({"tokens": [
-        {"name": "all", "token": TOKEN, "slices": ["*"]},
-        {"name": "alice", "token": ALICE, "slices": ["slc_7c1e*"]},
-        {"name": "bob", "token": BOB, "slices": ["slc_9999*"]},
-    ]}))
+    tokens.write_text(
+        json.dumps(
+            {
+                "tokens": [
+                    {"name": "all", "token": TOKEN, "slices": ["*"]},
+                    {"name": "alice", "token": ALICE, "slices": ["slc_7c1e*"]},
+                    {"name": "bob", "token": BOB, "slices": ["slc_9999*"]},
+                ]
+            }
+        )
+    )
     server = ServerProcess(root, "--tokens-file", str(tokens), token=None)
     yield server, old, new, other
     server.stop()
@@ -51,7 +63,9 @@ def _get(server: ServerProcess, path: str, token: str | None = TOKEN) -> httpx.R
     return httpx.get(f"{server.url}/v1/slices/{path}", headers=headers)
 
 
-def test_the_store_remembers_every_manifest_a_slice_named(rebuilt: tuple[ServerProcess, str, str, str]) -> None:
+def test_the_store_remembers_every_manifest_a_slice_named(
+    rebuilt: tuple[ServerProcess, str, str, str],
+) -> None:
     server, old, new, other = rebuilt
     store = Store(server.root)
     assert store.manifest_history(DEMO_SLICE) == sorted([old, new])
@@ -59,23 +73,33 @@ def test_the_store_remembers_every_manifest_a_slice_named(rebuilt: tuple[ServerP
     assert not store.has_named(DEMO_SLICE, other) and store.manifest_history(OTHER) == [other]
 
 
-def test_old_and_current_manifests_are_served_by_hash(rebuilt: tuple[ServerProcess, str, str, str]) -> None:
+def test_old_and_current_manifests_are_served_by_hash(
+    rebuilt: tuple[ServerProcess, str, str, str],
+) -> None:
     server, old, new, _ = rebuilt
     for digest in (old, new):
         r = _get(server, f"{DEMO_SLICE}/manifests/{digest}")
         assert r.status_code == 200 and hash_bytes(r.content) == digest
         assert r.headers["etag"] == f'"{digest}"' and "immutable" in r.headers["cache-control"]
-        again = httpx.get(f"{server.url}/v1/slices/{DEMO_SLICE}/manifests/{digest}",
-                          headers={"Authorization": f"Bearer {TOKEN}", "If-None-Match": f'"{digest}"'})
+        again = httpx.get(
+            f"{server.url}/v1/slices/{DEMO_SLICE}/manifests/{digest}",
+            headers={"Authorization": f"Bearer {TOKEN}", "If-None-Match": f'"{digest}"'},
+        )
         assert again.status_code == 304
     assert _get(server, DEMO_SLICE).json()["manifest"] == new  # the reference is unchanged
 
 
-def test_manifests_by_hash_are_scoped_like_every_slice_route(rebuilt: tuple[ServerProcess, str, str, str]) -> None:
+def test_manifests_by_hash_are_scoped_like_every_slice_route(
+    rebuilt: tuple[ServerProcess, str, str, str],
+) -> None:
     server, old, _, other = rebuilt
     # A hash this slice never named (another slice's manifest): 404, even though it exists.
     r = _get(server, f"{DEMO_SLICE}/manifests/{other}")
-    assert r.status_code == 404 and r.json()["error"] == "not_found" and "never named" in r.json()["message"]
+    assert (
+        r.status_code == 404
+        and r.json()["error"] == "not_found"
+        and "never named" in r.json()["message"]
+    )
     assert _get(server, f"{DEMO_SLICE}/manifests/{'ab' * 32}").status_code == 404
     assert _get(server, f"{DEMO_SLICE}/manifests/ABC").status_code == 400
     assert _get(server, f"{DEMO_SLICE}/manifests/{old}", token=None).status_code == 401
@@ -87,7 +111,8 @@ def test_manifests_by_hash_are_scoped_like_every_slice_route(rebuilt: tuple[Serv
 
 
 def test_blobs_and_pages_of_an_old_version_stay_readable_through_the_slice(
-        rebuilt: tuple[ServerProcess, str, str, str]) -> None:
+    rebuilt: tuple[ServerProcess, str, str, str],
+) -> None:
     server, old, new, other = rebuilt
     store = Store(server.root)
     old_m, new_m = store.load_manifest(old), store.load_manifest(new)
@@ -99,11 +124,17 @@ def test_blobs_and_pages_of_an_old_version_stay_readable_through_the_slice(
         assert _get(server, f"{DEMO_SLICE}/pages/{page}").status_code == 200
     # ...but never through another slice, and never another slice's blobs.
     assert _get(server, f"{OTHER}/blobs/{blob}", token=BOB).status_code == 404
-    assert _get(server, f"{DEMO_SLICE}/blobs/{sorted(store.load_manifest(other).blobs())[0]}").status_code == 404
+    assert (
+        _get(
+            server, f"{DEMO_SLICE}/blobs/{sorted(store.load_manifest(other).blobs())[0]}"
+        ).status_code
+        == 404
+    )
 
 
-def test_client_binds_a_slice_at_a_manifest_hash(rebuilt: tuple[ServerProcess, str, str, str], tmp_path: Path,
-                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+def test_client_binds_a_slice_at_a_manifest_hash(
+    rebuilt: tuple[ServerProcess, str, str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     server, old, new, other = rebuilt
     client = make_client(server.url, tmp_path / "cache")
     pinned = client.slices.get(DEMO_SLICE, manifest_hash=old)
@@ -127,7 +158,9 @@ def test_client_binds_a_slice_at_a_manifest_hash(rebuilt: tuple[ServerProcess, s
         offline.slices.get(DEMO_SLICE, manifest_hash=other)
 
 
-def test_a_tampered_old_manifest_is_refused(rebuilt: tuple[ServerProcess, str, str, str], tmp_path: Path) -> None:
+def test_a_tampered_old_manifest_is_refused(
+    rebuilt: tuple[ServerProcess, str, str, str], tmp_path: Path
+) -> None:
     server, old, _, _ = rebuilt
     root = copy_root(server.root, tmp_path / "root")
     path = Store(root).manifest_path(old)
@@ -145,11 +178,15 @@ def test_a_tampered_old_manifest_is_refused(rebuilt: tuple[ServerProcess, str, s
         copy.stop()
 
 
-def test_cli_pull_of_an_old_version(rebuilt: tuple[ServerProcess, str, str, str], tmp_path: Path,
-                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cli_pull_of_an_old_version(
+    rebuilt: tuple[ServerProcess, str, str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     server, old, _, _ = rebuilt
-    for key, value in {"RAYFORM_ENDPOINT": server.url, "RAYFORM_TOKEN": TOKEN,
-                       "RAYFORM_CACHE_DIR": str(tmp_path / "c")}.items():
+    for key, value in {
+        "RAYFORM_ENDPOINT": server.url,
+        "RAYFORM_TOKEN": TOKEN,
+        "RAYFORM_CACHE_DIR": str(tmp_path / "c"),
+    }.items():
         monkeypatch.setenv(key, value)
     assert main(["pull", DEMO_SLICE, "--manifest", old, "--quiet"]) == 0
     client = make_client(server.url, tmp_path / "c", offline=True)

@@ -80,7 +80,9 @@ def local(root: Path, manifest: Manifest) -> tuple[Slice, StoreBlobs]:
 
 
 # -- ingest --------------------------------------------------------------------------------------
-def test_every_camera_gets_a_rendition_encoded_like_the_original(root: Path, manifest: Manifest) -> None:
+def test_every_camera_gets_a_rendition_encoded_like_the_original(
+    root: Path, manifest: Manifest
+) -> None:
     assert manifest.format_version == 1
     store = Store(root)
     for seg in manifest.segments:
@@ -90,9 +92,18 @@ def test_every_camera_gets_a_rendition_encoded_like_the_original(root: Path, man
             path = store.blob_path(st.renditions[0].blob.hash)
             with av.open(str(path)) as c:
                 v = c.streams.video[0]
-                assert (v.frames, v.codec_context.height, v.codec_context.width) == (st.count, 48, 64)
+                assert (v.frames, v.codec_context.height, v.codec_context.width) == (
+                    st.count,
+                    48,
+                    64,
+                )
                 assert v.codec_context.name == "h264"
-            assert keyframe_interval(path) == keyframe_interval(store.blob_path(st.blob.hash)) == st.gop == 1
+            assert (
+                keyframe_interval(path)
+                == keyframe_interval(store.blob_path(st.blob.hash))
+                == st.gop
+                == 1
+            )
             assert path.stat().st_size == st.renditions[0].blob.size
         assert not seg.streams["joints/position"].renditions
 
@@ -102,7 +113,8 @@ def test_renditions_follow_the_originals_keyframe_interval(tmp_path: Path) -> No
     frames = [np.full((64, 96, 3), 8 * i, np.uint8) for i in range(25)]
     t = np.arange(25, dtype=np.int64) * 33_000_000
     seg = SliceBuilder(store, gop=10, renditions=(32,)).add_segment(
-        "seg_0a1b2c3d", site="x", streams=[VideoData("cam0/rgb", frames, t, 30.0)])
+        "seg_0a1b2c3d", site="x", streams=[VideoData("cam0/rgb", frames, t, 30.0)]
+    )
     rendition = seg.streams["cam0/rgb"].renditions[0]
     assert (rendition.height, rendition.width) == (32, 48)
     assert keyframe_interval(store.blob_path(rendition.blob.hash)) == 10
@@ -139,11 +151,14 @@ def test_v1_manifest_with_renditions_round_trips_and_stays_v1_without(manifest: 
     assert manifest.blobs().keys() == plain.blobs().keys()  # blobs(): the originals
 
 
-@pytest.mark.parametrize(("change", "match"), [
-    (lambda r: r.update(height=96), "below the original's 128x96"),
-    (lambda r: r.update(width=63), "even sides"),
-    (lambda r: r["blob"].update(hash="zz"), "malformed blob hash"),
-])
+@pytest.mark.parametrize(
+    ("change", "match"),
+    [
+        (lambda r: r.update(height=96), "below the original's 128x96"),
+        (lambda r: r.update(width=63), "even sides"),
+        (lambda r: r["blob"].update(hash="zz"), "malformed blob hash"),
+    ],
+)
 def test_a_malformed_rendition_is_refused(manifest: Manifest, change, match: str) -> None:
     doc = json.loads(manifest.to_bytes())
     change(doc["segments"][0]["streams"]["cam0/rgb"]["renditions"][0])
@@ -154,10 +169,22 @@ def test_a_malformed_rendition_is_refused(manifest: Manifest, change, match: str
 def test_renditions_commit_as_version_3_by_default_and_version_1_on_request(tmp_path: Path) -> None:
     store = Store(tmp_path / "root")
     b = SliceBuilder(store, renditions=(16,))
-    b.add_segment("seg_0a1b2c3d", site="x", streams=[VideoData(
-        "cam0/rgb", [np.zeros((32, 48, 3), np.uint8)] * 3, np.arange(3, dtype=np.int64), 30.0)])
+    b.add_segment(
+        "seg_0a1b2c3d",
+        site="x",
+        streams=[
+            VideoData(
+                "cam0/rgb",
+                [np.zeros((32, 48, 3), np.uint8)] * 3,
+                np.arange(3, dtype=np.int64),
+                30.0,
+            )
+        ],
+    )
     assert b.commit("slc_0a1b2c3d").format_version == 3
-    assert b.commit("slc_0a1b2c3d", format_version=2).format_version == 3  # columnar: 3 with renditions
+    assert (
+        b.commit("slc_0a1b2c3d", format_version=2).format_version == 3
+    )  # columnar: 3 with renditions
     assert isinstance(b.commit("slc_0a1b2c3d", format_version=1), Manifest)
     with pytest.raises(InvalidArgumentError, match="format_version must be 1, 2 or 3"):
         b.commit("slc_0a1b2c3d", format_version=4)
@@ -178,8 +205,16 @@ def test_the_smallest_rendition_that_covers_the_target_is_chosen(manifest: Manif
 
 def test_the_dataset_reads_only_the_chosen_rendition(root: Path, manifest: Manifest) -> None:
     slice_, blobs = local(root, manifest)
-    ds = EpisodeDataset(slice_, obs=OBS, action=ACTION, fps=15, horizon=4, shard=None,
-                        image_size=(64, 64), resize="pad")
+    ds = EpisodeDataset(
+        slice_,
+        obs=OBS,
+        action=ACTION,
+        fps=15,
+        horizon=4,
+        shard=None,
+        image_size=(64, 64),
+        resize="pad",
+    )
     got = torch.stack([s["cam0/rgb"] for s in ds.__getitems__(KEYS)])
     assert got.shape == (len(KEYS), 3, 64, 64)
     assert not got[:, :, :8].any() and not got[:, :, 56:].any()
@@ -189,34 +224,55 @@ def test_the_dataset_reads_only_the_chosen_rendition(root: Path, manifest: Manif
     assert ds.describe()["renditions"] == {"cam0/rgb": "48x64", "wrist/rgb": "48x64"}
     # The same shapes from the original (a crop the rendition cannot cover), and its pixels
     # near the rendition's: the rendition is the resized original, encoded once more.
-    full = EpisodeDataset(local(root, manifest)[0], obs=OBS, action=ACTION, fps=15, horizon=4, shard=None)
-    reference = resize_frames(torch.stack([s["cam0/rgb"] for s in full.__getitems__(KEYS)]), Target(64, 64, "pad"))
+    full = EpisodeDataset(
+        local(root, manifest)[0], obs=OBS, action=ACTION, fps=15, horizon=4, shard=None
+    )
+    reference = resize_frames(
+        torch.stack([s["cam0/rgb"] for s in full.__getitems__(KEYS)]), Target(64, 64, "pad")
+    )
     mse = ((got.double() - reference.double()) ** 2).mean().item()
     assert 10 * np.log10(255**2 / mse) > 30
-    crop = EpisodeDataset(slice_, obs=OBS, action=ACTION, fps=15, horizon=4, shard=None,
-                          image_size=(64, 64), resize="crop")
-    assert crop[KEYS[0]]["cam0/rgb"].shape == (3, 64, 64) and crop.describe()["renditions"]["cam0/rgb"] == "original"
+    crop = EpisodeDataset(
+        slice_,
+        obs=OBS,
+        action=ACTION,
+        fps=15,
+        horizon=4,
+        shard=None,
+        image_size=(64, 64),
+        resize="crop",
+    )
+    assert (
+        crop[KEYS[0]]["cam0/rgb"].shape == (3, 64, 64)
+        and crop.describe()["renditions"]["cam0/rgb"] == "original"
+    )
 
 
 # -- pull, offline, integrity --------------------------------------------------------------------
 def test_pull_at_a_resolution_takes_only_those_renditions_and_training_runs_offline(
-        server: ServerProcess, manifest: Manifest, tmp_path: Path) -> None:
+    server: ServerProcess, manifest: Manifest, tmp_path: Path
+) -> None:
     client = make_client(server.url, tmp_path / "cache")
     report = client.pull(DEMO_SLICE, image_size=(32, 32), resize="pad")
     originals = {seg.streams[c].blob.hash for seg in manifest.segments for c in CAMS}
     renditions = {seg.streams[c].renditions[0].blob.hash for seg in manifest.segments for c in CAMS}
-    cached = {h for h in manifest.blobs() | {r: None for r in renditions} if client.cache.has_blob(h)}
+    cached = {
+        h for h in manifest.blobs() | {r: None for r in renditions} if client.cache.has_blob(h)
+    }
     assert renditions <= cached and not originals & cached
     assert report.bytes == sum(client.cache.get_blob(h).stat().st_size for h in cached)  # type: ignore[union-attr]
 
     offline = make_client(server.url, tmp_path / "cache", offline=True)
     slice_ = offline.slices.get(DEMO_SLICE)
-    ds = EpisodeDataset(slice_, obs=OBS, action=ACTION, fps=15, horizon=4, shard=None, image_size=(32, 32))
+    ds = EpisodeDataset(
+        slice_, obs=OBS, action=ACTION, fps=15, horizon=4, shard=None, image_size=(32, 32)
+    )
     assert ds[KEYS[1]]["wrist/rgb"].shape == (3, 32, 32)
     again = EpisodeDataset.from_uri(ds.uri, client=offline)
     assert torch.equal(again[KEYS[2]]["cam0/rgb"], ds[KEYS[2]]["cam0/rgb"])
-    needs_original = EpisodeDataset(slice_, obs=OBS, action=ACTION, fps=15, shard=None,
-                                    image_size=(64, 64), resize="crop")
+    needs_original = EpisodeDataset(
+        slice_, obs=OBS, action=ACTION, fps=15, shard=None, image_size=(64, 64), resize="crop"
+    )
     with pytest.raises(OfflineError, match=f"rayform pull {DEMO_SLICE}"):
         needs_original[0]
 
@@ -224,17 +280,44 @@ def test_pull_at_a_resolution_takes_only_those_renditions_and_training_runs_offl
     tables_only.pull(DEMO_SLICE, streams=["joints/position", ACTION, "cam0/rgb"])
     cold = make_client(server.url, tmp_path / "cache2", offline=True).slices.get(DEMO_SLICE)
     ds = EpisodeDataset(cold, obs=OBS, action=ACTION, fps=15, shard=None, image_size=(32, 32))
-    with pytest.raises(OfflineError, match=fr"rayform pull {DEMO_SLICE} --image-size 32x32 --resize pad"):
+    with pytest.raises(
+        OfflineError, match=rf"rayform pull {DEMO_SLICE} --image-size 32x32 --resize pad"
+    ):
         ds[0]
 
 
-def test_cli_pull_at_a_resolution(server: ServerProcess, manifest: Manifest, tmp_path: Path) -> None:
-    env = {"RAYFORM_ENDPOINT": server.url, "RAYFORM_TOKEN": TOKEN, "RAYFORM_CACHE_DIR": str(tmp_path / "c"),
-           "PATH": "/usr/bin:/bin", "PYTHONPATH": ":".join(sys.path)}
-    out = subprocess.run([sys.executable, "-m", "rayform", "pull", DEMO_SLICE, "--image-size", "32x32",
-                          "--resize", "squash", "--json"], env=env, capture_output=True, text=True, check=True)
+def test_cli_pull_at_a_resolution(
+    server: ServerProcess, manifest: Manifest, tmp_path: Path
+) -> None:
+    env = {
+        "RAYFORM_ENDPOINT": server.url,
+        "RAYFORM_TOKEN": TOKEN,
+        "RAYFORM_CACHE_DIR": str(tmp_path / "c"),
+        "PATH": "/usr/bin:/bin",
+        "PYTHONPATH": ":".join(sys.path),
+    }
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "rayform",
+            "pull",
+            DEMO_SLICE,
+            "--image-size",
+            "32x32",
+            "--resize",
+            "squash",
+            "--json",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     report = json.loads(out.stdout)
-    expected = make_client(server.url, tmp_path / "c2").pull(DEMO_SLICE, image_size=(32, 32), resize="squash")
+    expected = make_client(server.url, tmp_path / "c2").pull(
+        DEMO_SLICE, image_size=(32, 32), resize="squash"
+    )
     assert (report["blobs"], report["bytes"]) == (expected.blobs, expected.bytes)
     assert report["bytes"] < sum(b.size for b in manifest.blobs().values())
 
@@ -268,11 +351,35 @@ def _ingest_cli(*argv: str) -> int:
 
 def test_ingest_lerobot_and_mcap_store_renditions(tmp_path: Path, capsys) -> None:
     write_lerobot_v21(tmp_path / "v21")
-    assert _ingest_cli("lerobot", "--root", str(tmp_path / "root"), "--slice", "slc_0000a002", "--quiet",
-                       "--renditions", "24", str(tmp_path / "v21")) == 0
+    assert (
+        _ingest_cli(
+            "lerobot",
+            "--root",
+            str(tmp_path / "root"),
+            "--slice",
+            "slc_0000a002",
+            "--quiet",
+            "--renditions",
+            "24",
+            str(tmp_path / "v21"),
+        )
+        == 0
+    )
     write_bag(tmp_path / "run.mcap")
-    assert _ingest_cli("mcap", "--root", str(tmp_path / "root"), "--slice", "slc_0000a003", "--quiet",
-                       "--renditions", "32", str(tmp_path / "run.mcap")) == 0
+    assert (
+        _ingest_cli(
+            "mcap",
+            "--root",
+            str(tmp_path / "root"),
+            "--slice",
+            "slc_0000a003",
+            "--quiet",
+            "--renditions",
+            "32",
+            str(tmp_path / "run.mcap"),
+        )
+        == 0
+    )
     store = Store(tmp_path / "root")
     for slice_id, size in (("slc_0000a002", (24, 32)), ("slc_0000a003", (32, 42))):
         m = store.load_manifest(store.get_slice(slice_id)["manifest"])
@@ -282,28 +389,68 @@ def test_ingest_lerobot_and_mcap_store_renditions(tmp_path: Path, capsys) -> Non
             with av.open(str(store.blob_path(st.renditions[0].blob.hash))) as c:
                 assert c.streams.video[0].frames == st.count
     # Worker processes render the renditions of what they ingest: the serial ingest's manifest.
-    assert _ingest_cli("lerobot", "--root", str(tmp_path / "root"), "--slice", "slc_0000a004", "--quiet",
-                       "--renditions", "24", "--jobs", "2", str(tmp_path / "v21")) == 0
-    assert store.get_slice("slc_0000a004")["manifest"] == store.get_slice("slc_0000a002")["manifest"]  # type: ignore[index]
+    assert (
+        _ingest_cli(
+            "lerobot",
+            "--root",
+            str(tmp_path / "root"),
+            "--slice",
+            "slc_0000a004",
+            "--quiet",
+            "--renditions",
+            "24",
+            "--jobs",
+            "2",
+            str(tmp_path / "v21"),
+        )
+        == 0
+    )
+    assert (
+        store.get_slice("slc_0000a004")["manifest"] == store.get_slice("slc_0000a002")["manifest"]
+    )  # type: ignore[index]
     assert store.load_manifest(store.get_slice("slc_0000a004")["manifest"]).format_version == 3  # type: ignore[index]
     # The same for MCAP files: two bags, serial and in two worker processes.
     write_bag(tmp_path / "run2.mcap", seed=2)
     bags = [str(tmp_path / "run.mcap"), str(tmp_path / "run2.mcap")]
     for slice_id, jobs in (("slc_0000a005", "1"), ("slc_0000a006", "2")):
-        assert _ingest_cli("mcap", "--root", str(tmp_path / "root"), "--slice", slice_id, "--quiet",
-                           "--renditions", "32", "--jobs", jobs, *bags) == 0
-    assert store.get_slice("slc_0000a006")["manifest"] == store.get_slice("slc_0000a005")["manifest"]  # type: ignore[index]
+        assert (
+            _ingest_cli(
+                "mcap",
+                "--root",
+                str(tmp_path / "root"),
+                "--slice",
+                slice_id,
+                "--quiet",
+                "--renditions",
+                "32",
+                "--jobs",
+                jobs,
+                *bags,
+            )
+            == 0
+        )
+    assert (
+        store.get_slice("slc_0000a006")["manifest"] == store.get_slice("slc_0000a005")["manifest"]
+    )  # type: ignore[index]
 
 
 def test_read_ahead_and_the_cache_limit_count_only_the_renditions_read(
-        server: ServerProcess, manifest: Manifest, tmp_path: Path) -> None:
+    server: ServerProcess, manifest: Manifest, tmp_path: Path
+) -> None:
     segs = manifest.segments
     originals = {seg.streams[c].blob.hash for seg in segs for c in CAMS}
     renditions = {seg.streams[c].renditions[0].blob.hash for seg in segs for c in CAMS}
     # One episode's blobs at 32x32 fit under the limit; with the originals they do not.
-    small = max(sum(r.size for n in OBS + [ACTION] for r in seg.streams[n].blobs()
-                    if r.hash not in originals) + sum(seg.streams[c].renditions[0].blob.size for c in CAMS)
-                for seg in segs)
+    small = max(
+        sum(
+            r.size
+            for n in OBS + [ACTION]
+            for r in seg.streams[n].blobs()
+            if r.hash not in originals
+        )
+        + sum(seg.streams[c].renditions[0].blob.size for c in CAMS)
+        for seg in segs
+    )
     full = max(sum(r.size for n in OBS + [ACTION] for r in seg.streams[n].blobs()) for seg in segs)
     assert small < full
     client = make_client(server.url, tmp_path / "cache", cache_limit=(small + full) // 2)
@@ -313,8 +460,14 @@ def test_read_ahead_and_the_cache_limit_count_only_the_renditions_read(
     EpisodeDataset(slice_, obs=OBS, action=ACTION, fps=15, shard=None, image_size=(32, 32))
     # Read-ahead over a cold, unbounded cache (nothing is evicted): only renditions arrive.
     unbounded = make_client(server.url, tmp_path / "cache2")
-    ds = EpisodeDataset(unbounded.slices.get(DEMO_SLICE), obs=OBS, action=ACTION, fps=15, shard=None,
-                        image_size=(32, 32))
+    ds = EpisodeDataset(
+        unbounded.slices.get(DEMO_SLICE),
+        obs=OBS,
+        action=ACTION,
+        fps=15,
+        shard=None,
+        image_size=(32, 32),
+    )
     loader = DataLoader(ds, batch_size=8, sampler=EpisodeSampler(ds, shuffle=True))
     assert sum(len(b["t_ns"]) for b in loader) == len(ds)
     assert not any(unbounded.cache.has_blob(h) for h in originals)

@@ -45,9 +45,25 @@ def seaweed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeaweedS3]:
 def _demo_into_s3(root: Path, s3: SeaweedS3, prefix: str) -> None:
     """`rayform-server demo --blobs s3://...` in a real process (its workers too)."""
     result = subprocess.run(
-        [sys.executable, "-m", "rayform_server", "demo", "--root", str(root), "--small", "--jobs", "1",
-         "--blobs", f"s3://{BUCKET}/{prefix}", "--s3-endpoint", s3.endpoint],
-        env={**os.environ, **s3.env}, capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            "-m",
+            "rayform_server",
+            "demo",
+            "--root",
+            str(root),
+            "--small",
+            "--jobs",
+            "1",
+            "--blobs",
+            f"s3://{BUCKET}/{prefix}",
+            "--s3-endpoint",
+            s3.endpoint,
+        ],
+        env={**os.environ, **s3.env},
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert result.returncode == 0, result.stderr
 
@@ -88,7 +104,12 @@ _NO_KEYS = ("RAYFORM_", "AWS_")
 
 def _secrets(proxy: S3Proxy) -> list[str]:
     """The token and every presigned signature handed out so far."""
-    sigs = {m[1] for s in proxy.presigned() for m in [re.search(r"X-Amz-Signature=([0-9a-f]+)", s.query)] if m}
+    sigs = {
+        m[1]
+        for s in proxy.presigned()
+        for m in [re.search(r"X-Amz-Signature=([0-9a-f]+)", s.query)]
+        if m
+    }
     assert sigs, "no presigned URL was used"
     return [TOKEN, *sigs]
 
@@ -103,13 +124,20 @@ def _expected(url: str, cache: Path) -> dict[str, rayform.manifest.BlobRef]:
 
 
 # -- the stub's side ------------------------------------------------------------------------
-def test_blob_requests_redirect_to_presigned_urls_after_the_checks(s3_server: ServerProcess,
-                                                                  s3proxy: S3Proxy) -> None:
+def test_blob_requests_redirect_to_presigned_urls_after_the_checks(
+    s3_server: ServerProcess, s3proxy: S3Proxy
+) -> None:
     auth = {"Authorization": f"Bearer {TOKEN}"}
     doc = httpx.get(f"{s3_server.url}/v1/slices/{DEMO_SLICE}", headers=auth).json()
     manifest = httpx.get(f"{s3_server.url}/v1/slices/{DEMO_SLICE}/manifest", headers=auth)
     assert manifest.status_code == 200  # metadata stays on the stub
-    digest = next(iter(served_manifest(s3_server.url, DEMO_SLICE, auth, manifest.content, doc["manifest"]).blobs()))
+    digest = next(
+        iter(
+            served_manifest(
+                s3_server.url, DEMO_SLICE, auth, manifest.content, doc["manifest"]
+            ).blobs()
+        )
+    )
     blob = f"{s3_server.url}/v1/slices/{DEMO_SLICE}/blobs/{digest}"
     for method in ("GET", "HEAD"):
         resp = httpx.request(method, blob, headers=auth)
@@ -124,7 +152,12 @@ def test_blob_requests_redirect_to_presigned_urls_after_the_checks(s3_server: Se
     assert httpx.get(blob, headers={"Authorization": "Bearer nope"}).status_code == 401
     other = f"{s3_server.url}/v1/slices/{DEMO_SLICE}/blobs/{'0' * 64}"
     assert httpx.get(other, headers=auth).status_code == 404
-    assert httpx.get(f"{s3_server.url}/v1/slices/slc_0000000f/blobs/{digest}", headers=auth).status_code == 404
+    assert (
+        httpx.get(
+            f"{s3_server.url}/v1/slices/slc_0000000f/blobs/{digest}", headers=auth
+        ).status_code
+        == 404
+    )
     # the presigned URL works without any Authorization, with Range -> 206
     ranged = httpx.get(resp.headers["location"], headers={"Range": "bytes=2-9"})
     assert ranged.status_code == 206 and len(ranged.content) == 8
@@ -146,17 +179,24 @@ def test_root_records_its_blob_store(s3_root: Path, seaweed: SeaweedS3, tmp_path
     bad = subprocess.run(  # wrong credentials: one clear line, the secret never shown
         [sys.executable, "-m", "rayform_server", "serve", "--root", str(s3_root), "--port", "0"],
         env={**os.environ, **seaweed.env, "AWS_SECRET_ACCESS_KEY": "wrong-secret-5e4d3c"},
-        capture_output=True, text=True, timeout=60)
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert bad.returncode == 2 and "refused access to bucket" in bad.stderr, bad.stderr
     assert "wrong-secret-5e4d3c" not in bad.stderr and "Traceback" not in bad.stderr
-    help_text = subprocess.run([sys.executable, "-m", "rayform_server", "ingest", "mcap", "--help"],
-                               capture_output=True, text=True).stdout
+    help_text = subprocess.run(
+        [sys.executable, "-m", "rayform_server", "ingest", "mcap", "--help"],
+        capture_output=True,
+        text=True,
+    ).stdout
     assert "--blobs" in help_text and "--s3-endpoint" in help_text
 
 
 # -- the client on the S3 backend -----------------------------------------------------------
-def test_pull_from_s3_each_blob_once_then_nothing(s3_server: ServerProcess, s3proxy: S3Proxy,
-                                                  tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_pull_from_s3_each_blob_once_then_nothing(
+    s3_server: ServerProcess, s3proxy: S3Proxy, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     caplog.set_level(logging.DEBUG)
     cache = tmp_path / "cache"
     mark = s3proxy.mark()
@@ -181,18 +221,27 @@ def test_pull_from_s3_each_blob_once_then_nothing(s3_server: ServerProcess, s3pr
         if seen.presigned:
             assert "authorization" not in seen.headers, seen
         else:
-            assert seen.method == "HEAD" and seen.headers["authorization"].startswith("AWS4-HMAC-SHA256 ")
+            assert seen.method == "HEAD" and seen.headers["authorization"].startswith(
+                "AWS4-HMAC-SHA256 "
+            )
     assert "307" in caplog.text  # httpx logged the redirects ...
     _assert_no_secret(caplog.text, s3proxy)  # ... without the token or a signature
 
 
-def test_four_processes_pull_one_cache_from_s3(s3_server: ServerProcess, s3proxy: S3Proxy,
-                                               tmp_path: Path) -> None:
+def test_four_processes_pull_one_cache_from_s3(
+    s3_server: ServerProcess, s3proxy: S3Proxy, tmp_path: Path
+) -> None:
     s3proxy.delay_s = 0.002  # the four pullers overlap
     cache = tmp_path / "shared-cache"
     mark = s3proxy.mark()
-    procs = [subprocess.Popen(pull_cmd(s3_server.url, cache, "--jobs", "4"), env=sub_env(drop=_NO_KEYS),
-                              stderr=subprocess.PIPE) for _ in range(4)]
+    procs = [
+        subprocess.Popen(
+            pull_cmd(s3_server.url, cache, "--jobs", "4"),
+            env=sub_env(drop=_NO_KEYS),
+            stderr=subprocess.PIPE,
+        )
+        for _ in range(4)
+    ]
     for p in procs:
         _, err = p.communicate(timeout=120)
         assert p.returncode == 0, err.decode()
@@ -202,18 +251,29 @@ def test_four_processes_pull_one_cache_from_s3(s3_server: ServerProcess, s3proxy
     assert s3proxy.object_gets(mark) == {h: 1 for h in expected}, "each blob transferred once"
 
 
-def test_sigkill_mid_transfer_then_resume_from_s3(s3_server: ServerProcess, s3proxy: S3Proxy,
-                                                  tmp_path: Path) -> None:
+def test_sigkill_mid_transfer_then_resume_from_s3(
+    s3_server: ServerProcess, s3proxy: S3Proxy, tmp_path: Path
+) -> None:
     cache = tmp_path / "cache"
     s3proxy.delay_s = 0.05  # 1 KiB every 50 ms
-    proc = subprocess.Popen(pull_cmd(s3_server.url, cache, "--jobs", "2"), env=sub_env(drop=_NO_KEYS),
-                            stderr=subprocess.DEVNULL)
-    partial = {h: size for h, size in kill_when_writing(proc, cache).items() if size > 0}  # (one may just have begun)
+    proc = subprocess.Popen(
+        pull_cmd(s3_server.url, cache, "--jobs", "2"),
+        env=sub_env(drop=_NO_KEYS),
+        stderr=subprocess.DEVNULL,
+    )
+    partial = {
+        h: size for h, size in kill_when_writing(proc, cache).items() if size > 0
+    }  # (one may just have begun)
     assert partial
     assert not set(partial) & set(assert_cache_consistent(cache))
     s3proxy.delay_s = 0.0
     mark = s3proxy.mark()
-    result = subprocess.run(pull_cmd(s3_server.url, cache, quiet=False), env=sub_env(drop=_NO_KEYS), capture_output=True, text=True)
+    result = subprocess.run(
+        pull_cmd(s3_server.url, cache, quiet=False),
+        env=sub_env(drop=_NO_KEYS),
+        capture_output=True,
+        text=True,
+    )
     assert result.returncode == 0, result.stderr
     assert assert_cache_consistent(cache) == sorted(_expected(s3_server.url, cache))
     assert list((cache / "tmp").iterdir()) == []
@@ -224,8 +284,9 @@ def test_sigkill_mid_transfer_then_resume_from_s3(s3_server: ServerProcess, s3pr
     _assert_no_secret(result.stderr + result.stdout, s3proxy)  # progress bar and summary
 
 
-def test_corrupt_object_in_store_raises_integrity_error(s3_server: ServerProcess, s3proxy: S3Proxy,
-                                                        seaweed: SeaweedS3, tmp_path: Path) -> None:
+def test_corrupt_object_in_store_raises_integrity_error(
+    s3_server: ServerProcess, s3proxy: S3Proxy, seaweed: SeaweedS3, tmp_path: Path
+) -> None:
     client = make_client(s3_server.url, tmp_path / "cache")
     ref = client.slices.get(DEMO_SLICE).segments[1].streams["joints/position"].blob
     s3 = seaweed.s3_client()
@@ -246,10 +307,17 @@ def test_corrupt_object_in_store_raises_integrity_error(s3_server: ServerProcess
     assert hash_file(client.ensure_blob(DEMO_SLICE, ref)) == ref.hash  # repaired store: fine again
 
 
-def test_expired_presigned_url_is_refreshed(s3_root: Path, s3proxy: S3Proxy, seaweed: SeaweedS3,
-                                            tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_expired_presigned_url_is_refreshed(
+    s3_root: Path,
+    s3proxy: S3Proxy,
+    seaweed: SeaweedS3,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     caplog.set_level(logging.DEBUG)
-    server = ServerProcess(s3_root, "--s3-endpoint", s3proxy.url, "--presign-expiry", "1", env=seaweed.env)
+    server = ServerProcess(
+        s3_root, "--s3-endpoint", s3proxy.url, "--presign-expiry", "1", env=seaweed.env
+    )
     try:
         with CountingProxy(server.url) as stub:
             client = make_client(stub.url, tmp_path / "cache")
@@ -266,8 +334,9 @@ def test_expired_presigned_url_is_refreshed(s3_root: Path, s3proxy: S3Proxy, sea
     _assert_no_secret(caplog.text, s3proxy)
 
 
-def test_server_log_holds_no_presigned_url(s3_root: Path, s3proxy: S3Proxy, seaweed: SeaweedS3,
-                                           tmp_path: Path) -> None:
+def test_server_log_holds_no_presigned_url(
+    s3_root: Path, s3proxy: S3Proxy, seaweed: SeaweedS3, tmp_path: Path
+) -> None:
     server = ServerProcess(s3_root, "--s3-endpoint", s3proxy.url, env=seaweed.env)
     try:
         mark = s3proxy.mark()
@@ -303,7 +372,7 @@ def test_cluster_loses_a_volume_server_pull_completes_then_offline(
         if server is not None:
             server.stop()
         for name, proc in cluster.procs.items():  # the whole store goes away at once (and a
-            if proc.poll() is None:                 # SIGTERMed filer takes 10 s to quit)
+            if proc.poll() is None:  # SIGTERMed filer takes 10 s to quit)
                 cluster.kill(name)
         cluster.stop()
 
@@ -311,6 +380,8 @@ def test_cluster_loses_a_volume_server_pull_completes_then_offline(
     monkeypatch.setenv("RAYFORM_OFFLINE", "1")
     offline = make_client(server.url, tmp_path / "cache")
     seg = offline.slices.get(DEMO_SLICE).segments[2]
-    assert hash_file(offline.ensure_blob(DEMO_SLICE, seg.streams["cam0/rgb"].blob)) == \
-        seg.streams["cam0/rgb"].blob.hash
+    assert (
+        hash_file(offline.ensure_blob(DEMO_SLICE, seg.streams["cam0/rgb"].blob))
+        == seg.streams["cam0/rgb"].blob.hash
+    )
     assert offline.pull(DEMO_SLICE, streams=["joints/position"]).fetched_blobs == 0

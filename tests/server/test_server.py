@@ -29,8 +29,13 @@ def _auth(token: str = TOKEN) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
 
 
-def raw_request(port: int, target: str, method: str = "GET", headers: dict[str, str] | None = None,
-                body: bytes = b"") -> tuple[int, dict[str, str], bytes]:
+def raw_request(
+    port: int,
+    target: str,
+    method: str = "GET",
+    headers: dict[str, str] | None = None,
+    body: bytes = b"",
+) -> tuple[int, dict[str, str], bytes]:
     """Send exactly ``target`` (no client-side normalisation); returns status, headers, body."""
     lines = [f"{method} {target} HTTP/1.1", "Host: 127.0.0.1", "Connection: close"]
     lines += [f"{k}: {v}" for k, v in (headers or {}).items()]
@@ -64,14 +69,31 @@ def scoped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServerPro
     build_demo(root, slice_id=DEMO_SLICE, small=True)
     b = SliceBuilder(Store(root), description="bob's slice")
     t = np.arange(50, dtype=np.int64) * 5_000_000
-    b.add_segment("seg_0000beef", site="lab-x", streams=[
-        TableData("joints/position", t, np.random.default_rng(1).normal(size=(50, 14)), 200.0, units="rad")])
+    b.add_segment(
+        "seg_0000beef",
+        site="lab-x",
+        streams=[
+            TableData(
+                "joints/position",
+                t,
+                np.random.default_rng(1).normal(size=(50, 14)),
+                200.0,
+                units="rad",
+            )
+        ],
+    )
     other = b.commit(OTHER_SLICE)
     tokens = tmp_path_factory.mktemp("tokens") / "tokens.json"
-    tokens.write_text(json.dumps({"tokens": [
-        {"name": "alice", "token": ALICE, "slices": ["slc_7c1e*"]},
-        {"name": "bob", "token": BOB, "slices": ["slc_9999*"]},
-    ]}))
+    tokens.write_text(
+        json.dumps(
+            {
+                "tokens": [
+                    {"name": "alice", "token": ALICE, "slices": ["slc_7c1e*"]},
+                    {"name": "bob", "token": BOB, "slices": ["slc_9999*"]},
+                ]
+            }
+        )
+    )
     server = ServerProcess(root, "--tokens-file", str(tokens), token=None)
     yield server, next(iter(other.blobs()))
     server.stop()
@@ -94,7 +116,9 @@ def test_slice_resolves_to_manifest_whose_hashes_match(demo_server: ServerProces
     listed = httpx.get(demo_server.url + "/v1/slices", headers=_auth()).json()["slices"]
     assert {s["id"]: s["manifest"] for s in listed}[DEMO_SLICE] == ref["manifest"]
     with httpx.Client(headers=_auth()) as client:
-        for blob in m.segments[0].streams["cam0/rgb"].blobs() + m.segments[-1].streams["ee/pose"].blobs():
+        for blob in (
+            m.segments[0].streams["cam0/rgb"].blobs() + m.segments[-1].streams["ee/pose"].blobs()
+        ):
             br = client.get(f"{base}/blobs/{blob.hash}")
             assert br.status_code == 200
             assert hash_bytes(br.content) == blob.hash and len(br.content) == blob.size
@@ -102,7 +126,9 @@ def test_slice_resolves_to_manifest_whose_hashes_match(demo_server: ServerProces
             assert int(br.headers["content-length"]) == blob.size
 
 
-def test_range_requests_return_exact_bytes(demo_server: ServerProcess, manifest: Manifest, video_blob: str) -> None:
+def test_range_requests_return_exact_bytes(
+    demo_server: ServerProcess, manifest: Manifest, video_blob: str
+) -> None:
     url = f"{demo_server.url}/v1/slices/{DEMO_SLICE}/blobs/{video_blob}"
     full = httpx.get(url, headers=_auth()).content
     size = len(full)
@@ -117,7 +143,7 @@ def test_range_requests_return_exact_bytes(demo_server: ServerProcess, manifest:
     for spec, (a, b) in cases.items():
         r = httpx.get(url, headers={**_auth(), "Range": spec})
         assert r.status_code == 206, spec
-        assert r.content == full[a:b + 1], spec
+        assert r.content == full[a : b + 1], spec
         assert r.headers["content-range"] == f"bytes {a}-{b}/{size}", spec
         assert int(r.headers["content-length"]) == b - a + 1
         assert r.headers["etag"] == f'"{video_blob}"'
@@ -152,10 +178,19 @@ def test_head_and_conditional_requests(demo_server: ServerProcess, video_blob: s
 
 
 def test_missing_or_wrong_token_is_401(demo_server: ServerProcess, video_blob: str) -> None:
-    for path in ("/v1/slices", f"/v1/slices/{DEMO_SLICE}", f"/v1/slices/{DEMO_SLICE}/manifest",
-                 f"/v1/slices/{DEMO_SLICE}/blobs/{video_blob}"):
-        for headers in ({}, _auth("wrong-token-000000"), {"Authorization": TOKEN},
-                        {"Authorization": f"Basic {TOKEN}"}, _auth(TOKEN + "x")):
+    for path in (
+        "/v1/slices",
+        f"/v1/slices/{DEMO_SLICE}",
+        f"/v1/slices/{DEMO_SLICE}/manifest",
+        f"/v1/slices/{DEMO_SLICE}/blobs/{video_blob}",
+    ):
+        for headers in (
+            {},
+            _auth("wrong-token-000000"),
+            {"Authorization": TOKEN},
+            {"Authorization": f"Basic {TOKEN}"},
+            _auth(TOKEN + "x"),
+        ):
             r = httpx.get(demo_server.url + path, headers=headers)
             assert r.status_code == 401, (path, headers)
             assert r.json()["error"] == "unauthorized"
@@ -163,14 +198,22 @@ def test_missing_or_wrong_token_is_401(demo_server: ServerProcess, video_blob: s
             assert TOKEN not in r.text
 
 
-def test_scoped_token_cannot_see_other_slices_or_their_blobs(scoped: tuple[ServerProcess, str]) -> None:
+def test_scoped_token_cannot_see_other_slices_or_their_blobs(
+    scoped: tuple[ServerProcess, str],
+) -> None:
     server, bobs_blob = scoped
     url = server.url + "/v1/slices"
     assert [s["id"] for s in httpx.get(url, headers=_auth(ALICE)).json()["slices"]] == [DEMO_SLICE]
     assert [s["id"] for s in httpx.get(url, headers=_auth(BOB)).json()["slices"]] == [OTHER_SLICE]
-    assert httpx.get(f"{url}/{OTHER_SLICE}/blobs/{bobs_blob}", headers=_auth(BOB)).status_code == 200
+    assert (
+        httpx.get(f"{url}/{OTHER_SLICE}/blobs/{bobs_blob}", headers=_auth(BOB)).status_code == 200
+    )
     unknown = httpx.get(f"{url}/slc_0123456789", headers=_auth(ALICE))
-    for path in (f"/{OTHER_SLICE}", f"/{OTHER_SLICE}/manifest", f"/{OTHER_SLICE}/blobs/{bobs_blob}"):
+    for path in (
+        f"/{OTHER_SLICE}",
+        f"/{OTHER_SLICE}/manifest",
+        f"/{OTHER_SLICE}/blobs/{bobs_blob}",
+    ):
         r = httpx.get(url + path, headers=_auth(ALICE))
         assert r.status_code == 404 and r.json()["error"] == "not_found", path
     r = httpx.get(f"{url}/{OTHER_SLICE}", headers=_auth(ALICE))
@@ -182,8 +225,9 @@ def test_scoped_token_cannot_see_other_slices_or_their_blobs(scoped: tuple[Serve
     assert httpx.get(f"{url}/{DEMO_SLICE}", headers=_auth(BOB)).status_code == 404
 
 
-def test_blob_not_in_slice_is_404(demo_server: ServerProcess, scoped: tuple[ServerProcess, str],
-                                  video_blob: str) -> None:
+def test_blob_not_in_slice_is_404(
+    demo_server: ServerProcess, scoped: tuple[ServerProcess, str], video_blob: str
+) -> None:
     server, _ = scoped
     assert (server.root / "blobs" / video_blob[:2] / video_blob).is_file()  # on disk, other slice
     r = httpx.get(f"{server.url}/v1/slices/{OTHER_SLICE}/blobs/{video_blob}", headers=_auth(BOB))
@@ -233,8 +277,12 @@ def test_method_body_and_target_limits(demo_server: ServerProcess) -> None:
         r = httpx.request(method, f"{demo_server.url}/v1/slices/{DEMO_SLICE}", headers=_auth())
         assert r.status_code == 405 and r.json()["error"] == "method_not_allowed", method
         assert set(r.headers["allow"].replace(" ", "").split(",")) == {"GET", "HEAD"}
-    status, _, body = raw_request(demo_server.port, f"/v1/slices/{DEMO_SLICE}", headers={
-        **_auth(), "Content-Length": "11"}, body=b"hello world")
+    status, _, body = raw_request(
+        demo_server.port,
+        f"/v1/slices/{DEMO_SLICE}",
+        headers={**_auth(), "Content-Length": "11"},
+        body=b"hello world",
+    )
     assert status == 413 and json.loads(body)["error"] == "payload_too_large"
     r = httpx.get(f"{demo_server.url}/v1/slices/{'a' * 3000}", headers=_auth())
     assert r.status_code == 414 and r.json()["error"] == "uri_too_long"
@@ -245,8 +293,12 @@ def test_method_body_and_target_limits(demo_server: ServerProcess) -> None:
 
 
 def _serve(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "rayform_server", "serve", *args],
-                          capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "rayform_server", "serve", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def test_serve_refuses_unsafe_or_bad_configuration(demo_root: Path, tmp_path: Path) -> None:
@@ -256,8 +308,15 @@ def test_serve_refuses_unsafe_or_bad_configuration(demo_root: Path, tmp_path: Pa
     for doc, needle in (
         ({"tokens": [{"name": "a", "token": "short", "slices": ["*"]}]}, "at least 8"),
         ({"tokens": [{"name": "a", "token": ALICE, "slices": []}]}, "slices"),
-        ({"tokens": [{"name": "a", "token": ALICE, "slices": ["*"]},
-                     {"name": "b", "token": ALICE, "slices": ["*"]}]}, "twice"),
+        (
+            {
+                "tokens": [
+                    {"name": "a", "token": ALICE, "slices": ["*"]},
+                    {"name": "b", "token": ALICE, "slices": ["*"]},
+                ]
+            },
+            "twice",
+        ),
         ({"people": []}, "tokens"),
     ):
         bad.write_text(json.dumps(doc))
@@ -269,15 +328,32 @@ def test_serve_refuses_unsafe_or_bad_configuration(demo_root: Path, tmp_path: Pa
 
 
 def test_serve_port_zero_prints_port_and_never_logs_tokens(demo_root: Path) -> None:
-    proc = subprocess.Popen([sys.executable, "-m", "rayform_server", "serve", "--root", str(demo_root),
-                             "--port", "0", "--token", TOKEN], stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "rayform_server",
+            "serve",
+            "--root",
+            str(demo_root),
+            "--port",
+            "0",
+            "--token",
+            TOKEN,
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         line = proc.stderr.readline()
         assert line.startswith("serving ") and "http://127.0.0.1:" in line
         port = int(line.rsplit(":", 1)[1])
         assert port > 0
         assert httpx.get(f"http://127.0.0.1:{port}/v1/slices", headers=_auth()).status_code == 200
-        assert httpx.get(f"http://127.0.0.1:{port}/v1/slices", headers=_auth("x" * 20)).status_code == 401
+        assert (
+            httpx.get(f"http://127.0.0.1:{port}/v1/slices", headers=_auth("x" * 20)).status_code
+            == 401
+        )
     finally:
         proc.terminate()
         _, rest = proc.communicate(timeout=15)

@@ -16,33 +16,81 @@ from rayform_server.store import Store
 
 
 def _server(*args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "rayform_server", *args], text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    return subprocess.Popen(
+        [sys.executable, "-m", "rayform_server", *args],
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
 
 
-def test_parallel_staging_then_one_commit_is_the_serial_build(tmp_path: Path, demo_root: Path) -> None:
+def test_parallel_staging_then_one_commit_is_the_serial_build(
+    tmp_path: Path, demo_root: Path
+) -> None:
     root = tmp_path / "shared"
-    workers = [_server("demo", "--root", str(root), "--small", "--stage", "run-1", "--shard", f"{k}/3")
-               for k in range(3)]
+    workers = [
+        _server("demo", "--root", str(root), "--small", "--stage", "run-1", "--shard", f"{k}/3")
+        for k in range(3)
+    ]
     for w in workers:
         _, err = w.communicate(timeout=300)
         assert w.returncode == 0, err
     store = Store(root)
     assert list(store.list_slices()) == []  # staged, not visible: no half slice
     assert [seg.id for _, seg in staged(store, "run-1")] == [
-        s.id for s in Store(demo_root).load_manifest(Store(demo_root).get_slice(DEMO_SLICE)["manifest"]).segments]
+        s.id
+        for s in Store(demo_root)
+        .load_manifest(Store(demo_root).get_slice(DEMO_SLICE)["manifest"])
+        .segments
+    ]
 
-    out = subprocess.run([sys.executable, "-m", "rayform_server", "commit", "--root", str(root), "--stage",
-                          "run-1", "--slice", DEMO_SLICE, "--expect", "5"], capture_output=True, text=True)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "rayform_server",
+            "commit",
+            "--root",
+            str(root),
+            "--stage",
+            "run-1",
+            "--slice",
+            DEMO_SLICE,
+            "--expect",
+            "5",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert out.returncode == 2 and "holds 4 segments, expected 5" in out.stderr
     assert "Traceback" not in out.stderr and list(store.list_slices()) == []
 
-    out = subprocess.run([sys.executable, "-m", "rayform_server", "commit", "--root", str(root), "--stage",
-                          "run-1", "--slice", DEMO_SLICE, "--expect", "4",
-                          "--description", demo_description(4, 0)], capture_output=True, text=True)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "rayform_server",
+            "commit",
+            "--root",
+            str(root),
+            "--stage",
+            "run-1",
+            "--slice",
+            DEMO_SLICE,
+            "--expect",
+            "4",
+            "--description",
+            demo_description(4, 0),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert out.returncode == 0, out.stderr
     # The same bytes as one process building the demo: same manifest hash.
-    assert store.get_slice(DEMO_SLICE)["manifest"] == Store(demo_root).get_slice(DEMO_SLICE)["manifest"]
+    assert (
+        store.get_slice(DEMO_SLICE)["manifest"]
+        == Store(demo_root).get_slice(DEMO_SLICE)["manifest"]
+    )
     assert not (root / "staging" / "run-1").exists()
 
 
@@ -75,30 +123,64 @@ def test_staged_ingest_on_several_workers_is_the_serial_ingest(kind: str, tmp_pa
             write_bag(tmp_path / f"run_{k}.mcap", seed=k)
             sources.append(str(tmp_path / f"run_{k}.mcap"))
         workers = 2
-    serial = _ingest(kind, "--root", str(tmp_path / "serial"), "--slice", "slc_0000aaaa", "--quiet", *sources)
+    serial = _ingest(
+        kind, "--root", str(tmp_path / "serial"), "--slice", "slc_0000aaaa", "--quiet", *sources
+    )
     assert serial.communicate(timeout=300)[0] == "" and serial.returncode == 0
 
     shared = tmp_path / "shared"
-    procs = [_ingest(kind, "--root", str(shared), "--slice", "slc_0000aaaa", "--stage", "b1",
-                     "--shard", f"{k}/{workers}", *sources) for k in range(workers)]  # all at once
+    procs = [
+        _ingest(
+            kind,
+            "--root",
+            str(shared),
+            "--slice",
+            "slc_0000aaaa",
+            "--stage",
+            "b1",
+            "--shard",
+            f"{k}/{workers}",
+            *sources,
+        )
+        for k in range(workers)
+    ]  # all at once
     outs = [p.communicate(timeout=300) for p in procs]
     assert all(p.returncode == 0 for p in procs), [err for _, err in outs]
     assert all("when every worker is done run: rayform-server commit" in err for _, err in outs)
     assert list(Store(shared).list_slices()) == []  # nothing visible before the commit
-    out = subprocess.run([sys.executable, "-m", "rayform_server", "commit", "--root", str(shared), "--stage",
-                          "b1", "--slice", "slc_0000aaaa"], capture_output=True, text=True)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "rayform_server",
+            "commit",
+            "--root",
+            str(shared),
+            "--stage",
+            "b1",
+            "--slice",
+            "slc_0000aaaa",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert out.returncode == 0, out.stderr
 
     def segments(root: Path) -> list[dict]:
         store = Store(root)
-        return [s.to_json() for s in store.load_manifest(store.get_slice("slc_0000aaaa")["manifest"]).segments]
+        return [
+            s.to_json()
+            for s in store.load_manifest(store.get_slice("slc_0000aaaa")["manifest"]).segments
+        ]
 
     want = segments(tmp_path / "serial")
     assert len(want) == (5 if kind == "lerobot" else 3)
     assert segments(shared) == want  # same segments, same blobs, same order
 
     # --jobs: local workers staging in a private batch, then one commit: the serial manifest.
-    jobs = _ingest(kind, "--root", str(tmp_path / "jobs"), "--slice", "slc_0000aaaa", "--jobs", "2", *sources)
+    jobs = _ingest(
+        kind, "--root", str(tmp_path / "jobs"), "--slice", "slc_0000aaaa", "--jobs", "2", *sources
+    )
     _, err = jobs.communicate(timeout=300)
     assert jobs.returncode == 0, err
     assert "2 worker processes" in err and "Traceback" not in err
@@ -106,14 +188,68 @@ def test_staged_ingest_on_several_workers_is_the_serial_ingest(kind: str, tmp_pa
     assert Store(tmp_path / "jobs").get_slice("slc_0000aaaa")["manifest"] == serial_hash
     assert not any((tmp_path / "jobs" / "staging").glob("*"))  # the private batch is gone
 
-    bad = subprocess.run([sys.executable, "-m", "rayform_server", "ingest", kind, "--root", str(shared),
-                          "--slice", "slc_0000aaaa", "--shard", "0/2", *sources], capture_output=True, text=True)
-    assert bad.returncode == 2 and "give the staging batch too" in bad.stderr and "Traceback" not in bad.stderr
-    bad = subprocess.run([sys.executable, "-m", "rayform_server", "ingest", kind, "--root", str(shared),
-                          "--slice", "slc_0000aaaa", "--stage", "b2", "--shard", "2/2", *sources],
-                         capture_output=True, text=True)
+    bad = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "rayform_server",
+            "ingest",
+            kind,
+            "--root",
+            str(shared),
+            "--slice",
+            "slc_0000aaaa",
+            "--shard",
+            "0/2",
+            *sources,
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert (
+        bad.returncode == 2
+        and "give the staging batch too" in bad.stderr
+        and "Traceback" not in bad.stderr
+    )
+    bad = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "rayform_server",
+            "ingest",
+            kind,
+            "--root",
+            str(shared),
+            "--slice",
+            "slc_0000aaaa",
+            "--stage",
+            "b2",
+            "--shard",
+            "2/2",
+            *sources,
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert bad.returncode == 2 and "use 0 <= I < N" in bad.stderr and "Traceback" not in bad.stderr
-    bad = subprocess.run([sys.executable, "-m", "rayform_server", "ingest", kind, "--root", str(shared),
-                          "--slice", "slc_0000aaaa", "--stage", "b2", "--jobs", "2", *sources],
-                         capture_output=True, text=True)
+    bad = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "rayform_server",
+            "ingest",
+            kind,
+            "--root",
+            str(shared),
+            "--slice",
+            "slc_0000aaaa",
+            "--stage",
+            "b2",
+            "--jobs",
+            "2",
+            *sources,
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert bad.returncode == 2 and "start one per --shard instead" in bad.stderr

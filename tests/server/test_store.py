@@ -52,12 +52,21 @@ def test_put_file_copies_or_moves_and_hashes(tmp_path: Path) -> None:
 def test_commit_writes_manifest_and_slice_reference(tmp_path: Path) -> None:
     store = Store(tmp_path)
     b = SliceBuilder(store, description="unit test")
-    seg = b.add_segment("seg_00000001", site="lab-a", version=2, streams=[
-        _table(units="rad"),
-        _table("ee/position", values=np.zeros((20, 3)), frame="ros", quantity="position", units="m"),
-    ])
+    seg = b.add_segment(
+        "seg_00000001",
+        site="lab-a",
+        version=2,
+        streams=[
+            _table(units="rad"),
+            _table(
+                "ee/position", values=np.zeros((20, 3)), frame="ros", quantity="position", units="m"
+            ),
+        ],
+    )
     assert (seg.start_ns, seg.end_ns) == (0, int(T[-1]))
-    assert _files(tmp_path, "manifests") == [] and list(store.list_slices()) == []  # not before commit
+    assert (
+        _files(tmp_path, "manifests") == [] and list(store.list_slices()) == []
+    )  # not before commit
     m = b.commit("slc_0000abcd", format_version=1)  # v2 commits: tests/manifest/test_manifest_v2.py
     ref = store.get_slice("slc_0000abcd")
     assert ref == {"id": "slc_0000abcd", "manifest": m.hash, "description": "unit test"}
@@ -80,8 +89,9 @@ def test_video_stream_stores_mp4_and_timestamps(tmp_path: Path) -> None:
     store = Store(tmp_path)
     frames = np.random.default_rng(0).integers(0, 255, size=(6, 32, 48, 3), dtype=np.uint8)
     t = np.array([0, 33, 67, 100, 166, 200], dtype=np.int64) * 1_000_000  # one dropped frame
-    seg = SliceBuilder(store).add_segment("seg_00000002", site="s", streams=[
-        VideoData("cam0/rgb", frames, t, 30.0)])
+    seg = SliceBuilder(store).add_segment(
+        "seg_00000002", site="s", streams=[VideoData("cam0/rgb", frames, t, 30.0)]
+    )
     s = seg.streams["cam0/rgb"]
     assert (s.kind, s.count, s.shape, s.codec) == ("video", 6, (32, 48, 3), "h264")
     assert store.blob_path(s.blob.hash).read_bytes()[4:8] == b"ftyp"
@@ -100,7 +110,10 @@ def test_video_stream_stores_mp4_and_timestamps(tmp_path: Path) -> None:
         ({"streams": [_table("Cam 0")]}, "stream name"),
         ({"streams": [_table(quantity="pose")]}, "frame convention"),
         ({"streams": [_table(frame="enu")]}, "frame must be"),
-        ({"streams": [VideoData("cam0/rgb", np.zeros((3, 8, 8, 3), np.uint8), T[:4], 30.0)]}, "timestamps"),
+        (
+            {"streams": [VideoData("cam0/rgb", np.zeros((3, 8, 8, 3), np.uint8), T[:4], 30.0)]},
+            "timestamps",
+        ),
     ],
 )
 def test_builder_rejects_bad_input(tmp_path: Path, kwargs: dict, needle: str) -> None:

@@ -43,9 +43,25 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeaweedS3]:
 def root(store: SeaweedS3, tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("faults-root")
     result = subprocess.run(
-        [sys.executable, "-m", "rayform_server", "demo", "--root", str(root), "--small", "--jobs", "1",
-         "--blobs", f"s3://{BUCKET}/{PREFIX}", "--s3-endpoint", store.endpoint],
-        env={**os.environ, **store.env}, capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            "-m",
+            "rayform_server",
+            "demo",
+            "--root",
+            str(root),
+            "--small",
+            "--jobs",
+            "1",
+            "--blobs",
+            f"s3://{BUCKET}/{PREFIX}",
+            "--s3-endpoint",
+            store.endpoint,
+        ],
+        env={**os.environ, **store.env},
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert result.returncode == 0, result.stderr
     return root
@@ -85,8 +101,9 @@ def _first_video(client: rayform.Client) -> rayform.manifest.BlobRef:
     return client.slices.get(DEMO_SLICE).segments[0].streams["cam0/rgb"].blob
 
 
-def test_stalled_store_fails_naming_the_store_behind_the_server(root: Path, store: SeaweedS3,
-                                                                 tmp_path: Path) -> None:
+def test_stalled_store_fails_naming_the_store_behind_the_server(
+    root: Path, store: SeaweedS3, tmp_path: Path
+) -> None:
     with _stub(root, store) as server:  # a fresh stub: it must ask the store about every blob
         client = _client(server.url, tmp_path / "cache")
         ref = _first_video(client)
@@ -97,8 +114,13 @@ def test_stalled_store_fails_naming_the_store_behind_the_server(root: Path, stor
             elapsed = time.monotonic() - t0
             env = sub_env(RAYFORM_STALL_TIMEOUT=str(STALL_S))
             t1 = time.monotonic()
-            cli = subprocess.run(pull_cmd(server.url, tmp_path / "cli-cache"), env=env,
-                                 capture_output=True, text=True, timeout=60)
+            cli = subprocess.run(
+                pull_cmd(server.url, tmp_path / "cli-cache"),
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
             cli_elapsed = time.monotonic() - t1
             assert assert_cache_consistent(tmp_path / "cache") == []
         assert client.ensure_blob(DEMO_SLICE, ref).is_file()  # the store is back: so is the data
@@ -113,8 +135,9 @@ def test_stalled_store_fails_naming_the_store_behind_the_server(root: Path, stor
     assert assert_cache_consistent(tmp_path / "cache") == [ref.hash]
 
 
-def test_stalled_store_after_redirect_fails_naming_its_host(root: Path, store: SeaweedS3,
-                                                             tmp_path: Path) -> None:
+def test_stalled_store_after_redirect_fails_naming_its_host(
+    root: Path, store: SeaweedS3, tmp_path: Path
+) -> None:
     with _stub(root, store) as server:
         warm = _client(server.url, tmp_path / "warm")
         ref = _first_video(warm)
@@ -128,7 +151,10 @@ def test_stalled_store_after_redirect_fails_naming_its_host(root: Path, store: S
             elapsed = time.monotonic() - t0
     message = str(info.value)
     host = store.endpoint.removeprefix("http://")
-    assert f"the object store at {host} (where the server at {server.url} sent the download)" in message
+    assert (
+        f"the object store at {host} (where the server at {server.url} sent the download)"
+        in message
+    )
     assert "ReadTimeout" in message and "RAYFORM_ENDPOINT" not in message
     assert elapsed < STALL_S + SLACK_S, elapsed
     _no_secret(message)
@@ -143,8 +169,11 @@ def test_stalled_stub_fails_naming_the_server(root: Path, store: SeaweedS3, tmp_
         assert server.proc is not None
         with _stopped(server.proc.pid, group=False):
             t0 = time.monotonic()
-            with pytest.raises(TransportError, match=r"ReadTimeout.*without progress.*"
-                                                     r"server .* is reachable \(RAYFORM_ENDPOINT\)") as info:
+            with pytest.raises(
+                TransportError,
+                match=r"ReadTimeout.*without progress.*"
+                r"server .* is reachable \(RAYFORM_ENDPOINT\)",
+            ) as info:
                 client.ensure_blob(DEMO_SLICE, ref)
             elapsed = time.monotonic() - t0
     assert elapsed < STALL_S + SLACK_S, elapsed
@@ -158,32 +187,50 @@ def test_random_busy_answers_are_ridden_through(demo_server: ServerProcess, tmp_
         client = _client(proxy.url, tmp_path / "cache", attempts=2)
         report = client.pull(DEMO_SLICE, streams=["cam0/rgb", "joints/position"], jobs=8)
         assert report.fetched_blobs == 12
-        ds = EpisodeDataset(_client(proxy.url, tmp_path / "stream", attempts=2).slices.get(DEMO_SLICE),
-                            obs=["ee/pose"], action="joints/position_delta", fps=15, horizon=4)
+        ds = EpisodeDataset(
+            _client(proxy.url, tmp_path / "stream", attempts=2).slices.get(DEMO_SLICE),
+            obs=["ee/pose"],
+            action="joints/position_delta",
+            fps=15,
+            horizon=4,
+        )
         n = sum(len(b["t_ns"]) for b in DataLoader(ds, batch_size=16, num_workers=2))
         assert n == len(ds)
         assert proxy.stats.faults["busy"] >= 5  # enough to matter, with only 2 attempts each
     assert len(assert_cache_consistent(tmp_path / "cache")) == 12
 
 
-def test_connection_reset_mid_blob_while_streaming(demo_server: ServerProcess, tmp_path: Path) -> None:
+def test_connection_reset_mid_blob_while_streaming(
+    demo_server: ServerProcess, tmp_path: Path
+) -> None:
     with FaultProxy(demo_server.url) as proxy:
         slice_ = _client(proxy.url, tmp_path / "cache").slices.get(DEMO_SLICE)
         proxy.add(Fault("reset", times=3), Fault("truncate", times=1))  # < attempts on any one blob
-        ds = EpisodeDataset(slice_, obs=["cam0/rgb", "joints/position"], action="joints/position_delta",
-                            fps=15, horizon=4)
+        ds = EpisodeDataset(
+            slice_,
+            obs=["cam0/rgb", "joints/position"],
+            action="joints/position_delta",
+            fps=15,
+            horizon=4,
+        )
         got = [b["t_ns"] for b in DataLoader(ds, batch_size=16, num_workers=2)]
         assert proxy.pending() == 0
-    clean = EpisodeDataset(_client(demo_server.url, tmp_path / "cache").slices.get(DEMO_SLICE),
-                           obs=["cam0/rgb", "joints/position"], action="joints/position_delta",
-                           fps=15, horizon=4)
+    clean = EpisodeDataset(
+        _client(demo_server.url, tmp_path / "cache").slices.get(DEMO_SLICE),
+        obs=["cam0/rgb", "joints/position"],
+        action="joints/position_delta",
+        fps=15,
+        horizon=4,
+    )
     want = [b["t_ns"] for b in DataLoader(clean, batch_size=16)]
     assert all((a == b).all() for a, b in zip(got, want, strict=True))
     wanted = slice_.manifest.blobs(["cam0/rgb", "joints/position", "joints/position_delta"])
     assert assert_cache_consistent(tmp_path / "cache") == sorted(wanted)  # every blob intact
 
 
-def test_store_down_fails_naming_it_within_the_bound(root: Path, store: SeaweedS3, tmp_path: Path) -> None:
+def test_store_down_fails_naming_it_within_the_bound(
+    root: Path, store: SeaweedS3, tmp_path: Path
+) -> None:
     """Last in the module: the store is killed for good."""
     with _stub(root, store) as server:
         warm = _client(server.url, tmp_path / "warm")

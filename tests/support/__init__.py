@@ -18,15 +18,25 @@ import pytest
 
 import rayform
 
-__all__ = ["DEMO_SLICE", "SCRIPTS", "TOKEN", "ServerProcess", "forbid_network", "free_port", "make_client",
-           "torchrun"]
+__all__ = [
+    "DEMO_SLICE",
+    "SCRIPTS",
+    "TOKEN",
+    "ServerProcess",
+    "forbid_network",
+    "free_port",
+    "make_client",
+    "torchrun",
+]
 
 TOKEN = "test-token-3f9c2a7d5e1b"  # long and unique, so leak checks can grep for it
 #: The slice the session's small demo root holds (the ``demo_root`` fixture).
 DEMO_SLICE = "slc_7c1e04aa"
 
 
-def forbid_network(monkeypatch: pytest.MonkeyPatch, why: str = "a socket was opened in offline mode") -> None:
+def forbid_network(
+    monkeypatch: pytest.MonkeyPatch, why: str = "a socket was opened in offline mode"
+) -> None:
     """Make every outgoing socket connection in this process fail the test with ``why``."""
 
     def no_network(self: socket.socket, *args: object) -> None:
@@ -51,13 +61,25 @@ def make_client(url: str, cache: Path, **kw: object) -> rayform.Client:
 class ServerProcess:
     """`rayform-server serve` in a real subprocess on a loopback port."""
 
-    def __init__(self, root: Path, *args: str, token: str | None = TOKEN,
-                 env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, root: Path, *args: str, token: str | None = TOKEN, env: dict[str, str] | None = None
+    ) -> None:
         self.root = root
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        cmd = [sys.executable, "-m", "rayform_server", "serve", "--root", str(root),
-               "--host", "127.0.0.1", "--port", str(self.port), *args]
+        cmd = [
+            sys.executable,
+            "-m",
+            "rayform_server",
+            "serve",
+            "--root",
+            str(root),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            *args,
+        ]
         if token is not None:
             cmd += ["--token", token]
         self.cmd = cmd
@@ -66,8 +88,9 @@ class ServerProcess:
         self.start()
 
     def start(self) -> None:
-        self.proc = subprocess.Popen(self.cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                     env=self.env)
+        self.proc = subprocess.Popen(
+            self.cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=self.env
+        )
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -97,8 +120,14 @@ TESTS = Path(__file__).resolve().parents[1]
 SCRIPTS = TESTS / "support" / "scripts"
 
 
-def torchrun(world: int, script: str | Path, *args: str, cwd: Path | None = None,
-             env: dict[str, str] | None = None, timeout: float = 240) -> None:
+def torchrun(
+    world: int,
+    script: str | Path,
+    *args: str,
+    cwd: Path | None = None,
+    env: dict[str, str] | None = None,
+    timeout: float = 240,
+) -> None:
     """Run ``script`` under ``torch.distributed.run`` with ``world`` local ranks (gloo on
     loopback); fails the test with the ranks' stderr if any rank fails.
 
@@ -107,8 +136,18 @@ def torchrun(world: int, script: str | Path, *args: str, cwd: Path | None = None
     """
     path = [str(TESTS), str(TESTS.parent / "sdk"), str(TESTS.parent / "server_stub")]
     full = {**os.environ, **(env or {}), "OMP_NUM_THREADS": "1"}
-    full["PYTHONPATH"] = os.pathsep.join([*path, *(env or {}).get("PYTHONPATH", "").split(os.pathsep)]).rstrip(os.pathsep)
-    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={world}", "--nnodes=1",
-           f"--master_port={free_port()}", str(script), *args]
+    full["PYTHONPATH"] = os.pathsep.join(
+        [*path, *(env or {}).get("PYTHONPATH", "").split(os.pathsep)]
+    ).rstrip(os.pathsep)
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        f"--nproc_per_node={world}",
+        "--nnodes=1",
+        f"--master_port={free_port()}",
+        str(script),
+        *args,
+    ]
     done = subprocess.run(cmd, cwd=cwd, env=full, capture_output=True, text=True, timeout=timeout)
     assert done.returncode == 0, done.stderr[-4000:]

@@ -45,7 +45,9 @@ def decode_index_frame(chw: np.ndarray) -> int:
     return int(((blocks > 127).astype(np.int64) << np.arange(16)).sum())
 
 
-def _jittered(rng: np.random.Generator, start: int, end: int, rate_hz: float, jitter_ms: float) -> np.ndarray:
+def _jittered(
+    rng: np.random.Generator, start: int, end: int, rate_hz: float, jitter_ms: float
+) -> np.ndarray:
     n = int((end - start) * rate_hz / 1e9) + 1
     t = start + np.rint(np.arange(n) * 1e9 / rate_hz + rng.uniform(-jitter_ms, jitter_ms, n) * MS)
     t[0] = start
@@ -77,8 +79,9 @@ def video_times(rng: np.random.Generator, t0: int, seconds: float) -> np.ndarray
     return np.unique(np.concatenate([base[keep], planted]))
 
 
-def build_slice(root: Path, cache_dir: Path, seconds: tuple[float, ...] = (3.0, 2.0),
-                gop: int = 10) -> tuple[Slice, list[SegmentTruth]]:
+def build_slice(
+    root: Path, cache_dir: Path, seconds: tuple[float, ...] = (3.0, 2.0), gop: int = 10
+) -> tuple[Slice, list[SegmentTruth]]:
     """A slice with one segment per entry of ``seconds`` (video keyframe interval ``gop``);
     returns it and the ground truth."""
     store = Store(root)
@@ -99,13 +102,42 @@ def build_slice(root: Path, cache_dir: Path, seconds: tuple[float, ...] = (3.0, 
         tool = np.stack([1 + 0 * ti, 2 + 0 * ti, 3 + ti], axis=1)
         site, version = ("lab-a", 1) if n % 2 == 0 else ("lab-b", 2)
         builder.add_segment(
-            seg_id, site=site, version=version,
+            seg_id,
+            site=site,
+            version=version,
             streams=[
-                VideoData("cam0/rgb", (encode_index_frame(i) for i in range(vt.size)), vt, rate_hz=30, gop=gop),
-                TableData("joints/position", jt, np.stack([ji, ji * 0.5], axis=1), rate_hz=100, units="rad"),
-                TableData("joints/position_delta", at, np.stack([ai, -ai], axis=1), rate_hz=50, units="rad"),
-                TableData("ee/pose", pt, pose.astype(np.float32), rate_hz=20, frame="ros", quantity="pose"),
-                TableData("tool/position", tt, tool.astype(np.float32), rate_hz=20, frame="opencv", quantity="position"),
+                VideoData(
+                    "cam0/rgb",
+                    (encode_index_frame(i) for i in range(vt.size)),
+                    vt,
+                    rate_hz=30,
+                    gop=gop,
+                ),
+                TableData(
+                    "joints/position",
+                    jt,
+                    np.stack([ji, ji * 0.5], axis=1),
+                    rate_hz=100,
+                    units="rad",
+                ),
+                TableData(
+                    "joints/position_delta",
+                    at,
+                    np.stack([ai, -ai], axis=1),
+                    rate_hz=50,
+                    units="rad",
+                ),
+                TableData(
+                    "ee/pose", pt, pose.astype(np.float32), rate_hz=20, frame="ros", quantity="pose"
+                ),
+                TableData(
+                    "tool/position",
+                    tt,
+                    tool.astype(np.float32),
+                    rate_hz=20,
+                    frame="opencv",
+                    quantity="position",
+                ),
             ],
         )
         truths.append(SegmentTruth(seg_id, site, version, t0, vt, jt, at, pt, tt, end))

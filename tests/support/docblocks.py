@@ -61,11 +61,14 @@ def collect(path: Path, rel: Path | None = None) -> tuple[list[Block], list[str]
             rest = m_marker.group("rest").strip()
             reason = rest[1:].strip() if rest.startswith(":") else ""
             if not reason:
-                problems.append(f"{rel}:{i + 1}: a not-run marker needs a reason: "
-                                "<!-- not-run: <reason> -->")
+                problems.append(
+                    f"{rel}:{i + 1}: a not-run marker needs a reason: <!-- not-run: <reason> -->"
+                )
             if i + 1 >= len(lines) or not _FENCE.match(lines[i + 1]):
-                problems.append(f"{rel}:{i + 1}: a not-run marker must be on the line right "
-                                "before a block's opening fence")
+                problems.append(
+                    f"{rel}:{i + 1}: a not-run marker must be on the line right "
+                    "before a block's opening fence"
+                )
             pending = (i + 1, reason or None)
             i += 1
             continue
@@ -80,7 +83,9 @@ def collect(path: Path, rel: Path | None = None) -> tuple[list[Block], list[str]
         body: list[str] = []
         i += 1
         while i < len(lines) and not lines[i].strip().startswith(fence):
-            body.append(lines[i][len(indent):] if lines[i].startswith(indent) else lines[i].lstrip())
+            body.append(
+                lines[i][len(indent) :] if lines[i].startswith(indent) else lines[i].lstrip()
+            )
             i += 1
         not_run = pending[1] if pending is not None and pending[0] == start else None
         if pending is not None and pending[0] == start and not_run is None:
@@ -145,7 +150,7 @@ def terminal(text: str) -> list[str]:
     for raw in text.replace("\r\n", "\n").split("\n"):
         line = ""
         for part in raw.split("\r"):
-            line = part + line[len(part):]
+            line = part + line[len(part) :]
         shown.append(line)
     while shown and not shown[-1].strip():
         shown.pop()

@@ -1,8 +1,9 @@
 """The tests' one stand-in for ``rayform.Client`` behind a ``Slice``: blobs from a server store.
 
 :class:`StoreBlobs` satisfies :class:`rayform._seams.BlobFetcher` (``ensure_blob``,
-``cache_dir``, ``pull``, ``cache_limit``, ``would_fetch``), so ``Slice(..., StoreBlobs(store))`` is a slice whose blobs come
-straight from a data root: no server, no network, no cache. It records what it was asked for.
+``cache_dir``, ``pull``, ``cache_limit``, ``would_fetch``), so ``Slice(..., StoreBlobs(store))``
+is a slice whose blobs come straight from a data root: no server, no network, no cache. It
+records what it was asked for.
 """
 
 from __future__ import annotations
@@ -42,11 +43,18 @@ class StoreBlobs:
         self.calls += 1
         self.asked.add(ref.hash)
         if self.store is None:
-            raise AssertionError(f"blob {ref.hash[:12]} of {slice_id} was read; this test reads none")
+            raise AssertionError(
+                f"blob {ref.hash[:12]} of {slice_id} was read; this test reads none"
+            )
         return self.store.blob_path(ref.hash)
 
-    def pull(self, slice_id: Any, streams: Sequence[str] | None = None, jobs: int = 8,
-             progress: bool = False) -> None:
+    def pull(
+        self,
+        slice_id: Any,
+        streams: Sequence[str] | None = None,
+        jobs: int = 8,
+        progress: bool = False,
+    ) -> None:
         """Nothing to do: every blob of a store is already local."""
 
     @property
@@ -59,7 +67,11 @@ class StoreBlobs:
         return False
 
 
-def store_slice(slice_id: str, manifest: Manifest | ColumnarManifest, store: Store | None,
-                cache_dir: Path | None = None) -> Slice:
+def store_slice(
+    slice_id: str,
+    manifest: Manifest | ColumnarManifest,
+    store: Store | None,
+    cache_dir: Path | None = None,
+) -> Slice:
     """A :class:`~rayform.Slice` of ``manifest`` whose blobs come from ``store``."""
     return Slice(slice_id, manifest.hash, manifest, StoreBlobs(store, cache_dir))

@@ -118,7 +118,9 @@ class FaultProxy:
     # -- serving -----------------------------------------------------------------------------
     def _run(self) -> None:
         asyncio.set_event_loop(self._loop)
-        self._client = httpx.AsyncClient(timeout=30, limits=httpx.Limits(max_keepalive_connections=0))
+        self._client = httpx.AsyncClient(
+            timeout=30, limits=httpx.Limits(max_keepalive_connections=0)
+        )
         self._server = self._loop.run_until_complete(
             asyncio.start_server(self._handle, "127.0.0.1", 0)
         )
@@ -157,8 +159,9 @@ class FaultProxy:
     async def _respond(self, writer, method, target, headers, path, fault: Fault | None) -> None:  # noqa: ANN001
         if fault is not None and fault.kind in ("500", "503", "429"):
             extra = f"Retry-After: {fault.retry_after_s}\r\n" if fault.kind != "500" else ""
-            await _json_error(writer, f"{fault.kind} Injected", "injected",
-                              "fault injected by test proxy", extra)
+            await _json_error(
+                writer, f"{fault.kind} Injected", "injected", "fault injected by test proxy", extra
+            )
             return
         if fault is not None and fault.kind == "drop":
             _reset(writer)
@@ -174,8 +177,10 @@ class FaultProxy:
             if not any(k.lower() == "range" for k in headers):
                 self.stats.whole[path.rsplit("/", 1)[-1]] += 1
         out_headers = [
-            (k, v) for k, v in up.headers.items()
-            if k.lower() not in ("connection", "transfer-encoding", "content-length", "content-encoding")
+            (k, v)
+            for k, v in up.headers.items()
+            if k.lower()
+            not in ("connection", "transfer-encoding", "content-length", "content-encoding")
         ]
         if fault is not None and fault.kind == "flip" and body:
             b = bytearray(body)
@@ -191,7 +196,7 @@ class FaultProxy:
         if fault is None or fault.kind == "flip" or len(body) < 2:
             step = 1024 if self.throttle_s and "/blobs/" in path else len(body) or 1
             for i in range(0, len(body), step):
-                writer.write(body[i:i + step])
+                writer.write(body[i : i + step])
                 await writer.drain()
                 if step == 1024:
                     await asyncio.sleep(self.throttle_s)
@@ -209,13 +214,15 @@ class FaultProxy:
             _reset(writer)
 
 
-async def _json_error(writer: asyncio.StreamWriter, status: str, code: str, message: str,
-                      extra_headers: str = "") -> None:
+async def _json_error(
+    writer: asyncio.StreamWriter, status: str, code: str, message: str, extra_headers: str = ""
+) -> None:
     """Answer with a JSON error body like the server stub's, then let the caller close."""
     body = json.dumps({"error": code, "message": message}).encode()
     writer.write(
         f"HTTP/1.1 {status}\r\nContent-Type: application/json\r\n{extra_headers}"
-        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode() + body
+        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
+        + body
     )
     await writer.drain()
 

@@ -25,8 +25,16 @@ from typing import Any
 
 from rayform.format import canonical_json, hash_bytes
 
-__all__ = ["Answer", "HostileServer", "cache_names_ok", "crafted_slice", "gzip_bomb", "has_control",
-           "page_bytes", "v2_root"]
+__all__ = [
+    "Answer",
+    "HostileServer",
+    "cache_names_ok",
+    "crafted_slice",
+    "gzip_bomb",
+    "has_control",
+    "page_bytes",
+    "v2_root",
+]
 
 #: File names a cache may hold (docs/cache.md): blobs and manifests by hash, refs by slice
 #: ID, lock and claim files (and a stale claim its taker moved aside), and temporary files
@@ -51,7 +59,9 @@ def cache_names_ok(cache: Path) -> list[str]:
     """Paths under ``cache`` whose name is not a documented cache name (``[]`` when fine)."""
     if not cache.exists():
         return []
-    return [str(p.relative_to(cache)) for p in cache.rglob("*") if not _CACHE_NAME.fullmatch(p.name)]
+    return [
+        str(p.relative_to(cache)) for p in cache.rglob("*") if not _CACHE_NAME.fullmatch(p.name)
+    ]
 
 
 def gzip_bomb(expanded: int) -> bytes:
@@ -147,7 +157,7 @@ class HostileServer:
             for i in range(0, len(answer.body), step):
                 if self._stop.wait(step / answer.trickle_bps):
                     return
-                yield answer.body[i:i + step]
+                yield answer.body[i : i + step]
             return
         yield answer.body
         while answer.endless and not self._stop.is_set():
@@ -159,9 +169,21 @@ class HostileServer:
         if parts[:2] != ["v1", "slices"]:
             return Answer.json({"error": "not_found", "message": "unknown path"}, 404)
         if len(parts) == 2:
-            slices = [json.loads(p.read_bytes()) for p in sorted((self.root / "slices").glob("*.json"))]
-            return Answer.json({"slices": [{"id": s["id"], "manifest": s["manifest"],
-                                            "description": s.get("description", "")} for s in slices]})
+            slices = [
+                json.loads(p.read_bytes()) for p in sorted((self.root / "slices").glob("*.json"))
+            ]
+            return Answer.json(
+                {
+                    "slices": [
+                        {
+                            "id": s["id"],
+                            "manifest": s["manifest"],
+                            "description": s.get("description", ""),
+                        }
+                        for s in slices
+                    ]
+                }
+            )
         if len(parts) == 5 and parts[3] in ("pages", "blobs"):  # by hash, whatever the slice
             folder = "manifests" if parts[3] == "pages" else "blobs"
             path_ = self.root / folder / parts[4][:2] / parts[4]
@@ -173,27 +195,43 @@ class HostileServer:
         ref = json.loads(ref_path.read_bytes())
         manifest = self.root / "manifests" / ref["manifest"][:2] / ref["manifest"]
         if len(parts) == 3:
-            return Answer.json({"id": ref["id"], "manifest": ref["manifest"],
-                                "manifest_size": manifest.stat().st_size,
-                                "description": ref.get("description", "")})
+            return Answer.json(
+                {
+                    "id": ref["id"],
+                    "manifest": ref["manifest"],
+                    "manifest_size": manifest.stat().st_size,
+                    "description": ref.get("description", ""),
+                }
+            )
         if len(parts) == 4 and parts[3] == "manifest":
             return Answer(200, manifest.read_bytes())
         return Answer.json({"error": "not_found", "message": "not found"}, 404)
 
 
-def crafted_slice(server: HostileServer, slice_id: str, manifest: bytes, *,
-                  description: str = "crafted", pages: dict[str, bytes] | None = None) -> str:
+def crafted_slice(
+    server: HostileServer,
+    slice_id: str,
+    manifest: bytes,
+    *,
+    description: str = "crafted",
+    pages: dict[str, bytes] | None = None,
+) -> str:
     """Serve ``manifest`` (and v2 ``pages`` by hash) as slice ``slice_id``, correctly hashed;
     returns the manifest's hash."""
     digest = hash_bytes(manifest)
     base = f"/v1/slices/{slice_id}"
-    server.answers[base] = Answer.json({"id": slice_id, "manifest": digest, "manifest_size": len(manifest),
-                                        "description": description})
+    server.answers[base] = Answer.json(
+        {
+            "id": slice_id,
+            "manifest": digest,
+            "manifest_size": len(manifest),
+            "description": description,
+        }
+    )
     server.answers[base + "/manifest"] = Answer(200, manifest)
     for page_hash, page in (pages or {}).items():
         server.answers[f"{base}/pages/{page_hash}"] = Answer(200, page)
     return digest
-
 
 
 def page_bytes(table: Any, compression: str | None = None) -> bytes:

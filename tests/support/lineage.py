@@ -24,8 +24,17 @@ def demo_dataset(client: Any, slice_id: str, **kwargs: Any) -> EpisodeDataset:
     """The README's dataset on the demo slice, two episodes in reverse order, seed 3."""
     slice_ = client.slices.get(slice_id)
     segments = kwargs.pop("segments", [s.id for s in slice_.segments[:2]][::-1])
-    return EpisodeDataset(slice_, obs=OBS, action=ACTION, fps=15, horizon=4, frame="ros",
-                          segments=segments, seed=3, **kwargs)
+    return EpisodeDataset(
+        slice_,
+        obs=OBS,
+        action=ACTION,
+        fps=15,
+        horizon=4,
+        frame="ros",
+        segments=segments,
+        seed=3,
+        **kwargs,
+    )
 
 
 def assert_same_samples(a: EpisodeDataset, b: EpisodeDataset) -> None:
@@ -46,8 +55,11 @@ def sample_digests(ds: EpisodeDataset) -> list[str]:
     out = []
     for i in PICKS:
         sample = ds[i]
-        parts = [f"{k}:{v.dtype}:{tuple(v.shape)}:{v.numpy().tobytes().hex()}"
-                 for k, v in sorted(sample.items()) if isinstance(v, torch.Tensor)]
+        parts = [
+            f"{k}:{v.dtype}:{tuple(v.shape)}:{v.numpy().tobytes().hex()}"
+            for k, v in sorted(sample.items())
+            if isinstance(v, torch.Tensor)
+        ]
         parts.append(repr(sorted(sample["meta"].items())))
         out.append(hash_bytes("\n".join(parts).encode()))
     return out
@@ -71,17 +83,28 @@ def rebuild_slice_without_first_segment(root: Path, slice_id: str) -> str:
     return digest
 
 
-
 def demo_mixture(client: Any, slice_id: str, **options: Any) -> MixtureDataset:
     """A mixture of two datasets on the demo slice: a selection view (weight 3) and two
     episodes in reverse order (weight 1), 40 draws with replacement, seed 5. ``options`` go to
     both sources."""
     slice_ = client.slices.get(slice_id)
     site = slice_.segments[0].site
-    view = EpisodeDataset(slice_.select(sites=[site]), obs=OBS, action=ACTION, fps=15, horizon=4,
-                          frame="ros", seed=1, **options)
-    return MixtureDataset([(view, 3), (demo_dataset(client, slice_id, **options), 1)], num_samples=40,
-                          replacement=True, seed=5)
+    view = EpisodeDataset(
+        slice_.select(sites=[site]),
+        obs=OBS,
+        action=ACTION,
+        fps=15,
+        horizon=4,
+        frame="ros",
+        seed=1,
+        **options,
+    )
+    return MixtureDataset(
+        [(view, 3), (demo_dataset(client, slice_id, **options), 1)],
+        num_samples=40,
+        replacement=True,
+        seed=5,
+    )
 
 
 def mixture_digests(mix: MixtureDataset, n: int = 6) -> list[str]:
@@ -89,8 +112,11 @@ def mixture_digests(mix: MixtureDataset, n: int = 6) -> list[str]:
     keys = [(int(i), 0) for i in EpisodeSampler(mix).next_indices(n)]
     out = []
     for sample in mix.__getitems__(keys):
-        parts = [f"{k}:{v.dtype}:{tuple(v.shape)}:{v.numpy().tobytes().hex()}"
-                 for k, v in sorted(sample.items()) if isinstance(v, torch.Tensor)]
+        parts = [
+            f"{k}:{v.dtype}:{tuple(v.shape)}:{v.numpy().tobytes().hex()}"
+            for k, v in sorted(sample.items())
+            if isinstance(v, torch.Tensor)
+        ]
         parts.append(repr(sorted(sample["meta"].items())))
         out.append(hash_bytes("\n".join(parts).encode()))
     return out

@@ -12,8 +12,13 @@ from rayform import format as wire
 from rayform.manifest import Manifest
 
 
-def served_manifest(base_url: str, slice_id: str, headers: dict[str, str], data: bytes | None = None,
-                    expected_hash: str | None = None) -> Any:
+def served_manifest(
+    base_url: str,
+    slice_id: str,
+    headers: dict[str, str],
+    data: bytes | None = None,
+    expected_hash: str | None = None,
+) -> Any:
     """The manifest of ``slice_id``, its v2 pages fetched from ``/pages/{hash}`` into a temp dir
     (kept for the life of the process, since the pages are memory-mapped)."""
     base = f"{base_url}/v1/slices/{slice_id}"

@@ -30,8 +30,13 @@ def execute(path: Path, cwd: Path, env: dict[str, str], timeout: int = 600) -> A
     """The notebook at ``path`` executed in a fresh ``python3`` (ipykernel) kernel run in ``cwd``
     with environment ``env``; raises on a cell that fails."""
     nb = nbformat.read(path, as_version=4)
-    client = NotebookClient(nb, timeout=timeout, startup_timeout=300, kernel_name="python3",
-                            resources={"metadata": {"path": str(cwd)}})
+    client = NotebookClient(
+        nb,
+        timeout=timeout,
+        startup_timeout=300,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(cwd)}},
+    )
     client.execute(env=env)
     return nb
 
@@ -60,7 +65,11 @@ def _output(out: dict[str, Any]) -> str:
     if kind in ("execute_result", "display_data"):
         data = out["data"]
         if "text/html" in data:
-            html = "".join(data["text/html"]) if isinstance(data["text/html"], list) else data["text/html"]
+            html = (
+                "".join(data["text/html"])
+                if isinstance(data["text/html"], list)
+                else data["text/html"]
+            )
             return f'<div class="nb-output">\n{html.strip()}\n</div>\n'
         if "text/plain" in data:
             return f"```text\n{data['text/plain'].strip()}\n```\n"
@@ -73,7 +82,11 @@ def _merged(outs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     merged: list[dict[str, Any]] = []
     for out in outs:
         prev = merged[-1] if merged else None
-        if prev is not None and out["output_type"] == prev["output_type"] == "stream" and out["name"] == prev["name"]:
+        if (
+            prev is not None
+            and out["output_type"] == prev["output_type"] == "stream"
+            and out["name"] == prev["name"]
+        ):
             merged[-1] = {**prev, "text": prev["text"] + out["text"]}
         else:
             merged.append(out)
@@ -91,8 +104,10 @@ def render(nb: Any) -> str:
         if cell["cell_type"] == "markdown":
             parts.append(cell["source"].strip() + "\n")
             continue
-        parts.append("<!-- not-run: executed by tests/docs/test_notebook.py; its outputs follow -->\n"
-                     f"```python\n{cell['source'].strip()}\n```\n")
+        parts.append(
+            "<!-- not-run: executed by tests/docs/test_notebook.py; its outputs follow -->\n"
+            f"```python\n{cell['source'].strip()}\n```\n"
+        )
         parts.extend(p for p in (_output(o) for o in _merged(cell.get("outputs", []))) if p)
     parts.append("Download this notebook: [notebook.ipynb](notebook.ipynb).\n")
     return "\n".join(parts)

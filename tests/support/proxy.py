@@ -21,8 +21,16 @@ from urllib.parse import urlsplit
 
 __all__ = ["CountingProxy", "ProxyHandler", "ThreadedProxy"]
 
-_PASS_HEADERS = ("content-type", "content-length", "content-range", "etag", "accept-ranges",
-                 "www-authenticate", "retry-after", "location")
+_PASS_HEADERS = (
+    "content-type",
+    "content-length",
+    "content-range",
+    "etag",
+    "accept-ranges",
+    "www-authenticate",
+    "retry-after",
+    "location",
+)
 
 
 class ProxyHandler(BaseHTTPRequestHandler):
@@ -42,7 +50,7 @@ class ProxyHandler(BaseHTTPRequestHandler):
         try:
             if slowly and self.proxy.delay_s:
                 for i in range(0, len(body), 1024):
-                    self.wfile.write(body[i:i + 1024])
+                    self.wfile.write(body[i : i + 1024])
                     self.wfile.flush()
                     time.sleep(self.proxy.delay_s)
             else:
@@ -70,7 +78,9 @@ class ThreadedProxy:
         self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
-    def forward(self, method: str, target: str, headers: dict[str, str]) -> tuple[int, list[tuple[str, str]], bytes]:
+    def forward(
+        self, method: str, target: str, headers: dict[str, str]
+    ) -> tuple[int, list[tuple[str, str]], bytes]:
         """Send one request upstream; returns ``(status, headers, body)``."""
         conn = http.client.HTTPConnection(*self._up, timeout=30)
         try:

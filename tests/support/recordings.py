@@ -21,8 +21,14 @@ from rayform_server._video import encode_video
 
 
 # -- LeRobot v2.1 ------------------------------------------------------------------------------
-def write_lerobot_v21(root: Path, episodes: int = 2, n: int = 20, fps: int = 10, jitter_s: float = 0.0,
-               action: bool = False) -> dict:
+def write_lerobot_v21(
+    root: Path,
+    episodes: int = 2,
+    n: int = 20,
+    fps: int = 10,
+    jitter_s: float = 0.0,
+    action: bool = False,
+) -> dict:
     """A LeRobot v2.1-layout dataset by hand: one parquet file and one MP4 per episode
     (and a 4-D ``action`` column when ``action``; docs/recipes.md ingests one).
 
@@ -32,7 +38,11 @@ def write_lerobot_v21(root: Path, episodes: int = 2, n: int = 20, fps: int = 10,
     rng = np.random.default_rng(3)
     truth: dict = {"state": [], "t": []}
     features = {
-        "observation.images.front": {"dtype": "video", "shape": [48, 64, 3], "names": ["height", "width", "channels"]},
+        "observation.images.front": {
+            "dtype": "video",
+            "shape": [48, 64, 3],
+            "names": ["height", "width", "channels"],
+        },
         "observation.state": {"dtype": "float32", "shape": [4], "names": None},
         "timestamp": {"dtype": "float32", "shape": [1], "names": None},
         "frame_index": {"dtype": "int64", "shape": [1], "names": None},
@@ -42,26 +52,42 @@ def write_lerobot_v21(root: Path, episodes: int = 2, n: int = 20, fps: int = 10,
     }
     if action:
         features["action"] = {"dtype": "float32", "shape": [4], "names": None}
-    info = {"codebase_version": "v2.1", "fps": fps, "chunks_size": 1000, "total_episodes": episodes,
-            "data_path": "data/chunk-{episode_chunk:03d}/episode_{episode_index:06d}.parquet",
-            "video_path": "videos/chunk-{episode_chunk:03d}/{video_key}/episode_{episode_index:06d}.mp4",
-            "features": features}
+    info = {
+        "codebase_version": "v2.1",
+        "fps": fps,
+        "chunks_size": 1000,
+        "total_episodes": episodes,
+        "data_path": "data/chunk-{episode_chunk:03d}/episode_{episode_index:06d}.parquet",
+        "video_path": "videos/chunk-{episode_chunk:03d}/{video_key}/episode_{episode_index:06d}.mp4",
+        "features": features,
+    }
     (root / "meta").mkdir(parents=True)
     (root / "meta" / "info.json").write_text(json.dumps(info))
     (root / "meta" / "episodes.jsonl").write_text(
-        "".join(json.dumps({"episode_index": e, "tasks": ["t"], "length": n}) + "\n" for e in range(episodes)))
+        "".join(
+            json.dumps({"episode_index": e, "tasks": ["t"], "length": n}) + "\n"
+            for e in range(episodes)
+        )
+    )
     for e in range(episodes):
         state = rng.standard_normal((n, 4)).astype(np.float32)
         jitter = rng.uniform(0, jitter_s, n) * (np.arange(n) > 0)
         ts = (np.arange(n) / fps + jitter).astype(np.float32)
-        table = pa.table({
-            "observation.state": pa.FixedSizeListArray.from_arrays(pa.array(state.ravel()), 4),
-            "timestamp": ts, "frame_index": np.arange(n), "episode_index": np.full(n, e),
-            "index": np.arange(n) + e * n, "task_index": np.zeros(n, np.int64)})
+        table = pa.table(
+            {
+                "observation.state": pa.FixedSizeListArray.from_arrays(pa.array(state.ravel()), 4),
+                "timestamp": ts,
+                "frame_index": np.arange(n),
+                "episode_index": np.full(n, e),
+                "index": np.arange(n) + e * n,
+                "task_index": np.zeros(n, np.int64),
+            }
+        )
         if action:
             moves = rng.standard_normal((n, 4)).astype(np.float32)
             table = table.append_column(
-                "action", pa.FixedSizeListArray.from_arrays(pa.array(moves.ravel()), 4))
+                "action", pa.FixedSizeListArray.from_arrays(pa.array(moves.ravel()), 4)
+            )
         (root / "data" / "chunk-000").mkdir(parents=True, exist_ok=True)
         pq.write_table(table, root / "data" / "chunk-000" / f"episode_{e:06d}.parquet")
         video = root / "videos" / "chunk-000" / "observation.images.front" / f"episode_{e:06d}.mp4"
@@ -69,7 +95,9 @@ def write_lerobot_v21(root: Path, episodes: int = 2, n: int = 20, fps: int = 10,
         encode_video([lerobot_code_image(10 * e + i) for i in range(n)], video, rate_hz=fps, gop=2)
         truth["state"].append(state)
         exact = np.rint(np.arange(n) * (1e9 / fps)).astype(np.int64)
-        truth["t"].append(np.rint(ts.astype(np.float64) * 1e9).astype(np.int64) if jitter_s else exact)
+        truth["t"].append(
+            np.rint(ts.astype(np.float64) * 1e9).astype(np.int64) if jitter_s else exact
+        )
     return truth
 
 
@@ -77,12 +105,12 @@ def lerobot_code_image(k: int) -> np.ndarray:
     img = np.zeros((48, 64, 3), np.uint8)
     for bit in range(8):
         if (k >> bit) & 1:
-            img[:, bit * 8:(bit + 1) * 8] = 255
+            img[:, bit * 8 : (bit + 1) * 8] = 255
     return img
 
 
 def read_lerobot_code(img: np.ndarray) -> int:
-    return sum(1 << b for b in range(8) if img[:, b * 8 + 2:b * 8 + 6].mean() > 128)
+    return sum(1 << b for b in range(8) if img[:, b * 8 + 2 : b * 8 + 6].mean() > 128)
 
 
 # -- ROS 2 MCAP ---------------------------------------------------------------------------------
@@ -124,18 +152,23 @@ def code_image(k: int, height: int = H, width: int = W) -> np.ndarray:
     bw = width // 8
     for bit in range(8):
         if (k >> bit) & 1:
-            img[:, bit * bw:(bit + 1) * bw] = 255
+            img[:, bit * bw : (bit + 1) * bw] = 255
     return img
 
 
 def read_code(img: np.ndarray) -> int:
     bw = img.shape[1] // 8
-    return sum(1 << b for b in range(8) if img[:, b * bw + 2:(b + 1) * bw - 2].mean() > 128)
+    return sum(1 << b for b in range(8) if img[:, b * bw + 2 : (b + 1) * bw - 2].mean() > 128)
 
 
 def jpeg(img: np.ndarray) -> bytes:
     ctx = av.CodecContext.create("mjpeg", "w")
-    ctx.width, ctx.height, ctx.pix_fmt, ctx.time_base = img.shape[1], img.shape[0], "yuvj420p", Fraction(1, 30)
+    ctx.width, ctx.height, ctx.pix_fmt, ctx.time_base = (
+        img.shape[1],
+        img.shape[0],
+        "yuvj420p",
+        Fraction(1, 30),
+    )
     frame = av.VideoFrame.from_ndarray(img, format="rgb24").reformat(format="yuvj420p")
     return b"".join(bytes(p) for p in [*ctx.encode(frame), *ctx.encode(None)])
 
@@ -177,19 +210,47 @@ def write_bag(path: Path, seed: int = 0, *, odd_size_at: int | None = None) -> d
             if key == "cam0":
                 # frame code = index in the *written* (stamp-sorted) sequence
                 img = code_image(i) if i != odd_size_at else code_image(i, H + 2, W)
-                msg = {"header": header(t), "height": img.shape[0], "width": W, "encoding": "bgr8",
-                       "is_bigendian": 0, "step": W * 3, "data": img[:, :, ::-1].tobytes()}
-                w.write_message("/cam0/image_raw", schemas["sensor_msgs/msg/Image"], msg, log_time=log_t)
+                msg = {
+                    "header": header(t),
+                    "height": img.shape[0],
+                    "width": W,
+                    "encoding": "bgr8",
+                    "is_bigendian": 0,
+                    "step": W * 3,
+                    "data": img[:, :, ::-1].tobytes(),
+                }
+                w.write_message(
+                    "/cam0/image_raw", schemas["sensor_msgs/msg/Image"], msg, log_time=log_t
+                )
             elif key == "cam1":
                 msg = {"header": header(t), "format": "jpeg", "data": jpeg(code_image(i))}
-                w.write_message("/cam1/image_raw/compressed", schemas["sensor_msgs/msg/CompressedImage"], msg, log_time=log_t)
+                w.write_message(
+                    "/cam1/image_raw/compressed",
+                    schemas["sensor_msgs/msg/CompressedImage"],
+                    msg,
+                    log_time=log_t,
+                )
             elif key == "joints":
-                msg = {"header": header(t), "name": [f"j{k}" for k in range(6)],
-                       "position": truth["joint_pos"][i].tolist(), "velocity": truth["joint_vel"][i].tolist(), "effort": []}
-                w.write_message("/joint_states", schemas["sensor_msgs/msg/JointState"], msg, log_time=log_t)
+                msg = {
+                    "header": header(t),
+                    "name": [f"j{k}" for k in range(6)],
+                    "position": truth["joint_pos"][i].tolist(),
+                    "velocity": truth["joint_vel"][i].tolist(),
+                    "effort": [],
+                }
+                w.write_message(
+                    "/joint_states", schemas["sensor_msgs/msg/JointState"], msg, log_time=log_t
+                )
             else:
                 v = truth["pose_val"][i]
-                msg = {"header": header(t), "pose": {"position": dict(zip("xyz", v[:3], strict=True)),
-                                                     "orientation": dict(zip("xyzw", v[3:], strict=True))}}
-                w.write_message("/ee_pose", schemas["geometry_msgs/msg/PoseStamped"], msg, log_time=log_t)
+                msg = {
+                    "header": header(t),
+                    "pose": {
+                        "position": dict(zip("xyz", v[:3], strict=True)),
+                        "orientation": dict(zip("xyzw", v[3:], strict=True)),
+                    },
+                }
+                w.write_message(
+                    "/ee_pose", schemas["geometry_msgs/msg/PoseStamped"], msg, log_time=log_t
+                )
     return truth

@@ -32,8 +32,9 @@ def assert_cache_consistent(cache: Path) -> list[str]:
     return sorted(names)
 
 
-def kill_when_writing(proc: subprocess.Popen, cache: Path, min_bytes: int = 2048,
-                      timeout_s: float = 30) -> dict[str, int]:
+def kill_when_writing(
+    proc: subprocess.Popen, cache: Path, min_bytes: int = 2048, timeout_s: float = 30
+) -> dict[str, int]:
     """SIGKILL ``proc`` (a puller) once a ``tmp/*.part`` file in ``cache`` exceeds ``min_bytes``.
 
     Returns:
@@ -55,11 +56,23 @@ def kill_when_writing(proc: subprocess.Popen, cache: Path, min_bytes: int = 2048
     return {p.name.split(".")[0]: p.stat().st_size for p in tmp.glob("*.part")}
 
 
-def pull_cmd(url: str, cache: Path, *extra: str, slice_id: str = DEMO_SLICE,
-             quiet: bool = True) -> list[str]:
+def pull_cmd(
+    url: str, cache: Path, *extra: str, slice_id: str = DEMO_SLICE, quiet: bool = True
+) -> list[str]:
     """``rayform pull`` as a subprocess command line (``quiet``: without the progress bar)."""
-    return [sys.executable, "-m", "rayform", "pull", slice_id, "--endpoint", url,
-            "--cache-dir", str(cache), *(["--quiet"] if quiet else []), *extra]
+    return [
+        sys.executable,
+        "-m",
+        "rayform",
+        "pull",
+        slice_id,
+        "--endpoint",
+        url,
+        "--cache-dir",
+        str(cache),
+        *(["--quiet"] if quiet else []),
+        *extra,
+    ]
 
 
 def sub_env(*, drop: tuple[str, ...] = ("RAYFORM_",), **extra: str) -> dict[str, str]:

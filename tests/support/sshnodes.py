@@ -81,22 +81,36 @@ class SshNodes:
         keygen = _which("ssh-keygen")
         assert keygen is not None
         for key in ("host", "client"):
-            subprocess.run([keygen, "-q", "-t", "ed25519", "-N", "", "-f", str(self.dir / key)],
-                           check=True)
+            subprocess.run(
+                [keygen, "-q", "-t", "ed25519", "-N", "", "-f", str(self.dir / key)], check=True
+            )
         (self.dir / "authorized_keys").write_bytes((self.dir / "client.pub").read_bytes())
         config = self.dir / "sshd_config"
-        config.write_text("\n".join([
-            f"Port {self.port}", "ListenAddress 127.0.0.1", f"HostKey {self.dir / 'host'}",
-            f"AuthorizedKeysFile {self.dir / 'authorized_keys'}", "PasswordAuthentication no",
-            "KbdInteractiveAuthentication no", "PermitRootLogin prohibit-password",
-            "StrictModes no", "UsePAM yes", "PidFile none", "Subsystem sftp internal-sftp", "",
-        ]))
+        config.write_text(
+            "\n".join(
+                [
+                    f"Port {self.port}",
+                    "ListenAddress 127.0.0.1",
+                    f"HostKey {self.dir / 'host'}",
+                    f"AuthorizedKeysFile {self.dir / 'authorized_keys'}",
+                    "PasswordAuthentication no",
+                    "KbdInteractiveAuthentication no",
+                    "PermitRootLogin prohibit-password",
+                    "StrictModes no",
+                    "UsePAM yes",
+                    "PidFile none",
+                    "Subsystem sftp internal-sftp",
+                    "",
+                ]
+            )
+        )
         Path("/run/sshd").mkdir(exist_ok=True)  # sshd's privilege separation directory
         sshd = _which("sshd")
         assert sshd is not None
         self._log = (self.dir / "sshd.log").open("wb")
-        self._sshd = subprocess.Popen([sshd, "-D", "-e", "-f", str(config)],
-                                      stdout=self._log, stderr=subprocess.STDOUT)
+        self._sshd = subprocess.Popen(
+            [sshd, "-D", "-e", "-f", str(config)], stdout=self._log, stderr=subprocess.STDOUT
+        )
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
             if self._sshd.poll() is not None:
@@ -112,16 +126,36 @@ class SshNodes:
         are done as on the server); every local user may use the mount."""
         point = self.dir / name
         point.mkdir()
-        opts = (f"IdentityFile={self.dir / 'client'},StrictHostKeyChecking=no,"
-                "UserKnownHostsFile=/dev/null,BatchMode=yes,allow_other,LogLevel=ERROR")
-        subprocess.run(["sshfs", "-p", str(self.port), "-o", opts,
-                        f"{login}@127.0.0.1:{self.export}", str(point)],
-                       check=True, timeout=60, capture_output=True)
+        opts = (
+            f"IdentityFile={self.dir / 'client'},StrictHostKeyChecking=no,"
+            "UserKnownHostsFile=/dev/null,BatchMode=yes,allow_other,LogLevel=ERROR"
+        )
+        subprocess.run(
+            [
+                "sshfs",
+                "-p",
+                str(self.port),
+                "-o",
+                opts,
+                f"{login}@127.0.0.1:{self.export}",
+                str(point),
+            ],
+            check=True,
+            timeout=60,
+            capture_output=True,
+        )
         self._mounts.append(point)
         return point
 
-    def run_on(self, node: str, cmd: Sequence[str], *, user: str | None = None,
-               env: dict[str, str] | None = None, **popen: object) -> subprocess.Popen[str]:
+    def run_on(
+        self,
+        node: str,
+        cmd: Sequence[str],
+        *,
+        user: str | None = None,
+        env: dict[str, str] | None = None,
+        **popen: object,
+    ) -> subprocess.Popen[str]:
         """Start ``cmd`` as on host ``node`` (its own UTS namespace), as ``user`` if given.
 
         Every step execs the next, so the returned process is ``cmd`` itself (a SIGKILL
@@ -130,8 +164,16 @@ class SshNodes:
         if user:
             pw = pwd.getpwnam(user)
             prefix = ["setpriv", f"--reuid={pw.pw_uid}", f"--regid={pw.pw_gid}", "--init-groups"]
-        full = ["unshare", "--uts", "sh", "-c", f'hostname {node} && exec "$@"', "sh",
-                *prefix, *cmd]
+        full = [
+            "unshare",
+            "--uts",
+            "sh",
+            "-c",
+            f'hostname {node} && exec "$@"',
+            "sh",
+            *prefix,
+            *cmd,
+        ]
         return subprocess.Popen(full, env=env, text=True, **popen)  # type: ignore[call-overload]
 
     def close(self) -> None:

@@ -69,7 +69,10 @@ def test_public_and_main_process_is_default_collate() -> None:
     out = collate(batch)
     assert_same(out, default_collate(batch))
     assert out["img"].is_shared() is False
-    assert_same(list(loader(Samples(20), num_workers=0)), list(loader(Samples(20), default_collate, num_workers=0)))
+    assert_same(
+        list(loader(Samples(20), num_workers=0)),
+        list(loader(Samples(20), default_collate, num_workers=0)),
+    )
 
 
 def test_same_batches_as_default_collate_in_workers() -> None:
@@ -88,7 +91,9 @@ def sharing_strategy(request):
     torch.multiprocessing.set_sharing_strategy(before)
 
 
-def test_slots_are_reused_when_batches_are_dropped(monkeypatch: pytest.MonkeyPatch, sharing_strategy) -> None:
+def test_slots_are_reused_when_batches_are_dropped(
+    monkeypatch: pytest.MonkeyPatch, sharing_strategy
+) -> None:
     made = mp.get_context("fork").Value("i", 0)
     init = _collate._Slot.__init__
 
@@ -102,7 +107,9 @@ def test_slots_are_reused_when_batches_are_dropped(monkeypatch: pytest.MonkeyPat
     for b, batch in enumerate(loader(Samples(480, side=64), persistent_workers=True)):
         # A tensor from a slot is re-wrapped on arrival: not itself a shared-memory tensor.
         from_slots += not batch["img"].is_shared()
-        assert torch.equal(batch["img"][:, 0, 0, 0], torch.arange(b * 8, b * 8 + 8, dtype=torch.uint8))
+        assert torch.equal(
+            batch["img"][:, 0, 0, 0], torch.arange(b * 8, b * 8 + 8, dtype=torch.uint8)
+        )
         del batch
     assert from_slots >= 57, "the slots were not released as the batches were freed"
     assert 2 <= made.value <= 2 * _collate.MAX_SLOTS
@@ -111,10 +118,14 @@ def test_slots_are_reused_when_batches_are_dropped(monkeypatch: pytest.MonkeyPat
 def test_held_batches_and_views_are_never_overwritten() -> None:
     kept = []
     fallbacks = 0
-    for batch in loader(Samples(480, side=64), shuffle=True, generator=torch.Generator().manual_seed(3)):
+    for batch in loader(
+        Samples(480, side=64), shuffle=True, generator=torch.Generator().manual_seed(3)
+    ):
         fallbacks += batch["img"].is_shared()
         # Keep only views (the batch dict and its tensors are dropped): they must pin the slot.
-        kept.append((batch["n"].clone(), batch["img"][2:5], batch["nested"]["t"][1], batch["vec"][:, 1]))
+        kept.append(
+            (batch["n"].clone(), batch["img"][2:5], batch["nested"]["t"][1], batch["vec"][:, 1])
+        )
         del batch
     assert fallbacks > 0, "with every batch held the workers must fall back to fresh memory"
     for n, img, row, vec in kept:
@@ -148,7 +159,9 @@ def test_batch_sent_to_another_process_is_a_copy() -> None:
 
 def test_spawned_workers() -> None:
     ours = list(loader(Samples(24), multiprocessing_context="spawn"))
-    assert_same(ours, [default_collate([expected(i) for i in range(b, b + 8)]) for b in range(0, 24, 8)])
+    assert_same(
+        ours, [default_collate([expected(i) for i in range(b, b + 8)]) for b in range(0, 24, 8)]
+    )
 
 
 class Ragged(Samples):
@@ -215,10 +228,23 @@ def test_episode_dataset_batches_match_default_collate(tmp_path) -> None:
     slice_, _ = build_slice(tmp_path / "store", tmp_path / "cache")
 
     def epoch(collate_fn) -> list:
-        ds = EpisodeDataset(slice_, obs=["cam0/rgb", "joints/position"], action="joints/position_delta",
-                            fps=FPS, horizon=4, seed=1)
-        return list(loader(ds, collate_fn, batch_size=16, shuffle=True,
-                           generator=torch.Generator().manual_seed(5)))
+        ds = EpisodeDataset(
+            slice_,
+            obs=["cam0/rgb", "joints/position"],
+            action="joints/position_delta",
+            fps=FPS,
+            horizon=4,
+            seed=1,
+        )
+        return list(
+            loader(
+                ds,
+                collate_fn,
+                batch_size=16,
+                shuffle=True,
+                generator=torch.Generator().manual_seed(5),
+            )
+        )
 
     ours, theirs = epoch(collate), epoch(default_collate)
     assert len(ours) > 3
@@ -228,7 +254,9 @@ def test_episode_dataset_batches_match_default_collate(tmp_path) -> None:
 
 def test_a_slot_tensor_we_cannot_rewrap_keeps_its_slot_forever(as_worker) -> None:
     busy = as_worker
-    samples = [{"x": collections.UserList([torch.tensor([i]), torch.tensor([i, i])])} for i in range(3)]
+    samples = [
+        {"x": collections.UserList([torch.tensor([i]), torch.tensor([i, i])])} for i in range(3)
+    ]
     batch = ship(collate(samples))
     assert isinstance(batch["x"], collections.UserList)
     assert torch.equal(batch["x"][1], torch.tensor([[0, 0], [1, 1], [2, 2]]))

@@ -56,7 +56,9 @@ def test_grid_and_frames_between_on_and_after_frame_times(data) -> None:
         after = int(np.flatnonzero(vt == truth.t0 + 700 * MS + 1)[0])
         assert decode_index_frame(samples[pos + 7]["cam0/rgb"].numpy()) == after - 1
         if grid_len(truth) > 14:
-            gap = {decode_index_frame(samples[pos + k]["cam0/rgb"].numpy()) for k in (11, 12, 13, 14)}
+            gap = {
+                decode_index_frame(samples[pos + k]["cam0/rgb"].numpy()) for k in (11, 12, 13, 14)
+            }
             assert gap == {int(np.searchsorted(vt, truth.t0 + 1050 * MS)) - 1}
         pos += grid_len(truth)
 
@@ -130,7 +132,10 @@ def test_frame_conversions_against_hand_computed_poses(data) -> None:
     t = start + k * 100 * MS
     pi, ti = latest(truth.pose_t, t), latest(truth.tool_t, t)
     ji = latest(truth.joints_t, t)
-    got = {f: EpisodeDataset(slice_, obs=obs, action=None, fps=FPS, frame=f)[k] for f in (None, "ros", "opencv")}
+    got = {
+        f: EpisodeDataset(slice_, obs=obs, action=None, fps=FPS, frame=f)[k]
+        for f in (None, "ros", "opencv")
+    }
     # Stored: ee/pose in ROS = (1+i, 2, 3) with a 90 deg yaw; tool/position in OpenCV = (1, 2, 3+i).
     stored_pose = [1 + pi, 2, 3, 0, 0, SQ, SQ]
     assert got[None]["ee/pose"].tolist() == pytest.approx(stored_pose, abs=1e-6)
@@ -140,7 +145,9 @@ def test_frame_conversions_against_hand_computed_poses(data) -> None:
     assert got["ros"]["tool/position"].tolist() == pytest.approx([3 + ti, -1, -2])
     # ROS -> OpenCV: x_cv = -y_ros, y_cv = -z_ros, z_cv = x_ros; a yaw about +z_ros is a
     # rotation about -y_cv: quaternion (0, -sin 45, 0, cos 45).
-    assert got["opencv"]["ee/pose"].tolist() == pytest.approx([-2, -3, 1 + pi, 0, -SQ, 0, SQ], abs=1e-6)
+    assert got["opencv"]["ee/pose"].tolist() == pytest.approx(
+        [-2, -3, 1 + pi, 0, -SQ, 0, SQ], abs=1e-6
+    )
     assert got["opencv"]["tool/position"].tolist() == pytest.approx([1, 2, 3 + ti])
     for f in got:  # joint space is never touched
         assert got[f]["joints/position"].tolist() == [ji, ji * 0.5]
@@ -150,8 +157,18 @@ def test_meta_and_default_collate(data) -> None:
     slice_, truths = data
     ds = EpisodeDataset(slice_, obs=OBS, action=ACTION, fps=FPS, horizon=2)
     last = ds[len(ds) - 1]["meta"]
-    assert last == {"slice": slice_.id, "segment": truths[1].id, "segment_version": 2, "site": "lab-b"}
-    assert ds[0]["meta"] == {"slice": slice_.id, "segment": truths[0].id, "segment_version": 1, "site": "lab-a"}
+    assert last == {
+        "slice": slice_.id,
+        "segment": truths[1].id,
+        "segment_version": 2,
+        "site": "lab-b",
+    }
+    assert ds[0]["meta"] == {
+        "slice": slice_.id,
+        "segment": truths[0].id,
+        "segment_version": 1,
+        "site": "lab-a",
+    }
     batch = next(iter(DataLoader(ds, batch_size=4)))
     assert batch["cam0/rgb"].shape == (4, 3, 64, 64)
     assert batch["action"].shape == (4, 2, 2) and batch["action_is_pad"].shape == (4, 2)
@@ -212,7 +229,9 @@ def test_stats_match_independent_values_and_are_cached(data, tmp_path: Path) -> 
     slice_.client.cache_dir = tmp_path / "c"
     ds = EpisodeDataset(slice_, obs=OBS, action=ACTION, fps=FPS)
     stats = ds.stats()
-    want = np.array([latest(t.joints_t, t.t0 + k * 100 * MS) for t in truths for k in range(grid_len(t))], float)
+    want = np.array(
+        [latest(t.joints_t, t.t0 + k * 100 * MS) for t in truths for k in range(grid_len(t))], float
+    )
     assert stats["joints/position"]["mean"][0] == pytest.approx(want.mean())
     assert stats["joints/position"]["std"][0] == pytest.approx(want.std())
     assert stats["joints/position"]["max"][1] == pytest.approx(want.max() * 0.5)
@@ -230,16 +249,29 @@ def test_stats_match_independent_values_and_are_cached(data, tmp_path: Path) -> 
 def test_public_names() -> None:
     import rayform.torch
 
-    assert set(rayform.torch.__all__) == {"EpisodeDataset", "EpisodeSampler", "MixtureDataset", "SamplerDataset",
-                                          "collate", "split_episodes", "unnormalize"}
+    assert set(rayform.torch.__all__) == {
+        "EpisodeDataset",
+        "EpisodeSampler",
+        "MixtureDataset",
+        "SamplerDataset",
+        "collate",
+        "split_episodes",
+        "unnormalize",
+    }
     assert all(getattr(rayform.torch, name) for name in rayform.torch.__all__)
 
 
 def test_pyav_backend_returns_the_same_frames(data) -> None:
     slice_, _ = data
     keys = list(range(0, 30, 3)) + [1, 29]
-    a = EpisodeDataset(slice_, obs=["cam0/rgb"], action=None, fps=FPS, decoder_backend="pyav").__getitems__(keys)
-    b = EpisodeDataset(slice_, obs=["cam0/rgb"], action=None, fps=FPS, decoder_backend="torchcodec").__getitems__(keys)
+    a = EpisodeDataset(
+        slice_, obs=["cam0/rgb"], action=None, fps=FPS, decoder_backend="pyav"
+    ).__getitems__(keys)
+    b = EpisodeDataset(
+        slice_, obs=["cam0/rgb"], action=None, fps=FPS, decoder_backend="torchcodec"
+    ).__getitems__(keys)
     for x, y in zip(a, b, strict=True):
-        assert decode_index_frame(x["cam0/rgb"].numpy()) == decode_index_frame(y["cam0/rgb"].numpy())
+        assert decode_index_frame(x["cam0/rgb"].numpy()) == decode_index_frame(
+            y["cam0/rgb"].numpy()
+        )
         assert x["cam0/rgb"].shape == y["cam0/rgb"].shape

@@ -81,7 +81,9 @@ def ddp_run(tmp_path_factory: pytest.TempPathFactory):
     torchrun(2, script, str(root / "store"), str(root))
     ranks = [json.loads((root / f"rank{r}.json").read_text()) for r in range(2)]
     full = EpisodeDataset(slice_, obs=["joints/position"], action="joints/position_delta", fps=10)
-    everything = {(s["meta"]["segment"], int(s["t_ns"])) for s in full.__getitems__(list(range(len(full))))}
+    everything = {
+        (s["meta"]["segment"], int(s["t_ns"])) for s in full.__getitems__(list(range(len(full))))
+    }
     return ranks, everything, full
 
 
@@ -106,7 +108,10 @@ def test_ddp_pad_shards_are_disjoint_complete_and_equal(ddp_run) -> None:
     assert got == everything  # complete
     # Padding repeats a rank's own samples only; total duplicates = len difference.
     dup = 2 * r0["len"] - len(everything)
-    assert dup >= 0 and sum(c - 1 for c in Counter(map(tuple, r0["samples"] + r1["samples"])).values()) == dup
+    assert (
+        dup >= 0
+        and sum(c - 1 for c in Counter(map(tuple, r0["samples"] + r1["samples"])).values()) == dup
+    )
 
 
 def test_ddp_with_rayform_collate_gives_the_same_epoch(ddp_run) -> None:
@@ -182,4 +187,6 @@ def test_explicit_shard_and_distributed_sampler_in_one_process(tmp_path: Path) -
     assert len(EpisodeSampler(part)) == -(-len(whole) // 2)
     sampler = DistributedSampler(part, num_replicas=2, rank=1, shuffle=False)
     assert len(sampler) == -(-len(whole) // 2) and len(part) == len(whole)
-    assert set(EpisodeSampler(whole, shuffle=False).next_indices(len(whole)).tolist()) == set(range(len(whole)))
+    assert set(EpisodeSampler(whole, shuffle=False).next_indices(len(whole)).tolist()) == set(
+        range(len(whole))
+    )

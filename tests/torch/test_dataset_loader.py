@@ -45,7 +45,9 @@ def data(tmp_path_factory: pytest.TempPathFactory):
 
 
 def make(slice_, **kw) -> EpisodeDataset:
-    return EpisodeDataset(slice_, obs=OBS, action=ACTION, fps=FPS, horizon=4, transform=jitter, seed=7, **kw)
+    return EpisodeDataset(
+        slice_, obs=OBS, action=ACTION, fps=FPS, horizon=4, transform=jitter, seed=7, **kw
+    )
 
 
 def digest_epoch(loader: DataLoader) -> tuple[str, list[int]]:
@@ -72,7 +74,9 @@ def test_same_bits_for_num_workers_0_and_2(data) -> None:
     ds = make(slice_)
     ds.seed = 8
     ds.set_epoch(3)
-    assert digest_epoch(DataLoader(ds, batch_size=8, sampler=EpisodeSampler(ds)))[0] != results[0][0]
+    assert (
+        digest_epoch(DataLoader(ds, batch_size=8, sampler=EpisodeSampler(ds)))[0] != results[0][0]
+    )
 
 
 def test_same_bits_across_processes(data) -> None:
@@ -90,7 +94,9 @@ def test_same_bits_across_processes(data) -> None:
 def test_set_epoch_changes_order_and_epoch_k_needs_no_replay(data) -> None:
     slice_, _ = data
     ds = make(slice_)
-    loader = DataLoader(ds, batch_size=8, sampler=EpisodeSampler(ds), num_workers=2, persistent_workers=True)
+    loader = DataLoader(
+        ds, batch_size=8, sampler=EpisodeSampler(ds), num_workers=2, persistent_workers=True
+    )
     epochs = []
     for epoch in range(3):
         ds.set_epoch(epoch)
@@ -148,7 +154,9 @@ def test_decode_threads_give_the_same_bits(data, monkeypatch: pytest.MonkeyPatch
         ds = make(slice_, decode_threads=threads)
         ds.set_epoch(1)
         if workers:
-            assert ds[3]["cam0/rgb"].is_contiguous()  # the parent decoded in threads before the fork
+            assert ds[3][
+                "cam0/rgb"
+            ].is_contiguous()  # the parent decoded in threads before the fork
         loader = DataLoader(ds, batch_size=8, sampler=EpisodeSampler(ds), num_workers=workers)
         digests.append(digest_epoch(loader))
         # No decode thread outlives a read, so forking workers is always safe.
@@ -192,11 +200,32 @@ def _synthetic_slice(n_segments: int) -> Slice:
         t0 = start + i * 100_000_000_000
         dur = int(rng.integers(5, 60) * 1e9)
         streams = {
-            "cam0/rgb": Stream("cam0/rgb", "video", fake, 30.0, (96, 128, 3), "uint8", 100, t0 + 3_000_000,
-                               t0 + dur, timestamps=fake),
-            "joints/position": Stream("joints/position", "table", fake, 100.0, (7,), "float32", 100, t0, t0 + dur + 5),
-            "joints/position_delta": Stream("joints/position_delta", "table", fake, 50.0, (7,), "float32", 100,
-                                            t0 + 1, t0 + dur + 9),
+            "cam0/rgb": Stream(
+                "cam0/rgb",
+                "video",
+                fake,
+                30.0,
+                (96, 128, 3),
+                "uint8",
+                100,
+                t0 + 3_000_000,
+                t0 + dur,
+                timestamps=fake,
+            ),
+            "joints/position": Stream(
+                "joints/position", "table", fake, 100.0, (7,), "float32", 100, t0, t0 + dur + 5
+            ),
+            "joints/position_delta": Stream(
+                "joints/position_delta",
+                "table",
+                fake,
+                50.0,
+                (7,),
+                "float32",
+                100,
+                t0 + 1,
+                t0 + dur + 9,
+            ),
         }
         segments.append(Segment(f"seg_{i:08x}", 1, "lab", t0, t0 + dur + 9, streams))
 
@@ -280,7 +309,9 @@ def test_pulled_slice_offline_opens_no_socket(client_env, monkeypatch: pytest.Mo
     client = rayform.Client()
     slice_ = client.slices.get(DEMO_SLICE)
     ds = EpisodeDataset(slice_, obs=DEMO_OBS, action=DEMO_ACTION, fps=15, horizon=16)
-    loader = DataLoader(ds, batch_size=16, num_workers=2, persistent_workers=True, worker_init_fn=_no_sockets)
+    loader = DataLoader(
+        ds, batch_size=16, num_workers=2, persistent_workers=True, worker_init_fn=_no_sockets
+    )
     assert sum(len(b["t_ns"]) for b in loader) == len(ds)
     # DataLoader's own worker plumbing uses Unix socketpairs; no network socket may appear.
     assert not [f for f in opened if f in (-1, socket.AF_INET, socket.AF_INET6)]

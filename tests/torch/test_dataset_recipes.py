@@ -44,12 +44,20 @@ def test_the_sections_have_their_recipes() -> None:
     assert titles.count("## Distributed training (DDP)") == 1
 
 
-@pytest.mark.parametrize(("title", "code"), RUNNABLE, ids=[f"{t[3:]}-{i}" for i, (t, _) in enumerate(RUNNABLE)])
+@pytest.mark.parametrize(
+    ("title", "code"), RUNNABLE, ids=[f"{t[3:]}-{i}" for i, (t, _) in enumerate(RUNNABLE)]
+)
 def test_recipe_runs(client_env, tmp_path: Path, title: str, code: str) -> None:
     script = tmp_path / "recipe.py"
     script.write_text(code)
-    done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env(),
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, str(script)],
+        cwd=tmp_path,
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-4000:]
 
 

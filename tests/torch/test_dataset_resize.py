@@ -31,7 +31,9 @@ KEYS = [0, 9, 31, 20, 57, 3]  # across the small demo's 4 episodes, out of order
 def demo(demo_root: Path) -> Slice:
     """The small demo slice (96x128 all-intra cameras), read straight from its data root."""
     store = Store(demo_root)
-    return store_slice(DEMO_SLICE, store.load_manifest(store.get_slice(DEMO_SLICE)["manifest"]), store)
+    return store_slice(
+        DEMO_SLICE, store.load_manifest(store.get_slice(DEMO_SLICE)["manifest"]), store
+    )
 
 
 def make(slice_: Slice, **kw) -> EpisodeDataset:
@@ -71,7 +73,9 @@ def test_resize_frames_pads_with_zeros_and_crops_the_centre() -> None:
     assert torch.equal(cropped, reference(full[:, :, :, 16:112], (64, 64)))
     assert torch.equal(resize_frames(full, Target(64, 64, "squash")), reference(full, (64, 64)))
     # Already at the size: the stored pixels, untouched (a non-contiguous input made contiguous).
-    same = resize_frames(full.permute(0, 1, 3, 2).contiguous().transpose(2, 3), Target(96, 128, "squash"))
+    same = resize_frames(
+        full.permute(0, 1, 3, 2).contiguous().transpose(2, 3), Target(96, 128, "squash")
+    )
     assert torch.equal(same, full) and same.is_contiguous()
 
 
@@ -86,7 +90,10 @@ def test_every_camera_is_the_target_size_in_every_mode(demo: Slice, mode: str) -
     if mode == "pad":  # the demo's cameras are 4:3: 8 zero rows above and below
         assert not got[:, :, :8].any() and not got[:, :, 56:].any() and got[:, :, 8:56].any()
     sample = ds[KEYS[1]]
-    assert sample["wrist/rgb"].shape == (3, 64, 64) and sample["joints/position"].dtype == torch.float32
+    assert (
+        sample["wrist/rgb"].shape == (3, 64, 64)
+        and sample["joints/position"].dtype == torch.float32
+    )
     assert ds.frame_shape("wrist/rgb") == (3, 64, 64)
 
 
@@ -107,7 +114,9 @@ def test_without_image_size_the_frames_are_todays_bit_for_bit(demo: Slice) -> No
         stored = frames(default, key)
         assert stored.shape == (len(KEYS), 3, 96, 128)
         assert torch.equal(stored, frames(explicit, key))
-    assert default.uri == explicit.uri and "?v=1&" in default.uri and "image_size" not in default.uri
+    assert (
+        default.uri == explicit.uri and "?v=1&" in default.uri and "image_size" not in default.uri
+    )
     assert default.describe()["image_size"] is None and default.describe()["resize"] is None
     assert default.frame_shape("cam0/rgb") == (3, 96, 128)
 
@@ -132,7 +141,10 @@ def test_workers_threads_and_collate_give_the_in_process_batches(demo: Slice) ->
     loader = DataLoader(ds, batch_size=8, num_workers=2, collate_fn=collate)
     assert all(torch.equal(a, b["cam0/rgb"]) for a, b in zip(ref, loader, strict=True))
     threaded = make(demo, image_size=(64, 64), resize="pad", decode_threads=2)
-    assert all(torch.equal(a, b["cam0/rgb"]) for a, b in zip(ref, DataLoader(threaded, batch_size=8), strict=True))
+    assert all(
+        torch.equal(a, b["cam0/rgb"])
+        for a, b in zip(ref, DataLoader(threaded, batch_size=8), strict=True)
+    )
 
 
 def test_history_of_frames_is_resized_too(demo: Slice) -> None:
@@ -146,11 +158,18 @@ def test_history_of_frames_is_resized_too(demo: Slice) -> None:
 def test_tracker_spec_describe_and_uri_carry_the_resolution(demo: Slice) -> None:
     ds = make(demo, image_size=(64, 48), resize="crop")
     spec = sample_spec(ds)
-    assert spec["cam0/rgb"] == ("uint8", (3, 64, 48)) and spec["wrist/rgb"] == ("uint8", (3, 64, 48))
+    assert spec["cam0/rgb"] == ("uint8", (3, 64, 48)) and spec["wrist/rgb"] == (
+        "uint8",
+        (3, 64, 48),
+    )
     d = ds.describe()
     assert d["image_size"] == [64, 48] and d["resize"] == "crop"
     uri = DatasetURI.parse(ds.uri)
-    assert ds.uri.split("?")[1].startswith("v=3&") and uri.image_size == "64x48" and uri.resize == "crop"
+    assert (
+        ds.uri.split("?")[1].startswith("v=3&")
+        and uri.image_size == "64x48"
+        and uri.resize == "crop"
+    )
     assert uri.dataset_kwargs()["image_size"] == (64, 48)
     rebuilt = EpisodeDataset(demo, **uri.dataset_kwargs(), shard=None)
     assert rebuilt.uri == ds.uri and torch.equal(frames(rebuilt), frames(ds))
@@ -164,20 +183,43 @@ def test_a_mixture_checks_the_resized_shapes(demo: Slice) -> None:
 
 
 # -- arguments -----------------------------------------------------------------------------------
-@pytest.mark.parametrize(("kw", "match"), [
-    ({"image_size": (224, 224), "resize": "letterbox"}, r"resize='letterbox': use one of 'pad', 'squash', 'crop'"),
-    ({"resize": "stretch"}, "resize='stretch': use one of"),
-    ({"image_size": 224}, r"image_size=224: use \(height, width\) in pixels.*e.g. \(224, 224\)"),
-    ({"image_size": (224, 0)}, r"image_size=\(224, 0\): use \(height, width\)"),
-    ({"image_size": (224, 224, 3)}, "two integers from 1 to 8192"),
-    ({"image_size": (True, 224)}, "two integers"),
-    ({"image_size": (224.0, 224)}, "two integers"),
-    ({"image_size": "224x224"}, "use \\(height, width\\)"),
-    ({"image_size": {"cam0/rgb": (64, 64)}}, "no size for camera 'wrist/rgb': give every camera a size"),
-    ({"image_size": {"cam0/rgb": (64, 64), "wrist/rgb": (64, 64), "joints/position": (1, 1)}},
-     "'joints/position', which is not a camera of this dataset: key it by the sample's camera keys"),
-    ({"image_size": {"cam0/rgb": (64, 64), "wrist/rgb": (0, 64)}}, r"image_size\['wrist/rgb'\]=\(0, 64\)"),
-])
+@pytest.mark.parametrize(
+    ("kw", "match"),
+    [
+        (
+            {"image_size": (224, 224), "resize": "letterbox"},
+            r"resize='letterbox': use one of 'pad', 'squash', 'crop'",
+        ),
+        ({"resize": "stretch"}, "resize='stretch': use one of"),
+        (
+            {"image_size": 224},
+            r"image_size=224: use \(height, width\) in pixels.*e.g. \(224, 224\)",
+        ),
+        ({"image_size": (224, 0)}, r"image_size=\(224, 0\): use \(height, width\)"),
+        ({"image_size": (224, 224, 3)}, "two integers from 1 to 8192"),
+        ({"image_size": (True, 224)}, "two integers"),
+        ({"image_size": (224.0, 224)}, "two integers"),
+        ({"image_size": "224x224"}, "use \\(height, width\\)"),
+        (
+            {"image_size": {"cam0/rgb": (64, 64)}},
+            "no size for camera 'wrist/rgb': give every camera a size",
+        ),
+        (
+            {
+                "image_size": {
+                    "cam0/rgb": (64, 64),
+                    "wrist/rgb": (64, 64),
+                    "joints/position": (1, 1),
+                }
+            },
+            "'joints/position', which is not a camera of this dataset: key it by the sample's camera keys",
+        ),
+        (
+            {"image_size": {"cam0/rgb": (64, 64), "wrist/rgb": (0, 64)}},
+            r"image_size\['wrist/rgb'\]=\(0, 64\)",
+        ),
+    ],
+)
 def test_arguments_are_checked_up_front(demo: Slice, kw: dict, match: str) -> None:
     with pytest.raises(InvalidArgumentError, match=match):
         make(demo, **kw)
@@ -190,15 +232,21 @@ def test_image_size_needs_a_camera(demo: Slice) -> None:
         make(demo).frame_shape("joints/position")
 
 
-@pytest.mark.parametrize(("query", "match"), [
-    ("v=1&image_size=64x64&resize=pad", "image_size= under v=1: a training resolution is query version v=3"),
-    ("v=2&image_size=64x64&resize=pad", "image_size= under v=2"),
-    ("v=3", "lacks image_size, resize"),
-    ("v=3&image_size=64x64", "lacks resize"),
-    ("v=3&image_size=64&resize=pad", "write HEIGHTxWIDTH"),
-    ("v=3&image_size=64x64&resize=fit", "resize='fit': use one of"),
-    ("v=3&image_size=b:64x64,a:32x32&resize=pad", "'b', which is not in obs"),
-])
+@pytest.mark.parametrize(
+    ("query", "match"),
+    [
+        (
+            "v=1&image_size=64x64&resize=pad",
+            "image_size= under v=1: a training resolution is query version v=3",
+        ),
+        ("v=2&image_size=64x64&resize=pad", "image_size= under v=2"),
+        ("v=3", "lacks image_size, resize"),
+        ("v=3&image_size=64x64", "lacks resize"),
+        ("v=3&image_size=64&resize=pad", "write HEIGHTxWIDTH"),
+        ("v=3&image_size=64x64&resize=fit", "resize='fit': use one of"),
+        ("v=3&image_size=b:64x64,a:32x32&resize=pad", "'b', which is not in obs"),
+    ],
+)
 def test_uri_refuses_a_malformed_resolution(query: str, match: str) -> None:
     args = "action=&action_mode=hold&fps=15&frame=&horizon=1&obs=a&obs_steps=1&seed=0"
     with pytest.raises(InvalidArgumentError, match=match):
@@ -209,8 +257,10 @@ def test_uri_resolution_is_canonical() -> None:
     base = f"rayform://h/slc_7c1e04aa@{'ab' * 32}?"
     args = "action=&action_mode=hold&fps=15&frame=&horizon=1&obs=b,a&obs_steps=1&seed=0"
     uri = DatasetURI.parse(f"{base}v=3&resize=pad&image_size=a%3A32x32,b:64x64&{args}")
-    assert str(uri) == (f"{base}v=3&action=&action_mode=hold&fps=15&frame=&horizon=1"
-                        "&image_size=b:64x64,a:32x32&obs=b,a&obs_steps=1&resize=pad&seed=0")
+    assert str(uri) == (
+        f"{base}v=3&action=&action_mode=hold&fps=15&frame=&horizon=1"
+        "&image_size=b:64x64,a:32x32&obs=b,a&obs_steps=1&resize=pad&seed=0"
+    )
     same = DatasetURI.parse(f"{base}v=3&resize=squash&image_size=a:32x32,b:32x32&{args}")
     assert same.image_size == "32x32" and same.dataset_kwargs()["image_size"] == (32, 32)
     assert DatasetURI.parse(str(uri)) == uri

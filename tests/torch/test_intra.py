@@ -21,16 +21,26 @@ from rayform_server._video import encode_video
 def moving_frames(n: int, height: int, width: int) -> list[np.ndarray]:
     """Frames with texture and motion, so that every frame decodes to different pixels."""
     y, x = np.mgrid[0:height, 0:width]
-    return [np.stack([(x * 3 + 7 * i) % 256, (y * 5 + 3 * i) % 256, ((x + y) * 2 + 11 * i) % 256], -1).astype(np.uint8)
-            for i in range(n)]
+    return [
+        np.stack(
+            [(x * 3 + 7 * i) % 256, (y * 5 + 3 * i) % 256, ((x + y) * 2 + 11 * i) % 256], -1
+        ).astype(np.uint8)
+        for i in range(n)
+    ]
 
 
 def torchcodec_frames(path, indices) -> torch.Tensor:
-    return VideoDecoder(str(path), seek_mode="approximate", num_ffmpeg_threads=1).get_frames_at(indices).data
+    return (
+        VideoDecoder(str(path), seek_mode="approximate", num_ffmpeg_threads=1)
+        .get_frames_at(indices)
+        .data
+    )
 
 
 # 102 wide: planes padded to 112, and swscale's planar output is wrong there (packed path).
-@pytest.mark.parametrize("size", [(70, 102), (48, 64), (32, 120), (40, 640)], ids=lambda s: f"{s[0]}x{s[1]}")
+@pytest.mark.parametrize(
+    "size", [(70, 102), (48, 64), (32, 120), (40, 640)], ids=lambda s: f"{s[0]}x{s[1]}"
+)
 def test_every_frame_matches_torchcodec(tmp_path, size) -> None:
     path = tmp_path / "v.mp4"
     encode_video(moving_frames(40, *size), path, rate_hz=30, gop=1)
@@ -87,20 +97,28 @@ def test_dataset_uses_it_for_all_intra_video_with_the_same_bits(gop_slice) -> No
     auto, frames = read(None)
     _, reference = read("torchcodec")
     assert torch.equal(frames, reference)
-    assert [decode_index_frame(f.numpy()) for f in frames] == [decode_index_frame(f.numpy()) for f in reference]
+    assert [decode_index_frame(f.numpy()) for f in frames] == [
+        decode_index_frame(f.numpy()) for f in reference
+    ]
     assert set(auto.open_decoders()) == ({"intra"} if gop == 1 else {"torchcodec"})
 
 
-def test_a_mismatch_with_the_general_decoder_keeps_the_general_one(slices, monkeypatch, fresh_checks) -> None:
+def test_a_mismatch_with_the_general_decoder_keeps_the_general_one(
+    slices, monkeypatch, fresh_checks
+) -> None:
     slice_ = slices[1]
     real = IntraDecoder.get_frames_at
-    monkeypatch.setattr(IntraDecoder, "get_frames_at", lambda self, idx: real(self, idx) ^ 1)  # off by one bit
+    monkeypatch.setattr(
+        IntraDecoder, "get_frames_at", lambda self, idx: real(self, idx) ^ 1
+    )  # off by one bit
     ds = EpisodeDataset(slice_, obs=["cam0/rgb"], action=None, fps=FPS)
     keys = [0, len(ds) // 2, len(ds) - 1]
     frames = torch.stack([s["cam0/rgb"] for s in ds.__getitems__(keys)])
     assert ds.open_decoders() and "intra" not in ds.open_decoders()
     assert list(intra_checks().values()) == [False]
-    reference = EpisodeDataset(slice_, obs=["cam0/rgb"], action=None, fps=FPS, decoder_backend="torchcodec")
+    reference = EpisodeDataset(
+        slice_, obs=["cam0/rgb"], action=None, fps=FPS, decoder_backend="torchcodec"
+    )
     assert torch.equal(frames, torch.stack([s["cam0/rgb"] for s in reference.__getitems__(keys)]))
 
 
@@ -108,8 +126,13 @@ def test_forked_workers_and_threads_give_the_same_bits(gop_slice) -> None:
     _, slice_ = gop_slice
 
     def epoch(**kw):
-        ds = EpisodeDataset(slice_, obs=["cam0/rgb"], action=None, fps=FPS,
-                            decode_threads=kw.pop("decode_threads", 0))
+        ds = EpisodeDataset(
+            slice_,
+            obs=["cam0/rgb"],
+            action=None,
+            fps=FPS,
+            decode_threads=kw.pop("decode_threads", 0),
+        )
         ds.__getitems__([0, 1])  # the parent opens decoders before the workers fork
         return torch.cat([b["cam0/rgb"] for b in DataLoader(ds, batch_size=16, **kw)])
 
@@ -138,7 +161,10 @@ def test_the_check_runs_once_per_kind_of_video(tmp_path, monkeypatch, fresh_chec
         encode_video(moving_frames(12, *size), paths[-1], rate_hz=30, gop=1)
     cache = DecoderCache(8)
     for k, path in enumerate(paths):
-        assert torch.equal(cache.get_frames(str(k), path, np.array([2, 11]), 30.0), torchcodec_frames(path, [2, 11]))
+        assert torch.equal(
+            cache.get_frames(str(k), path, np.array([2, 11]), 30.0),
+            torchcodec_frames(path, [2, 11]),
+        )
     assert cache.open_backends() == ["intra"] * 3
     assert checks == [paths[0], paths[2]]  # the second 48x64 video reuses the first one's check
     assert list(intra_checks().values()) == [True, True]
@@ -164,23 +190,42 @@ def test_only_mp4_at_a_constant_rate_qualifies(tmp_path) -> None:
     write_video(tmp_path / "cfr.mp4", list(range(20)), "mp4")
     dec = open_intra(tmp_path / "cfr.mp4")
     assert dec is not None and len(dec) == 20
-    assert torch.equal(dec.get_frames_at([19, 0, 7]), torchcodec_frames(tmp_path / "cfr.mp4", [19, 0, 7]))
+    assert torch.equal(
+        dec.get_frames_at([19, 0, 7]), torchcodec_frames(tmp_path / "cfr.mp4", [19, 0, 7])
+    )
     write_video(tmp_path / "vfr.mp4", [0, 1, 2, 4, 5, 6, 8, 9], "mp4")
     assert open_intra(tmp_path / "vfr.mp4") is None
     write_video(tmp_path / "cfr.mkv", list(range(20)), "matroska")  # positions are not the frames'
     assert open_intra(tmp_path / "cfr.mkv") is None
 
 
-@pytest.mark.parametrize("edit", [["-itsoffset", "0.5", "-i", "{src}"], ["-ss", "0.2", "-i", "{src}", "-avoid_negative_ts", "make_zero"]],
-                         ids=["delayed", "cut"])
+@pytest.mark.parametrize(
+    "edit",
+    [
+        ["-itsoffset", "0.5", "-i", "{src}"],
+        ["-ss", "0.2", "-i", "{src}", "-avoid_negative_ts", "make_zero"],
+    ],
+    ids=["delayed", "cut"],
+)
 def test_mp4_with_an_edit_list_still_matches_torchcodec(tmp_path, edit) -> None:
     import shutil
     import subprocess
 
     src, dst = tmp_path / "src.mp4", tmp_path / "edited.mp4"
     encode_video(moving_frames(20, 48, 64), src, rate_hz=30, gop=1)
-    subprocess.run([shutil.which("ffmpeg") or "ffmpeg", "-v", "error", "-y", *(a.format(src=src) for a in edit),
-                    "-c", "copy", str(dst)], check=True)
+    subprocess.run(
+        [
+            shutil.which("ffmpeg") or "ffmpeg",
+            "-v",
+            "error",
+            "-y",
+            *(a.format(src=src) for a in edit),
+            "-c",
+            "copy",
+            str(dst),
+        ],
+        check=True,
+    )
     dec = open_intra(dst)
     general = VideoDecoder(str(dst), seek_mode="approximate")
     assert dec is not None and len(dec) == general.metadata.num_frames

@@ -28,14 +28,18 @@ def slices(tmp_path_factory: pytest.TempPathFactory):
 
 def sources(slices, **kw):
     a, b = slices
-    return (EpisodeDataset(a, obs=OBS, action=ACTION, fps=FPS, horizon=2, **kw),
-            EpisodeDataset(b, obs=OBS, action=ACTION, fps=FPS, horizon=2, **kw))
+    return (
+        EpisodeDataset(a, obs=OBS, action=ACTION, fps=FPS, horizon=2, **kw),
+        EpisodeDataset(b, obs=OBS, action=ACTION, fps=FPS, horizon=2, **kw),
+    )
 
 
 def test_proportions_over_10000_samples_are_within_2_percent(slices) -> None:
     a, b = sources(slices)
     for replacement in (False, True):
-        mix = MixtureDataset([(a, 0.7), (b, 0.3)], num_samples=10_000, replacement=replacement, seed=3)
+        mix = MixtureDataset(
+            [(a, 0.7), (b, 0.3)], num_samples=10_000, replacement=replacement, seed=3
+        )
         drawn = EpisodeSampler(mix).next_indices(10_000)
         src, local = mix.locate(drawn)
         share = np.bincount(src, minlength=2) / len(drawn)
@@ -56,7 +60,9 @@ def test_samples_say_their_source_and_the_epoch_length_rule(slices) -> None:
     sampler = EpisodeSampler(mix)
     drawn = sampler.next_indices(mix.num_samples)
     src, local = mix.locate(drawn)
-    batches = list(DataLoader(mix, batch_size=8, sampler=sampler, num_workers=2, collate_fn=collate))
+    batches = list(
+        DataLoader(mix, batch_size=8, sampler=sampler, num_workers=2, collate_fn=collate)
+    )
     got_src = np.concatenate([b["meta"]["source"].numpy() for b in batches])
     assert got_src.tolist() == src.tolist()
     t_ns = np.concatenate([b["t_ns"].numpy() for b in batches])
@@ -66,13 +72,18 @@ def test_samples_say_their_source_and_the_epoch_length_rule(slices) -> None:
 
 def test_mixture_run_resumes_exactly(slices) -> None:
     def run(state=None, stop=None):
-        mix = MixtureDataset(list(zip(sources(slices), (0.6, 0.4), strict=True)), num_samples=60, seed=5)
+        mix = MixtureDataset(
+            list(zip(sources(slices), (0.6, 0.4), strict=True)), num_samples=60, seed=5
+        )
         mix.set_epoch(2)
         sampler = EpisodeSampler(mix)
         if state is not None:
             sampler.load_state_dict(state)
         loader = DataLoader(mix, batch_size=6, sampler=sampler, num_workers=2)
-        out = [list(zip(b["meta"]["source"].tolist(), b["t_ns"].tolist(), strict=True)) for b in islice(loader, stop)]
+        out = [
+            list(zip(b["meta"]["source"].tolist(), b["t_ns"].tolist(), strict=True))
+            for b in islice(loader, stop)
+        ]
         return out, sampler.state_dict(consumed=6 * len(out))
 
     full, _ = run()
@@ -84,7 +95,9 @@ def test_mixture_run_resumes_exactly(slices) -> None:
 
 def test_mixture_is_sharded_and_elastic(slices) -> None:
     def mix(rank, world):
-        return MixtureDataset(list(zip(sources(slices, shard=(rank, world)), (0.5, 0.5), strict=True)), num_samples=50)
+        return MixtureDataset(
+            list(zip(sources(slices, shard=(rank, world)), (0.5, 0.5), strict=True)), num_samples=50
+        )
 
     whole = Counter(EpisodeSampler(mix(0, 1)).next_indices(50).tolist())
     seen: Counter[int] = Counter()
@@ -120,7 +133,9 @@ def test_describe_and_stats(slices) -> None:
 
 def test_wrong_combinations_are_clear_errors(slices) -> None:
     a, b = sources(slices)
-    other = EpisodeDataset(slices[1], obs=["joints/position", "ee/pose"], action=ACTION, fps=FPS, horizon=2)
+    other = EpisodeDataset(
+        slices[1], obs=["joints/position", "ee/pose"], action=ACTION, fps=FPS, horizon=2
+    )
     with pytest.raises(InvalidArgumentError, match="'ee/pose'"):
         MixtureDataset([(a, 1.0), (other, 1.0)])
     longer = EpisodeDataset(slices[1], obs=OBS, action=ACTION, fps=FPS, horizon=5)

@@ -51,35 +51,62 @@ def three(client, normalize=None, **kw):
     bi = EpisodeDataset(
         client.slices.get(DEMO_SLICE),
         obs={"image_primary": "cam0/rgb", "image_wrist": "wrist/rgb", "state": "joints/position"},
-        action={"action": "joints/position_delta"}, fps=25, horizon=4, image_size=SIZE, resize="squash",
-        normalize=normalize, **NO_READAHEAD, **kw,
+        action={"action": "joints/position_delta"},
+        fps=25,
+        horizon=4,
+        image_size=SIZE,
+        resize="squash",
+        normalize=normalize,
+        **NO_READAHEAD,
+        **kw,
     )
     arm = EpisodeDataset(
         client.slices.get(SINGLE_ARM_SLICE),
         obs={"image_wrist": "hand/rgb", "state": "arm/joint_pos"},
-        action={"action": "arm/joint_cmd_delta"}, fps=15, horizon=4,
-        image_size={"image_wrist": SIZE}, resize="squash", normalize=normalize, **NO_READAHEAD, **kw,
+        action={"action": "arm/joint_cmd_delta"},
+        fps=15,
+        horizon=4,
+        image_size={"image_wrist": SIZE},
+        resize="squash",
+        normalize=normalize,
+        **NO_READAHEAD,
+        **kw,
     )
     copy = EpisodeDataset(
         client.slices.get(COPY_SLICE),
         obs={"image_wrist": "wrist/rgb", "state": "ee/pose"},
-        action={"action": "joints/position_delta"}, fps=10, horizon=4, image_size=SIZE, resize="squash",
-        normalize=normalize, **NO_READAHEAD, **kw,
+        action={"action": "joints/position_delta"},
+        fps=10,
+        horizon=4,
+        image_size=SIZE,
+        resize="squash",
+        normalize=normalize,
+        **NO_READAHEAD,
+        **kw,
     )
     return bi, arm, copy
 
 
 def mixture(client, normalize=None, seed=3, num_samples=90, **kw):
     bi, arm, copy = three(client, normalize=normalize, **kw)
-    return MixtureDataset([(bi, 0.5, "bimanual"), (arm, 0.3, "single_arm"), (copy, 0.2, "copy")],
-                          layout="union", num_samples=num_samples, seed=seed)
+    return MixtureDataset(
+        [(bi, 0.5, "bimanual"), (arm, 0.3, "single_arm"), (copy, 0.2, "copy")],
+        layout="union",
+        num_samples=num_samples,
+        seed=seed,
+    )
 
 
 WANT = {
-    "image_primary": ("uint8", (3, *SIZE)), "image_primary_is_missing": ("bool", ()),
-    "image_wrist": ("uint8", (3, *SIZE)), "image_wrist_is_missing": ("bool", ()),
-    "state": ("float32", (14,)), "state_dim_is_pad": ("bool", (14,)),
-    "action": ("float32", (4, 14)), "action_dim_is_pad": ("bool", (14,)), "action_is_pad": ("bool", (4,)),
+    "image_primary": ("uint8", (3, *SIZE)),
+    "image_primary_is_missing": ("bool", ()),
+    "image_wrist": ("uint8", (3, *SIZE)),
+    "image_wrist_is_missing": ("bool", ()),
+    "state": ("float32", (14,)),
+    "state_dim_is_pad": ("bool", (14,)),
+    "action": ("float32", (4, 14)),
+    "action_dim_is_pad": ("bool", (14,)),
+    "action_is_pad": ("bool", (4,)),
     "t_ns": ("int64", ()),
 }
 
@@ -91,22 +118,43 @@ def test_union_layout_keys_shapes_and_masks_in_every_batch(client) -> None:
     missing = {"bimanual": False, "single_arm": True, "copy": True}
     seen = Counter()
     for collate_fn in (None, collate):
-        loader = DataLoader(mix, batch_size=8, sampler=EpisodeSampler(mix), num_workers=2,
-                            **({"collate_fn": collate_fn} if collate_fn else {}))
+        loader = DataLoader(
+            mix,
+            batch_size=8,
+            sampler=EpisodeSampler(mix),
+            num_workers=2,
+            **({"collate_fn": collate_fn} if collate_fn else {}),
+        )
         for batch in loader:
             assert set(batch) == {*WANT, "meta"}
             n = len(batch["t_ns"])
             for key, (dtype, shape) in WANT.items():
-                assert batch[key].dtype == getattr(torch, dtype) and tuple(batch[key].shape) == (n, *shape), key
-            assert set(batch["meta"]) == {"slice", "segment", "segment_version", "site", "source", "source_name"}
+                assert batch[key].dtype == getattr(torch, dtype) and tuple(batch[key].shape) == (
+                    n,
+                    *shape,
+                ), key
+            assert set(batch["meta"]) == {
+                "slice",
+                "segment",
+                "segment_version",
+                "site",
+                "source",
+                "source_name",
+            }
             for i, name in enumerate(batch["meta"]["source_name"]):
                 seen[name] += 1
-                assert batch["meta"]["source"][i].item() == ["bimanual", "single_arm", "copy"].index(name)
+                assert batch["meta"]["source"][i].item() == [
+                    "bimanual",
+                    "single_arm",
+                    "copy",
+                ].index(name)
                 ws, wa = widths[name]
                 assert batch["state_dim_is_pad"][i].tolist() == [d >= ws for d in range(14)]
                 assert batch["action_dim_is_pad"][i].tolist() == [d >= wa for d in range(14)]
                 # Padded components are exactly zero; the real ones are data (joint angles are never all 0).
-                assert torch.all(batch["state"][i, ws:] == 0) and torch.all(batch["action"][i, :, wa:] == 0)
+                assert torch.all(batch["state"][i, ws:] == 0) and torch.all(
+                    batch["action"][i, :, wa:] == 0
+                )
                 assert torch.any(batch["state"][i, :ws] != 0)
                 assert batch["image_primary_is_missing"][i].item() == missing[name]
                 assert batch["image_wrist_is_missing"][i].item() is False
@@ -141,8 +189,15 @@ def test_resume_after_n_batches_and_from_uri(client) -> None:
         if state is not None:
             sampler.load_state_dict(state)
         loader = DataLoader(mix, batch_size=6, sampler=sampler, num_workers=2, collate_fn=collate)
-        out = [(b["meta"]["source_name"], b["t_ns"].tolist(), b["state"].sum().item(), b["image_wrist"].sum().item())
-               for b in islice(loader, stop)]
+        out = [
+            (
+                b["meta"]["source_name"],
+                b["t_ns"].tolist(),
+                b["state"].sum().item(),
+                b["image_wrist"].sum().item(),
+            )
+            for b in islice(loader, stop)
+        ]
         return out, sampler.state_dict(consumed=6 * len(out))
 
     mix = mixture(client)
@@ -151,7 +206,11 @@ def test_resume_after_n_batches_and_from_uri(client) -> None:
     tail, _ = run(mixture(client), state=json.loads(json.dumps(state)))
     assert head + tail == full
     uri = mix.uri
-    assert uri.startswith("rayform:///mix?v=3&") and "layout=union" in uri and "names=bimanual,single_arm,copy" in uri
+    assert (
+        uri.startswith("rayform:///mix?v=3&")
+        and "layout=union" in uri
+        and "names=bimanual,single_arm,copy" in uri
+    )
     assert "keys=image_primary,image_wrist,state,action" in mix.sources[0].uri
     again = MixtureDataset.from_uri(uri, **NO_READAHEAD)
     assert again.uri == uri and again.source_names == mix.source_names
@@ -168,7 +227,9 @@ def test_normalised_vectors_have_mean_0_std_1_per_source(client) -> None:
         std = np.asarray(stats[ds.obs_keys["state"]]["std"])
         live = torch.from_numpy(std > 1e-6)
         assert torch.allclose(state.mean(0), torch.zeros(state.shape[1]), atol=1e-3), k
-        assert torch.allclose(state.std(0, unbiased=False)[live], torch.ones(int(live.sum())), atol=1e-3), k
+        assert torch.allclose(
+            state.std(0, unbiased=False)[live], torch.ones(int(live.sum())), atol=1e-3
+        ), k
         assert torch.all(state[:, ~live] == 0)  # never changes: only centred
     # unnormalize on the mixture: back to the source's robot units, its own width.
     draws = EpisodeSampler(mix).next_indices(12)
@@ -201,21 +262,46 @@ def test_quantile_and_given_statistics(client) -> None:
     inside = (x[:, live].abs() <= 1 + 1e-5).float().mean()
     assert inside > 0.95  # q01..q99 -> -1..1
     # A validation dataset normalised with the training set's numbers: same values, URI holds them.
-    val = EpisodeDataset(arm.slice, obs=arm.obs_keys, action={"action": arm.action}, fps=15, horizon=4,
-                         image_size={"image_wrist": SIZE}, resize="squash", normalize=stats, **NO_READAHEAD)
+    val = EpisodeDataset(
+        arm.slice,
+        obs=arm.obs_keys,
+        action={"action": arm.action},
+        fps=15,
+        horizon=4,
+        image_size={"image_wrist": SIZE},
+        resize="squash",
+        normalize=stats,
+        **NO_READAHEAD,
+    )
     assert val.normalize == "given" and val.normalization() == stats
     assert torch.equal(val[3]["state"], arm[3]["state"])
-    assert "normalize=%7B" in val.uri and EpisodeDataset.from_uri(val.uri, **NO_READAHEAD).uri == val.uri
+    assert (
+        "normalize=%7B" in val.uri
+        and EpisodeDataset.from_uri(val.uri, **NO_READAHEAD).uri == val.uri
+    )
     with pytest.raises(InvalidArgumentError, match="missing: state"):
-        EpisodeDataset(arm.slice, obs=arm.obs_keys, action={"action": arm.action}, fps=15,
-                       normalize={"action": stats["action"]})
+        EpisodeDataset(
+            arm.slice,
+            obs=arm.obs_keys,
+            action={"action": arm.action},
+            fps=15,
+            normalize={"action": stats["action"]},
+        )
 
 
 def test_explicit_layout_and_clear_errors(client) -> None:
     bi, arm, copy = three(client)
-    spec = {"image_primary": (3, *SIZE), "image_wrist": (3, *SIZE), "state": (16,), "action": (4, 16)}
+    spec = {
+        "image_primary": (3, *SIZE),
+        "image_wrist": (3, *SIZE),
+        "state": (16,),
+        "action": (4, 16),
+    }
     mix = MixtureDataset([(bi, 1.0), (arm, 1.0)], layout=spec)
-    assert mix.sample_spec()["state"] == ("float32", (16,)) and mix.source_names == (DEMO_SLICE, SINGLE_ARM_SLICE)
+    assert mix.sample_spec()["state"] == ("float32", (16,)) and mix.source_names == (
+        DEMO_SLICE,
+        SINGLE_ARM_SLICE,
+    )
     sample = mix[(len(bi), 0)]
     assert sample["state_dim_is_pad"].tolist() == [d >= 7 for d in range(16)]
     # The tracker's form ({key: {"dtype", "shape"}} with masks) is accepted as it is logged.
@@ -224,11 +310,20 @@ def test_explicit_layout_and_clear_errors(client) -> None:
     with pytest.raises(InvalidArgumentError, match="only widen"):
         MixtureDataset([(bi, 1.0), (arm, 1.0)], layout={**spec, "state": (8,)})
     with pytest.raises(InvalidArgumentError, match="lacks 'image_primary'"):
-        MixtureDataset([(bi, 1.0), (arm, 1.0)], layout={k: v for k, v in spec.items() if k != "image_primary"})
+        MixtureDataset(
+            [(bi, 1.0), (arm, 1.0)], layout={k: v for k, v in spec.items() if k != "image_primary"}
+        )
     with pytest.raises(InvalidArgumentError, match="layout='union'"):
         MixtureDataset([(bi, 1.0), (arm, 1.0)])  # today's rule without a layout, with the way out
-    small = EpisodeDataset(arm.slice, obs={"image_wrist": "hand/rgb"}, action={"action": arm.action}, fps=15,
-                           horizon=4, image_size=(32, 32), resize="pad")
+    small = EpisodeDataset(
+        arm.slice,
+        obs={"image_wrist": "hand/rgb"},
+        action={"action": arm.action},
+        fps=15,
+        horizon=4,
+        image_size=(32, 32),
+        resize="pad",
+    )
     with pytest.raises(InvalidArgumentError, match="image_size="):
         MixtureDataset([(bi, 1.0), (small, 1.0)], layout="union")
     with pytest.raises(InvalidArgumentError, match="give each source its own name"):

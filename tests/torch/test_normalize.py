@@ -25,7 +25,9 @@ def slice_(client_env: ServerProcess):
 
 
 def test_mean_std_gives_mean_0_std_1_and_constant_components_only_centred(slice_) -> None:
-    ds = EpisodeDataset(slice_, obs=OBS, action=ACTION, fps=15, normalize="mean_std", readahead_bytes=0)
+    ds = EpisodeDataset(
+        slice_, obs=OBS, action=ACTION, fps=15, normalize="mean_std", readahead_bytes=0
+    )
     assert ds.normalize == "mean_std" and "normalize=mean_std" in ds.uri and "?v=4&" in ds.uri
     batches = list(DataLoader(ds, batch_size=64, num_workers=2))
     for key in ("state", "pose"):
@@ -46,12 +48,18 @@ def test_mean_std_gives_mean_0_std_1_and_constant_components_only_centred(slice_
     # What the trackers log (W&B artifact metadata, MLflow profile): the mode and the numbers.
     profile = dataset_profile(ds)
     assert profile["normalize"] == "mean_std" and profile["normalization"] == ds.normalization()
-    assert sample_spec(ds)["state"] == ("float32", (14,)) and "normalize" not in dataset_profile(plain)
+    assert sample_spec(ds)["state"] == ("float32", (14,)) and "normalize" not in dataset_profile(
+        plain
+    )
 
 
 def test_statistics_are_computed_once_and_cached(slice_, isolated_env) -> None:
-    ds = EpisodeDataset(slice_, obs=OBS, action=ACTION, fps=15, normalize="quantile", readahead_bytes=0)
-    files = list((isolated_env / "stats").glob("*.json")) if (isolated_env / "stats").exists() else []
+    ds = EpisodeDataset(
+        slice_, obs=OBS, action=ACTION, fps=15, normalize="quantile", readahead_bytes=0
+    )
+    files = (
+        list((isolated_env / "stats").glob("*.json")) if (isolated_env / "stats").exists() else []
+    )
     assert files == []  # the constructor read only the manifest
     stats = ds.normalization()
     assert set(stats["state"]) == {"q01", "q99"}
@@ -71,8 +79,12 @@ def test_check_normalize_and_normalizer_units() -> None:
     assert out.tolist() == [[1.0, 3.0]]  # std 0: only centred
     q = unnormalize(np.array([-1.0, 1.0], np.float32), {"q01": [0.0, 0.0], "q99": [2.0, 4.0]})
     assert q.tolist() == [0.0, 4.0]
-    for bad, match in [("zscore", "use None"), ({"a": {"mean": [1, 2]}}, "one pair"),
-                       ({"a": {"mean": [1], "std": [1]}}, "2 finite numbers"), ({"b": {}}, "unknown: b")]:
+    for bad, match in [
+        ("zscore", "use None"),
+        ({"a": {"mean": [1, 2]}}, "one pair"),
+        ({"a": {"mean": [1], "std": [1]}}, "2 finite numbers"),
+        ({"b": {}}, "unknown: b"),
+    ]:
         with pytest.raises(InvalidArgumentError, match=match):
             check_normalize(bad, {"a": 2})
     with pytest.raises(InvalidArgumentError, match="last axis"):

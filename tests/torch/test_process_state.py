@@ -126,7 +126,9 @@ def test_clear_returns_this_process_value_only() -> None:
     value = holder.get()
     assert holder.clear() is value and holder.peek() is None
     assert holder.get() is not value
-    assert in_child(lambda: holder.clear() is None)  # the parent's value is not the child's to close
+    assert in_child(
+        lambda: holder.clear() is None
+    )  # the parent's value is not the child's to close
 
 
 def test_concurrent_first_calls_create_one_value() -> None:

@@ -24,7 +24,9 @@ ACTION = "joints/position_delta"
 
 def _dataset(url: str, cache: Path, **kw: object) -> EpisodeDataset:
     client = rayform.Client(endpoint=url, token=TOKEN, cache_dir=cache)
-    return EpisodeDataset(client.slices.get(DEMO_SLICE), obs=OBS, action=ACTION, fps=15, horizon=4, **kw)
+    return EpisodeDataset(
+        client.slices.get(DEMO_SLICE), obs=OBS, action=ACTION, fps=15, horizon=4, **kw
+    )
 
 
 def _batches(ds: EpisodeDataset, epochs: int = 2, **kw: object) -> list[torch.Tensor]:
@@ -32,7 +34,11 @@ def _batches(ds: EpisodeDataset, epochs: int = 2, **kw: object) -> list[torch.Te
     for epoch in range(epochs):
         ds.set_epoch(epoch)
         for b in DataLoader(ds, sampler=EpisodeSampler(ds), batch_size=8, **kw):
-            out.append(torch.cat([b["cam0/rgb"].flatten().float(), b["action"].flatten(), b["t_ns"].float()]))
+            out.append(
+                torch.cat(
+                    [b["cam0/rgb"].flatten().float(), b["action"].flatten(), b["t_ns"].float()]
+                )
+            )
     return out
 
 
@@ -48,8 +54,9 @@ def _readahead_threads() -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name == "rayform-readahead"]
 
 
-def test_same_samples_with_and_without_readahead_in_process(demo_server: ServerProcess, tmp_path: Path,
-                                                            caplog: pytest.LogCaptureFixture) -> None:
+def test_same_samples_with_and_without_readahead_in_process(
+    demo_server: ServerProcess, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     caplog.set_level(logging.INFO, logger="rayform.fetch")
     off = _batches(_dataset(demo_server.url, tmp_path / "off", readahead_bytes=0))
     before = fetch_log().total()
@@ -69,7 +76,9 @@ def test_same_samples_with_and_without_readahead_in_process(demo_server: ServerP
 
 
 @pytest.mark.parametrize("context", ["fork", "spawn"])
-def test_same_samples_with_readahead_in_workers(demo_server: ServerProcess, tmp_path: Path, context: str) -> None:
+def test_same_samples_with_readahead_in_workers(
+    demo_server: ServerProcess, tmp_path: Path, context: str
+) -> None:
     off = _batches(_dataset(demo_server.url, tmp_path / "off", readahead_bytes=0), epochs=1)
     with FaultProxy(demo_server.url) as proxy:
         ds = _dataset(proxy.url, tmp_path / "on")
@@ -125,7 +134,9 @@ dist.destroy_process_group()
 """
 
 
-def test_readahead_under_torchrun_prefetches_each_ranks_shard(demo_server: ServerProcess, tmp_path: Path) -> None:
+def test_readahead_under_torchrun_prefetches_each_ranks_shard(
+    demo_server: ServerProcess, tmp_path: Path
+) -> None:
     import json
 
     script = tmp_path / "ddp_readahead.py"
@@ -138,7 +149,9 @@ def test_readahead_under_torchrun_prefetches_each_ranks_shard(demo_server: Serve
     assert not set(ranks[0]["mine"]) & set(ranks[1]["mine"])
 
 
-def test_readahead_after_a_resumed_sampler_state(demo_server: ServerProcess, tmp_path: Path) -> None:
+def test_readahead_after_a_resumed_sampler_state(
+    demo_server: ServerProcess, tmp_path: Path
+) -> None:
     # Uninterrupted epoch 1, read without read-ahead: the reference.
     ref = _dataset(demo_server.url, tmp_path / "ref", readahead_bytes=0)
     ref.set_epoch(1)

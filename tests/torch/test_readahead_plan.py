@@ -46,7 +46,9 @@ class _Episodes:
     def order_fingerprint(self) -> dict[str, object]:
         return {"samples": int(self.offsets[-1])}
 
-    def order_streams(self, world: int, epoch: int, shuffle: bool, window: int | None = None) -> list[IndexStream]:
+    def order_streams(
+        self, world: int, epoch: int, shuffle: bool, window: int | None = None
+    ) -> list[IndexStream]:
         return episode_streams(self.offsets, world, self.ddp_even, 7, epoch, shuffle, window)
 
     def cache_footprint(self) -> None:
@@ -59,8 +61,9 @@ class _Episodes:
 @pytest.mark.parametrize("window", [None, 2])
 @pytest.mark.parametrize("ddp_even", ["split", "pad", "drop"])
 @pytest.mark.parametrize("world", [1, 2, 3])
-def test_every_position_of_every_rank_is_found_where_the_sampler_reads_it(ddp_even: str, world: int,
-                                                                          window: int | None) -> None:
+def test_every_position_of_every_rank_is_found_where_the_sampler_reads_it(
+    ddp_even: str, world: int, window: int | None
+) -> None:
     counts = [5, 9, 1, 14, 3, 8, 2]
     parts = set()
     for rank in range(world):
@@ -70,7 +73,9 @@ def test_every_position_of_every_rank_is_found_where_the_sampler_reads_it(ddp_ev
         expected = [k.sample for k in sampler]
         got = p.indices(0, len(expected) + 5)
         assert got.tolist() == expected  # the plan is the sampler's order, and ends where it does
-        resumed = EpisodeSampler(ds, window=window)  # a same-size resume continues the planned order
+        resumed = EpisodeSampler(
+            ds, window=window
+        )  # a same-size resume continues the planned order
         resumed.load_state_dict(sampler.state_dict(consumed=4))
         assert [k.sample for k in resumed] == p.indices(4, len(expected)).tolist()
         assert np.array_equal(p.episodes(0, len(expected)), ds.locate(got)[0])
@@ -110,19 +115,30 @@ def test_pins_and_fetch_counts_are_per_process(tmp_path: Path) -> None:
     pins, counts = Pins(4), FetchLog()
     assert pins.pin(blob) and pins.pinned() == {"abcdef"}
     counts.fetched(10, 0.5)
-    child = _in_child(lambda: (pins.pinned(), counts.total().fetched_bytes, pins.pin(blob), pins.pinned()))
+    child = _in_child(
+        lambda: (pins.pinned(), counts.total().fetched_bytes, pins.pin(blob), pins.pinned())
+    )
     assert child == (set(), 0, True, {"abcdef"})  # a fork starts with none, then pins its own
     copy = pickle.loads(pickle.dumps((pins, counts)))
-    assert copy[0].pinned() == set() and copy[0].max_pins == 4 and copy[1].total().fetched_bytes == 0
-    assert pins.pinned() == {"abcdef"} and counts.total().fetched_bytes == 10  # the parent keeps its own
+    assert (
+        copy[0].pinned() == set() and copy[0].max_pins == 4 and copy[1].total().fetched_bytes == 0
+    )
+    assert (
+        pins.pinned() == {"abcdef"} and counts.total().fetched_bytes == 10
+    )  # the parent keeps its own
     pins.close()
     assert pins.pinned() == set()
 
 
-def test_an_unshuffled_sampler_is_read_ahead_too(demo_server: ServerProcess, tmp_path: Path) -> None:
+def test_an_unshuffled_sampler_is_read_ahead_too(
+    demo_server: ServerProcess, tmp_path: Path
+) -> None:
     client = rayform.Client(endpoint=demo_server.url, token=TOKEN, cache_dir=tmp_path)
     ds = EpisodeDataset(client.slices.get(DEMO_SLICE), obs=["joints/position"], action=None, fps=15)
     before = fetch_log().total()
-    n = sum(len(b["t_ns"]) for b in DataLoader(ds, sampler=EpisodeSampler(ds, shuffle=False), batch_size=4))
+    n = sum(
+        len(b["t_ns"])
+        for b in DataLoader(ds, sampler=EpisodeSampler(ds, shuffle=False), batch_size=4)
+    )
     assert ds._readahead.join(30)
     assert n == len(ds) and fetch_log().total().ahead_bytes > before.ahead_bytes

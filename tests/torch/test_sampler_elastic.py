@@ -74,19 +74,27 @@ def store(tmp_path_factory: pytest.TempPathFactory):
     slice_, _ = build_slice(root / "store", root / "cache", seconds=(3.0, 1.0, 2.0, 1.5, 2.5))
     script = root / "elastic.py"
     script.write_text(textwrap.dedent(SCRIPT))
-    full = EpisodeDataset(slice_, obs=["joints/position"], action="joints/position_delta", fps=10, shard=None)
-    everything = {(s["meta"]["segment"], int(s["t_ns"])) for s in full.__getitems__(list(range(len(full))))}
+    full = EpisodeDataset(
+        slice_, obs=["joints/position"], action="joints/position_delta", fps=10, shard=None
+    )
+    everything = {
+        (s["meta"]["segment"], int(s["t_ns"])) for s in full.__getitems__(list(range(len(full))))
+    }
     return root, script, everything
 
 
-def run_phase(root: Path, script: Path, out: Path, world: int, phase: str, batches: int) -> list[dict]:
+def run_phase(
+    root: Path, script: Path, out: Path, world: int, phase: str, batches: int
+) -> list[dict]:
     torchrun(world, script, str(root / "store"), str(out), phase, str(batches))
     return [json.loads((out / f"{phase}{r}.json").read_text()) for r in range(world)]
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("first", "second"), [(2, 3), (3, 2)])
-def test_elastic_resume_sees_every_sample_once(store, tmp_path: Path, first: int, second: int) -> None:
+def test_elastic_resume_sees_every_sample_once(
+    store, tmp_path: Path, first: int, second: int
+) -> None:
     root, script, everything = store
     saved = run_phase(root, script, tmp_path, first, "save", batches=3)
     resumed = run_phase(root, script, tmp_path, second, "resume", batches=0)
@@ -95,9 +103,13 @@ def test_elastic_resume_sees_every_sample_once(store, tmp_path: Path, first: int
     assert saved[0]["state"]["history"] == [[first, 12]]
     # Equal lengths on every rank of each world (DDP would hang otherwise).
     assert len({len(r["keys"]) for r in saved}) == 1
-    assert len({r["len"] for r in resumed}) == 1 and all(len(r["keys"]) == r["len"] for r in resumed)
+    assert len({r["len"] for r in resumed}) == 1 and all(
+        len(r["keys"]) == r["len"] for r in resumed
+    )
     seen = Counter(tuple(k) for r in saved + resumed for k in r["keys"])
     assert set(seen) == everything
     assert sum(seen.values()) - len(everything) <= second - 1  # the documented end-of-epoch pad
     # A dataset built before init_process_group is refused, not read whole on every rank.
-    assert all("before torch.distributed was initialised" in r["early_error"] for r in saved + resumed)
+    assert all(
+        "before torch.distributed was initialised" in r["early_error"] for r in saved + resumed
+    )

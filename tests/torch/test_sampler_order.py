@@ -54,7 +54,9 @@ def replay(n: int, worlds: list[int], consumed: list[int | None], even: str, off
             finished = world
         for part in parts:
             stream, slot = part.locate(np.arange(c))
-            seen += [int(streams[s].keys(np.array([j]))[0]) for s, j in zip(stream, slot, strict=True)]
+            seen += [
+                int(streams[s].keys(np.array([j]))[0]) for s, j in zip(stream, slot, strict=True)
+            ]
         history[-1][1] = c
     return seen, finished
 
@@ -81,7 +83,9 @@ def test_same_world_resume_is_the_uninterrupted_order() -> None:
             one = plan(lengths, [[3, 0]])[rank]
             two = plan(lengths, [[3, 5], [3, 0]])[rank]  # stopped after 5, resumed on 3 ranks
             assert two.length == one.length - 5
-            for a, b in zip(one.locate(np.arange(5, one.length)), two.locate(np.arange(two.length)), strict=True):
+            for a, b in zip(
+                one.locate(np.arange(5, one.length)), two.locate(np.arange(two.length)), strict=True
+            ):
                 assert np.array_equal(a, b)
 
 
@@ -95,7 +99,9 @@ def test_split_shards_are_consecutive_episodes() -> None:
 @pytest.mark.parametrize("even", ["split", "pad", "drop"])
 @pytest.mark.parametrize("world", [1, 2, 3])
 @pytest.mark.parametrize("window", [1, 3, 50])
-def test_windowed_order_reads_the_shard_once_a_window_of_episodes_at_a_time(even, world, window) -> None:
+def test_windowed_order_reads_the_shard_once_a_window_of_episodes_at_a_time(
+    even, world, window
+) -> None:
     counts = np.random.default_rng(5).integers(0, 30, 40)
     offsets = np.concatenate([[0], np.cumsum(counts)])
     whole = episode_streams(offsets, world, even, 0, 2, True)
@@ -130,9 +136,15 @@ def test_windowed_order_is_fixed_by_seed_and_epoch() -> None:
     offsets = np.array([0, 40, 41, 90, 130, 131, 200])
     one = episode_streams(offsets, 1, "split", 0, 0, True, 2)[0]
     keys = one.keys(np.arange(one.length))
-    assert np.array_equal(episode_streams(offsets, 1, "split", 0, 0, True, 2)[0].keys(np.arange(200)), keys)
-    assert not np.array_equal(episode_streams(offsets, 1, "split", 0, 1, True, 2)[0].keys(np.arange(200)), keys)
-    assert not np.array_equal(episode_streams(offsets, 1, "split", 1, 0, True, 2)[0].keys(np.arange(200)), keys)
+    assert np.array_equal(
+        episode_streams(offsets, 1, "split", 0, 0, True, 2)[0].keys(np.arange(200)), keys
+    )
+    assert not np.array_equal(
+        episode_streams(offsets, 1, "split", 0, 1, True, 2)[0].keys(np.arange(200)), keys
+    )
+    assert not np.array_equal(
+        episode_streams(offsets, 1, "split", 1, 0, True, 2)[0].keys(np.arange(200)), keys
+    )
     # Elastic histories over windowed streams still read every sample once (+ world - 1 pads).
     streams = episode_streams(offsets, 2, "split", 0, 0, True, 2)
     lengths = [s.length for s in streams]

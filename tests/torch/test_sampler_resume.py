@@ -41,7 +41,9 @@ def jitter(sample: dict) -> dict:
 
 
 def make(slice_, **kw) -> EpisodeDataset:
-    ds = EpisodeDataset(slice_, obs=OBS, action=ACTION, fps=FPS, horizon=3, seed=11, transform=jitter, **kw)
+    ds = EpisodeDataset(
+        slice_, obs=OBS, action=ACTION, fps=FPS, horizon=3, seed=11, transform=jitter, **kw
+    )
     ds.set_epoch(EPOCH)
     return ds
 
@@ -49,7 +51,15 @@ def make(slice_, **kw) -> EpisodeDataset:
 def ids(batch: dict) -> list[tuple]:
     """What identifies each sample of a batch (cheap to compare)."""
     meta = batch["meta"]
-    return list(zip(meta["segment"], batch["t_ns"].tolist(), meta["site"], batch["noise"][:, 0].tolist(), strict=True))
+    return list(
+        zip(
+            meta["segment"],
+            batch["t_ns"].tolist(),
+            meta["site"],
+            batch["noise"][:, 0].tolist(),
+            strict=True,
+        )
+    )
 
 
 @pytest.fixture(scope="module")
@@ -64,17 +74,23 @@ def resumed_tail(slice_, k: int, save_workers: int, workers: int, collate_fn) ->
     """Run k batches on ``save_workers``, save (JSON), resume on ``workers``: the rest."""
     ds = make(slice_)
     sampler = EpisodeSampler(ds)
-    loader = DataLoader(ds, batch_size=B, sampler=sampler, num_workers=save_workers, collate_fn=collate_fn)
+    loader = DataLoader(
+        ds, batch_size=B, sampler=sampler, num_workers=save_workers, collate_fn=collate_fn
+    )
     consumed = sum(len(b["t_ns"]) for b in islice(loader, k))  # a plain loop counts what it used
     state = json.loads(json.dumps(sampler.state_dict(consumed=consumed)))
     ds2 = make(slice_)
     sampler2 = EpisodeSampler(ds2)
     sampler2.load_state_dict(state)
-    loader2 = DataLoader(ds2, batch_size=B, sampler=sampler2, num_workers=workers, collate_fn=collate_fn)
+    loader2 = DataLoader(
+        ds2, batch_size=B, sampler=sampler2, num_workers=workers, collate_fn=collate_fn
+    )
     return list(loader2)
 
 
-@pytest.mark.parametrize("collate_fn", [default_collate, collate], ids=["default_collate", "rayform_collate"])
+@pytest.mark.parametrize(
+    "collate_fn", [default_collate, collate], ids=["default_collate", "rayform_collate"]
+)
 @pytest.mark.parametrize("workers", [0, 2, 3])
 def test_resume_gives_the_remaining_batches(slice_, reference, workers: int, collate_fn) -> None:
     ref_ids, ref_batches = reference
@@ -140,23 +156,31 @@ def test_stateful_dataloader_resumes_exactly(slice_, reference, workers: int) ->
     ref_ids, _ = reference
     k = len(ref_ids) // 2
     ds = make(slice_)
-    loader = StatefulDataLoader(ds, batch_size=B, sampler=EpisodeSampler(ds), num_workers=workers, collate_fn=collate)
+    loader = StatefulDataLoader(
+        ds, batch_size=B, sampler=EpisodeSampler(ds), num_workers=workers, collate_fn=collate
+    )
     it = iter(loader)
     assert [ids(next(it)) for _ in range(k)] == ref_ids[:k]
     state = loader.state_dict()
     del it
     ds2 = make(slice_)
-    loader2 = StatefulDataLoader(ds2, batch_size=B, sampler=EpisodeSampler(ds2), num_workers=workers, collate_fn=collate)
+    loader2 = StatefulDataLoader(
+        ds2, batch_size=B, sampler=EpisodeSampler(ds2), num_workers=workers, collate_fn=collate
+    )
     loader2.load_state_dict(state)
     assert [ids(b) for b in loader2] == ref_ids[k:]
     # The sampler's part of the loader's state also resumes a loader with other workers.
     sampler3 = EpisodeSampler(make(slice_))
     sampler3.load_state_dict(EpisodeSampler.state_in(state))
-    other = DataLoader(sampler3.dataset, batch_size=B, sampler=sampler3, num_workers=(workers + 2) % 4)
+    other = DataLoader(
+        sampler3.dataset, batch_size=B, sampler=sampler3, num_workers=(workers + 2) % 4
+    )
     assert [ids(b) for b in other] == ref_ids[k:]
 
 
-def shard_keys(slice_, world: int, rank: int, state: dict | None, take: int | None) -> tuple[list[int], dict]:
+def shard_keys(
+    slice_, world: int, rank: int, state: dict | None, take: int | None
+) -> tuple[list[int], dict]:
     ds = make(slice_, shard=(rank, world))
     sampler = EpisodeSampler(ds)
     if state is not None:
@@ -198,7 +222,9 @@ def test_elastic_resume_covers_the_epoch_once(slice_, first: int, second: int, e
 def test_wrong_state_or_epoch_is_a_clear_error(slice_) -> None:
     sampler = EpisodeSampler(make(slice_))
     state = sampler.state_dict()
-    other = EpisodeSampler(EpisodeDataset(slice_, obs=OBS, action=ACTION, fps=FPS, horizon=3, seed=12))
+    other = EpisodeSampler(
+        EpisodeDataset(slice_, obs=OBS, action=ACTION, fps=FPS, horizon=3, seed=12)
+    )
     with pytest.raises(InvalidArgumentError, match="seed=11"):
         other.load_state_dict(state)
     with pytest.raises(InvalidArgumentError, match="format"):
@@ -217,7 +243,9 @@ def test_unshuffled_order_is_dataset_order(slice_) -> None:
     ds = make(slice_)
     assert [k.sample for k in EpisodeSampler(ds, shuffle=False)] == list(range(len(ds)))
     keys = list(EpisodeSampler(ds))
-    assert sorted(k.sample for k in keys) == list(range(len(ds))) and {k.epoch for k in keys} == {EPOCH}
+    assert sorted(k.sample for k in keys) == list(range(len(ds))) and {k.epoch for k in keys} == {
+        EPOCH
+    }
     assert np.any(np.diff([k.sample for k in keys]) != 1)
 
 
@@ -228,7 +256,10 @@ def test_windowed_sampler_resumes_exactly_and_elastically(slice_, workers: int) 
     ref = [ids(b) for b in DataLoader(ds, batch_size=B, sampler=sampler, num_workers=workers)]
     segments = [s for batch in ref for s, *_ in batch]
     # window=1: one episode after another, each episode's samples shuffled.
-    assert sum(a != b for a, b in zip(segments[:-1], segments[1:], strict=True)) == len(slice_.segments) - 1
+    assert (
+        sum(a != b for a, b in zip(segments[:-1], segments[1:], strict=True))
+        == len(slice_.segments) - 1
+    )
     assert ref != [ids(b) for b in DataLoader(ds, batch_size=B, sampler=EpisodeSampler(ds))]
     k = 3
     first = EpisodeSampler(make(slice_), window=1)
@@ -238,7 +269,9 @@ def test_windowed_sampler_resumes_exactly_and_elastically(slice_, workers: int) 
     assert state["window"] == 1
     again = EpisodeSampler(make(slice_), window=1)
     again.load_state_dict(state)
-    assert [ids(b) for b in DataLoader(again.dataset, batch_size=B, sampler=again, num_workers=workers)] == ref[k:]
+    assert [
+        ids(b) for b in DataLoader(again.dataset, batch_size=B, sampler=again, num_workers=workers)
+    ] == ref[k:]
     # Saved on 2 ranks, resumed on 3: every sample once, apart from at most 2 pads.
     n, seen, states = len(ds), [], []
     for r in range(2):
@@ -257,9 +290,13 @@ def test_window_errors_are_clear(slice_) -> None:
     for bad in (0, -2, 1.5, True, "4"):
         with pytest.raises(InvalidArgumentError, match=r"window=.*number of episodes >= 1"):
             EpisodeSampler(ds, window=bad)
-    with pytest.raises(InvalidArgumentError, match="shuffle=False reads the shard in dataset order"):
+    with pytest.raises(
+        InvalidArgumentError, match="shuffle=False reads the shard in dataset order"
+    ):
         EpisodeSampler(ds, shuffle=False, window=4)
-    with pytest.raises(InvalidArgumentError, match="saved with window=2 but this sampler has window=None"):
+    with pytest.raises(
+        InvalidArgumentError, match="saved with window=2 but this sampler has window=None"
+    ):
         EpisodeSampler(ds, window=None).load_state_dict(EpisodeSampler(ds, window=2).state_dict())
     with pytest.raises(InvalidArgumentError, match=r"window=.*'auto'"):
         EpisodeSampler(ds, window="big")

@@ -19,12 +19,16 @@ ACTION = "joints/position_delta"
 
 def _dataset(server: ServerProcess, cache: Path, limit: int | None, **kw: object) -> EpisodeDataset:
     client = make_client(server.url, cache, cache_limit=limit)
-    return EpisodeDataset(client.slices.get(DEMO_SLICE), obs=OBS, action=ACTION, fps=15, horizon=4, **kw)
+    return EpisodeDataset(
+        client.slices.get(DEMO_SLICE), obs=OBS, action=ACTION, fps=15, horizon=4, **kw
+    )
 
 
 def _sizes(ds: EpisodeDataset) -> tuple[int, int, int]:
     """(bytes read per epoch, episodes, largest episode's bytes), from the manifest."""
-    per = [sum(b.size for n in [*OBS, ACTION] for b in seg.streams[n].blobs()) for seg in ds.segments]
+    per = [
+        sum(b.size for n in [*OBS, ACTION] for b in seg.streams[n].blobs()) for seg in ds.segments
+    ]
     return sum(per), len(per), max(per)
 
 
@@ -60,7 +64,10 @@ def test_auto_window_under_a_small_limit_reads_every_sample_once(
     # A pure function of the dataset and the limit: the same on every rank, cached or not.
     make_client(client_env.url, tmp_path / "c").slices.get(DEMO_SLICE).pull()
     for shard in ((0, 2), (1, 2)):
-        assert EpisodeSampler(_dataset(client_env, tmp_path / "c", limit, shard=shard)).window == expected
+        assert (
+            EpisodeSampler(_dataset(client_env, tmp_path / "c", limit, shard=shard)).window
+            == expected
+        )
     # Every sample exactly once per epoch, through a real loader.
     assert sorted(k.sample for k in sampler) == list(range(len(ds)))
     assert sum(len(b["t_ns"]) for b in DataLoader(ds, batch_size=16, sampler=sampler)) == len(ds)
@@ -80,22 +87,33 @@ class _Sized:
     def order_fingerprint(self) -> dict[str, object]:
         return {}
 
-    def order_streams(self, world: int, epoch: int, shuffle: bool, window: int | None = None) -> list[object]:
+    def order_streams(
+        self, world: int, epoch: int, shuffle: bool, window: int | None = None
+    ) -> list[object]:
         return []
 
     def follow_order(self, shuffle: bool, window: int | None) -> None:
         pass
 
 
-@pytest.mark.parametrize(("total", "episodes", "limit", "local", "window"), [
-    (1000, 100, None, "1", None),          # no limit
-    (1000, 100, 1000, "1", None),          # fits
-    (1000, 100, 250, "1", 12),             # a quarter of the data: half of it per window
-    (1000, 100, 250, "4", 3),              # four local ranks share the node's cache
-    (1000, 100, 10, "1", 1),               # at least one episode
-])
-def test_auto_window_size(total: int, episodes: int, limit: int | None, local: str,
-                          window: int | None, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(
+    ("total", "episodes", "limit", "local", "window"),
+    [
+        (1000, 100, None, "1", None),  # no limit
+        (1000, 100, 1000, "1", None),  # fits
+        (1000, 100, 250, "1", 12),  # a quarter of the data: half of it per window
+        (1000, 100, 250, "4", 3),  # four local ranks share the node's cache
+        (1000, 100, 10, "1", 1),  # at least one episode
+    ],
+)
+def test_auto_window_size(
+    total: int,
+    episodes: int,
+    limit: int | None,
+    local: str,
+    window: int | None,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.setenv("LOCAL_WORLD_SIZE", local)
     choice = choose_window(_Sized(total, episodes, limit), "auto", True)
     assert choice.window == window and choice.auto
@@ -115,7 +133,9 @@ def test_saved_window_wins_and_old_states_resume(client_env: ServerProcess, tmp_
     assert state["window"] is None
     resumed = EpisodeSampler(small)
     resumed.load_state_dict(state)
-    assert resumed.window is None and resumed.describe()["window_reason"].startswith("the window of")
+    assert resumed.window is None and resumed.describe()["window_reason"].startswith(
+        "the window of"
+    )
     rest = list(resumed)
     assert sorted(first + rest) == sorted(EpisodeSampler(small, window=None))
     # A saved window wins over the one recomputed under another limit.
@@ -144,7 +164,9 @@ def test_full_shuffle_under_a_small_limit_warns_once_with_the_fix(
     assert len(warnings) == 1 and "window='auto'" in warnings[0] and "20x" in warnings[0]
 
 
-def test_a_mixture_gets_a_full_shuffle_under_auto(client_env: ServerProcess, tmp_path: Path) -> None:
+def test_a_mixture_gets_a_full_shuffle_under_auto(
+    client_env: ServerProcess, tmp_path: Path
+) -> None:
     a = _dataset(client_env, tmp_path / "c", None)
     mix = MixtureDataset([(a, 1.0), (a, 1.0)])
     s = EpisodeSampler(mix)

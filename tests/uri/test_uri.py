@@ -25,7 +25,9 @@ ARGS = "action=&action_mode=hold&fps=15&frame=&horizon=1&obs=a&obs_steps=1&seed=
 
 
 @pytest.fixture(scope="module")
-def own_server(demo_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+def own_server(
+    demo_root: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ServerProcess]:
     """A server on a private copy of the demo root, whose slice a test may rebuild."""
     server = ServerProcess(copy_root(demo_root, tmp_path_factory.mktemp("own") / "root"))
     yield server
@@ -36,7 +38,9 @@ def test_uri_is_canonical_and_rebuilds_the_same_samples(client_env: ServerProces
     ds = demo_dataset(rayform.Client(), DEMO_SLICE)
     uri = ds.uri
     port = client_env.port
-    assert uri.startswith(f"rayform+http://127.0.0.1:{port}/{DEMO_SLICE}@{ds.slice.manifest_hash}?v=1&")
+    assert uri.startswith(
+        f"rayform+http://127.0.0.1:{port}/{DEMO_SLICE}@{ds.slice.manifest_hash}?v=1&"
+    )
     segs = ",".join(s.id for s in ds.segments)
     assert uri.endswith(
         f"?v=1&action={ACTION}&action_mode=hold&fps=15&frame=ros&horizon=4"
@@ -68,22 +72,34 @@ def test_options_pass_through_but_sample_arguments_do_not(client_env: ServerProc
 
 
 def test_parse_accepts_any_order_and_prints_canonically():
-    scrambled = (f"rayform://data.example.com:8443/api/slc_7c1e04aa@{HASH}?seed=0&obs=a/b,c"
-                 "&v=1&fps=7.50&horizon=16&frame=&action=&obs_steps=2&action_mode=linear")
+    scrambled = (
+        f"rayform://data.example.com:8443/api/slc_7c1e04aa@{HASH}?seed=0&obs=a/b,c"
+        "&v=1&fps=7.50&horizon=16&frame=&action=&obs_steps=2&action_mode=linear"
+    )
     parsed = DatasetURI.parse(scrambled)
     assert parsed.endpoint == "https://data.example.com:8443/api"
     assert parsed.obs == ("a/b", "c") and parsed.action is None and parsed.frame is None
     assert parsed.fps == 7.5 and parsed.obs_steps == 2 and parsed.segments is None
-    assert str(parsed) == (f"rayform://data.example.com:8443/api/slc_7c1e04aa@{HASH}?v=1&action="
-                           "&action_mode=linear&fps=7.5&frame=&horizon=16&obs=a/b,c&obs_steps=2&seed=0")
+    assert str(parsed) == (
+        f"rayform://data.example.com:8443/api/slc_7c1e04aa@{HASH}?v=1&action="
+        "&action_mode=linear&fps=7.5&frame=&horizon=16&obs=a/b,c&obs_steps=2&seed=0"
+    )
     assert DatasetURI.parse(str(parsed)) == parsed
-    no_host = DatasetURI.parse(str(parsed).replace("rayform://data.example.com:8443/api", "rayform://"))
+    no_host = DatasetURI.parse(
+        str(parsed).replace("rayform://data.example.com:8443/api", "rayform://")
+    )
     assert no_host.endpoint is None and str(no_host).startswith("rayform:///slc_7c1e04aa@")
 
 
 def test_digest_ignores_the_host_and_follows_data_and_arguments():
-    base = DatasetURI(endpoint="https://a.example.com", slice_id="slc_7c1e04aa", manifest_hash=HASH,
-                      obs=("cam0/rgb",), action=None, fps=15)
+    base = DatasetURI(
+        endpoint="https://a.example.com",
+        slice_id="slc_7c1e04aa",
+        manifest_hash=HASH,
+        obs=("cam0/rgb",),
+        action=None,
+        fps=15,
+    )
     other_host = DatasetURI.parse(str(base).replace("a.example.com", "b.example.com"))
     assert other_host.digest == base.digest
     assert base.digest.startswith(HASH[:16]) and len(base.digest) <= 36
@@ -91,22 +107,28 @@ def test_digest_ignores_the_host_and_follows_data_and_arguments():
     assert other_fps.digest != base.digest and other_fps.digest[:16] == base.digest[:16]
 
 
-@pytest.mark.parametrize(("uri", "match"), [
-    (f"https://h/slc_7c1e04aa@{HASH}?v=1", "not a dataset URI"),
-    ("rayform://h/slc_7c1e04aa?v=1", "must end in /slc_...@MANIFEST_HASH"),
-    (f"rayform://user:{TOKEN}@h/slc_7c1e04aa@{HASH}?v=1", "never holds credentials"),
-    (f"rayform://h/slc_7c1e04aa@{HASH}?v=5&obs=a", "v=5; this rayform reads v=1, v=2, v=3 and v=4"),  # v=4: keys
-    (f"rayform://h/slc_7c1e04aa@{HASH}?obs=a", "starts its query with v=1"),
-    (f"rayform://h/slc_7c1e04aa@{HASH}?v=1&obs=a&select=sites:x", "select= under v=1"),
-    (f"rayform://h/slc_7c1e04aa@{HASH}?v=2&{ARGS}&select=site:x", "KEY one of end_ns"),
-    (f"rayform://h/slc_7c1e04aa@{HASH}?v=2&{ARGS}&select=sites:", "lists nothing"),
-    (f"rayform://h/slc_7c1e04aa@{HASH}?v=2&obs=a&mix=1:x", "mixture URI"),
-    ("rayform:///mix?v=2&mix=1:x", "MixtureDataset.from_uri"),
-    (f"rayform://h/slc_7c1e04aa@{HASH}?v=1&obs=a&colour=red", "unknown parameter"),
-    (f"rayform://h/slc_7c1e04aa@{HASH}?v=1&obs=a", "lacks action, action_mode, fps"),
-    (f"rayform://h/slc_7c1e04aa@{HASH[:-1]}?v=1", "manifest hash"),
-    (f"rayform://h/slc_7c1e04aa@{HASH}?v=1&v=1", "twice"),
-])
+@pytest.mark.parametrize(
+    ("uri", "match"),
+    [
+        (f"https://h/slc_7c1e04aa@{HASH}?v=1", "not a dataset URI"),
+        ("rayform://h/slc_7c1e04aa?v=1", "must end in /slc_...@MANIFEST_HASH"),
+        (f"rayform://user:{TOKEN}@h/slc_7c1e04aa@{HASH}?v=1", "never holds credentials"),
+        (
+            f"rayform://h/slc_7c1e04aa@{HASH}?v=5&obs=a",
+            "v=5; this rayform reads v=1, v=2, v=3 and v=4",
+        ),  # v=4: keys
+        (f"rayform://h/slc_7c1e04aa@{HASH}?obs=a", "starts its query with v=1"),
+        (f"rayform://h/slc_7c1e04aa@{HASH}?v=1&obs=a&select=sites:x", "select= under v=1"),
+        (f"rayform://h/slc_7c1e04aa@{HASH}?v=2&{ARGS}&select=site:x", "KEY one of end_ns"),
+        (f"rayform://h/slc_7c1e04aa@{HASH}?v=2&{ARGS}&select=sites:", "lists nothing"),
+        (f"rayform://h/slc_7c1e04aa@{HASH}?v=2&obs=a&mix=1:x", "mixture URI"),
+        ("rayform:///mix?v=2&mix=1:x", "MixtureDataset.from_uri"),
+        (f"rayform://h/slc_7c1e04aa@{HASH}?v=1&obs=a&colour=red", "unknown parameter"),
+        (f"rayform://h/slc_7c1e04aa@{HASH}?v=1&obs=a", "lacks action, action_mode, fps"),
+        (f"rayform://h/slc_7c1e04aa@{HASH[:-1]}?v=1", "manifest hash"),
+        (f"rayform://h/slc_7c1e04aa@{HASH}?v=1&v=1", "twice"),
+    ],
+)
 def test_parse_refuses_what_it_cannot_rebuild_exactly(uri: str, match: str):
     with pytest.raises(InvalidArgumentError, match=match) as info:
         DatasetURI.parse(uri)
@@ -114,13 +136,20 @@ def test_parse_refuses_what_it_cannot_rebuild_exactly(uri: str, match: str):
 
 
 def test_token_is_never_in_a_uri_even_from_an_endpoint_with_credentials():
-    uri = DatasetURI(endpoint=f"https://me:{TOKEN}@h.example.com/", slice_id="slc_7c1e04aa",
-                     manifest_hash=HASH, obs=("a",), action=None, fps=1)
+    uri = DatasetURI(
+        endpoint=f"https://me:{TOKEN}@h.example.com/",
+        slice_id="slc_7c1e04aa",
+        manifest_hash=HASH,
+        obs=("a",),
+        action=None,
+        fps=1,
+    )
     assert TOKEN not in str(uri) and str(uri).startswith("rayform://h.example.com/slc_7c1e04aa@")
 
 
-def test_environment_token_is_not_sent_to_another_server(client_env: ServerProcess,
-                                                          monkeypatch: pytest.MonkeyPatch):
+def test_environment_token_is_not_sent_to_another_server(
+    client_env: ServerProcess, monkeypatch: pytest.MonkeyPatch
+):
     uri = demo_dataset(rayform.Client(), DEMO_SLICE).uri
     monkeypatch.setenv("RAYFORM_ENDPOINT", "https://elsewhere.example.com")
     with pytest.raises(InvalidArgumentError, match="RAYFORM_TOKEN is only sent to the latter"):
@@ -160,7 +189,9 @@ def test_rebuilt_slice_rebuilds_online_by_hash_and_offline_from_the_cache(
     assert_same_samples(ds, again)
 
 
-def test_a_withdrawn_version_is_refused_online(demo_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+def test_a_withdrawn_version_is_refused_online(
+    demo_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
     root = copy_root(demo_root, tmp_path / "root")
     server = ServerProcess(root)
     try:
@@ -198,8 +229,15 @@ def test_offline_without_the_pinned_manifest_names_the_fix(monkeypatch: pytest.M
 
 
 def test_constructed_uri_equals_its_parse():
-    uri = DatasetURI(endpoint="http://127.0.0.1:8765/", slice_id="slc_7c1e04aa", manifest_hash=HASH,
-                     obs=["cam0/rgb"], action="joints/position_delta", fps=15, segments=["seg_0a1b2c3d"])
+    uri = DatasetURI(
+        endpoint="http://127.0.0.1:8765/",
+        slice_id="slc_7c1e04aa",
+        manifest_hash=HASH,
+        obs=["cam0/rgb"],
+        action="joints/position_delta",
+        fps=15,
+        segments=["seg_0a1b2c3d"],
+    )
     assert DatasetURI.parse(str(uri)) == uri and hash(DatasetURI.parse(str(uri))) == hash(uri)
     assert str(uri).startswith(f"rayform+http://127.0.0.1:8765/slc_7c1e04aa@{HASH}?v=1&")
     assert uri.dataset_kwargs()["segments"] == ["seg_0a1b2c3d"]

@@ -38,10 +38,15 @@ def test_a_chain_of_views_is_one_selection(client_env: ServerProcess):
     segs = list(slice_.segments)
     ids = [s.id for s in segs]
     t_first, t_last = segs[0].start_ns, segs[-1].start_ns
-    chained = slice_.select(segments=ids[::-1], end_ns=t_last + 1).select(segments=ids[:2], start_ns=t_first)
+    chained = slice_.select(segments=ids[::-1], end_ns=t_last + 1).select(
+        segments=ids[:2], start_ns=t_first
+    )
     ds = _dataset(chained)
     parsed = DatasetURI.parse(ds.uri)
-    assert parsed.select == f"end_ns:{t_last + 1};segments:{','.join(sorted(ids[:2]))};start_ns:{t_first}"
+    assert (
+        parsed.select
+        == f"end_ns:{t_last + 1};segments:{','.join(sorted(ids[:2]))};start_ns:{t_first}"
+    )
     again = EpisodeDataset.from_uri(ds.uri)
     assert [s.id for s in again.segments] == [s.id for s in ds.segments]
     assert sample_digests(again) == sample_digests(ds)
@@ -70,8 +75,10 @@ def test_a_view_with_segments_chosen_by_hand_lists_them(client_env: ServerProces
 
 
 def test_select_expression_is_canonical():
-    base = ("rayform://h/slc_7c1e04aa@" + "ab" * 32 + "?v=2&action=&action_mode=hold&fps=15&frame="
-            "&horizon=1&obs=a&obs_steps=1&seed=0&select=")
+    base = (
+        "rayform://h/slc_7c1e04aa@" + "ab" * 32 + "?v=2&action=&action_mode=hold&fps=15&frame="
+        "&horizon=1&obs=a&obs_steps=1&seed=0&select="
+    )
     messy = DatasetURI.parse(base + "start_ns:5;sites:lab%20b,lab-a,lab-a")
     assert messy.select == "sites:lab%20b,lab-a;start_ns:5"  # sorted as decoded text
     assert messy.selection() == {"sites": ["lab b", "lab-a"], "start_ns": 5}

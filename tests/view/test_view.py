@@ -54,10 +54,17 @@ def _first_segment(h: httpx.Client) -> str:
     return str(h.get("/api/episodes").json()["episodes"][0]["id"])
 
 
-def test_every_request_needs_the_key_and_a_host_that_is_not_a_dns_name(viewer: rayform.view.ViewServer) -> None:
+def test_every_request_needs_the_key_and_a_host_that_is_not_a_dns_name(
+    viewer: rayform.view.ViewServer,
+) -> None:
     assert viewer.url.startswith("http://127.0.0.1:") and f"key={viewer.secret}" in viewer.url
     with _http(viewer, key=False) as h:
-        for path in ("/", "/api/slice", "/static/app.js", "/media?segment=seg_00000000&stream=cam0/rgb"):
+        for path in (
+            "/",
+            "/api/slice",
+            "/static/app.js",
+            "/media?segment=seg_00000000&stream=cam0/rgb",
+        ):
             r = h.get(path)
             assert r.status_code == 403 and "key" in r.json()["error"], path
         assert h.get("/api/slice", params={"key": "x" * 32}).status_code == 403
@@ -80,14 +87,22 @@ def test_ids_and_paths_are_validated_and_errors_are_json(viewer: rayform.view.Vi
     with _http(viewer) as h:
         seg = _first_segment(h)
         cases = {
-            "/static/../../../etc/passwd": 404, "/static/%2e%2e%2fapp.js": 404, "/etc/passwd": 404,
-            "/api/episode?segment=../../etc/passwd": 400, "/api/episode?segment=seg_00000000": 404,
-            f"/media?segment={seg}&stream=../../blobs": 400, f"/media?segment={seg}&stream=nope/none": 404,
+            "/static/../../../etc/passwd": 404,
+            "/static/%2e%2e%2fapp.js": 404,
+            "/etc/passwd": 404,
+            "/api/episode?segment=../../etc/passwd": 400,
+            "/api/episode?segment=seg_00000000": 404,
+            f"/media?segment={seg}&stream=../../blobs": 400,
+            f"/media?segment={seg}&stream=nope/none": 404,
             f"/media?segment={seg}&stream=joints/position": 400,  # a table is not a video
             f"/api/table?segment={seg}&stream=cam0/rgb": 400,
-            f"/frame?segment={seg}&stream=cam0/rgb&i=100000": 400, f"/frame?segment={seg}&stream=cam0/rgb&i=x": 400,
-            "/api/episodes?limit=100000": 400, "/api/episodes?sites=a%00b": 400, "/api/episodes?prefix=../": 400,
-            "/api/selection?segments=../../x": 400, "/api/selection?segments=seg_00000000": 400,
+            f"/frame?segment={seg}&stream=cam0/rgb&i=100000": 400,
+            f"/frame?segment={seg}&stream=cam0/rgb&i=x": 400,
+            "/api/episodes?limit=100000": 400,
+            "/api/episodes?sites=a%00b": 400,
+            "/api/episodes?prefix=../": 400,
+            "/api/selection?segments=../../x": 400,
+            "/api/selection?segments=seg_00000000": 400,
         }
         for path, status in cases.items():
             r = h.get(path)
@@ -108,18 +123,27 @@ def test_video_is_served_with_ranges_and_frames_as_jpeg(viewer: rayform.view.Vie
         whole = slice_.blob_path(stream.blob).read_bytes()
         params = {"segment": seg, "stream": "cam0/rgb"}
         full = h.get("/media", params=params)
-        assert full.status_code == 200 and full.content == whole and full.headers["accept-ranges"] == "bytes"
+        assert (
+            full.status_code == 200
+            and full.content == whole
+            and full.headers["accept-ranges"] == "bytes"
+        )
         part = h.get("/media", params=params, headers={"Range": "bytes=100-299"})
         assert part.status_code == 206 and part.content == whole[100:300]
         assert part.headers["content-range"] == f"bytes 100-299/{len(whole)}"
         tail = h.get("/media", params=params, headers={"Range": "bytes=-50"})
         assert tail.status_code == 206 and tail.content == whole[-50:]
-        assert h.get("/media", params=params, headers={"Range": f"bytes={len(whole)}-"}).status_code == 416
+        assert (
+            h.get("/media", params=params, headers={"Range": f"bytes={len(whole)}-"}).status_code
+            == 416
+        )
         jpeg = h.get("/frame", params={**params, "i": 10})
         assert jpeg.status_code == 200 and jpeg.headers["content-type"] == "image/jpeg"
         assert jpeg.content[:3] == b"\xff\xd8\xff" and len(jpeg.content) > 500
         table = h.get("/api/table", params={"segment": seg, "stream": "joints/position"}).json()
-        t_ns, values = decode_table(slice_.blob_path(slice_.segment(seg).streams["joints/position"].blob).read_bytes())
+        t_ns, values = decode_table(
+            slice_.blob_path(slice_.segment(seg).streams["joints/position"].blob).read_bytes()
+        )
         assert len(table["times"]) == len(t_ns) and len(table["values"][0]) == values.shape[1]
         assert abs(table["values"][3][2] - float(values[3, 2])) < 1e-5
 
@@ -128,14 +152,20 @@ def test_the_list_is_paged_and_filtered_on_the_server(viewer: rayform.view.ViewS
     segs = list(viewer.api.slice.segments)
     with _http(viewer) as h:
         page = h.get("/api/episodes", params={"offset": 1, "limit": 2}).json()
-        assert page["total"] == len(segs) and [e["id"] for e in page["episodes"]] == [s.id for s in segs[1:3]]
+        assert page["total"] == len(segs) and [e["id"] for e in page["episodes"]] == [
+            s.id for s in segs[1:3]
+        ]
         site = segs[0].site
         by_site = h.get("/api/episodes", params={"sites": site}).json()
-        assert {e["site"] for e in by_site["episodes"]} == {site} and 0 < by_site["total"] < len(segs)
+        assert {e["site"] for e in by_site["episodes"]} == {site} and 0 < by_site["total"] < len(
+            segs
+        )
         late = h.get("/api/episodes", params={"start_ns": segs[-1].start_ns}).json()
         assert [e["id"] for e in late["episodes"]] == [segs[-1].id]
         prefix = segs[2].id[:9]
-        assert segs[2].id in [e["id"] for e in h.get("/api/episodes", params={"prefix": prefix}).json()["episodes"]]
+        assert segs[2].id in [
+            e["id"] for e in h.get("/api/episodes", params={"prefix": prefix}).json()["episodes"]
+        ]
         sel = h.get("/api/selection", params={"sites": site, "segments": segs[0].id}).json()
         assert sel["count"] == 1 and sel["expression"] == f"segments:{segs[0].id};sites:{site}"
 
@@ -144,8 +174,13 @@ def test_the_list_is_paged_and_filtered_on_the_server(viewer: rayform.view.ViewS
 def _view_cli(*args: str) -> Iterator[tuple[subprocess.Popen[str], dict[str, str]]]:
     """``rayform view`` as a real subprocess; the caller reads its first line, then the block
     sends Ctrl-C (SIGINT) and collects ``{"out", "err"}``; killed if anything went wrong."""
-    proc = subprocess.Popen([sys.executable, "-m", "rayform", "view", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=_env())
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rayform", "view", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_env(),
+    )
     result: dict[str, str] = {}
     try:
         assert proc.stdout is not None
@@ -184,16 +219,36 @@ def test_cli_warns_when_listening_beyond_loopback(client_env: ServerProcess) -> 
 
 
 def test_cli_offline_without_the_slice_names_the_pull() -> None:
-    done = subprocess.run([sys.executable, "-m", "rayform", "view", DEMO_SLICE, "--offline"],
-                          capture_output=True, text=True, timeout=60, env=_env())
+    done = subprocess.run(
+        [sys.executable, "-m", "rayform", "view", DEMO_SLICE, "--offline"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=_env(),
+    )
     assert done.returncode == 1 and "rayform pull" in done.stderr and "Traceback" not in done.stderr
 
 
 @pytest.mark.slow
 def test_the_wheel_ships_the_page(tmp_path: Path) -> None:
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-                    "-w", str(tmp_path), str(REPO)], check=True, capture_output=True, timeout=300,
-                   cwd=tmp_path)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(tmp_path),
+            str(REPO),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
     (wheel,) = tmp_path.glob("rayform-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
     for asset in ("index.html", "app.js", "app.css", "favicon.svg"):
@@ -215,10 +270,19 @@ def test_show_returns_a_link_jupyter_displays(viewer: rayform.view.ViewServer) -
 
 def test_the_list_filters_agree_on_both_manifest_versions(viewer: rayform.view.ViewServer) -> None:
     segs = viewer.api.slice.segments  # version 2 (the stub writes v2): Arrow columns
-    v2, v1 = EpisodeIndex(segs), EpisodeIndex(rayform.Segments(tuple(segs)))  # v1: segments made columns
+    v2, v1 = (
+        EpisodeIndex(segs),
+        EpisodeIndex(rayform.Segments(tuple(segs))),
+    )  # v1: segments made columns
     mid = segs[1].start_ns
-    for f in (EpisodeFilter(), EpisodeFilter(sites=(segs[0].site,)), EpisodeFilter(prefix=segs[3].id[:10]),
-              EpisodeFilter(start_ns=mid), EpisodeFilter(end_ns=mid + 1), EpisodeFilter(sites=("nowhere",))):
+    for f in (
+        EpisodeFilter(),
+        EpisodeFilter(sites=(segs[0].site,)),
+        EpisodeFilter(prefix=segs[3].id[:10]),
+        EpisodeFilter(start_ns=mid),
+        EpisodeFilter(end_ns=mid + 1),
+        EpisodeFilter(sites=("nowhere",)),
+    ):
         assert v1.positions(f).tolist() == v2.positions(f).tolist(), f
         # The same rule as Slice.select: overlap with [start_ns, end_ns).
         if f.start_ns is not None or f.end_ns is not None:
@@ -230,15 +294,25 @@ def test_the_list_filters_agree_on_both_manifest_versions(viewer: rayform.view.V
 def test_the_token_never_reaches_the_page(viewer: rayform.view.ViewServer) -> None:
     with _http(viewer) as h:
         seg = _first_segment(h)
-        answers = [h.get(p) for p in ("/", "/static/app.js", "/api/slice", "/api/episodes",
-                                      f"/api/episode?segment={seg}", f"/api/table?segment={seg}&stream=ee/pose",
-                                      f"/api/selection?segments={seg}")]
+        answers = [
+            h.get(p)
+            for p in (
+                "/",
+                "/static/app.js",
+                "/api/slice",
+                "/api/episodes",
+                f"/api/episode?segment={seg}",
+                f"/api/table?segment={seg}&stream=ee/pose",
+                f"/api/selection?segments={seg}",
+            )
+        ]
     for r in answers:
         assert r.status_code == 200 and TOKEN not in r.text and TOKEN not in str(r.headers)
 
 
-def test_the_notebook_repr_shows_cached_first_frames_and_never_fetches(client_env: ServerProcess,
-                                                                        isolated_env: Path) -> None:
+def test_the_notebook_repr_shows_cached_first_frames_and_never_fetches(
+    client_env: ServerProcess, isolated_env: Path
+) -> None:
     slice_ = rayform.Client().slices.get(DEMO_SLICE)
     cache = rayform.cache.Cache(isolated_env)
     before = cache.du()["blobs"]

@@ -21,8 +21,14 @@ import rayform.view
 from rayform.format import decode_timestamps
 
 #: Every camera element's state, for asserts.
-VIDEOS = "[...document.querySelectorAll('#cameras video')].map(v => ({t: v.currentTime, ready: v.readyState, seeking: v.seeking, stream: v.dataset.stream}))"
-SETTLED = "() => { const v = [...document.querySelectorAll('#cameras video')]; return v.length > 0 && v.every(x => x.readyState >= 2 && !x.seeking); }"
+VIDEOS = (
+    "[...document.querySelectorAll('#cameras video')].map(v => ({t: v.currentTime, "
+    "ready: v.readyState, seeking: v.seeking, stream: v.dataset.stream}))"
+)
+SETTLED = (
+    "() => { const v = [...document.querySelectorAll('#cameras video')]; "
+    "return v.length > 0 && v.every(x => x.readyState >= 2 && !x.seeking); }"
+)
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +36,9 @@ def browser() -> Iterator[Browser]:
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     assert chromium, "install Debian's chromium (scripts/setup.sh does, as root)"
     with sync_playwright() as pw:
-        b = pw.chromium.launch(executable_path=chromium, args=["--autoplay-policy=no-user-gesture-required"])
+        b = pw.chromium.launch(
+            executable_path=chromium, args=["--autoplay-policy=no-user-gesture-required"]
+        )
         yield b
         b.close()
 
@@ -53,8 +61,14 @@ def online(demo_server: ServerProcess, tmp_path: Path) -> rayform.Slice:
     return make_client(demo_server.url, tmp_path / "cache").slices.get(DEMO_SLICE)
 
 
-def _open(browser: Browser, slice_: rayform.Slice, query: str = "", init: str | None = None,
-          status: str = "", **kw: Any) -> Iterator[Page]:
+def _open(
+    browser: Browser,
+    slice_: rayform.Slice,
+    query: str = "",
+    init: str | None = None,
+    status: str = "",
+    **kw: Any,
+) -> Iterator[Page]:
     server = rayform.view.serve(slice_, **kw)
     context = browser.new_context(viewport={"width": 1400, "height": 900})
     if init is not None:
@@ -68,8 +82,11 @@ def _open(browser: Browser, slice_: rayform.Slice, query: str = "", init: str | 
         # An expected error answer is logged by Chromium as a failed load; nothing else may be.
         seen = [e for e in errors.seen if not (status and "Failed to load resource" in e)]
         assert seen == [], seen
-        assert status in str(page.locator("#status").text_content()) if status else \
-            page.locator("#status").text_content() == ""
+        assert (
+            status in str(page.locator("#status").text_content())
+            if status
+            else page.locator("#status").text_content() == ""
+        )
     finally:
         context.close()
         server.stop()
@@ -89,7 +106,9 @@ def _frame_of(slice_: rayform.Slice, segment: str, stream: str, t_s: float) -> i
     t_ns = decode_timestamps(slice_.blob_path(ref).read_bytes())
     # The page gets times in whole microseconds; a time on a frame's own capture time (a frame
     # step lands there) shows that frame.
-    return max(0, int(np.searchsorted(t_ns - seg.start_ns, round(t_s * 1e9) + 1000, side="right")) - 1)
+    return max(
+        0, int(np.searchsorted(t_ns - seg.start_ns, round(t_s * 1e9) + 1000, side="right")) - 1
+    )
 
 
 def _assert_in_sync(page: Page, slice_: rayform.Slice, segment: str) -> float:
@@ -111,12 +130,17 @@ def _open_episode(page: Page, row: int) -> str:
     return seg
 
 
-def test_list_shows_every_episode_and_a_site_filter_narrows_it(page: Page, online: rayform.Slice) -> None:
+def test_list_shows_every_episode_and_a_site_filter_narrows_it(
+    page: Page, online: rayform.Slice
+) -> None:
     ids = [s.id for s in online.segments]
     assert page.locator("#episodes tbody tr").evaluate_all("rs => rs.map(r => r.dataset.id)") == ids
     site = online.segments[0].site
     page.get_by_label(site, exact=True).check()
-    page.wait_for_function(f"() => document.querySelectorAll('#episodes tbody tr').length == {sum(s.site == site for s in online.segments)}")
+    page.wait_for_function(
+        "() => document.querySelectorAll('#episodes tbody tr').length == "
+        f"{sum(s.site == site for s in online.segments)}"
+    )
     shown = page.locator("#episodes tbody tr td:nth-child(3)").all_text_contents()
     assert shown and set(shown) == {site}
     page.fill("#f-prefix", ids[0][:12])
@@ -125,11 +149,20 @@ def test_list_shows_every_episode_and_a_site_filter_narrows_it(page: Page, onlin
     page.fill("#f-prefix", "")
     page.get_by_label(site, exact=True).uncheck()
     last = online.segments[len(ids) - 1]
-    page.fill("#f-start", datetime.fromtimestamp(last.start_ns // 10**9, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S"))
-    page.wait_for_function(f"() => [...document.querySelectorAll('#episodes tbody tr')].map(r => r.dataset.id).join() == '{last.id}'")
+    page.fill(
+        "#f-start",
+        datetime.fromtimestamp(last.start_ns // 10**9, tz=timezone.utc).strftime(
+            "%Y-%m-%d %H:%M:%S"
+        ),
+    )
+    page.wait_for_function(
+        f"() => [...document.querySelectorAll('#episodes tbody tr')].map(r => r.dataset.id).join() == '{last.id}'"
+    )
 
 
-def test_cameras_play_in_sync_and_the_plot_cursor_follows(page: Page, online: rayform.Slice) -> None:
+def test_cameras_play_in_sync_and_the_plot_cursor_follows(
+    page: Page, online: rayform.Slice
+) -> None:
     seg = _open_episode(page, 1)
     videos = page.evaluate(VIDEOS)
     assert {v["stream"] for v in videos} == {"cam0/rgb", "wrist/rgb"}
@@ -139,8 +172,10 @@ def test_cameras_play_in_sync_and_the_plot_cursor_follows(page: Page, online: ra
     cursor = "parseFloat(document.querySelector('.plot .cursor').style.left)"
     before = page.evaluate(cursor)
     page.click("#play")
-    page.wait_for_function("() => [...document.querySelectorAll('#cameras video')].every(v => v.currentTime > 0.4)",
-                           timeout=20_000)
+    page.wait_for_function(
+        "() => [...document.querySelectorAll('#cameras video')].every(v => v.currentTime > 0.4)",
+        timeout=20_000,
+    )
     assert page.evaluate(cursor) > before
     page.click("#play")  # pause
     _assert_in_sync(page, online, seg)
@@ -180,11 +215,15 @@ def test_clicking_a_plot_seeks_every_video(page: Page, online: rayform.Slice) ->
     assert abs(left - 4 - 0.75 * (box["width"] - 8)) < 3
 
 
-def test_the_selection_snippet_selects_the_marked_episodes(page: Page, online: rayform.Slice) -> None:
+def test_the_selection_snippet_selects_the_marked_episodes(
+    page: Page, online: rayform.Slice
+) -> None:
     ids = [s.id for s in online.segments]
     page.locator("#episodes .mark").nth(1).check()
     page.locator("#episodes .mark").nth(3).check()
-    page.wait_for_function("() => document.querySelector('#sel-count').textContent.includes('2 marked')")
+    page.wait_for_function(
+        "() => document.querySelector('#sel-count').textContent.includes('2 marked')"
+    )
     code = str(page.locator("#snippet").text_content())
     scope: dict[str, Any] = {"slice_": online}
     exec(code, scope)
@@ -193,14 +232,17 @@ def test_the_selection_snippet_selects_the_marked_episodes(page: Page, online: r
     # A site filter and an ID prefix join the marks; the snippet still runs as printed.
     page.get_by_label(online.segments[1].site, exact=True).check()
     page.fill("#f-prefix", "seg_")
-    page.wait_for_function("() => document.querySelector('#snippet').textContent.includes('where=')")
+    page.wait_for_function(
+        "() => document.querySelector('#snippet').textContent.includes('where=')"
+    )
     scope = {"slice_": online}
     exec(str(page.locator("#snippet").text_content()), scope)
     assert [s.id for s in scope["view"].segments] == [ids[1], ids[3]]
 
 
-def test_the_page_works_offline_from_a_pulled_cache(browser: Browser, demo_server: ServerProcess,
-                                                    tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_page_works_offline_from_a_pulled_cache(
+    browser: Browser, demo_server: ServerProcess, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     make_client(demo_server.url, tmp_path / "cache").pull(DEMO_SLICE)
     offline = rayform.Client(cache_dir=tmp_path / "cache", offline=True).slices.get(DEMO_SLICE)
     forbid_network(monkeypatch, "the offline viewer opened a connection")
@@ -214,13 +256,16 @@ def test_the_page_works_offline_from_a_pulled_cache(browser: Browser, demo_serve
 NO_H264 = "HTMLMediaElement.prototype.canPlayType = function (t) { return t.includes('avc1') ? '' : 'maybe'; };"
 
 
-def test_offline_without_the_blobs_the_page_names_the_pull(browser: Browser, demo_server: ServerProcess,
-                                                            tmp_path: Path) -> None:
+def test_offline_without_the_blobs_the_page_names_the_pull(
+    browser: Browser, demo_server: ServerProcess, tmp_path: Path
+) -> None:
     make_client(demo_server.url, tmp_path / "cache").slices.get(DEMO_SLICE)  # the manifest only
     offline = rayform.Client(cache_dir=tmp_path / "cache", offline=True).slices.get(DEMO_SLICE)
     for page in _open(browser, offline, status="rayform pull"):
         page.locator("#episodes tbody tr").nth(0).click()
-        page.wait_for_function("() => document.querySelector('#status').textContent.includes('rayform pull')")
+        page.wait_for_function(
+            "() => document.querySelector('#status').textContent.includes('rayform pull')"
+        )
 
 
 @pytest.mark.parametrize("how", ["forced", "codec"])
@@ -231,8 +276,11 @@ def test_decoded_frames_replace_video(browser: Browser, online: rayform.Slice, h
         page.wait_for_selector("#episode[data-ready='1']")
         assert page.locator("#cameras video").count() == 0
         page.evaluate("rayformView.seek(1.0)")
-        page.wait_for_function("() => [...document.querySelectorAll('#cameras img')].every(i => i.complete && i.naturalWidth == 128 && i.src.includes('i='))",
-                               timeout=20_000)
+        page.wait_for_function(
+            "() => [...document.querySelectorAll('#cameras img')]"
+            ".every(i => i.complete && i.naturalWidth == 128 && i.src.includes('i='))",
+            timeout=20_000,
+        )
         seg = online.segments[0].id
         for src in page.locator("#cameras img").evaluate_all("is => is.map(i => i.src)"):
             stream = "cam0/rgb" if "cam0" in src else "wrist/rgb"

@@ -6,6 +6,7 @@ fake/autograd kernels for those missing ops. We skip those two registrations whe
 are absent. Pure-Python parts (transforms.v2, datasets, models) keep working; torchvision.ops
 C kernels and torchvision's own video/image C decoders do not. Idempotent.
 """
+
 import importlib.util
 import pathlib
 import sys

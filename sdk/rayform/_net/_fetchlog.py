@@ -74,9 +74,14 @@ class FetchLog:
             now = time.monotonic()
             if kw.get("fetched_bytes") and now - c.last_log >= self.interval_s:
                 rate = (c.total.fetched_bytes - c.logged_bytes) / (now - c.last_log)
-                log.info("fetched %d blobs (%s, %s/s) so far, %s of it ahead of need, %.1f s "
-                         "stalled", c.total.fetched_blobs, human_bytes(c.total.fetched_bytes),
-                         human_bytes(rate), human_bytes(c.total.ahead_bytes), c.total.stall_s)
+                log.info(
+                    "fetched %d blobs (%s, %s/s) so far, %s of it ahead of need, %.1f s stalled",
+                    c.total.fetched_blobs,
+                    human_bytes(c.total.fetched_bytes),
+                    human_bytes(rate),
+                    human_bytes(c.total.ahead_bytes),
+                    c.total.stall_s,
+                )
                 c.last_log, c.logged_bytes = now, c.total.fetched_bytes
 
     def fetched(self, nbytes: int, seconds: float) -> None:
@@ -113,10 +118,12 @@ class FetchLog:
     @staticmethod
     def summary(c: FetchCounts) -> str:
         """One line: bytes fetched, cache hits, evictions, stall time."""
-        return (f"fetched {c.fetched_blobs} blobs ({human_bytes(c.fetched_bytes)}, "
-                f"{human_bytes(c.ahead_bytes)} of it by read-ahead), {c.hits} cache hits, "
-                f"{c.evicted_blobs} evictions ({human_bytes(c.evicted_bytes)}), "
-                f"{c.stall_s:.1f} s stalled on downloads")
+        return (
+            f"fetched {c.fetched_blobs} blobs ({human_bytes(c.fetched_bytes)}, "
+            f"{human_bytes(c.ahead_bytes)} of it by read-ahead), {c.hits} cache hits, "
+            f"{c.evicted_blobs} evictions ({human_bytes(c.evicted_bytes)}), "
+            f"{c.stall_s:.1f} s stalled on downloads"
+        )
 
 
 def ahead() -> bool:

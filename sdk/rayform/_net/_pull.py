@@ -20,7 +20,6 @@ from rayform.manifest import BlobRef
 __all__ = ["PullReport", "run_pull"]
 
 
-
 @dataclass(frozen=True)
 class PullReport:
     """What a pull did.
@@ -66,12 +65,20 @@ class PullReport:
     def _repr_html_(self) -> str:
         rate = self.fetched_bytes / self.seconds if self.seconds > 0 else 0.0
         return _html.wrap(
-            _html.header(f"Pull of {self.slice_id}", f"{self.blobs} blobs ({human_bytes(self.bytes)}) verified in cache"),
-            _html.kv_table([
-                ("fetched", f"{self.fetched_blobs} blobs, {human_bytes(self.fetched_bytes)}"),
-                ("already cached", f"{self.cached_blobs} blobs, {human_bytes(self.cached_bytes)}"),
-                ("time", f"{self.seconds:.1f} s ({human_bytes(rate)}/s)"),
-            ]),
+            _html.header(
+                f"Pull of {self.slice_id}",
+                f"{self.blobs} blobs ({human_bytes(self.bytes)}) verified in cache",
+            ),
+            _html.kv_table(
+                [
+                    ("fetched", f"{self.fetched_blobs} blobs, {human_bytes(self.fetched_bytes)}"),
+                    (
+                        "already cached",
+                        f"{self.cached_blobs} blobs, {human_bytes(self.cached_bytes)}",
+                    ),
+                    ("time", f"{self.seconds:.1f} s ({human_bytes(rate)}/s)"),
+                ]
+            ),
         )
 
 
@@ -135,8 +142,9 @@ def run_pull(
     fetched: set[str] = set()
     try:
         if missing:
-            with ThreadPoolExecutor(max_workers=min(jobs, len(missing)),
-                                    thread_name_prefix="rayform-pull") as pool:
+            with ThreadPoolExecutor(
+                max_workers=min(jobs, len(missing)), thread_name_prefix="rayform-pull"
+            ) as pool:
                 futures = [pool.submit(fetch_one, r) for r in missing]
                 try:  # the first failure, whichever blob it is, ends the wait
                     wait(futures, return_when=FIRST_EXCEPTION)

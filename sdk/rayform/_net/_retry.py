@@ -48,8 +48,15 @@ class Retryable(Exception):
         busy: the server asked us to come back later: does not use up an attempt.
     """
 
-    def __init__(self, reason: str, retry_after: float | None = None, *, side: Side = "server",
-                 host: str | None = None, busy: bool = False) -> None:
+    def __init__(
+        self,
+        reason: str,
+        retry_after: float | None = None,
+        *,
+        side: Side = "server",
+        host: str | None = None,
+        busy: bool = False,
+    ) -> None:
         super().__init__(reason)
         self.reason = reason
         self.retry_after = retry_after
@@ -77,28 +84,43 @@ class RetryPolicy:
     sleep: Callable[[float], None] | None = None
 
 
-def _message(what: str, n: int, exc: Retryable, policy: RetryPolicy, spent_s: float,
-             timed_out: bool) -> str:
-    bound = (f"; gave up after {spent_s:.0f} s without progress (the limit is "
-             f"{policy.stall_timeout_s:g} s: Client(stall_timeout=...) or RAYFORM_STALL_TIMEOUT)"
-             if timed_out else "")
+def _message(
+    what: str, n: int, exc: Retryable, policy: RetryPolicy, spent_s: float, timed_out: bool
+) -> str:
+    bound = (
+        f"; gave up after {spent_s:.0f} s without progress (the limit is "
+        f"{policy.stall_timeout_s:g} s: Client(stall_timeout=...) or RAYFORM_STALL_TIMEOUT)"
+        if timed_out
+        else ""
+    )
     offline = "cached data stays usable with RAYFORM_OFFLINE=1."
     head = f"{what} failed after {n} attempt{'s' if n != 1 else ''}"
     if exc.side == "store":
-        return (f"{head}: the object store behind the server at {policy.endpoint} did not answer "
-                f"({exc.reason}){bound}. The server itself is up: tell its operator that its "
-                f"storage is down or stalled, then retry; {offline}")
+        return (
+            f"{head}: the object store behind the server at {policy.endpoint} did not answer "
+            f"({exc.reason}){bound}. The server itself is up: tell its operator that its "
+            f"storage is down or stalled, then retry; {offline}"
+        )
     if exc.side == "direct":
-        return (f"{head}: the object store at {exc.host} (where the server at {policy.endpoint} "
-                f"sent the download) did not answer: {exc.reason}{bound}. The server itself is "
-                f"up: tell its operator that its storage is down or unreachable from here, then "
-                f"retry; {offline}")
-    return (f"{head}: {exc.reason}{bound}. Check that the server {policy.endpoint} is reachable "
-            f"(RAYFORM_ENDPOINT), then retry; {offline}")
+        return (
+            f"{head}: the object store at {exc.host} (where the server at {policy.endpoint} "
+            f"sent the download) did not answer: {exc.reason}{bound}. The server itself is "
+            f"up: tell its operator that its storage is down or unreachable from here, then "
+            f"retry; {offline}"
+        )
+    return (
+        f"{head}: {exc.reason}{bound}. Check that the server {policy.endpoint} is reachable "
+        f"(RAYFORM_ENDPOINT), then retry; {offline}"
+    )
 
 
-def run_with_retries(policy: RetryPolicy, what: str, fn: Callable[[float], T], *,
-                     progress: Callable[[], int] | None = None) -> T:
+def run_with_retries(
+    policy: RetryPolicy,
+    what: str,
+    fn: Callable[[float], T],
+    *,
+    progress: Callable[[], int] | None = None,
+) -> T:
     """Run ``fn(seconds_left)`` until it returns, retrying :class:`Retryable` failures.
 
     Args:

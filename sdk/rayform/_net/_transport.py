@@ -66,7 +66,13 @@ class _RedactSignedUrls(logging.Filter):
 
 
 _REDACT = _RedactSignedUrls()
-for _name in ("httpx", "httpcore.http11", "httpcore.http2", "httpcore.connection", "httpcore.proxy"):
+for _name in (
+    "httpx",
+    "httpcore.http11",
+    "httpcore.http2",
+    "httpcore.connection",
+    "httpcore.proxy",
+):
     logging.getLogger(_name).addFilter(_REDACT)
 
 _MAX_REDIRECTS = 5
@@ -163,8 +169,9 @@ def _host(url: httpx.URL) -> str:
     return f"{url.host}:{port}" if port else url.host
 
 
-def _network_failure(exc: httpx.TransportError, timeout_s: float, side: Side = "server",
-                     host: str | None = None) -> Retryable:
+def _network_failure(
+    exc: httpx.TransportError, timeout_s: float, side: Side = "server", host: str | None = None
+) -> Retryable:
     name = type(exc).__name__
     if isinstance(exc, httpx.TimeoutException):
         reason = f"{name}: no answer within {timeout_s:.3g} s"
@@ -249,18 +256,29 @@ class Transport:
 
     # -- retries ---------------------------------------------------------------------------
     def _policy(self) -> RetryPolicy:
-        return RetryPolicy(str(self.endpoint).rstrip("/"), self.attempts, self.backoff_s,
-                           self.stall_timeout, self._sleep)
+        return RetryPolicy(
+            str(self.endpoint).rstrip("/"),
+            self.attempts,
+            self.backoff_s,
+            self.stall_timeout,
+            self._sleep,
+        )
 
-    def _with_retries(self, what: str, fn: Callable[[float], Any],
-                      progress: Callable[[], int] | None = None) -> Any:
+    def _with_retries(
+        self, what: str, fn: Callable[[float], Any], progress: Callable[[], int] | None = None
+    ) -> Any:
         return run_with_retries(self._policy(), what, fn, progress=progress)
 
     def _timeout(self, left_s: float) -> httpx.Timeout:
         return httpx.Timeout(min(self.timeout, left_s))
 
-    def _check(self, resp: httpx.Response, what: str, host: str | None = None,
-               deadline: float | None = None) -> None:
+    def _check(
+        self,
+        resp: httpx.Response,
+        what: str,
+        host: str | None = None,
+        deadline: float | None = None,
+    ) -> None:
         status = resp.status_code
         if status < 300:
             return
@@ -319,8 +337,9 @@ class Transport:
             url = self._url(path)
             deadline = time.monotonic() + left_s
             try:
-                with self._http().stream("GET", url, headers=self._headers(url),
-                                         timeout=self._timeout(left_s)) as resp:
+                with self._http().stream(
+                    "GET", url, headers=self._headers(url), timeout=self._timeout(left_s)
+                ) as resp:
                     self._check(resp, what, deadline=deadline)
                     return self._read_body(resp, what, limit, deadline, left_s)
             except httpx.TransportError as exc:
@@ -328,13 +347,16 @@ class Transport:
 
         return self._with_retries(what, once)
 
-    def _read_body(self, resp: httpx.Response, what: str, limit: int, deadline: float,
-                   left_s: float) -> bytes:
+    def _read_body(
+        self, resp: httpx.Response, what: str, limit: int, deadline: float, left_s: float
+    ) -> bytes:
         _check_encoding(resp, what, self.server)
         declared = _declared_size(resp)
-        too_long = (f"{what}: {self.server} answered more than the {limit} bytes this answer "
-                    "may hold; nothing was kept. The server (or a proxy in front of it) is "
-                    "misbehaving: report it to its operator.")
+        too_long = (
+            f"{what}: {self.server} answered more than the {limit} bytes this answer "
+            "may hold; nothing was kept. The server (or a proxy in front of it) is "
+            "misbehaving: report it to its operator."
+        )
         if declared is not None and declared > limit:
             raise ProtocolError(too_long)
         body = bytearray()
@@ -343,8 +365,10 @@ class Transport:
             if len(body) > limit:
                 raise ProtocolError(too_long)
             if time.monotonic() > deadline:
-                raise Retryable(f"the answer was still incomplete after {left_s:.3g} s "
-                                f"({len(body)} bytes received)")
+                raise Retryable(
+                    f"the answer was still incomplete after {left_s:.3g} s "
+                    f"({len(body)} bytes received)"
+                )
         return bytes(body)
 
     def get_json(self, path: str, what: str, *, limit: int = JSON_CAP) -> Any:
@@ -359,8 +383,9 @@ class Transport:
         except ValueError as exc:
             raise ProtocolError(f"{what}: {self.server} answered invalid JSON ({exc})") from None
 
-    def download(self, path: str, part: DownloadSink, what: str,
-                 on_bytes: ProgressCallback | None = None) -> None:
+    def download(
+        self, path: str, part: DownloadSink, what: str, on_bytes: ProgressCallback | None = None
+    ) -> None:
         """Fill ``part`` from ``part.offset`` to its end with the blob at ``path``.
 
         A broken connection is retried and the download continues where it stopped, with
@@ -380,8 +405,14 @@ class Transport:
 
         self._with_retries(what, once, progress=lambda: part.offset)
 
-    def _download_once(self, path: str, part: DownloadSink, what: str, left_s: float,
-                       on_bytes: ProgressCallback | None) -> None:
+    def _download_once(
+        self,
+        path: str,
+        part: DownloadSink,
+        what: str,
+        left_s: float,
+        on_bytes: ProgressCallback | None,
+    ) -> None:
         url = self._url(path)
         redirects = refreshes = 0
         client = self._http()
@@ -396,8 +427,9 @@ class Transport:
                 self._stream_once(client, url, headers, part, what, timeout, host, on_bytes)
                 return
             except httpx.TransportError as exc:
-                raise _network_failure(exc, float(timeout.read or 0), "direct" if foreign else "server",
-                                       host) from None
+                raise _network_failure(
+                    exc, float(timeout.read or 0), "direct" if foreign else "server", host
+                ) from None
             except _Redirect as redirect:
                 if redirect.refresh:
                     refreshes += 1
@@ -419,9 +451,17 @@ class Transport:
                             f"{shown(redirect.location, 80)!r}; report it to its operator"
                         ) from None
 
-    def _stream_once(self, client: httpx.Client, url: httpx.URL, headers: dict[str, str],
-                     part: DownloadSink, what: str, timeout: httpx.Timeout, host: str | None,
-                     on_bytes: ProgressCallback | None = None) -> None:
+    def _stream_once(
+        self,
+        client: httpx.Client,
+        url: httpx.URL,
+        headers: dict[str, str],
+        part: DownloadSink,
+        what: str,
+        timeout: httpx.Timeout,
+        host: str | None,
+        on_bytes: ProgressCallback | None = None,
+    ) -> None:
         """One GET of the blob into ``part``; raises :class:`_Redirect` to go elsewhere."""
         foreign = host is not None
         with client.stream("GET", url, headers=headers, timeout=timeout) as resp:
@@ -453,10 +493,11 @@ class Transport:
                 if on_bytes is not None:
                     on_bytes(len(chunk))
             if part.remaining > 0:
-                raise Retryable(f"connection closed after {part.offset} of "
-                                f"{part.expected_size} bytes", side="direct" if foreign else "server",
-                                host=host)
-
+                raise Retryable(
+                    f"connection closed after {part.offset} of {part.expected_size} bytes",
+                    side="direct" if foreign else "server",
+                    host=host,
+                )
 
 
 class _Redirect(Exception):

@@ -42,8 +42,16 @@ from typing import Protocol
 from rayform._process import PerProcess
 from rayform.cache._partial import HOST, pid_alive
 
-__all__ = ["HEARTBEAT_S", "STALE_S", "ClaimInfo", "Claimed", "Watch", "blob_claim",
-           "clean_claims", "read_claim"]
+__all__ = [
+    "HEARTBEAT_S",
+    "STALE_S",
+    "ClaimInfo",
+    "Claimed",
+    "Watch",
+    "blob_claim",
+    "clean_claims",
+    "read_claim",
+]
 
 #: Default seconds between two rewrites of a held claim.
 HEARTBEAT_S = 2.0
@@ -77,9 +85,16 @@ class ClaimInfo:
 
 
 def _encode(info: ClaimInfo) -> bytes:
-    doc = {"host": info.host[:64], "pid": info.pid, "uid": info.uid, "token": info.token,
-           "beat": info.beat, "bytes": info.bytes, "part": info.part[:120],
-           "time": round(time.time(), 1)}
+    doc = {
+        "host": info.host[:64],
+        "pid": info.pid,
+        "uid": info.uid,
+        "token": info.token,
+        "beat": info.beat,
+        "bytes": info.bytes,
+        "part": info.part[:120],
+        "time": round(time.time(), 1),
+    }
     raw = json.dumps(doc, sort_keys=True).encode()
     return raw.ljust(_RECORD_BYTES - 1) + b"\n"
 
@@ -87,8 +102,15 @@ def _encode(info: ClaimInfo) -> bytes:
 def _parse(raw: bytes | None) -> ClaimInfo | None:
     try:
         doc = json.loads(raw or b"")
-        return ClaimInfo(str(doc["host"]), int(doc["pid"]), int(doc["uid"]), str(doc["token"]),
-                         int(doc["beat"]), int(doc["bytes"]), str(doc.get("part", "")))
+        return ClaimInfo(
+            str(doc["host"]),
+            int(doc["pid"]),
+            int(doc["uid"]),
+            str(doc["token"]),
+            int(doc["beat"]),
+            int(doc["bytes"]),
+            str(doc.get("part", "")),
+        )
     except (ValueError, KeyError, TypeError):
         return None  # being written, or not ours
 
@@ -153,8 +175,15 @@ class _Held:
     def write(self) -> None:
         """Write the next record (the caller holds :attr:`lock` and checked :attr:`closed`)."""
         done, part = (self.source.offset, self.source.path.name) if self.source else (0, "")
-        self.info = ClaimInfo(self.info.host, self.info.pid, self.info.uid, self.info.token,
-                              self.info.beat + 1, done, part)
+        self.info = ClaimInfo(
+            self.info.host,
+            self.info.pid,
+            self.info.uid,
+            self.info.token,
+            self.info.beat + 1,
+            done,
+            part,
+        )
         os.pwrite(self.fd, _encode(self.info), 0)
         os.fsync(self.fd)  # an NFS client would otherwise keep the beat in its own cache
 
@@ -192,8 +221,9 @@ class _Beats:
         with self._lock:
             self._held[held.info.token] = held
             if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="rayform-claims",
-                                                daemon=True)
+                self._thread = threading.Thread(
+                    target=self._run, name="rayform-claims", daemon=True
+                )
                 self._thread.start()
 
     def remove(self, held: _Held) -> None:

@@ -28,8 +28,19 @@ from rayform._hashing import new_hasher
 from rayform._process import PerProcess
 from rayform.errors import IntegrityError
 
-__all__ = ["HOST", "PartialBlob", "active", "TmpName", "drop_dead_partials", "open_partial", "owner_dead",
-           "parse_tmp_name", "partial_named", "pid_alive", "tmp_name"]
+__all__ = [
+    "HOST",
+    "PartialBlob",
+    "active",
+    "TmpName",
+    "drop_dead_partials",
+    "open_partial",
+    "owner_dead",
+    "parse_tmp_name",
+    "partial_named",
+    "pid_alive",
+    "tmp_name",
+]
 
 #: This host, as it appears in temporary and claim file names.
 HOST = socket.gethostname().replace(".", "_").replace("/", "_") or "host"
@@ -196,8 +207,14 @@ class PartialBlob:
     a :class:`~rayform._seams.DownloadSink`.
     """
 
-    def __init__(self, path: Path, expected_hash: str, expected_size: int, mode: int,
-                 copy_from: Path | None = None) -> None:
+    def __init__(
+        self,
+        path: Path,
+        expected_hash: str,
+        expected_size: int,
+        mode: int,
+        copy_from: Path | None = None,
+    ) -> None:
         self.path = path
         self.expected_hash = expected_hash
         self.expected_size = expected_size

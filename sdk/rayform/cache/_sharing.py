@@ -154,7 +154,12 @@ class CacheModes:
             "write to it, so their fetches into it fail. Its owner (or root) fixes it with: "
             "chmod 2775 %s   (or for the whole cache: chmod -R g+w %s && find %s -type d -exec "
             "chmod g+s {} +)",
-            d, stat.filemode(st.st_mode), st.st_uid, d, self.root, self.root,
+            d,
+            stat.filemode(st.st_mode),
+            st.st_uid,
+            d,
+            self.root,
+            self.root,
         )
 
 

@@ -12,7 +12,8 @@ Layout (see ``docs/cache.md``)::
 A blob appears under its content name only complete and verified: it is written to a
 process-unique temporary file on the same filesystem, hashed while streaming, fsync'd, made
 read-only and atomically renamed. Locks and claims (:mod:`rayform.cache._claims`) only avoid
-duplicate downloads; two writers without working locks still end with one correct blob. This module knows nothing of HTTP: a
+duplicate downloads; two writers without working locks still end with one correct blob. This
+module knows nothing of HTTP: a
 ``download`` callable fills a :class:`~rayform._seams.DownloadSink` (the cache's
 :class:`~rayform.cache._partial.PartialBlob`).
 """
@@ -77,12 +78,16 @@ class VerifyReport:
 def cache_error(exc: OSError, root: Path, action: str) -> CacheError:
     """Turn an OSError from the cache filesystem into a CacheError saying what to do."""
     if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-        hint = (f"the disk holding the cache {root} is full: free space with "
-                "`rayform cache prune --max-size SIZE` or set RAYFORM_CACHE_DIR to a bigger disk")
+        hint = (
+            f"the disk holding the cache {root} is full: free space with "
+            "`rayform cache prune --max-size SIZE` or set RAYFORM_CACHE_DIR to a bigger disk"
+        )
     elif exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
-        hint = (f"the cache directory {root} is not writable: fix its permissions, or set "
-                "RAYFORM_CACHE_DIR to a writable directory (read-only caches work offline only "
-                "for what is already in them)")
+        hint = (
+            f"the cache directory {root} is not writable: fix its permissions, or set "
+            "RAYFORM_CACHE_DIR to a writable directory (read-only caches work offline only "
+            "for what is already in them)"
+        )
     else:
         hint = f"check the cache directory {root} or set RAYFORM_CACHE_DIR elsewhere"
     return CacheError(f"cannot {action}: {exc.strerror or exc}; {hint}")
@@ -141,7 +146,8 @@ class Cache:
         if not 0 < 2 * claim_heartbeat_s < claim_stale_s:
             raise InvalidArgumentError(
                 f"claim_stale_s ({claim_stale_s}) must exceed twice claim_heartbeat_s ({claim_heartbeat_s}), "
-                f"both positive, e.g. the defaults {_claims.STALE_S} and {_claims.HEARTBEAT_S}")
+                f"both positive, e.g. the defaults {_claims.STALE_S} and {_claims.HEARTBEAT_S}"
+            )
         self.root = Path(root).expanduser().absolute()
         _check_root(self.root)
         self.shared = shared_mode(self.root, shared)
@@ -195,7 +201,9 @@ class Cache:
         except OSError:
             pass
 
-    def fetch_blob(self, ref: BlobRef, download: Callable[[DownloadSink], None]) -> tuple[Path, int]:
+    def fetch_blob(
+        self, ref: BlobRef, download: Callable[[DownloadSink], None]
+    ) -> tuple[Path, int]:
         """Return the path of blob ``ref``, running ``download`` to fill it if it is missing.
 
         ``download(part)`` must write the bytes from ``part.offset`` to the end with
@@ -224,8 +232,12 @@ class Cache:
             theirs = claim.taken_from.part if claim.taken_from is not None else None
             if final.is_file():  # a dead node's partial we took over is garbage now
                 self._touch(final)
-                drop_dead_partials(self.root / "tmp", ref.hash, self.stale_s,
-                                   partial_named(self.root / "tmp", ref.hash, theirs))
+                drop_dead_partials(
+                    self.root / "tmp",
+                    ref.hash,
+                    self.stale_s,
+                    partial_named(self.root / "tmp", ref.hash, theirs),
+                )
                 return final, 0
             fetched = 0
             for attempt in range(2):
@@ -260,8 +272,9 @@ class Cache:
             "corrupted data: retry later or report it to the data owners."
         )
 
-    def _maybe_lock(self, digest: str, lock_path: Path,
-                    watch: _claims.Watch) -> contextlib.AbstractContextManager[bool]:
+    def _maybe_lock(
+        self, digest: str, lock_path: Path, watch: _claims.Watch
+    ) -> contextlib.AbstractContextManager[bool]:
         if not self.locks:
             return contextlib.nullcontext(False)
         return bounded_lock(
@@ -275,14 +288,20 @@ class Cache:
     def _claim_path(self, digest: str) -> Path:
         return self.root / "claims" / f"{digest}.claim"
 
-    def _claim(self, digest: str,
-               watch: _claims.Watch) -> contextlib.AbstractContextManager[_claims.Claimed]:
+    def _claim(
+        self, digest: str, watch: _claims.Watch
+    ) -> contextlib.AbstractContextManager[_claims.Claimed]:
         if not self.locks:
             return contextlib.nullcontext(_claims.Claimed(None, None))
         return _claims.blob_claim(
-            self._claim_path(digest), done=lambda: self.blob_path(digest).is_file(),
-            mode=self._modes.file_mode, heartbeat_s=self.claim_heartbeat_s,
-            stale_s=self.claim_stale_s, stall_s=self.stall_s, watch=watch)
+            self._claim_path(digest),
+            done=lambda: self.blob_path(digest).is_file(),
+            mode=self._modes.file_mode,
+            heartbeat_s=self.claim_heartbeat_s,
+            stale_s=self.claim_stale_s,
+            stall_s=self.stall_s,
+            watch=watch,
+        )
 
     def _tmp_progress(self, digest: str) -> tuple[tuple[str, int, int], ...]:
         out = []
@@ -294,13 +313,23 @@ class Cache:
             out.append((p.name, st.st_size, st.st_mtime_ns))
         return tuple(sorted(out))
 
-    def _open_partial(self, ref: BlobRef, *, adopt: bool,
-                      taken_from: str | None = None) -> tuple[PartialBlob, Path | None]:
+    def _open_partial(
+        self, ref: BlobRef, *, adopt: bool, taken_from: str | None = None
+    ) -> tuple[PartialBlob, Path | None]:
         try:
-            return open_partial(self.root / "tmp", ref.hash, ref.size, self._modes.file_mode,
-                                adopt=adopt, stale_s=self.stale_s, taken_from=taken_from)
+            return open_partial(
+                self.root / "tmp",
+                ref.hash,
+                ref.size,
+                self._modes.file_mode,
+                adopt=adopt,
+                stale_s=self.stale_s,
+                taken_from=taken_from,
+            )
         except OSError as exc:
-            raise cache_error(exc, self.root, f"create a temporary file in {self.root / 'tmp'}") from exc
+            raise cache_error(
+                exc, self.root, f"create a temporary file in {self.root / 'tmp'}"
+            ) from exc
 
     def _commit(self, tmp: Path, final: Path) -> None:
         try:
@@ -379,7 +408,9 @@ class Cache:
         except FileNotFoundError:
             return None
 
-    def set_ref(self, endpoint_key: str, slice_id: str, manifest_hash: str, **extra: object) -> None:
+    def set_ref(
+        self, endpoint_key: str, slice_id: str, manifest_hash: str, **extra: object
+    ) -> None:
         """Remember that ``slice_id`` on the server ``endpoint_key`` resolved to ``manifest_hash``."""
         doc = {"id": slice_id, "manifest": manifest_hash, "resolved_at": time.time(), **extra}
         path = self.root / "refs" / endpoint_key / slice_id
@@ -393,7 +424,9 @@ class Cache:
     def get_ref(self, endpoint_key: str | None, slice_id: str) -> dict[str, object] | None:
         """How ``slice_id`` last resolved on ``endpoint_key`` (any server if None), or None."""
         refs = self.root / "refs"
-        paths = [refs / endpoint_key / slice_id] if endpoint_key else list(refs.glob(f"*/{slice_id}"))
+        paths = (
+            [refs / endpoint_key / slice_id] if endpoint_key else list(refs.glob(f"*/{slice_id}"))
+        )
         docs = []
         for p in paths:
             try:
@@ -489,8 +522,11 @@ class Cache:
     def clean_tmp(self) -> int:
         """Remove temporary files whose writer is gone, and claims nobody needs (of a dead
         writer, or on a complete blob). Returns how many were removed."""
-        n = _claims.clean_claims(self.root / "claims", self.stale_s,
-                                 lambda name: bool(HASH_RE.fullmatch(name)) and self.has_blob(name))
+        n = _claims.clean_claims(
+            self.root / "claims",
+            self.stale_s,
+            lambda name: bool(HASH_RE.fullmatch(name)) and self.has_blob(name),
+        )
         for p in (self.root / "tmp").glob("*"):
             if parse_tmp_name(p.name) is None and time.time() - _mtime(p) < self.stale_s:
                 continue

@@ -49,7 +49,9 @@ def dataset_profile(ds: EpisodeDataset) -> dict[str, Any]:
         "samples": len(ds),
         "fps": ds.fps,
         # Only when used: what deployment needs to undo the normalisation (docs/mixtures.md).
-        **({"normalize": ds.normalize, "normalization": ds.normalization()} if ds.normalize else {}),
+        **(
+            {"normalize": ds.normalize, "normalization": ds.normalization()} if ds.normalize else {}
+        ),
     }
 
 
@@ -62,10 +64,21 @@ def mixture_profile(mix: MixtureDataset) -> dict[str, Any]:
         "seed": mix.seed,
         **({"layout": mix.describe()["layout"]} if mix.layout is not None else {}),
         "sources": [
-            {"weight": float(given), "share": float(w), "draws_per_epoch": int(q), **dataset_profile(ds),
-             "name": name}
-            for ds, given, w, q, name in zip(mix.sources, mix.given_weights, mix.weights, mix.quotas,
-                                             mix.source_names, strict=True)
+            {
+                "weight": float(given),
+                "share": float(w),
+                "draws_per_epoch": int(q),
+                **dataset_profile(ds),
+                "name": name,
+            }
+            for ds, given, w, q, name in zip(
+                mix.sources,
+                mix.given_weights,
+                mix.weights,
+                mix.quotas,
+                mix.source_names,
+                strict=True,
+            )
         ],
     }
 

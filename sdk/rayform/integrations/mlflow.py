@@ -50,14 +50,20 @@ class RayformDataset(Dataset):
     Build it with :func:`from_episode_dataset`.
     """
 
-    def __init__(self, ds: EpisodeDataset | MixtureDataset, name: str | None = None,
-                 sampler: EpisodeSampler | None = None) -> None:
+    def __init__(
+        self,
+        ds: EpisodeDataset | MixtureDataset,
+        name: str | None = None,
+        sampler: EpisodeSampler | None = None,
+    ) -> None:
         self._ds = ds
         self._uri: DatasetURI | MixtureURI
         if is_mixture(ds):
             self._uri = MixtureURI.parse(ds.uri)
             self._profile = mixture_profile(ds)
-            self._spec = sample_spec(ds)  # the mixture's (its layout's, or its sources' shared keys)
+            self._spec = sample_spec(
+                ds
+            )  # the mixture's (its layout's, or its sources' shared keys)
             default = "+".join(dict.fromkeys(src.slice_id for _, src in self._uri.sources))
         else:
             self._uri = DatasetURI.parse(ds.uri)
@@ -108,8 +114,11 @@ class RayformDataset(Dataset):
         return config
 
 
-def from_episode_dataset(ds: EpisodeDataset | MixtureDataset, name: str | None = None,
-                         sampler: EpisodeSampler | None = None) -> RayformDataset:
+def from_episode_dataset(
+    ds: EpisodeDataset | MixtureDataset,
+    name: str | None = None,
+    sampler: EpisodeSampler | None = None,
+) -> RayformDataset:
     """Describe ``ds`` for ``mlflow.log_input(..., context="training")``.
 
     Reads only the manifest (no fetch, no decode).

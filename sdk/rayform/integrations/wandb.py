@@ -17,8 +17,8 @@ the artifact's digest depends on the manifest hash alone: every run that trains 
 slice version uses the same artifact version, and W&B's lineage graph links them. Nothing is
 uploaded. A ``MixtureDataset`` is logged the same way: its ``describe()`` (with ``"uri"``) in
 the config and one reference entry per source (``0-slc_...``, ``1-slc_...``, in the mixture's
-order), so the artifact's version follows the sources' manifests. Offline runs (``WANDB_MODE=offline``) record the same input, and ``wandb sync``
-sends it. Needs ``wandb>=0.19``.
+order), so the artifact's version follows the sources' manifests. Offline runs
+(``WANDB_MODE=offline``) record the same input, and ``wandb sync`` sends it. Needs ``wandb>=0.19``.
 """
 
 from __future__ import annotations
@@ -50,8 +50,14 @@ __all__ = ["log_dataset"]
 _KEY_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*")
 
 
-def log_dataset(run: Run, ds: EpisodeDataset | MixtureDataset, *, key: str = "dataset", name: str | None = None,
-                sampler: EpisodeSampler | None = None) -> wandb.Artifact:
+def log_dataset(
+    run: Run,
+    ds: EpisodeDataset | MixtureDataset,
+    *,
+    key: str = "dataset",
+    name: str | None = None,
+    sampler: EpisodeSampler | None = None,
+) -> wandb.Artifact:
     """Record ``ds`` in ``run``: its description in ``run.config[key]``, its slice as an input.
 
     Reads only the manifest (no fetch, no decode).
@@ -73,7 +79,9 @@ def log_dataset(run: Run, ds: EpisodeDataset | MixtureDataset, *, key: str = "da
     """
     check_dataset(ds, "log_dataset")
     if not isinstance(key, str) or not _KEY_RE.fullmatch(key):
-        raise InvalidArgumentError(f"key={key!r}: use a config key such as 'dataset' or 'val_dataset'")
+        raise InvalidArgumentError(
+            f"key={key!r}: use a config key such as 'dataset' or 'val_dataset'"
+        )
     order = {"order": sampler.describe()} if sampler is not None else {}
     if is_mixture(ds):
         return _log_mixture(run, ds, key, name, order)
@@ -84,10 +92,12 @@ def log_dataset(run: Run, ds: EpisodeDataset | MixtureDataset, *, key: str = "da
     run.config.update({key: info}, allow_val_change=True)
 
     artifact = wandb.Artifact(
-        name or uri.slice_id, type="dataset",
+        name or uri.slice_id,
+        type="dataset",
         description=f"Rayform slice {uri.slice_id} at manifest {uri.manifest_hash}",
         metadata={
-            "slice_uri": uri.slice_uri, "manifest_hash": uri.manifest_hash,
+            "slice_uri": uri.slice_uri,
+            "manifest_hash": uri.manifest_hash,
             "profile": dataset_profile(ds),
             "sample": {k: {"dtype": d, "shape": list(s)} for k, (d, s) in sample_spec(ds).items()},
         },
@@ -95,35 +105,47 @@ def log_dataset(run: Run, ds: EpisodeDataset | MixtureDataset, *, key: str = "da
     # add_reference() cannot set a digest for a scheme W&B does not know (it uses the URI
     # itself), so the entry is made here: its digest is the manifest hash, which pins every
     # byte, and the host is left out of the digest so any server name gives the same version.
-    artifact.manifest.add_entry(ArtifactManifestEntry(
-        path=LogicalPath("manifest"), ref=uri.slice_uri, digest=uri.manifest_hash, size=int(ds.slice.segments.summary()["nbytes"]),
-    ))
+    artifact.manifest.add_entry(
+        ArtifactManifestEntry(
+            path=LogicalPath("manifest"),
+            ref=uri.slice_uri,
+            digest=uri.manifest_hash,
+            size=int(ds.slice.segments.summary()["nbytes"]),
+        )
+    )
     _use(run, artifact)
     return artifact
 
 
-def _log_mixture(run: Run, mix: MixtureDataset, key: str, name: str | None,
-                 order: dict[str, Any]) -> wandb.Artifact:
+def _log_mixture(
+    run: Run, mix: MixtureDataset, key: str, name: str | None, order: dict[str, Any]
+) -> wandb.Artifact:
     uri = MixtureURI.parse(mix.uri)
     info = {**mix.describe(), **order}
     info["digest"] = uri.digest
     run.config.update({key: info}, allow_val_change=True)
     slices = list(dict.fromkeys(src.slice_id for _, src in uri.sources))
     artifact = wandb.Artifact(
-        name or ("mix-" + "-".join(slices))[:128], type="dataset",
+        name or ("mix-" + "-".join(slices))[:128],
+        type="dataset",
         description=f"Rayform mixture of {len(uri.sources)} datasets on {', '.join(slices)}",
         metadata={
-            "mixture_uri": str(uri), "profile": mixture_profile(mix),
+            "mixture_uri": str(uri),
+            "profile": mixture_profile(mix),
             "sample": {k: {"dtype": d, "shape": list(s)} for k, (d, s) in sample_spec(mix).items()},
         },
     )
     # One entry per source, digest its manifest hash: the artifact's version follows the data
     # (weights and arguments are in the config and metadata), like a single dataset's.
     for k, ((_, src), ds) in enumerate(zip(uri.sources, mix.sources, strict=True)):
-        artifact.manifest.add_entry(ArtifactManifestEntry(
-            path=LogicalPath(f"{k}-{src.slice_id}"), ref=src.slice_uri, digest=src.manifest_hash,
-            size=int(ds.slice.segments.summary()["nbytes"]),
-        ))
+        artifact.manifest.add_entry(
+            ArtifactManifestEntry(
+                path=LogicalPath(f"{k}-{src.slice_id}"),
+                ref=src.slice_uri,
+                digest=src.manifest_hash,
+                size=int(ds.slice.segments.summary()["nbytes"]),
+            )
+        )
     _use(run, artifact)
     return artifact
 

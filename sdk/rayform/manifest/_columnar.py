@@ -76,7 +76,10 @@ def table_to_pages(table: pa.Table, page_rows: int = PAGE_ROWS) -> list[bytes]:
     """
     pa = _pa()
     renditions = table_has_renditions(table)
-    plain, schema = page_schema(plain=True, renditions=renditions), page_schema(renditions=renditions)
+    plain, schema = (
+        page_schema(plain=True, renditions=renditions),
+        page_schema(renditions=renditions),
+    )
     table = table.cast(plain)
     pages = []
     for start in range(0, max(table.num_rows, 1), page_rows):
@@ -92,7 +95,9 @@ def table_to_pages(table: pa.Table, page_rows: int = PAGE_ROWS) -> list[bytes]:
     return pages
 
 
-def build_root(table: pa.Table, pages: Sequence[bytes], description: str, page_rows: int = PAGE_ROWS) -> bytes:
+def build_root(
+    table: pa.Table, pages: Sequence[bytes], description: str, page_rows: int = PAGE_ROWS
+) -> bytes:
     """The canonical bytes of the root document for ``table`` stored as ``pages``."""
     cols = _Columns([table])
     doc = {
@@ -101,9 +106,14 @@ def build_root(table: pa.Table, pages: Sequence[bytes], description: str, page_r
         "description": description,
         "page_format": PAGE_FORMAT,
         "page_rows": page_rows,
-        "pages": [{"hash": hash_bytes(p), "size": len(p),
-                   "segments": min(page_rows, table.num_rows - i * page_rows)}
-                  for i, p in enumerate(pages)],
+        "pages": [
+            {
+                "hash": hash_bytes(p),
+                "size": len(p),
+                "segments": min(page_rows, table.num_rows - i * page_rows),
+            }
+            for i, p in enumerate(pages)
+        ],
         "summary": cols.summary(),
     }
     return canonical_json(doc)
@@ -119,8 +129,14 @@ class ColumnarManifest:
 
     format_version = FORMAT_VERSION_2
 
-    def __init__(self, root: bytes, doc: dict[str, Any], pages: list[pa.Table], page_paths: list[str],
-                 maps: PageMaps | None = None) -> None:
+    def __init__(
+        self,
+        root: bytes,
+        doc: dict[str, Any],
+        pages: list[pa.Table],
+        page_paths: list[str],
+        maps: PageMaps | None = None,
+    ) -> None:
         self._root = root
         self.doc = doc
         self.format_version = int(doc.get("format_version", FORMAT_VERSION_2))
@@ -185,12 +201,16 @@ def parse_root(data: bytes, doc: Any = None) -> dict[str, Any]:
     except ValueError as exc:
         raise ManifestError(f"manifest root is not valid JSON: {exc}") from None
     if isinstance(doc, dict) and doc.get("page_format") != PAGE_FORMAT:
-        raise ManifestError(f"unknown page_format {shown(repr(doc.get('page_format')), 40)} (expected {PAGE_FORMAT!r})")
+        raise ManifestError(
+            f"unknown page_format {shown(repr(doc.get('page_format')), 40)} (expected {PAGE_FORMAT!r})"
+        )
     check_root(doc)  # types and ranges of every field, page references and summary
     return dict(doc)
 
 
-def open_pages(root: bytes, doc: dict[str, Any], page_paths: Sequence[str | Path]) -> ColumnarManifest:
+def open_pages(
+    root: bytes, doc: dict[str, Any], page_paths: Sequence[str | Path]
+) -> ColumnarManifest:
     """Map verified pages (in root order) and check them against the root and the schema.
 
     Raises:
@@ -205,7 +225,9 @@ def open_pages(root: bytes, doc: dict[str, Any], page_paths: Sequence[str | Path
         try:
             table = maps.table(path)
         except (pa.ArrowException, OSError) as exc:
-            raise ManifestError(f"manifest page {ref['hash'][:12]}... is not an Arrow IPC file: {shown(exc)}") from exc
+            raise ManifestError(
+                f"manifest page {ref['hash'][:12]}... is not an Arrow IPC file: {shown(exc)}"
+            ) from exc
         if not table.schema.equals(schema) or table.num_rows != int(ref["segments"]):
             raise ManifestError(
                 f"manifest page {ref['hash'][:12]}... does not match the page schema of format "
@@ -214,7 +236,9 @@ def open_pages(root: bytes, doc: dict[str, Any], page_paths: Sequence[str | Path
         try:
             check_page(table, maps.span(i))
         except ManifestError as exc:
-            raise ManifestError(f"manifest page {ref['hash'][:12]}...: {str(exc).removeprefix('manifest page: ')}") from None
+            raise ManifestError(
+                f"manifest page {ref['hash'][:12]}...: {str(exc).removeprefix('manifest page: ')}"
+            ) from None
         maps.release(i)  # the checks read most of the page: unmap before the next one
         tables.append(table)
     if not tables:
@@ -233,22 +257,32 @@ def _check_pages(tables: list[pa.Table], doc: dict[str, Any]) -> None:
     pc = pa.compute
     n = sum(t.num_rows for t in tables)
     if n != int(doc["summary"]["segments"]):
-        raise ManifestError(f"manifest pages hold {n} segments, the root says {doc['summary']['segments']}")
+        raise ManifestError(
+            f"manifest pages hold {n} segments, the root says {doc['summary']['segments']}"
+        )
     ids = pa.chunked_array([c for t in tables for c in t.column("id").chunks], pa.string())
-    if ids.null_count or pc.all(pc.match_substring_regex(ids, r"^seg_[0-9a-f]{8,64}$")).as_py() not in (True, None):
-        raise ManifestError("manifest lists a malformed segment ID (expected seg_ and 8 to 64 hex digits)")
+    if ids.null_count or pc.all(
+        pc.match_substring_regex(ids, r"^seg_[0-9a-f]{8,64}$")
+    ).as_py() not in (True, None):
+        raise ManifestError(
+            "manifest lists a malformed segment ID (expected seg_ and 8 to 64 hex digits)"
+        )
     if pc.count_distinct(ids).as_py() != n:
         raise ManifestError("manifest lists a segment twice")
     for t in tables:  # null counts and dictionaries only: a few values per page
         if any(t.column(c).null_count for c in t.column_names):
-            raise ManifestError("a manifest page holds a null: v2 pages spell absent values explicitly")
+            raise ManifestError(
+                "a manifest page holds a null: v2 pages spell absent values explicitly"
+            )
         for chunk in t.column("streams").chunks:
             values = chunk.values
             if any(values.field(i).null_count for i in range(values.type.num_fields)):
                 raise ManifestError("a manifest page holds a null stream field")
             kinds = values.field("kind")
             if kinds.null_count or not set(kinds.dictionary.to_pylist()) <= {"video", "table"}:
-                raise ManifestError("manifest lists a stream of unknown kind (expected video or table)")
+                raise ManifestError(
+                    "manifest lists a stream of unknown kind (expected video or table)"
+                )
 
 
 def load(
@@ -268,7 +302,11 @@ def load(
         ManifestError: bad hash, bad JSON, unknown version, a schema break.
     """
     doc = parse_manifest_json(data, expected_hash)
-    if isinstance(doc, dict) and doc.get("format") == FORMAT and doc.get("format_version") in COLUMNAR_VERSIONS:
+    if (
+        isinstance(doc, dict)
+        and doc.get("format") == FORMAT
+        and doc.get("format_version") in COLUMNAR_VERSIONS
+    ):
         checked = parse_root(data, doc)
         return open_pages(data, checked, list(read_pages(checked["pages"])))
     return Manifest.from_json(doc)

@@ -205,19 +205,46 @@ class Segment:
         )
 
     def _repr_html_(self) -> str:
-        facts = _html.kv_table([
-            ("version", self.version), ("site", self.site), ("start", _html.utc(self.start_ns)),
-            ("end", _html.utc(self.end_ns)), ("duration", f"{self.duration_s:.3f} s"),
-            ("size", human_bytes(self.nbytes)),
-        ])
+        facts = _html.kv_table(
+            [
+                ("version", self.version),
+                ("site", self.site),
+                ("start", _html.utc(self.start_ns)),
+                ("end", _html.utc(self.end_ns)),
+                ("duration", f"{self.duration_s:.3f} s"),
+                ("size", human_bytes(self.nbytes)),
+            ]
+        )
         rows = [
-            (name, st.kind, f"{st.rate_hz:g}", "x".join(map(str, st.shape)), st.dtype, st.count,
-             f"{(st.t0_ns - self.start_ns) / 1e9:.3f}", f"{(st.t1_ns - self.start_ns) / 1e9:.3f}",
-             human_bytes(st.nbytes), ", ".join(str(v) for v in (st.units, st.frame, st.quantity, st.codec) if v))
+            (
+                name,
+                st.kind,
+                f"{st.rate_hz:g}",
+                "x".join(map(str, st.shape)),
+                st.dtype,
+                st.count,
+                f"{(st.t0_ns - self.start_ns) / 1e9:.3f}",
+                f"{(st.t1_ns - self.start_ns) / 1e9:.3f}",
+                human_bytes(st.nbytes),
+                ", ".join(str(v) for v in (st.units, st.frame, st.quantity, st.codec) if v),
+            )
             for name, st in sorted(self.streams.items())
         ]
-        streams = _html.table(("stream", "kind", "rate (Hz)", "shape", "dtype", "records", "first (s)",
-                               "last (s)", "size", "units, frame, quantity, codec"), rows)
+        streams = _html.table(
+            (
+                "stream",
+                "kind",
+                "rate (Hz)",
+                "shape",
+                "dtype",
+                "records",
+                "first (s)",
+                "last (s)",
+                "size",
+                "units, frame, quantity, codec",
+            ),
+            rows,
+        )
         return _html.wrap(_html.header(f"Segment {self.id}"), facts, streams)
 
 
@@ -274,7 +301,7 @@ class Manifest:
     @classmethod
     def from_json(cls, doc: Any) -> Manifest:
         if not isinstance(doc, dict) or doc.get("format") != FORMAT:
-            raise ManifestError(f"not a Rayform manifest (expected \"format\": \"{FORMAT}\")")
+            raise ManifestError(f'not a Rayform manifest (expected "format": "{FORMAT}")')
         version = doc.get("format_version")
         if version in (2, 3):
             raise ManifestError(
@@ -297,7 +324,9 @@ class Manifest:
         except ManifestError:
             raise
         except (KeyError, TypeError, ValueError, AttributeError, IndexError, OverflowError) as exc:
-            raise ManifestError(f"manifest breaks the schema: {type(exc).__name__}: {shown(exc)}") from exc
+            raise ManifestError(
+                f"manifest breaks the schema: {type(exc).__name__}: {shown(exc)}"
+            ) from exc
         seen: set[str] = set()
         for seg in segments:
             if seg.id in seen:
@@ -311,11 +340,15 @@ def canonical_json(doc: Mapping[str, Any]) -> bytes:
     return json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
 
 
-def _int(d: dict[str, Any], key: str, where: str, low: int = INT64_MIN, high: int = INT64_MAX) -> int:
+def _int(
+    d: dict[str, Any], key: str, where: str, low: int = INT64_MIN, high: int = INT64_MAX
+) -> int:
     """``d[key]``, an integer from ``low`` to ``high`` (an int64: numpy holds it later)."""
     value = d[key]
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise ManifestError(f"{where}: {key} must be an integer from {low} to {high}, got {shown(repr(value), 40)}")
+        raise ManifestError(
+            f"{where}: {key} must be an integer from {low} to {high}, got {shown(repr(value), 40)}"
+        )
     return value
 
 
@@ -323,8 +356,10 @@ def _word(value: Any, key: str, where: str, optional: bool = True) -> Any:
     """A short string (or ``None`` when ``optional``)."""
     if (value is None and optional) or (isinstance(value, str) and len(value) <= MAX_WORD_CHARS):
         return value
-    raise ManifestError(f"{where}: {key} must be a string of at most {MAX_WORD_CHARS} characters, "
-                        f"got {shown(repr(value), 40)}")
+    raise ManifestError(
+        f"{where}: {key} must be a string of at most {MAX_WORD_CHARS} characters, "
+        f"got {shown(repr(value), 40)}"
+    )
 
 
 def _parse_blob(d: Any, where: str) -> BlobRef:
@@ -340,7 +375,9 @@ def _parse_stream(name: str, d: dict[str, Any], where: str) -> Stream:
     where = f"{where} stream {name}"
     kind = d["kind"]
     if kind not in STREAM_KINDS:
-        raise ManifestError(f"{where}: unknown kind {shown(repr(kind), 40)} (expected one of {STREAM_KINDS})")
+        raise ManifestError(
+            f"{where}: unknown kind {shown(repr(kind), 40)} (expected one of {STREAM_KINDS})"
+        )
     timestamps = _parse_blob(d["timestamps"], where) if kind == "video" else None
     frame, quantity = d.get("frame"), d.get("quantity")
     if frame is not None and frame not in FRAME_CONVENTIONS:
@@ -349,20 +386,35 @@ def _parse_stream(name: str, d: dict[str, Any], where: str) -> Stream:
         raise ManifestError(f"{where}: unknown Cartesian quantity {shown(repr(quantity), 40)}")
     dims = d["shape"]
     if not isinstance(dims, list) or len(dims) > 8:
-        raise ManifestError(f"{where}: shape must be a list of at most 8 sizes, got {shown(repr(dims), 40)}")
+        raise ManifestError(
+            f"{where}: shape must be a list of at most 8 sizes, got {shown(repr(dims), 40)}"
+        )
     shape = tuple(_int({"shape": x}, "shape", where, 0, 2**31 - 1) for x in dims)
     if quantity is not None and shape != (CARTESIAN_QUANTITIES[quantity],):
-        raise ManifestError(f"{where}: a {quantity} stream must have shape ({CARTESIAN_QUANTITIES[quantity]},)")
+        raise ManifestError(
+            f"{where}: a {quantity} stream must have shape ({CARTESIAN_QUANTITIES[quantity]},)"
+        )
     count = _int(d, "count", where, 1)
-    t0, t1 = _int(d, "t0_ns", where, TIME_MIN, TIME_MAX), _int(d, "t1_ns", where, TIME_MIN, TIME_MAX)
+    t0, t1 = (
+        _int(d, "t0_ns", where, TIME_MIN, TIME_MAX),
+        _int(d, "t1_ns", where, TIME_MIN, TIME_MAX),
+    )
     if count < 1 or t1 < t0:
         raise ManifestError(f"{where}: needs at least one record and t0_ns <= t1_ns")
     rate = d["rate_hz"]
-    if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not (math.isfinite(rate) and rate > 0):
-        raise ManifestError(f"{where}: rate_hz must be a positive number, got {shown(repr(rate), 40)}")
+    if (
+        isinstance(rate, bool)
+        or not isinstance(rate, (int, float))
+        or not (math.isfinite(rate) and rate > 0)
+    ):
+        raise ManifestError(
+            f"{where}: rate_hz must be a positive number, got {shown(repr(rate), 40)}"
+        )
     dtype = d["dtype"]
     if not isinstance(dtype, str) or not DTYPE_RE.fullmatch(dtype):
-        raise ManifestError(f"{where}: dtype must be a numpy type name such as 'float32', got {shown(repr(dtype), 40)}")
+        raise ManifestError(
+            f"{where}: dtype must be a numpy type name such as 'float32', got {shown(repr(dtype), 40)}"
+        )
     gop = d.get("gop")
     if gop is not None:
         gop = _int(d, "gop", where, 1)
@@ -386,7 +438,9 @@ def _parse_stream(name: str, d: dict[str, Any], where: str) -> Stream:
     )
 
 
-def _parse_renditions(d: Any, kind: str, shape: tuple[int, ...], where: str) -> tuple[Rendition, ...]:
+def _parse_renditions(
+    d: Any, kind: str, shape: tuple[int, ...], where: str
+) -> tuple[Rendition, ...]:
     if d is None:
         return ()
     if kind != "video" or not isinstance(d, list) or not d:
@@ -395,7 +449,10 @@ def _parse_renditions(d: Any, kind: str, shape: tuple[int, ...], where: str) -> 
         raise ManifestError(f"{where}: at most 16 renditions per stream, got {len(d)}")
     out = []
     for item in d:
-        h, w = _int(item, "height", f"{where} rendition", 2, 2**31 - 1), _int(item, "width", f"{where} rendition", 2, 2**31 - 1)
+        h, w = (
+            _int(item, "height", f"{where} rendition", 2, 2**31 - 1),
+            _int(item, "width", f"{where} rendition", 2, 2**31 - 1),
+        )
         height, width = shape[:2] if len(shape) == 3 else (0, 0)
         if not (h < height and w <= width and h % 2 == 0 and w % 2 == 0):
             raise ManifestError(

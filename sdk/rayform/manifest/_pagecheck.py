@@ -47,7 +47,9 @@ MAX_PAGE_BYTES = 2 * MAX_MANIFEST_BYTES
 #: Pages one root may list (1,000,000 segments take 62).
 _MAX_PAGES = 100_000
 _INT_FIELDS = {  # stream-row field: (lowest, highest) allowed
-    "blob_size": (0, INT64_MAX), "ts_size": (0, INT64_MAX), "count": (1, INT64_MAX),
+    "blob_size": (0, INT64_MAX),
+    "ts_size": (0, INT64_MAX),
+    "count": (1, INT64_MAX),
     "gop": (0, INT64_MAX),
 }
 
@@ -95,15 +97,22 @@ def check_root(doc: JSON) -> None:
     summary = doc.get("summary")
     if not isinstance(summary, dict):
         raise _bad('"summary"', type(summary).__name__, "an object")
-    for key, low in (("segments", 0), ("start_ns", TIME_MIN), ("end_ns", TIME_MIN),
-                     ("duration_ns", 0), ("nbytes", 0)):
+    for key, low in (
+        ("segments", 0),
+        ("start_ns", TIME_MIN),
+        ("end_ns", TIME_MIN),
+        ("duration_ns", 0),
+        ("nbytes", 0),
+    ):
         required = key in ("segments", "nbytes")
         if (required or key in summary) and not _is_int(summary.get(key), low):
             raise _bad(f"summary.{key}", summary.get(key), "an integer")
     if summary["segments"] != listed:
         raise _bad("summary.segments", summary["segments"], "the sum of the pages' segments")
     sites = summary.get("sites", [])
-    if not isinstance(sites, list) or not all(isinstance(s, str) and len(s) <= MAX_WORD_CHARS for s in sites):
+    if not isinstance(sites, list) or not all(
+        isinstance(s, str) and len(s) <= MAX_WORD_CHARS for s in sites
+    ):
         raise _bad("summary.sites", sites, "a list of site names")
     streams = summary.get("streams")
     if not isinstance(streams, dict):
@@ -121,10 +130,18 @@ def _check_stream_summary(name: str, info: JSON) -> None:
     if info.get("kind") not in STREAM_KINDS:
         raise _bad(f"{where}.kind", info.get("kind"), f"one of {STREAM_KINDS}")
     rate = info.get("rate_hz", 1.0)
-    if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not (math.isfinite(rate) and rate > 0):
+    if (
+        isinstance(rate, bool)
+        or not isinstance(rate, (int, float))
+        or not (math.isfinite(rate) and rate > 0)
+    ):
         raise _bad(f"{where}.rate_hz", rate, "a positive number")
     shape = info.get("shape", [])
-    if not isinstance(shape, list) or len(shape) > 8 or not all(_is_int(x, 0, 2**31 - 1) for x in shape):
+    if (
+        not isinstance(shape, list)
+        or len(shape) > 8
+        or not all(_is_int(x, 0, 2**31 - 1) for x in shape)
+    ):
         raise _bad(f"{where}.shape", shape, "a list of at most 8 sizes")
     dtype = info.get("dtype", "float32")
     if not isinstance(dtype, str) or not DTYPE_RE.fullmatch(dtype):
@@ -143,7 +160,9 @@ def _words(arr: pa.Array, field: str, ok: Callable[[str], bool]) -> None:
     try:
         arr.dictionary.validate(full=True)  # a few words: UTF-8 and offsets
     except _pa().ArrowException as exc:
-        raise ManifestError(f"manifest page: the {field} dictionary is invalid: {shown(exc)}") from None
+        raise ManifestError(
+            f"manifest page: the {field} dictionary is invalid: {shown(exc)}"
+        ) from None
     codes = _fixed(arr.indices, np.int32).view(np.uint32)  # one pass: negatives are huge here
     if len(codes) and int(codes.max()) >= len(arr.dictionary):
         raise ManifestError(f"manifest page: a {field} index lies outside its dictionary")
@@ -162,7 +181,9 @@ def _fixed(arr: pa.Array, dtype: type) -> np.ndarray:
 def _offsets(arr: pa.Array, child_len: int, field: str) -> int:
     """Check that the offsets of a string or list array never decrease and stay within the
     child; returns the longest element."""
-    offs = np.frombuffer(arr.buffers()[1], dtype=np.int32, count=len(arr) + 1, offset=arr.offset * 4)
+    offs = np.frombuffer(
+        arr.buffers()[1], dtype=np.int32, count=len(arr) + 1, offset=arr.offset * 4
+    )
     lengths = np.diff(offs)
     if offs[0] < 0 or offs[-1] > child_len or (len(lengths) and int(lengths.min()) < 0):
         raise ManifestError(f"manifest page: the {field} offsets are out of order or out of range")
@@ -172,12 +193,16 @@ def _offsets(arr: pa.Array, child_len: int, field: str) -> int:
 def _within(values: np.ndarray, field: str, low: float, high: float) -> None:
     if low == 0 and len(values):  # one pass: negatives are huge as unsigned
         if int(values.view(np.uint64).max()) > high:
-            raise ManifestError(f"manifest page: {field} ranges from {values.min()} to {values.max()}, "
-                                f"allowed are {low} to {high}")
+            raise ManifestError(
+                f"manifest page: {field} ranges from {values.min()} to {values.max()}, "
+                f"allowed are {low} to {high}"
+            )
         return
     if len(values) and not (low <= values.min() and values.max() <= high):
-        raise ManifestError(f"manifest page: {field} ranges from {values.min()} to {values.max()}, "
-                            f"allowed are {low} to {high}")
+        raise ManifestError(
+            f"manifest page: {field} ranges from {values.min()} to {values.max()}, "
+            f"allowed are {low} to {high}"
+        )
 
 
 def check_page(table: pa.Table, span: tuple[int, int]) -> None:
@@ -206,9 +231,15 @@ def check_page(table: pa.Table, span: tuple[int, int]) -> None:
             raise ManifestError("manifest page: a column is split into several record batches")
         for arr in _with_dictionaries(column.chunks[0]):
             for buf in arr.buffers():
-                if buf is not None and buf.size and not base <= buf.address <= base + size - buf.size:
-                    raise ManifestError("manifest page holds a buffer outside its file (a compressed "
-                                        "Arrow IPC file?): pages are written uncompressed")
+                if (
+                    buf is not None
+                    and buf.size
+                    and not base <= buf.address <= base + size - buf.size
+                ):
+                    raise ManifestError(
+                        "manifest page holds a buffer outside its file (a compressed "
+                        "Arrow IPC file?): pages are written uncompressed"
+                    )
     ids = table.column("id").chunks[0]
     _offsets(ids, ids.buffers()[2].size if ids.buffers()[2] is not None else 0, "segment ID")
     _within(_fixed(table.column("version").chunks[0], np.int64), "segment version", 1, INT64_MAX)
@@ -226,7 +257,9 @@ def check_page(table: pa.Table, span: tuple[int, int]) -> None:
     # t0 >= TIME_MIN, t1 <= TIME_MAX and t1 >= t0 bound both: three passes, not five.
     t0, t1 = _fixed(values.field("t0_ns"), np.int64), _fixed(values.field("t1_ns"), np.int64)
     if len(t0) and not (int(t0.min()) >= TIME_MIN and int(t1.max()) <= TIME_MAX):
-        raise ManifestError(f"manifest page: a stream's t0_ns/t1_ns lies outside {TIME_MIN} to {TIME_MAX}")
+        raise ManifestError(
+            f"manifest page: a stream's t0_ns/t1_ns lies outside {TIME_MIN} to {TIME_MAX}"
+        )
     if not bool((t1 >= t0).all()):
         raise ManifestError("manifest page: a stream ends (t1_ns) before it starts (t0_ns)")
     shape = values.field("shape")
@@ -234,7 +267,9 @@ def check_page(table: pa.Table, span: tuple[int, int]) -> None:
         raise ManifestError("manifest page: a stream's shape has more than 8 dimensions")
     _within(_fixed(shape.values, np.int64), "shape", 0, 2**31 - 1)
     _words(values.field("kind"), "kind", lambda w: w in STREAM_KINDS)
-    _words(values.field("name"), "name", lambda w: bool(STREAM_NAME_RE.fullmatch(w)) and ".." not in w)
+    _words(
+        values.field("name"), "name", lambda w: bool(STREAM_NAME_RE.fullmatch(w)) and ".." not in w
+    )
     _words(values.field("dtype"), "dtype", lambda w: bool(DTYPE_RE.fullmatch(w)))
     _words(values.field("frame"), "frame", lambda w: w in ("", *FRAME_CONVENTIONS))
     _words(values.field("quantity"), "quantity", lambda w: w in ("", *CARTESIAN_QUANTITIES))
@@ -256,8 +291,10 @@ def check_stream_names(tables: list[Any], doc: dict[str, Any]) -> None:
         held.update(table.column("streams").chunks[0].values.field("name").dictionary.to_pylist())
     listed = set(doc["summary"]["streams"])
     if held != listed:
-        raise ManifestError(f"manifest root: summary.streams lists {shown(sorted(listed), 200)}, the pages "
-                            f"hold {shown(sorted(held), 200)}")
+        raise ManifestError(
+            f"manifest root: summary.streams lists {shown(sorted(listed), 200)}, the pages "
+            f"hold {shown(sorted(held), 200)}"
+        )
 
 
 def _with_dictionaries(arr: pa.Array) -> list[Any]:

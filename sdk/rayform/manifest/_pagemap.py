@@ -63,5 +63,5 @@ class PageMaps:
     def release(self, page: int | None = None) -> None:
         """Unmap what this process touched of one page (by position), or of every page; the
         data stays valid (it is mapped again from the page cache on the next access)."""
-        for mm in self._maps if page is None else self._maps[page:page + 1]:
+        for mm in self._maps if page is None else self._maps[page : page + 1]:
             mm.madvise(mmap.MADV_DONTNEED)

@@ -42,8 +42,25 @@ _WORDS = ("name", "kind", "dtype", "units", "frame", "quantity", "codec")
 _INTS = ("blob_size", "ts_size", "count", "t0_ns", "t1_ns", "gop")
 _HASHES = ("blob_hash", "ts_hash")
 #: The order of a stream row's keys in ``to_pylist`` (the page schema's field order).
-_STREAM_KEYS = ("name", "kind", "blob_hash", "blob_size", "ts_hash", "ts_size", "rate_hz", "shape", "dtype",
-                "count", "t0_ns", "t1_ns", "units", "frame", "quantity", "codec", "gop")
+_STREAM_KEYS = (
+    "name",
+    "kind",
+    "blob_hash",
+    "blob_size",
+    "ts_hash",
+    "ts_size",
+    "rate_hz",
+    "shape",
+    "dtype",
+    "count",
+    "t0_ns",
+    "t1_ns",
+    "units",
+    "frame",
+    "quantity",
+    "codec",
+    "gop",
+)
 _RENDITION_INTS = ("blob_size", "height", "width")
 _I32, _I64, _F64 = np.dtype("<i4"), np.dtype("<i8"), np.dtype("<f8")
 
@@ -82,7 +99,9 @@ class PageRows:
         ids = col["id"]
         self._id_offsets = _Column(ids, 1, 4)
         self._id_data = ids.buffers()[2].address
-        self._version, self._start, self._end = (_Column(col[k], 1, 8) for k in ("version", "start_ns", "end_ns"))
+        self._version, self._start, self._end = (
+            _Column(col[k], 1, 8) for k in ("version", "start_ns", "end_ns")
+        )
         self._site = self._words(col["site"])
         lists = col["streams"]
         self._stream_offsets = _Column(lists, 1, 4)
@@ -90,15 +109,20 @@ class PageRows:
         self._word_cols = {k: self._words(values.field(k)) for k in _WORDS}
         self._int_cols = {k: _Column(values.field(k), 1, 8) for k in _INTS}
         self._rate = _Column(values.field("rate_hz"), 1, 8)
-        self._hash_cols = {k: _Column(values.field(k), 1, values.field(k).type.byte_width) for k in _HASHES}
+        self._hash_cols = {
+            k: _Column(values.field(k), 1, values.field(k).type.byte_width) for k in _HASHES
+        }
         shape = values.field("shape")
         self._shape_offsets, self._shape_values = _Column(shape, 1, 4), _Column(shape.values, 1, 8)
         self._renditions: tuple[_Column, _Column, dict[str, _Column]] | None = None
         if values.type.get_field_index("renditions") >= 0:  # format version 3
             lists = values.field("renditions")
             items = lists.values
-            self._renditions = (_Column(lists, 1, 4), _Column(items.field("blob_hash"), 1, 32),
-                                {k: _Column(items.field(k), 1, 8) for k in _RENDITION_INTS})
+            self._renditions = (
+                _Column(lists, 1, 4),
+                _Column(items.field("blob_hash"), 1, 32),
+                {k: _Column(items.field(k), 1, 8) for k in _RENDITION_INTS},
+            )
 
     @staticmethod
     def _words(arr: pa.DictionaryArray) -> tuple[_Column, list[str]]:
@@ -115,12 +139,17 @@ class PageRows:
             if column.num_chunks != 1 or column.null_count:
                 return None
         values = page.column("streams").chunks[0].values
-        if any(values.field(k).null_count for k in _STREAM_KEYS) or values.field("shape").values.null_count:
+        if (
+            any(values.field(k).null_count for k in _STREAM_KEYS)
+            or values.field("shape").values.null_count
+        ):
             return None
         if v3:
             lists = values.field("renditions")
             items = lists.values
-            if lists.null_count or any(items.field(k).null_count for k in ("blob_hash", *_RENDITION_INTS)):
+            if lists.null_count or any(
+                items.field(k).null_count for k in ("blob_hash", *_RENDITION_INTS)
+            ):
                 return None
         return cls(page, mapped_from)
 
@@ -142,10 +171,13 @@ class PageRows:
         fields["rate_hz"] = get(self._rate, r0, n, _F64).tolist()
         for k, c in self._hash_cols.items():
             raw = read(c.address + r0 * c.width, n * c.width)
-            fields[k] = [raw[j * c.width:(j + 1) * c.width] for j in range(n)]
+            fields[k] = [raw[j * c.width : (j + 1) * c.width] for j in range(n)]
         bounds = get(self._shape_offsets, r0, n + 1, _I32).tolist()
         dims = get(self._shape_values, bounds[0], bounds[-1] - bounds[0], _I64).tolist()
-        fields["shape"] = [dims[s - bounds[0]:e - bounds[0]] for s, e in zip(bounds[:-1], bounds[1:], strict=True)]
+        fields["shape"] = [
+            dims[s - bounds[0] : e - bounds[0]]
+            for s, e in zip(bounds[:-1], bounds[1:], strict=True)
+        ]
         streams = [{k: fields[k][j] for k in _STREAM_KEYS} for j in range(n)]
         if self._renditions is not None:
             offsets, hashes, ints = self._renditions
@@ -153,14 +185,21 @@ class PageRows:
             first, m = bounds[0], bounds[-1] - bounds[0]
             raw = read(hashes.address + first * 32, m * 32)
             cols = {k: get(c, first, m, _I64).tolist() for k, c in ints.items()}
-            items = [{"blob_hash": raw[j * 32:(j + 1) * 32], **{k: cols[k][j] for k in _RENDITION_INTS}}
-                     for j in range(m)]
+            items = [
+                {
+                    "blob_hash": raw[j * 32 : (j + 1) * 32],
+                    **{k: cols[k][j] for k in _RENDITION_INTS},
+                }
+                for j in range(m)
+            ]
             for j, stream in enumerate(streams):
-                stream["renditions"] = items[bounds[j] - first:bounds[j + 1] - first]
+                stream["renditions"] = items[bounds[j] - first : bounds[j + 1] - first]
         site_codes, site_words = self._site
-        return {"id": read(self._id_data + a, b - a).decode(),
-                "version": int(get(self._version, i, 1, _I64)[0]),
-                "site": site_words[int(get(site_codes, i, 1, _I32)[0])],
-                "start_ns": int(get(self._start, i, 1, _I64)[0]),
-                "end_ns": int(get(self._end, i, 1, _I64)[0]),
-                "streams": streams}
+        return {
+            "id": read(self._id_data + a, b - a).decode(),
+            "version": int(get(self._version, i, 1, _I64)[0]),
+            "site": site_words[int(get(site_codes, i, 1, _I32)[0])],
+            "start_ns": int(get(self._start, i, 1, _I64)[0]),
+            "end_ns": int(get(self._end, i, 1, _I64)[0]),
+            "streams": streams,
+        }

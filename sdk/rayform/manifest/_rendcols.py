@@ -25,8 +25,16 @@ from rayform.manifest._model import INT64_MAX, BlobRef, Rendition, Stream
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["FORMAT_VERSION_3", "MAX_RENDITIONS", "cells", "check_renditions", "has_renditions", "parse_cells",
-           "rendition_blobs", "rendition_type"]
+__all__ = [
+    "FORMAT_VERSION_3",
+    "MAX_RENDITIONS",
+    "cells",
+    "check_renditions",
+    "has_renditions",
+    "parse_cells",
+    "rendition_blobs",
+    "rendition_type",
+]
 
 #: The format version of columnar pages with a ``renditions`` field.
 FORMAT_VERSION_3 = 3
@@ -44,8 +52,14 @@ def _pa() -> Any:
 def rendition_type() -> pa.DataType:
     """The Arrow type of one rendition."""
     pa = _pa()
-    return pa.struct([("blob_hash", pa.binary(_HASH_BYTES)), ("blob_size", pa.int64()),
-                      ("height", pa.int64()), ("width", pa.int64())])
+    return pa.struct(
+        [
+            ("blob_hash", pa.binary(_HASH_BYTES)),
+            ("blob_size", pa.int64()),
+            ("height", pa.int64()),
+            ("width", pa.int64()),
+        ]
+    )
 
 
 def has_renditions(stream_row_type: pa.StructType) -> bool:
@@ -55,12 +69,20 @@ def has_renditions(stream_row_type: pa.StructType) -> bool:
 
 def cells(stream: Stream) -> list[dict[str, Any]]:
     """The ``renditions`` cell of ``stream`` for the writer (``[]`` without renditions)."""
-    return [{"blob_hash": bytes.fromhex(r.blob.hash), "blob_size": r.blob.size, "height": r.height,
-             "width": r.width} for r in stream.renditions]
+    return [
+        {
+            "blob_hash": bytes.fromhex(r.blob.hash),
+            "blob_size": r.blob.size,
+            "height": r.height,
+            "width": r.width,
+        }
+        for r in stream.renditions
+    ]
 
 
-def parse_cells(items: Sequence[Mapping[str, Any]], kind: str, shape: Sequence[int],
-                where: str) -> tuple[Rendition, ...]:
+def parse_cells(
+    items: Sequence[Mapping[str, Any]], kind: str, shape: Sequence[int], where: str
+) -> tuple[Rendition, ...]:
     """A stream row's renditions, checked against its stream (what the whole-page checks
     cannot see per row: a video stream only, smaller than it, smallest first, one per height).
 
@@ -69,20 +91,33 @@ def parse_cells(items: Sequence[Mapping[str, Any]], kind: str, shape: Sequence[i
     """
     if not items:
         return ()
-    out = tuple(Rendition(BlobRef(bytes(r["blob_hash"]).hex(), int(r["blob_size"])), int(r["height"]),
-                          int(r["width"])) for r in items)
+    out = tuple(
+        Rendition(
+            BlobRef(bytes(r["blob_hash"]).hex(), int(r["blob_size"])),
+            int(r["height"]),
+            int(r["width"]),
+        )
+        for r in items
+    )
     if kind != "video" or len(shape) < 2:
         raise ManifestError(f"{where}: renditions are allowed on a video stream only")
     heights = [r.height for r in out]
-    if heights != sorted(set(heights)) or any(r.height >= shape[0] or r.width > shape[1] for r in out):
-        raise ManifestError(f"{where}: renditions must be smaller than the original "
-                            f"{shape[1]}x{shape[0]} and listed smallest first, one per height")
+    if heights != sorted(set(heights)) or any(
+        r.height >= shape[0] or r.width > shape[1] for r in out
+    ):
+        raise ManifestError(
+            f"{where}: renditions must be smaller than the original "
+            f"{shape[1]}x{shape[0]} and listed smallest first, one per height"
+        )
     return out
 
 
-def check_renditions(values: pa.StructArray, fixed: Callable[[pa.Array, type], np.ndarray],
-                     offsets: Callable[[pa.Array, int, str], int],
-                     within: Callable[[np.ndarray, str, float, float], None]) -> None:
+def check_renditions(
+    values: pa.StructArray,
+    fixed: Callable[[pa.Array, type], np.ndarray],
+    offsets: Callable[[pa.Array, int, str], int],
+    within: Callable[[np.ndarray, str, float, float], None],
+) -> None:
     """Check the ``renditions`` field of a page's stream rows (``values``, a StructArray).
 
     ``fixed``, ``offsets`` and ``within`` are the page checks' own helpers (a fixed-width
@@ -104,14 +139,18 @@ def check_renditions(values: pa.StructArray, fixed: Callable[[pa.Array, type], n
         sides = fixed(items.field(side), np.int64)
         within(sides, f"rendition {side}", 2, 2**31 - 1)
         if len(sides) and bool((sides % 2).any()):
-            raise ManifestError(f"manifest page: a rendition's {side} is odd (H.264 4:2:0 sides are even)")
+            raise ManifestError(
+                f"manifest page: a rendition's {side} is odd (H.264 4:2:0 sides are even)"
+            )
 
 
 def rendition_blobs(values: pa.StructArray, keep: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``(digests (U, 32) uint8, sizes (U,) int64)`` of the renditions of the stream rows
     ``keep`` (bool, one per row of ``values``), not deduplicated."""
     lists = values.field("renditions")
-    offs = np.frombuffer(lists.buffers()[1], dtype=np.int32, count=len(lists) + 1, offset=lists.offset * 4)
+    offs = np.frombuffer(
+        lists.buffers()[1], dtype=np.int32, count=len(lists) + 1, offset=lists.offset * 4
+    )
     counts = np.diff(offs)
     take = np.repeat(keep, counts)
     items = lists.values
@@ -120,7 +159,9 @@ def rendition_blobs(values: pa.StructArray, keep: np.ndarray) -> tuple[np.ndarra
     raw = np.frombuffer(hashes.buffers()[1], dtype=np.uint8)
     start = (hashes.offset + base) * _HASH_BYTES
     n = int(offs[-1] - offs[0])
-    digests = raw[start:start + n * _HASH_BYTES].reshape(n, _HASH_BYTES)
+    digests = raw[start : start + n * _HASH_BYTES].reshape(n, _HASH_BYTES)
     sizes_arr = items.field("blob_size")
-    sizes = np.frombuffer(sizes_arr.buffers()[1], dtype=np.int64, count=n, offset=(sizes_arr.offset + base) * 8)
+    sizes = np.frombuffer(
+        sizes_arr.buffers()[1], dtype=np.int64, count=n, offset=(sizes_arr.offset + base) * 8
+    )
     return digests[take], sizes[take]

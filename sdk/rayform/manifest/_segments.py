@@ -71,16 +71,18 @@ class SegmentColumns(Sequence[Segment]):
         pa = _pa()
         start, end = self.column("start_ns"), self.column("end_ns")
         stamp = pa.timestamp("ns", tz="UTC")
-        return pa.table({
-            "id": self.ids(),
-            "version": pa.array(self.column("version").astype(np.int64)),
-            "site": self.sites(),
-            "start": pa.array(start.astype(np.int64)).cast(stamp),
-            "end": pa.array(end.astype(np.int64)).cast(stamp),
-            "duration_s": pa.array((end - start) / 1e9),
-            "nbytes": pa.array(self.segment_nbytes().astype(np.int64)),
-            "streams": self.stream_name_lists(),
-        })
+        return pa.table(
+            {
+                "id": self.ids(),
+                "version": pa.array(self.column("version").astype(np.int64)),
+                "site": self.sites(),
+                "start": pa.array(start.astype(np.int64)).cast(stamp),
+                "end": pa.array(end.astype(np.int64)).cast(stamp),
+                "duration_s": pa.array((end - start) / 1e9),
+                "nbytes": pa.array(self.segment_nbytes().astype(np.int64)),
+                "streams": self.stream_name_lists(),
+            }
+        )
 
     def to_pandas(self) -> Any:
         """:meth:`to_arrow` as a ``pandas.DataFrame``.
@@ -112,14 +114,27 @@ class SegmentColumns(Sequence[Segment]):
         rows = []
         for i in range(shown):
             seg = self[i]
-            rows.append((seg.id, seg.version, seg.site, _html.utc(seg.start_ns), f"{seg.duration_s:.2f}",
-                         human_bytes(seg.nbytes), ", ".join(sorted(seg.streams))))
+            rows.append(
+                (
+                    seg.id,
+                    seg.version,
+                    seg.site,
+                    _html.utc(seg.start_ns),
+                    f"{seg.duration_s:.2f}",
+                    human_bytes(seg.nbytes),
+                    ", ".join(sorted(seg.streams)),
+                )
+            )
         total_s = float((self.column("end_ns") - self.column("start_ns")).sum()) / 1e9 if n else 0.0
         title = _html.header(f"{n:,} segments", f"{total_s:.1f} s in all")
-        body = _html.table(("ID", "version", "site", "start", "duration (s)", "size", "streams"), rows)
+        body = _html.table(
+            ("ID", "version", "site", "start", "duration (s)", "size", "streams"), rows
+        )
         if n > shown:
-            note = (f"rows 1-{shown} of {n:,}; next page: <code>segments[{shown}:{shown + PAGE_ROWS}]"
-                    "</code>; every row: <code>segments.to_pandas()</code>")
+            note = (
+                f"rows 1-{shown} of {n:,}; next page: <code>segments[{shown}:{shown + PAGE_ROWS}]"
+                "</code>; every row: <code>segments.to_pandas()</code>"
+            )
         else:
             note = f"{n:,} rows"
         return _html.wrap(title, body, f'<div style="font-size:85%">{note}</div>')

@@ -54,7 +54,9 @@ def arrow_strings(values: Sequence[str]) -> Any:
     offsets = np.zeros(len(encoded) + 1, dtype=np.int32)
     np.cumsum([len(b) for b in encoded], out=offsets[1:])
     pa = _pa()
-    return pa.Array.from_buffers(pa.string(), len(encoded), [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(encoded))])
+    return pa.Array.from_buffers(
+        pa.string(), len(encoded), [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(encoded))]
+    )
 
 
 def _np(arr: pa.Array | pa.ChunkedArray) -> np.ndarray:
@@ -69,7 +71,9 @@ def _np(arr: pa.Array | pa.ChunkedArray) -> np.ndarray:
     t = arr.type
     if arr.null_count == 0 and (pa.types.is_integer(t) or pa.types.is_floating(t)):
         dtype = np.dtype(_FLOATS.get(str(t), str(t)))  # (t.to_pandas_dtype imports pandas)
-        return np.frombuffer(arr.buffers()[1], dtype=dtype, count=len(arr), offset=arr.offset * dtype.itemsize)
+        return np.frombuffer(
+            arr.buffers()[1], dtype=dtype, count=len(arr), offset=arr.offset * dtype.itemsize
+        )
     if arr.null_count == 0 and pa.types.is_boolean(t):
         return _bits(arr.buffers()[1], arr.offset, len(arr))
     return np.asarray(arr.to_numpy(zero_copy_only=False))
@@ -78,13 +82,17 @@ def _np(arr: pa.Array | pa.ChunkedArray) -> np.ndarray:
 def _bits(buf: pa.Buffer, offset: int, n: int) -> np.ndarray:
     """``bool (n,)`` from an Arrow bitmap (least significant bit first)."""
     raw = np.unpackbits(np.frombuffer(buf, dtype=np.uint8), bitorder="little")
-    return raw[offset:offset + n].astype(bool)
+    return raw[offset : offset + n].astype(bool)
 
 
 def _ints_or(arr: pa.Array, missing: int) -> np.ndarray:
     """An Arrow integer array as ``int64`` numpy, ``missing`` where null."""
-    values = np.frombuffer(arr.buffers()[1], dtype=np.dtype(str(arr.type)), count=len(arr),
-                           offset=arr.offset * arr.type.bit_width // 8).astype(np.int64)
+    values = np.frombuffer(
+        arr.buffers()[1],
+        dtype=np.dtype(str(arr.type)),
+        count=len(arr),
+        offset=arr.offset * arr.type.bit_width // 8,
+    ).astype(np.int64)
     if arr.null_count:
         values[~_bits(arr.buffers()[0], arr.offset, len(arr))] = missing
     return values
@@ -93,9 +101,15 @@ def _ints_or(arr: pa.Array, missing: int) -> np.ndarray:
 class _Columns:
     """Columns of the pages (one Arrow table each, in manifest order), derived lazily."""
 
-    def __init__(self, pages: Sequence[Any], paths: Sequence[str] | None = None,
-                 maps: PageMaps | None = None, *, objects: Sequence[Segment] | None = None,
-                 summary: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        pages: Sequence[Any],
+        paths: Sequence[str] | None = None,
+        maps: PageMaps | None = None,
+        *,
+        objects: Sequence[Segment] | None = None,
+        summary: dict[str, Any] | None = None,
+    ) -> None:
         pa = _pa()
         self.pages = list(pages)
         self.paths = list(paths) if paths is not None else None
@@ -126,7 +140,9 @@ class _Columns:
                 lists = page.column("streams")
                 for chunk in lists.chunks:
                     offs = _np(chunk.offsets)
-                    out.append((chunk.values.slice(int(offs[0]), int(offs[-1] - offs[0])), offs - offs[0]))
+                    out.append(
+                        (chunk.values.slice(int(offs[0]), int(offs[-1] - offs[0])), offs - offs[0])
+                    )
             self._cache["values"] = out
         return list(self._cache["values"])
 
@@ -175,7 +191,11 @@ class _Columns:
                 if name not in names:
                     names.append(name)
             remap = np.array([names.index(x) for x in local], dtype=np.int32)
-            codes.append(remap[_np(col.indices).astype(np.int64)] if len(local) else np.zeros(len(col), np.int32))
+            codes.append(
+                remap[_np(col.indices).astype(np.int64)]
+                if len(local)
+                else np.zeros(len(col), np.int32)
+            )
         self._cache["names"] = names
         self._cache["codes"] = np.concatenate(codes) if codes else np.zeros(0, np.int32)
 
@@ -197,7 +217,7 @@ class _Columns:
             arr = values.field(name)
             buf = np.frombuffer(arr.buffers()[1], dtype=np.uint8)
             start = arr.offset * HASH_BYTES
-            parts.append(buf[start:start + len(arr) * HASH_BYTES].reshape(len(arr), HASH_BYTES))
+            parts.append(buf[start : start + len(arr) * HASH_BYTES].reshape(len(arr), HASH_BYTES))
         return np.concatenate(parts) if parts else np.zeros((0, HASH_BYTES), np.uint8)
 
     def present(self, name: str) -> np.ndarray:
@@ -211,7 +231,9 @@ class _Columns:
         p = int(np.searchsorted(self._page_start, i, side="right")) - 1
         local = i - int(self._page_start[p])
         if p not in self._fast:
-            self._fast[p] = PageRows.of(self.pages[p], self.maps.file_of(p) if self.maps is not None else None)
+            self._fast[p] = PageRows.of(
+                self.pages[p], self.maps.file_of(p) if self.maps is not None else None
+            )
             if self.maps is not None:
                 self.maps.release(p)  # its dictionaries were read through the map
         fast = self._fast[p]
@@ -236,7 +258,9 @@ class _Columns:
         names = self.name_list
         return np.isin(self.name_code, [names.index(s) for s in streams if s in names])
 
-    def unique_blobs(self, streams: Sequence[str] | None, rows: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    def unique_blobs(
+        self, streams: Sequence[str] | None, rows: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
         """Unique ``(digests (U, 32) uint8, sizes (U,) int64)`` of the named streams' blobs."""
         mask = self.stream_mask(streams)
         if rows is not None:
@@ -259,8 +283,9 @@ class _Columns:
         manifest whose cameras list renditions)."""
         return table_has_renditions(self.pages[0])
 
-    def unique_renditions(self, streams: Sequence[str] | None,
-                          rows: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    def unique_renditions(
+        self, streams: Sequence[str] | None, rows: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
         """Unique ``(digests (U, 32) uint8, sizes (U,) int64)`` of the named streams' renditions."""
         if not self.has_renditions:
             return np.zeros((0, HASH_BYTES), np.uint8), np.zeros(0, np.int64)
@@ -269,7 +294,7 @@ class _Columns:
             mask &= np.isin(self.stream_seg, rows)
         digests, sizes, start = [], [], 0
         for values, _ in self.stream_values():
-            d, s = rendition_blobs(values, mask[start:start + len(values)])
+            d, s = rendition_blobs(values, mask[start : start + len(values)])
             start += len(values)
             digests.append(d)
             sizes.append(s)
@@ -300,8 +325,11 @@ class _Columns:
                 continue
             seg_row = self.row(int(segs[hits[0]]))
             first = next(s for s in seg_row["streams"] if s["name"] == name)
-            info[name] = {k: first[k] for k in ("kind", "rate_hz", "shape", "dtype", *OPTIONAL_STR)
-                          if first[k] not in (None, "")} | {"segments": int(hits.size)}
+            info[name] = {
+                k: first[k]
+                for k in ("kind", "rate_hz", "shape", "dtype", *OPTIONAL_STR)
+                if first[k] not in (None, "")
+            } | {"segments": int(hits.size)}
         n = len(start)
         return {
             "segments": n,
@@ -323,7 +351,9 @@ def _map_columns(paths: list[str], summary: dict[str, Any] | None = None) -> _Co
     return _Columns([maps.table(p) for p in paths], paths, maps, summary=summary)
 
 
-def _list_columns(pages: list[Any], objects: Sequence[Segment] | None, summary: dict[str, Any] | None) -> _Columns:
+def _list_columns(
+    pages: list[Any], objects: Sequence[Segment] | None, summary: dict[str, Any] | None
+) -> _Columns:
     return _Columns(pages, objects=objects, summary=summary)
 
 
@@ -343,7 +373,9 @@ class Segments(SegmentColumns):
 
     _CACHE = 4096
 
-    def __init__(self, columns: _Columns | Iterable[Segment], rows: np.ndarray | None = None) -> None:
+    def __init__(
+        self, columns: _Columns | Iterable[Segment], rows: np.ndarray | None = None
+    ) -> None:
         if not isinstance(columns, _Columns):  # Segments([seg, ...]): a table of these segments
             objects = tuple(columns)
             columns = _Columns([segments_to_table(objects)], objects=objects)
@@ -421,7 +453,9 @@ class Segments(SegmentColumns):
     def site_counts(self) -> dict[str, int]:
         """Segments per site, sorted by site."""
         counts = self.sites().value_counts()
-        pairs = zip(counts.field("values").to_pylist(), counts.field("counts").to_pylist(), strict=True)
+        pairs = zip(
+            counts.field("values").to_pylist(), counts.field("counts").to_pylist(), strict=True
+        )
         return dict(sorted((str(v), int(n)) for v, n in pairs))
 
     def streams_with_blob(self, digest: str) -> list[str]:
@@ -494,11 +528,13 @@ class Segments(SegmentColumns):
         start = 0
         for values, _ in c.stream_values():
             n = len(values)
-            part = sel[start:start + n]
+            part = sel[start : start + n]
             start += n
             if part.any():
                 col = values.field(field).take(arrow_ints(np.flatnonzero(part)))
-                out.update(str(x) for x in _pa().compute.unique(col.cast(_pa().string())).to_pylist())
+                out.update(
+                    str(x) for x in _pa().compute.unique(col.cast(_pa().string())).to_pylist()
+                )
         return out
 
     def blobs(self, streams: Sequence[str] | None = None) -> dict[str, BlobRef]:
@@ -510,7 +546,10 @@ class Segments(SegmentColumns):
     def rendition_blobs(self, streams: Sequence[str] | None = None) -> dict[str, BlobRef]:
         """Unique rendition blobs of these segments by hash (optionally only the named streams)."""
         digests, sizes = self._c.unique_renditions(streams, self.rows)
-        return {d.tobytes().hex(): BlobRef(d.tobytes().hex(), int(s)) for d, s in zip(digests, sizes, strict=True)}
+        return {
+            d.tobytes().hex(): BlobRef(d.tobytes().hex(), int(s))
+            for d, s in zip(digests, sizes, strict=True)
+        }
 
     @property
     def has_renditions(self) -> bool:
@@ -535,9 +574,13 @@ class Segments(SegmentColumns):
         counts = per_pos[rows]
         offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
         # Each row's run, in this table's order (a selection may reorder positions).
-        take = np.repeat(starts[rows] - offsets[:-1], counts) + np.arange(offsets[-1], dtype=np.int64)
+        take = np.repeat(starts[rows] - offsets[:-1], counts) + np.arange(
+            offsets[-1], dtype=np.int64
+        )
         names = arrow_strings(c.name_list).take(arrow_ints(codes[take]))
-        arrow_offsets = pa.Array.from_buffers(pa.int32(), len(offsets), [None, pa.py_buffer(offsets)])
+        arrow_offsets = pa.Array.from_buffers(
+            pa.int32(), len(offsets), [None, pa.py_buffer(offsets)]
+        )
         return pa.ListArray.from_arrays(arrow_offsets, names)
 
     def segment_nbytes(self) -> np.ndarray:
@@ -553,19 +596,38 @@ def _segment(d: dict[str, Any]) -> Segment:
     for s in d["streams"]:
         ts = BlobRef(s["ts_hash"].hex(), int(s["ts_size"])) if any(s["ts_hash"]) else None
         if (ts is None) != (s["kind"] == "table"):  # the page checks cannot see this per row
-            raise ManifestError(f"segment {d['id']} stream {s['name']}: a video stream needs a "
-                                "timestamps blob and a table stream has none")
+            raise ManifestError(
+                f"segment {d['id']} stream {s['name']}: a video stream needs a "
+                "timestamps blob and a table stream has none"
+            )
         where = f"segment {d['id']} stream {s['name']}"
         renditions = parse_cells(s.get("renditions") or (), s["kind"], s["shape"], where)
         streams[s["name"]] = Stream(
-            name=s["name"], kind=s["kind"], blob=BlobRef(s["blob_hash"].hex(), int(s["blob_size"])),
-            rate_hz=float(s["rate_hz"]), shape=tuple(s["shape"]), dtype=s["dtype"], count=int(s["count"]),
-            t0_ns=int(s["t0_ns"]), t1_ns=int(s["t1_ns"]), timestamps=ts, units=s["units"] or None,
-            frame=s["frame"] or None, quantity=s["quantity"] or None, codec=s["codec"] or None,
-            gop=s["gop"] or None, renditions=renditions,
+            name=s["name"],
+            kind=s["kind"],
+            blob=BlobRef(s["blob_hash"].hex(), int(s["blob_size"])),
+            rate_hz=float(s["rate_hz"]),
+            shape=tuple(s["shape"]),
+            dtype=s["dtype"],
+            count=int(s["count"]),
+            t0_ns=int(s["t0_ns"]),
+            t1_ns=int(s["t1_ns"]),
+            timestamps=ts,
+            units=s["units"] or None,
+            frame=s["frame"] or None,
+            quantity=s["quantity"] or None,
+            codec=s["codec"] or None,
+            gop=s["gop"] or None,
+            renditions=renditions,
         )
-    return Segment(id=d["id"], version=int(d["version"]), site=d["site"], start_ns=int(d["start_ns"]),
-                   end_ns=int(d["end_ns"]), streams=streams)
+    return Segment(
+        id=d["id"],
+        version=int(d["version"]),
+        site=d["site"],
+        start_ns=int(d["start_ns"]),
+        end_ns=int(d["end_ns"]),
+        streams=streams,
+    )
 
 
 #: The name this model had when only version 2 manifests used it.

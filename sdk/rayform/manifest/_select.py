@@ -20,7 +20,9 @@ __all__ = ["select_rows"]
 class _LazyColumns(dict):  # type: ignore[type-arg]
     """Segment columns for a ``where`` predicate; ``id``/``site`` built only if read."""
 
-    def __init__(self, base: dict[str, np.ndarray], strings: dict[str, Callable[[], np.ndarray]]) -> None:
+    def __init__(
+        self, base: dict[str, np.ndarray], strings: dict[str, Callable[[], np.ndarray]]
+    ) -> None:
         super().__init__(base)
         self._strings = strings
 
@@ -34,7 +36,9 @@ class _LazyColumns(dict):  # type: ignore[type-arg]
         return value
 
 
-def _columns(segs: Segments) -> tuple[np.ndarray, dict[str, np.ndarray], dict[str, Callable[[], np.ndarray]]]:
+def _columns(
+    segs: Segments,
+) -> tuple[np.ndarray, dict[str, np.ndarray], dict[str, Callable[[], np.ndarray]]]:
     """``(manifest positions, numeric columns, string column makers)`` of some segments."""
     num = {k: segs.column(k) for k in ("version", "start_ns", "end_ns")}
     num["duration_ns"] = num["end_ns"] - num["start_ns"]
@@ -49,7 +53,9 @@ def _int_or_none(name: str, value: int | None) -> int | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise InvalidArgumentError(f"{name}={value!r}: use an integer time in ns (Unix epoch) or None")
+        raise InvalidArgumentError(
+            f"{name}={value!r}: use an integer time in ns (Unix epoch) or None"
+        )
     return int(value)
 
 
@@ -76,7 +82,9 @@ def select_rows(
     seg_ids, site_list = _names("segments", segments), _names("sites", sites)
     t0, t1 = _int_or_none("start_ns", start_ns), _int_or_none("end_ns", end_ns)
     if where is not None and not callable(where):
-        raise InvalidArgumentError(f"where={where!r}: pass a callable taking the column dict, or None")
+        raise InvalidArgumentError(
+            f"where={where!r}: pass a callable taking the column dict, or None"
+        )
     pos, num, strings = _columns(segs)
     keep = np.ones(len(pos), dtype=bool)
     selection: dict[str, Any] = {}

@@ -17,5 +17,12 @@ from rayform.torch._normalize import unnormalize
 from rayform.torch._sampling import EpisodeSampler, SamplerDataset, split_episodes
 from rayform.torch.dataset import EpisodeDataset
 
-__all__ = ["EpisodeDataset", "EpisodeSampler", "MixtureDataset", "SamplerDataset", "collate", "split_episodes",
-           "unnormalize"]
+__all__ = [
+    "EpisodeDataset",
+    "EpisodeSampler",
+    "MixtureDataset",
+    "SamplerDataset",
+    "collate",
+    "split_episodes",
+    "unnormalize",
+]

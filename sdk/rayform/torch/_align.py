@@ -30,7 +30,9 @@ def latest_at_or_before(t_rec: np.ndarray, t_query: np.ndarray) -> np.ndarray:
     return np.maximum(idx, 0)
 
 
-def align_values(t_rec: np.ndarray, values: np.ndarray, t_query: np.ndarray, mode: str) -> np.ndarray:
+def align_values(
+    t_rec: np.ndarray, values: np.ndarray, t_query: np.ndarray, mode: str
+) -> np.ndarray:
     """Values of a time series at query times.
 
     Args:

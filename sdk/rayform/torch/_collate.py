@@ -44,7 +44,9 @@ def _aligned(nbytes: int) -> int:
     return -(-nbytes // _ALIGN) * _ALIGN
 
 
-def _view(storage: torch.UntypedStorage, offset: int, dtype: torch.dtype, shape: tuple[int, ...]) -> torch.Tensor:
+def _view(
+    storage: torch.UntypedStorage, offset: int, dtype: torch.dtype, shape: tuple[int, ...]
+) -> torch.Tensor:
     """A contiguous ``dtype`` tensor of ``shape`` at byte ``offset`` of ``storage``."""
     # set_ takes an UntypedStorage at run time; torch's stubs list typed storages only.
     return torch.empty(0, dtype=dtype).set_(storage, offset // dtype.itemsize, shape)  # type: ignore[call-overload]
@@ -114,8 +116,13 @@ class _Bump:
         if self.slot is None:  # sizing pass
             self.offset += _aligned(nbytes)
             return None
-        if (elem.device.type != "cpu" or elem.is_nested or elem.layout != torch.strided
-                or self.offset + nbytes > self.slot.nbytes or any(x.shape != elem.shape for x in batch)):
+        if (
+            elem.device.type != "cpu"
+            or elem.is_nested
+            or elem.layout != torch.strided
+            or self.offset + nbytes > self.slot.nbytes
+            or any(x.shape != elem.shape for x in batch)
+        ):
             return default_collate_fn_map[torch.Tensor](batch, collate_fn_map=collate_fn_map)
         out = _view(self.slot.storage, self.offset, elem.dtype, shape)
         self.offset += _aligned(nbytes)
@@ -123,8 +130,10 @@ class _Bump:
         return torch.stack(batch, 0, out=out)
 
     def fn_map(self) -> dict:
-        return {torch.Tensor: self.tensor_fn, **{k: v for k, v in default_collate_fn_map.items()
-                                                 if k is not torch.Tensor}}
+        return {
+            torch.Tensor: self.tensor_fn,
+            **{k: v for k, v in default_collate_fn_map.items() if k is not torch.Tensor},
+        }
 
 
 def collate(batch: list[Any]) -> Any:

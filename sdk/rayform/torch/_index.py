@@ -26,7 +26,14 @@ if TYPE_CHECKING:
     pass
     from rayform._seams import BlobSource
 
-__all__ = ["GridIndex", "build_index", "check_table_streams", "grid_offsets_ns", "select_table", "selection_of"]
+__all__ = [
+    "GridIndex",
+    "build_index",
+    "check_table_streams",
+    "grid_offsets_ns",
+    "select_table",
+    "selection_of",
+]
 
 
 def grid_offsets_ns(steps: np.ndarray | int, fps: float) -> np.ndarray:
@@ -104,7 +111,9 @@ def build_index(segments: Segments, streams: Sequence[str], fps: float) -> GridI
 def select_table(slice_id: str, table: Segments, segment_ids: Sequence[str]) -> Segments:
     """The segments ``segment_ids`` of ``table``, in that order (vectorised lookups)."""
     if isinstance(segment_ids, str):
-        raise InvalidArgumentError(f"segments={segment_ids!r}: pass a list of segment IDs, e.g. [{segment_ids!r}]")
+        raise InvalidArgumentError(
+            f"segments={segment_ids!r}: pass a list of segment IDs, e.g. [{segment_ids!r}]"
+        )
     ids = list(segment_ids)
     if not ids:
         raise InvalidArgumentError("segments=[] selects no episode: pass at least one segment ID")
@@ -117,11 +126,15 @@ def select_table(slice_id: str, table: Segments, segment_ids: Sequence[str]) -> 
         )
     uniq, counts = np.unique(found, return_counts=True)
     if (counts > 1).any():
-        raise InvalidArgumentError(f"segments lists {table[int(uniq[counts > 1][0])].id} twice: list each episode once")
+        raise InvalidArgumentError(
+            f"segments lists {table[int(uniq[counts > 1][0])].id} twice: list each episode once"
+        )
     return table.take(found)
 
 
-def check_table_streams(slice_id: str, table: Segments, names: Sequence[str], action: str | None) -> None:
+def check_table_streams(
+    slice_id: str, table: Segments, names: Sequence[str], action: str | None
+) -> None:
     """Every named stream is in every segment and the action is a table (vectorised)."""
     available = table.stream_names()
     for name in names:
@@ -149,5 +162,8 @@ def selection_of(slice_: BlobSource) -> dict[str, Any]:
     selection, parent = slice_.selection, slice_.parent
     if selection is None or parent is None:
         return {}
-    return {"parent_slice": parent.id, "parent_manifest_hash": parent.manifest_hash,
-            "selection": selection}
+    return {
+        "parent_slice": parent.id,
+        "parent_manifest_hash": parent.manifest_hash,
+        "selection": selection,
+    }

@@ -41,8 +41,12 @@ Spec = dict[str, tuple[str, tuple[int, ...]]]
 _MASKS = ("_is_pad", "_dim_is_pad", "_is_missing")
 
 
-def dataset_spec(obs: Sequence[tuple[str, str, tuple[int, ...]]], action: tuple[str, int] | None,
-                 obs_steps: int, horizon: int) -> Spec:
+def dataset_spec(
+    obs: Sequence[tuple[str, str, tuple[int, ...]]],
+    action: tuple[str, int] | None,
+    obs_steps: int,
+    horizon: int,
+) -> Spec:
     """The sample spec of an ``EpisodeDataset``.
 
     Args:
@@ -98,8 +102,12 @@ class Layout:
             is narrower than a source, names a key no source has or is malformed.
     """
 
-    def __init__(self, layout: str | Mapping[str, Any], specs: Sequence[Spec],
-                 action_keys: Sequence[str | None]) -> None:
+    def __init__(
+        self,
+        layout: str | Mapping[str, Any],
+        specs: Sequence[Spec],
+        action_keys: Sequence[str | None],
+    ) -> None:
         self.arg: str | dict[str, tuple[int, ...]] = _check_arg(layout)
         actions = set(action_keys)
         if len(actions) != 1:
@@ -148,11 +156,14 @@ class Layout:
         }
 
     @staticmethod
-    def _explicit(arg: dict[str, tuple[int, ...]],
-                  union: dict[str, tuple[str, tuple[int, ...]]]) -> dict[str, tuple[str, tuple[int, ...]]]:
+    def _explicit(
+        arg: dict[str, tuple[int, ...]], union: dict[str, tuple[str, tuple[int, ...]]]
+    ) -> dict[str, tuple[str, tuple[int, ...]]]:
         lacking = [k for k in union if k not in arg]
         if lacking:
-            raise InvalidArgumentError(f"layout= lacks {', '.join(map(repr, lacking))}, which a source has: add it")
+            raise InvalidArgumentError(
+                f"layout= lacks {', '.join(map(repr, lacking))}, which a source has: add it"
+            )
         out: dict[str, tuple[str, tuple[int, ...]]] = {}
         for key, shape in arg.items():
             if key not in union:
@@ -161,11 +172,15 @@ class Layout:
                 )
             dtype, widest = union[key]
             if dtype == "uint8" and shape != widest:
-                raise InvalidArgumentError(f"layout= gives camera {key!r} {shape}; the sources' frames are {widest} "
-                                           "(set image_size= on the sources)")
+                raise InvalidArgumentError(
+                    f"layout= gives camera {key!r} {shape}; the sources' frames are {widest} "
+                    "(set image_size= on the sources)"
+                )
             if dtype == "float32" and (shape[:-1] != widest[:-1] or shape[-1:] < widest[-1:]):
-                raise InvalidArgumentError(f"layout= gives {key!r} {shape}; a source has {widest}: a layout may "
-                                           "only widen a vector's last axis")
+                raise InvalidArgumentError(
+                    f"layout= gives {key!r} {shape}; a source has {widest}: a layout may "
+                    "only widen a vector's last axis"
+                )
             out[key] = (dtype, shape)
         return out
 
@@ -175,7 +190,9 @@ class Layout:
         for key, f in self.fields.items():
             spec[key] = ("uint8" if f.kind == "camera" else "float32", f.shape)
             spec[key + ("_is_missing" if f.kind == "camera" else "_dim_is_pad")] = (
-                "bool", () if f.kind == "camera" else f.shape[-1:])
+                "bool",
+                () if f.kind == "camera" else f.shape[-1:],
+            )
             if f.pad_shape is not None:
                 spec[f"{key}_is_pad"] = ("bool", f.pad_shape)
         spec["t_ns"] = ("int64", ())
@@ -195,9 +212,13 @@ class SourcePlan:
 
     def __init__(self, layout: Layout, spec: Spec) -> None:
         self.layout = layout
-        self.width = {k: spec[k][1][-1] for k, f in layout.fields.items() if f.kind == "vector" and k in spec}
+        self.width = {
+            k: spec[k][1][-1] for k, f in layout.fields.items() if f.kind == "vector" and k in spec
+        }
         self.present = {k for k in layout.fields if k in spec}
-        self._consts: dict[str, torch.Tensor] | None = None  # made on first use, in the process using it
+        self._consts: dict[str, torch.Tensor] | None = (
+            None  # made on first use, in the process using it
+        )
 
     def _constants(self) -> dict[str, torch.Tensor]:
         if self._consts is None:
@@ -232,7 +253,9 @@ class SourcePlan:
             mask = f"{key}_is_missing" if f.kind == "camera" else f"{key}_dim_is_pad"
             out[mask] = consts[mask]
             if f.pad_shape is not None:
-                out[f"{key}_is_pad"] = sample[f"{key}_is_pad"] if key in self.present else consts[f"{key}_is_pad"]
+                out[f"{key}_is_pad"] = (
+                    sample[f"{key}_is_pad"] if key in self.present else consts[f"{key}_is_pad"]
+                )
         out["t_ns"] = sample["t_ns"]
         out["meta"] = sample["meta"]
         return out
@@ -247,8 +270,12 @@ def _shape(key: str, value: Any) -> tuple[int, ...]:
         value = value.get("shape")
     elif isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], str):
         value = value[1]
-    ok = (isinstance(value, Sequence) and not isinstance(value, str)
-          and all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in value) and len(value) >= 1)
+    ok = (
+        isinstance(value, Sequence)
+        and not isinstance(value, str)
+        and all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in value)
+        and len(value) >= 1
+    )
     if not ok:
         raise InvalidArgumentError(
             f"layout= {key!r}: {value!r} is not a shape; give e.g. (14,) for a vector, (16, 14) for an action "
@@ -292,5 +319,7 @@ def parse_layout(text: str) -> str | dict[str, tuple[int, ...]]:
     except ValueError:
         doc = None
     if not isinstance(doc, dict):
-        raise InvalidArgumentError(f"mixture URI: layout={text[:40]!r}; expected 'union' or JSON {{key: shape}}")
+        raise InvalidArgumentError(
+            f"mixture URI: layout={text[:40]!r}; expected 'union' or JSON {{key: shape}}"
+        )
     return _check_arg(doc)

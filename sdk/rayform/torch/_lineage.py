@@ -32,12 +32,26 @@ if TYPE_CHECKING:
     from rayform.torch._mixture import MixtureDataset
     from rayform.torch.dataset import EpisodeDataset  # noqa: F401  (named in docstrings)
 
-__all__ = ["OPTIONS", "dataset_arguments", "dataset_uri", "mixture_arguments", "mixture_uri", "resolve_pinned"]
+__all__ = [
+    "OPTIONS",
+    "dataset_arguments",
+    "dataset_uri",
+    "mixture_arguments",
+    "mixture_uri",
+    "resolve_pinned",
+]
 
 #: ``EpisodeDataset`` arguments that change how samples are read or distributed, never which
 #: samples a dataset holds, so they are not in the URI and ``from_uri`` accepts them again.
-OPTIONS = ("transform", "shard", "ddp_even", "decoder_cache_size", "decoder_backend", "decode_threads",
-           "readahead_bytes")
+OPTIONS = (
+    "transform",
+    "shard",
+    "ddp_even",
+    "decoder_cache_size",
+    "decoder_backend",
+    "decode_threads",
+    "readahead_bytes",
+)
 
 
 def dataset_uri(ds: EpisodeDataset) -> DatasetURI:
@@ -47,12 +61,22 @@ def dataset_uri(ds: EpisodeDataset) -> DatasetURI:
     size = ds.image_size
     return DatasetURI(
         endpoint=getattr(getattr(slice_, "client", None), "endpoint", None),
-        slice_id=slice_.id, manifest_hash=slice_.manifest_hash, obs=tuple(ds.obs),
-        action=ds.action, fps=ds.fps, horizon=ds.horizon, frame=ds.frame, obs_steps=ds.obs_steps,
-        action_mode=ds.action_mode, seed=ds.seed, segments=chosen, select=select,
+        slice_id=slice_.id,
+        manifest_hash=slice_.manifest_hash,
+        obs=tuple(ds.obs),
+        action=ds.action,
+        fps=ds.fps,
+        horizon=ds.horizon,
+        frame=ds.frame,
+        obs_steps=ds.obs_steps,
+        action_mode=ds.action_mode,
+        seed=ds.seed,
+        segments=chosen,
+        select=select,
         image_size=None if size is None else format_image_size(size, ds.obs),
         resize=None if size is None else ds.resize,
-        keys=_mapped_keys(ds), normalize=_normalize_text(ds),
+        keys=_mapped_keys(ds),
+        normalize=_normalize_text(ds),
     )
 
 
@@ -109,8 +133,9 @@ def _ids(segs: Segments) -> list[str]:
     return [str(x) for x in segs.ids().to_pylist()]
 
 
-def dataset_arguments(uri: str | DatasetURI, client: Client | None = None,
-                      **options: Any) -> tuple[Slice, dict[str, Any]]:
+def dataset_arguments(
+    uri: str | DatasetURI, client: Client | None = None, **options: Any
+) -> tuple[Slice, dict[str, Any]]:
     """What :meth:`EpisodeDataset.from_uri` builds from: ``(slice, keyword arguments)``, the
     slice pinned at the URI's manifest (and its selection), the arguments the URI fixes plus
     ``options`` (the ones it leaves free)."""
@@ -136,13 +161,18 @@ def mixture_uri(mix: MixtureDataset) -> MixtureURI:
     the mixture checks)."""
     return MixtureURI(
         tuple((w, dataset_uri(ds)) for w, ds in zip(mix.given_weights, mix.sources, strict=True)),
-        num_samples=mix.num_samples, replacement=mix.replacement, seed=mix.seed,
-        layout=None if mix.layout is None else format_layout(mix.layout.arg), names=mix.explicit_names,
+        num_samples=mix.num_samples,
+        replacement=mix.replacement,
+        seed=mix.seed,
+        layout=None if mix.layout is None else format_layout(mix.layout.arg),
+        names=mix.explicit_names,
     )
 
 
-def mixture_arguments(uri: str | MixtureURI, client: Client | None = None,
-                      ) -> tuple[list[tuple[DatasetURI, Client, float, str | None]], dict[str, Any]]:
+def mixture_arguments(
+    uri: str | MixtureURI,
+    client: Client | None = None,
+) -> tuple[list[tuple[DatasetURI, Client, float, str | None]], dict[str, Any]]:
     """What :meth:`MixtureDataset.from_uri` builds from: each source's ``(URI, client,
     weight, name)`` (one client per server; a URI without a host shares the configured one;
     the name as given, or ``None``) and the mixture's keyword arguments (with its layout)."""
@@ -155,8 +185,12 @@ def mixture_arguments(uri: str | MixtureURI, client: Client | None = None,
         if own is None:
             own = clients[source.endpoint] = _client_for(source)
         sources.append((source, own, weight, name))
-    return sources, {"num_samples": parsed.num_samples, "replacement": parsed.replacement, "seed": parsed.seed,
-                     "layout": None if parsed.layout is None else parse_layout(parsed.layout)}
+    return sources, {
+        "num_samples": parsed.num_samples,
+        "replacement": parsed.replacement,
+        "seed": parsed.seed,
+        "layout": None if parsed.layout is None else parse_layout(parsed.layout),
+    }
 
 
 def resolve_pinned(client: Client, slice_id: str, manifest_hash: str) -> Slice:
@@ -188,8 +222,9 @@ def resolve_pinned(client: Client, slice_id: str, manifest_hash: str) -> Slice:
         return client.slices.get(slice_id, manifest_hash=manifest_hash)
     except NotFoundError:
         pass
+    server = clean_endpoint(client.endpoint) if client.endpoint else "the server"
     raise SliceChangedError(
-        f"slice {slice_id} on {clean_endpoint(client.endpoint) if client.endpoint else 'the server'} now resolves to manifest "
+        f"slice {slice_id} on {server} now resolves to manifest "
         f"{slice_.manifest_hash[:12]}..., not {manifest_hash[:12]}... that the dataset URI "
         "pins, and the server does not serve the pinned version by hash (the slice never named it "
         "there, or the server predates manifests by hash). To reproduce the run, use a cache that "

@@ -96,19 +96,30 @@ class MixtureDataset(Dataset):
         weights: list[float] = []
         names: list[str | None] = []
         for item in sources:
-            if not (isinstance(item, tuple) and len(item) in (2, 3) and isinstance(item[0], SamplerDataset)):
+            if not (
+                isinstance(item, tuple)
+                and len(item) in (2, 3)
+                and isinstance(item[0], SamplerDataset)
+            ):
                 raise InvalidArgumentError(
                     f"sources entry {item!r}: use (EpisodeDataset, weight) or (EpisodeDataset, weight, name)"
                 )
             names.append(_check_name(item[2]) if len(item) == 3 else None)
             w = item[1]
-            if isinstance(w, bool) or not isinstance(w, numbers.Real) or not math.isfinite(w) or w <= 0:
+            if (
+                isinstance(w, bool)
+                or not isinstance(w, numbers.Real)
+                or not math.isfinite(w)
+                or w <= 0
+            ):
                 raise InvalidArgumentError(f"weight {w!r}: use a finite number > 0, e.g. 0.7")
             if len(item[0]) == 0:
                 raise InvalidArgumentError(f"source {len(datasets)} ({item[0]!r}) has no samples")
             datasets.append(item[0])
             weights.append(float(w))
-        self.explicit_names: tuple[str, ...] | None = None  # the names as given (the URI's), or None
+        self.explicit_names: tuple[str, ...] | None = (
+            None  # the names as given (the URI's), or None
+        )
         self.source_names = _source_names(datasets, names)
         if any(n is not None for n in names):
             self.explicit_names = self.source_names
@@ -133,7 +144,11 @@ class MixtureDataset(Dataset):
         self._offsets = np.concatenate([[0], np.cumsum(self._sizes)]).astype(np.int64)
         if num_samples is None:
             num_samples = int(self._sizes.sum())
-        if isinstance(num_samples, bool) or not isinstance(num_samples, numbers.Integral) or num_samples < 1:
+        if (
+            isinstance(num_samples, bool)
+            or not isinstance(num_samples, numbers.Integral)
+            or num_samples < 1
+        ):
             raise InvalidArgumentError(f"num_samples={num_samples!r}: use an integer >= 1")
         self.num_samples = int(num_samples)
         self.replacement = bool(replacement)
@@ -188,7 +203,9 @@ class MixtureDataset(Dataset):
     def follow_order(self, shuffle: bool, window: int | None) -> None:
         """Nothing to follow: the sources' read-ahead sees the mixture's keys as they come."""
 
-    def order_streams(self, world: int, epoch: int, shuffle: bool, window: int | None = None) -> list[IndexStream]:
+    def order_streams(
+        self, world: int, epoch: int, shuffle: bool, window: int | None = None
+    ) -> list[IndexStream]:
         if window is not None:
             raise InvalidArgumentError(
                 "EpisodeSampler(window=...) orders the episodes of one EpisodeDataset; a "
@@ -197,8 +214,12 @@ class MixtureDataset(Dataset):
         return [_MixtureStream(self, epoch, shuffle)]
 
     def order_fingerprint(self) -> dict[str, Any]:
-        return {"samples": self._sizes.tolist(), "weights": list(self.weights),
-                "num_samples": self.num_samples, "replacement": self.replacement}
+        return {
+            "samples": self._sizes.tolist(),
+            "weights": list(self.weights),
+            "num_samples": self.num_samples,
+            "replacement": self.replacement,
+        }
 
     # -- samples ---------------------------------------------------------------------------
     def __getitem__(self, key: tuple[int, int]) -> dict[str, Any]:
@@ -226,7 +247,11 @@ class MixtureDataset(Dataset):
             where = np.flatnonzero(src == k)
             samples = self.sources[k].__getitems__([(int(local[j]), epochs[j]) for j in where])
             for j, sample in zip(where.tolist(), samples, strict=True):
-                sample["meta"] = {**sample["meta"], "source": int(k), "source_name": self.source_names[k]}
+                sample["meta"] = {
+                    **sample["meta"],
+                    "source": int(k),
+                    "source_name": self.source_names[k],
+                }
                 out[j] = sample if self._plans is None else self._plans[k].apply(sample)
         return out
 
@@ -245,7 +270,9 @@ class MixtureDataset(Dataset):
         return str(mixture_uri(self))
 
     @classmethod
-    def from_uri(cls, uri: str | MixtureURI, client: Client | None = None, **options: Any) -> MixtureDataset:
+    def from_uri(
+        cls, uri: str | MixtureURI, client: Client | None = None, **options: Any
+    ) -> MixtureDataset:
         """Rebuild the mixture ``uri`` names: each source as ``EpisodeDataset.from_uri`` would
         (``client`` and ``options`` go to every source), the same weights and draws.
 
@@ -276,10 +303,16 @@ class MixtureDataset(Dataset):
         """
         if isinstance(source, str) and source in self.source_names:
             return self.source_names.index(source)
-        if isinstance(source, numbers.Integral) and not isinstance(source, bool) and 0 <= source < len(self.sources):
+        if (
+            isinstance(source, numbers.Integral)
+            and not isinstance(source, bool)
+            and 0 <= source < len(self.sources)
+        ):
             return int(source)
-        raise InvalidArgumentError(f"source={source!r}: use a position 0-{len(self.sources) - 1} or a name "
-                                   f"({', '.join(self.source_names)})")
+        raise InvalidArgumentError(
+            f"source={source!r}: use a position 0-{len(self.sources) - 1} or a name "
+            f"({', '.join(self.source_names)})"
+        )
 
     def unnormalize(self, values: Any, source: int | str, key: str | None = None) -> Any:
         """A policy's output for ``source`` back in that robot's units: the layout's padded
@@ -291,9 +324,13 @@ class MixtureDataset(Dataset):
         """
         ds = self.sources[self.source_index(source)]
         key = ds.action_key if key is None else key
-        width = {k: shape[-1] for k, (dtype, shape) in ds.sample_spec().items() if dtype == "float32"}
+        width = {
+            k: shape[-1] for k, (dtype, shape) in ds.sample_spec().items() if dtype == "float32"
+        }
         if key not in width:
-            raise InvalidArgumentError(f"unnormalize: source {source!r} has no vector {key!r} ({', '.join(width)})")
+            raise InvalidArgumentError(
+                f"unnormalize: source {source!r} has no vector {key!r} ({', '.join(width)})"
+            )
         return ds.unnormalize(values[..., : width[key]], key=key)
 
     def describe(self) -> dict[str, Any]:
@@ -308,7 +345,9 @@ class MixtureDataset(Dataset):
             "replacement": self.replacement,
             "sources": [
                 {"weight": w, "draws_per_epoch": int(q), "name": n, **ds.describe()}
-                for ds, w, q, n in zip(self.sources, self.weights, self.quotas, self.source_names, strict=True)
+                for ds, w, q, n in zip(
+                    self.sources, self.weights, self.quotas, self.source_names, strict=True
+                )
             ],
         }
 
@@ -323,7 +362,10 @@ class MixtureDataset(Dataset):
         per = [ds.stats() for ds in self.sources]
         combined: dict[str, dict[str, Any]] = {}
         for name in per[0]:
-            rows = [_by_role(ds, p, self.sources[0], name) for ds, p in zip(self.sources, per, strict=True)]
+            rows = [
+                _by_role(ds, p, self.sources[0], name)
+                for ds, p in zip(self.sources, per, strict=True)
+            ]
             if any(r is None for r in rows) or len({len(r["mean"]) for r in rows}) != 1:  # type: ignore[index]
                 continue  # a stream some source lacks, or of other widths (a layout pads them)
             w = np.array(self.weights)[:, None]
@@ -341,7 +383,9 @@ class MixtureDataset(Dataset):
         return {"sources": per, "combined": combined}
 
     def __repr__(self) -> str:
-        parts = ", ".join(f"{ds.slice.id}:{w:.3g}" for ds, w in zip(self.sources, self.weights, strict=True))
+        parts = ", ".join(
+            f"{ds.slice.id}:{w:.3g}" for ds, w in zip(self.sources, self.weights, strict=True)
+        )
         return f"<MixtureDataset [{parts}] num_samples={self.num_samples} replacement={self.replacement}>"
 
 
@@ -389,15 +433,21 @@ _NAME_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
 
 def _check_name(name: Any) -> str:
     if not isinstance(name, str) or not _NAME_RE.fullmatch(name):
-        raise InvalidArgumentError(f"source name {name!r}: use 1-64 letters, digits and _ . - e.g. 'single_arm'")
+        raise InvalidArgumentError(
+            f"source name {name!r}: use 1-64 letters, digits and _ . - e.g. 'single_arm'"
+        )
     return name
 
 
 def _source_names(datasets: Sequence[Any], names: Sequence[str | None]) -> tuple[str, ...]:
     """Names as given; a missing one is the slice ID (with ``-K`` where the slice repeats)."""
-    slices = [getattr(getattr(ds, "slice", None), "id", f"source{k}") for k, ds in enumerate(datasets)]
-    out = [n if n is not None else (s if slices.count(s) == 1 else f"{s}-{k}")
-           for k, (n, s) in enumerate(zip(names, slices, strict=True))]
+    slices = [
+        getattr(getattr(ds, "slice", None), "id", f"source{k}") for k, ds in enumerate(datasets)
+    ]
+    out = [
+        n if n is not None else (s if slices.count(s) == 1 else f"{s}-{k}")
+        for k, (n, s) in enumerate(zip(names, slices, strict=True))
+    ]
     if len(set(out)) != len(out):
         raise InvalidArgumentError(f"source names {out}: give each source its own name")
     return tuple(out)

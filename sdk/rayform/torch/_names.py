@@ -122,7 +122,9 @@ class Names:
         return out
 
 
-def resolve_names(obs: Sequence[str] | Mapping[str, str], action: str | Mapping[str, str] | None) -> Names:
+def resolve_names(
+    obs: Sequence[str] | Mapping[str, str], action: str | Mapping[str, str] | None
+) -> Names:
     """The :class:`Names` of ``EpisodeDataset(obs=..., action=...)``.
 
     Only the form is checked here (keys, duplicates, reserved names); whether the streams exist
@@ -142,9 +144,16 @@ def resolve_names(obs: Sequence[str] | Mapping[str, str], action: str | Mapping[
         if not all(isinstance(s, str) for s in streams):
             raise InvalidArgumentError(f"obs={dict(obs)!r}: each value is a stream name (a string)")
         if len(set(streams)) != len(streams):
-            raise InvalidArgumentError(f"obs={dict(obs)!r} maps two keys to one stream: read each stream once")
+            raise InvalidArgumentError(
+                f"obs={dict(obs)!r} maps two keys to one stream: read each stream once"
+            )
     else:
-        if isinstance(obs, str) or not isinstance(obs, Sequence) or not obs or not all(isinstance(o, str) for o in obs):
+        if (
+            isinstance(obs, str)
+            or not isinstance(obs, Sequence)
+            or not obs
+            or not all(isinstance(o, str) for o in obs)
+        ):
             raise InvalidArgumentError(
                 f"obs={obs!r}: pass a non-empty list of stream names, e.g. ['cam0/rgb'], or a dict "
                 "{sample key: stream name}"
@@ -162,11 +171,17 @@ def resolve_names(obs: Sequence[str] | Mapping[str, str], action: str | Mapping[
         ((action_key, action_stream),) = action.items()
         check_key(action_key, role="action")
         if not isinstance(action_stream, str):
-            raise InvalidArgumentError(f"action={dict(action)!r}: the value is a stream name (a string)")
+            raise InvalidArgumentError(
+                f"action={dict(action)!r}: the value is a stream name (a string)"
+            )
         if action_key in keys:
-            raise InvalidArgumentError(f"sample key {action_key!r} is both an observation and the action: use it once")
+            raise InvalidArgumentError(
+                f"sample key {action_key!r} is both an observation and the action: use it once"
+            )
         if action_key != "action" and f"{action_key}_is_pad" in keys:
-            raise InvalidArgumentError(f"sample key {action_key}_is_pad would be both an observation and a mask")
+            raise InvalidArgumentError(
+                f"sample key {action_key}_is_pad would be both an observation and a mask"
+            )
     else:
         action_stream = action
         action_key = "action" if action is not None else None

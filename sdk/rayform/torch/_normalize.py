@@ -29,16 +29,24 @@ import torch
 
 from rayform.errors import InvalidArgumentError
 
-__all__ = ["NORMALIZE_MODES", "Normalizer", "check_normalize", "format_normalize", "parse_normalize",
-           "unnormalize"]
+__all__ = [
+    "NORMALIZE_MODES",
+    "Normalizer",
+    "check_normalize",
+    "format_normalize",
+    "parse_normalize",
+    "unnormalize",
+]
 
 #: Values of ``normalize=`` besides a dict of given statistics.
 NORMALIZE_MODES = ("mean_std", "quantile")
 _FIELDS = {"mean_std": ("mean", "std"), "quantile": ("q01", "q99")}
 
 
-def check_normalize(value: Any, vector_keys: Mapping[str, int],
-                    ) -> tuple[str | None, dict[str, dict[str, list[float]]] | None]:
+def check_normalize(
+    value: Any,
+    vector_keys: Mapping[str, int],
+) -> tuple[str | None, dict[str, dict[str, list[float]]] | None]:
     """``(mode, given statistics)`` of a ``normalize=`` argument.
 
     Args:
@@ -65,13 +73,20 @@ def check_normalize(value: Any, vector_keys: Mapping[str, int],
     if extra or missing:
         raise InvalidArgumentError(
             f"normalize= statistics must name exactly the dataset's vectors ({', '.join(vector_keys) or 'none'}); "
-            + (f"unknown: {', '.join(map(str, extra))}" if extra else f"missing: {', '.join(missing)}")
+            + (
+                f"unknown: {', '.join(map(str, extra))}"
+                if extra
+                else f"missing: {', '.join(missing)}"
+            )
         )
     given: dict[str, dict[str, list[float]]] = {}
     for key in sorted(vector_keys):
         entry = value[key]
-        kinds = [mode for mode, fields in _FIELDS.items()
-                 if isinstance(entry, Mapping) and all(f in entry for f in fields)]
+        kinds = [
+            mode
+            for mode, fields in _FIELDS.items()
+            if isinstance(entry, Mapping) and all(f in entry for f in fields)
+        ]
         if len(kinds) != 1:
             raise InvalidArgumentError(
                 f"normalize= statistics of {key!r}: give either 'mean' and 'std' or 'q01' and 'q99' (one pair)"
@@ -140,7 +155,11 @@ class Normalizer:
         """Keep the fields of ``mode`` (``"mean_std"``, ``"quantile"``, ``"given"``) of each key."""
         out: dict[str, dict[str, list[float]]] = {}
         for key, entry in stats.items():
-            fields = _FIELDS[mode] if mode in _FIELDS else tuple(f for f in ("mean", "std", "q01", "q99") if f in entry)
+            fields = (
+                _FIELDS[mode]
+                if mode in _FIELDS
+                else tuple(f for f in ("mean", "std", "q01", "q99") if f in entry)
+            )
             out[key] = {f: [float(x) for x in entry[f]] for f in fields}
         return cls(out)
 
@@ -187,4 +206,3 @@ def unnormalize(values: Any, stats: Mapping[str, Any]) -> Any:
         s = torch.from_numpy(scale).to(values.device)
         return values.to(torch.float32) * s + c
     return np.asarray(values, dtype=np.float32) * scale + center
-

@@ -54,7 +54,9 @@ _MAX_BATCHES_AHEAD = 32
 _MIN_WINDOW = 4096
 
 
-def segment_blobs(segment: Segment, names: Sequence[str], targets: Mapping[str, Target] | None = None) -> dict[str, Any]:
+def segment_blobs(
+    segment: Segment, names: Sequence[str], targets: Mapping[str, Target] | None = None
+) -> dict[str, Any]:
     """``{hash: BlobRef}`` of the blobs one segment needs for the streams ``names``; a camera
     with a training resolution in ``targets`` needs only the rendition it reads."""
     out: dict[str, Any] = {}
@@ -65,8 +67,12 @@ def segment_blobs(segment: Segment, names: Sequence[str], targets: Mapping[str, 
     return out
 
 
-def check_cache_fits(slice_: BlobSource, segments: Sequence[Any], names: Sequence[str],
-                     targets: Mapping[str, Target] | None = None) -> int | None:
+def check_cache_fits(
+    slice_: BlobSource,
+    segments: Sequence[Any],
+    names: Sequence[str],
+    targets: Mapping[str, Target] | None = None,
+) -> int | None:
     """Raise up front if the largest segment's blobs exceed the client's ``cache_limit``.
 
     A sample needs every blob of its segment's streams at once; below that, a bounded cache
@@ -79,7 +85,10 @@ def check_cache_fits(slice_: BlobSource, segments: Sequence[Any], names: Sequenc
     limit = slice_.cache_limit
     if limit is None or not segments:
         return None
-    sizes = [(sum(r.size for r in segment_blobs(seg, names, targets).values()), seg.id) for seg in segments]
+    sizes = [
+        (sum(r.size for r in segment_blobs(seg, names, targets).values()), seg.id)
+        for seg in segments
+    ]
     need, seg_id = max(sizes)
     check_fits(limit, need, f"segment {seg_id}'s blobs for streams {', '.join(names)}")
     return sum(size for size, _ in sizes)
@@ -111,7 +120,11 @@ class _EpochPlan:
         self._locate = index.locate
         # Indices (and their episodes) of positions lo .. lo + len(vals) - 1, computed a window
         # at a time: one vectorised call serves the next batches, not one small call per batch.
-        self._lo, self._vals, self._segs = 0, np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+        self._lo, self._vals, self._segs = (
+            0,
+            np.zeros(0, dtype=np.int64),
+            np.zeros(0, dtype=np.int64),
+        )
 
     def position(self, index: int) -> int | None:
         """Where this rank's part reads dataset ``index`` (its first read), or ``None``."""
@@ -149,7 +162,9 @@ class _EpochPlan:
         return slice(start - self._lo, stop - self._lo)
 
     def _compute(self, start: int, stop: int) -> np.ndarray:
-        return self.part.keys(self.streams, np.arange(start, min(stop, self.part.length), dtype=np.int64))
+        return self.part.keys(
+            self.streams, np.arange(start, min(stop, self.part.length), dtype=np.int64)
+        )
 
 
 class _State:
@@ -183,8 +198,13 @@ class ReadAhead:
         threads: parallel downloads.
     """
 
-    def __init__(self, dataset: EpisodeDataset, index: GridIndex, max_bytes: int = DEFAULT_READAHEAD_BYTES,
-                 threads: int = _THREADS) -> None:
+    def __init__(
+        self,
+        dataset: EpisodeDataset,
+        index: GridIndex,
+        max_bytes: int = DEFAULT_READAHEAD_BYTES,
+        threads: int = _THREADS,
+    ) -> None:
         self.dataset = dataset
         self.index = index
         self.max_bytes = max_bytes
@@ -209,25 +229,36 @@ class ReadAhead:
         if order not in st.plans:
             try:
                 st.plans[order] = _EpochPlan(self.dataset, self.index, epoch, order)
-            except Exception as exc:  # an order we cannot replay: no read-ahead, nothing else changes
+            except (
+                Exception
+            ) as exc:  # an order we cannot replay: no read-ahead, nothing else changes
                 log.debug("read-ahead off: cannot plan epoch %d (%s)", epoch, exc)
                 st.plans[order] = None
         return st.plans[order]
 
-    def _locate(self, st: _State, epoch: int, wanted: list[int], window: int) -> tuple[_EpochPlan, int] | None:
+    def _locate(
+        self, st: _State, epoch: int, wanted: list[int], window: int
+    ) -> tuple[_EpochPlan, int] | None:
         """The plan and position of the batch ``wanted``: where the last batch said it would
         be, else found by inverting the orders of :attr:`orders` (the last one followed
         first); None if no order reads it there."""
         bs = len(wanted)
         planned = self._plan(st, epoch, st.order)
         first = st.expect
-        if planned is not None and first >= 0 and planned.indices(first, first + bs, window).tolist() == wanted:
+        if (
+            planned is not None
+            and first >= 0
+            and planned.indices(first, first + bs, window).tolist() == wanted
+        ):
             return planned, first
         for order in [st.order, *(o for o in self.orders if o != st.order)]:
             planned = self._plan(st, epoch, order)
             found = planned.position(wanted[0]) if planned is not None else None
-            if planned is not None and found is not None and \
-                    planned.indices(found, found + bs, window).tolist() == wanted:
+            if (
+                planned is not None
+                and found is not None
+                and planned.indices(found, found + bs, window).tolist() == wanted
+            ):
                 st.order = order
                 return planned, found
         return None
@@ -260,8 +291,15 @@ class ReadAhead:
             starts = [s for s in starts if s > done_start]
         self._schedule(st, planned, starts, bs, epoch, window)
 
-    def _schedule(self, st: _State, planned: _EpochPlan, starts: list[int], bs: int, epoch: int,
-                  positions: int) -> None:
+    def _schedule(
+        self,
+        st: _State,
+        planned: _EpochPlan,
+        starts: list[int],
+        bs: int,
+        epoch: int,
+        positions: int,
+    ) -> None:
         ds = self.dataset
         names = [*ds.obs, *([ds.action] if ds.action else [])]
         slice_ = ds.slice
@@ -320,7 +358,9 @@ class ReadAhead:
             st.in_flight += ref.size
             st.workers = [t for t in st.workers if t.is_alive()]
             if len(st.workers) < min(self.threads, len(st.queue)):
-                t = threading.Thread(target=self._work, args=(st,), name="rayform-readahead", daemon=True)
+                t = threading.Thread(
+                    target=self._work, args=(st,), name="rayform-readahead", daemon=True
+                )
                 st.workers.append(t)
                 t.start()
 

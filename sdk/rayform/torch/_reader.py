@@ -45,7 +45,9 @@ class _ProcessState:
 
     __slots__ = ("decoders", "paths", "pins", "tables")
 
-    def __init__(self, decoder_cache_size: int, decoder_backend: str | None, pins: Pins | None) -> None:
+    def __init__(
+        self, decoder_cache_size: int, decoder_backend: str | None, pins: Pins | None
+    ) -> None:
         self.decoders = DecoderCache(decoder_cache_size, decoder_backend)
         self.tables = TableCache()
         self.paths: dict[str, Path] = {}
@@ -133,8 +135,10 @@ class SampleReader:
         try:
             return self._path(ref, state)
         except OfflineError as exc:
-            cmd = (f"rayform pull {self.slice.id} --image-size {format_image_size(self.image_sizes())} "
-                   f"--resize {self.targets[stream.name].mode}")
+            cmd = (
+                f"rayform pull {self.slice.id} --image-size {format_image_size(self.image_sizes())} "
+                f"--resize {self.targets[stream.name].mode}"
+            )
             raise OfflineError(
                 f"the {stream.name} rendition this dataset reads ({ref.hash[:12]}...) is not in the "
                 f"cache and offline mode is on; with network access run `{cmd}` ({exc})"
@@ -163,23 +167,30 @@ class SampleReader:
         if self.decode_threads > 0:
             # Starting 2 threads costs ~0.1 ms against ~60 ms of decoding per batch of 32.
             # Leaving the block waits for every decode, even on error.
-            with ThreadPoolExecutor(self.decode_threads, thread_name_prefix="rayform-decode") as pool:
+            with ThreadPoolExecutor(
+                self.decode_threads, thread_name_prefix="rayform-decode"
+            ) as pool:
                 return self._read(seg_pos, steps, pool)
         return self._read(seg_pos, steps, None)
 
-    def _read(self, seg_pos: np.ndarray, steps: np.ndarray, pool: ThreadPoolExecutor | None) -> list[dict[str, Any]]:
+    def _read(
+        self, seg_pos: np.ndarray, steps: np.ndarray, pool: ThreadPoolExecutor | None
+    ) -> list[dict[str, Any]]:
         state = self._state.get()
         out: list[dict[str, Any] | None] = [None] * len(seg_pos)
         # Start every segment's decodes first (in the pool, when there is one), then assemble.
         pending = [(np.flatnonzero(seg_pos == s), s) for s in np.unique(seg_pos)]
-        finishers = [(where, self._read_segment(state, int(s), steps[where], pool)) for where, s in pending]
+        finishers = [
+            (where, self._read_segment(state, int(s), steps[where], pool)) for where, s in pending
+        ]
         for where, finish in finishers:
             for i, sample in zip(where, finish(), strict=True):
                 out[int(i)] = sample
         return out  # type: ignore[return-value]
 
-    def _read_segment(self, state: _ProcessState, s: int, steps: np.ndarray,
-                      pool: ThreadPoolExecutor | None) -> Callable[[], list[dict[str, Any]]]:
+    def _read_segment(
+        self, state: _ProcessState, s: int, steps: np.ndarray, pool: ThreadPoolExecutor | None
+    ) -> Callable[[], list[dict[str, Any]]]:
         """Starts the segment's video decodes and reads its tables; the returned function
         waits for the frames and builds the samples."""
         index = self.index
@@ -209,8 +220,16 @@ class SampleReader:
             t_rec, rec = self.table(stream)
             flat = align_values(t_rec, rec, chunk_t.reshape(-1), self.action_mode)
             act = convert(flat, stream, self.frame).reshape(*chunk.shape, -1)
-            action = (torch.from_numpy(np.ascontiguousarray(act, dtype=np.float32)), torch.from_numpy(chunk >= n))
-        meta = {"slice": self.slice.id, "segment": seg.id, "segment_version": seg.version, "site": seg.site}
+            action = (
+                torch.from_numpy(np.ascontiguousarray(act, dtype=np.float32)),
+                torch.from_numpy(chunk >= n),
+            )
+        meta = {
+            "slice": self.slice.id,
+            "segment": seg.id,
+            "segment_version": seg.version,
+            "site": seg.site,
+        }
         return lambda: self._assemble(steps, t, obs_pad, tables, videos, action, meta)
 
     def _assemble(
@@ -233,8 +252,11 @@ class SampleReader:
                     frames, inverse = decoded[name]
                     # One step: a view (collate copies it once into the batch). A history:
                     # a small gather of n frames.
-                    sample[name] = (frames[torch.from_numpy(inverse[b])] if history
-                                    else frames[int(inverse[b, 0])])
+                    sample[name] = (
+                        frames[torch.from_numpy(inverse[b])]
+                        if history
+                        else frames[int(inverse[b, 0])]
+                    )
                 else:
                     sample[name] = tables[name][b] if history else tables[name][b, 0]
                 if history:
@@ -247,8 +269,14 @@ class SampleReader:
             samples.append(sample)
         return samples
 
-    def _video(self, state: _ProcessState, stream: Stream, t_query: np.ndarray,
-               pool: ThreadPoolExecutor | None, target: Target | None) -> tuple[Future[torch.Tensor], np.ndarray]:
+    def _video(
+        self,
+        state: _ProcessState,
+        stream: Stream,
+        t_query: np.ndarray,
+        pool: ThreadPoolExecutor | None,
+        target: Target | None,
+    ) -> tuple[Future[torch.Tensor], np.ndarray]:
         """Frames at the latest frame time <= each query ``t_query (B, n)``, resized to
         ``target`` when there is one.
 
@@ -259,7 +287,9 @@ class SampleReader:
             a full copy of every frame per batch.
         """
         assert stream.timestamps is not None
-        frame_t = state.tables.timestamps(stream.timestamps.hash, self._path(stream.timestamps, state))
+        frame_t = state.tables.timestamps(
+            stream.timestamps.hash, self._path(stream.timestamps, state)
+        )
         idx = latest_at_or_before(frame_t, t_query)
         unique, inverse = np.unique(idx.reshape(-1), return_inverse=True)
         # Paths are resolved here, in the calling thread: a missing blob is fetched (or
@@ -279,9 +309,18 @@ class SampleReader:
         return done, inverse
 
 
-def _decode_contiguous(decoders: DecoderCache, key: str, path: Path, indices: np.ndarray,
-                       rate_hz: float, stream: str, target: Target | None) -> torch.Tensor:
+def _decode_contiguous(
+    decoders: DecoderCache,
+    key: str,
+    path: Path,
+    indices: np.ndarray,
+    rate_hz: float,
+    stream: str,
+    target: Target | None,
+) -> torch.Tensor:
     # In a pool thread: make the frames contiguous (or resize them) here, in parallel, so
     # that default_collate's copy in the calling thread is a plain memcpy, not a transpose.
-    frames = decoders.get_frames(key, path, indices, rate_hz, stream, channels_last=target is not None)
+    frames = decoders.get_frames(
+        key, path, indices, rate_hz, stream, channels_last=target is not None
+    )
     return frames.contiguous() if target is None else resize_frames(frames, target)

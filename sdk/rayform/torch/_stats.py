@@ -40,7 +40,9 @@ __all__ = ["compute_stats", "stats_key"]
 _STATS_VERSION = 2  # 2: q01/q99 added (a version 1 file lacks them)
 
 
-def stats_key(index: GridIndex, streams: dict[str, str], frame: str | None, action_mode: str) -> str:
+def stats_key(
+    index: GridIndex, streams: dict[str, str], frame: str | None, action_mode: str
+) -> str:
     """BLAKE3 hex of everything the statistics depend on.
 
     Args:

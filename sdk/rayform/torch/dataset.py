@@ -171,7 +171,9 @@ class EpisodeDataset(Dataset):
         self.decoder_cache_size = _positive_int("decoder_cache_size", decoder_cache_size)
         self.decode_threads = _int("decode_threads", decode_threads)
         if self.decode_threads < 0:
-            raise InvalidArgumentError(f"decode_threads={decode_threads!r}: use 0 (no threads) or a positive integer")
+            raise InvalidArgumentError(
+                f"decode_threads={decode_threads!r}: use 0 (no threads) or a positive integer"
+            )
         self.frame = check_frame(frame)
         self.seed = _int("seed", seed)
         _choice("action_mode", action_mode, ACTION_MODES)
@@ -183,10 +185,14 @@ class EpisodeDataset(Dataset):
         self.slice = slice_
         self._segments = _select_segments(slice_, segments)
         keys = resolve_names(obs, action)
-        self.obs, self.action = _check_streams(slice_, self._segments, list(keys.obs_streams), keys.action_stream)
+        self.obs, self.action = _check_streams(
+            slice_, self._segments, list(keys.obs_streams), keys.action_stream
+        )
         self._names: Names = keys
         cameras = [name for name in self.obs if self._segments[0].streams[name].kind == "video"]
-        if isinstance(image_size, Mapping):  # keyed by sample key (or stream name): the reader's are streams
+        if isinstance(
+            image_size, Mapping
+        ):  # keyed by sample key (or stream name): the reader's are streams
             image_size = {keys.stream_of(k): v for k, v in image_size.items()}
         self._targets: dict[str, Target] | None = check_image_size(image_size, resize, cameras)
         self.resize = resize
@@ -201,14 +207,27 @@ class EpisodeDataset(Dataset):
         # every DataLoader worker would inherit them as its own resident memory.
         self._segments.release_pages()
         self._reader = SampleReader(
-            slice_, self._index, self.obs, self.action, horizon=self.horizon,
-            obs_steps=self.obs_steps, action_mode=action_mode, frame=self.frame,
-            decoder_cache_size=self.decoder_cache_size, decoder_backend=decoder_backend,
-            decode_threads=self.decode_threads, targets=self._targets,
+            slice_,
+            self._index,
+            self.obs,
+            self.action,
+            horizon=self.horizon,
+            obs_steps=self.obs_steps,
+            action_mode=action_mode,
+            frame=self.frame,
+            decoder_cache_size=self.decoder_cache_size,
+            decoder_backend=decoder_backend,
+            decode_threads=self.decode_threads,
+            targets=self._targets,
         )
-        self._readahead = ReadAhead(self, self._index, max_bytes=_int("readahead_bytes", readahead_bytes))
-        widths = {k: int(shape[-1]) for k, (dtype, shape) in self.sample_spec().items()
-                  if dtype == "float32"}
+        self._readahead = ReadAhead(
+            self, self._index, max_bytes=_int("readahead_bytes", readahead_bytes)
+        )
+        widths = {
+            k: int(shape[-1])
+            for k, (dtype, shape) in self.sample_spec().items()
+            if dtype == "float32"
+        }
         self._norm_mode, self._norm_given = check_normalize(normalize, widths)
         self._normalizer: Normalizer | None = None  # computed on first use (normalization())
         self._shard_check = shard_check(len(self._index))  # None outside a multi-process DDP
@@ -264,7 +283,9 @@ class EpisodeDataset(Dataset):
         name = name if name in self.obs else self._names.stream_of(name)  # a sample key works too
         if name not in self.obs or self.stream(name).kind != "video":
             cams = [n for n in self.obs if self.stream(n).kind == "video"]
-            raise InvalidArgumentError(f"{name!r} is not a camera of this dataset; its cameras: {', '.join(cams) or 'none'}")
+            raise InvalidArgumentError(
+                f"{name!r} is not a camera of this dataset; its cameras: {', '.join(cams) or 'none'}"
+            )
         if self._targets is not None:
             t = self._targets[name]
             return 3, t.height, t.width
@@ -295,13 +316,21 @@ class EpisodeDataset(Dataset):
         """Told by :class:`~rayform.torch.EpisodeSampler`: read-ahead fetches in its order."""
         self._readahead.follow(shuffle, window)
 
-    def order_streams(self, world: int, epoch: int, shuffle: bool, window: int | None = None) -> list[IndexStream]:
+    def order_streams(
+        self, world: int, epoch: int, shuffle: bool, window: int | None = None
+    ) -> list[IndexStream]:
         # The sampler's hook: how an epoch is laid out for a first world size (_order.py).
-        return episode_streams(self._index.offsets, world, self.ddp_even, self.seed, epoch, shuffle, window)
+        return episode_streams(
+            self._index.offsets, world, self.ddp_even, self.seed, epoch, shuffle, window
+        )
 
     def order_fingerprint(self) -> dict[str, Any]:
         # What a saved sampler position is only valid for.
-        return {"samples": len(self._index), "episodes": len(self._index.segments), "ddp_even": self.ddp_even}
+        return {
+            "samples": len(self._index),
+            "episodes": len(self._index.segments),
+            "ddp_even": self.ddp_even,
+        }
 
     def set_epoch(self, epoch: int) -> None:
         """Select the epoch: same seed and epoch give the same order and samples."""
@@ -357,7 +386,9 @@ class EpisodeDataset(Dataset):
             norm = self._normalizer or self._make_normalizer()
             samples = [norm.apply(s) for s in samples]
         if self.transform is not None:
-            samples = [self._apply(s, int(i), e) for s, i, e in zip(samples, flat, epochs, strict=True)]
+            samples = [
+                self._apply(s, int(i), e) for s, i, e in zip(samples, flat, epochs, strict=True)
+            ]
         return samples
 
     def _apply(self, sample: dict[str, Any], flat: int, epoch: int) -> dict[str, Any]:
@@ -377,7 +408,9 @@ class EpisodeDataset(Dataset):
         return str(dataset_uri(self))
 
     @classmethod
-    def from_uri(cls, uri: str | DatasetURI, client: Client | None = None, **options: Any) -> EpisodeDataset:
+    def from_uri(
+        cls, uri: str | DatasetURI, client: Client | None = None, **options: Any
+    ) -> EpisodeDataset:
         """Rebuild the dataset ``uri`` (from :attr:`uri`) names: same slice version, same samples.
 
         Args:
@@ -408,7 +441,12 @@ class EpisodeDataset(Dataset):
         if self.action is not None:
             roles[self.action] = "action"
         return compute_stats(
-            self._index, roles, self.frame, self.action_mode, self._reader.table, self.slice.cache_dir,
+            self._index,
+            roles,
+            self.frame,
+            self.action_mode,
+            self._reader.table,
+            self.slice.cache_dir,
         )
 
     # -- sample keys and normalisation (docs/mixtures.md) -----------------------------------
@@ -429,10 +467,21 @@ class EpisodeDataset(Dataset):
         leading ``obs_steps`` axis and a ``bool`` ``<key>_is_pad`` when ``obs_steps > 1``),
         the action ``float32 (horizon, D)`` with ``<key>_is_pad``, ``t_ns int64 ()``."""
         return dataset_spec(
-            [(key, self.stream(name).kind, tuple(self.stream(name).shape[-1:]) if self.stream(name).kind == "table"
-              else self.frame_shape(name)) for key, name in self.obs_keys.items()],
-            None if self.action is None else (str(self.action_key), int(self.stream(self.action).shape[-1])),
-            self.obs_steps, self.horizon,
+            [
+                (
+                    key,
+                    self.stream(name).kind,
+                    tuple(self.stream(name).shape[-1:])
+                    if self.stream(name).kind == "table"
+                    else self.frame_shape(name),
+                )
+                for key, name in self.obs_keys.items()
+            ],
+            None
+            if self.action is None
+            else (str(self.action_key), int(self.stream(self.action).shape[-1])),
+            self.obs_steps,
+            self.horizon,
         )
 
     @property
@@ -456,8 +505,9 @@ class EpisodeDataset(Dataset):
         else:
             stats = self.stats()
             vectors = [k for k, (dtype, _) in self.sample_spec().items() if dtype == "float32"]
-            norm = Normalizer.from_stats(str(self._norm_mode),
-                                         {k: stats[self._names.stream_of(k)] for k in vectors})
+            norm = Normalizer.from_stats(
+                str(self._norm_mode), {k: stats[self._names.stream_of(k)] for k in vectors}
+            )
         self._normalizer = norm
         return norm
 
@@ -474,7 +524,9 @@ class EpisodeDataset(Dataset):
         if stats is None:
             return values
         if key not in stats:
-            raise InvalidArgumentError(f"unnormalize: {key!r} is not a vector of this dataset ({', '.join(stats)})")
+            raise InvalidArgumentError(
+                f"unnormalize: {key!r} is not a vector of this dataset ({', '.join(stats)})"
+            )
         return unnormalize(values, stats[key])
 
     def stats_arrays(self) -> dict[str, dict[str, Any]]:
@@ -485,8 +537,14 @@ class EpisodeDataset(Dataset):
         ``np.where(std > 0, std, 1)``, or see docs/dataset.md for safe normalisation.
         """
         return {
-            name: {k: (np.asarray(v, dtype=np.float32) if k in ("mean", "std", "min", "max", "q01", "q99") else v)
-                   for k, v in entry.items()}
+            name: {
+                k: (
+                    np.asarray(v, dtype=np.float32)
+                    if k in ("mean", "std", "min", "max", "q01", "q99")
+                    else v
+                )
+                for k, v in entry.items()
+            }
             for name, entry in self.stats().items()
         }
 
@@ -516,8 +574,16 @@ class EpisodeDataset(Dataset):
             **describe_resolution(self._targets, self.stream),
             **selection_of(self.slice),
             # Only when used, so a dataset without them describes itself as before.
-            **({"obs_keys": self.obs_keys, "action_key": self.action_key} if self._names.mapped else {}),
-            **({"normalize": self._norm_mode, "normalization": self.normalization()} if self._norm_mode else {}),
+            **(
+                {"obs_keys": self.obs_keys, "action_key": self.action_key}
+                if self._names.mapped
+                else {}
+            ),
+            **(
+                {"normalize": self._norm_mode, "normalization": self.normalization()}
+                if self._norm_mode
+                else {}
+            ),
         }
 
     def open_decoders(self) -> list[str]:
@@ -555,8 +621,11 @@ class EpisodeDataset(Dataset):
         args, uri = self._arguments()
         rows = [(k, _short(v)) for k, v in args]
         return _html.wrap(
-            _html.header(f"EpisodeDataset on {self.slice.id}", f"{len(self._index.segments):,} episodes",
-                         f"{len(self):,} samples"),
+            _html.header(
+                f"EpisodeDataset on {self.slice.id}",
+                f"{len(self._index.segments):,} episodes",
+                f"{len(self):,} samples",
+            ),
             _html.kv_table(rows),
             f"<div><code>{_html.esc(uri)}</code></div>" if uri else "",
         )
@@ -605,7 +674,9 @@ def _check_streams(
     slice_: BlobSource, segments: Segments, obs: Sequence[str], action: str | None
 ) -> tuple[list[str], str | None]:
     if isinstance(obs, str) or not all(isinstance(o, str) for o in obs) or not obs:
-        raise InvalidArgumentError(f"obs={obs!r}: pass a non-empty list of stream names, e.g. ['cam0/rgb']")
+        raise InvalidArgumentError(
+            f"obs={obs!r}: pass a non-empty list of stream names, e.g. ['cam0/rgb']"
+        )
     if len(set(obs)) != len(obs):
         raise InvalidArgumentError(f"obs={list(obs)!r} names a stream twice: list each once")
     if action is not None and not isinstance(action, str):
@@ -631,7 +702,8 @@ def _resolve_shard(shard: str | tuple[int, int] | None) -> tuple[int, int]:
             return dist.get_rank(), dist.get_world_size()
         return 0, 1
     if (
-        isinstance(shard, tuple) and len(shard) == 2
+        isinstance(shard, tuple)
+        and len(shard) == 2
         and all(isinstance(x, numbers.Integral) and not isinstance(x, bool) for x in shard)
         and 0 <= shard[0] < shard[1]
     ):

@@ -57,11 +57,30 @@ SCHEMES = {"rayform": "https", "rayform+http": "http"}
 # Parameters, in canonical (alphabetical) order after ``v``; "select" only from version 2,
 # "image_size" and "resize" only in version 3. "mix" belongs to mixture URIs
 # (rayform.uri._mixture); see docs/tracking.md.
-_PARAMS = ("action", "action_mode", "fps", "frame", "horizon", "image_size", "keys", "normalize", "obs", "obs_steps",
-           "resize", "seed", "segments", "select")
+_PARAMS = (
+    "action",
+    "action_mode",
+    "fps",
+    "frame",
+    "horizon",
+    "image_size",
+    "keys",
+    "normalize",
+    "obs",
+    "obs_steps",
+    "resize",
+    "seed",
+    "segments",
+    "select",
+)
 _OPTIONAL = ("segments", "select", "image_size", "resize", "keys", "normalize")
-_SINCE = {"select": SELECT_VERSION, "image_size": IMAGE_VERSION, "resize": IMAGE_VERSION, "keys": MAP_VERSION,
-          "normalize": MAP_VERSION}
+_SINCE = {
+    "select": SELECT_VERSION,
+    "image_size": IMAGE_VERSION,
+    "resize": IMAGE_VERSION,
+    "keys": MAP_VERSION,
+    "normalize": MAP_VERSION,
+}
 _RESERVED = ("mix",)
 _SAFE = "/,"  # stream names and IDs never contain "," so lists need no escaping
 _SAFE_SIZE = "/,:"  # image_size's KEY:HxW items stay readable too
@@ -121,7 +140,9 @@ class DatasetURI:
             object.__setattr__(self, "endpoint", clean_endpoint(self.endpoint))
         # Lists become tuples so that equal URIs compare equal and hash alike.
         if isinstance(self.obs, str):
-            raise InvalidArgumentError(f"dataset URI: obs={self.obs!r}; pass a sequence of stream names")
+            raise InvalidArgumentError(
+                f"dataset URI: obs={self.obs!r}; pass a sequence of stream names"
+            )
         object.__setattr__(self, "obs", tuple(self.obs))
         if self.segments is not None:
             object.__setattr__(self, "segments", tuple(self.segments))
@@ -129,25 +150,37 @@ class DatasetURI:
         if self.select is not None:
             object.__setattr__(self, "select", selection_expression(parse_selection(self.select)))
         if not SLICE_ID_RE.fullmatch(self.slice_id):
-            raise InvalidArgumentError(f"dataset URI: malformed slice ID {self.slice_id!r}; expected e.g. slc_7c1e04aa")
+            raise InvalidArgumentError(
+                f"dataset URI: malformed slice ID {self.slice_id!r}; expected e.g. slc_7c1e04aa"
+            )
         if not HASH_RE.fullmatch(self.manifest_hash):
             raise InvalidArgumentError(
                 f"dataset URI: malformed manifest hash {self.manifest_hash!r}; expected 64 lowercase hex digits"
             )
         for name in (*self.obs, *([self.action] if self.action else [])):
             if not STREAM_NAME_RE.fullmatch(name):
-                raise InvalidArgumentError(f"dataset URI: malformed stream name {name!r}, e.g. cam0/rgb")
+                raise InvalidArgumentError(
+                    f"dataset URI: malformed stream name {name!r}, e.g. cam0/rgb"
+                )
         for seg in self.segments or ():
             if not SEGMENT_ID_RE.fullmatch(seg):
-                raise InvalidArgumentError(f"dataset URI: malformed segment ID {seg!r}, e.g. seg_0a1b2c3d")
+                raise InvalidArgumentError(
+                    f"dataset URI: malformed segment ID {seg!r}, e.g. seg_0a1b2c3d"
+                )
         if not self.obs:
-            raise InvalidArgumentError("dataset URI: obs= names no stream; a dataset has at least one")
+            raise InvalidArgumentError(
+                "dataset URI: obs= names no stream; a dataset has at least one"
+            )
         if not (math.isfinite(self.fps) and self.fps > 0):
-            raise InvalidArgumentError(f"dataset URI: fps={self.fps!r}; use a finite number > 0 (Hz)")
+            raise InvalidArgumentError(
+                f"dataset URI: fps={self.fps!r}; use a finite number > 0 (Hz)"
+            )
         self._check_image_size()
         if self.normalize is not None and self.normalize not in ("mean_std", "quantile"):
             doc = _normalize_arg(self.normalize)  # canonical JSON: one dataset, one URI
-            object.__setattr__(self, "normalize", json.dumps(doc, sort_keys=True, separators=(",", ":")))
+            object.__setattr__(
+                self, "normalize", json.dumps(doc, sort_keys=True, separators=(",", ":"))
+            )
         if self.keys is not None:
             object.__setattr__(self, "keys", tuple(self.keys))
             if len(self.keys) != len(self.obs) + (1 if self.action else 0):  # type: ignore[arg-type]
@@ -166,7 +199,11 @@ class DatasetURI:
         if self.image_size is None:
             return
         check_resize(self.resize)
-        sizes = parse_image_size(self.image_size) if isinstance(self.image_size, str) else self.image_size
+        sizes = (
+            parse_image_size(self.image_size)
+            if isinstance(self.image_size, str)
+            else self.image_size
+        )
         text = format_image_size(sizes, self.obs)
         unknown = [k for k in (sizes if isinstance(sizes, Mapping) else ()) if k not in self.obs]
         if unknown:
@@ -198,8 +235,11 @@ class DatasetURI:
             values["keys"] = ",".join(self.keys)
         if self.normalize is not None:
             values["normalize"] = self.normalize
-        parts = [f"{k}={quote(values[k], safe=_SAFE_SIZE if k == 'image_size' else '' if k == 'normalize' else _SAFE)}"
-                 for k in _PARAMS if k in values]
+        parts = [
+            f"{k}={quote(values[k], safe=_SAFE_SIZE if k == 'image_size' else '' if k == 'normalize' else _SAFE)}"
+            for k in _PARAMS
+            if k in values
+        ]
         if self.select is not None:
             # Already percent-encoded item by item; its separators stay readable.
             parts.append(f"select={self.select}")
@@ -242,9 +282,15 @@ class DatasetURI:
         """Keyword arguments for ``EpisodeDataset(slice_, **kwargs)`` that rebuild this dataset
         (``image_size`` and ``resize`` only when the URI has a training resolution)."""
         kwargs: dict[str, Any] = {
-            "obs": list(self.obs), "action": self.action, "fps": self.fps, "horizon": self.horizon,
-            "frame": self.frame, "obs_steps": self.obs_steps, "action_mode": self.action_mode,
-            "seed": self.seed, "segments": list(self.segments) if self.segments is not None else None,
+            "obs": list(self.obs),
+            "action": self.action,
+            "fps": self.fps,
+            "horizon": self.horizon,
+            "frame": self.frame,
+            "obs_steps": self.obs_steps,
+            "action_mode": self.action_mode,
+            "seed": self.seed,
+            "segments": list(self.segments) if self.segments is not None else None,
         }
         if self.image_size is not None:
             kwargs["image_size"] = parse_image_size(self.image_size)
@@ -300,13 +346,20 @@ class DatasetURI:
         query = _parse_query(parts.query, uri)
         try:
             return cls(
-                endpoint=endpoint, slice_id=slice_id, manifest_hash=manifest_hash,
-                obs=tuple(_split_list(query["obs"])), action=query["action"] or None,
-                fps=_parse_float("fps", query["fps"]), horizon=_parse_int("horizon", query["horizon"]),
-                frame=query["frame"] or None, obs_steps=_parse_int("obs_steps", query["obs_steps"]),
-                action_mode=query["action_mode"], seed=_parse_int("seed", query["seed"]),
+                endpoint=endpoint,
+                slice_id=slice_id,
+                manifest_hash=manifest_hash,
+                obs=tuple(_split_list(query["obs"])),
+                action=query["action"] or None,
+                fps=_parse_float("fps", query["fps"]),
+                horizon=_parse_int("horizon", query["horizon"]),
+                frame=query["frame"] or None,
+                obs_steps=_parse_int("obs_steps", query["obs_steps"]),
+                action_mode=query["action_mode"],
+                seed=_parse_int("seed", query["seed"]),
                 segments=tuple(_split_list(query["segments"])) if "segments" in query else None,
-                select=query.get("select"), image_size=query.get("image_size"),
+                select=query.get("select"),
+                image_size=query.get("image_size"),
                 resize=query.get("resize"),
                 keys=tuple(_split_list(query["keys"])) if "keys" in query else None,
                 normalize=query.get("normalize"),
@@ -315,18 +368,27 @@ class DatasetURI:
             raise InvalidArgumentError(f"{exc} (in {_shown(uri)})") from None
 
     @classmethod
-    def from_args(cls, endpoint: str | None, slice_id: str, manifest_hash: str,
-                  args: Mapping[str, Any]) -> DatasetURI:
+    def from_args(
+        cls, endpoint: str | None, slice_id: str, manifest_hash: str, args: Mapping[str, Any]
+    ) -> DatasetURI:
         """Build from ``dataset_kwargs()``-style arguments (lists become tuples)."""
         segments = args.get("segments")
         return cls(
             select=args.get("select"),
-            endpoint=endpoint, slice_id=slice_id, manifest_hash=manifest_hash,
-            obs=tuple(args["obs"]), action=args.get("action"), fps=float(args["fps"]),
-            horizon=int(args.get("horizon", 1)), frame=args.get("frame"),
-            obs_steps=int(args.get("obs_steps", 1)), action_mode=str(args.get("action_mode", "hold")),
-            seed=int(args.get("seed", 0)), segments=tuple(segments) if segments is not None else None,
-            image_size=args.get("image_size"), resize=args.get("resize") if args.get("image_size") is not None else None,
+            endpoint=endpoint,
+            slice_id=slice_id,
+            manifest_hash=manifest_hash,
+            obs=tuple(args["obs"]),
+            action=args.get("action"),
+            fps=float(args["fps"]),
+            horizon=int(args.get("horizon", 1)),
+            frame=args.get("frame"),
+            obs_steps=int(args.get("obs_steps", 1)),
+            action_mode=str(args.get("action_mode", "hold")),
+            seed=int(args.get("seed", 0)),
+            segments=tuple(segments) if segments is not None else None,
+            image_size=args.get("image_size"),
+            resize=args.get("resize") if args.get("image_size") is not None else None,
         )
 
 
@@ -353,7 +415,9 @@ def _parse_query(query: str, uri: str) -> dict[str, str]:
     for item in query.split("&") if query else []:
         key, eq, value = item.partition("=")
         if not eq:
-            raise InvalidArgumentError(f"dataset URI query item {item!r} has no '=': write key=value")
+            raise InvalidArgumentError(
+                f"dataset URI query item {item!r} has no '=': write key=value"
+            )
         if key in values:
             raise InvalidArgumentError(f"dataset URI names {key!r} twice: give each parameter once")
         # select= is percent-encoded item by item (rayform.uri._selexpr decodes it)
@@ -363,8 +427,11 @@ def _parse_query(query: str, uri: str) -> dict[str, str]:
         raise InvalidArgumentError(
             f"{_shown(uri)} has query version v={version}; this rayform reads v={QUERY_VERSION}, "
             f"v={SELECT_VERSION}, v={IMAGE_VERSION} and v={MAP_VERSION}. "
-            + ("Upgrade rayform (`pip install -U rayform`) to read it." if version else
-               "A dataset URI comes from dataset.uri and starts its query with v=1.")
+            + (
+                "Upgrade rayform (`pip install -U rayform`) to read it."
+                if version
+                else "A dataset URI comes from dataset.uri and starts its query with v=1."
+            )
         )
     allowed = tuple(k for k in _PARAMS if _SINCE.get(k, QUERY_VERSION) <= int(version))
     unknown = sorted(set(values) - set(allowed))
@@ -372,15 +439,24 @@ def _parse_query(query: str, uri: str) -> dict[str, str]:
         reserved = [k for k in unknown if k in _RESERVED]
         later = [k for k in unknown if k in _SINCE]
         if later:
-            what = {"select": "a selection view", "keys": "a key mapping",
-                    "normalize": "normalisation"}.get(later[0], "a training resolution")
+            what = {
+                "select": "a selection view",
+                "keys": "a key mapping",
+                "normalize": "normalisation",
+            }.get(later[0], "a training resolution")
             raise InvalidArgumentError(
                 f"dataset URI has {later[0]}= under v={version}: {what} is query version "
                 f"v={_SINCE[later[0]]}; copy the whole URI from dataset.uri"
             )
-        hint = (f"{', '.join(reserved)} belong(s) to a mixture URI "
-                "(rayform:///mix?v=2&...): rebuild it with MixtureDataset.from_uri" if reserved else f"v={version} knows {', '.join(allowed)}")
-        raise InvalidArgumentError(f"dataset URI has unknown parameter(s) {', '.join(unknown)}: {hint}")
+        hint = (
+            f"{', '.join(reserved)} belong(s) to a mixture URI "
+            "(rayform:///mix?v=2&...): rebuild it with MixtureDataset.from_uri"
+            if reserved
+            else f"v={version} knows {', '.join(allowed)}"
+        )
+        raise InvalidArgumentError(
+            f"dataset URI has unknown parameter(s) {', '.join(unknown)}: {hint}"
+        )
     missing = [k for k in _PARAMS if k not in values and k not in _OPTIONAL]
     if version == str(IMAGE_VERSION):  # what makes a URI version 3
         missing += [k for k in ("image_size", "resize") if k not in values]
@@ -429,4 +505,3 @@ def _parse_int(name: str, text: str) -> int:
 
 def _shown(value: str) -> str:
     return repr(value) if len(value) <= 120 else repr(value[:117] + "...")
-

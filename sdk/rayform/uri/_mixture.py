@@ -68,24 +68,33 @@ class MixtureURI:
         if self.names is not None:
             object.__setattr__(self, "names", tuple(self.names))
             if len(self.names) != len(self.sources):
-                raise InvalidArgumentError(f"mixture URI: {len(self.names)} names for {len(self.sources)} sources")
+                raise InvalidArgumentError(
+                    f"mixture URI: {len(self.names)} names for {len(self.sources)} sources"
+                )
         object.__setattr__(self, "sources", tuple((float(w), u) for w, u in self.sources))
         if not self.sources:
-            raise InvalidArgumentError("mixture URI names no source: a mixture has at least one mix= item")
+            raise InvalidArgumentError(
+                "mixture URI names no source: a mixture has at least one mix= item"
+            )
         for w, u in self.sources:
             if not (math.isfinite(w) and w > 0):
                 raise InvalidArgumentError(f"mixture URI: weight {w!r}; use a finite number > 0")
             if not isinstance(u, DatasetURI):
                 raise InvalidArgumentError(f"mixture URI: source {u!r} is not a DatasetURI")
         if self.num_samples < 1:
-            raise InvalidArgumentError(f"mixture URI: num_samples={self.num_samples}; use an integer >= 1")
+            raise InvalidArgumentError(
+                f"mixture URI: num_samples={self.num_samples}; use an integer >= 1"
+            )
 
     @property
     def query(self) -> str:
         """``v=2`` (or 3), the ``mix=`` items in order, then the other parameters alphabetically."""
         items = [f"mix={_format_float(w)}:{quote(str(u), safe='')}" for w, u in self.sources]
-        params = {"num_samples": str(self.num_samples), "replacement": str(int(self.replacement)),
-                  "seed": str(self.seed)}
+        params = {
+            "num_samples": str(self.num_samples),
+            "replacement": str(int(self.replacement)),
+            "seed": str(self.seed),
+        }
         if self.layout is not None:
             params["layout"] = quote(self.layout, safe="")
         if self.names is not None:
@@ -129,19 +138,27 @@ class MixtureURI:
         for item in query.split("&") if query else []:
             key, eq, value = item.partition("=")
             if not eq:
-                raise InvalidArgumentError(f"mixture URI query item {item!r} has no '=': write key=value")
+                raise InvalidArgumentError(
+                    f"mixture URI query item {item!r} has no '=': write key=value"
+                )
             if key == "mix":
                 weight, colon, source = value.partition(":")
                 if not colon:
-                    raise InvalidArgumentError(f"mixture URI: mix={value[:60]!r}: write mix=WEIGHT:SOURCE_URI")
+                    raise InvalidArgumentError(
+                        f"mixture URI: mix={value[:60]!r}: write mix=WEIGHT:SOURCE_URI"
+                    )
                 try:
                     w = float(weight)
                 except ValueError:
-                    raise InvalidArgumentError(f"mixture URI: weight {weight!r} is not a number") from None
+                    raise InvalidArgumentError(
+                        f"mixture URI: weight {weight!r} is not a number"
+                    ) from None
                 sources.append((w, DatasetURI.parse(unquote(source))))
                 continue
             if key in values:
-                raise InvalidArgumentError(f"mixture URI names {key!r} twice: give each parameter once")
+                raise InvalidArgumentError(
+                    f"mixture URI names {key!r} twice: give each parameter once"
+                )
             values[key] = unquote(value)
         version = values.pop("v", None)
         if version not in (str(MIX_VERSION), str(LAYOUT_VERSION)):
@@ -159,13 +176,22 @@ class MixtureURI:
             )
         missing = [k for k in _PARAMS if k not in values]
         if missing:
-            raise InvalidArgumentError(f"mixture URI lacks {', '.join(missing)}; copy the whole URI from mixture.uri")
+            raise InvalidArgumentError(
+                f"mixture URI lacks {', '.join(missing)}; copy the whole URI from mixture.uri"
+            )
         for key in ("num_samples", "seed"):
             if not re.fullmatch(r"-?[0-9]+", values[key]):
                 raise InvalidArgumentError(f"mixture URI: {key}={values[key]!r} is not an integer")
         if values["replacement"] not in ("0", "1"):
-            raise InvalidArgumentError(f"mixture URI: replacement={values['replacement']!r}; use 0 or 1")
+            raise InvalidArgumentError(
+                f"mixture URI: replacement={values['replacement']!r}; use 0 or 1"
+            )
         names = tuple(values["names"].split(",")) if "names" in values else None
-        return cls(tuple(sources), num_samples=int(values["num_samples"]),
-                   replacement=values["replacement"] == "1", seed=int(values["seed"]),
-                   layout=values.get("layout"), names=names)
+        return cls(
+            tuple(sources),
+            num_samples=int(values["num_samples"]),
+            replacement=values["replacement"] == "1",
+            seed=int(values["seed"]),
+            layout=values.get("layout"),
+            names=names,
+        )

@@ -48,7 +48,9 @@ def selection_expression(selection: dict[str, Any] | None) -> str | None:
         if "end_ns" in level:
             end = int(level["end_ns"]) if end is None else min(end, int(level["end_ns"]))
         level = level.get("within")
-    values: dict[str, str] = {k: ",".join(quote(v, safe="") for v in sorted(s)) for k, s in sets.items()}
+    values: dict[str, str] = {
+        k: ",".join(quote(v, safe="") for v in sorted(s)) for k, s in sets.items()
+    }
     if start is not None:
         values["start_ns"] = str(start)
     if end is not None:
@@ -77,10 +79,14 @@ def parse_selection(text: str) -> dict[str, Any]:
                 f"dataset URI: select= item {item!r}: use KEY:VALUE with KEY one of {', '.join(_KEYS)}"
             )
         if key in out:
-            raise InvalidArgumentError(f"dataset URI: select= names {key!r} twice: give each key once")
+            raise InvalidArgumentError(
+                f"dataset URI: select= names {key!r} twice: give each key once"
+            )
         if key in ("start_ns", "end_ns"):
             if not re.fullmatch(r"-?[0-9]+", value):
-                raise InvalidArgumentError(f"dataset URI: select= {key}:{value!r} is not an integer (ns)")
+                raise InvalidArgumentError(
+                    f"dataset URI: select= {key}:{value!r} is not an integer (ns)"
+                )
             out[key] = int(value)
         else:
             items = [unquote(v) for v in value.split(",")] if value else []
@@ -89,6 +95,8 @@ def parse_selection(text: str) -> dict[str, Any]:
             if key == "segments":
                 bad = [s for s in items if not SEGMENT_ID_RE.fullmatch(s)]
                 if bad:
-                    raise InvalidArgumentError(f"dataset URI: malformed segment ID {bad[0]!r}, e.g. seg_0a1b2c3d")
+                    raise InvalidArgumentError(
+                        f"dataset URI: malformed segment ID {bad[0]!r}, e.g. seg_0a1b2c3d"
+                    )
             out[key] = items
     return out

@@ -28,7 +28,15 @@ from rayform.view._thumbs import thumbnails_html
 if TYPE_CHECKING:
     from rayform.slice import Slice
 
-__all__ = ["ViewAPI", "ViewError", "ViewLink", "ViewServer", "is_loopback", "serve", "thumbnails_html"]
+__all__ = [
+    "ViewAPI",
+    "ViewError",
+    "ViewLink",
+    "ViewServer",
+    "is_loopback",
+    "serve",
+    "thumbnails_html",
+]
 
 
 def is_loopback(host: str) -> bool:
@@ -41,8 +49,14 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def serve(slice_: Slice, *, host: str = "127.0.0.1", port: int = 0, frames: bool = False,
-          quiet: bool = True) -> ViewServer:
+def serve(
+    slice_: Slice,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    frames: bool = False,
+    quiet: bool = True,
+) -> ViewServer:
     """Serve the viewer of ``slice_`` from a daemon thread.
 
     Args:
@@ -76,5 +90,7 @@ class ViewLink:
 
     def _repr_html_(self) -> str:
         url = html.escape(self.url, quote=True)
-        return (f'<a href="{url}" target="_blank" rel="noopener">Open the viewer of '
-                f"{html.escape(self.server.api.slice.id)}</a> <code>{url}</code>")
+        return (
+            f'<a href="{url}" target="_blank" rel="noopener">Open the viewer of '
+            f"{html.escape(self.server.api.slice.id)}</a> <code>{url}</code>"
+        )

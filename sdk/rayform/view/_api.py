@@ -48,8 +48,13 @@ class ViewError(Exception):
         self.status = status
 
 
-def _int(query: dict[str, str], name: str, default: int | None, lo: int | None = None,
-         hi: int | None = None) -> int | None:
+def _int(
+    query: dict[str, str],
+    name: str,
+    default: int | None,
+    lo: int | None = None,
+    hi: int | None = None,
+) -> int | None:
     text = query.get(name, "")
     if text == "":
         return default
@@ -72,8 +77,12 @@ def parse_filter(query: dict[str, str]) -> EpisodeFilter:
     prefix = query.get("prefix", "")
     if not _PREFIX_RE.fullmatch(prefix):
         raise ViewError(400, f"prefix {prefix[:80]!r}: use the start of a segment ID, e.g. seg_2a")
-    return EpisodeFilter(tuple(sorted(set(sites))), prefix, _int(query, "start_ns", None),
-                         _int(query, "end_ns", None))
+    return EpisodeFilter(
+        tuple(sorted(set(sites))),
+        prefix,
+        _int(query, "start_ns", None),
+        _int(query, "end_ns", None),
+    )
 
 
 @dataclass(frozen=True)
@@ -102,10 +111,16 @@ class ViewAPI:
     def slice_info(self) -> dict[str, Any]:
         """ID, counts, sites, time range and streams of the slice."""
         t0, t1 = self.index.time_range()
-        return {"id": self.slice.id, "manifest": self.slice.manifest_hash,
-                "segments": len(self.index), "sites": self.index.site_list(),
-                "start_ns": str(t0), "end_ns": str(t1), "streams": list(self.slice.streams),
-                "frames": self.frames}
+        return {
+            "id": self.slice.id,
+            "manifest": self.slice.manifest_hash,
+            "segments": len(self.index),
+            "sites": self.index.site_list(),
+            "start_ns": str(t0),
+            "end_ns": str(t1),
+            "streams": list(self.slice.streams),
+            "frames": self.frames,
+        }
 
     def episodes(self, query: dict[str, str]) -> dict[str, Any]:
         """One page of the filtered episode list (``offset``, ``limit`` and the filter)."""
@@ -134,12 +149,18 @@ class ViewAPI:
             kwargs["end_ns"] = f.end_ns
         prefix = f.prefix
         if not kwargs and not prefix:
-            return {"code": "view = slice_  # no filter: the whole slice", "expression": None,
-                    "count": len(self.index), "marked": 0}
+            return {
+                "code": "view = slice_  # no filter: the whole slice",
+                "expression": None,
+                "count": len(self.index),
+                "marked": 0,
+            }
         where = None
         if prefix:
+
             def where(c: dict[str, np.ndarray]) -> np.ndarray:
                 return np.array([str(i).startswith(prefix) for i in c["id"]], dtype=bool)
+
         try:
             with self._lock:
                 view = self.slice.select(**kwargs, where=where)
@@ -151,8 +172,12 @@ class ViewAPI:
         code = "view = slice_.select(" + ", ".join(args) + ")"
         if prefix:
             code = "import numpy as np\n" + code
-        return {"code": code, "expression": selection_expression(view.selection),
-                "count": len(view), "marked": len(marked)}
+        return {
+            "code": code,
+            "expression": selection_expression(view.selection),
+            "count": len(view),
+            "marked": len(marked),
+        }
 
     # -- one episode -----------------------------------------------------------------------
     def _segment(self, query: dict[str, str]) -> Segment:
@@ -172,8 +197,10 @@ class ViewAPI:
             raise ViewError(400, f"stream={name[:80]!r} is not a stream name, e.g. cam0/rgb")
         stream = seg.streams.get(name)
         if stream is None:
-            raise ViewError(404, f"segment {seg.id} has no stream {name!r}; it has "
-                            f"{', '.join(sorted(seg.streams))}")
+            raise ViewError(
+                404,
+                f"segment {seg.id} has no stream {name!r}; it has {', '.join(sorted(seg.streams))}",
+            )
         if stream.kind != kind:
             raise ViewError(400, f"stream {name!r} is a {stream.kind} stream, not a {kind} stream")
         return seg, stream
@@ -184,10 +211,16 @@ class ViewAPI:
         seg = self._segment(query)
         streams = []
         for name, st in sorted(seg.streams.items()):
-            doc: dict[str, Any] = {"name": name, "kind": st.kind, "rate_hz": st.rate_hz,
-                                   "shape": list(st.shape), "count": st.count,
-                                   "units": st.units, "t0_s": (st.t0_ns - seg.start_ns) / 1e9,
-                                   "t1_s": (st.t1_ns - seg.start_ns) / 1e9}
+            doc: dict[str, Any] = {
+                "name": name,
+                "kind": st.kind,
+                "rate_hz": st.rate_hz,
+                "shape": list(st.shape),
+                "count": st.count,
+                "units": st.units,
+                "t0_s": (st.t0_ns - seg.start_ns) / 1e9,
+                "t1_s": (st.t1_ns - seg.start_ns) / 1e9,
+            }
             if st.kind == "video":
                 assert st.timestamps is not None
                 t_ns = decode_timestamps(self.slice.blob_path(st.timestamps).read_bytes())
@@ -203,11 +236,19 @@ class ViewAPI:
         seg, st = self._stream(query, "table")
         t_ns, values = decode_table(self.slice.blob_path(st.blob).read_bytes(), f"table {st.name}")
         step = max(1, -(-len(t_ns) // MAX_POINTS))
-        t_ns, values = t_ns[::step], np.asarray(values[::step], dtype=np.float64).reshape(len(t_ns[::step]), -1)
+        t_ns, values = (
+            t_ns[::step],
+            np.asarray(values[::step], dtype=np.float64).reshape(len(t_ns[::step]), -1),
+        )
         values = np.where(np.isfinite(values), values, np.nan)
         rows = [[None if np.isnan(v) else round(float(v), 6) for v in row] for row in values]
-        return {"name": st.name, "units": st.units, "times": _seconds(t_ns, seg.start_ns),
-                "values": rows, "stride": step}
+        return {
+            "name": st.name,
+            "units": st.units,
+            "times": _seconds(t_ns, seg.start_ns),
+            "values": rows,
+            "stride": step,
+        }
 
     def video(self, query: dict[str, str]) -> BlobFile:
         """The MP4 file of a camera stream."""
@@ -229,10 +270,15 @@ def _seconds(t_ns: np.ndarray, start_ns: int) -> list[float]:
 
 def _summary(seg: Segment) -> dict[str, Any]:
     # Times as strings: ns since 1970 do not fit a JavaScript number exactly.
-    return {"id": seg.id, "version": seg.version, "site": seg.site,
-            "start_ns": str(seg.start_ns), "end_ns": str(seg.end_ns),
-            "duration_s": round(seg.duration_s, 3),
-            "streams": {n: st.kind for n, st in sorted(seg.streams.items())}}
+    return {
+        "id": seg.id,
+        "version": seg.version,
+        "site": seg.site,
+        "start_ns": str(seg.start_ns),
+        "end_ns": str(seg.end_ns),
+        "duration_s": round(seg.duration_s, 3),
+        "streams": {n: st.kind for n, st in sorted(seg.streams.items())},
+    }
 
 
 def dumps(doc: Mapping[str, Any] | Sequence[Any]) -> bytes:

@@ -82,7 +82,9 @@ class EpisodeIndex:
                 return hit
         keep = np.ones(len(self), dtype=bool)
         if f.sites:
-            keep &= _bools(pc.is_in(self.sites, value_set=pa.array(list(f.sites), type=pa.string())))
+            keep &= _bools(
+                pc.is_in(self.sites, value_set=pa.array(list(f.sites), type=pa.string()))
+            )
         if f.prefix:
             keep &= _bools(pc.starts_with(self.ids, pattern=f.prefix))
         if f.start_ns is not None:
@@ -100,7 +102,7 @@ class EpisodeIndex:
         """``(matching count, the segments of positions [offset, offset + limit))``."""
         found = self.positions(f)
         with self._lock:
-            rows = [self.segments[int(i)] for i in found[offset:offset + limit]]
+            rows = [self.segments[int(i)] for i in found[offset : offset + limit]]
         return len(found), rows
 
     def segment(self, position: int) -> Segment:

@@ -44,17 +44,27 @@ if TYPE_CHECKING:
 
 __all__ = ["ViewServer"]
 
-_TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",
-          ".css": "text/css; charset=utf-8", ".svg": "image/svg+xml"}
-_CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data: blob:; "
-        "media-src 'self'; connect-src 'self'; base-uri 'none'; form-action 'none'; "
-        "frame-ancestors 'self'")
+_TYPES = {
+    ".html": "text/html; charset=utf-8",
+    ".js": "text/javascript; charset=utf-8",
+    ".css": "text/css; charset=utf-8",
+    ".svg": "image/svg+xml",
+}
+_CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data: blob:; "
+    "media-src 'self'; connect-src 'self'; base-uri 'none'; form-action 'none'; "
+    "frame-ancestors 'self'"
+)
 _CHUNK = 256 * 1024
 _RANGE_RE = re.compile(r"\Abytes=([0-9]*)-([0-9]*)\Z")
 #: RayformError types and the status each is answered with (others: 502).
 _STATUS: tuple[tuple[type[RayformError], int], ...] = (
-    (InvalidArgumentError, 400), (AccessDeniedError, 403), (NotFoundError, 404),
-    (OfflineError, 503), (IntegrityError, 502), (TransportError, 502),
+    (InvalidArgumentError, 400),
+    (AccessDeniedError, 403),
+    (NotFoundError, 404),
+    (OfflineError, 503),
+    (IntegrityError, 502),
+    (TransportError, 502),
 )
 
 
@@ -81,8 +91,9 @@ class ViewServer(ThreadingHTTPServer):
     daemon_threads = True
     block_on_close = False
 
-    def __init__(self, api: ViewAPI, host: str = "127.0.0.1", port: int = 0, *,
-                 quiet: bool = True) -> None:
+    def __init__(
+        self, api: ViewAPI, host: str = "127.0.0.1", port: int = 0, *, quiet: bool = True
+    ) -> None:
         self.api = api
         self.secret = secrets.token_urlsafe(24)
         self.host = host
@@ -122,7 +133,9 @@ class ViewServer(ThreadingHTTPServer):
             with contextlib.suppress(OSError):
                 conn.shutdown(socket.SHUT_RDWR)  # its handler thread reads EOF and closes it
 
-    def handle_error(self, request: socket.socket | tuple[bytes, socket.socket], client_address: tuple[str, int]) -> None:
+    def handle_error(
+        self, request: socket.socket | tuple[bytes, socket.socket], client_address: tuple[str, int]
+    ) -> None:
         # A browser resets connections it no longer needs (a seek drops a video request).
         if not isinstance(sys.exc_info()[1], ConnectionError):
             super().handle_error(request, client_address)
@@ -197,27 +210,37 @@ class _Handler(BaseHTTPRequestHandler):
             self._json({"error": str(exc), "type": type(exc).__name__}, status)
         except Exception:
             print("rayform view: internal error:\n" + traceback.format_exc(), file=sys.stderr)
-            self._json({"error": "internal error in rayform view; the terminal has the details"}, 500)
+            self._json(
+                {"error": "internal error in rayform view; the terminal has the details"}, 500
+            )
 
     def _route(self) -> None:
         parts = urlsplit(self.path)
         query = dict(parse_qsl(parts.query, keep_blank_values=True))
         if not self.server.host_allowed(self.headers.get("Host")):
-            raise ViewError(403, "the Host header does not name this server (DNS rebinding?); "
-                            "open the URL that `rayform view` printed")
+            raise ViewError(
+                403,
+                "the Host header does not name this server (DNS rebinding?); "
+                "open the URL that `rayform view` printed",
+            )
         allowed, in_query = self.server.authorised(query, self.headers.get("Cookie"))
         if not allowed:
-            raise ViewError(403, "this page needs the secret key of the URL that `rayform view` "
-                            "printed; open that URL")
+            raise ViewError(
+                403,
+                "this page needs the secret key of the URL that `rayform view` "
+                "printed; open that URL",
+            )
         path, api = parts.path, self.server.api
         if path == "/":
             body, ctype = self.server.assets["index.html"]
             cookie = None
             if in_query:  # later requests (scripts, videos) carry it as a cookie
-                cookie = f"{self.server.cookie}={self.server.secret}; HttpOnly; SameSite=Strict; Path=/"
+                cookie = (
+                    f"{self.server.cookie}={self.server.secret}; HttpOnly; SameSite=Strict; Path=/"
+                )
             self._send(200, body, ctype, cookie=cookie)
         elif path.startswith("/static/"):
-            asset = self.server.assets.get(path[len("/static/"):])
+            asset = self.server.assets.get(path[len("/static/") :])
             if asset is None:
                 raise ViewError(404, f"no such file {path[:100]!r}")
             self._send(200, *asset)
@@ -252,8 +275,16 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.write(body)
 
     # -- answers ---------------------------------------------------------------------------
-    def _headers(self, status: int, ctype: str, length: int, *, cache: bool = False,
-                 cookie: str | None = None, extra: dict[str, str] | None = None) -> None:
+    def _headers(
+        self,
+        status: int,
+        ctype: str,
+        length: int,
+        *,
+        cache: bool = False,
+        cookie: str | None = None,
+        extra: dict[str, str] | None = None,
+    ) -> None:
         self.send_response(status)
         self.send_header("Content-Type", ctype)
         self.send_header("Content-Length", str(length))
@@ -268,8 +299,15 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header(k, v)
         self.end_headers()
 
-    def _send(self, status: int, body: bytes, ctype: str, *, cache: bool = False,
-              cookie: str | None = None) -> None:
+    def _send(
+        self,
+        status: int,
+        body: bytes,
+        ctype: str,
+        *,
+        cache: bool = False,
+        cookie: str | None = None,
+    ) -> None:
         self._headers(status, ctype, len(body), cache=cache, cookie=cookie)
         self.wfile.write(body)
 
@@ -315,5 +353,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _range_refused(self, size: int) -> None:
         body = dumps({"error": f"unsatisfiable range; the file has {size} bytes"})
-        self._headers(416, "application/json", len(body), extra={"Content-Range": f"bytes */{size}"})
+        self._headers(
+            416, "application/json", len(body), extra={"Content-Range": f"bytes */{size}"}
+        )
         self.wfile.write(body)

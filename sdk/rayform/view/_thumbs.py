@@ -39,6 +39,8 @@ def thumbnails_html(slice_: Slice, height: int = 72) -> str:
             continue
         data = base64.b64encode(jpeg).decode("ascii")
         label = html.escape(f"{seg.id} {name}, first frame")
-        tags.append(f'<img src="data:image/jpeg;base64,{data}" alt="{label}" title="{label}" '
-                    f'height="{int(height)}" style="margin:2px">')
+        tags.append(
+            f'<img src="data:image/jpeg;base64,{data}" alt="{label}" title="{label}" '
+            f'height="{int(height)}" style="margin:2px">'
+        )
     return f"<div>{''.join(tags)}</div>" if tags else ""

@@ -35,23 +35,45 @@ if TYPE_CHECKING:
 
 def _common_args(p: argparse.ArgumentParser, source: str) -> None:
     p.add_argument("--root", required=True, help="the server's data root (created if missing)")
-    p.add_argument("--slice", required=True, dest="slice_id", help="slice ID to create, e.g. slc_7c1e04aa")
     p.add_argument(
-        "--stream", action="append", default=[], metavar=f"NAME={source}",
+        "--slice", required=True, dest="slice_id", help="slice ID to create, e.g. slc_7c1e04aa"
+    )
+    p.add_argument(
+        "--stream",
+        action="append",
+        default=[],
+        metavar=f"NAME={source}",
         help=f"ingest {source} as stream NAME (repeatable); when given, only these are ingested",
     )
-    p.add_argument("--site", default="local", help="site recorded in every segment (default: local)")
+    p.add_argument(
+        "--site", default="local", help="site recorded in every segment (default: local)"
+    )
     p.add_argument("--quiet", action="store_true", help="no progress output")
-    p.add_argument("--gop", type=int, default=DEFAULT_GOP, metavar="N",
-                   help=f"keyframe interval of the stored H.264 videos, in frames (default {DEFAULT_GOP}: "
-                   "fastest random access; 10 is ~3x smaller; see docs/video-encoding.md)")
-    p.add_argument("--jobs", type=int, default=1, metavar="N",
-                   help="ingest N recordings at a time in parallel processes (default 1); the slice is "
-                   "the same")
-    p.add_argument("--renditions", metavar="HEIGHTS", type=heights_argument, default=(),
-                   help="also store each camera at these heights in pixels, comma-separated, e.g. "
-                   "240,120 (the width keeps the aspect ratio; a height at or above a camera's is "
-                   "skipped with a warning); with --jobs or --stage each worker renders its own")
+    p.add_argument(
+        "--gop",
+        type=int,
+        default=DEFAULT_GOP,
+        metavar="N",
+        help=f"keyframe interval of the stored H.264 videos, in frames (default {DEFAULT_GOP}: "
+        "fastest random access; 10 is ~3x smaller; see docs/video-encoding.md)",
+    )
+    p.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        metavar="N",
+        help="ingest N recordings at a time in parallel processes (default 1); the slice is "
+        "the same",
+    )
+    p.add_argument(
+        "--renditions",
+        metavar="HEIGHTS",
+        type=heights_argument,
+        default=(),
+        help="also store each camera at these heights in pixels, comma-separated, e.g. "
+        "240,120 (the width keeps the aspect ratio; a height at or above a camera's is "
+        "skipped with a warning); with --jobs or --stage each worker renders its own",
+    )
     add_stage_arguments(p, "recordings")
 
 
@@ -79,7 +101,9 @@ def add_parser(
 
     lr = kinds.add_parser("lerobot", help="ingest a LeRobot dataset (v2.1 or v3.0 layout)")
     _common_args(lr, "FEATURE")
-    lr.add_argument("--dataset-id", default=None, help="name used in segment IDs (default: the directory name)")
+    lr.add_argument(
+        "--dataset-id", default=None, help="name used in segment IDs (default: the directory name)"
+    )
     lr.add_argument("path", help="the dataset's root directory (holding meta/info.json)")
     lr.set_defaults(func=_run_lerobot)
 
@@ -104,8 +128,11 @@ def _run(args: argparse.Namespace, work: Callable[[Store, Progress, Shard | None
         store = Store(args.root)
         work(store, progress, Shard.parse(args.shard) if args.shard is not None else None)
         if args.stage is not None and not args.quiet:
-            print(f"when every worker is done run: rayform-server commit --root {store.root} "
-                  f"--stage {args.stage} --slice {args.slice_id}", file=sys.stderr)
+            print(
+                f"when every worker is done run: rayform-server commit --root {store.root} "
+                f"--stage {args.stage} --slice {args.slice_id}",
+                file=sys.stderr,
+            )
     except RayformError as exc:
         print(f"rayform-server ingest {args.ingest_kind}: error: {exc}", file=sys.stderr)
         return 2
@@ -115,9 +142,18 @@ def _run(args: argparse.Namespace, work: Callable[[Store, Progress, Shard | None
 def _run_lerobot(args: argparse.Namespace) -> int:
     def work(store: Store, progress: Progress, shard: Shard | None) -> None:
         ingest_lerobot(
-            store, args.path, args.slice_id, streams=parse_stream_specs(args.stream, "FEATURE") or None,
-            site=args.site, dataset_id=args.dataset_id, progress=progress, gop=args.gop,
-            stage=args.stage, shard=shard, jobs=args.jobs, renditions=args.renditions,
+            store,
+            args.path,
+            args.slice_id,
+            streams=parse_stream_specs(args.stream, "FEATURE") or None,
+            site=args.site,
+            dataset_id=args.dataset_id,
+            progress=progress,
+            gop=args.gop,
+            stage=args.stage,
+            shard=shard,
+            jobs=args.jobs,
+            renditions=args.renditions,
         )
 
     return _run(args, work)
@@ -126,10 +162,17 @@ def _run_lerobot(args: argparse.Namespace) -> int:
 def _run_mcap(args: argparse.Namespace) -> int:
     def work(store: Store, progress: Progress, shard: Shard | None) -> None:
         ingest_mcap(
-            store, args.files, args.slice_id,
+            store,
+            args.files,
+            args.slice_id,
             streams=parse_stream_specs(args.stream, "TOPIC[:FIELD]") or None,
-            site=args.site, progress=progress, gop=args.gop, stage=args.stage, shard=shard,
-            jobs=args.jobs, renditions=args.renditions,
+            site=args.site,
+            progress=progress,
+            gop=args.gop,
+            stage=args.stage,
+            shard=shard,
+            jobs=args.jobs,
+            renditions=args.renditions,
         )
 
     return _run(args, work)

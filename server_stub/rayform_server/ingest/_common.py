@@ -165,7 +165,9 @@ def commit_segments(
         progress(f"staged {staged} segments in batch {stage}")
         return None
     manifest = builder.commit(slice_id)
-    progress(f"slice {slice_id} -> manifest {manifest.hash[:16]}... ({len(manifest.segments)} segments)")
+    progress(
+        f"slice {slice_id} -> manifest {manifest.hash[:16]}... ({len(manifest.segments)} segments)"
+    )
     return manifest
 
 
@@ -206,8 +208,13 @@ def run_jobs(
     progress(f"{jobs} worker processes, staging in batch {batch}")
     try:
         # spawn: each worker starts clean (no inherited threads, codec or Arrow state).
-        with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
-            futures = [pool.submit(worker, batch, Shard(k, jobs), progress.stream is not None) for k in range(jobs)]
+        with ProcessPoolExecutor(
+            max_workers=jobs, mp_context=multiprocessing.get_context("spawn")
+        ) as pool:
+            futures = [
+                pool.submit(worker, batch, Shard(k, jobs), progress.stream is not None)
+                for k in range(jobs)
+            ]
             for future in futures:
                 future.result()
         digest = commit_staged(store, batch, slice_id, description)
@@ -215,5 +222,7 @@ def run_jobs(
         shutil.rmtree(store.root / "staging" / batch, ignore_errors=True)
     manifest = store.load_manifest(digest)
     assert isinstance(manifest, ColumnarManifest)
-    progress(f"slice {slice_id} -> manifest {manifest.hash[:16]}... ({len(manifest.segments)} segments)")
+    progress(
+        f"slice {slice_id} -> manifest {manifest.hash[:16]}... ({len(manifest.segments)} segments)"
+    )
     return manifest

@@ -24,7 +24,9 @@ def _decoded(path: str, start_s: float) -> Iterator[tuple[float, av.VideoFrame]]
     try:
         container = av.open(path)
     except (av.FFmpegError, OSError) as exc:
-        raise InvalidArgumentError(f"cannot open video {path}: {exc}. Is the file complete?") from exc
+        raise InvalidArgumentError(
+            f"cannot open video {path}: {exc}. Is the file complete?"
+        ) from exc
     with container:
         if not container.streams.video:
             raise InvalidArgumentError(f"{path} has no video stream")

@@ -28,7 +28,17 @@ __all__ = ["BOOKKEEPING", "Episode", "LeRobotLayout", "open_layout"]
 
 #: Columns every LeRobot dataset has that are not recorded signals.
 BOOKKEEPING = ("timestamp", "frame_index", "episode_index", "index", "task_index")
-_VECTOR_DTYPES = ("float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "bool")
+_VECTOR_DTYPES = (
+    "float16",
+    "float32",
+    "float64",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "uint8",
+    "bool",
+)
 _V21_DATA = "data/chunk-{episode_chunk:03d}/episode_{episode_index:06d}.parquet"
 _V21_VIDEO = "videos/chunk-{episode_chunk:03d}/{video_key}/episode_{episode_index:06d}.mp4"
 
@@ -67,7 +77,8 @@ class LeRobotLayout:
     @property
     def vector_keys(self) -> list[str]:
         return [
-            k for k, f in self.features.items()
+            k
+            for k, f in self.features.items()
             if k not in BOOKKEEPING and f.get("dtype") in _VECTOR_DTYPES
         ]
 
@@ -111,7 +122,9 @@ def open_layout(path: str | os.PathLike[str]) -> LeRobotLayout:
     version = str(info.get("codebase_version", ""))
     features = info.get("features")
     if not isinstance(features, dict) or "fps" not in info:
-        raise InvalidArgumentError(f"{info_path} has no 'features' or 'fps': not a LeRobot info.json")
+        raise InvalidArgumentError(
+            f"{info_path} has no 'features' or 'fps': not a LeRobot info.json"
+        )
     if version.startswith("v3"):
         episodes = _episodes_v30(root, info)
     elif version.startswith("v2"):
@@ -135,20 +148,29 @@ def _episodes_v30(root: Path, info: dict[str, Any]) -> list[Episode]:
         )
     video_keys = [k for k, f in info["features"].items() if f.get("dtype") == "video"]
     data_tpl = info.get("data_path", "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet")
-    video_tpl = info.get("video_path", "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4")
+    video_tpl = info.get(
+        "video_path", "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4"
+    )
     cols = ["episode_index", "length", "data/chunk_index", "data/file_index"]
     for key in video_keys:
-        cols += [f"videos/{key}/chunk_index", f"videos/{key}/file_index", f"videos/{key}/from_timestamp"]
+        cols += [
+            f"videos/{key}/chunk_index",
+            f"videos/{key}/file_index",
+            f"videos/{key}/from_timestamp",
+        ]
     try:
         rows = pa.concat_tables([pq.read_table(f, columns=cols) for f in files]).to_pylist()
     except (OSError, pa.ArrowException) as exc:
         raise InvalidArgumentError(f"cannot read the episodes metadata of {root}: {exc}") from exc
     episodes = []
     for r in sorted(rows, key=lambda r: r["episode_index"]):
-        data = root / data_tpl.format(chunk_index=r["data/chunk_index"], file_index=r["data/file_index"])
+        data = root / data_tpl.format(
+            chunk_index=r["data/chunk_index"], file_index=r["data/file_index"]
+        )
         videos = {
             key: (
-                root / video_tpl.format(
+                root
+                / video_tpl.format(
                     video_key=key,
                     chunk_index=r[f"videos/{key}/chunk_index"],
                     file_index=r[f"videos/{key}/file_index"],

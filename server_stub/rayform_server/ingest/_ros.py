@@ -37,7 +37,13 @@ JOINT_STATE = "sensor_msgs/msg/JointState"
 POSE = "geometry_msgs/msg/PoseStamped"
 TRANSFORM = "geometry_msgs/msg/TransformStamped"
 JOINT_FIELDS = ("position", "velocity", "effort")
-_KINDS = {IMAGE: "image", COMPRESSED: "compressed", JOINT_STATE: "joint", POSE: "pose", TRANSFORM: "transform"}
+_KINDS = {
+    IMAGE: "image",
+    COMPRESSED: "compressed",
+    JOINT_STATE: "joint",
+    POSE: "pose",
+    TRANSFORM: "transform",
+}
 
 
 def schema_kind(schema_name: str) -> str | None:
@@ -64,7 +70,9 @@ def image_rgb(msg: Any) -> np.ndarray:
             ``data`` size that does not match ``height * step``.
     """
     enc = str(msg.encoding).lower()
-    channels = {"rgb8": 3, "bgr8": 3, "rgba8": 4, "bgra8": 4, "mono8": 1, "8uc1": 1, "8uc3": 3}.get(enc)
+    channels = {"rgb8": 3, "bgr8": 3, "rgba8": 4, "bgra8": 4, "mono8": 1, "8uc1": 1, "8uc3": 3}.get(
+        enc
+    )
     if channels is None:
         raise InvalidArgumentError(
             f"image encoding {msg.encoding!r} is not supported (rgb8, bgr8, rgba8, bgra8, mono8 are)"
@@ -91,7 +99,9 @@ def compressed_rgb(msg: Any) -> np.ndarray:
         frames = list(codec.decode(av.Packet(bytes(msg.data))))
         frames += list(codec.decode(None))
     except av.FFmpegError as exc:
-        raise InvalidArgumentError(f"cannot decode a compressed image (format {msg.format!r}): {exc}") from exc
+        raise InvalidArgumentError(
+            f"cannot decode a compressed image (format {msg.format!r}): {exc}"
+        ) from exc
     if not frames:
         raise InvalidArgumentError(f"a compressed image (format {msg.format!r}) decoded to nothing")
     return frames[0].to_ndarray(format="rgb24")

@@ -94,7 +94,11 @@ def _pick_streams(layout: LeRobotLayout, chosen: dict[str, str] | None) -> dict[
 def _vectors(column: pa.ChunkedArray, n: int, feature: str) -> np.ndarray:
     """A parquet column (scalars or fixed/variable-size lists) as ``(N, D)``."""
     col = column.combine_chunks()
-    if pa.types.is_list(col.type) or pa.types.is_fixed_size_list(col.type) or pa.types.is_large_list(col.type):
+    if (
+        pa.types.is_list(col.type)
+        or pa.types.is_fixed_size_list(col.type)
+        or pa.types.is_large_list(col.type)
+    ):
         flat = col.flatten().to_numpy(zero_copy_only=False)
         if n == 0 or flat.size % n:
             raise InvalidArgumentError(f"feature {feature!r}: rows do not all have the same length")
@@ -158,7 +162,9 @@ def _episode_streams(
                 raise InvalidArgumentError(f"episode {ep.index}: video file {path} is missing")
             shape = layout.features[feature].get("shape") or [None, None]
             frames = frames_at(
-                path, list(offset_s + ts_s), tolerance_s=0.5 / layout.fps,
+                path,
+                list(offset_s + ts_s),
+                tolerance_s=0.5 / layout.fps,
                 shape=(int(shape[0]), int(shape[1])) if shape[0] else None,
             )
             out.append(VideoData(name, frames, t_ns, rate_hz=layout.fps))
@@ -226,9 +232,20 @@ def ingest_lerobot(
 
     description = f"LeRobot dataset {ds_id} ({layout.version})"
     if jobs > 1:
-        worker = functools.partial(_staging_worker, str(store.root), str(path), slice_id, chosen, site, ds_id, gop,
-                                   renditions)
-        return run_jobs(store, slice_id, min(jobs, len(layout.episodes)), description, progress, worker)
+        worker = functools.partial(
+            _staging_worker,
+            str(store.root),
+            str(path),
+            slice_id,
+            chosen,
+            site,
+            ds_id,
+            gop,
+            renditions,
+        )
+        return run_jobs(
+            store, slice_id, min(jobs, len(layout.episodes)), description, progress, worker
+        )
 
     def segments() -> Iterator[SegmentInput]:
         for i, ep in enumerate(layout.episodes):
@@ -236,17 +253,50 @@ def ingest_lerobot(
                 continue
             seg_id = segment_id_for("lerobot", ds_id, str(ep.index))
             yield SegmentInput(
-                seg_id, f"episode {ep.index}", _episode_streams(layout, ep, chosen, progress),
-                f"episode {ep.index} -> {seg_id} ({i + 1}/{len(layout.episodes)}, {ep.length} frames)", i,
+                seg_id,
+                f"episode {ep.index}",
+                _episode_streams(layout, ep, chosen, progress),
+                f"episode {ep.index} -> {seg_id} ({i + 1}/{len(layout.episodes)}, {ep.length} frames)",
+                i,
             )
 
-    return commit_segments(store, slice_id, segments(), site=site, gop=gop, progress=progress,
-                           description=description, stage=stage, renditions=renditions)
+    return commit_segments(
+        store,
+        slice_id,
+        segments(),
+        site=site,
+        gop=gop,
+        progress=progress,
+        description=description,
+        stage=stage,
+        renditions=renditions,
+    )
 
 
-def _staging_worker(root: str, path: str, slice_id: str, streams: dict[str, str], site: str, dataset_id: str,
-                    gop: int, renditions: tuple[int, ...], batch: str, shard: Shard, verbose: bool) -> None:
+def _staging_worker(
+    root: str,
+    path: str,
+    slice_id: str,
+    streams: dict[str, str],
+    site: str,
+    dataset_id: str,
+    gop: int,
+    renditions: tuple[int, ...],
+    batch: str,
+    shard: Shard,
+    verbose: bool,
+) -> None:
     """One process of ``ingest_lerobot(jobs=N)``: stage this shard's episodes (and their renditions) in ``batch``."""
-    ingest_lerobot(Store(root), path, slice_id, streams=streams, site=site, dataset_id=dataset_id, gop=gop,
-                   stage=batch, shard=shard, progress=Progress(sys.stderr if verbose else None),
-                   renditions=renditions)
+    ingest_lerobot(
+        Store(root),
+        path,
+        slice_id,
+        streams=streams,
+        site=site,
+        dataset_id=dataset_id,
+        gop=gop,
+        stage=batch,
+        shard=shard,
+        progress=Progress(sys.stderr if verbose else None),
+        renditions=renditions,
+    )

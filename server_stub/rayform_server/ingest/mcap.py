@@ -52,7 +52,14 @@ from rayform_server.store import Store
 
 __all__ = ["default_stream_names", "ingest_mcap"]
 
-_IMAGE_SUFFIXES = {"image_raw", "image_color", "image_rect", "image_rect_color", "image", "compressed"}
+_IMAGE_SUFFIXES = {
+    "image_raw",
+    "image_color",
+    "image_rect",
+    "image_rect_color",
+    "image",
+    "compressed",
+}
 _UNITS = {"position": "rad", "velocity": "rad/s", "effort": "N*m"}
 
 
@@ -119,7 +126,9 @@ def _topics(path: Path) -> dict[str, str]:
             summary = reader.get_summary()
             if summary is not None and summary.channels:
                 return {
-                    ch.topic: summary.schemas[ch.schema_id].name if ch.schema_id in summary.schemas else ""
+                    ch.topic: summary.schemas[ch.schema_id].name
+                    if ch.schema_id in summary.schemas
+                    else ""
                     for ch in summary.channels.values()
                 }
             return {ch.topic: sch.name if sch else "" for sch, ch, _ in reader.iter_messages()}
@@ -134,7 +143,9 @@ def _picks(path: Path, topics: dict[str, str], chosen: dict[str, str] | None) ->
         for name, source in chosen.items():
             topic, _, field = source.partition(":")
             if topic not in topics:
-                raise InvalidArgumentError(f"--stream {name}={source}: {path} has no topic {topic!r}. Its topics: {listing}")
+                raise InvalidArgumentError(
+                    f"--stream {name}={source}: {path} has no topic {topic!r}. Its topics: {listing}"
+                )
             kind = _ros.schema_kind(topics[topic])
             if kind is None:
                 raise InvalidArgumentError(
@@ -147,7 +158,9 @@ def _picks(path: Path, topics: dict[str, str], chosen: dict[str, str] | None) ->
                     + ", ".join(f"{topic}:{f}" for f in _ros.JOINT_FIELDS)
                 )
             if kind != "joint" and field:
-                raise InvalidArgumentError(f"--stream {name}={source}: topic {topic} ({topics[topic]}) has no selectable fields")
+                raise InvalidArgumentError(
+                    f"--stream {name}={source}: topic {topic} ({topics[topic]}) has no selectable fields"
+                )
             picks.append(_Pick(name, topic, kind, field or None))
         return picks
     picks = []
@@ -156,11 +169,15 @@ def _picks(path: Path, topics: dict[str, str], chosen: dict[str, str] | None) ->
         if kind is not None:
             picks += [_Pick(n, topic, kind, fld) for n, fld in default_stream_names(topic, kind)]
     if not picks:
-        raise InvalidArgumentError(f"{path} has no topic of a supported type. Its topics: {listing}")
+        raise InvalidArgumentError(
+            f"{path} has no topic of a supported type. Its topics: {listing}"
+        )
     names = [p.name for p in picks]
     for p in picks:
         if names.count(p.name) > 1:
-            raise InvalidArgumentError(f"two topics map to stream {p.name!r}: name them with --stream NAME=TOPIC")
+            raise InvalidArgumentError(
+                f"two topics map to stream {p.name!r}: name them with --stream NAME=TOPIC"
+            )
     return picks
 
 
@@ -178,7 +195,9 @@ def _read(path: Path, picks: list[_Pick]) -> dict[str, list[tuple[int, Any]]]:
     return out
 
 
-def _sorted_unique(path: Path, topic: str, items: list[tuple[int, Any]], progress: Progress) -> list[tuple[int, Any]]:
+def _sorted_unique(
+    path: Path, topic: str, items: list[tuple[int, Any]], progress: Progress
+) -> list[tuple[int, Any]]:
     if not items:
         raise InvalidArgumentError(f"{path}: topic {topic} has no messages")
     items = sorted(items, key=lambda it: it[0])
@@ -187,7 +206,10 @@ def _sorted_unique(path: Path, topic: str, items: list[tuple[int, Any]], progres
         if it[0] != kept[-1][0]:
             kept.append(it)
     if len(kept) < len(items):
-        progress(f"{path.name} {topic}: dropped {len(items) - len(kept)} message(s) whose header.stamp repeats an earlier one")
+        progress(
+            f"{path.name} {topic}: dropped {len(items) - len(kept)} message(s) whose header.stamp "
+            "repeats an earlier one"
+        )
     return kept
 
 
@@ -219,19 +241,27 @@ def _stream(path: Path, pick: _Pick, items: list[tuple[int, Any]]) -> VideoData 
                 f"{path}: {pick.topic}:{pick.field} has rows of widths {sorted(widths)}: every message "
                 "must carry the same number of joints (and at least one)"
             )
-        return TableData(pick.name, t_ns, np.stack(rows), rate_hz=rate, units=_UNITS[pick.field or "position"])
+        return TableData(
+            pick.name, t_ns, np.stack(rows), rate_hz=rate, units=_UNITS[pick.field or "position"]
+        )
     values = np.stack([_ros.pose7(m, pick.kind) for m in msgs])
     return TableData(pick.name, t_ns, values, rate_hz=rate, units="m", frame="ros", quantity="pose")
 
 
-def _file_streams(path: Path, streams: dict[str, str] | None, progress: Progress) -> list[VideoData | TableData]:
+def _file_streams(
+    path: Path, streams: dict[str, str] | None, progress: Progress
+) -> list[VideoData | TableData]:
     """Every chosen stream of one MCAP file, read and sorted by stamp."""
     picks = _picks(path, _topics(path), streams)
     data = _read(path, picks)
     built: list[VideoData | TableData] = []
     for pick in picks:
         items = _sorted_unique(path, pick.topic, data[pick.topic], progress)
-        if pick.kind == "joint" and not streams and _ros.joint_field(items[0][1], pick.field or "").size == 0:
+        if (
+            pick.kind == "joint"
+            and not streams
+            and _ros.joint_field(items[0][1], pick.field or "").size == 0
+        ):
             continue  # a field this robot does not publish (e.g. empty effort)
         built.append(_stream(path, pick, items))
     return built
@@ -287,8 +317,16 @@ def ingest_mcap(
         raise InvalidArgumentError("no MCAP files given")
     description = "ROS 2 bags: " + ", ".join(Path(f).name for f in files)
     if jobs > 1:
-        worker = functools.partial(_staging_worker, str(store.root), [str(f) for f in files], slice_id, streams,
-                                   site, gop, renditions)
+        worker = functools.partial(
+            _staging_worker,
+            str(store.root),
+            [str(f) for f in files],
+            slice_id,
+            streams,
+            site,
+            gop,
+            renditions,
+        )
         return run_jobs(store, slice_id, min(jobs, len(files)), description, progress, worker)
 
     def segments() -> Iterator[SegmentInput]:
@@ -301,14 +339,49 @@ def ingest_mcap(
             seg_id = segment_id_for("mcap", hash_file(path))
             built = _file_streams(path, streams, progress)
             summary = ", ".join(f"{s.name} ({len(s.t_ns)})" for s in built)
-            yield SegmentInput(seg_id, str(path), built, f"{path.name} -> {seg_id} ({i + 1}/{len(files)}): {summary}", i)
+            yield SegmentInput(
+                seg_id,
+                str(path),
+                built,
+                f"{path.name} -> {seg_id} ({i + 1}/{len(files)}): {summary}",
+                i,
+            )
 
-    return commit_segments(store, slice_id, segments(), site=site, gop=gop, progress=progress,
-                           description=description, stage=stage, renditions=renditions)
+    return commit_segments(
+        store,
+        slice_id,
+        segments(),
+        site=site,
+        gop=gop,
+        progress=progress,
+        description=description,
+        stage=stage,
+        renditions=renditions,
+    )
 
 
-def _staging_worker(root: str, files: list[str], slice_id: str, streams: dict[str, str] | None, site: str,
-                    gop: int, renditions: tuple[int, ...], batch: str, shard: Shard, verbose: bool) -> None:
+def _staging_worker(
+    root: str,
+    files: list[str],
+    slice_id: str,
+    streams: dict[str, str] | None,
+    site: str,
+    gop: int,
+    renditions: tuple[int, ...],
+    batch: str,
+    shard: Shard,
+    verbose: bool,
+) -> None:
     """One process of ``ingest_mcap(jobs=N)``: stage this shard's files (and their renditions) in ``batch``."""
-    ingest_mcap(Store(root), files, slice_id, streams=streams, site=site, gop=gop, stage=batch, shard=shard,
-                progress=Progress(sys.stderr if verbose else None), renditions=renditions)
+    ingest_mcap(
+        Store(root),
+        files,
+        slice_id,
+        streams=streams,
+        site=site,
+        gop=gop,
+        stage=batch,
+        shard=shard,
+        progress=Progress(sys.stderr if verbose else None),
+        renditions=renditions,
+    )

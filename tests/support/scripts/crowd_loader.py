@@ -26,8 +26,9 @@ def main(slice_id: str, action: str, obs: list[str]) -> None:
     import rayform
     from rayform.torch import EpisodeDataset
 
-    ds = EpisodeDataset(rayform.Client().slices.get(slice_id), obs=obs,
-                        action=action, fps=15, horizon=8)
+    ds = EpisodeDataset(
+        rayform.Client().slices.get(slice_id), obs=obs, action=action, fps=15, horizon=8
+    )
     print(sum(len(b["t_ns"]) for b in DataLoader(ds, batch_size=8, num_workers=2)))
 
 

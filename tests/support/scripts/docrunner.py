@@ -24,7 +24,8 @@ def main(path: str) -> int:
         if any(line.startswith(">>> ") for line in code.splitlines()):
             test = doctest.DocTestParser().get_doctest(code, namespace, where, where, 0)
             runner = doctest.DocTestRunner(
-                optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+                optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
+            )
             result = runner.run(test, out=sys.stdout.write, clear_globs=False)
             namespace.update(test.globs)
             if result.failed:

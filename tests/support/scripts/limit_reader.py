@@ -14,9 +14,12 @@ import rayform
 from rayform.torch import EpisodeDataset
 
 
-def main(endpoint: str, cache_dir: str, limit: str, slice_id: str, action: str, obs: list[str]) -> None:
-    client = rayform.Client(endpoint=endpoint, cache_dir=cache_dir,
-                            cache_limit=int(limit) if limit != "none" else None)
+def main(
+    endpoint: str, cache_dir: str, limit: str, slice_id: str, action: str, obs: list[str]
+) -> None:
+    client = rayform.Client(
+        endpoint=endpoint, cache_dir=cache_dir, cache_limit=int(limit) if limit != "none" else None
+    )
     ds = EpisodeDataset(client.slices.get(slice_id), obs=obs, action=action, fps=15, horizon=4)
     h = hashlib.blake2b()
     for _epoch in range(1):

@@ -25,10 +25,17 @@ def main(test_dir: str, store_root: str, slice_id: str) -> None:
     store = Store(store_root)
     ref = store.get_slice(slice_id)
     assert ref is not None, slice_id
-    sl = Slice(slice_id, ref["manifest"], store.load_manifest(ref["manifest"]), StoreBlobs(store, Path(".")))
+    sl = Slice(
+        slice_id,
+        ref["manifest"],
+        store.load_manifest(ref["manifest"]),
+        StoreBlobs(store, Path(".")),
+    )
     ds = t.make(sl)
     ds.set_epoch(2)
-    print(t.digest_epoch(DataLoader(ds, batch_size=8, sampler=EpisodeSampler(ds), num_workers=2))[0])
+    print(
+        t.digest_epoch(DataLoader(ds, batch_size=8, sampler=EpisodeSampler(ds), num_workers=2))[0]
+    )
 
 
 if __name__ == "__main__":

@@ -11,7 +11,9 @@ from rayform.cache._locks import bounded_lock
 
 
 def main(lock: str, stall_s: float) -> None:
-    with bounded_lock(Path(lock), done=lambda: False, progress=lambda: 0, stall_s=stall_s, mode=0o664) as held:
+    with bounded_lock(
+        Path(lock), done=lambda: False, progress=lambda: 0, stall_s=stall_s, mode=0o664
+    ) as held:
         print("held" if held else "not-held")
 
 

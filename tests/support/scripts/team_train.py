@@ -14,10 +14,16 @@ import rayform.torch
 
 def main(slice_id: str) -> None:
     slice_ = rayform.Client().slices.get(slice_id)
-    ds = rayform.torch.EpisodeDataset(slice_, obs=["cam0/rgb", "joints/position"],
-                                      action="joints/position_delta", fps=15, horizon=4)
-    loader = DataLoader(ds, batch_size=16, num_workers=1,
-                        sampler=rayform.torch.EpisodeSampler(ds, shuffle=True))
+    ds = rayform.torch.EpisodeDataset(
+        slice_,
+        obs=["cam0/rgb", "joints/position"],
+        action="joints/position_delta",
+        fps=15,
+        horizon=4,
+    )
+    loader = DataLoader(
+        ds, batch_size=16, num_workers=1, sampler=rayform.torch.EpisodeSampler(ds, shuffle=True)
+    )
     n = sum(len(b["t_ns"]) for b in loader)
     assert n == len(ds), (n, len(ds))
     print("samples", n, "stats", sorted(ds.stats()))

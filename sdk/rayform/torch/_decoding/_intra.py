@@ -42,8 +42,16 @@ class IntraDecoder:
             space and range): videos with the same signature convert alike.
     """
 
-    def __init__(self, path: Path, packets: list[tuple[int, int]], codec: str, extradata: bytes | None,
-                 width: int, height: int, signature: tuple[Any, ...] = ()) -> None:
+    def __init__(
+        self,
+        path: Path,
+        packets: list[tuple[int, int]],
+        codec: str,
+        extradata: bytes | None,
+        width: int,
+        height: int,
+        signature: tuple[Any, ...] = (),
+    ) -> None:
         import av
         from av.video.reformatter import VideoReformatter
 
@@ -79,7 +87,9 @@ class IntraDecoder:
             pixels = packed.numpy()
             for k, index in enumerate(indices):
                 frame = self._frame(index)
-                pixels[k] = self._reformatter.reformat(frame, format="rgb24", threads=1).to_ndarray()
+                pixels[k] = self._reformatter.reformat(
+                    frame, format="rgb24", threads=1
+                ).to_ndarray()
             return packed.permute(0, 3, 1, 2)
         out = torch.empty((len(indices), 3, self.height, self.width), dtype=torch.uint8)
         planes = out.numpy()
@@ -91,7 +101,9 @@ class IntraDecoder:
                 continue
             gbrp = self._reformatter.reformat(frame, format="gbrp", threads=1)
             for plane, channel in zip(gbrp.planes, _RGB_OF_GBRP, strict=True):
-                rows = np.frombuffer(cast(Any, plane), np.uint8).reshape(self.height, plane.line_size)
+                rows = np.frombuffer(cast(Any, plane), np.uint8).reshape(
+                    self.height, plane.line_size
+                )
                 planes[k, channel] = rows[:, : self.width]
         return out
 
@@ -144,9 +156,21 @@ def open_intra(path: Path) -> IntraDecoder | None:
         ctx = stream.codec_context
         if not ctx.width or not ctx.height or ctx.format is None:
             return None
-        decoder = IntraDecoder(path, [(pos, size) for _, pos, size, _ in table], ctx.name, ctx.extradata,
-                               ctx.width, ctx.height, signature=(ctx.name, ctx.width, ctx.height,
-                                                                 ctx.format.name, int(ctx.colorspace),
-                                                                 int(ctx.color_range)))
+        decoder = IntraDecoder(
+            path,
+            [(pos, size) for _, pos, size, _ in table],
+            ctx.name,
+            ctx.extradata,
+            ctx.width,
+            ctx.height,
+            signature=(
+                ctx.name,
+                ctx.width,
+                ctx.height,
+                ctx.format.name,
+                int(ctx.colorspace),
+                int(ctx.color_range),
+            ),
+        )
     # The index's byte range must hold the packet verbatim (checked on the first one).
     return decoder if decoder.packet(0) == first else None

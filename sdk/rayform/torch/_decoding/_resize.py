@@ -35,7 +35,7 @@ def resize_frames(frames: torch.Tensor, target: Target) -> torch.Tensor:
     n, c, h, w = frames.shape
     plan = target.plan(h, w)
     top, left, bh, bw = plan.box
-    src = frames[:, :, top:top + bh, left:left + bw]
+    src = frames[:, :, top : top + bh, left : left + bw]
     if (bh, bw) == plan.scaled:
         scaled = src.contiguous()
     else:
@@ -45,11 +45,16 @@ def resize_frames(frames: torch.Tensor, target: Target) -> torch.Tensor:
         # either way.
         channels_last = frames.is_contiguous(memory_format=torch.channels_last)
         layout = torch.channels_last if channels_last else torch.contiguous_format
-        scaled = F.interpolate(src.contiguous(memory_format=layout), size=plan.scaled,
-                               mode="bilinear", antialias=True, align_corners=False).contiguous()
+        scaled = F.interpolate(
+            src.contiguous(memory_format=layout),
+            size=plan.scaled,
+            mode="bilinear",
+            antialias=True,
+            align_corners=False,
+        ).contiguous()
     if plan.scaled == (target.height, target.width):
         return scaled
     out = torch.zeros((n, c, target.height, target.width), dtype=frames.dtype)
     y, x = plan.at
-    out[:, :, y:y + plan.scaled[0], x:x + plan.scaled[1]] = scaled
+    out[:, :, y : y + plan.scaled[0], x : x + plan.scaled[1]] = scaled
     return out

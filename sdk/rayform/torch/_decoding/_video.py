@@ -97,7 +97,11 @@ class _PyAVDecoder:
             else:
                 raise IndexError(f"frame {index} is past the end of the video")
             out.append(torch.from_numpy(frame.to_ndarray(format="rgb24")))
-        return torch.stack(out).permute(0, 3, 1, 2) if channels_last else torch.stack([f.permute(2, 0, 1) for f in out])
+        return (
+            torch.stack(out).permute(0, 3, 1, 2)
+            if channels_last
+            else torch.stack([f.permute(2, 0, 1) for f in out])
+        )
 
     def __del__(self) -> None:
         container = getattr(self, "_container", None)
@@ -188,8 +192,16 @@ class DecoderCache:
         """The general backend: the one asked for, else :func:`default_backend`."""
         return self._backend or default_backend()
 
-    def get_frames(self, key: str, path: Path, indices: np.ndarray, rate_hz: float,
-                   stream: str = "", *, channels_last: bool = False) -> torch.Tensor:
+    def get_frames(
+        self,
+        key: str,
+        path: Path,
+        indices: np.ndarray,
+        rate_hz: float,
+        stream: str = "",
+        *,
+        channels_last: bool = False,
+    ) -> torch.Tensor:
         """Frames at sorted, unique ``indices`` of the video at ``path``.
 
         Args:
@@ -219,8 +231,9 @@ class DecoderCache:
                 "broken: report it to the data owners"
             ) from exc
 
-    def _get_frames(self, key: str, path: Path, indices: np.ndarray, rate_hz: float,
-                    channels_last: bool) -> torch.Tensor:
+    def _get_frames(
+        self, key: str, path: Path, indices: np.ndarray, rate_hz: float, channels_last: bool
+    ) -> torch.Tensor:
         with self._lock:
             entry = self._open.get(key)
             if entry is None:

@@ -51,7 +51,9 @@ class SamplerDataset(Protocol):
         """Whether :meth:`order_streams` accepts a shuffle ``window`` (episodes)."""
         ...
 
-    def order_streams(self, world: int, epoch: int, shuffle: bool, window: int | None = None) -> list[IndexStream]:
+    def order_streams(
+        self, world: int, epoch: int, shuffle: bool, window: int | None = None
+    ) -> list[IndexStream]:
         """One :class:`IndexStream` per rank of a first world size ``world``: the dataset
         indices of ``epoch`` in reading order (shuffled with ``shuffle``, ``window`` episodes
         at a time if given)."""

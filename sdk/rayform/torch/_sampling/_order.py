@@ -119,9 +119,20 @@ class WindowStream:
         key: from :func:`derive_key`; window ``w`` is shuffled by a key derived from it and ``w``.
     """
 
-    def __init__(self, inner: RangeStream | ArrayStream, bounds: Callable[[], np.ndarray], window: int,
-                 key: int) -> None:
-        self.length, self._inner, self._bounds, self.window, self._key = inner.length, inner, bounds, int(window), key
+    def __init__(
+        self,
+        inner: RangeStream | ArrayStream,
+        bounds: Callable[[], np.ndarray],
+        window: int,
+        key: int,
+    ) -> None:
+        self.length, self._inner, self._bounds, self.window, self._key = (
+            inner.length,
+            inner,
+            bounds,
+            int(window),
+            key,
+        )
         # (unit boundaries, units in visiting order, slot where each of them starts, window
         # starts), built on first use: O(units) integers, never one per sample.
         self._layout: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
@@ -165,13 +176,18 @@ class WindowStream:
             order = Permutation(n_units, self._key)(np.arange(n_units, dtype=np.int64))
             starts = np.zeros(n_units + 1, dtype=np.int64)
             np.cumsum(sizes[order], out=starts[1:])
-            wstart = np.append(starts[:n_units:self.window], starts[n_units])
+            wstart = np.append(starts[: n_units : self.window], starts[n_units])
             self._layout = (bounds, order, starts, wstart)
         return self._layout
 
 
 def episode_streams(
-    offsets: np.ndarray, world: int, ddp_even: str, seed: int, epoch: int, shuffle: bool,
+    offsets: np.ndarray,
+    world: int,
+    ddp_even: str,
+    seed: int,
+    epoch: int,
+    shuffle: bool,
     window: int | None = None,
 ) -> list[IndexStream]:
     """The streams of a plain dataset whose first world size is ``world``.
@@ -188,12 +204,18 @@ def episode_streams(
     windowed = shuffle and window is not None
 
     def perm(r: int, m: int) -> Permutation:
-        return Permutation(m, derive_key("episode", seed, epoch, world, r), shuffle and not windowed)
+        return Permutation(
+            m, derive_key("episode", seed, epoch, world, r), shuffle and not windowed
+        )
 
-    def windows(inner: RangeStream | ArrayStream, r: int, bounds: Callable[[], np.ndarray]) -> IndexStream:
+    def windows(
+        inner: RangeStream | ArrayStream, r: int, bounds: Callable[[], np.ndarray]
+    ) -> IndexStream:
         if not windowed:
             return inner
-        return WindowStream(inner, bounds, int(window or 1), derive_key("window", seed, epoch, world, r))
+        return WindowStream(
+            inner, bounds, int(window or 1), derive_key("window", seed, epoch, world, r)
+        )
 
     if ddp_even == "split" or world == 1:
         q, rem = divmod(n, world)
@@ -215,10 +237,11 @@ def episode_streams(
 
     def array_bounds(stream: ArrayStream) -> Callable[[], np.ndarray]:
         def bounds() -> np.ndarray:  # runs of one episode in the rank's index array
-            array = stream._built()[:stream.length]
+            array = stream._built()[: stream.length]
             episode = np.searchsorted(offsets, array, side="right") - 1
             cuts = np.flatnonzero(episode[1:] != episode[:-1]) + 1
             return np.concatenate([[0], cuts, [len(array)]]).astype(np.int64)
+
         return bounds
 
     streams = [ArrayStream(m, build(r), perm(r, m)) for r in range(world)]

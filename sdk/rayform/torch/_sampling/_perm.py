@@ -64,7 +64,11 @@ class Permutation:
         p = np.asarray(positions, dtype=np.int64)
         if not self.shuffle:
             return p.copy()
-        t = np.zeros(len(p), np.uint64) if tweak is None else mix64(np.asarray(tweak).astype(np.uint64))
+        t = (
+            np.zeros(len(p), np.uint64)
+            if tweak is None
+            else mix64(np.asarray(tweak).astype(np.uint64))
+        )
         y = self._encrypt(p.astype(np.uint64), t)
         out_of_range = y >= np.uint64(self.n)
         # Cycle walking: re-encrypt the few that left [0, n); the cycle through a position

@@ -74,7 +74,9 @@ class EpisodeSampler(Sampler[SampleKey]):
     rank: the same on every rank, so DDP never waits for a rank that ran out.
     """
 
-    def __init__(self, dataset: SamplerDataset, shuffle: bool = True, window: int | str | None = AUTO) -> None:
+    def __init__(
+        self, dataset: SamplerDataset, shuffle: bool = True, window: int | str | None = AUTO
+    ) -> None:
         if not isinstance(dataset, SamplerDataset):
             raise InvalidArgumentError(
                 f"EpisodeSampler needs a rayform.torch.EpisodeDataset or MixtureDataset (or a dataset "
@@ -202,11 +204,17 @@ class EpisodeSampler(Sampler[SampleKey]):
             # A saved window wins over a recomputed one (the limit may have changed since), so
             # the epoch goes on in the order it began; states from before "auto" say None.
             saved = state.get("window")
-            if saved is not None and (isinstance(saved, bool) or not isinstance(saved, int) or saved < 1):
+            if saved is not None and (
+                isinstance(saved, bool) or not isinstance(saved, int) or saved < 1
+            ):
                 raise InvalidArgumentError(f"malformed sampler state window: {saved!r}")
             self._use_window(WindowChoice(saved, True, "the window of the loaded sampler state"))
-        mine = {"seed": int(self.dataset.seed), "shuffle": self.shuffle, "window": self.window,
-                "dataset": self.dataset.order_fingerprint()}
+        mine = {
+            "seed": int(self.dataset.seed),
+            "shuffle": self.shuffle,
+            "window": self.window,
+            "dataset": self.dataset.order_fingerprint(),
+        }
         for name, value in mine.items():
             if state.get(name) != value:
                 raise InvalidArgumentError(
@@ -217,8 +225,12 @@ class EpisodeSampler(Sampler[SampleKey]):
         if not isinstance(history, list):
             history = []
         ok = bool(history) and all(
-            isinstance(h, (list, tuple)) and len(h) == 2 and all(isinstance(x, int) for x in h)
-            and h[0] >= 1 and h[1] >= 0 for h in history
+            isinstance(h, (list, tuple))
+            and len(h) == 2
+            and all(isinstance(x, int) for x in h)
+            and h[0] >= 1
+            and h[1] >= 0
+            for h in history
         )
         if not ok or not isinstance(state.get("epoch"), int):
             raise InvalidArgumentError(f"malformed sampler state history: {history!r}")

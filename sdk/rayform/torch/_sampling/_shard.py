@@ -55,7 +55,8 @@ def rank_indices(offsets: np.ndarray, rank: int, world_size: int, ddp_even: str)
     mine = np.flatnonzero(rank_of == rank)
     own = (
         np.concatenate([np.arange(offsets[s], offsets[s + 1]) for s in mine])
-        if len(mine) else np.zeros(0, dtype=np.int64)
+        if len(mine)
+        else np.zeros(0, dtype=np.int64)
     ).astype(np.int64)
     if ddp_even == "pad":
         target = int(loads.max())

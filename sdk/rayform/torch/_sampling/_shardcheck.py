@@ -94,9 +94,12 @@ class ShardCheck:
                 "(%d of %d): the DataLoader's sampler does not shard, so every rank trains on the "
                 "whole epoch. Pass sampler=rayform.torch.EpisodeSampler(dataset, shuffle=True) "
                 "(it shards by episode) or DistributedSampler(dataset) instead of shuffle=True",
-                self.rank, self.world, distinct, self.bound, self.length,
+                self.rank,
+                self.world,
+                distinct,
+                self.bound,
+                self.length,
             )
-
 
 
 def shard_check(length: int) -> ShardCheck | None:

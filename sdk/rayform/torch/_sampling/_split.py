@@ -23,7 +23,10 @@ __all__ = ["split_episodes"]
 
 
 def split_episodes(
-    slice_or_segments: Slice | Segments | Iterable[str | Segment], val_fraction: float = 0.1, *, seed: int = 0
+    slice_or_segments: Slice | Segments | Iterable[str | Segment],
+    val_fraction: float = 0.1,
+    *,
+    seed: int = 0,
 ) -> tuple[list[str], list[str]]:
     """Split episodes into train and validation segment IDs.
 
@@ -37,7 +40,11 @@ def split_episodes(
         ``(train_ids, val_ids)``, each in the input order. Pass them as ``segments=`` to
         :class:`~rayform.torch.EpisodeDataset`.
     """
-    if isinstance(val_fraction, bool) or not isinstance(val_fraction, (int, float)) or not 0 <= val_fraction <= 1:
+    if (
+        isinstance(val_fraction, bool)
+        or not isinstance(val_fraction, (int, float))
+        or not 0 <= val_fraction <= 1
+    ):
         raise InvalidArgumentError(
             f"val_fraction={val_fraction!r}: use a number between 0 and 1, e.g. 0.1"
         )

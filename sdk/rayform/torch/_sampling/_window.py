@@ -98,13 +98,16 @@ def choose_window(dataset: SamplerDataset, window: int | str | None, shuffle: bo
         return _auto(footprint, shuffle, has_footprint=dataset.accepts_window)
     if window is None:
         if shuffle and footprint is not None and footprint.total_bytes > footprint.cache_limit:
-            _say_once(logging.WARNING, (
-                f"EpisodeSampler(window=None) shuffles all {footprint.episodes} episodes "
-                f"({human_bytes(footprint.total_bytes)}) through a cache limited to "
-                f"{human_bytes(footprint.cache_limit)}: each batch evicts what the next needs, "
-                "which measured about 20x slower than a warm cache. Use window='auto' (the "
-                "default) or window=W episodes"
-            ))
+            _say_once(
+                logging.WARNING,
+                (
+                    f"EpisodeSampler(window=None) shuffles all {footprint.episodes} episodes "
+                    f"({human_bytes(footprint.total_bytes)}) through a cache limited to "
+                    f"{human_bytes(footprint.cache_limit)}: each batch evicts what the next needs, "
+                    "which measured about 20x slower than a warm cache. Use window='auto' (the "
+                    "default) or window=W episodes"
+                ),
+            )
         return WindowChoice(None, False, "window=None: full shuffle, as asked")
     if isinstance(window, bool) or not isinstance(window, (int, np.integer)) or window < 1:
         raise InvalidArgumentError(
@@ -127,10 +130,14 @@ def _auto(footprint: CacheFootprint | None, shuffle: bool, *, has_footprint: boo
     if footprint is None:
         return WindowChoice(None, True, "no cache limit: full shuffle")
     if footprint.total_bytes <= footprint.cache_limit:
-        return WindowChoice(None, True, (
-            f"the {human_bytes(footprint.total_bytes)} read fit the cache limit "
-            f"{human_bytes(footprint.cache_limit)}: full shuffle"
-        ))
+        return WindowChoice(
+            None,
+            True,
+            (
+                f"the {human_bytes(footprint.total_bytes)} read fit the cache limit "
+                f"{human_bytes(footprint.cache_limit)}: full shuffle"
+            ),
+        )
     ranks = local_ranks()
     per_rank = footprint.cache_limit * WINDOW_SHARE / ranks
     w = max(1, min(footprint.episodes, int(per_rank // max(1.0, footprint.episode_bytes))))
