@@ -284,7 +284,7 @@ def _shape(key: str, value: Any) -> tuple[int, ...]:
     return tuple(int(v) for v in value)
 
 
-def _check_arg(layout: Any) -> str | dict[str, tuple[int, ...]]:
+def _check_arg(layout: str | Mapping[str, Sequence[int]]) -> str | dict[str, tuple[int, ...]]:
     if layout == "union":
         return "union"
     if not isinstance(layout, Mapping) or not layout:

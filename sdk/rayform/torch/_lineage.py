@@ -20,15 +20,15 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from rayform._resolution import format_image_size
+from rayform.client import Client
 from rayform.errors import InvalidArgumentError, NotFoundError, OfflineError, SliceChangedError
 from rayform.manifest import Segments
+from rayform.slice import Slice
 from rayform.torch._layout import format_layout, parse_layout
 from rayform.torch._normalize import format_normalize
 from rayform.uri import DatasetURI, MixtureURI, clean_endpoint, selection_expression
 
 if TYPE_CHECKING:
-    from rayform.client import Client
-    from rayform.slice import Slice
     from rayform.torch._mixture import MixtureDataset
     from rayform.torch.dataset import EpisodeDataset  # noqa: F401  (named in docstrings)
 
@@ -59,8 +59,10 @@ def dataset_uri(ds: EpisodeDataset) -> DatasetURI:
     slice_ = ds.slice
     select, chosen = _chosen(ds)
     size = ds.image_size
+    # A slice from a Client names its server; one read another way (a test's store) has none.
+    client = slice_.client if isinstance(slice_, Slice) else None
     return DatasetURI(
-        endpoint=getattr(getattr(slice_, "client", None), "endpoint", None),
+        endpoint=client.endpoint if isinstance(client, Client) else None,
         slice_id=slice_.id,
         manifest_hash=slice_.manifest_hash,
         obs=tuple(ds.obs),

@@ -431,7 +431,7 @@ def _quotas(total: int, weights: Sequence[float]) -> np.ndarray:
 _NAME_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
 
 
-def _check_name(name: Any) -> str:
+def _check_name(name: str) -> str:
     if not isinstance(name, str) or not _NAME_RE.fullmatch(name):
         raise InvalidArgumentError(
             f"source name {name!r}: use 1-64 letters, digits and _ . - e.g. 'single_arm'"
@@ -442,7 +442,8 @@ def _check_name(name: Any) -> str:
 def _source_names(datasets: Sequence[Any], names: Sequence[str | None]) -> tuple[str, ...]:
     """Names as given; a missing one is the slice ID (with ``-K`` where the slice repeats)."""
     slices = [
-        getattr(getattr(ds, "slice", None), "id", f"source{k}") for k, ds in enumerate(datasets)
+        ds.slice.id if isinstance(ds, EpisodeDataset) else f"source{k}"
+        for k, ds in enumerate(datasets)
     ]
     out = [
         n if n is not None else (s if slices.count(s) == 1 else f"{s}-{k}")
@@ -453,14 +454,14 @@ def _source_names(datasets: Sequence[Any], names: Sequence[str | None]) -> tuple
     return tuple(out)
 
 
-def _layout_doc(arg: Any) -> Any:
+def _layout_doc(arg: str | Mapping[str, Sequence[int]]) -> str | dict[str, list[int]]:
     return arg if isinstance(arg, str) else {k: list(v) for k, v in arg.items()}
 
 
 def _sample_keys(ds: EpisodeDataset) -> dict[str, str]:
     """Sample key -> what fixes its shape, for comparing sources."""
     keys = {"t_ns": "()", "meta": "dict"}
-    key_of = {v: k for k, v in getattr(ds, "obs_keys", {}).items()}  # mapped sample keys
+    key_of = {v: k for k, v in ds.obs_keys.items()}  # mapped sample keys
     for name in ds.obs:
         s = ds.stream(name)
         shown = key_of.get(name, name)
@@ -470,7 +471,7 @@ def _sample_keys(ds: EpisodeDataset) -> dict[str, str]:
         if ds.obs_steps > 1:
             keys[f"{shown}_is_pad"] = f"({ds.obs_steps},)"
     if ds.action is not None:
-        act = getattr(ds, "action_key", None) or "action"
+        act = ds.action_key or "action"
         keys[act] = f"({ds.horizon}, {list(ds.stream(ds.action).shape)[-1]})"
         keys[f"{act}_is_pad"] = f"({ds.horizon},)"
     return keys

@@ -35,7 +35,7 @@ MASK_SUFFIXES = ("_is_pad", "_dim_is_pad", "_is_missing")
 KEY_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_./-]{0,127}")
 
 
-def check_key(key: Any, *, role: str = "obs") -> str:
+def check_key(key: str, *, role: str = "obs") -> str:
     """Return ``key`` if it may be a sample key for ``role`` (``"obs"`` or ``"action"``).
 
     Raises:
