@@ -64,8 +64,9 @@ def main() -> int:
             "127.0.0.1",
             "--port",
             str(port),
-            "--token",
-            token,
+            # One argument: a random token may start with "-", which argparse would take for
+            # an option (1 run in 64 failed to start).
+            f"--token={token}",
         ],
     )
     try:
