@@ -8,12 +8,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import sys
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from rayform import __version__
+from rayform._limits import parse_bytes
 from rayform._resolution import RESIZE_MODES, parse_image_size
 from rayform._units import human_bytes
 from rayform._untrusted import shown
@@ -27,32 +27,10 @@ __all__ = ["main", "parse_size"]
 #: Characters of an error message printed (a message quotes server text, capped on its own).
 ERROR_CHARS = 4000
 
-_UNITS = {
-    "": 1,
-    "b": 1,
-    "k": 10**3,
-    "kb": 10**3,
-    "m": 10**6,
-    "mb": 10**6,
-    "g": 10**9,
-    "gb": 10**9,
-    "t": 10**12,
-    "tb": 10**12,
-    "kib": 2**10,
-    "mib": 2**20,
-    "gib": 2**30,
-    "tib": 2**40,
-}
-
 
 def parse_size(text: str) -> int:
     """``"10GB"`` -> ``10_000_000_000`` bytes; ``"1.5GiB"``, ``"500M"``, ``"123"`` also work."""
-    m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]*)?)\s*([a-zA-Z]*)\s*", text)
-    if not m or m.group(2).lower() not in _UNITS:
-        raise InvalidArgumentError(
-            f"cannot read size {text!r}: use a number with an optional unit, e.g. 10GB, 500MiB"
-        )
-    return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+    return parse_bytes(text, "size")
 
 
 def _client(args: argparse.Namespace) -> Any:
