@@ -1,11 +1,14 @@
 """Row 2 of the loader benchmark: ``LeRobotDataset`` with its defaults (runs in the PEER venv).
 
 Usage: ``.peer-venv/bin/python bench/_lerobot_row.py DATASET_DIR OUT_JSON --batches N --runs R
---warmup W --horizon 16``. Loads the dataset written by ``bench/make_lerobot_data.py`` with
+--warmup W --horizon 16 [--image-size S]``. Loads the dataset written by ``bench/make_lerobot_data.py`` with
 ``LeRobotDataset(repo_id, root=..., delta_timestamps={"action": [i / fps ...]})`` and its
 default video backend (torchcodec), then times ``DataLoader(shuffle=True, batch_size=32,
 num_workers=2, persistent_workers=True)`` with ``bench/_timing.py``. LeRobot returns images
-as float32 in [0, 1] (it has no uint8 option), which is what is timed. Writes a JSON object.
+as float32 in [0, 1] (it has no uint8 option), which is what is timed. With ``--image-size S``
+every camera frame is padded to ``S`` x ``S`` by ``image_transforms`` (in the workers, the way
+its users train at a smaller size): scaled to fit with ``torch.nn.functional.interpolate(mode=
+"bilinear", antialias=True)``, zeros around it. Writes a JSON object.
 """
 
 from __future__ import annotations
@@ -27,6 +30,27 @@ def _timing():  # noqa: ANN202
     return module
 
 
+class _PadTo:
+    """``(C, h, w)`` float image -> ``(C, S, S)``: fitted inside, centred, zeros around it."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+
+    def __call__(self, image):  # noqa: ANN001, ANN204
+        import torch
+        import torch.nn.functional as F
+
+        c, h, w = image.shape[-3:]
+        scale = min(self.size / h, self.size / w)
+        sh, sw = round(h * scale), round(w * scale)
+        out = torch.zeros((c, self.size, self.size), dtype=image.dtype)
+        top, left = (self.size - sh) // 2, (self.size - sw) // 2
+        out[:, top : top + sh, left : left + sw] = F.interpolate(
+            image[None], size=(sh, sw), mode="bilinear", antialias=True
+        )[0]
+        return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("dataset", type=Path)
@@ -35,6 +59,7 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--horizon", type=int, default=16)
+    ap.add_argument("--image-size", type=int, default=None)
     args = ap.parse_args()
 
     import torch
@@ -46,10 +71,13 @@ def main() -> int:
     fps = info["fps"]
     delta = {"action": [i / fps for i in range(args.horizon)]}
     built: dict = {}
+    transform = None if args.image_size is None else _PadTo(args.image_size)
 
     def make_loader() -> DataLoader:
         t = time.perf_counter()
-        ds = LeRobotDataset("rayform/bench", root=args.dataset, delta_timestamps=delta)
+        ds = LeRobotDataset(
+            "rayform/bench", root=args.dataset, delta_timestamps=delta, image_transforms=transform
+        )
         built["construct_s"] = time.perf_counter() - t
         built["len"] = len(ds)
         built["video_backend"] = ds.video_backend
@@ -68,6 +96,7 @@ def main() -> int:
     cam = next(k for k in batch if k.startswith("observation.images."))
     res.update(built)
     res["image_dtype"] = str(batch[cam].dtype)
+    res["image_shape"] = list(batch[cam].shape)
     res["action_shape"] = list(batch["action"].shape)
     res["workers"] = [timing.rss_kib(p) for p in timing.child_pids()]
     res["torch"] = torch.__version__

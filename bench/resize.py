@@ -39,7 +39,9 @@ import argparse
 import dataclasses
 import json
 import os
+import shutil
 import statistics
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -48,12 +50,14 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader
 
-from bench._data import BENCH, REPO, StoreClient
+from bench._data import BENCH, REPO, StoreClient, Workload, peer_env, peer_python, prepare
+from bench._data import SLICE_ID as BENCH_SLICE_ID
 from bench._measure import loadavg, log
 from bench._timing import LOADER_KW, child_pids
 from rayform.manifest import BlobRef, Manifest, Stream
 from rayform.slice import Slice
 from rayform.torch import EpisodeDataset, collate
+from rayform_server._addrenditions import add_renditions
 from rayform_server.builder import SliceBuilder
 from rayform_server.demo import DemoSpec, build_episode
 from rayform_server.store import Store
@@ -68,8 +72,38 @@ def renditions_slice_id(height: int) -> str:
 
 
 CAMERAS = ["cam0/rgb", "wrist/rgb"]
-OBS = [*CAMERAS, "joints/position"]
-ACTION = "joints/position_delta"
+
+
+@dataclasses.dataclass(frozen=True)
+class Data:
+    """Which episodes are read, and how: the streams, the grid rate and the description."""
+
+    obs: tuple[str, ...]
+    action: str
+    fps: float
+    description: str
+
+    @property
+    def streams(self) -> tuple[str, str]:
+        """``(state, action)``: what ``bench.rows.sequential_bound`` reads besides the cameras."""
+        return self.obs[-1], self.action
+
+
+#: The demo scene rendered straight into a data root at 30 Hz, read at 15 Hz.
+DEMO = Data(
+    (*CAMERAS, "joints/position"),
+    "joints/position_delta",
+    15,
+    "demo episodes x 8 s, 2 cameras 480x640 all-intra H.264 at 30 Hz; fps 15",
+)
+#: The loader benchmark's episodes (written by LeRobot, ingested), read as row 7 reads them.
+BENCH_EPISODES = Data(
+    (*CAMERAS, "observation/state"),
+    "action",
+    50,
+    "the loader benchmark's episodes (bench/_data.py: LeRobot-written, ingested all-intra "
+    "H.264), 2 cameras 480x640 at 50 Hz; fps 50 (row 7)",
+)
 
 
 def build(
@@ -94,6 +128,49 @@ def open_slice(root: Path, slice_id: str = SLICE_ID) -> Slice:
     store = Store(root)
     digest = store.get_slice(slice_id)["manifest"]
     return Slice(slice_id, digest, store.load_manifest(digest), StoreClient(root))
+
+
+def with_renditions(root: Path, height: int) -> Path:
+    """A copy of the data root ``root`` (``.bench/resize-<root name>-rHEIGHT``, made once) whose
+    slice lists renditions at ``height`` (``rayform-server renditions``); ``root`` itself is
+    left as it is, so the full-resolution rows read a slice without renditions."""
+    out = root.with_name(f"resize-{root.name}-r{height}")
+    if not (out / "slices").is_dir():
+        tmp = out.with_name(out.name + ".partial")
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.copytree(root, tmp)
+        log(f"[bench] adding {height}-px renditions to a copy of {root} (once; minutes) ...")
+        add_renditions(Store(tmp), BENCH_SLICE_ID, (height,), jobs=os.cpu_count() or 1)
+        tmp.rename(out)
+    return out
+
+
+def lerobot_row(w: Workload, batches: int, runs: int, warmup: int) -> dict[str, Any]:
+    """``LeRobotDataset`` (peer venv, ``bench/_lerobot_row.py``) over ``w``'s dataset with
+    every camera frame padded to 224x224 by a transform in its workers."""
+    out = BENCH / "lerobot-row-224.json"
+    subprocess.run(
+        [
+            peer_python(),
+            str(REPO / "bench" / "_lerobot_row.py"),
+            str(w.lerobot_dir),
+            str(out),
+            "--batches",
+            str(batches),
+            "--runs",
+            str(runs),
+            "--warmup",
+            str(warmup),
+            "--horizon",
+            "16",
+            "--image-size",
+            "224",
+        ],
+        check=True,
+        env=peer_env(),
+        stderr=subprocess.DEVNULL,
+    )
+    return dict(json.loads(out.read_text()))
 
 
 def resize_in_transform(sample: dict[str, Any]) -> dict[str, Any]:
@@ -138,9 +215,14 @@ def renditions_as_videos(slice_: Slice) -> Slice:
     return Slice(slice_.id, manifest.hash, manifest, slice_.client)
 
 
-def loader(slice_: Slice, **kw: Any) -> DataLoader:
-    ds = EpisodeDataset(slice_, obs=OBS, action=ACTION, fps=15, horizon=16, shard=None, **kw)
-    return DataLoader(ds, **LOADER_KW, collate_fn=collate)
+def dataset(data: Data, slice_: Slice, **kw: Any) -> EpisodeDataset:
+    return EpisodeDataset(
+        slice_, obs=list(data.obs), action=data.action, fps=data.fps, horizon=16, shard=None, **kw
+    )
+
+
+def loader(data: Data, slice_: Slice, **kw: Any) -> DataLoader:
+    return DataLoader(dataset(data, slice_, **kw), **LOADER_KW, collate_fn=collate)
 
 
 def cpu_s(pids: list[int]) -> float:
@@ -173,46 +255,31 @@ def time_row(make: Any, batches: int, warmup: int) -> tuple[float, float]:
     return n / dt, dc / n
 
 
-def batch_bytes_per_sample(slice_: Slice, **kw: Any) -> float:
-    batch = next(
-        iter(
-            DataLoader(
-                EpisodeDataset(
-                    slice_, obs=OBS, action=ACTION, fps=15, horizon=16, shard=None, **kw
-                ),
-                batch_size=32,
-            )
-        )
-    )
+def batch_bytes_per_sample(data: Data, slice_: Slice, **kw: Any) -> float:
+    batch = next(iter(DataLoader(dataset(data, slice_, **kw), batch_size=32)))
     total = sum(v.nbytes for v in batch.values() if isinstance(v, torch.Tensor))
     return total / int(batch["action"].shape[0])
 
 
-def rendition_report(full: Slice, rend: Slice) -> dict[str, Any]:
+def rendition_report(data: Data, full: Slice, rend: Slice) -> dict[str, Any]:
     """Disk cost, cold-epoch bytes and PSNR per camera of the renditions of ``rend``."""
     segs = rend.manifest.segments
     originals = sum(seg.streams[c].blob.size for seg in segs for c in CAMERAS)
     stored = sum(r.blob.size for seg in segs for c in CAMERAS for r in seg.streams[c].renditions)
-    ds_full = EpisodeDataset(full, obs=OBS, action=ACTION, fps=15, horizon=16, shard=None)
-    ds_rend = EpisodeDataset(
-        rend,
-        obs=OBS,
-        action=ACTION,
-        fps=15,
-        horizon=16,
-        shard=None,
-        image_size=(224, 224),
-        resize="pad",
-    )
+    ds_full = dataset(data, full)
+    ds_rend = dataset(data, rend, image_size=(224, 224), resize="pad")
     # What a cold epoch fetches: every blob each dataset reads, once.
     read_full = {
-        r.hash: r.size for seg in segs for n in OBS + [ACTION] for r in seg.streams[n].blobs()
+        r.hash: r.size
+        for seg in segs
+        for n in (*data.obs, data.action)
+        for r in seg.streams[n].blobs()
     }
     chosen = ds_rend.describe()["renditions"]
     read_rend = {
         r.hash: r.size
         for seg in segs
-        for n in OBS + [ACTION]
+        for n in (*data.obs, data.action)
         for r in rendition_blobs(seg.streams[n], chosen.get(n))
     }
     # PSNR over every 5th sample of the first episode, per camera.
@@ -260,10 +327,31 @@ def main() -> None:
         action="store_true",
         help="with --renditions: the sequential decode bound of the renditions, and the loader's fraction",
     )
+    ap.add_argument(
+        "--data",
+        choices=("demo", "bench"),
+        default="demo",
+        help="demo: demo episodes rendered at 480x640, 30 Hz, read at 15 Hz (default); bench: "
+        "the loader benchmark's 50 Hz episodes (bench/_data.py), read as row 7 reads them",
+    )
+    ap.add_argument("--frames", type=int, default=400, help="with --data bench: frames per episode")
+    ap.add_argument(
+        "--lerobot",
+        action="store_true",
+        help="with --data bench: also time LeRobotDataset (the peer venv) serving the same "
+        "224x224 frames, resized in a transform in its workers",
+    )
     args = ap.parse_args()
-    root = BENCH / f"resize-e{args.episodes}"
-    build(root, args.episodes)
-    slice_ = open_slice(root)
+    data = DEMO if args.data == "demo" else BENCH_EPISODES
+    workload: Workload | None = None
+    if args.data == "demo":
+        root = BENCH / f"resize-e{args.episodes}"
+        build(root, args.episodes)
+        slice_ = open_slice(root)
+    else:
+        workload = Workload(args.episodes, args.frames)
+        prepare(workload, log)
+        slice_ = open_slice(workload.root, BENCH_SLICE_ID)
     rows: dict[str, dict[str, Any]] = {
         "full": {},
         "pad224": {"image_size": (224, 224), "resize": "pad"},
@@ -273,11 +361,15 @@ def main() -> None:
     slices = dict.fromkeys(rows, slice_)
     extra: dict[str, Any] = {}
     if args.renditions:
-        rend_id = renditions_slice_id(args.renditions)
-        build(root, args.episodes, rend_id, (args.renditions,))
-        slices["rend224"] = open_slice(root, rend_id)
+        if workload is None:
+            rend_id = renditions_slice_id(args.renditions)
+            build(root, args.episodes, rend_id, (args.renditions,))
+            slices["rend224"] = open_slice(root, rend_id)
+        else:
+            rend_root = with_renditions(workload.root, args.renditions)
+            slices["rend224"] = open_slice(rend_root, BENCH_SLICE_ID)
         rows["rend224"] = {"image_size": (224, 224), "resize": "pad"}
-        extra = rendition_report(slice_, slices["rend224"])
+        extra = rendition_report(data, slice_, slices["rend224"])
     rates: dict[str, list[float]] = {name: [] for name in rows}
     cpu: dict[str, list[float]] = {name: [] for name in rows}
     ratios: dict[str, list[float]] = {name: [] for name in rows if name != "full"}
@@ -287,7 +379,7 @@ def main() -> None:
         for name, kw in rows.items():
             loads.append(loadavg())
             rate, cpu_per = time_row(
-                lambda kw=kw, name=name: loader(slices[name], **kw), args.batches, args.warmup
+                lambda kw=kw, name=name: loader(data, slices[name], **kw), args.batches, args.warmup
             )
             log(
                 f"[bench] round {r + 1}/{args.rounds}: {name}: {rate:.1f} samples/s, "
@@ -302,7 +394,7 @@ def main() -> None:
         from bench.rows import sequential_bound
 
         bound = sequential_bound(
-            renditions_as_videos(slices["rend224"]), 15, streams=("joints/position", ACTION)
+            renditions_as_videos(slices["rend224"]), data.fps, streams=data.streams
         )
         log(
             f"[bench] sequential decode bound of the {args.renditions} renditions: "
@@ -312,14 +404,22 @@ def main() -> None:
         extra["rend224_fraction_of_rendition_bound"] = (
             statistics.median(rates["rend224"]) / bound["samples_per_s"]
         )
+    if args.lerobot and workload is not None:
+        extra["lerobot224"] = lerobot_row(workload, args.batches, args.rounds, args.warmup)
+        rate = extra["lerobot224"]["samples_per_s"]
+        log(f"[bench] LeRobotDataset at 224x224 (transform in its workers): {rate:.1f} samples/s")
+        if "rend224" in rates:
+            extra["rend224_over_lerobot224"] = statistics.median(rates["rend224"]) / rate
     sizes = {
-        name: batch_bytes_per_sample(slices[name], **kw)
+        name: batch_bytes_per_sample(data, slices[name], **kw)
         for name, kw in rows.items()
         if name != "transform224"
     }
     out = {
-        "data": f"{args.episodes} demo episodes x 8 s, 2 cameras 480x640 all-intra H.264 at 30 Hz",
-        "loader": "README loader: batch 32, 2 workers, shuffle, persistent, rayform.torch.collate; fps 15, horizon 16",
+        "data": f"{args.episodes} {data.description}"
+        + (f", {args.frames} frames each" if workload else ""),
+        "loader": "README loader: batch 32, 2 workers, shuffle, persistent, rayform.torch.collate; "
+        f"fps {data.fps:g}, horizon 16",
         "samples_per_s": rates,
         "median_samples_per_s": {k: statistics.median(v) for k, v in rates.items()},
         "ratio_to_full_same_round": ratios,

@@ -3,7 +3,7 @@
 Every camera video of the slice's current manifest gets, for each requested height it does
 not have yet (and that is below the original's), a rendition rendered from the stored
 original exactly as ingest renders it (:func:`rayform_server._renditions.render`: same
-keyframe interval, rate and frame count, x264 at the default quality). A video stored once
+keyframe interval, rate and frame count, x264 at the renditions' quality). A video stored once
 and listed by many segments (``demo --share-blobs``) is rendered once. The new manifest
 (the same segments, their streams listing the renditions) is committed in the old one's
 format version family and the slice points at it; the old manifest stays in the store and

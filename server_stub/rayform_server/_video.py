@@ -36,6 +36,8 @@ def encode_video(
     gop: int = DEFAULT_GOP,
     crf: int = DEFAULT_CRF,
     preset: str = "veryfast",
+    tune: str | None = None,
+    x264_params: str | None = None,
 ) -> tuple[int, int, int]:
     """Encode RGB frames ``(H, W, 3) uint8`` to an H.264 MP4 at ``path``.
 
@@ -47,6 +49,8 @@ def encode_video(
         gop: keyframe interval in frames.
         crf: x264 constant rate factor.
         preset: x264 preset.
+        tune: x264 tuning (e.g. ``"psnr"``), or ``None``.
+        x264_params: extra x264 options, ``"key=value:key=value"``, or ``None``.
 
     Returns:
         ``(count, height, width)``.
@@ -75,7 +79,7 @@ def encode_video(
                 stream = container.add_stream("libx264", rate=rate)
                 stream.width, stream.height = width, height
                 stream.pix_fmt = "yuv420p"
-                stream.options = {
+                options: dict[str, object] = {
                     "g": str(gop),
                     "keyint_min": str(gop),
                     "bf": "0",
@@ -83,6 +87,11 @@ def encode_video(
                     "preset": preset,
                     "sc_threshold": "0",
                 }
+                if tune:
+                    options["tune"] = tune
+                if x264_params:
+                    options["x264-params"] = x264_params
+                stream.options = options
                 stream.thread_count = 1
             elif frame.shape[:2] != (height, width):
                 raise InvalidArgumentError(

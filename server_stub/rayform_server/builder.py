@@ -233,8 +233,8 @@ class SliceBuilder:
         sizes = rendition_sizes(shape[0], shape[1], self.renditions, data.name)
         if not sizes:
             return ()
-        # Encoded like the original: its keyframe interval (read from the file when it was
-        # stored as is), rate and quality; frame i at i / rate_hz, as the original.
+        # Structured like the original: its keyframe interval (read from the file when it was
+        # stored as is) and rate; frame i at i / rate_hz, as the original.
         gop = gop if gop is not None else keyframe_interval(original)
         out = []
         for size in sizes:
@@ -248,7 +248,6 @@ class SliceBuilder:
                     rate_hz=data.rate_hz,
                     gop=gop,
                     count=count,
-                    crf=data.crf,
                     name=data.name,
                 )
                 out.append(Rendition(self.store.put_file(tmp, move=True), *size))

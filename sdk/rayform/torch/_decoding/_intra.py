@@ -85,11 +85,16 @@ class IntraDecoder:
         if channels_last:
             packed = torch.empty((len(indices), self.height, self.width, 3), dtype=torch.uint8)
             pixels = packed.numpy()
+            row = self.width * 3
             for k, index in enumerate(indices):
-                frame = self._frame(index)
-                pixels[k] = self._reformatter.reformat(
-                    frame, format="rgb24", threads=1
-                ).to_ndarray()
+                packed_frame = self._reformatter.reformat(
+                    self._frame(index), format="rgb24", threads=1
+                )
+                # Straight from the converter's buffer (rows padded to line_size) into the
+                # output: to_ndarray would copy the picture once more.
+                plane = packed_frame.planes[0]
+                rows = np.frombuffer(cast(Any, plane), np.uint8).reshape(self.height, -1)
+                pixels[k] = rows[:, :row].reshape(self.height, self.width, 3)
             return packed.permute(0, 3, 1, 2)
         out = torch.empty((len(indices), 3, self.height, self.width), dtype=torch.uint8)
         planes = out.numpy()

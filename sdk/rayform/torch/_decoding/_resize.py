@@ -13,6 +13,7 @@ to 48 levels on the demo's frames) and from the packet decoder's path.
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -29,15 +30,15 @@ def resize_frames(frames: torch.Tensor, target: Target) -> torch.Tensor:
         target: the size and mode (``target.plan(h, w)`` says which box goes where).
 
     Returns:
-        New frames; ``frames`` itself (made contiguous) when its size is already the target's
-        and nothing is cropped or padded.
+        New contiguous frames (a copy even when the size is already the target's and nothing
+        is cropped or padded).
     """
     n, c, h, w = frames.shape
     plan = target.plan(h, w)
     top, left, bh, bw = plan.box
     src = frames[:, :, top : top + bh, left : left + bw]
     if (bh, bw) == plan.scaled:
-        scaled = src.contiguous()
+        scaled = src
     else:
         # Frames already laid out channels-last (HWC pictures seen through a permute) take
         # torch's vectorised uint8 kernel as they are: 4x faster than making them NCHW first.
@@ -51,10 +52,19 @@ def resize_frames(frames: torch.Tensor, target: Target) -> torch.Tensor:
             mode="bilinear",
             antialias=True,
             align_corners=False,
-        ).contiguous()
+        )
     if plan.scaled == (target.height, target.width):
-        return scaled
+        out = torch.empty((n, c, target.height, target.width), dtype=frames.dtype)
+        _copy(out, scaled)
+        return out
     out = torch.zeros((n, c, target.height, target.width), dtype=frames.dtype)
     y, x = plan.at
-    out[:, :, y : y + plan.scaled[0], x : x + plan.scaled[1]] = scaled
+    _copy(out[:, :, y : y + plan.scaled[0], x : x + plan.scaled[1]], scaled)
     return out
+
+
+def _copy(dst: torch.Tensor, src: torch.Tensor) -> None:
+    """``dst[...] = src`` through numpy: from a channels-last ``src`` into a contiguous
+    ``dst`` numpy's strided copy is about twice as fast as torch's (0.04 against 0.075 ms for
+    a 168x224 frame on the development VM); the same bytes."""
+    np.copyto(dst.numpy(), src.numpy())
