@@ -42,6 +42,7 @@ import os
 import shutil
 import statistics
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -57,7 +58,6 @@ from bench._timing import LOADER_KW, child_pids
 from rayform.manifest import BlobRef, Manifest, Stream
 from rayform.slice import Slice
 from rayform.torch import EpisodeDataset, collate
-from rayform_server._addrenditions import add_renditions
 from rayform_server.builder import SliceBuilder
 from rayform_server.demo import DemoSpec, build_episode
 from rayform_server.store import Store
@@ -140,7 +140,22 @@ def with_renditions(root: Path, height: int) -> Path:
         shutil.rmtree(tmp, ignore_errors=True)
         shutil.copytree(root, tmp)
         log(f"[bench] adding {height}-px renditions to a copy of {root} (once; minutes) ...")
-        add_renditions(Store(tmp), BENCH_SLICE_ID, (height,), jobs=os.cpu_count() or 1)
+        subprocess.run(
+            [
+                str(Path(sys.executable).parent / "rayform-server"),
+                "renditions",
+                "--root",
+                str(tmp),
+                "--slice",
+                BENCH_SLICE_ID,
+                "--renditions",
+                str(height),
+                "--jobs",
+                str(os.cpu_count() or 1),
+                "--quiet",
+            ],
+            check=True,
+        )
         tmp.rename(out)
     return out
 
