@@ -333,10 +333,11 @@ class _Columns:
 
     def value_at(self, name: str, row: int) -> Any:
         """Field ``name`` of the stream row ``row`` (an index into every stream row) as Python."""
+        local = row
         for values, _ in self.stream_values():
-            if row < len(values):
-                return values.field(name)[row].as_py()
-            row -= len(values)
+            if local < len(values):
+                return values.field(name)[local].as_py()
+            local -= len(values)
         raise IndexError(f"stream row {row} out of range")
 
     def summary(self, rows: np.ndarray | None = None) -> dict[str, Any]:
