@@ -29,7 +29,7 @@ DEFAULT_CRF = 23
 
 
 def encode_video(
-    frames: Iterable[np.ndarray],
+    frames: Iterable[np.ndarray | av.VideoFrame],
     path: str | os.PathLike[str],
     *,
     rate_hz: float,
@@ -42,8 +42,9 @@ def encode_video(
     """Encode RGB frames ``(H, W, 3) uint8`` to an H.264 MP4 at ``path``.
 
     Args:
-        frames: every frame in order, each ``(H, W, 3) uint8``; H and W must be even and
-            equal for all frames.
+        frames: every frame in order, each ``(H, W, 3) uint8`` RGB, or an ``av.VideoFrame``
+            already in ``yuv420p`` (encoded as it is); H and W must be even and equal for all
+            frames.
         path: output file.
         rate_hz: nominal frame rate in Hz (frame ``i`` gets pts ``i / rate_hz``).
         gop: keyframe interval in frames.
@@ -64,14 +65,19 @@ def encode_video(
     container = av.open(os.fspath(path), mode="w", format="mp4")
     try:
         stream = None
-        for frame in frames:
-            frame = np.asarray(frame)
-            if frame.dtype != np.uint8 or frame.ndim != 3 or frame.shape[2] != 3:
-                raise InvalidArgumentError(
-                    f"frame {count}: expected (H, W, 3) uint8, got {frame.dtype} {frame.shape}"
-                )
+        for item in frames:
+            if isinstance(item, av.VideoFrame):
+                # Already in the stored pixel format: encoded without a conversion.
+                vf, size = item, (item.height, item.width)
+            else:
+                frame = np.asarray(item)
+                if frame.dtype != np.uint8 or frame.ndim != 3 or frame.shape[2] != 3:
+                    raise InvalidArgumentError(
+                        f"frame {count}: expected (H, W, 3) uint8, got {frame.dtype} {frame.shape}"
+                    )
+                vf, size = av.VideoFrame.from_ndarray(frame, format="rgb24"), frame.shape[:2]
             if stream is None:
-                height, width = frame.shape[:2]
+                height, width = size
                 if height % 2 or width % 2:
                     raise InvalidArgumentError(
                         f"frame size {width}x{height} must be even for H.264 4:2:0"
@@ -93,12 +99,11 @@ def encode_video(
                     options["x264-params"] = x264_params
                 stream.options = options
                 stream.thread_count = 1
-            elif frame.shape[:2] != (height, width):
+            elif size != (height, width):
                 raise InvalidArgumentError(
-                    f"frame {count} is {frame.shape[1]}x{frame.shape[0]}, earlier frames are "
+                    f"frame {count} is {size[1]}x{size[0]}, earlier frames are "
                     f"{width}x{height}: all frames of a stream must have one size"
                 )
-            vf = av.VideoFrame.from_ndarray(frame, format="rgb24")
             vf.pts = count
             vf.time_base = 1 / rate
             for packet in stream.encode(vf):
