@@ -33,6 +33,7 @@ __all__ = [
     "has_renditions",
     "parse_cells",
     "rendition_blobs",
+    "rendition_items",
     "rendition_type",
 ]
 
@@ -165,3 +166,36 @@ def rendition_blobs(values: pa.StructArray, keep: np.ndarray) -> tuple[np.ndarra
         sizes_arr.buffers()[1], dtype=np.int64, count=n, offset=(sizes_arr.offset + base) * 8
     )
     return digests[take], sizes[take]
+
+
+def rendition_items(
+    values: pa.StructArray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Every rendition of the stream rows ``values`` (a StructArray), flattened:
+    ``(counts (N,) int64, digests (I, 32) uint8, sizes (I,) int64 bytes, heights (I,) int64,
+    widths (I,) int64 pixels)``, row by row, each row's renditions in stored order (smallest
+    first). Views of the page's buffers where Arrow's layout allows (no copy of a mapped page)."""
+    lists = values.field("renditions")
+    offs = np.frombuffer(
+        lists.buffers()[1], dtype=np.int32, count=len(lists) + 1, offset=lists.offset * 4
+    )
+    items = lists.values
+    base, n = int(offs[0]), int(offs[-1] - offs[0])
+
+    def ints(name: str) -> np.ndarray:
+        arr = items.field(name)
+        return np.frombuffer(
+            arr.buffers()[1], dtype=np.int64, count=n, offset=(arr.offset + base) * 8
+        )
+
+    hashes = items.field("blob_hash")
+    raw = np.frombuffer(hashes.buffers()[1], dtype=np.uint8)
+    start = (hashes.offset + base) * _HASH_BYTES
+    digests = raw[start : start + n * _HASH_BYTES].reshape(n, _HASH_BYTES)
+    return (
+        np.diff(offs).astype(np.int64),
+        digests,
+        ints("blob_size"),
+        ints("height"),
+        ints("width"),
+    )

@@ -11,7 +11,7 @@ selection is an array of positions, and indexing builds one
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, overload
 
 import numpy as np
@@ -20,7 +20,7 @@ from rayform.errors import ManifestError
 from rayform.manifest._model import BlobRef, Segment, Stream
 from rayform.manifest._pagemap import PageMaps
 from rayform.manifest._pagerows import PageRows
-from rayform.manifest._rendcols import parse_cells, rendition_blobs
+from rayform.manifest._rendcols import parse_cells, rendition_blobs, rendition_items
 from rayform.manifest._schema import HASH_BYTES, segments_to_table, table_has_renditions
 from rayform.manifest._segments import SegmentColumns
 
@@ -305,6 +305,41 @@ class _Columns:
         _, first = np.unique(keys, return_index=True)
         return all_d[first], all_s[first]
 
+    def renditions(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Every stream row's renditions, flattened over the pages: ``(offsets (R + 1,) int64,
+        digests (I, 32) uint8, sizes (I,) int64 bytes, heights (I,) int64, widths (I,) int64
+        pixels)``; stream row ``r`` lists items ``offsets[r]:offsets[r + 1]``, smallest first.
+        Not kept (see :meth:`field`); empty without the ``renditions`` field (version 2)."""
+        parts = (
+            [rendition_items(values) for values, _ in self.stream_values()]
+            if self.has_renditions
+            else []
+        )
+        if not parts:
+            none = np.zeros(0, np.int64)
+            empty = np.zeros((0, HASH_BYTES), np.uint8)
+            return np.zeros(self.n_rows + 1, np.int64), empty, none, none, none
+        counts = np.concatenate([p[0] for p in parts])
+        offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        digests, sizes, heights, widths = (
+            np.concatenate([p[k] for p in parts]) for k in range(1, 5)
+        )
+        return offsets, digests, sizes, heights, widths
+
+    @property
+    def n_rows(self) -> int:
+        """Stream rows of all pages (``R``)."""
+        return len(self.stream_seg)
+
+    def value_at(self, name: str, row: int) -> Any:
+        """Field ``name`` of the stream row ``row`` (an index into every stream row) as Python."""
+        local = row
+        for values, _ in self.stream_values():
+            if local < len(values):
+                return values.field(name)[local].as_py()
+            local -= len(values)
+        raise IndexError(f"stream row {row} out of range")
+
     def summary(self, rows: np.ndarray | None = None) -> dict[str, Any]:
         """The summary of the segments at ``rows`` (all: ``None``): what a v2 root's
         ``summary`` holds, computed from the columns (``build_root`` writes this)."""
@@ -557,6 +592,88 @@ class Segments(SegmentColumns):
         version 1 manifest with renditions); without, every camera reads its original."""
         return self._c.has_renditions
 
+    @property
+    def holds_objects(self) -> bool:
+        """Whether these are a version 1 manifest's own :class:`Segment` objects (indexing is
+        a tuple lookup, so a pass over them builds nothing); else rows of columnar pages."""
+        return self._c.objects is not None
+
+    def _stream_rows(self, streams: Sequence[str] | None) -> np.ndarray:
+        """``int64 (K,)``: the stream rows (indices into every stream row) of the named streams
+        (all if ``None``) of these segments, in the order a pass over them meets them: segment
+        by segment in this table's order (a segment listed twice counts at its first place),
+        each segment's streams in row order, as :class:`Segment` lists them."""
+        c = self._c
+        mask = c.stream_mask(streams)
+        if self.rows is None:
+            return np.flatnonzero(mask)
+        # rank[p]: where segment position p first appears in this selection (-1: absent).
+        rank = np.full(c.n, -1, dtype=np.int64)
+        positions, first = np.unique(self.rows, return_index=True)
+        rank[positions] = first
+        seg_rank = rank[c.stream_seg]
+        kept = np.flatnonzero(mask & (seg_rank >= 0))
+        return kept[np.argsort(seg_rank[kept], kind="stable")]
+
+    def first_kinds(self, streams: Sequence[str] | None = None) -> dict[str, str]:
+        """``{name: kind}`` of the named streams (all if ``None``) in these segments: each
+        name's ``kind`` in the first segment that has it (in this table's order), from the
+        columns."""
+        c = self._c
+        rows = self._stream_rows(streams)
+        codes, first = np.unique(c.name_code[rows], return_index=True)
+        return {
+            c.name_list[int(k)]: str(c.value_at("kind", int(rows[i])))
+            for k, i in zip(codes, first, strict=True)
+        }
+
+    def chosen_blobs(
+        self,
+        streams: Sequence[str] | None,
+        covers: Mapping[str, Callable[[int, int], bool]],
+    ) -> dict[str, BlobRef]:
+        """``{hash: BlobRef}`` of the named streams (all if ``None``) of these segments, with
+        each video of a stream named in ``covers`` replaced by its first (smallest) rendition
+        whose ``height`` x ``width`` (pixels) ``covers[name]`` accepts, where one does: from the
+        columns, no :class:`Segment` built.
+
+        Per stream row, exactly what a pass over the segments would collect: a video with a
+        timestamps blob and a ``covers`` entry gives ``[chosen video, timestamps]``, any other
+        row its own blobs (``[video, timestamps]`` or ``[table]``). The dict's order is that of
+        each hash's first appearance in such a pass, and a hash listed twice keeps the size of
+        its last appearance (what ``dict.update`` in that pass leaves).
+        """
+        c = self._c
+        rows = self._stream_rows(streams)
+        codes = c.name_code[rows]
+        video = c.hashes("blob_hash")[rows]
+        video_size = c.field("blob_size")[rows].astype(np.int64)
+        ts = c.hashes("ts_hash")[rows]
+        ts_size = c.field("ts_size")[rows].astype(np.int64)
+        has_ts = ts.any(axis=1)
+        targeted = np.array([name in covers for name in c.name_list], dtype=bool)
+        choosing = np.flatnonzero(has_ts & targeted[codes])
+        if len(choosing) and c.has_renditions:
+            offsets, digests, sizes, heights, widths = c.renditions()
+            chosen, item = _first_covering(
+                offsets, heights, widths, rows[choosing], codes[choosing], c.name_list, covers
+            )
+            video[choosing[chosen]] = digests[item]
+            video_size[choosing[chosen]] = sizes[item]
+        # Each row's blobs in pass order: [video, timestamps], the latter only where present.
+        keep = np.stack([np.ones(len(rows), dtype=bool), has_ts], axis=1).ravel()
+        all_d = np.stack([video, ts], axis=1).reshape(-1, HASH_BYTES)[keep]
+        all_s = np.stack([video_size, ts_size], axis=1).ravel()[keep]
+        first, last = _first_last(all_d)
+        order = np.argsort(first)
+        out_d, out_s = all_d[first[order]], all_s[last[order]]
+        text = out_d.tobytes().hex()  # one call, then slices: not one bytes.hex() per blob
+        step = 2 * HASH_BYTES
+        return {
+            (h := text[i * step : (i + 1) * step]): BlobRef(h, size)
+            for i, size in enumerate(out_s.tolist())
+        }
+
     def duration_ns(self) -> int:
         return int((self.column("end_ns") - self.column("start_ns")).sum())
 
@@ -589,6 +706,57 @@ class Segments(SegmentColumns):
         sizes = c.field("blob_size").astype(np.int64) + c.field("ts_size").astype(np.int64)
         per_pos = np.bincount(c.stream_seg, weights=sizes, minlength=c.n).astype(np.int64)
         return per_pos if self.rows is None else per_pos[self.rows]
+
+
+def _first_covering(
+    offsets: np.ndarray,
+    heights: np.ndarray,
+    widths: np.ndarray,
+    rows: np.ndarray,
+    codes: np.ndarray,
+    names: Sequence[str],
+    covers: Mapping[str, Callable[[int, int], bool]],
+) -> tuple[np.ndarray, np.ndarray]:
+    """For the stream ``rows`` (with name ``codes`` into ``names``), the first of each row's
+    renditions (``offsets``/``heights``/``widths`` of :meth:`_Columns.renditions`) that
+    ``covers[name](height, width)`` accepts: ``(indices into rows that have one, the chosen
+    rendition items)``. ``covers`` is called once per distinct (name, height, width), not per
+    row: a manifest has a few rendition sizes and millions of rows."""
+    counts = offsets[rows + 1] - offsets[rows]
+    total = int(counts.sum())
+    owner = np.repeat(np.arange(len(rows), dtype=np.int64), counts)
+    # Item j of row k is offsets[rows[k]] + (j's place within the row).
+    before = np.cumsum(counts) - counts
+    item = np.repeat(offsets[rows] - before, counts) + np.arange(total, dtype=np.int64)
+    item_code = np.repeat(codes, counts)
+    ok = np.zeros(total, dtype=bool)
+    for code in np.unique(item_code):
+        at = np.flatnonzero(item_code == code)
+        # Sides are below 2**31 (the page checks): one int64 key per (height, width).
+        sizes, inverse = np.unique(
+            (heights[item[at]] << 31) | widths[item[at]], return_inverse=True
+        )
+        test = covers[names[int(code)]]
+        accepted = np.array([test(int(k >> 31), int(k & (2**31 - 1))) for k in sizes], bool)
+        ok[at] = accepted[inverse.ravel()]
+    hit = np.flatnonzero(ok)
+    # Items are in row order and, within a row, smallest first: a row's first hit is its choice.
+    chosen, first = np.unique(owner[hit], return_index=True)
+    return chosen, item[hit[first]]
+
+
+def _first_last(digests: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(first (U,), last (U,))`` int64: for each distinct row of ``digests`` ``(N, 32)``
+    (in digest order), the index of its first and of its last occurrence."""
+    if not len(digests):
+        none = np.zeros(0, np.int64)
+        return none, none
+    keys = np.ascontiguousarray(digests).view(np.dtype((np.void, HASH_BYTES))).ravel()
+    perm = np.argsort(keys, kind="stable")  # equal keys keep their order: first .. last
+    ordered = keys[perm]
+    starts = np.flatnonzero(np.concatenate([[True], ordered[1:] != ordered[:-1]]))
+    ends = np.concatenate([starts[1:], [len(keys)]]) - 1
+    return perm[starts].astype(np.int64), perm[ends].astype(np.int64)
 
 
 def _segment(d: dict[str, Any]) -> Segment:
