@@ -108,6 +108,37 @@ def test_every_camera_gets_a_rendition_encoded_like_the_original(
         assert not seg.streams["joints/position"].renditions
 
 
+def _rgb_frames(path: Path) -> torch.Tensor:
+    """Every frame of the video at ``path``, ``uint8 (N, 3, H, W)``."""
+    with av.open(str(path)) as c:
+        frames = [f.to_ndarray(format="rgb24") for f in c.decode(c.streams.video[0])]
+    return torch.from_numpy(np.stack(frames)).permute(0, 3, 1, 2)
+
+
+def test_a_rendition_holds_the_originals_frames_scaled(root: Path, manifest: Manifest) -> None:
+    # Frame i of the rendition is frame i of the original, scaled: close to resizing the
+    # decoded original (antialiased bilinear), far from its neighbours and from a copy with
+    # its colour channels swapped (a scale through the wrong plane order would be).
+    store = Store(root)
+    for name in CAMS:
+        st = manifest.segments[0].streams[name]
+        original = _rgb_frames(store.blob_path(st.blob.hash))
+        rendition = _rgb_frames(store.blob_path(st.renditions[0].blob.hash))
+        reference = torch.nn.functional.interpolate(
+            original, size=(48, 64), mode="bilinear", antialias=True
+        )
+
+        def psnr(a: torch.Tensor, b: torch.Tensor) -> float:
+            mse = ((a.double() - b.double()) ** 2).mean(dim=(1, 2, 3)).clamp_min(1e-12)
+            return float((10 * torch.log10(255.0**2 / mse)).mean())
+
+        assert rendition.shape == reference.shape
+        same = psnr(rendition, reference)
+        assert same > 30, (name, same)
+        assert psnr(rendition[1:], reference[:-1]) < same - 1  # one frame off
+        assert psnr(rendition.flip(1), reference) < same - 3  # BGR for RGB
+
+
 def test_renditions_follow_the_originals_keyframe_interval(tmp_path: Path) -> None:
     store = Store(tmp_path / "root")
     frames = [np.full((64, 96, 3), 8 * i, np.uint8) for i in range(25)]
