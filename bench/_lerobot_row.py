@@ -8,12 +8,14 @@ num_workers=2, persistent_workers=True)`` with ``bench/_timing.py``. LeRobot ret
 as float32 in [0, 1] (it has no uint8 option), which is what is timed. With ``--image-size S``
 every camera frame is padded to ``S`` x ``S`` by ``image_transforms`` (in the workers, the way
 its users train at a smaller size): scaled to fit with ``torch.nn.functional.interpolate(mode=
-"bilinear", antialias=True)``, zeros around it. Writes a JSON object.
+"bilinear", antialias=True)``, zeros around it. ``--uint8`` passes ``return_uint8=True``
+(LeRobot 0.6 and later), so images stay ``uint8`` as ours do. Writes a JSON object.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import importlib.util
 import json
 import sys
@@ -60,6 +62,9 @@ def main() -> int:
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--horizon", type=int, default=16)
     ap.add_argument("--image-size", type=int, default=None)
+    ap.add_argument(
+        "--uint8", action="store_true", help="return_uint8=True (LeRobot 0.6 and later)"
+    )
     args = ap.parse_args()
 
     import torch
@@ -76,11 +81,15 @@ def main() -> int:
     def make_loader() -> DataLoader:
         t = time.perf_counter()
         ds = LeRobotDataset(
-            "rayform/bench", root=args.dataset, delta_timestamps=delta, image_transforms=transform
+            "rayform/bench",
+            root=args.dataset,
+            delta_timestamps=delta,
+            image_transforms=transform,
+            **({"return_uint8": True} if args.uint8 else {}),
         )
         built["construct_s"] = time.perf_counter() - t
         built["len"] = len(ds)
-        built["video_backend"] = ds.video_backend
+        built["video_backend"] = getattr(ds, "video_backend", getattr(ds, "_video_backend", None))
         return DataLoader(ds, **timing.LOADER_KW)
 
     res = timing.time_loader(
@@ -100,6 +109,7 @@ def main() -> int:
     res["action_shape"] = list(batch["action"].shape)
     res["workers"] = [timing.rss_kib(p) for p in timing.child_pids()]
     res["torch"] = torch.__version__
+    res["lerobot"] = importlib.metadata.version("lerobot")
     args.out.write_text(json.dumps(res, indent=1))
     return 0
 

@@ -160,13 +160,21 @@ def with_renditions(root: Path, height: int) -> Path:
     return out
 
 
-def lerobot_row(w: Workload, batches: int, runs: int, warmup: int) -> dict[str, Any]:
-    """``LeRobotDataset`` (peer venv, ``bench/_lerobot_row.py``) over ``w``'s dataset with
-    every camera frame padded to 224x224 by a transform in its workers."""
+def lerobot_row(
+    w: Workload,
+    batches: int,
+    runs: int,
+    warmup: int,
+    python: str | None = None,
+    uint8: bool = False,
+) -> dict[str, Any]:
+    """``LeRobotDataset`` (``bench/_lerobot_row.py`` in the peer venv, or the interpreter
+    ``python``) over ``w``'s dataset with every camera frame padded to 224x224 by a transform
+    in its workers; ``uint8``: with ``return_uint8=True`` (LeRobot 0.6 and later)."""
     out = BENCH / "lerobot-row-224.json"
     subprocess.run(
         [
-            peer_python(),
+            python or peer_python(),
             str(REPO / "bench" / "_lerobot_row.py"),
             str(w.lerobot_dir),
             str(out),
@@ -180,6 +188,7 @@ def lerobot_row(w: Workload, batches: int, runs: int, warmup: int) -> dict[str, 
             "16",
             "--image-size",
             "224",
+            *(["--uint8"] if uint8 else []),
         ],
         check=True,
         env=peer_env(),
@@ -356,6 +365,15 @@ def main() -> None:
         help="with --data bench: also time LeRobotDataset (the peer venv) serving the same "
         "224x224 frames, resized in a transform in its workers",
     )
+    ap.add_argument(
+        "--lerobot-python",
+        action="append",
+        default=[],
+        metavar="PYTHON",
+        help="with --lerobot: also time the interpreter of another LeRobot install (e.g. "
+        "LeRobot 0.6.1's), with float and with uint8 images; the peer venv of "
+        "scripts/peer_lerobot.sh (LeRobot 0.4.4) always runs",
+    )
     args = ap.parse_args()
     data = DEMO if args.data == "demo" else BENCH_EPISODES
     workload: Workload | None = None
@@ -420,11 +438,23 @@ def main() -> None:
             statistics.median(rates["rend224"]) / bound["samples_per_s"]
         )
     if args.lerobot and workload is not None:
-        extra["lerobot224"] = lerobot_row(workload, args.batches, args.rounds, args.warmup)
-        rate = extra["lerobot224"]["samples_per_s"]
-        log(f"[bench] LeRobotDataset at 224x224 (transform in its workers): {rate:.1f} samples/s")
-        if "rend224" in rates:
-            extra["rend224_over_lerobot224"] = statistics.median(rates["rend224"]) / rate
+        # The peer venv's LeRobot (0.4.4, float images: it has no uint8 option), then each
+        # --lerobot-python with its defaults and with return_uint8=True.
+        extra["lerobot224"] = {}
+        runs = [(None, False)] + [(p, u) for p in args.lerobot_python for u in (False, True)]
+        for python, uint8 in runs:
+            res = lerobot_row(workload, args.batches, args.rounds, args.warmup, python, uint8)
+            version = str(res.get("lerobot", "0.4.4")) + (" uint8" if uint8 else "")
+            extra["lerobot224"][version] = res
+            rate = res["samples_per_s"]
+            log(
+                f"[bench] LeRobotDataset {version} at 224x224 (transform in its workers): "
+                f"{rate:.1f} samples/s"
+            )
+            if "rend224" in rates:
+                extra.setdefault("rend224_over_lerobot224", {})[version] = (
+                    statistics.median(rates["rend224"]) / rate
+                )
     sizes = {
         name: batch_bytes_per_sample(data, slices[name], **kw)
         for name, kw in rows.items()
