@@ -30,8 +30,17 @@ ACTION = "joints/position_delta"
 
 
 def _parts(cache: Path) -> list[Path]:
+    """The non-empty partial downloads in ``cache`` now. A download that completes between
+    the listing and the stat is renamed away: it is not partial any more, so it is skipped."""
     tmp = cache / "tmp"
-    return [p for p in tmp.glob("*.part") if p.stat().st_size > 0] if tmp.is_dir() else []
+    out = []
+    for p in tmp.glob("*.part") if tmp.is_dir() else []:
+        try:
+            if p.stat().st_size > 0:
+                out.append(p)
+        except FileNotFoundError:
+            continue
+    return out
 
 
 def _blob_requests(fproxy: FaultProxy) -> int:
