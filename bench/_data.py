@@ -12,6 +12,7 @@ Everything is reused when already there (delete ``.bench/`` to start over):
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import socket
@@ -27,7 +28,16 @@ BENCH = REPO / ".bench"
 SLICE_ID = "slc_be4c0001"
 VENV_BIN = Path(sys.executable).parent
 
-__all__ = ["BENCH", "REPO", "SLICE_ID", "Workload", "open_slice", "peer_python", "prepare"]
+__all__ = [
+    "BENCH",
+    "REPO",
+    "SLICE_ID",
+    "Workload",
+    "open_slice",
+    "peer_python",
+    "prepare",
+    "run_lerobot_row",
+]
 
 
 @dataclass(frozen=True)
@@ -75,6 +85,41 @@ def peer_env() -> dict[str, str]:
         "OMP_NUM_THREADS": "1",
         "HOME": os.environ.get("HOME", "/root"),
     }
+
+
+def run_lerobot_row(
+    w: Workload,
+    out: Path,
+    *,
+    batches: int,
+    runs: int,
+    warmup: int,
+    python: str | None = None,
+    extra: tuple[str, ...] = (),
+) -> dict[str, Any]:
+    """Run ``bench/_lerobot_row.py`` over ``w``'s LeRobot dataset in the peer venv (or the
+    interpreter ``python``), with ``extra`` arguments; returns the JSON it writes to ``out``."""
+    subprocess.run(
+        [
+            python or peer_python(),
+            str(REPO / "bench" / "_lerobot_row.py"),
+            str(w.lerobot_dir),
+            str(out),
+            "--batches",
+            str(batches),
+            "--runs",
+            str(runs),
+            "--warmup",
+            str(warmup),
+            "--horizon",
+            "16",
+            *extra,
+        ],
+        check=True,
+        env=peer_env(),
+        stderr=subprocess.DEVNULL,
+    )
+    return dict(json.loads(out.read_text()))
 
 
 def prepare(w: Workload, log: Any = print) -> dict[str, float]:

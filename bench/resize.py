@@ -51,7 +51,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader
 
-from bench._data import BENCH, REPO, StoreClient, Workload, peer_env, peer_python, prepare
+from bench._data import BENCH, REPO, StoreClient, Workload, prepare, run_lerobot_row
 from bench._data import SLICE_ID as BENCH_SLICE_ID
 from bench._measure import loadavg, log
 from bench._timing import LOADER_KW, child_pids
@@ -171,30 +171,15 @@ def lerobot_row(
     """``LeRobotDataset`` (``bench/_lerobot_row.py`` in the peer venv, or the interpreter
     ``python``) over ``w``'s dataset with every camera frame padded to 224x224 by a transform
     in its workers; ``uint8``: with ``return_uint8=True`` (LeRobot 0.6 and later)."""
-    out = BENCH / "lerobot-row-224.json"
-    subprocess.run(
-        [
-            python or peer_python(),
-            str(REPO / "bench" / "_lerobot_row.py"),
-            str(w.lerobot_dir),
-            str(out),
-            "--batches",
-            str(batches),
-            "--runs",
-            str(runs),
-            "--warmup",
-            str(warmup),
-            "--horizon",
-            "16",
-            "--image-size",
-            "224",
-            *(["--uint8"] if uint8 else []),
-        ],
-        check=True,
-        env=peer_env(),
-        stderr=subprocess.DEVNULL,
+    return run_lerobot_row(
+        w,
+        BENCH / "lerobot-row-224.json",
+        batches=batches,
+        runs=runs,
+        warmup=warmup,
+        python=python,
+        extra=("--image-size", "224", *(["--uint8"] if uint8 else [])),
     )
-    return dict(json.loads(out.read_text()))
 
 
 def resize_in_transform(sample: dict[str, Any]) -> dict[str, Any]:

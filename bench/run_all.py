@@ -29,13 +29,12 @@ import argparse
 import json
 import os
 import platform
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from bench._data import REPO, Workload, open_slice, peer_env, peer_python, prepare
+from bench._data import REPO, Workload, open_slice, prepare, run_lerobot_row
 from bench._measure import loadavg, loader_row, log
 
 RESULTS = REPO / "bench" / "results"
@@ -97,26 +96,7 @@ def _lerobot_row(w: Workload, args: argparse.Namespace, batches: int, title: str
     log(f"[bench] {title}")
     out = REPO / ".bench" / "lerobot-row.json"
     load0 = loadavg()
-    subprocess.run(
-        [
-            peer_python(),
-            str(REPO / "bench" / "_lerobot_row.py"),
-            str(w.lerobot_dir),
-            str(out),
-            "--batches",
-            str(batches),
-            "--runs",
-            str(args.runs),
-            "--warmup",
-            str(args.warmup),
-            "--horizon",
-            "16",
-        ],
-        check=True,
-        env=peer_env(),
-        stderr=subprocess.DEVNULL,
-    )
-    res = json.loads(out.read_text())
+    res = run_lerobot_row(w, out, batches=batches, runs=args.runs, warmup=args.warmup)
     res["loadavg_1min"] = [load0, loadavg()]
     log(f"  -> {res['samples_per_s']:.1f} samples/s (first batch {res['first_batch_s']:.2f} s)")
     return res
