@@ -15,6 +15,9 @@ import pytest
 from support import DEMO_SLICE, TOKEN, ServerProcess
 from support.faultproxy import FaultProxy
 
+# Dumps the stacks of a hung test's process and its DataLoader workers before it times out.
+pytest_plugins = ["support.hangdump"]
+
 _RAYFORM_ENV = ("RAYFORM_ENDPOINT", "RAYFORM_TOKEN", "RAYFORM_CACHE_DIR", "RAYFORM_OFFLINE")
 
 
