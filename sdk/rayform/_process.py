@@ -17,13 +17,17 @@ holder, which
 Values inherited through fork are simply dropped, except with ``keep_inherited=True``: then
 they stay referenced for the life of the process, never freed, for values whose cleanup is
 unsafe in the child (an FFmpeg decoder's cleanup waits on threads that only exist in the
-parent).
+parent). They are taken at the fork itself, from every such holder alive in the parent,
+reachable or not: a holder that was already garbage in the parent (a dataset in a reference
+cycle that the collector had not reached yet) is collected in the child, and without that
+reference its value would be freed there.
 """
 
 from __future__ import annotations
 
 import os
 import threading
+import weakref
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
@@ -39,10 +43,19 @@ _create_lock = threading.RLock()
 _inherited: list[Any] = []
 
 
+#: Every holder with ``keep_inherited=True`` (weakly: the set does not keep them alive).
+_keepers: weakref.WeakSet[PerProcess[Any]] = weakref.WeakSet()
+
+
 def _after_fork_in_child() -> None:
     global _generation, _create_lock
     _generation += 1
     _create_lock = threading.RLock()
+    # Before the child's collector can run: it may free a holder that is unreachable garbage.
+    for holder in list(_keepers):
+        cell = holder._cell
+        if cell is not None:
+            _inherited.append(cell[1])
 
 
 if hasattr(os, "register_at_fork"):  # every platform with fork
@@ -70,13 +83,15 @@ class PerProcess(Generic[T]):
         self._http.get().get(url)      # this process's client, opened on first use
     """
 
-    __slots__ = ("_cell", "_factory", "_keep_inherited")
+    __slots__ = ("__weakref__", "_cell", "_factory", "_keep_inherited")
 
     def __init__(self, factory: Callable[[], T], *, keep_inherited: bool = False) -> None:
         self._factory = factory
         self._keep_inherited = keep_inherited
         # (generation, value) in one attribute: a thread reads both or neither.
         self._cell: tuple[int, T] | None = None
+        if keep_inherited:
+            _keepers.add(self)
 
     def get(self) -> T:
         """This process's value, created by the factory on first use."""
@@ -86,8 +101,6 @@ class PerProcess(Generic[T]):
         with _create_lock:
             cell = self._cell
             if cell is None or cell[0] != _generation:
-                if cell is not None and self._keep_inherited:
-                    _inherited.append(cell[1])
                 cell = (_generation, self._factory())
                 self._cell = cell
             return cell[1]
@@ -105,9 +118,7 @@ class PerProcess(Generic[T]):
         """
         with _create_lock:
             value = self.peek()
-            cell, self._cell = self._cell, None
-            if cell is not None and value is None and self._keep_inherited:
-                _inherited.append(cell[1])
+            self._cell = None
             return value
 
     def __getstate__(self) -> dict[str, Any]:
@@ -117,6 +128,8 @@ class PerProcess(Generic[T]):
         self._factory = state["factory"]
         self._keep_inherited = state["keep_inherited"]
         self._cell = None
+        if self._keep_inherited:
+            _keepers.add(self)
 
     def __repr__(self) -> str:
         held = "created" if self.peek() is not None else "empty"

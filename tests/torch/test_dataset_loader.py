@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import gc
 import hashlib
+import os
+import signal
 import socket
 import subprocess
 import sys
@@ -137,6 +140,34 @@ def test_workers_open_their_own_decoders(data) -> None:
     n = sum(len(b["t_ns"]) for b in loader)
     assert n == len(ds)
     assert ds.open_decoders() == opened  # the parent's own decoder, untouched by its workers
+
+
+@pytest.mark.parametrize("backend", ["pyav", None])
+def test_a_worker_collecting_a_dead_dataset_of_its_parent_does_not_hang(data, backend) -> None:
+    # A dataset the parent read from, then dropped in a reference cycle that its collector
+    # had not reached when a DataLoader forked: the worker's collector frees the cycle. Its
+    # decoders must not be freed with it (FFmpeg's cleanup would wait forever there on
+    # converter threads that exist only in the parent).
+    slice_, _ = data
+    gc.disable()
+    try:
+        dead = EpisodeDataset(slice_, obs=OBS, action=ACTION, fps=FPS, decoder_backend=backend)
+        dead[0]
+        dead.cycle = dead  # type: ignore[attr-defined]
+        del dead
+        pid = os.fork()
+        if pid == 0:
+            gc.collect()
+            os._exit(0)
+    finally:
+        gc.enable()
+    deadline = time.monotonic() + 60
+    while os.waitpid(pid, os.WNOHANG) == (0, 0):
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            pytest.fail("the child's collector hung freeing its parent's decoders")
+        time.sleep(0.05)
 
 
 def test_decode_threads_give_the_same_bits(data, monkeypatch: pytest.MonkeyPatch) -> None:

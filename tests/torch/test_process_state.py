@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import gc
 import os
 import pickle
 import threading
@@ -76,17 +77,57 @@ def test_a_grandchild_never_sees_an_ancestors_value() -> None:
     assert in_child(lambda: in_child(lambda: holder.peek() is None)) is True
 
 
+class Tracked:
+    """A value that says, through a pipe, which process freed it."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    def __del__(self) -> None:
+        os.write(self.fd, f"{os.getpid()}\n".encode())
+
+
 def test_inherited_values_are_kept_only_when_asked() -> None:
     kept, dropped = PerProcess(Counter, keep_inherited=True), PerProcess(Counter)
-    kept.get(), dropped.get()
+    kept_value, dropped_value = kept.get(), dropped.get()
 
-    def child() -> tuple[int, int]:
-        before = len(_process._inherited)
-        kept.get(), dropped.get()
-        return before, len(_process._inherited)
+    def child() -> tuple[bool, bool, bool]:
+        held = [id(v) for v in _process._inherited]
+        fresh = kept.get() is not kept_value and dropped.get() is not dropped_value
+        return id(kept_value) in held, id(dropped_value) in held, fresh
 
-    before, after = in_child(child)
-    assert after == before + 1  # only the keep_inherited value, referenced for good
+    assert in_child(child) == (True, False, True)  # only the keep_inherited value, for good
+
+
+def test_an_inherited_value_of_unreachable_garbage_is_never_freed_in_the_child() -> None:
+    # A dataset in a reference cycle that the parent's collector has not reached yet: the
+    # child's collector frees the cycle, and must not free the value with it (an FFmpeg
+    # decoder's cleanup there waits forever on the parent's threads).
+    r, w = os.pipe()
+
+    class Owner:
+        def __init__(self, keep: bool) -> None:
+            self.state = PerProcess(lambda: Tracked(w), keep_inherited=keep)
+            self.me = self  # the cycle
+
+    gc.disable()
+    try:
+        kept, dropped = Owner(keep=True), Owner(keep=False)
+        kept.state.get(), dropped.state.get()
+        del kept, dropped  # unreachable, not collected: gc is off
+        pid = os.fork()
+        if pid == 0:
+            gc.collect()
+            os._exit(0)
+        os.waitpid(pid, 0)
+    finally:
+        gc.enable()
+    gc.collect()  # the parent frees both, as usual
+    os.close(w)
+    with os.fdopen(r) as f:
+        freed_by = [int(line) for line in f.read().split()]
+    # The child freed only the value whose holder did not ask to keep it; the parent both.
+    assert sorted(freed_by) == sorted([pid, os.getpid(), os.getpid()])
 
 
 def test_pickling_and_copying_drop_the_value_and_keep_the_factory() -> None:

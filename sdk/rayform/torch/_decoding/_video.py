@@ -96,7 +96,9 @@ class _PyAVDecoder:
                     break
             else:
                 raise IndexError(f"frame {index} is past the end of the video")
-            out.append(torch.from_numpy(frame.to_ndarray(format="rgb24")))
+            # One converter thread: the workers are the parallelism, and a threaded swscale
+            # context cannot be freed in a forked child (it waits on the parent's threads).
+            out.append(torch.from_numpy(frame.to_ndarray(format="rgb24", threads=1)))
         return (
             torch.stack(out).permute(0, 3, 1, 2)
             if channels_last
