@@ -4,6 +4,7 @@ a training resolution, pulled and read alone, verified like any blob."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import shutil
 import subprocess
@@ -277,6 +278,28 @@ def test_the_dataset_reads_only_the_chosen_rendition(root: Path, manifest: Manif
         crop[KEYS[0]]["cam0/rgb"].shape == (3, 64, 64)
         and crop.describe()["renditions"]["cam0/rgb"] == "original"
     )
+
+
+def test_a_rendition_its_manifest_misdescribes_is_refused(root: Path, manifest: Manifest) -> None:
+    # The bytes match their hash; the size the manifest gives does not match the frames in them.
+    segments = []
+    for seg in manifest.segments:
+        st = seg.streams["cam0/rgb"]
+        wrong = dataclasses.replace(st.renditions[0], height=40, width=54)
+        streams = {**seg.streams, "cam0/rgb": dataclasses.replace(st, renditions=(wrong,))}
+        segments.append(dataclasses.replace(seg, streams=streams))
+    lying = Manifest(segments=tuple(segments), description="wrong rendition size")
+    ds = EpisodeDataset(
+        Slice(DEMO_SLICE, lying.hash, lying, StoreBlobs(Store(root))),
+        obs=OBS,
+        action=ACTION,
+        fps=15,
+        horizon=4,
+        shard=None,
+        image_size=(32, 32),
+    )
+    with pytest.raises(IntegrityError, match=r"holds frames of 64x48, its manifest says 54x40"):
+        ds[KEYS[0]]
 
 
 # -- pull, offline, integrity --------------------------------------------------------------------

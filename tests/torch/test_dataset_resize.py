@@ -16,7 +16,7 @@ from rayform import DatasetURI, InvalidArgumentError
 from rayform._resolution import Plan, Target
 from rayform.integrations._common import sample_spec
 from rayform.slice import Slice
-from rayform.torch import EpisodeDataset, MixtureDataset, collate
+from rayform.torch import EpisodeDataset, MixtureDataset, _reader, collate
 from rayform.torch._decoding._resize import resize_frames
 from rayform.torch._decoding._video import forget_intra_checks
 from rayform_server.store import Store
@@ -145,6 +145,18 @@ def test_workers_threads_and_collate_give_the_in_process_batches(demo: Slice) ->
         torch.equal(a, b["cam0/rgb"])
         for a, b in zip(ref, DataLoader(threaded, batch_size=8), strict=True)
     )
+
+
+@pytest.mark.parametrize("threads", [0, 2])
+def test_a_batch_resized_in_several_buffers_gives_the_same_frames(
+    demo: Slice, threads: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ref = {key: frames(make(demo, image_size=(64, 64)), key) for key in CAMS}
+    # A buffer of one frame: each segment's frames decoded and resized apart (with threads,
+    # each buffer's resize split between them too).
+    monkeypatch.setattr(_reader, "_BUFFER_BYTES", 1)
+    ds = make(demo, image_size=(64, 64), decode_threads=threads)
+    assert all(torch.equal(frames(ds, key), ref[key]) for key in CAMS)
 
 
 def test_history_of_frames_is_resized_too(demo: Slice) -> None:

@@ -2,10 +2,13 @@
 
 A batch is grouped by segment; for each segment every stream is read once: tables are
 aligned with one vectorised ``searchsorted``, and video frames for all samples of the
-segment are fetched in one sorted, de-duplicated ``get_frames_at`` call. With
-``decode_threads > 0`` those calls run in a thread pool (the decoders release the GIL) while
-the calling thread aligns tables; samples are assembled when all are done. The pool lives for
-one ``read`` call only: no thread outlives it, so a DataLoader may fork workers at any time
+segment are fetched in one sorted, de-duplicated ``get_frames_at`` call. With a training
+resolution (``targets``), those calls come after every segment's tables: each camera's
+frames for the whole batch are decoded into one buffer and resized in one call (a call per
+segment and camera, each with its own buffers, cost more). With ``decode_threads > 0`` the
+decode calls run in a thread pool (the decoders release the GIL), and a batch's resize is
+split between its threads; samples are assembled when all are done. The pool lives for one
+``read`` call only: no thread outlives it, so a DataLoader may fork workers at any time
 (forking a process with running threads is unsafe, and Python 3.12+ warns about it).
 
 Blobs are reached only through ``slice_.blob_path(ref)`` (which fetches a missing blob into
@@ -17,8 +20,10 @@ dropped when the dataset is pickled into a spawned one.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
@@ -179,17 +184,27 @@ class SampleReader:
         state = self._state.get()
         out: list[dict[str, Any] | None] = [None] * len(seg_pos)
         # Start every segment's decodes first (in the pool, when there is one), then assemble.
+        # Frames read at a training resolution are only requested there, then decoded into
+        # one buffer and resized in one call per camera for the whole batch.
         pending = [(np.flatnonzero(seg_pos == s), s) for s in np.unique(seg_pos)]
+        jobs: list[_ResizeJob] = []
         finishers = [
-            (where, self._read_segment(state, int(s), steps[where], pool)) for where, s in pending
+            (where, self._read_segment(state, int(s), steps[where], pool, jobs))
+            for where, s in pending
         ]
+        _run_resize_jobs(state.decoders, jobs, pool, max(1, self.decode_threads))
         for where, finish in finishers:
             for i, sample in zip(where, finish(), strict=True):
                 out[int(i)] = sample
         return out  # type: ignore[return-value]
 
     def _read_segment(
-        self, state: _ProcessState, s: int, steps: np.ndarray, pool: ThreadPoolExecutor | None
+        self,
+        state: _ProcessState,
+        s: int,
+        steps: np.ndarray,
+        pool: ThreadPoolExecutor | None,
+        jobs: list[_ResizeJob],
     ) -> Callable[[], list[dict[str, Any]]]:
         """Starts the segment's video decodes and reads its tables; the returned function
         waits for the frames and builds the samples."""
@@ -207,7 +222,7 @@ class SampleReader:
         for name in self.obs:
             stream = seg.streams[name]
             if stream.kind == "video":
-                videos[name] = self._video(state, stream, obs_t, pool, self.targets.get(name))
+                videos[name] = self._video(state, stream, obs_t, pool, self.targets.get(name), jobs)
             else:
                 t_rec, rec = self.table(stream)
                 values = convert(rec[latest_at_or_before(t_rec, obs_t)], stream, self.frame)
@@ -276,9 +291,10 @@ class SampleReader:
         t_query: np.ndarray,
         pool: ThreadPoolExecutor | None,
         target: Target | None,
+        jobs: list[_ResizeJob],
     ) -> tuple[Future[torch.Tensor], np.ndarray]:
         """Frames at the latest frame time <= each query ``t_query (B, n)``, resized to
-        ``target`` when there is one.
+        ``target`` when there is one (then only requested: appended to ``jobs``).
 
         Returns:
             ``frames``, a future of ``uint8 (U, 3, H, W)``: the unique frames decoded in one
@@ -297,30 +313,114 @@ class SampleReader:
         rendition = choose_rendition(stream, target)  # None: the original
         if rendition is None:
             blob, path = stream.blob, self._path(stream.blob, state)
+            size = (int(stream.shape[0]), int(stream.shape[1]))
         else:
             blob, path = rendition.blob, self._rendition_path(rendition.blob, state, stream)
+            size = (rendition.height, rendition.width)
         args = (blob.hash, path, unique, stream.rate_hz, stream.name)
         inverse = inverse.reshape(t_query.shape).astype(np.int64)
-        if pool is not None:
-            return pool.submit(_decode_contiguous, state.decoders, *args, target), inverse
         done: Future[torch.Tensor] = Future()
-        frames = state.decoders.get_frames(*args, channels_last=target is not None)
-        done.set_result(frames if target is None else resize_frames(frames, target))
+        if target is not None:
+            jobs.append(_ResizeJob(done, args, target, size))
+            return done, inverse
+        if pool is not None:
+            return pool.submit(_decode_contiguous, state.decoders, *args), inverse
+        done.set_result(state.decoders.get_frames(*args))
         return done, inverse
 
 
 def _decode_contiguous(
-    decoders: DecoderCache,
-    key: str,
-    path: Path,
-    indices: np.ndarray,
-    rate_hz: float,
-    stream: str,
-    target: Target | None,
+    decoders: DecoderCache, key: str, path: Path, indices: np.ndarray, rate_hz: float, stream: str
 ) -> torch.Tensor:
-    # In a pool thread: make the frames contiguous (or resize them) here, in parallel, so
-    # that default_collate's copy in the calling thread is a plain memcpy, not a transpose.
-    frames = decoders.get_frames(
-        key, path, indices, rate_hz, stream, channels_last=target is not None
-    )
-    return frames.contiguous() if target is None else resize_frames(frames, target)
+    # In a pool thread: make the frames contiguous here, in parallel, so that
+    # default_collate's copy in the calling thread is a plain memcpy, not a transpose.
+    return decoders.get_frames(key, path, indices, rate_hz, stream).contiguous()
+
+
+@dataclasses.dataclass(frozen=True)
+class _ResizeJob:
+    """Frames of one segment's camera to decode and resize: ``args`` of
+    ``DecoderCache.get_frames``, the decoded ``size`` ``(h, w)`` the manifest gives, and
+    ``done``, which receives ``uint8 (U, 3, H, W)``."""
+
+    done: Future[torch.Tensor]
+    args: tuple[str, Path, np.ndarray, float, str]
+    target: Target
+    size: tuple[int, int]
+
+
+#: Decoded frames held at once per resize call (bytes): a larger buffer comes from ``mmap``
+#: and its page faults cost more than the calls it saves (4 frames of 480x640, 36 of 240x320).
+_BUFFER_BYTES = 8 << 20
+
+
+def _run_resize_jobs(
+    decoders: DecoderCache,
+    jobs: list[_ResizeJob],
+    pool: ThreadPoolExecutor | None,
+    threads: int = 1,
+) -> None:
+    """Decode and resize ``jobs``: per (target, decoded size), the frames of consecutive jobs
+    (up to ``_BUFFER_BYTES``) into one channels-last buffer, then one resize into one output
+    (in ``pool``, decodes are spread over its ``threads`` threads and the resize is split
+    between them). Each job's future gets its slice of the output.
+
+    Batching replaces a resize call per segment and camera (with its buffers) by one per
+    camera and batch: the same bits, since each frame is resized on its own.
+    """
+    groups: dict[tuple[Target, tuple[int, int]], list[_ResizeJob]] = {}
+    for job in jobs:
+        groups.setdefault((job.target, job.size), []).append(job)
+    for (target, (h, w)), group in groups.items():
+        per_buffer = max(1, _BUFFER_BYTES // (h * w * 3))
+        chunk: list[_ResizeJob] = []
+        held = 0
+        for job in group:
+            if chunk and held + len(job.args[2]) > per_buffer:
+                _decode_and_resize(decoders, chunk, target, (h, w), pool, threads)
+                chunk, held = [], 0
+            chunk.append(job)
+            held += len(job.args[2])
+        _decode_and_resize(decoders, chunk, target, (h, w), pool, threads)
+
+
+def _decode_and_resize(
+    decoders: DecoderCache,
+    jobs: list[_ResizeJob],
+    target: Target,
+    size: tuple[int, int],
+    pool: ThreadPoolExecutor | None,
+    threads: int,
+) -> None:
+    bounds = np.cumsum([0, *(len(job.args[2]) for job in jobs)])
+    total = int(bounds[-1])
+    buffer = np.empty((total, *size, 3), dtype=np.uint8)
+    decodes = [
+        functools.partial(decoders.get_frames, *job.args, out=buffer[lo:hi])
+        for job, lo, hi in zip(jobs, bounds[:-1], bounds[1:], strict=True)
+    ]
+    _run_all(decodes, pool)
+    frames = torch.from_numpy(buffer).permute(0, 3, 1, 2)
+    out = torch.empty((total, 3, target.height, target.width), dtype=torch.uint8)
+    cuts = np.linspace(0, total, min(threads, total) + 1).astype(int)
+    resizes = [
+        functools.partial(resize_frames, frames[lo:hi], target, out[lo:hi])
+        for lo, hi in zip(cuts[:-1], cuts[1:], strict=True)
+        if hi > lo
+    ]
+    _run_all(resizes, pool)
+    for job, lo, hi in zip(jobs, bounds[:-1], bounds[1:], strict=True):
+        job.done.set_result(out[int(lo) : int(hi)])
+
+
+def _run_all(calls: Sequence[Callable[[], Any]], pool: ThreadPoolExecutor | None) -> None:
+    """Run ``calls`` here, or in ``pool`` and wait for all (the first error is raised after
+    every call has ended, so no thread still writes into a buffer being dropped)."""
+    if pool is None or len(calls) < 2:
+        for call in calls:
+            call()
+        return
+    futures = [pool.submit(call) for call in calls]
+    wait(futures)
+    for future in futures:
+        future.result()

@@ -78,13 +78,24 @@ class IntraDecoder:
         offset, size = self._packets[index]
         return os.pread(self._fd, size, offset)
 
-    def get_frames_at(self, indices: list[int], channels_last: bool = False) -> torch.Tensor:
+    def get_frames_at(
+        self, indices: list[int], channels_last: bool = False, out: np.ndarray | None = None
+    ) -> torch.Tensor:
         """Frames ``indices`` as a ``uint8 (N, 3, H, W)`` RGB tensor: contiguous, or laid out
         ``(N, H, W, 3)`` in memory with ``channels_last`` (packed RGB straight from the
-        converter, which a resize reads fastest; the same values)."""
-        if channels_last:
-            packed = torch.empty((len(indices), self.height, self.width, 3), dtype=torch.uint8)
-            pixels = packed.numpy()
+        converter, which a resize reads fastest; the same values). ``out``, a ``uint8
+        (N, H, W, 3)`` array, receives the packed frames instead of a new buffer (implies
+        ``channels_last``; the result is a view of it)."""
+        if channels_last or out is not None:
+            if out is None:
+                out = np.empty((len(indices), self.height, self.width, 3), dtype=np.uint8)
+            elif out.shape != (len(indices), self.height, self.width, 3):
+                raise ValueError(
+                    f"out holds {out.shape[:3]} frames of HxW, the video "
+                    f"{(len(indices), self.height, self.width)}"
+                )
+            packed = torch.from_numpy(out)
+            pixels = out
             row = self.width * 3
             for k, index in enumerate(indices):
                 packed_frame = self._reformatter.reformat(
@@ -96,8 +107,8 @@ class IntraDecoder:
                 rows = np.frombuffer(cast(Any, plane), np.uint8).reshape(self.height, -1)
                 pixels[k] = rows[:, :row].reshape(self.height, self.width, 3)
             return packed.permute(0, 3, 1, 2)
-        out = torch.empty((len(indices), 3, self.height, self.width), dtype=torch.uint8)
-        planes = out.numpy()
+        result = torch.empty((len(indices), 3, self.height, self.width), dtype=torch.uint8)
+        planes = result.numpy()
         for k, index in enumerate(indices):
             frame = self._frame(index)
             if not self._planar:
@@ -110,7 +121,7 @@ class IntraDecoder:
                     self.height, plane.line_size
                 )
                 planes[k, channel] = rows[:, : self.width]
-        return out
+        return result
 
     def _frame(self, index: int) -> Any:
         """Decode frame ``index`` (an all-intra packet decodes alone)."""

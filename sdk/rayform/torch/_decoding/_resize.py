@@ -22,16 +22,20 @@ from rayform._resolution import Target
 __all__ = ["resize_frames"]
 
 
-def resize_frames(frames: torch.Tensor, target: Target) -> torch.Tensor:
+def resize_frames(
+    frames: torch.Tensor, target: Target, out: torch.Tensor | None = None
+) -> torch.Tensor:
     """Resize ``uint8 (N, 3, h, w)`` frames to a contiguous ``uint8 (N, 3, H, W)``.
 
     Args:
         frames: decoded frames, any memory layout.
         target: the size and mode (``target.plan(h, w)`` says which box goes where).
+        out: a contiguous ``uint8 (N, 3, H, W)`` tensor to write into (a slice of a larger
+            batch, say), or ``None`` for a new one.
 
     Returns:
-        New contiguous frames (a copy even when the size is already the target's and nothing
-        is cropped or padded).
+        ``out``, or new contiguous frames (a copy even when the size is already the target's
+        and nothing is cropped or padded).
     """
     n, c, h, w = frames.shape
     plan = target.plan(h, w)
@@ -53,13 +57,17 @@ def resize_frames(frames: torch.Tensor, target: Target) -> torch.Tensor:
             antialias=True,
             align_corners=False,
         )
-    if plan.scaled == (target.height, target.width):
+    if out is None:
         out = torch.empty((n, c, target.height, target.width), dtype=frames.dtype)
-        _copy(out, scaled)
-        return out
-    out = torch.zeros((n, c, target.height, target.width), dtype=frames.dtype)
     y, x = plan.at
-    _copy(out[:, :, y : y + plan.scaled[0], x : x + plan.scaled[1]], scaled)
+    sh, sw = plan.scaled
+    if (sh, sw) != (target.height, target.width):
+        # Only the padding is zeroed: the picture overwrites the rest.
+        out[:, :, :y].zero_()
+        out[:, :, y + sh :].zero_()
+        out[:, :, y : y + sh, :x].zero_()
+        out[:, :, y : y + sh, x + sw :].zero_()
+    _copy(out[:, :, y : y + sh, x : x + sw], scaled)
     return out
 
 

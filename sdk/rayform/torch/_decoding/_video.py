@@ -203,6 +203,7 @@ class DecoderCache:
         stream: str = "",
         *,
         channels_last: bool = False,
+        out: np.ndarray | None = None,
     ) -> torch.Tensor:
         """Frames at sorted, unique ``indices`` of the video at ``path``.
 
@@ -214,16 +215,19 @@ class DecoderCache:
             stream: the stream's name, for errors.
             channels_last: frames laid out ``(N, H, W, 3)`` in memory where the decoder can
                 (what a resize reads fastest); the values are the same.
+            out: a ``uint8 (N, H, W, 3)`` array (a slice of a batch's buffer) that receives
+                the frames, or ``None``. The packet decoder writes into it directly.
 
         Returns:
-            ``uint8 (N, 3, H, W)``.
+            ``uint8 (N, 3, H, W)``; with ``out``, a view of it.
 
         Raises:
             IntegrityError: the video (already verified against its hash) cannot be decoded,
-                or has fewer frames than its timestamps blob.
+                has fewer frames than its timestamps blob, or frames of another size than
+                ``out``'s.
         """
         try:
-            return self._get_frames(key, path, indices, rate_hz, channels_last)
+            return self._get_frames(key, path, indices, rate_hz, channels_last, out)
         except RayformError:
             raise
         except Exception as exc:  # whatever the decoder raises on bytes that are not a video
@@ -234,7 +238,13 @@ class DecoderCache:
             ) from exc
 
     def _get_frames(
-        self, key: str, path: Path, indices: np.ndarray, rate_hz: float, channels_last: bool
+        self,
+        key: str,
+        path: Path,
+        indices: np.ndarray,
+        rate_hz: float,
+        channels_last: bool,
+        out: np.ndarray | None,
     ) -> torch.Tensor:
         with self._lock:
             entry = self._open.get(key)
@@ -248,7 +258,25 @@ class DecoderCache:
             if entry.decoder is None:  # opened outside the cache lock: other videos go on
                 decoder = _checked_intra(path, rate_hz) if self._backend is None else None
                 entry.decoder = decoder or _general(self.backend, path, rate_hz)
-            return entry.decoder.get_frames_at([int(i) for i in indices], channels_last)
+            decoder = entry.decoder
+            wanted = [int(i) for i in indices]
+            if out is None:
+                return decoder.get_frames_at(wanted, channels_last)
+            if isinstance(decoder, IntraDecoder) and out.shape[1:3] == (
+                decoder.height,
+                decoder.width,
+            ):
+                return decoder.get_frames_at(wanted, out=out)
+            frames = decoder.get_frames_at(wanted, True)
+        if tuple(frames.shape[2:]) != out.shape[1:3]:
+            raise IntegrityError(
+                f"video blob {key} holds frames of {frames.shape[3]}x{frames.shape[2]}, its "
+                f"manifest says {out.shape[2]}x{out.shape[1]}; the data on the server is broken: "
+                "report it to the data owners"
+            )
+        into = torch.from_numpy(out)
+        into.copy_(frames.permute(0, 2, 3, 1))
+        return into.permute(0, 3, 1, 2)
 
     def __len__(self) -> int:
         return len(self._open)
