@@ -70,16 +70,24 @@ if hasattr(signal, "SIGUSR1"):
     faulthandler.register(signal.SIGUSR1, all_threads=True)
 
 
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+def _limit_s(item: pytest.Item) -> float:
+    """pytest-timeout's limit for ``item`` in seconds (0: none, or the plugin is absent)."""
     marker = item.get_closest_marker("timeout")
     if marker and marker.args:
-        limit = marker.args[0]
-    else:
-        limit = item.config.getoption("timeout", None) or item.config.getini("timeout")
+        return float(marker.args[0] or 0)
+    try:
+        return float(item.config.getoption("timeout", None) or item.config.getini("timeout") or 0)
+    except ValueError:  # no such option: pytest-timeout is not installed
+        return 0.0
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    # Around setup, call and teardown, as pytest-timeout's own timer (a slow fixture counts).
+    limit = _limit_s(item)
     timer = None
-    if limit and float(limit) > _AHEAD_S and hasattr(signal, "SIGUSR1"):
-        timer = threading.Timer(float(limit) - _AHEAD_S, _dump)
+    if limit > _AHEAD_S and hasattr(signal, "SIGUSR1"):
+        timer = threading.Timer(limit - _AHEAD_S, _dump)
         timer.daemon = True
         timer.start()
     try:
