@@ -75,6 +75,11 @@ def server(root: Path) -> Iterator[ServerProcess]:
     server.stop()
 
 
+def dataset(slice_: Slice, **kw) -> EpisodeDataset:
+    """The tests' dataset over ``slice_``: both cameras, the joints, a 4-step chunk at 15 Hz."""
+    return EpisodeDataset(slice_, obs=OBS, action=ACTION, fps=15, horizon=4, shard=None, **kw)
+
+
 def local(root: Path, manifest: Manifest) -> tuple[Slice, StoreBlobs]:
     blobs = StoreBlobs(Store(root))
     return Slice(DEMO_SLICE, manifest.hash, manifest, blobs), blobs
@@ -237,16 +242,7 @@ def test_the_smallest_rendition_that_covers_the_target_is_chosen(manifest: Manif
 
 def test_the_dataset_reads_only_the_chosen_rendition(root: Path, manifest: Manifest) -> None:
     slice_, blobs = local(root, manifest)
-    ds = EpisodeDataset(
-        slice_,
-        obs=OBS,
-        action=ACTION,
-        fps=15,
-        horizon=4,
-        shard=None,
-        image_size=(64, 64),
-        resize="pad",
-    )
+    ds = dataset(slice_, image_size=(64, 64), resize="pad")
     got = torch.stack([s["cam0/rgb"] for s in ds.__getitems__(KEYS)])
     assert got.shape == (len(KEYS), 3, 64, 64)
     assert not got[:, :, :8].any() and not got[:, :, 56:].any()
@@ -256,24 +252,13 @@ def test_the_dataset_reads_only_the_chosen_rendition(root: Path, manifest: Manif
     assert ds.describe()["renditions"] == {"cam0/rgb": "48x64", "wrist/rgb": "48x64"}
     # The same shapes from the original (a crop the rendition cannot cover), and its pixels
     # near the rendition's: the rendition is the resized original, encoded once more.
-    full = EpisodeDataset(
-        local(root, manifest)[0], obs=OBS, action=ACTION, fps=15, horizon=4, shard=None
-    )
+    full = dataset(local(root, manifest)[0])
     reference = resize_frames(
         torch.stack([s["cam0/rgb"] for s in full.__getitems__(KEYS)]), Target(64, 64, "pad")
     )
     mse = ((got.double() - reference.double()) ** 2).mean().item()
     assert 10 * np.log10(255**2 / mse) > 30
-    crop = EpisodeDataset(
-        slice_,
-        obs=OBS,
-        action=ACTION,
-        fps=15,
-        horizon=4,
-        shard=None,
-        image_size=(64, 64),
-        resize="crop",
-    )
+    crop = dataset(slice_, image_size=(64, 64), resize="crop")
     assert (
         crop[KEYS[0]]["cam0/rgb"].shape == (3, 64, 64)
         and crop.describe()["renditions"]["cam0/rgb"] == "original"
@@ -289,15 +274,7 @@ def test_a_rendition_its_manifest_misdescribes_is_refused(root: Path, manifest: 
         streams = {**seg.streams, "cam0/rgb": dataclasses.replace(st, renditions=(wrong,))}
         segments.append(dataclasses.replace(seg, streams=streams))
     lying = Manifest(segments=tuple(segments), description="wrong rendition size")
-    ds = EpisodeDataset(
-        Slice(DEMO_SLICE, lying.hash, lying, StoreBlobs(Store(root))),
-        obs=OBS,
-        action=ACTION,
-        fps=15,
-        horizon=4,
-        shard=None,
-        image_size=(32, 32),
-    )
+    ds = dataset(Slice(DEMO_SLICE, lying.hash, lying, StoreBlobs(Store(root))), image_size=(32, 32))
     with pytest.raises(IntegrityError, match=r"holds frames of 64x48, its manifest says 54x40"):
         ds[KEYS[0]]
 
@@ -318,9 +295,7 @@ def test_pull_at_a_resolution_takes_only_those_renditions_and_training_runs_offl
 
     offline = make_client(server.url, tmp_path / "cache", offline=True)
     slice_ = offline.slices.get(DEMO_SLICE)
-    ds = EpisodeDataset(
-        slice_, obs=OBS, action=ACTION, fps=15, horizon=4, shard=None, image_size=(32, 32)
-    )
+    ds = dataset(slice_, image_size=(32, 32))
     assert ds[KEYS[1]]["wrist/rgb"].shape == (3, 32, 32)
     again = EpisodeDataset.from_uri(ds.uri, client=offline)
     assert torch.equal(again[KEYS[2]]["cam0/rgb"], ds[KEYS[2]]["cam0/rgb"])

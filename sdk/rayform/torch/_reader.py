@@ -348,6 +348,11 @@ class _ResizeJob:
     target: Target
     size: tuple[int, int]
 
+    @property
+    def count(self) -> int:
+        """Frames to decode (the unique indices in ``args``)."""
+        return len(self.args[2])
+
 
 #: Decoded frames held at once per resize call (bytes): a larger buffer comes from ``mmap``
 #: and its page faults cost more than the calls it saves (4 frames of 480x640, 36 of 240x320).
@@ -376,11 +381,11 @@ def _run_resize_jobs(
         chunk: list[_ResizeJob] = []
         held = 0
         for job in group:
-            if chunk and held + len(job.args[2]) > per_buffer:
+            if chunk and held + job.count > per_buffer:
                 _decode_and_resize(decoders, chunk, target, (h, w), pool, threads)
                 chunk, held = [], 0
             chunk.append(job)
-            held += len(job.args[2])
+            held += job.count
         _decode_and_resize(decoders, chunk, target, (h, w), pool, threads)
 
 
@@ -392,7 +397,7 @@ def _decode_and_resize(
     pool: ThreadPoolExecutor | None,
     threads: int,
 ) -> None:
-    bounds = np.cumsum([0, *(len(job.args[2]) for job in jobs)])
+    bounds = np.cumsum([0, *(job.count for job in jobs)])
     total = int(bounds[-1])
     buffer = np.empty((total, *size, 3), dtype=np.uint8)
     decodes = [
