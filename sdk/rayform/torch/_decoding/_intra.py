@@ -84,28 +84,33 @@ class IntraDecoder:
         """Frames ``indices`` as a ``uint8 (N, 3, H, W)`` RGB tensor: contiguous, or laid out
         ``(N, H, W, 3)`` in memory with ``channels_last`` (packed RGB straight from the
         converter, which a resize reads fastest; the same values). ``out``, a ``uint8
-        (N, H, W, 3)`` array, receives the packed frames instead of a new buffer (implies
-        ``channels_last``; the result is a view of it)."""
+        (N, H, W, C)`` array with ``C`` 3 or 4, receives the packed frames instead of a new
+        buffer (implies ``channels_last``; the result is a view of it, ``(N, C, H, W)``); with
+        four channels the fourth is 255 (RGBA: converted as fast as RGB, and what a resize
+        reads without widening each pixel first)."""
         if channels_last or out is not None:
             if out is None:
                 out = np.empty((len(indices), self.height, self.width, 3), dtype=np.uint8)
-            elif out.shape != (len(indices), self.height, self.width, 3):
+            elif out.shape[:3] != (len(indices), self.height, self.width) or out.shape[3] not in (
+                3,
+                4,
+            ):
                 raise ValueError(
-                    f"out holds {out.shape[:3]} frames of HxW, the video "
+                    f"out holds {out.shape} frames (N, H, W, 3 or 4), the video "
                     f"{(len(indices), self.height, self.width)}"
                 )
             packed = torch.from_numpy(out)
             pixels = out
-            row = self.width * 3
+            channels = out.shape[3]
+            fmt = "rgb24" if channels == 3 else "rgba"
+            row = self.width * channels
             for k, index in enumerate(indices):
-                packed_frame = self._reformatter.reformat(
-                    self._frame(index), format="rgb24", threads=1
-                )
+                packed_frame = self._reformatter.reformat(self._frame(index), format=fmt, threads=1)
                 # Straight from the converter's buffer (rows padded to line_size) into the
                 # output: to_ndarray would copy the picture once more.
                 plane = packed_frame.planes[0]
                 rows = np.frombuffer(cast(Any, plane), np.uint8).reshape(self.height, -1)
-                pixels[k] = rows[:, :row].reshape(self.height, self.width, 3)
+                pixels[k] = rows[:, :row].reshape(self.height, self.width, channels)
             return packed.permute(0, 3, 1, 2)
         result = torch.empty((len(indices), 3, self.height, self.width), dtype=torch.uint8)
         planes = result.numpy()

@@ -25,10 +25,14 @@ __all__ = ["resize_frames"]
 def resize_frames(
     frames: torch.Tensor, target: Target, out: torch.Tensor | None = None
 ) -> torch.Tensor:
-    """Resize ``uint8 (N, 3, h, w)`` frames to a contiguous ``uint8 (N, 3, H, W)``.
+    """Resize ``uint8 (N, C, h, w)`` frames to a contiguous ``uint8 (N, 3, H, W)``.
 
     Args:
-        frames: decoded frames, any memory layout.
+        frames: decoded frames, any memory layout; ``C`` is 3 (RGB) or 4 (RGB and a fourth
+            channel that is ignored). Torch's channels-last ``uint8`` kernel works on four
+            channels: given three, it widens every frame to four and narrows the result back,
+            which costs a third of its time; given four, it skips both. The RGB channels of
+            the result are the same bits either way.
         target: the size and mode (``target.plan(h, w)`` says which box goes where).
         out: a contiguous ``uint8 (N, 3, H, W)`` tensor to write into (a slice of a larger
             batch, say), or ``None`` for a new one.
@@ -37,7 +41,7 @@ def resize_frames(
         ``out``, or new contiguous frames (a copy even when the size is already the target's
         and nothing is cropped or padded).
     """
-    n, c, h, w = frames.shape
+    n, _, h, w = frames.shape
     plan = target.plan(h, w)
     top, left, bh, bw = plan.box
     src = frames[:, :, top : top + bh, left : left + bw]
@@ -58,7 +62,7 @@ def resize_frames(
             align_corners=False,
         )
     if out is None:
-        out = torch.empty((n, c, target.height, target.width), dtype=frames.dtype)
+        out = torch.empty((n, 3, target.height, target.width), dtype=frames.dtype)
     y, x = plan.at
     sh, sw = plan.scaled
     if (sh, sw) != (target.height, target.width):
@@ -67,7 +71,7 @@ def resize_frames(
         out[:, :, y + sh :].zero_()
         out[:, :, y : y + sh, :x].zero_()
         out[:, :, y : y + sh, x + sw :].zero_()
-    _copy(out[:, :, y : y + sh, x : x + sw], scaled)
+    _copy(out[:, :, y : y + sh, x : x + sw], scaled[:, :3])
     return out
 
 

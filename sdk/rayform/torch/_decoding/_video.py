@@ -215,11 +215,14 @@ class DecoderCache:
             stream: the stream's name, for errors.
             channels_last: frames laid out ``(N, H, W, 3)`` in memory where the decoder can
                 (what a resize reads fastest); the values are the same.
-            out: a ``uint8 (N, H, W, 3)`` array (a slice of a batch's buffer) that receives
-                the frames, or ``None``. The packet decoder writes into it directly.
+            out: a ``uint8 (N, H, W, C)`` array (a slice of a batch's buffer) that receives
+                the frames, or ``None``. The packet decoder writes into it directly. ``C`` is 3,
+                or 4 for RGBA frames (what a resize reads fastest): the packet decoder writes
+                255 in the fourth channel, the other backends leave it as it was (a resize never
+                mixes channels, so its RGB does not depend on it).
 
         Returns:
-            ``uint8 (N, 3, H, W)``; with ``out``, a view of it.
+            ``uint8 (N, 3, H, W)``; with ``out``, a view of it (``(N, C, H, W)``).
 
         Raises:
             IntegrityError: the video (already verified against its hash) cannot be decoded,
@@ -275,7 +278,7 @@ class DecoderCache:
                 "report it to the data owners"
             )
         into = torch.from_numpy(out)
-        into.copy_(frames.permute(0, 2, 3, 1))
+        into[..., :3].copy_(frames.permute(0, 2, 3, 1))
         return into.permute(0, 3, 1, 2)
 
     def __len__(self) -> int:
