@@ -19,11 +19,14 @@ import torch.nn.functional as F
 
 from rayform._resolution import Target
 
-__all__ = ["resize_frames"]
+__all__ = ["resize_frames", "scratch_bytes"]
 
 
 def resize_frames(
-    frames: torch.Tensor, target: Target, out: torch.Tensor | None = None
+    frames: torch.Tensor,
+    target: Target,
+    out: torch.Tensor | None = None,
+    scratch: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Resize ``uint8 (N, C, h, w)`` frames to a contiguous ``uint8 (N, 3, H, W)``.
 
@@ -36,6 +39,10 @@ def resize_frames(
         target: the size and mode (``target.plan(h, w)`` says which box goes where).
         out: a contiguous ``uint8 (N, 3, H, W)`` tensor to write into (a slice of a larger
             batch, say), or ``None`` for a new one.
+        scratch: a flat ``uint8`` tensor of at least :func:`scratch_bytes` bytes that the
+            scaled frames pass through, or ``None`` for new memory. A buffer kept between
+            batches is not page-faulted and zeroed by the kernel again each time (which
+            happens when the allocator has given the last batch's memory back).
 
     Returns:
         ``out``, or new contiguous frames (a copy even when the size is already the target's
@@ -54,13 +61,20 @@ def resize_frames(
         # either way.
         channels_last = frames.is_contiguous(memory_format=torch.channels_last)
         layout = torch.channels_last if channels_last else torch.contiguous_format
-        scaled = F.interpolate(
-            src.contiguous(memory_format=layout),
-            size=plan.scaled,
-            mode="bilinear",
-            antialias=True,
-            align_corners=False,
-        )
+        src = src.contiguous(memory_format=layout)
+        if scratch is None or not channels_last:
+            scaled = F.interpolate(
+                src, size=plan.scaled, mode="bilinear", antialias=True, align_corners=False
+            )
+        else:
+            # The op interpolate calls, writing into the scratch laid out as it would lay out
+            # its own result (channels-last): the same bits.
+            sh, sw = plan.scaled
+            c = src.shape[1]
+            into = scratch[: n * sh * sw * c].view(n, sh, sw, c).permute(0, 3, 1, 2)
+            scaled = torch.ops.aten._upsample_bilinear2d_aa.out(
+                src, [sh, sw], False, None, None, out=into
+            )
     if out is None:
         out = torch.empty((n, 3, target.height, target.width), dtype=frames.dtype)
     y, x = plan.at
@@ -73,6 +87,13 @@ def resize_frames(
         out[:, :, y : y + sh, x + sw :].zero_()
     _copy(out[:, :, y : y + sh, x : x + sw], scaled[:, :3])
     return out
+
+
+def scratch_bytes(frames: int, channels: int, height: int, width: int, target: Target) -> int:
+    """Bytes of the ``scratch`` that :func:`resize_frames` needs for ``frames`` frames of
+    ``channels`` x ``height`` x ``width``."""
+    sh, sw = target.plan(height, width).scaled
+    return frames * channels * sh * sw
 
 
 def _copy(dst: torch.Tensor, src: torch.Tensor) -> None:
