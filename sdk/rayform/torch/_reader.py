@@ -259,8 +259,9 @@ class SampleReader:
         action: tuple[torch.Tensor, torch.Tensor] | None,
         meta: dict[str, Any],
     ) -> list[dict[str, Any]]:
-        # Per-sample values are views cut in one ``unbind`` per tensor (one call, not one
-        # indexing per sample: those calls were a tenth of a sample's time at 224 px).
+        # Per-sample values are views cut by one ``unbind`` per tensor: one call per key, not
+        # one indexing call per sample and key (it counts where a batch holds many samples of
+        # a segment, as a windowed sampler's do).
         # One step: a view of a decoded frame (collate copies it once into the batch). A
         # history: a small gather of n frames.
         columns: dict[str, Sequence[torch.Tensor]] = {}
@@ -380,8 +381,8 @@ class _ResizeJob:
         return len(self.args[2])
 
 
-#: Decoded frames held at once per resize call (bytes): a larger buffer comes from ``mmap``
-#: and its page faults cost more than the calls it saves (6 frames of 480x640, 27 of 240x320).
+#: Decoded frames held at once per resize call (bytes): bounds the buffer each thread keeps
+#: (6 RGBA frames of 480x640, 27 of 240x320); a larger one saves little more in calls.
 _BUFFER_BYTES = 8 << 20
 #: Channels of the decode buffer: RGBA, which torch's resize kernel reads without widening
 #: each pixel first (a third less time than RGB, measured at 240x320 and 480x640 to 168x224;
