@@ -381,8 +381,9 @@ class _ResizeJob:
         return len(self.args[2])
 
 
-#: Decoded frames held at once per resize call (bytes): bounds the buffer each thread keeps
-#: (6 RGBA frames of 480x640, 27 of 240x320); a larger one saves little more in calls.
+#: Decoded (or scaled, when larger) frames held at once per resize call (bytes): bounds each
+#: of the two buffers a thread keeps (6 RGBA frames of 480x640, 27 of 240x320); a larger one
+#: saves little more in calls.
 _BUFFER_BYTES = 8 << 20
 #: Channels of the decode buffer: RGBA, which torch's resize kernel reads without widening
 #: each pixel first (a third less time than RGB, measured at 240x320 and 480x640 to 168x224;
@@ -412,7 +413,10 @@ def _run_resize_jobs(
     for job in jobs:
         groups.setdefault((job.target, job.size), []).append(job)
     for (target, (h, w)), group in groups.items():
-        per_buffer = max(1, _BUFFER_BYTES // (h * w * _CHANNELS))
+        # Bounded by the larger of the decoded and the scaled frame: both buffers are kept.
+        # (One segment's frames are never split: more than that bound is new memory.)
+        scaled = target.plan(h, w).scaled
+        per_buffer = max(1, _BUFFER_BYTES // (max(h * w, scaled[0] * scaled[1]) * _CHANNELS))
         chunk: list[_ResizeJob] = []
         held = 0
         for job in group:
@@ -461,16 +465,19 @@ def _decode_and_resize(
 
 class _Scratch(threading.local):
     """One thread's buffers for decoded and scaled frames, kept between batches and grown on
-    demand (bounded by ``_BUFFER_BYTES`` and its scaled size): reused memory is not
-    page-faulted and zeroed again each batch, which fresh buffers were whenever the allocator
-    had given the last batch's back to the kernel (5-10 % of a worker's time at 224 px)."""
+    demand up to ``_BUFFER_BYTES`` each (a larger request gets new memory, not kept): reused
+    memory is not page-faulted and zeroed again each batch, which fresh buffers were whenever
+    the allocator had given the last batch's back to the kernel (5-10 % of a worker's time at
+    224 px)."""
 
     def __init__(self) -> None:
         self._buffers: dict[str, torch.Tensor] = {}
 
     def get(self, name: str, nbytes: int) -> torch.Tensor:
-        """A flat ``uint8`` tensor of ``nbytes`` bytes, the same memory as the last ``name``
-        asked for when that was as large."""
+        """A flat ``uint8`` tensor of ``nbytes`` bytes: the same memory as the last ``name``
+        asked for when that was as large, new memory above ``_BUFFER_BYTES``."""
+        if nbytes > _BUFFER_BYTES:
+            return torch.empty(nbytes, dtype=torch.uint8)
         buffer = self._buffers.get(name)
         if buffer is None or buffer.numel() < nbytes:
             buffer = self._buffers[name] = torch.empty(nbytes, dtype=torch.uint8)
