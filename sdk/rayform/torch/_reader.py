@@ -38,7 +38,7 @@ from rayform.cache import Pins
 from rayform.errors import IntegrityError, OfflineError
 from rayform.manifest import BlobRef, Stream
 from rayform.torch._align import align_values, latest_at_or_before
-from rayform.torch._decoding import DecoderCache, TableCache, resize_frames, scratch_bytes
+from rayform.torch._decoding import DecoderCache, TableCache, resize_frames
 from rayform.torch._frames import convert
 from rayform.torch._index import GridIndex, grid_offsets_ns
 from rayform.torch._readahead import reader_pins
@@ -395,8 +395,8 @@ def _run_resize_jobs(
     decoders: DecoderCache,
     jobs: list[_ResizeJob],
     pool: ThreadPoolExecutor | None,
-    threads: int = 1,
-    scratch: _Scratch | None = None,
+    threads: int,
+    scratch: _Scratch,
 ) -> None:
     """Decode and resize ``jobs``: per (target, decoded size), the frames of consecutive jobs
     (up to ``_BUFFER_BYTES``) into one channels-last RGBA buffer, then one resize into one output
@@ -408,24 +408,23 @@ def _run_resize_jobs(
     the scaled frames pass through ``scratch`` (the calling thread's buffers), kept between
     batches; only the resized output is new memory.
     """
-    scratch = scratch or _Scratch()
     groups: dict[tuple[Target, tuple[int, int]], list[_ResizeJob]] = {}
     for job in jobs:
         groups.setdefault((job.target, job.size), []).append(job)
     for (target, (h, w)), group in groups.items():
         # Bounded by the larger of the decoded and the scaled frame: both buffers are kept.
         # (One segment's frames are never split: more than that bound is new memory.)
-        scaled = target.plan(h, w).scaled
-        per_buffer = max(1, _BUFFER_BYTES // (max(h * w, scaled[0] * scaled[1]) * _CHANNELS))
+        sh, sw = target.plan(h, w).scaled
+        per_buffer = max(1, _BUFFER_BYTES // (max(h * w, sh * sw) * _CHANNELS))
         chunk: list[_ResizeJob] = []
         held = 0
         for job in group:
             if chunk and held + job.count > per_buffer:
-                _decode_and_resize(decoders, chunk, target, (h, w), pool, threads, scratch)
+                _decode_and_resize(decoders, chunk, target, (h, w), sh * sw, pool, threads, scratch)
                 chunk, held = [], 0
             chunk.append(job)
             held += job.count
-        _decode_and_resize(decoders, chunk, target, (h, w), pool, threads, scratch)
+        _decode_and_resize(decoders, chunk, target, (h, w), sh * sw, pool, threads, scratch)
 
 
 def _decode_and_resize(
@@ -433,6 +432,7 @@ def _decode_and_resize(
     jobs: list[_ResizeJob],
     target: Target,
     size: tuple[int, int],
+    scaled_pixels: int,
     pool: ThreadPoolExecutor | None,
     threads: int,
     scratch: _Scratch,
@@ -448,7 +448,7 @@ def _decode_and_resize(
     _run_all(decodes, pool)
     frames = torch.from_numpy(buffer).permute(0, 3, 1, 2)
     out = torch.empty((total, 3, target.height, target.width), dtype=torch.uint8)
-    per_frame = scratch_bytes(1, _CHANNELS, *size, target)
+    per_frame = scaled_pixels * _CHANNELS  # bytes of one scaled frame
     scaled = scratch.get("scaled", total * per_frame)
     cuts = np.linspace(0, total, min(threads, total) + 1).astype(int)
     resizes = [

@@ -7,7 +7,7 @@ whichever decoder read them).
 """
 
 from rayform.torch._decoding._intra import IntraDecoder, open_intra
-from rayform.torch._decoding._resize import resize_frames, scratch_bytes
+from rayform.torch._decoding._resize import resize_frames
 from rayform.torch._decoding._tables import TableCache
 from rayform.torch._decoding._video import (
     BACKENDS,
@@ -27,5 +27,4 @@ __all__ = [
     "intra_checks",
     "open_intra",
     "resize_frames",
-    "scratch_bytes",
 ]

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 
 from rayform._resolution import Target
 
-__all__ = ["resize_frames", "scratch_bytes"]
+__all__ = ["resize_frames"]
 
 
 def resize_frames(
@@ -39,10 +39,11 @@ def resize_frames(
         target: the size and mode (``target.plan(h, w)`` says which box goes where).
         out: a contiguous ``uint8 (N, 3, H, W)`` tensor to write into (a slice of a larger
             batch, say), or ``None`` for a new one.
-        scratch: a flat ``uint8`` tensor of at least :func:`scratch_bytes` bytes that the
-            scaled frames pass through, or ``None`` for new memory. A buffer kept between
-            batches is not page-faulted and zeroed by the kernel again each time (which
-            happens when the allocator has given the last batch's memory back).
+        scratch: a flat ``uint8`` tensor of at least ``N * C * sh * sw`` bytes (``(sh, sw) =
+            target.plan(h, w).scaled``) that the scaled frames pass through, or ``None`` for
+            new memory. A buffer kept between batches is not page-faulted and zeroed by the
+            kernel again each time (which happens when the allocator has given the last
+            batch's memory back).
 
     Returns:
         ``out``, or new contiguous frames (a copy even when the size is already the target's
@@ -87,13 +88,6 @@ def resize_frames(
         out[:, :, y : y + sh, x + sw :].zero_()
     _copy(out[:, :, y : y + sh, x : x + sw], scaled[:, :3])
     return out
-
-
-def scratch_bytes(frames: int, channels: int, height: int, width: int, target: Target) -> int:
-    """Bytes of the ``scratch`` that :func:`resize_frames` needs for ``frames`` frames of
-    ``channels`` x ``height`` x ``width``."""
-    sh, sw = target.plan(height, width).scaled
-    return frames * channels * sh * sw
 
 
 def _copy(dst: torch.Tensor, src: torch.Tensor) -> None:
