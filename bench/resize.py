@@ -17,7 +17,10 @@ collate_fn=rayform.torch.collate)`` over both cameras, the joints and a 16-step 
 With ``--bound`` (and ``--renditions``) it also measures, in the same run, the sequential decode
 bound of the renditions (``bench.rows.sequential_bound``: every frame the 15 Hz grid needs,
 decoded front to back once per video, one process per core, the faster of torchcodec and the
-packet decoder) and the ``rend224`` loader's fraction of it.
+packet decoder) and the ``rend224`` loader's fraction of it; and the same decode followed by
+the dataset's resize to 224x224 pad, of the renditions and of the originals (the packet
+decoder): what a loader at 224 could reach with this resize, and the ``rend224`` and ``pad224``
+loaders' fractions of it.
 
 With renditions it also reports their disk cost (bytes of the renditions / the originals'),
 the bytes a cold epoch fetches (blobs the 224 dataset reads / the full-resolution dataset's)
@@ -55,6 +58,7 @@ from bench._data import BENCH, REPO, StoreClient, Workload, prepare, run_lerobot
 from bench._data import SLICE_ID as BENCH_SLICE_ID
 from bench._measure import loadavg, log
 from bench._timing import LOADER_KW, child_pids
+from rayform._resolution import Target
 from rayform.manifest import BlobRef, Manifest, Stream
 from rayform.slice import Slice
 from rayform.torch import EpisodeDataset, collate
@@ -422,6 +426,24 @@ def main() -> None:
         extra["rend224_fraction_of_rendition_bound"] = (
             statistics.median(rates["rend224"]) / bound["samples_per_s"]
         )
+        # The same decode plus the dataset's resize to 224x224 pad and nothing else: what a
+        # loader at 224 could reach with this resize kernel (the renditions and the originals).
+        target = Target(224, 224, "pad")
+        for name, key, source in (
+            ("rend224", "rendition_resize_bound", renditions_as_videos(slices["rend224"])),
+            ("pad224", "original_resize_bound", slice_),
+        ):
+            res = sequential_bound(
+                source, data.fps, streams=data.streams, decoders=("intra",), target=target
+            )
+            log(
+                f"[bench] sequential decode and resize to 224x224 pad ({key}): "
+                f"{res['samples_per_s']:.1f} samples/s"
+            )
+            extra[key] = res
+            extra[f"{name}_fraction_of_{key}"] = (
+                statistics.median(rates[name]) / res["samples_per_s"]
+            )
     if args.lerobot and workload is not None:
         # The peer venv's LeRobot (0.4.4, float images: it has no uint8 option), then each
         # --lerobot-python with its defaults and with return_uint8=True.

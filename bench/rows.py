@@ -197,8 +197,10 @@ def needed_frames(
 BOUND_CHUNK = 8
 
 
-def _decode_front_to_back(task: tuple[str, int, np.ndarray, int, str]) -> int:
-    path, _, idx, chunk, decoder = task
+def _decode_front_to_back(task: tuple[str, int, np.ndarray, int, str, Any]) -> int:
+    path, _, idx, chunk, decoder, target = task
+    if target is not None:
+        return _decode_and_resize_front_to_back(Path(path), idx, chunk, target)
     if decoder == "intra":
         from rayform.torch._decoding import open_intra
 
@@ -214,6 +216,26 @@ def _decode_front_to_back(task: tuple[str, int, np.ndarray, int, str]) -> int:
     return len(idx)
 
 
+def _decode_and_resize_front_to_back(path: Path, idx: np.ndarray, chunk: int, target: Any) -> int:
+    """The packet decoder and the dataset's resize, as a DataLoader worker runs them: each
+    chunk decoded into one kept RGBA buffer, then resized to ``target`` through a kept scratch
+    into a new output (which collate would copy into the batch)."""
+    from rayform.torch._decoding import open_intra, resize_frames
+
+    torch.set_num_threads(1)  # one process per core, as DataLoader workers run
+    dec = open_intra(path)
+    if dec is None:
+        raise ValueError(f"{path} is not all-intra video")
+    sh, sw = target.plan(dec.height, dec.width).scaled
+    buffer = np.empty((chunk + 1, dec.height, dec.width, 4), dtype=np.uint8)
+    scratch = torch.empty((chunk + 1) * sh * sw * 4, dtype=torch.uint8)
+    for part in np.array_split(idx, max(1, len(idx) // chunk)):
+        frames = buffer[: len(part)]
+        dec.get_frames_at(part.tolist(), out=frames)
+        resize_frames(torch.from_numpy(frames).permute(0, 3, 1, 2), target, scratch=scratch)
+    return len(idx)
+
+
 def _bound_rates(
     slice_: Slice,
     fps: float,
@@ -223,8 +245,9 @@ def _bound_rates(
     chunk: int,
     decoder: str,
     names: tuple[str, ...] | None = None,
+    target: Any = None,
 ) -> tuple[list[float], int]:
-    tasks = [(*task, chunk, decoder) for task in needed_frames(slice_, fps, names)]
+    tasks = [(*task, chunk, decoder, target) for task in needed_frames(slice_, fps, names)]
     rates = []
     with mp.get_context("fork").Pool(processes) as pool:
         for _ in range(runs):
@@ -242,6 +265,7 @@ def sequential_bound(
     chunk: int = BOUND_CHUNK,
     decoders: tuple[str, ...] = ("torchcodec", "intra"),
     streams: tuple[str, str] | None = None,
+    target: Any = None,
 ) -> dict[str, Any]:
     """Row 5: decode every needed frame front to back, one video per task, all cores.
 
@@ -251,6 +275,10 @@ def sequential_bound(
 
     ``streams``: ``(state, action)`` names of another slice than the benchmark's (whose cameras
     are the benchmark's ``CAMERAS``).
+
+    ``target``: a ``rayform._resolution.Target``: every frame is also resized to it as the
+    dataset resizes (all-intra video, the packet decoder only): the speed of light of a loader
+    at that training resolution, decode and resize and nothing else.
 
     Returns ``samples_per_s`` = grid samples of the epoch (``samples``) / wall seconds of the
     decode (the median of the faster decoder's ``runs``), ``by_decoder`` (each one's median
@@ -264,7 +292,7 @@ def sequential_bound(
     for decoder in decoders:
         try:
             rates, frames = _bound_rates(
-                slice_, fps, samples, processes, runs, chunk, decoder, names
+                slice_, fps, samples, processes, runs, chunk, decoder, names, target
             )
         except ValueError:  # not all-intra: that decoder does not apply
             continue
