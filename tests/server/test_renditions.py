@@ -302,7 +302,10 @@ def test_pull_at_a_resolution_takes_only_those_renditions_and_training_runs_offl
     needs_original = EpisodeDataset(
         slice_, obs=OBS, action=ACTION, fps=15, shard=None, image_size=(64, 64), resize="crop"
     )
-    with pytest.raises(OfflineError, match=f"rayform pull {DEMO_SLICE}"):
+    with pytest.raises(  # no rendition covers 64x64 crop: the original, pulled at that size
+        OfflineError,
+        match=rf"original .*`rayform pull {DEMO_SLICE} --image-size 64x64 --resize crop`",
+    ):
         needs_original[0]
 
     tables_only = make_client(server.url, tmp_path / "cache2")

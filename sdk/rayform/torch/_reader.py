@@ -136,9 +136,11 @@ class SampleReader:
             state.pins.pin(path)
         return path
 
-    def _rendition_path(self, ref: BlobRef, state: _ProcessState, stream: Stream) -> Path:
-        """:meth:`_path` of a rendition; offline and not cached, an OfflineError naming the
-        pull that fetches the renditions this dataset reads (never the original instead)."""
+    def _sized_path(self, ref: BlobRef, state: _ProcessState, stream: Stream, what: str) -> Path:
+        """:meth:`_path` of the video a camera is read from at its training resolution (``what``:
+        ``"rendition"``, or ``"original"`` where no rendition covers the target); offline and
+        not cached, an OfflineError naming the pull that fetches what this dataset reads at
+        that resolution (a rendition is never replaced by the original)."""
         try:
             return self._path(ref, state)
         except OfflineError as exc:
@@ -147,7 +149,7 @@ class SampleReader:
                 f"--resize {self.targets[stream.name].mode}"
             )
             raise OfflineError(
-                f"the {stream.name} rendition this dataset reads ({ref.hash[:12]}...) is not in the "
+                f"the {stream.name} {what} this dataset reads ({ref.hash[:12]}...) is not in the "
                 f"cache and offline mode is on; with network access run `{cmd}` ({exc})"
             ) from exc
 
@@ -319,10 +321,19 @@ class SampleReader:
         # OfflineError raised) before any decoding starts.
         rendition = choose_rendition(stream, target)  # None: the original
         if rendition is None:
-            blob, path = stream.blob, self._path(stream.blob, state)
+            blob = stream.blob
+            sized = target is not None  # read at a resolution no rendition covers
+            path = (
+                self._sized_path(blob, state, stream, "original")
+                if sized
+                else self._path(blob, state)
+            )
             size = (int(stream.shape[0]), int(stream.shape[1]))
         else:
-            blob, path = rendition.blob, self._rendition_path(rendition.blob, state, stream)
+            blob, path = (
+                rendition.blob,
+                self._sized_path(rendition.blob, state, stream, "rendition"),
+            )
             size = (rendition.height, rendition.width)
         args = (blob.hash, path, unique, stream.rate_hz, stream.name)
         inverse = inverse.reshape(t_query.shape)
