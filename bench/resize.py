@@ -58,7 +58,6 @@ from bench._data import BENCH, REPO, StoreClient, Workload, prepare, run_lerobot
 from bench._data import SLICE_ID as BENCH_SLICE_ID
 from bench._measure import loadavg, log
 from bench._timing import LOADER_KW, child_pids
-from rayform._resolution import Target
 from rayform.manifest import BlobRef, Manifest, Stream
 from rayform.slice import Slice
 from rayform.torch import EpisodeDataset, collate
@@ -428,13 +427,16 @@ def main() -> None:
         )
         # The same decode plus the dataset's resize to 224x224 pad and nothing else: what a
         # loader at 224 could reach with this resize kernel (the renditions and the originals).
-        target = Target(224, 224, "pad")
         for name, key, source in (
             ("rend224", "rendition_resize_bound", renditions_as_videos(slices["rend224"])),
             ("pad224", "original_resize_bound", slice_),
         ):
             res = sequential_bound(
-                source, data.fps, streams=data.streams, decoders=("intra",), target=target
+                source,
+                data.fps,
+                streams=data.streams,
+                decoders=("intra",),
+                resize_to=(224, 224, "pad"),
             )
             log(
                 f"[bench] sequential decode and resize to 224x224 pad ({key}): "

@@ -27,6 +27,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from bench._timing import LOADER_KW, child_pids, rss_kib
+from rayform._resolution import Target
 from rayform.format import decode_table, decode_timestamps
 from rayform.manifest import Manifest
 from rayform.slice import Slice
@@ -197,7 +198,7 @@ def needed_frames(
 BOUND_CHUNK = 8
 
 
-def _decode_front_to_back(task: tuple[str, int, np.ndarray, int, str, Any]) -> int:
+def _decode_front_to_back(task: tuple[str, int, np.ndarray, int, str, Target | None]) -> int:
     path, _, idx, chunk, decoder, target = task
     if target is not None:
         return _decode_and_resize_front_to_back(Path(path), idx, chunk, target)
@@ -216,7 +217,9 @@ def _decode_front_to_back(task: tuple[str, int, np.ndarray, int, str, Any]) -> i
     return len(idx)
 
 
-def _decode_and_resize_front_to_back(path: Path, idx: np.ndarray, chunk: int, target: Any) -> int:
+def _decode_and_resize_front_to_back(
+    path: Path, idx: np.ndarray, chunk: int, target: Target
+) -> int:
     """The packet decoder and the dataset's resize, as a DataLoader worker runs them: each
     chunk decoded into one kept RGBA buffer, then resized to ``target`` through a kept scratch
     into a new output (which collate would copy into the batch)."""
@@ -245,7 +248,7 @@ def _bound_rates(
     chunk: int,
     decoder: str,
     names: tuple[str, ...] | None = None,
-    target: Any = None,
+    target: Target | None = None,
 ) -> tuple[list[float], int]:
     tasks = [(*task, chunk, decoder, target) for task in needed_frames(slice_, fps, names)]
     rates = []
@@ -265,7 +268,7 @@ def sequential_bound(
     chunk: int = BOUND_CHUNK,
     decoders: tuple[str, ...] = ("torchcodec", "intra"),
     streams: tuple[str, str] | None = None,
-    target: Any = None,
+    resize_to: tuple[int, int, str] | None = None,
 ) -> dict[str, Any]:
     """Row 5: decode every needed frame front to back, one video per task, all cores.
 
@@ -276,14 +279,16 @@ def sequential_bound(
     ``streams``: ``(state, action)`` names of another slice than the benchmark's (whose cameras
     are the benchmark's ``CAMERAS``).
 
-    ``target``: a ``rayform._resolution.Target``: every frame is also resized to it as the
-    dataset resizes (all-intra video, the packet decoder only): the speed of light of a loader
-    at that training resolution, decode and resize and nothing else.
+    ``resize_to``: ``(H, W, mode)``: every frame is also resized as
+    ``EpisodeDataset(image_size=(H, W), resize=mode)`` resizes (all-intra video, the packet
+    decoder only): the speed of light of a loader at that training resolution, decode and
+    resize and nothing else.
 
     Returns ``samples_per_s`` = grid samples of the epoch (``samples``) / wall seconds of the
     decode (the median of the faster decoder's ``runs``), ``by_decoder`` (each one's median
     and runs), ``decoder`` (the faster), plus ``frames`` decoded per pass.
     """
+    target = Target(*resize_to) if resize_to is not None else None
     state, action = streams or (STATE, ACTION)
     names = (*CAMERAS, state, action)
     samples = len(EpisodeDataset(slice_, obs=list(CAMERAS), action=action, fps=fps, shard=None))

@@ -40,6 +40,8 @@ ALLOWED_PRIVATE = {
     # own grid needs with the SDK's own all-intra packet decoder: it measures below the API.
     ("bench.rows", "rayform.torch._index"),
     ("bench.rows", "rayform.torch._decoding"),
+    # Its decode-and-resize variant resizes as the dataset does: the same geometry (Target).
+    ("bench.rows", "rayform._resolution"),
     # The resume benchmark times the order engine alone over a virtual 10^9-sample epoch, which
     # no dataset of this machine's size can hold: it measures below the API too.
     ("bench.resume", "rayform.torch._sampling"),
