@@ -32,6 +32,7 @@ from rayform.format import decode_table, decode_timestamps
 from rayform.manifest import Manifest
 from rayform.slice import Slice
 from rayform.torch import EpisodeDataset, collate
+from rayform.torch._decoding import open_intra, resize_frames
 from rayform.torch._index import build_index
 
 __all__ = [
@@ -203,8 +204,6 @@ def _decode_front_to_back(task: tuple[str, int, np.ndarray, int, str, Target | N
     if target is not None:
         return _decode_and_resize_front_to_back(Path(path), idx, chunk, target)
     if decoder == "intra":
-        from rayform.torch._decoding import open_intra
-
         dec: Any = open_intra(Path(path))
         if dec is None:
             raise ValueError(f"{path} is not all-intra video")
@@ -223,16 +222,16 @@ def _decode_and_resize_front_to_back(
     """The packet decoder and the dataset's resize, as a DataLoader worker runs them: each
     chunk decoded into one kept RGBA buffer, then resized to ``target`` through a kept scratch
     into a new output (which collate would copy into the batch)."""
-    from rayform.torch._decoding import open_intra, resize_frames
-
     torch.set_num_threads(1)  # one process per core, as DataLoader workers run
     dec = open_intra(path)
     if dec is None:
         raise ValueError(f"{path} is not all-intra video")
     sh, sw = target.plan(dec.height, dec.width).scaled
-    buffer = np.empty((chunk + 1, dec.height, dec.width, 4), dtype=np.uint8)
-    scratch = torch.empty((chunk + 1) * sh * sw * 4, dtype=torch.uint8)
-    for part in np.array_split(idx, max(1, len(idx) // chunk)):
+    parts = np.array_split(idx, max(1, len(idx) // chunk))  # of up to 2 * chunk - 1 frames
+    most = max(len(p) for p in parts)
+    buffer = np.empty((most, dec.height, dec.width, 4), dtype=np.uint8)
+    scratch = torch.empty(most * sh * sw * 4, dtype=torch.uint8)
+    for part in parts:
         frames = buffer[: len(part)]
         dec.get_frames_at(part.tolist(), out=frames)
         resize_frames(torch.from_numpy(frames).permute(0, 3, 1, 2), target, scratch=scratch)

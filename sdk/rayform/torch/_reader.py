@@ -321,20 +321,15 @@ class SampleReader:
         # OfflineError raised) before any decoding starts.
         rendition = choose_rendition(stream, target)  # None: the original
         if rendition is None:
-            blob = stream.blob
-            sized = target is not None  # read at a resolution no rendition covers
-            path = (
-                self._sized_path(blob, state, stream, "original")
-                if sized
-                else self._path(blob, state)
-            )
-            size = (int(stream.shape[0]), int(stream.shape[1]))
+            blob, size = stream.blob, (int(stream.shape[0]), int(stream.shape[1]))
         else:
-            blob, path = (
-                rendition.blob,
-                self._sized_path(rendition.blob, state, stream, "rendition"),
+            blob, size = rendition.blob, (rendition.height, rendition.width)
+        if target is None:
+            path = self._path(blob, state)
+        else:  # the original too, where no rendition covers the target
+            path = self._sized_path(
+                blob, state, stream, "original" if rendition is None else "rendition"
             )
-            size = (rendition.height, rendition.width)
         args = (blob.hash, path, unique, stream.rate_hz, stream.name)
         inverse = inverse.reshape(t_query.shape)
         done: Future[torch.Tensor] = Future()
