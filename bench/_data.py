@@ -67,6 +67,15 @@ class Workload:
         return BENCH / f"cache-{self.tag}"
 
 
+def manifest_of(store: Any, slice_id: str) -> str:
+    """The manifest hash a data root's ``slice_id`` names (``store``: a
+    ``rayform_server.store.Store``); a clear error where the root lacks the slice."""
+    ref = store.get_slice(slice_id)
+    if ref is None:
+        raise SystemExit(f"[bench] slice {slice_id} is not in the data root {store.root}")
+    return str(ref["manifest"])
+
+
 def peer_python() -> str:
     """The LeRobot peer venv's python (built by ``scripts/peer_lerobot.sh`` when missing)."""
     out = subprocess.run(
@@ -272,7 +281,7 @@ def open_slice(w: Workload, log: Any = print) -> tuple[Any, dict[str, Any]]:
         from rayform_server.store import Store
 
         store = Store(w.root)
-        digest = store.get_slice(SLICE_ID)["manifest"]
+        digest = manifest_of(store, SLICE_ID)
         return Slice(SLICE_ID, digest, store.load_manifest(digest), StoreClient(w.root)), {
             "client": f"stand-in (data root; real client failed: {type(exc).__name__})"
         }

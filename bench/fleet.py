@@ -182,7 +182,9 @@ def _v1_json_bytes(root: Path, slice_id: str) -> int:
     from rayform_server.store import Store
 
     store = Store(root)
-    m = store.load_manifest(store.get_slice(slice_id)["manifest"])
+    ref = store.get_slice(slice_id)
+    assert ref is not None, f"{slice_id} is not in {root}"
+    m = store.load_manifest(ref["manifest"])
     n = len(m.segments)
     pool = [m.segments[i] for i in range(min(n, 4))]
     per = [len(canonical_json(s.to_json())) for s in pool]
@@ -244,7 +246,9 @@ def main() -> int:
         from rayform_server.store import Store
 
         store = Store(root)
-        m = store.load_manifest(store.get_slice(SMALL)["manifest"])
+        ref = store.get_slice(SMALL)
+        assert ref is not None, f"{SMALL} is not in {root}"
+        m = store.load_manifest(ref["manifest"])
         from rayform.manifest import Manifest
 
         v1 = Manifest(segments=tuple(m.segments) * 10, description="")

@@ -81,29 +81,28 @@ def regop_slice(src: Slice, root: Path, gop: int, segments: int, slice_id: str) 
     """
     from torchcodec.decoders import VideoDecoder
 
-    from bench._data import StoreClient
+    from bench._data import StoreClient, manifest_of
     from rayform_server.builder import SliceBuilder, TableData, VideoData
     from rayform_server.store import Store
 
     store = Store(root)
-    ref = store.get_slice(slice_id)
-    if ref is None:
+    if store.get_slice(slice_id) is None:
         builder = SliceBuilder(store, description=f"bench: gop {gop}")
         for seg in src.manifest.segments[:segments]:
             streams: list[Any] = []
             for name, st in seg.streams.items():
                 if st.kind == "video":
+                    assert st.timestamps is not None  # every video stream has its timestamps
                     t_ns = decode_timestamps(src.blob_path(st.timestamps).read_bytes())
                     dec = VideoDecoder(str(src.blob_path(st.blob)), seek_mode="approximate")
-                    frames = (dec[i].permute(1, 2, 0).numpy() for i in range(len(t_ns)))
+                    frames = (dec[i].permute(1, 2, 0).numpy() for i in range(len(t_ns)))  # type: ignore[index]
                     streams.append(VideoData(name, frames, t_ns, st.rate_hz, gop=gop))
                 else:
                     t_ns, values = decode_table(src.blob_path(st.blob).read_bytes())
                     streams.append(TableData(name, t_ns, values, st.rate_hz, units=st.units))
             builder.add_segment(seg.id, site=seg.site, version=seg.version, streams=streams)
         builder.commit(slice_id)
-        ref = store.get_slice(slice_id)
-    digest = ref["manifest"]
+    digest = manifest_of(store, slice_id)
     return Slice(slice_id, digest, store.load_manifest(digest), StoreClient(root))
 
 
@@ -142,7 +141,12 @@ def profile_getitems(dataset: Any, batches: int, batch_size: int, dest: Path) ->
 
     def cum(fragment: str) -> float:
         return max(
-            (v[3] for k, v in stats.stats.items() if fragment in f"{k[0]}:{k[2]}"), default=0.0
+            (
+                v[3]
+                for k, v in stats.stats.items()  # type: ignore[attr-defined]  # undocumented but stable
+                if fragment in f"{k[0]}:{k[2]}"
+            ),
+            default=0.0,
         )
 
     # Either backend: torchcodec's wrapper in _decode.py, or the all-intra packet decoder.
@@ -188,7 +192,7 @@ def cpu_per_sample(make_loader: Any, batches: int, runs: int = 3) -> dict[str, A
     from bench._timing import child_pids
 
     loader = _warm(make_loader)
-    results = []
+    results: list[dict[str, Any]] = []
     for _ in range(runs):
         it = iter(loader)
         next(it)

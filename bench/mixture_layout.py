@@ -42,7 +42,7 @@ from typing import Any
 
 from torch.utils.data import DataLoader
 
-from bench._data import BENCH, REPO, StoreClient
+from bench._data import BENCH, REPO, StoreClient, manifest_of
 from bench._measure import loadavg, log
 from bench._timing import child_pids
 from rayform.slice import Slice
@@ -67,7 +67,7 @@ def build(root: Path, episodes: int) -> None:
 
 def open_slice(root: Path, slice_id: str) -> Slice:
     store = Store(root)
-    digest = store.get_slice(slice_id)["manifest"]
+    digest = manifest_of(store, slice_id)
     return Slice(slice_id, digest, store.load_manifest(digest), StoreClient(root))
 
 

@@ -54,7 +54,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader
 
-from bench._data import BENCH, REPO, StoreClient, Workload, prepare, run_lerobot_row
+from bench._data import BENCH, REPO, StoreClient, Workload, manifest_of, prepare, run_lerobot_row
 from bench._data import SLICE_ID as BENCH_SLICE_ID
 from bench._measure import loadavg, log
 from bench._timing import LOADER_KW, child_pids
@@ -129,7 +129,7 @@ def build(
 
 def open_slice(root: Path, slice_id: str = SLICE_ID) -> Slice:
     store = Store(root)
-    digest = store.get_slice(slice_id)["manifest"]
+    digest = manifest_of(store, slice_id)
     return Slice(slice_id, digest, store.load_manifest(digest), StoreClient(root))
 
 

@@ -20,7 +20,7 @@ import statistics
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -84,7 +84,7 @@ class NaiveDataset(Dataset):
         out: dict[str, Any] = {}
         for cam in CAMERAS:
             decoder = VideoDecoder(str(self.slice.blob_path(seg.streams[cam].blob)))
-            out[cam] = decoder[k]
+            out[cam] = decoder[k]  # type: ignore[index]  # stubs say numbers.Integral
         _, state = decode_table(self.slice.blob_path(seg.streams[STATE].blob).read_bytes())
         _, action = decode_table(self.slice.blob_path(seg.streams[ACTION].blob).read_bytes())
         rows = np.arange(k, k + self.horizon)
@@ -179,13 +179,14 @@ def needed_frames(
 ) -> list[tuple[str, int, np.ndarray]]:
     """Per (video path, frame count) the sorted unique frame indices a ``fps`` grid needs
     (the grid of the streams ``names``; default the benchmark's cameras, state and action)."""
-    names = list(names) if names else [*CAMERAS, STATE, ACTION]
-    index = build_index(slice_.segments, names, fps)
+    streams = list(names) if names else [*CAMERAS, STATE, ACTION]
+    index = build_index(slice_.segments, streams, fps)
     tasks = []
     for s, seg in enumerate(index.segments):
         times = index.times_ns(s, np.arange(int(index.count[s])))
         for cam in CAMERAS:
             st = seg.streams[cam]
+            assert st.timestamps is not None  # every video stream has its timestamps
             ts = decode_timestamps(slice_.blob_path(st.timestamps).read_bytes())
             idx = np.unique(np.searchsorted(ts, times, side="right") - 1)
             tasks.append((str(slice_.blob_path(st.blob)), st.count, idx[idx >= 0]))
@@ -318,9 +319,10 @@ def worker_rss(
 ) -> dict[str, Any]:
     """Worker RSS (KiB) after each of ``epochs`` full epochs, and each worker's peak."""
     loader = make_loader()
+    dataset = cast(EpisodeDataset, loader.dataset)
     per_epoch = []
     for e in range(epochs):
-        loader.dataset.set_epoch(e)
+        dataset.set_epoch(e)
         n = sum(1 for _ in loader)
         rss = [rss_kib(p) for p in child_pids()]
         per_epoch.append([r for r, _ in rss])
@@ -332,7 +334,7 @@ def worker_rss(
         "peak_kib": peak,
         "growth_kib": (last - first).tolist(),
         "epochs": epochs,
-        "samples_per_epoch": len(loader.dataset),
+        "samples_per_epoch": len(dataset),
     }
 
 
