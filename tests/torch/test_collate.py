@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import gc
 import multiprocessing as mp
 
 import numpy as np
@@ -199,8 +200,28 @@ def ship(data):
     return ForkingPickler.loads(ForkingPickler.dumps(data))
 
 
-def test_slot_protocol(as_worker) -> None:
+def released(releases: list) -> str:
+    """Why a received batch's slot is still busy: its count of live tensors, whether receiving
+    gave up on it (a slot tensor it could not re-wrap), and whether a collection frees it."""
+
+    def state() -> list[tuple[int, bool]]:
+        return [(r.count, r.flag is None) for r in releases]
+
+    before = state()
+    gc.collect()
+    return f"(live tensors, gave up) per received batch: {before}; after gc.collect(): {state()}"
+
+
+def test_slot_protocol(as_worker, monkeypatch: pytest.MonkeyPatch) -> None:
     busy = as_worker
+    releases: list = []
+
+    class Recorded(_collate._Release):
+        def __init__(self, *args) -> None:
+            super().__init__(*args)
+            releases.append(self)
+
+    monkeypatch.setattr(_collate, "_Release", Recorded)
     batch = ship(collate([expected(i) for i in range(4)]))
     assert busy() == [1]
     assert_same(batch, default_collate([expected(i) for i in range(4)]))
@@ -208,7 +229,7 @@ def test_slot_protocol(as_worker) -> None:
     del batch
     assert busy() == [1], "a view still uses the slot"
     ship(collate([expected(i) for i in range(4)]))  # received and dropped at once
-    assert busy() == [1, 0]
+    assert busy() == [1, 0], released(releases)
     del view
     assert busy() == [0, 0]
     with pytest.raises(RuntimeError):
