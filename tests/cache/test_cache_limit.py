@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 from support import DEMO_SLICE, SCRIPTS, TOKEN, ServerProcess
 from support.reliability import assert_cache_consistent, pull_cmd, sub_env
 from torch.utils.data import DataLoader
@@ -236,3 +237,36 @@ def test_windowed_shuffle_fetches_each_blob_about_once_under_a_small_cache(
     # episodes keeps evicting what the next samples need.
     assert windowed <= 1.15 * needed, (windowed, needed)
     assert everywhere > 2 * windowed, (everywhere, windowed)
+
+
+@pytest.mark.parametrize("image_size, decode_threads", [((24, 32), 0), (None, 2)])
+def test_a_batch_over_many_episodes_reads_under_a_cache_of_one_episode(
+    demo_server: ServerProcess, tmp_path: Path, image_size, decode_threads: int
+) -> None:
+    # A batch resolves all its episodes' blobs before it decodes them (to resize them in one
+    # call; or in a decode pool): none may be evicted in between, though the cache holds
+    # only about one episode.
+    def run(limit: int | None, cache: Path) -> list[bytes]:
+        client = rayform.Client(
+            endpoint=demo_server.url, token=TOKEN, cache_dir=cache, cache_limit=limit
+        )
+        ds = EpisodeDataset(
+            client.slices.get(DEMO_SLICE),
+            obs=["cam0/rgb", *OBS],
+            action=ACTION,
+            fps=15,
+            image_size=image_size,
+            decode_threads=decode_threads,
+        )
+        shuffled = torch.randperm(len(ds), generator=torch.Generator().manual_seed(3))
+        batches = DataLoader(ds, batch_size=8, sampler=shuffled.tolist())
+        return [b["cam0/rgb"].numpy().tobytes() + b["wrist/rgb"].numpy().tobytes() for b in batches]
+
+    probe = rayform.Client(endpoint=demo_server.url, token=TOKEN, cache_dir=tmp_path / "probe")
+    slice_ = probe.slices.get(DEMO_SLICE)
+    names = ["cam0/rgb", *OBS, ACTION]
+    per_segment = max(
+        sum(b.size for n in names for b in seg.streams[n].blobs()) for seg in slice_.segments
+    )
+    bounded = run(per_segment + per_segment // 4, tmp_path / "bounded")
+    assert bounded == run(None, tmp_path / "free")

@@ -22,7 +22,7 @@ import os
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -80,6 +80,22 @@ class Pins:
                 _, old = held.fds.popitem(last=False)
                 os.close(old)
         return True
+
+    @contextlib.contextmanager
+    def holding(self, n: int) -> Iterator[None]:
+        """Keep at least ``n`` pins inside the block (the blobs of a whole batch, which are
+        resolved before any of them is decoded), then drop the oldest down to ``max_pins``."""
+        base = self.max_pins
+        self.max_pins = max(base, n)
+        try:
+            yield
+        finally:
+            self.max_pins = base
+            held = self._held.get()
+            with held.lock:
+                while len(held.fds) > base:
+                    _, old = held.fds.popitem(last=False)
+                    os.close(old)
 
     def pinned(self) -> set[str]:
         """Hashes of the blobs this process has pinned."""

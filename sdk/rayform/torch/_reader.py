@@ -20,6 +20,7 @@ dropped when the dataset is pickled into a spawned one.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import threading
@@ -192,14 +193,22 @@ class SampleReader:
         # one buffer and resized in one call per camera for the whole batch.
         pending = [(np.flatnonzero(seg_pos == s), s) for s in np.unique(seg_pos)]
         jobs: list[_ResizeJob] = []
-        finishers = [
-            (where, self._read_segment(state, int(s), steps[where], pool, jobs))
-            for where, s in pending
-        ]
-        _run_resize_jobs(state.decoders, jobs, pool, max(1, self.decode_threads), state.scratch)
-        for where, finish in finishers:
-            for i, sample in zip(where, finish(), strict=True):
-                out[int(i)] = sample
+        with contextlib.ExitStack() as stack:
+            if state.pins is not None and (self.targets or pool is not None):
+                # Under a bounded cache, every segment of the batch stays pinned until its
+                # frames are decoded: those decodes run after all the segments are resolved
+                # (or alongside), and a segment's pins alone would let an earlier segment's
+                # video be evicted first. The cache may exceed its limit by what the batch
+                # reads, and gets back under at the next fetch once it is done.
+                stack.enter_context(state.pins.holding(len(pending) * state.pins.max_pins))
+            finishers = [
+                (where, self._read_segment(state, int(s), steps[where], pool, jobs))
+                for where, s in pending
+            ]
+            _run_resize_jobs(state.decoders, jobs, pool, max(1, self.decode_threads), state.scratch)
+            for where, finish in finishers:
+                for i, sample in zip(where, finish(), strict=True):
+                    out[int(i)] = sample
         return out  # type: ignore[return-value]
 
     def _read_segment(
