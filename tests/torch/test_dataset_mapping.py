@@ -81,6 +81,25 @@ def test_uri_is_unchanged_without_mapping_and_version_4_with_it(slice_) -> None:
     assert d["obs_keys"] == MAPPED and d["action_key"] == "action" and d["uri"] == uri
 
 
+def test_from_uri_keeps_each_cameras_size_when_a_key_is_another_cameras_stream(slice_) -> None:
+    # The sample key "cam0/rgb" reads wrist/rgb and "wrist/rgb" reads cam0/rgb: sizes keyed by
+    # sample key must come back to the same cameras through the URI (which keys them by stream).
+    swapped = {"cam0/rgb": "wrist/rgb", "wrist/rgb": "cam0/rgb"}
+    ds = EpisodeDataset(
+        slice_,
+        obs=swapped,
+        action=None,
+        fps=15,
+        image_size={"cam0/rgb": (64, 64), "wrist/rgb": (32, 32)},
+        resize="squash",
+    )
+    again = EpisodeDataset.from_uri(ds.uri)
+    for d in (ds, again):
+        sample = d[3]
+        assert sample["cam0/rgb"].shape == (3, 64, 64) and sample["wrist/rgb"].shape == (3, 32, 32)
+    assert again.uri == ds.uri
+
+
 @pytest.mark.parametrize(
     ("obs", "action", "match"),
     [

@@ -293,7 +293,13 @@ class DatasetURI:
             "segments": list(self.segments) if self.segments is not None else None,
         }
         if self.image_size is not None:
-            kwargs["image_size"] = parse_image_size(self.image_size)
+            sizes = parse_image_size(self.image_size)
+            if isinstance(sizes, dict) and self.keys is not None:
+                # The URI keys sizes by stream; the dataset reads a dict's keys as sample keys
+                # first, and a sample key may be another stream's name.
+                key_of = dict(zip(self.obs, self.keys, strict=False))
+                sizes = {key_of.get(name, name): hw for name, hw in sizes.items()}
+            kwargs["image_size"] = sizes
             kwargs["resize"] = self.resize
         if self.keys is not None:
             kwargs["obs"] = dict(zip(self.keys, self.obs, strict=False))
