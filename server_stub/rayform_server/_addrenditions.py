@@ -9,15 +9,20 @@ and listed by many segments (``demo --share-blobs``) is rendered once. The new m
 format version family and the slice points at it; the old manifest stays in the store and
 in the slice's history, so runs logged against it rebuild by hash (docs/protocol.md).
 
-Originals in object storage are downloaded through a presigned URL into the root's ``tmp/``
-and checked against their hash before they are decoded. ``jobs > 1`` renders in worker
-processes, each opening the store itself.
+Every original is checked against its hash before it is decoded; one in object storage is
+first downloaded through a presigned URL. A run works in one folder of its own under the
+root's ``tmp/`` (downloads and renders), removed when it ends, whether it succeeded or not.
+``jobs > 1`` renders in worker processes, each opening the store itself; the first failure
+cancels the renders not yet started. The slice moves only if it still names the manifest the
+renditions were planned from (:meth:`Store.set_slice` with ``expect``), so a commit of the same
+slice made meanwhile is never reverted.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
+import shutil
 import tempfile
 import warnings
 from collections.abc import Callable, Sequence
@@ -25,13 +30,15 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+import av
 import httpx
 
 from rayform.errors import IntegrityError, InvalidArgumentError, NotFoundError
-from rayform.format import new_hasher
+from rayform.format import hash_file, new_hasher
 from rayform.manifest import Manifest, Rendition, Segment, Stream
 from rayform.units import human_bytes
 from rayform_server._renditions import (
+    MAX_RENDITIONS,
     RenditionSkipped,
     check_heights,
     keyframe_interval,
@@ -76,10 +83,40 @@ class AddReport:
     skipped: tuple[str, ...]
 
 
-def _local_original(store: Store, task: _Task) -> tuple[Path, bool]:
-    """A local path of the original video, and whether it is a temporary copy to delete."""
+def _unreadable(store: Store, task: _Task, why: str) -> str:
+    """The message for an original that cannot be rendered from, with what to do."""
+    return (
+        f"blob {task.original} of {task.name} is missing or unreadable in {store.root}: {why}; "
+        "nothing was committed: restore the blob (from a backup, or ingest its recording again) and run again"
+    )
+
+
+def _local_original(store: Store, task: _Task, workdir: Path) -> tuple[Path, bool]:
+    """A local path of the original video, checked against its hash, and whether it is a
+    temporary copy (in ``workdir``) to delete.
+
+    Raises:
+        NotFoundError: the blob is not in the store (or the object store cannot be reached).
+        IntegrityError: its bytes do not match its hash.
+    """
     path = store.blobs.local_path(task.original)
     if path is not None:
+        # Checked before decoding: a truncated or altered file may decode into fewer or
+        # other frames, and a rendition must be the original's, resized.
+        try:
+            size = path.stat().st_size
+            digest = hash_file(path) if size == task.original_size else None
+        except OSError as exc:
+            raise NotFoundError(_unreadable(store, task, exc.strerror or str(exc))) from None
+        if size != task.original_size or digest != task.original:
+            raise IntegrityError(
+                _unreadable(
+                    store,
+                    task,
+                    f"the file {path} ({size} bytes, the manifest says {task.original_size}) "
+                    "does not match its hash",
+                )
+            )
         return path, False
     url = store.blobs.presigned_url(task.original, 3600)
     if url is None:
@@ -87,7 +124,7 @@ def _local_original(store: Store, task: _Task) -> tuple[Path, bool]:
             f"{task.name}: blob {task.original[:12]}... is in {store.blobs.describe()}, "
             "which gives no download URL"
         )
-    fd, name = tempfile.mkstemp(dir=store.root / "tmp", prefix="orig-", suffix=".mp4")
+    fd, name = tempfile.mkstemp(dir=workdir, prefix="orig-", suffix=".mp4")
     h, size = new_hasher(), 0
     try:
         with os.fdopen(fd, "wb") as out, httpx.stream("GET", url, timeout=60.0) as resp:
@@ -98,20 +135,33 @@ def _local_original(store: Store, task: _Task) -> tuple[Path, bool]:
                 size += len(chunk)
         if h.hexdigest() != task.original or size != task.original_size:
             raise IntegrityError(
-                f"{task.name}: the object store's copy of blob {task.original[:12]}... "
-                "does not match its hash: tell the store's operator"
+                _unreadable(
+                    store,
+                    task,
+                    f"the copy in {store.blobs.describe()} does not match its hash "
+                    "(tell the store's operator)",
+                )
             )
+    except httpx.HTTPStatusError as exc:
+        Path(name).unlink(missing_ok=True)
+        why = f"{store.blobs.describe()} answered {exc.response.status_code}"
+        raise NotFoundError(_unreadable(store, task, why)) from None
+    except httpx.HTTPError as exc:
+        Path(name).unlink(missing_ok=True)
+        why = f"cannot download it from {store.blobs.describe()} ({type(exc).__name__}: {exc})"
+        raise NotFoundError(_unreadable(store, task, why)) from None
     except BaseException:
         Path(name).unlink(missing_ok=True)
         raise
     return Path(name), True
 
 
-def _render(root: str, task: _Task) -> str:
-    """Render ``task`` into a temporary file under the root's ``tmp/``; returns its path."""
+def _render(root: str, task: _Task, workdir: str) -> str:
+    """Render ``task`` into a new file in ``workdir`` (under the root's ``tmp/``); returns its
+    path."""
     store = Store(root)
-    original, temporary = _local_original(store, task)
-    fd, out = tempfile.mkstemp(dir=store.root / "tmp", prefix="rend-", suffix=".mp4")
+    original, temporary = _local_original(store, task, Path(workdir))
+    fd, out = tempfile.mkstemp(dir=workdir, prefix="rend-", suffix=".mp4")
     os.close(fd)
     try:
         gop = task.gop if task.gop is not None else keyframe_interval(original)
@@ -124,6 +174,9 @@ def _render(root: str, task: _Task) -> str:
             count=task.count,
             name=task.name,
         )
+    except av.error.FFmpegError as exc:
+        Path(out).unlink(missing_ok=True)
+        raise IntegrityError(_unreadable(store, task, f"FFmpeg cannot decode it ({exc})")) from None
     except BaseException:
         Path(out).unlink(missing_ok=True)
         raise
@@ -145,6 +198,13 @@ def _plan(segments: Sequence[Segment], heights: Sequence[int]) -> tuple[list[_Ta
                 warnings.simplefilter("always", RenditionSkipped)
                 sizes = rendition_sizes(st.shape[0], st.shape[1], heights, st.name)
             skipped.update(str(w.message) for w in caught)
+            total = len(have | {h for h, _ in sizes})
+            if total > MAX_RENDITIONS:
+                raise InvalidArgumentError(
+                    f"{seg.id} {st.name}: it has {len(have)} rendition(s) and would have {total} "
+                    f"with these heights; a stream lists at most {MAX_RENDITIONS} (readers refuse "
+                    "more): ask for fewer heights"
+                )
             for size in sizes:
                 if size[0] not in have:
                     tasks.setdefault(
@@ -197,9 +257,12 @@ def add_renditions(
         An :class:`AddReport`; ``manifest == previous`` when there was nothing to add.
 
     Raises:
-        NotFoundError: no such slice in the root.
-        InvalidArgumentError: bad heights or ``jobs``; a rendition that does not hold every
-            frame of its original.
+        NotFoundError: no such slice in the root; an original blob missing from the store.
+        IntegrityError: an original blob whose bytes do not match its hash, or do not decode.
+        InvalidArgumentError: bad heights or ``jobs``; more renditions than a stream may list;
+            a rendition that does not hold every frame of its original.
+        SliceMovedError: the slice was moved to another manifest while rendering (nothing is
+            changed: run again).
     """
     heights = check_heights(heights)
     if not heights:
@@ -233,19 +296,32 @@ def add_renditions(
         )
 
     root = str(store.root)
-    if jobs == 1:
-        for k, task in enumerate(tasks, 1):
-            store_one(k, task, _render(root, task))
-    else:
-        with ProcessPoolExecutor(max_workers=jobs) as pool:
-            futures = [pool.submit(_render, root, task) for task in tasks]
-            for k, (task, fut) in enumerate(zip(tasks, futures, strict=True), 1):
-                store_one(k, task, fut.result())
+    # One folder for this run's downloads and renders: whatever happens (a failed render,
+    # Ctrl-C), removing it removes every file the run left, also those finished after a failure.
+    workdir = tempfile.mkdtemp(dir=store.root / "tmp", prefix="rend-")
+    try:
+        if jobs == 1:
+            for k, task in enumerate(tasks, 1):
+                store_one(k, task, _render(root, task, workdir))
+        else:
+            with ProcessPoolExecutor(max_workers=jobs) as pool:
+                futures = [pool.submit(_render, root, task, workdir) for task in tasks]
+                try:
+                    for k, (task, fut) in enumerate(zip(tasks, futures, strict=True), 1):
+                        store_one(k, task, fut.result())
+                except BaseException:
+                    # Start nothing more; wait for the running renders so that their output
+                    # is written before the folder is removed.
+                    pool.shutdown(wait=True, cancel_futures=True)
+                    raise
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
     new_segments = [
         dataclasses.replace(seg, streams={n: _with(st, made) for n, st in seg.streams.items()})
         for seg in segments
     ]
     version = 1 if isinstance(manifest, Manifest) else None
     digest = commit_segments(store, new_segments, manifest.description, format_version=version)
-    store.set_slice(slice_id, digest, ref.get("description", ""))
+    # Moves the slice only if it still names the manifest the renditions were planned from.
+    store.set_slice(slice_id, digest, ref.get("description", ""), expect=previous)
     return AddReport(digest, previous, len(made), added, tuple(skipped))

@@ -39,6 +39,7 @@ from rayform.errors import InvalidArgumentError
 from rayform_server._video import encode_video
 
 __all__ = [
+    "MAX_RENDITIONS",
     "RENDITION_ENCODING",
     "RenditionSkipped",
     "check_heights",
@@ -59,6 +60,12 @@ RENDITION_ENCODING: dict[str, Any] = {
 }
 
 
+#: Renditions one stream may list: the readers' limit (``rayform.manifest``'s private
+#: ``_rendcols.MAX_RENDITIONS``, which the server may not import; tests/server keeps the two
+#: equal). A manifest with more is refused by every reader, so ingest never writes one.
+MAX_RENDITIONS = 16
+
+
 class RenditionSkipped(UserWarning):
     """A requested rendition height is at or above the original's: nothing to store."""
 
@@ -70,7 +77,8 @@ def parse_heights(text: str) -> tuple[int, ...]:
         InvalidArgumentError: not a comma-separated list of even positive integers.
     """
     items = [x.strip() for x in text.split(",") if x.strip()]
-    if not items or not all(x.isdigit() for x in items):
+    # ASCII digits only: str.isdigit() also accepts "²", which int() refuses.
+    if not items or not all(x.isascii() and x.isdigit() for x in items):
         raise InvalidArgumentError(
             f"--renditions {text!r}: give frame heights in pixels, comma-separated, e.g. --renditions 240,120"
         )
@@ -87,10 +95,11 @@ def heights_argument(text: str) -> tuple[int, ...]:
 
 
 def check_heights(heights: Sequence[int]) -> tuple[int, ...]:
-    """Distinct, sorted, even heights >= 2.
+    """Distinct, sorted, even heights >= 2, at most :data:`MAX_RENDITIONS` of them.
 
     Raises:
-        InvalidArgumentError: a height is odd or below 2 (H.264 4:2:0 needs even sides).
+        InvalidArgumentError: a height is odd or below 2 (H.264 4:2:0 needs even sides); more
+            distinct heights than a stream may list (readers refuse such a manifest).
     """
     for h in heights:
         if isinstance(h, bool) or not isinstance(h, int) or h < 2 or h % 2:
@@ -98,7 +107,13 @@ def check_heights(heights: Sequence[int]) -> tuple[int, ...]:
                 f"rendition height {h!r}: use an even number of pixels >= 2 (H.264 stores 4:2:0 "
                 "colour, so frame sides are even), e.g. 240"
             )
-    return tuple(sorted(set(heights)))
+    distinct = tuple(sorted(set(heights)))
+    if len(distinct) > MAX_RENDITIONS:
+        raise InvalidArgumentError(
+            f"{len(distinct)} rendition heights given: a stream lists at most {MAX_RENDITIONS} "
+            "renditions (readers refuse more); give fewer heights"
+        )
+    return distinct
 
 
 def rendition_sizes(

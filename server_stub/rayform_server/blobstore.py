@@ -9,7 +9,10 @@ A data root remembers where its blobs live in ``ROOT/blobstore.json``
 (``{"blobs": "s3://BUCKET/PREFIX", "s3_endpoint": "http://..."}``), written the first time a
 command is given ``--blobs``. ``Store(root)`` without an explicit backend reads it, so
 ``demo``, ``ingest``, ``slices`` and ``serve`` on one root all agree, even in worker
-processes. No file means the local directory ``ROOT/blobs``.
+processes. No file means the local directory ``ROOT/blobs``. An endpoint given to
+:func:`configure_root` (``--s3-endpoint``) overrides the recorded one for that process and the
+worker processes it starts (it travels in the environment variable
+:data:`ENDPOINT_OVERRIDES_ENV`, which workers inherit), never for later commands.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from rayform.format import check_hash, sharded_path
 __all__ = [
     "CONFIG_NAME",
     "DEFAULT_PRESIGN_EXPIRY_S",
+    "ENDPOINT_OVERRIDES_ENV",
     "BlobBackend",
     "LocalBlobBackend",
     "S3BlobBackend",
@@ -39,6 +43,10 @@ __all__ = [
 CONFIG_NAME = "blobstore.json"
 #: Lifetime of a presigned blob URL in seconds (clients ask again when one expires).
 DEFAULT_PRESIGN_EXPIRY_S = 300
+#: JSON ``{"/absolute/root": "http://endpoint"}``: the S3 endpoints :func:`configure_root` was
+#: given in this process, by root. An environment variable, not a module global, so that
+#: worker processes (forked or spawned) open the same endpoint as the command that started them.
+ENDPOINT_OVERRIDES_ENV = "RAYFORM_SERVER_S3_ENDPOINT_OVERRIDES"
 
 
 class BlobBackend(Protocol):
@@ -275,10 +283,27 @@ def _read_config(root: Path) -> dict[str, str] | None:
     return doc
 
 
+def _endpoint_overrides() -> dict[str, str]:
+    try:
+        doc = json.loads(os.environ.get(ENDPOINT_OVERRIDES_ENV) or "{}")
+    except ValueError:
+        return {}
+    return {str(k): str(v) for k, v in doc.items()} if isinstance(doc, dict) else {}
+
+
+def _override_endpoint(root: Path, endpoint_url: str) -> None:
+    """Make ``endpoint_url`` the S3 endpoint of ``root`` for this process and its workers."""
+    overrides = _endpoint_overrides()
+    overrides[str(root.resolve())] = endpoint_url
+    os.environ[ENDPOINT_OVERRIDES_ENV] = json.dumps(overrides, sort_keys=True)
+
+
 def backend_for_root(root: str | os.PathLike[str]) -> BlobBackend:
     """The blob backend a data root was configured with (see :func:`configure_root`).
 
-    Without ``ROOT/blobstore.json`` this is the local directory ``ROOT/blobs``.
+    Without ``ROOT/blobstore.json`` this is the local directory ``ROOT/blobs``. The S3 endpoint
+    is the one :func:`configure_root` was given for ``root`` in this process (or the process
+    that started this worker), else the recorded one.
 
     Raises:
         InvalidArgumentError: the configuration file is unreadable or names an unsupported store.
@@ -287,7 +312,8 @@ def backend_for_root(root: str | os.PathLike[str]) -> BlobBackend:
     doc = _read_config(root)
     if doc is None:
         return LocalBlobBackend(root)
-    return blob_backend_from_url(doc["blobs"], root, endpoint_url=doc.get("s3_endpoint") or None)
+    endpoint = _endpoint_overrides().get(str(root.resolve())) or doc.get("s3_endpoint") or None
+    return blob_backend_from_url(doc["blobs"], root, endpoint_url=endpoint)
 
 
 def configure_root(
@@ -300,8 +326,8 @@ def configure_root(
         blobs: ``s3://BUCKET/PREFIX``; ``None`` uses what the root recorded (or the local
             directory).
         endpoint_url: the S3 API endpoint, e.g. ``http://127.0.0.1:8333``; it overrides the
-            recorded one for this process only (a server may presign against another name
-            for the same store).
+            recorded one for this process and the worker processes it starts, not for later
+            commands (a server may presign against another name for the same store).
 
     Raises:
         InvalidArgumentError: ``blobs`` differs from the store the root already records, or is not a
@@ -318,6 +344,8 @@ def configure_root(
                     "locally: add --blobs s3://BUCKET/PREFIX"
                 )
             return LocalBlobBackend(root)
+        if endpoint_url:
+            _override_endpoint(root, endpoint_url)
         return blob_backend_from_url(
             doc["blobs"], root, endpoint_url=endpoint_url or doc.get("s3_endpoint") or None
         )
@@ -333,6 +361,8 @@ def configure_root(
             f"to {blobs} and start from a fresh --root, or leave --blobs out"
         )
     backend = blob_backend_from_url(wanted, root, endpoint_url=endpoint_url)
+    if endpoint_url and not isinstance(backend, LocalBlobBackend):
+        _override_endpoint(root, endpoint_url)
     if doc is None and not isinstance(backend, LocalBlobBackend):
         record = {"blobs": wanted, "s3_endpoint": endpoint_url or ""}
         write_atomic(

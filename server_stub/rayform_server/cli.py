@@ -241,10 +241,11 @@ def _renditions(args: argparse.Namespace) -> int:
             "`rayform-server serve` serves"
         )
         return 2
-    configure_root(root, args.blobs, args.s3_endpoint)
+    # The backend carries --s3-endpoint (the workers get it from configure_root too).
+    blobs = configure_root(root, args.blobs, args.s3_endpoint)
     t0 = time.perf_counter()
     report = add_renditions(
-        Store(root),
+        Store(root, blobs=blobs),
         args.slice,
         args.renditions,
         jobs=args.jobs,

@@ -5,6 +5,7 @@ Layout (see ``docs/layout.md``)::
     ROOT/blobs/ab/abcdef...        content-addressed blobs (video, timestamps, tables), BLAKE3
     ROOT/manifests/ab/abcdef...    manifests, named by the BLAKE3 of their canonical bytes
     ROOT/slices/slc_xxxxxxxx.json  {"id", "manifest", "description"}: a named reference
+    ROOT/slices/.lock              flock held while a reference moves (see ``set_slice``)
     ROOT/history/slc_xxxxxxxx/<hash>  one empty file per manifest the slice has named
     ROOT/tmp/                      staging for atomic writes (same filesystem)
 
@@ -14,6 +15,9 @@ crash never leaves a partial object under a content name.
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import fcntl
 import json
 import os
 import shutil
@@ -22,12 +26,18 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from rayform import format as wire
+from rayform.errors import RayformError
 from rayform.files import write_atomic
 from rayform.format import check_hash, check_slice_id, hash_bytes, new_hasher, sharded_path
 from rayform.manifest import BlobRef, Manifest, canonical_json
 from rayform_server.blobstore import BlobBackend, backend_for_root
 
-__all__ = ["Store"]
+__all__ = ["SliceMovedError", "Store"]
+
+
+class SliceMovedError(RayformError):
+    """A slice no longer names the manifest a change was planned against (another commit of
+    the same slice came first); nothing was changed."""
 
 
 class Store:
@@ -128,22 +138,72 @@ class Store:
             write_atomic(dest, data, mode=0o444, tmp_dir=self.root / "tmp")
         return digest
 
-    def set_slice(self, slice_id: str, manifest_hash: str, description: str = "") -> None:
+    def set_slice(
+        self,
+        slice_id: str,
+        manifest_hash: str,
+        description: str = "",
+        *,
+        expect: str | None = None,
+    ) -> None:
         """Point ``slice_id`` at a stored manifest (atomically replaces an older reference).
 
         Every manifest the slice has named stays readable by hash through the slice
         (``GET /v1/slices/{id}/manifests/{hash}``): the old reference's manifest and the new
-        one are recorded under ``history/<slice>/`` before the reference moves."""
+        one are recorded under ``history/<slice>/`` before the reference moves.
+
+        Args:
+            slice_id: the slice to create or move.
+            manifest_hash: a manifest already in the store.
+            description: the slice's description.
+            expect: if given, move the slice only if it still names this manifest. Every
+                ``set_slice`` of the root holds one lock while it reads and writes the
+                reference, so no other commit can slip in between the check and the move.
+
+        Raises:
+            SliceMovedError: ``expect`` was given and the slice names another manifest (or
+                none); the reference is left as it is.
+        """
         check_hash(manifest_hash)
         if not self.manifest_path(manifest_hash).exists():
             raise FileNotFoundError(f"manifest {manifest_hash} is not in the store")
-        old = self.get_slice(slice_id)
-        for digest in ([old["manifest"]] if old is not None else []) + [manifest_hash]:
-            self._remember(slice_id, digest)
-        doc = {"id": slice_id, "manifest": manifest_hash, "description": description}
-        write_atomic(
-            self.slice_path(slice_id), canonical_json(doc), mode=0o644, tmp_dir=self.root / "tmp"
-        )
+        with self._slices_locked():
+            old = self.get_slice(slice_id)
+            if expect is not None and (old is None or old["manifest"] != expect):
+                now = "no manifest (it was deleted)" if old is None else old["manifest"]
+                raise SliceMovedError(
+                    f"slice {slice_id} moved from manifest {expect} to {now} meanwhile "
+                    "(another commit of the same slice); nothing was changed: run again"
+                )
+            for digest in ([old["manifest"]] if old is not None else []) + [manifest_hash]:
+                self._remember(slice_id, digest)
+            doc = {"id": slice_id, "manifest": manifest_hash, "description": description}
+            write_atomic(
+                self.slice_path(slice_id),
+                canonical_json(doc),
+                mode=0o644,
+                tmp_dir=self.root / "tmp",
+            )
+
+    @contextlib.contextmanager
+    def _slices_locked(self) -> Iterator[None]:
+        """Hold the root's slice lock (``flock`` on ``slices/.lock``; blocks until free).
+
+        Processes on other machines sharing the root over a filesystem without working
+        ``flock`` are not serialised by it; on one machine (and on filesystems that honour it)
+        every reference move is."""
+        fd = os.open(self.root / "slices" / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            except OSError as exc:
+                # A filesystem without flock (some NFS mounts): move the reference unlocked,
+                # as before there was a lock, rather than refuse every commit.
+                if exc.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS):
+                    raise
+            yield
+        finally:
+            os.close(fd)  # releases the flock
 
     def _remember(self, slice_id: str, manifest_hash: str) -> None:
         marker = self.history_path(slice_id, manifest_hash)

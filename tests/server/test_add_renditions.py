@@ -3,7 +3,9 @@ same slice ID; the old manifest stays readable by hash; local and S3-backed root
 
 from __future__ import annotations
 
+import json
 import os
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -18,9 +20,13 @@ from support.seaweed import BUCKET, SeaweedS3
 
 from rayform.manifest import Manifest
 from rayform.torch import EpisodeDataset
+from rayform_server._addrenditions import add_renditions
+from rayform_server._renditions import MAX_RENDITIONS
+from rayform_server.blobstore import LocalBlobBackend
+from rayform_server.builder import commit_segments
 from rayform_server.cli import main
 from rayform_server.demo import build_demo
-from rayform_server.store import Store
+from rayform_server.store import SliceMovedError, Store
 
 CAMS = ["cam0/rgb", "wrist/rgb"]
 
@@ -194,3 +200,159 @@ def test_renditions_on_an_s3_backed_root(seaweed: SeaweedS3, tmp_path: Path) -> 
         assert isinstance(slice_.manifest, Manifest) or slice_.manifest.format_version >= 2
     finally:
         server.stop()
+
+
+# -- refusals and failures: nothing committed, nothing left in tmp/ ------------------------------
+def _objects(root: Path) -> list[str]:
+    """Every manifest, page and blob file of the root."""
+    return sorted(
+        p.name for sub in ("manifests", "blobs") for p in (root / sub).rglob("*") if p.is_file()
+    )
+
+
+def _cli(*argv: str | Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "rayform_server", *map(str, argv)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_more_renditions_than_a_stream_may_list_are_refused_before_rendering(
+    tmp_path: Path, capsys
+) -> None:
+    root = tmp_path / "root"
+    build_demo(root, DEMO_SLICE, small=True)
+    store = Store(root)
+    cmd = ["renditions", "--root", str(root), "--slice", DEMO_SLICE, "--jobs", "1", "--quiet"]
+    assert main([*cmd, "--renditions", "2"]) == 0
+    before, objects = store.get_slice(DEMO_SLICE), _objects(root)
+    capsys.readouterr()
+    # One stored + MAX_RENDITIONS new heights: one too many for every camera.
+    heights = ",".join(str(h) for h in range(4, 4 + 2 * MAX_RENDITIONS, 2))
+    assert main([*cmd, "--renditions", heights]) == 2
+    err = capsys.readouterr().err
+    assert f"has 1 rendition(s) and would have {MAX_RENDITIONS + 1}" in err
+    assert store.get_slice(DEMO_SLICE) == before and _objects(root) == objects
+    assert not list((root / "tmp").iterdir())
+    # More new heights than a stream may list: refused by the parser, the root untouched.
+    too_many = ",".join(str(h) for h in range(2, 4 + 2 * MAX_RENDITIONS, 2))
+    for argv in (
+        [*cmd, "--renditions", too_many],
+        ["demo", "--root", str(tmp_path / "demo"), "--small", "--renditions", too_many],
+    ):
+        with pytest.raises(SystemExit) as exc:
+            main(argv)
+        assert exc.value.code == 2
+        assert f"a stream lists at most {MAX_RENDITIONS} renditions" in capsys.readouterr().err
+    assert store.get_slice(DEMO_SLICE) == before and not (tmp_path / "demo").exists()
+
+
+def test_a_commit_of_the_slice_while_rendering_is_not_reverted(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    build_demo(root, DEMO_SLICE, small=True)
+    store = Store(root)
+    planned = store.get_slice(DEMO_SLICE)["manifest"]  # type: ignore[index]
+    other: list[str] = []
+
+    def commit_meanwhile(line: str) -> None:
+        # After the first video is rendered, another ingest of the same slice is committed.
+        if line.startswith("[1/"):
+            segments = list(store.load_manifest(planned).segments)[:2]
+            other.append(commit_segments(store, segments, "re-ingested"))
+            store.set_slice(DEMO_SLICE, other[0], "re-ingested")
+
+    with pytest.raises(SliceMovedError) as exc:
+        add_renditions(store, DEMO_SLICE, [48], jobs=1, progress=commit_meanwhile)
+    assert f"moved from manifest {planned} to {other[0]}" in str(exc.value)
+    assert "run again" in str(exc.value)
+    assert store.get_slice(DEMO_SLICE) == {
+        "id": DEMO_SLICE,
+        "manifest": other[0],
+        "description": "re-ingested",
+    }
+    assert store.manifest_history(DEMO_SLICE) == sorted([planned, other[0]])
+    assert not list((root / "tmp").iterdir())
+    # Run again: planned from the slice as it is now, it commits.
+    report = add_renditions(store, DEMO_SLICE, [48], jobs=1)
+    assert (
+        report.previous == other[0] and store.get_slice(DEMO_SLICE)["manifest"] == report.manifest
+    )  # type: ignore[index]
+    assert len(store.load_manifest(report.manifest).segments) == 2
+
+
+def test_set_slice_with_expect_moves_only_from_the_expected_manifest(tmp_path: Path) -> None:
+    store = Store(tmp_path / "root")
+    a, b, c = (store.put_manifest(Manifest(segments=(), description=d)) for d in "abc")
+    store.set_slice(DEMO_SLICE, a)
+    with pytest.raises(SliceMovedError, match=f"moved from manifest {b} to {a}"):
+        store.set_slice(DEMO_SLICE, c, expect=b)
+    assert store.get_slice(DEMO_SLICE)["manifest"] == a  # type: ignore[index]
+    store.set_slice(DEMO_SLICE, c, expect=a)
+    assert store.get_slice(DEMO_SLICE)["manifest"] == c  # type: ignore[index]
+    with pytest.raises(SliceMovedError, match="no manifest"):
+        store.set_slice("slc_0000beef", a, expect=c)
+    assert store.get_slice("slc_0000beef") is None
+
+
+@pytest.mark.parametrize("damage", ["deleted", "truncated"])
+def test_a_missing_or_corrupt_original_is_a_clear_error(tmp_path: Path, damage: str) -> None:
+    root = tmp_path / "root"
+    build_demo(root, DEMO_SLICE, small=True)
+    store = Store(root)
+    before, objects = store.get_slice(DEMO_SLICE), _objects(root)
+    manifest = store.load_manifest(before["manifest"])  # type: ignore[index]
+    seg = manifest.segments[0]
+    stream = next(st for st in seg.streams.values() if st.kind == "video")  # rendered first
+    path = store.blob_path(stream.blob.hash)
+    if damage == "deleted":
+        path.unlink()
+    else:
+        path.chmod(0o644)
+        path.write_bytes(path.read_bytes()[: stream.blob.size // 2])
+    objects = _objects(root)
+    # Two processes: the others' renders finish or are cancelled; none may stay in tmp/.
+    result = _cli(
+        "renditions", "--root", root, "--slice", DEMO_SLICE, "--renditions", "24,48", "--jobs", "2"
+    )
+    assert result.returncode == 2, result.stderr
+    assert (
+        f"error: blob {stream.blob.hash} of {seg.id} {stream.name} is missing or unreadable "
+        f"in {root.resolve()}: "
+    ) in result.stderr
+    assert "Traceback" not in result.stderr
+    assert store.get_slice(DEMO_SLICE) == before and _objects(root) == objects
+    assert not list((root / "tmp").iterdir())
+
+
+def test_the_s3_endpoint_given_overrides_the_recorded_one_in_every_process(
+    seaweed: SeaweedS3, tmp_path: Path
+) -> None:
+    root = tmp_path / "root"
+    env = {**os.environ, **seaweed.env}
+    blobs = f"s3://{BUCKET}/endpoint"
+    made = _cli(
+        "demo", "--root", root, "--small", "--blobs", blobs, "--s3-endpoint", seaweed.endpoint,
+        env=env,
+    )  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    # The store moves: the endpoint the root recorded now refuses connections.
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{s.getsockname()[1]}"
+    config = root / "blobstore.json"
+    config.write_text(json.dumps({"blobs": blobs, "s3_endpoint": dead}))
+    for argv in (
+        ["renditions", "--slice", DEMO_SLICE, "--renditions", "48", "--jobs", "2"],
+        ["demo", "--small", "--seed", "1", "--slice", "slc_0000beef", "--jobs", "2"],
+    ):
+        result = _cli(*argv, "--root", root, "--s3-endpoint", seaweed.endpoint, env=env)
+        assert result.returncode == 0, result.stderr
+    assert json.loads(config.read_text())["s3_endpoint"] == dead  # given for these runs only
+    metadata = Store(root, blobs=LocalBlobBackend(tmp_path / "unused"))
+    manifest = metadata.load_manifest(metadata.get_slice(DEMO_SLICE)["manifest"])  # type: ignore[index]
+    assert all(st.renditions for st in _cams(manifest))
+    assert metadata.get_slice("slc_0000beef") is not None
+    assert not list((root / "tmp").iterdir())

@@ -25,10 +25,12 @@ from rayform import InvalidArgumentError, OfflineError
 from rayform._resolution import Target, choose_rendition
 from rayform.errors import IntegrityError, ManifestError
 from rayform.manifest import Manifest
+from rayform.manifest._rendcols import MAX_RENDITIONS as readers_limit
 from rayform.slice import Slice
 from rayform.torch import EpisodeDataset, EpisodeSampler
 from rayform.torch._decoding._resize import resize_frames
 from rayform_server._renditions import (
+    MAX_RENDITIONS,
     RenditionSkipped,
     keyframe_interval,
     parse_heights,
@@ -159,9 +161,13 @@ def test_renditions_follow_the_originals_keyframe_interval(tmp_path: Path) -> No
 
 def test_heights_are_checked_and_widths_keep_the_aspect_ratio() -> None:
     assert parse_heights("240,120, 240") == (120, 240)
-    for bad in ("", "240,abc", "121", "0"):
+    for bad in ("", "240,abc", "121", "0", "\u00b2", "24,\u0664\u0668"):  # "²", Arabic-Indic "48"
         with pytest.raises(InvalidArgumentError, match="--renditions|even number"):
             parse_heights(bad)
+    assert readers_limit == MAX_RENDITIONS  # ingest writes no manifest the readers refuse
+    assert len(parse_heights(",".join(str(h) for h in range(2, 33, 2)))) == MAX_RENDITIONS
+    with pytest.raises(InvalidArgumentError, match=f"at most {MAX_RENDITIONS} renditions"):
+        parse_heights(",".join(str(h) for h in range(2, 35, 2)))
     assert rendition_sizes(480, 640, (240, 120)) == [(120, 160), (240, 320)]
     assert rendition_sizes(180, 320, (90,)) == [(90, 160)]
     assert rendition_sizes(100, 150, (50,)) == [(50, 76)]  # 75 rounded to even
