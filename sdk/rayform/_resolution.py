@@ -31,6 +31,7 @@ __all__ = [
     "Target",
     "check_image_size",
     "check_resize",
+    "camera_streams",
     "check_size_value",
     "choose_rendition",
     "describe_resolution",
@@ -227,7 +228,8 @@ def parse_image_size(text: str) -> tuple[int, int] | dict[str, tuple[int, int]]:
 
     def hw(item: str) -> tuple[int, int]:
         h, x, w = item.partition("x")
-        if not (x and h.isdigit() and w.isdigit()):
+        # ASCII digits only: str.isdigit() also accepts "²", which int() refuses.
+        if not (x and h.isascii() and w.isascii() and h.isdigit() and w.isdigit()):
             raise InvalidArgumentError(
                 f"image_size={text!r}: write HEIGHTxWIDTH in pixels (e.g. 224x224), or "
                 "KEY:HxW,KEY:HxW per camera"
@@ -308,24 +310,35 @@ def resolution_blobs(
     if isinstance(segments, Segments) and not segments.holds_objects:
         # Columnar pages: the same choice from the columns. A pass would build a Segment per
         # row: ~22 s at 100,000 episodes, minutes at a million.
-        first = segments.first_kinds(names)
-        videos = [name for name, kind in sorted(first.items()) if kind == "video"]
-        chosen = check_image_size(image_size, resize, videos) or {}
+        chosen = check_image_size(image_size, resize, camera_streams(segments, names)) or {}
         return segments.chosen_blobs(names, {k: _covers(t) for k, t in chosen.items()})
     segments = list(segments)
-    kinds: dict[str, str] = {}
-    for seg in segments:
-        for name, stream in seg.streams.items():
-            if names is None or name in names:
-                kinds.setdefault(name, stream.kind)
-    cameras = [name for name, kind in sorted(kinds.items()) if kind == "video"]
-    targets = check_image_size(image_size, resize, cameras) or {}
+    kinds = _kinds(segments, names)
+    targets = check_image_size(image_size, resize, camera_streams(segments, names)) or {}
     out: dict[str, BlobRef] = {}
     for seg in segments:
         for name, stream in seg.streams.items():
             if name in kinds:
                 out.update((ref.hash, ref) for ref in stream_blobs(stream, targets.get(name)))
     return out
+
+
+def _kinds(segments: Iterable[Segment], names: Sequence[str] | None) -> dict[str, str]:
+    """``{name: kind}`` of the streams ``names`` (all if ``None``) the segments hold."""
+    if isinstance(segments, Segments) and not segments.holds_objects:
+        return segments.first_kinds(names)  # from the columns, no Segment built
+    kinds: dict[str, str] = {}
+    for seg in segments:
+        for name, stream in seg.streams.items():
+            if names is None or name in names:
+                kinds.setdefault(name, stream.kind)
+    return kinds
+
+
+def camera_streams(segments: Iterable[Segment], names: Sequence[str] | None) -> list[str]:
+    """The camera (video) streams among ``names`` (all if ``None``) of ``segments``, sorted:
+    the keys a per-camera ``image_size`` dict must name for a pull."""
+    return [name for name, kind in sorted(_kinds(segments, names).items()) if kind == "video"]
 
 
 def _covers(target: Target) -> Callable[[int, int], bool]:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from rayform import __version__
 from rayform._limits import parse_bytes
-from rayform._resolution import RESIZE_MODES, parse_image_size
+from rayform._resolution import RESIZE_MODES, check_size_value, parse_image_size
 from rayform._units import human_bytes
 from rayform._untrusted import shown
 from rayform.errors import InvalidArgumentError, RayformError
@@ -49,6 +49,13 @@ def _print_json(doc: Mapping[str, Any] | Sequence[Any]) -> None:
 
 
 def _cmd_pull(args: argparse.Namespace) -> int:
+    if args.resize is not None and args.image_size is None:
+        raise InvalidArgumentError(
+            f"--resize {args.resize} without --image-size: it says how frames become a training "
+            "resolution; add --image-size HxW (e.g. 224x224), or leave --resize out"
+        )
+    image_size = parse_image_size(args.image_size) if args.image_size else None
+    check_size_value(image_size, args.resize or "pad")  # before any network access
     client = _client(args)
     target = (
         args.slice_id
@@ -61,8 +68,8 @@ def _cmd_pull(args: argparse.Namespace) -> int:
         jobs=args.jobs,
         progress=not args.quiet and not args.json,
         max_cache=args.max_cache,
-        image_size=parse_image_size(args.image_size) if args.image_size else None,
-        resize=args.resize,
+        image_size=image_size,
+        resize=args.resize or "pad",
     )
     if args.json:
         _print_json(report.to_json())
@@ -343,7 +350,7 @@ def build_parser() -> argparse.ArgumentParser:
     pull.add_argument(
         "--resize",
         choices=RESIZE_MODES,
-        default="pad",
+        default=None,
         help="with --image-size: how frames become HxW (default pad)",
     )
     pull.add_argument(

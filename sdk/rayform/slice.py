@@ -10,7 +10,12 @@ from typing import Any
 import numpy as np
 
 from rayform._boundary import argument_errors
-from rayform._resolution import check_size_value, resolution_blobs
+from rayform._resolution import (
+    camera_streams,
+    check_image_size,
+    check_size_value,
+    resolution_blobs,
+)
 from rayform._seams import BlobFetcher
 from rayform._units import human_bytes
 from rayform.manifest import (
@@ -124,6 +129,8 @@ class Slice:
         segs = self.segments
         if image_size is not None and segs.has_renditions:
             return resolution_blobs(segs, names, image_size, resize)
+        if image_size is not None:  # no rendition to choose: the originals, the sizes checked
+            check_image_size(image_size, resize, camera_streams(segs, names))
         check_size_value(image_size, resize)
         return segs.blobs(names)
 

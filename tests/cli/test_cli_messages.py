@@ -149,6 +149,21 @@ def test_malformed_slice_id_points_at_slices_ls() -> None:
     assert "web UI" not in result.stderr
 
 
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--resize", "crop"], "--resize crop without --image-size"),
+        (["--image-size", "\u00b2x2"], "write HEIGHTxWIDTH in pixels"),
+        (["--image-size", "0x5"], "two integers from 1 to 8192"),
+    ],
+)
+def test_pull_at_a_resolution_refuses_what_it_cannot_mean(args: list[str], says: str) -> None:
+    # Refused before any network access (the endpoint has nothing listening).
+    result = rayform("pull", DEMO_SLICE, *args, "--endpoint", "http://127.0.0.1:9")
+    assert result.returncode == 1 and result.stdout == ""
+    assert result.stderr.startswith("rayform: error: ") and says in result.stderr
+
+
 def test_malformed_new_slice_id_at_ingest_says_how_to_choose_one(tmp_path: Path) -> None:
     bag = tmp_path / "run.mcap"
     bag.write_bytes(b"")

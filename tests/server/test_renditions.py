@@ -310,7 +310,8 @@ def test_pull_at_a_resolution_takes_only_those_renditions_and_training_runs_offl
     )
     with pytest.raises(  # no rendition covers 64x64 crop: the original, pulled at that size
         OfflineError,
-        match=rf"original .*`rayform pull {DEMO_SLICE} --image-size 64x64 --resize crop`",
+        match=rf"original .*`rayform pull {DEMO_SLICE} --image-size 64x64 --resize crop "
+        rf"--streams {' '.join([*OBS, ACTION])}`",
     ):
         needs_original[0]
 
@@ -320,8 +321,20 @@ def test_pull_at_a_resolution_takes_only_those_renditions_and_training_runs_offl
     ds = EpisodeDataset(cold, obs=OBS, action=ACTION, fps=15, shard=None, image_size=(32, 32))
     with pytest.raises(
         OfflineError, match=rf"rayform pull {DEMO_SLICE} --image-size 32x32 --resize pad"
-    ):
+    ) as missing:
         ds[0]
+    # The command the error names, run as printed, is all the dataset needs offline.
+    command = str(missing.value).split("`")[1].split()
+    assert command[:2] == ["rayform", "pull"]
+    env = {
+        "RAYFORM_ENDPOINT": server.url,
+        "RAYFORM_TOKEN": TOKEN,
+        "RAYFORM_CACHE_DIR": str(tmp_path / "cache2"),
+        "PATH": "/usr/bin:/bin",
+        "PYTHONPATH": ":".join(sys.path),
+    }
+    subprocess.run([sys.executable, "-m", "rayform", *command[1:], "-q"], env=env, check=True)
+    assert ds[0]["cam0/rgb"].shape == (3, 32, 32)
 
 
 def test_cli_pull_at_a_resolution(

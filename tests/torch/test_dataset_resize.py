@@ -13,7 +13,7 @@ from support.fakes import store_slice
 from torch.utils.data import DataLoader
 
 from rayform import DatasetURI, InvalidArgumentError
-from rayform._resolution import Plan, Target
+from rayform._resolution import Plan, Target, parse_image_size
 from rayform.integrations._common import sample_spec
 from rayform.slice import Slice
 from rayform.torch import EpisodeDataset, MixtureDataset, _reader, collate
@@ -261,6 +261,20 @@ def test_image_size_needs_a_camera(demo: Slice) -> None:
         EpisodeDataset(demo, obs=["joints/position"], action=ACTION, fps=15, image_size=(64, 64))
     with pytest.raises(InvalidArgumentError, match="'joints/position' is not a camera"):
         make(demo).frame_shape("joints/position")
+
+
+def test_a_pulls_sizes_are_checked_on_a_slice_without_renditions(demo: Slice) -> None:
+    # No rendition to choose, so the originals; but a size for an unknown camera, or for
+    # streams without one, is as wrong as on a slice with renditions.
+    assert not demo.segments.has_renditions
+    sizes = {"cam0/rgb": (24, 32), "wrist/rgb": (24, 32)}
+    assert demo.blobs(image_size=sizes) == demo.blobs()
+    with pytest.raises(InvalidArgumentError, match="'cam9/rgb', which is not a camera"):
+        demo.blobs(image_size={**sizes, "cam9/rgb": (24, 32)})
+    with pytest.raises(InvalidArgumentError, match="no camera"):
+        demo.blobs(["joints/position"], image_size=(24, 32))
+    with pytest.raises(InvalidArgumentError, match="HEIGHTxWIDTH"):
+        parse_image_size("\u00b2x2")  # a digit to str.isdigit(), not to int()
 
 
 @pytest.mark.parametrize(

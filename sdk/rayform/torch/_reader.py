@@ -145,9 +145,11 @@ class SampleReader:
         try:
             return self._path(ref, state)
         except OfflineError as exc:
+            # --streams: a per-camera size names only this dataset's cameras, and a pull
+            # without it would need a size for every camera of the slice.
             cmd = (
                 f"rayform pull {self.slice.id} --image-size {format_image_size(self.image_sizes())} "
-                f"--resize {self.targets[stream.name].mode}"
+                f"--resize {self.targets[stream.name].mode} --streams {' '.join(self._streams())}"
             )
             raise OfflineError(
                 f"the {stream.name} {what} this dataset reads ({ref.hash[:12]}...) is not in the "
