@@ -326,27 +326,26 @@ def test_pull_at_a_resolution_takes_only_those_renditions_and_training_runs_offl
     # The command the error names, run as printed, is all the dataset needs offline.
     command = str(missing.value).split("`")[1].split()
     assert command[:2] == ["rayform", "pull"]
-    env = {
+    env = cli_env(server, tmp_path / "cache2")
+    subprocess.run([sys.executable, "-m", "rayform", *command[1:], "-q"], env=env, check=True)
+    assert ds[0]["cam0/rgb"].shape == (3, 32, 32)
+
+
+def cli_env(server: ServerProcess, cache: Path) -> dict[str, str]:
+    """The environment of a `rayform` subprocess reading ``server`` into ``cache``."""
+    return {
         "RAYFORM_ENDPOINT": server.url,
         "RAYFORM_TOKEN": TOKEN,
-        "RAYFORM_CACHE_DIR": str(tmp_path / "cache2"),
+        "RAYFORM_CACHE_DIR": str(cache),
         "PATH": "/usr/bin:/bin",
         "PYTHONPATH": ":".join(sys.path),
     }
-    subprocess.run([sys.executable, "-m", "rayform", *command[1:], "-q"], env=env, check=True)
-    assert ds[0]["cam0/rgb"].shape == (3, 32, 32)
 
 
 def test_cli_pull_at_a_resolution(
     server: ServerProcess, manifest: Manifest, tmp_path: Path
 ) -> None:
-    env = {
-        "RAYFORM_ENDPOINT": server.url,
-        "RAYFORM_TOKEN": TOKEN,
-        "RAYFORM_CACHE_DIR": str(tmp_path / "c"),
-        "PATH": "/usr/bin:/bin",
-        "PYTHONPATH": ":".join(sys.path),
-    }
+    env = cli_env(server, tmp_path / "c")
     out = subprocess.run(
         [
             sys.executable,
