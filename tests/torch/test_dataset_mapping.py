@@ -93,6 +93,14 @@ def test_from_uri_keeps_each_cameras_size_when_a_key_is_another_cameras_stream(s
         image_size={"cam0/rgb": (64, 64), "wrist/rgb": (32, 32)},
         resize="squash",
     )
+    with pytest.raises(InvalidArgumentError, match="names one camera twice"):
+        EpisodeDataset(  # the sample key "image" and the stream name "cam0/rgb": one camera
+            slice_,
+            obs={"image": "cam0/rgb"},
+            action=None,
+            fps=15,
+            image_size={"image": (8, 8), "cam0/rgb": (9, 9)},
+        )
     again = EpisodeDataset.from_uri(ds.uri)
     for d in (ds, again):
         sample = d[3]

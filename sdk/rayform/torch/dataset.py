@@ -190,10 +190,15 @@ class EpisodeDataset(Dataset):
         )
         self._names: Names = keys
         cameras = [name for name in self.obs if self._segments[0].streams[name].kind == "video"]
-        if isinstance(
-            image_size, Mapping
-        ):  # keyed by sample key (or stream name): the reader's are streams
-            image_size = {keys.stream_of(k): v for k, v in image_size.items()}
+        if isinstance(image_size, Mapping):
+            # Keyed by sample key (or stream name): the reader's are streams.
+            by_stream = {keys.stream_of(k): v for k, v in image_size.items()}
+            if len(by_stream) < len(image_size):
+                raise InvalidArgumentError(
+                    f"image_size={dict(image_size)!r} names one camera twice (by its sample key "
+                    "and by its stream name): give each camera one size, keyed by sample key"
+                )
+            image_size = by_stream
         self._targets: dict[str, Target] | None = check_image_size(image_size, resize, cameras)
         self.resize = resize
         self._rank, self._world = _resolve_shard(shard)
