@@ -13,8 +13,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from support import SCRIPTS
+from support import DEMO_SLICE, SCRIPTS, TOKEN, ServerProcess
 
+import rayform
 from rayform.cache import Cache
 from rayform.cache._partial import PartialBlob, tmp_name
 from rayform.errors import CacheError, IntegrityError, TransportError
@@ -227,6 +228,24 @@ def test_shared_cache_is_group_writable_and_setgid(tmp_path: Path) -> None:
     for d in (tmp_path / "c", path.parent, tmp_path / "c" / "blobs", tmp_path / "c" / "tmp"):
         assert stat.S_IMODE(d.stat().st_mode) == 0o2775, d
     assert stat.S_IMODE(path.stat().st_mode) == 0o444
+
+
+def test_a_shared_clients_cached_statistics_are_group_writable(
+    demo_server: ServerProcess, tmp_path: Path
+) -> None:
+    # Shared mode asked for by the client, not inferred from the directory (0775, no setgid):
+    # the statistics a dataset caches must be written in it like every other file.
+    from rayform.torch import EpisodeDataset
+
+    root = tmp_path / "team"
+    root.mkdir(mode=0o775)
+    os.chmod(root, 0o775)
+    client = rayform.Client(endpoint=demo_server.url, token=TOKEN, cache_dir=root, shared=True)
+    ds = EpisodeDataset(client.slices.get(DEMO_SLICE), obs=["joints/position"], action=None, fps=15)
+    assert ds.stats()["joints/position"]["count"] == len(ds)
+    (written,) = (root / "stats").iterdir()
+    assert stat.S_IMODE((root / "stats").stat().st_mode) == 0o2775
+    assert stat.S_IMODE(written.stat().st_mode) & 0o060 == 0o060  # the team may replace it
 
 
 def test_cache_pickles_without_process_state(tmp_path: Path) -> None:

@@ -72,6 +72,7 @@ def compute_stats(
     action_mode: str,
     load_table: TableLoader,
     cache_dir: Path | None,
+    shared: bool | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Statistics of the named table streams (cached under ``cache_dir/stats`` if given).
 
@@ -82,6 +83,8 @@ def compute_stats(
         action_mode: how the action is aligned.
         load_table: ``load_table(stream) -> (t_ns (N,), values (N, D))``.
         cache_dir: the Rayform cache directory, or ``None`` to skip the disk cache.
+        shared: the cache's mode as its client chose it (``Client(shared=...)``): a team
+            cache's files are group-writable; ``None`` infers it from the directory.
     """
     stats_file = f"stats/{stats_key(index, streams, frame, action_mode)}.json"
     if cache_dir is not None:
@@ -119,5 +122,5 @@ def compute_stats(
         }
     if cache_dir is not None:
         with contextlib.suppress(RayformError):  # a read-only cache costs a recomputation
-            Cache(cache_dir).put_file(stats_file, json.dumps(out, sort_keys=True).encode())
+            Cache(cache_dir, shared=shared).put_file(stats_file, json.dumps(out, sort_keys=True).encode())
     return out

@@ -23,6 +23,7 @@ from rayform._boundary import argument_errors
 from rayform._hashing import hash_bytes
 from rayform._resolution import Target, check_image_size, describe_resolution
 from rayform._seams import BlobSource
+from rayform.client import Client
 from rayform.errors import InvalidArgumentError, NotFoundError
 from rayform.manifest import Segments, Stream
 from rayform.torch._align import ACTION_MODES
@@ -445,6 +446,7 @@ class EpisodeDataset(Dataset):
         roles = {name: "obs" for name in self.obs if self.stream(name).kind == "table"}
         if self.action is not None:
             roles[self.action] = "action"
+        client = getattr(self.slice, "client", None)
         return compute_stats(
             self._index,
             roles,
@@ -452,6 +454,8 @@ class EpisodeDataset(Dataset):
             self.action_mode,
             self._reader.table,
             self.slice.cache_dir,
+            # Written like the client's other files: group-writable in a team cache.
+            shared=client.cache.shared if isinstance(client, Client) else None,
         )
 
     # -- sample keys and normalisation (docs/mixtures.md) -----------------------------------
