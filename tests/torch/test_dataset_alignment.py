@@ -244,6 +244,10 @@ def test_stats_match_independent_values_and_are_cached(data, tmp_path: Path) -> 
     assert again == stats and slice_.client.calls == calls  # from disk, no blob read
     other = EpisodeDataset(slice_, obs=OBS, action=ACTION, fps=FPS, segments=[truths[0].id]).stats()
     assert other != stats and len(list((tmp_path / "c" / "stats").glob("*.json"))) == 2
+    # Without the camera the grid spans other times: the same tables, other statistics.
+    tables = [name for name in OBS if name != "cam0/rgb"]
+    alone = EpisodeDataset(slice_, obs=tables, action=ACTION, fps=FPS)
+    assert len(alone) != len(ds) and alone.stats()["joints/position"]["count"] == len(alone)
 
 
 def test_public_names() -> None:

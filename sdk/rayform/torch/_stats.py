@@ -37,7 +37,7 @@ from rayform.torch._index import GridIndex
 
 __all__ = ["compute_stats", "stats_key"]
 
-_STATS_VERSION = 2  # 2: q01/q99 added (a version 1 file lacks them)
+_STATS_VERSION = 3  # 2: q01/q99 added (a version 1 file lacks them); 3: keyed by the grid too
 
 
 def stats_key(
@@ -61,6 +61,12 @@ def stats_key(
             [seg.id, seg.version, [seg.streams[name].blob.hash for name in sorted(streams)]]
             for seg in index.segments
         ],
+        # The samples' times: the grid spans the times every stream the dataset reads covers
+        # (its cameras too), so one table's statistics differ with the other streams read.
+        "grid": hash_bytes(
+            np.ascontiguousarray(index.start_ns, dtype=np.int64).tobytes()
+            + np.ascontiguousarray(index.count, dtype=np.int64).tobytes()
+        ),
     }
     return hash_bytes(canonical_json(doc))
 
@@ -122,5 +128,7 @@ def compute_stats(
         }
     if cache_dir is not None:
         with contextlib.suppress(RayformError):  # a read-only cache costs a recomputation
-            Cache(cache_dir, shared=shared).put_file(stats_file, json.dumps(out, sort_keys=True).encode())
+            Cache(cache_dir, shared=shared).put_file(
+                stats_file, json.dumps(out, sort_keys=True).encode()
+            )
     return out
