@@ -234,9 +234,16 @@ def _cmd_view(args: argparse.Namespace) -> int:
 
     client = _client(args)
     slice_ = client.slices.get(args.slice_id)
-    server = ViewServer(
-        ViewAPI(slice_, frames=args.frames), args.host, args.port, quiet=not args.verbose
-    )
+    try:
+        server = ViewServer(
+            ViewAPI(slice_, frames=args.frames), args.host, args.port, quiet=not args.verbose
+        )
+    except (OSError, OverflowError) as exc:  # in use, not an address here, a port out of range
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise InvalidArgumentError(
+            f"rayform view cannot listen on {args.host} port {args.port} ({why}): choose "
+            "another --port (0 takes a free one) or --host (127.0.0.1: only this machine)"
+        ) from None
     if not is_loopback(args.host):
         print(
             f"rayform view: warning: listening on {args.host}, not only this machine: anyone "

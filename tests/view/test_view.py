@@ -8,6 +8,7 @@ import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import zipfile
@@ -216,6 +217,30 @@ def test_cli_warns_when_listening_beyond_loopback(client_env: ServerProcess) -> 
     assert url.startswith("http://127.0.0.1:") and "warning: listening on 0.0.0.0" in err
     assert rayform.view.is_loopback("127.0.0.1") and rayform.view.is_loopback("::1")
     assert not rayform.view.is_loopback("0.0.0.0")
+
+
+def test_cli_that_cannot_listen_says_why_and_ipv6_loopback_works(client_env: ServerProcess) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = str(taken.getsockname()[1])
+        for args, why in [(["--port", port], "in use"), (["--port", "99999"], "0-65535")]:
+            done = subprocess.run(
+                [sys.executable, "-m", "rayform", "view", DEMO_SLICE, *args],
+                capture_output=True,
+                text=True,
+                timeout=60,
+                env=_env(),
+            )
+            assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+            assert done.stderr.startswith("rayform: error: rayform view cannot listen on")
+            assert why in done.stderr
+    with _view_cli(DEMO_SLICE, "--host", "::1") as (proc, result):
+        assert proc.stdout is not None
+        url = proc.stdout.readline().strip()
+        assert urlsplit(url).hostname == "::1"
+        assert httpx.get(url.replace("/?", "/api/slice?"), timeout=30).json()["id"] == DEMO_SLICE
+    assert "warning" not in result["err"]
 
 
 def test_cli_offline_without_the_slice_names_the_pull() -> None:

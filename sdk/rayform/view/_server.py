@@ -99,6 +99,8 @@ class ViewServer(ThreadingHTTPServer):
         self.host = host
         self.quiet = quiet
         self.assets = _assets()
+        if ":" in host:  # an IPv6 address (the class listens on IPv4 by default)
+            self.address_family = socket.AF_INET6
         super().__init__((host, port), _Handler)
         self.port = int(self.server_address[1])
         self.cookie = f"rayform_view_{self.port}"
