@@ -167,6 +167,19 @@ def test_union_layout_keys_shapes_and_masks_in_every_batch(client) -> None:
     assert list(mix.quotas) == [45, 27, 18]
 
 
+def _tag(sample: dict) -> dict:
+    return {**sample, "task_id": torch.tensor(7)}
+
+
+def test_keys_a_transform_adds_pass_through_the_layout(client) -> None:
+    mix = mixture(client, transform=_tag)
+    samples = mix.__getitems__(list(EpisodeSampler(mix))[:24])
+    assert {s["meta"]["source_name"] for s in samples} == {"bimanual", "single_arm", "copy"}
+    for s in samples:
+        assert list(s) == [*WANT, "meta"][:-2] + ["task_id", "t_ns", "meta"]
+        assert int(s["task_id"]) == 7
+
+
 def test_padded_values_never_leak_into_real_entries(client) -> None:
     mix = mixture(client)
     bi, arm, copy = mix.sources

@@ -216,6 +216,7 @@ class SourcePlan:
             k: spec[k][1][-1] for k, f in layout.fields.items() if f.kind == "vector" and k in spec
         }
         self.present = {k for k in layout.fields if k in spec}
+        self.own = set(spec)  # the source's own keys (its streams'), without "meta"
         self._consts: dict[str, torch.Tensor] | None = (
             None  # made on first use, in the process using it
         )
@@ -239,7 +240,8 @@ class SourcePlan:
         return self._consts
 
     def apply(self, sample: dict[str, Any]) -> dict[str, Any]:
-        """The sample in the layout (keys in the layout's order, then ``t_ns`` and ``meta``)."""
+        """The sample in the layout (keys in the layout's order, then any keys the source's
+        ``transform`` added, then ``t_ns`` and ``meta``)."""
         consts = self._constants()
         out: dict[str, Any] = {}
         for key, f in self.layout.fields.items():
@@ -256,6 +258,11 @@ class SourcePlan:
                 out[f"{key}_is_pad"] = (
                     sample[f"{key}_is_pad"] if key in self.present else consts[f"{key}_is_pad"]
                 )
+        # Keys the source's transform added (not its streams') pass through: the layout
+        # arranges the streams' keys, and dropping the user's own would lose them silently.
+        for key, value in sample.items():
+            if key not in self.own and key not in out and key != "meta":
+                out[key] = value
         out["t_ns"] = sample["t_ns"]
         out["meta"] = sample["meta"]
         return out
