@@ -255,6 +255,8 @@ def test_normalised_vectors_have_mean_0_std_1_per_source(client) -> None:
         assert back.shape == (4, width)
         plain = _plain(ds)[(int(i), 0)]["action"]
         assert torch.allclose(back, plain, atol=1e-4)
+        listed = mix.unnormalize(batch["action"][j].tolist(), source=mix.source_names[k])
+        assert np.allclose(listed, back.numpy())  # a list, as a policy might return, works too
 
 
 def _plain(ds):

@@ -83,6 +83,9 @@ def test_check_normalize_and_normalizer_units() -> None:
         ("zscore", "use None"),
         ({"a": {"mean": [1, 2]}}, "one pair"),
         ({"a": {"mean": [1], "std": [1]}}, "2 finite numbers"),
+        ({"a": {"mean": "abc", "std": [1, 1]}}, "2 finite numbers expected, got 'abc'"),
+        ({"a": {"mean": [0, 0], "std": [1, -1]}}, "std is negative in component 1"),
+        ({"a": {"q01": [0, 3], "q99": [1, 2]}}, "q99 - q01 is negative in component 1"),
         ({"b": {}}, "unknown: b"),
     ]:
         with pytest.raises(InvalidArgumentError, match=match):

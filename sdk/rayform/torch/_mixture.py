@@ -258,7 +258,8 @@ class MixtureDataset(Dataset):
     # -- metadata --------------------------------------------------------------------------
     @property
     def uri(self) -> str:
-        """The mixture as trained, one canonical string (``rayform:///mix?v=2&mix=W:URI&...``):
+        """The mixture as trained, one canonical string (``rayform:///mix?v=2&mix=W:URI&...``;
+        ``v=3`` with a layout or source names):
         every source's dataset URI with its weight as given, ``num_samples``, ``replacement``
         and ``seed``; :meth:`from_uri` rebuilds it. See ``docs/tracking.md``."""
         nested = [k for k, ds in enumerate(self.sources) if not isinstance(ds, EpisodeDataset)]
@@ -331,6 +332,8 @@ class MixtureDataset(Dataset):
             raise InvalidArgumentError(
                 f"unnormalize: source {source!r} has no vector {key!r} ({', '.join(width)})"
             )
+        if not hasattr(values, "shape"):  # a list: as an array, as unnormalize() takes it
+            values = np.asarray(values, dtype=np.float32)
         return ds.unnormalize(values[..., : width[key]], key=key)
 
     def describe(self) -> dict[str, Any]:

@@ -93,13 +93,29 @@ def check_normalize(
             )
         given[key] = {}
         for field in _FIELDS[kinds[0]]:
-            arr = np.asarray(entry[field], dtype=np.float64).reshape(-1)
+            try:
+                arr = np.asarray(entry[field], dtype=np.float64).reshape(-1)
+            except (TypeError, ValueError):
+                arr = np.full(1, np.nan)  # not numbers: refused below
             if arr.shape != (vector_keys[key],) or not np.all(np.isfinite(arr)):
                 raise InvalidArgumentError(
                     f"normalize= statistics {key!r}.{field}: {vector_keys[key]} finite numbers expected, "
-                    f"got {arr.shape[0]}"
+                    f"got {entry[field]!r:.80}"
                 )
             given[key][field] = [float(x) for x in arr]
+        # A negative spread would flip the values' sign; 0 means "only centred" (a fixed joint).
+        lo, hi = ("std", None) if "std" in given[key] else ("q01", "q99")
+        spread = (
+            np.asarray(given[key]["std"])
+            if hi is None
+            else np.asarray(given[key][hi]) - np.asarray(given[key][lo])
+        )
+        if np.any(spread < 0):
+            what = "std" if hi is None else "q99 - q01"
+            raise InvalidArgumentError(
+                f"normalize= statistics {key!r}: {what} is negative in component "
+                f"{int(np.flatnonzero(spread < 0)[0])}; a spread is >= 0 (0: only centred)"
+            )
     return "given", given
 
 

@@ -130,7 +130,8 @@ class MixtureURI:
         """
         if not is_mixture_uri(uri):
             raise InvalidArgumentError(
-                f"{_shown(str(uri))} is not a mixture URI: it starts with {_PREFIX}?v=2; get one from mixture.uri"
+                f"{_shown(str(uri))} is not a mixture URI: it starts with {_PREFIX}?v= (2, or 3 "
+                "with a layout or names); get one from mixture.uri"
             )
         query = urlsplit(uri).query
         sources: list[tuple[float, DatasetURI]] = []
