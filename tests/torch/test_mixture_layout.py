@@ -341,6 +341,9 @@ def test_explicit_layout_and_clear_errors(client) -> None:
     )
     with pytest.raises(InvalidArgumentError, match="image_size="):
         MixtureDataset([(bi, 1.0), (small, 1.0)], layout="union")
+    history = three(client, obs_steps=2)[1]  # the single arm with two steps of history
+    with pytest.raises(InvalidArgumentError, match="need the same obs_steps"):
+        MixtureDataset([(bi, 1.0), (history, 1.0)], layout="union")
     with pytest.raises(InvalidArgumentError, match="give each source its own name"):
         MixtureDataset([(bi, 1.0, "a"), (arm, 1.0, "a")], layout="union")
     with pytest.raises(InvalidArgumentError, match="source="):

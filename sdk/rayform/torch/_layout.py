@@ -137,6 +137,11 @@ class Layout:
                     raise InvalidArgumentError(
                         f"{key!r} is a {_kind(dtype0)} in one source and a {_kind(dtype)} in source {k}"
                     )
+                if dtype == "uint8" and shape0[:-3] != shape[:-3]:  # a leading obs_steps axis
+                    raise InvalidArgumentError(
+                        f"camera {key!r} is {shape0} in one source and {shape} in source {k}: "
+                        "mixed sources need the same obs_steps"
+                    )
                 if dtype == "uint8" and shape0 != shape:
                     raise InvalidArgumentError(
                         f"camera {key!r} is {shape0} in one source and {shape} in source {k}: give the sources' "
