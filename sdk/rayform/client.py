@@ -463,11 +463,12 @@ class Client:
         """
         if not isinstance(jobs, int) or jobs < 1:
             raise InvalidArgumentError(f"jobs must be a positive integer, got {jobs!r}")
+        # Names are checked before the slice is resolved: a typo costs no request and writes
+        # nothing into the cache.
+        names = None if streams is None else [check_stream_name(s) for s in streams]
         slice_ = slice_id if isinstance(slice_id, Slice) else self.slices.get(slice_id)
         slice_id = slice_.id
-        names = None
-        if streams is not None:
-            names = [check_stream_name(s) for s in streams]
+        if names is not None:
             unknown = sorted(set(names) - set(slice_.streams))
             if unknown:
                 raise NotFoundError(

@@ -289,6 +289,9 @@ def test_show_returns_a_link_jupyter_displays(viewer: rayform.view.ViewServer) -
         assert f'href="{link.url}"' in link._repr_html_() and view.id in repr(link)
         info = httpx.get(link.url.replace("/?", "/api/slice?"), timeout=30).json()
         assert info["segments"] == len(view) < len(viewer.api.slice)  # the view's episodes only
+        # With no filter set, the selection is the view's own.
+        sel = httpx.get(link.url.replace("/?", "/api/selection?"), timeout=30).json()
+        assert sel["expression"] == f"sites:{view.segments[0].site}" and sel["count"] == len(view)
     finally:
         link.stop()
 

@@ -151,7 +151,8 @@ class ViewAPI:
         if not kwargs and not prefix:
             return {
                 "code": "view = slice_  # no filter: the whole slice",
-                "expression": None,
+                # A view served as it is keeps its own selection (None for a whole slice).
+                "expression": selection_expression(self.slice.selection),
                 "count": len(self.index),
                 "marked": 0,
             }
