@@ -314,7 +314,7 @@ def resolution_blobs(
         return segments.chosen_blobs(names, {k: _covers(t) for k, t in chosen.items()})
     segments = list(segments)
     kinds = _kinds(segments, names)
-    targets = check_image_size(image_size, resize, camera_streams(segments, names)) or {}
+    targets = check_image_size(image_size, resize, _videos(kinds)) or {}
     out: dict[str, BlobRef] = {}
     for seg in segments:
         for name, stream in seg.streams.items():
@@ -338,7 +338,11 @@ def _kinds(segments: Iterable[Segment], names: Sequence[str] | None) -> dict[str
 def camera_streams(segments: Iterable[Segment], names: Sequence[str] | None) -> list[str]:
     """The camera (video) streams among ``names`` (all if ``None``) of ``segments``, sorted:
     the keys a per-camera ``image_size`` dict must name for a pull."""
-    return [name for name, kind in sorted(_kinds(segments, names).items()) if kind == "video"]
+    return _videos(_kinds(segments, names))
+
+
+def _videos(kinds: Mapping[str, str]) -> list[str]:
+    return [name for name, kind in sorted(kinds.items()) if kind == "video"]
 
 
 def _covers(target: Target) -> Callable[[int, int], bool]:

@@ -43,6 +43,12 @@ class _Held:
         self.fds: OrderedDict[str, int] = OrderedDict()
         self.lock = threading.Lock()
 
+    def trim(self, n: int) -> None:
+        """Unpin the least recently pinned blobs until at most ``n`` are held (``lock`` held)."""
+        while len(self.fds) > n:
+            _, fd = self.fds.popitem(last=False)
+            os.close(fd)
+
 
 class Pins:
     """This process's pinned blobs: open read-only descriptors holding a shared ``flock``.
@@ -76,9 +82,7 @@ class Pins:
                 held.fds.move_to_end(name)
                 return True
             held.fds[name] = fd
-            while len(held.fds) > self.max_pins:
-                _, old = held.fds.popitem(last=False)
-                os.close(old)
+            held.trim(self.max_pins)
         return True
 
     @contextlib.contextmanager
@@ -93,9 +97,7 @@ class Pins:
             self.max_pins = base
             held = self._held.get()
             with held.lock:
-                while len(held.fds) > base:
-                    _, old = held.fds.popitem(last=False)
-                    os.close(old)
+                held.trim(base)
 
     def pinned(self) -> set[str]:
         """Hashes of the blobs this process has pinned."""

@@ -104,14 +104,12 @@ def check_normalize(
                 )
             given[key][field] = [float(x) for x in arr]
         # A negative spread would flip the values' sign; 0 means "only centred" (a fixed joint).
-        lo, hi = ("std", None) if "std" in given[key] else ("q01", "q99")
-        spread = (
-            np.asarray(given[key]["std"])
-            if hi is None
-            else np.asarray(given[key][hi]) - np.asarray(given[key][lo])
-        )
+        stats = given[key]
+        if "std" in stats:
+            what, spread = "std", np.asarray(stats["std"])
+        else:
+            what, spread = "q99 - q01", np.asarray(stats["q99"]) - np.asarray(stats["q01"])
         if np.any(spread < 0):
-            what = "std" if hi is None else "q99 - q01"
             raise InvalidArgumentError(
                 f"normalize= statistics {key!r}: {what} is negative in component "
                 f"{int(np.flatnonzero(spread < 0)[0])}; a spread is >= 0 (0: only centred)"
