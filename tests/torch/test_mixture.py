@@ -8,6 +8,7 @@ from itertools import islice
 
 import numpy as np
 import pytest
+import torch
 from support.datasets import FPS, build_slice
 from torch.utils.data import DataLoader
 
@@ -112,6 +113,44 @@ def test_mixture_is_sharded_and_elastic(slices) -> None:
         seen.update(k.sample for k in sampler)
     extra = seen - whole
     assert not whole - seen and sum(extra.values()) <= 2  # the epoch's draws, plus world - 1 pads
+
+
+def _noise(sample):
+    sample["noise"] = torch.rand(())  # stands for a random augmentation
+    return sample
+
+
+@pytest.mark.parametrize("replacement", [False, True])
+def test_each_draw_of_a_sample_gets_its_own_augmentation(slices, replacement) -> None:
+    a, b = sources(slices, transform=_noise)
+    # b is drawn about 3 times over per epoch: its repeats must not share one augmentation.
+    mix = MixtureDataset([(a, 1.0), (b, 1.0)], num_samples=6 * len(b), replacement=replacement)
+    mix.set_epoch(1)
+    sampler = EpisodeSampler(mix)
+    loader = DataLoader(mix, batch_size=7, sampler=sampler, num_workers=2, collate_fn=collate)
+    runs = []
+    for _ in range(2):
+        drawn = np.concatenate(
+            [np.stack([b["meta"]["source"].numpy(), b["noise"].numpy()], 1) for b in loader]
+        )
+        runs.append(drawn)
+    assert np.array_equal(runs[0], runs[1])  # deterministic whatever the worker
+    keys = [(int(k.sample), int(k.epoch)) for k in sampler]
+    src, local = mix.locate(np.array([k for k, _ in keys]))
+    assert src.tolist() == runs[0][:, 0].astype(int).tolist()
+    noise = runs[0][:, 1]
+    repeated = 0
+    for k in range(2):
+        for i in np.unique(local[src == k]).tolist():
+            seen = noise[(src == k) & (local == i)]
+            repeated += len(seen) > 1
+            assert len(np.unique(seen)) == len(seen), (k, i, seen)
+    assert repeated >= len(b) // 2
+    if not replacement:  # source 1's first pass: each sample augmented as when it is alone
+        first = int(mix.quotas[0]) + np.arange(len(b))
+        _, at = mix.locate(first, epoch=1)
+        for u, i in zip(first.tolist(), at.tolist(), strict=True):
+            assert torch.equal(mix[(u, 1)]["noise"], b[(i, 1)]["noise"])
 
 
 def test_describe_and_stats(slices) -> None:

@@ -317,7 +317,8 @@ def test_explicit_layout_and_clear_errors(client) -> None:
         DEMO_SLICE,
         SINGLE_ARM_SLICE,
     )
-    sample = mix[(len(bi), 0)]
+    src, _ = mix.locate(np.arange(len(mix)), epoch=0)
+    sample = mix[(int(np.flatnonzero(src == 1)[0]), 0)]  # a draw of the single arm
     assert sample["state_dim_is_pad"].tolist() == [d >= 7 for d in range(16)]
     # The tracker's form ({key: {"dtype", "shape"}} with masks) is accepted as it is logged.
     logged = {k: {"dtype": d, "shape": list(s)} for k, (d, s) in mix.sample_spec().items()}

@@ -10,6 +10,11 @@ drawn equally often, give or take one; with ``replacement=True`` each draw is an
 uniform choice. Everything derives from
 ``(seed, epoch, position)`` (``_perm.py``), so :class:`~rayform.torch.EpisodeSampler` shards,
 resumes and jumps over a mixture as over one dataset.
+
+The mixture's index space is the epoch's draws: key ``(i, epoch)`` is draw ``i`` of that epoch
+(draws ``0 .. n_0 - 1`` are source 0's, and so on), and the sampler only orders them. So the
+mixture knows which pass of a source a draw belongs to, and a sample drawn twice in one epoch
+gets two transform seeds (two different augmentations), its first draw the seed it has alone.
 """
 
 from __future__ import annotations
@@ -141,7 +146,6 @@ class MixtureDataset(Dataset):
         total = sum(weights)
         self.weights = tuple(w / total for w in weights)
         self._sizes = np.array([len(ds) for ds in datasets], dtype=np.int64)
-        self._offsets = np.concatenate([[0], np.cumsum(self._sizes)]).astype(np.int64)
         if num_samples is None:
             num_samples = int(self._sizes.sum())
         if (
@@ -156,13 +160,15 @@ class MixtureDataset(Dataset):
             raise InvalidArgumentError(f"seed={seed!r}: use an integer")
         self.seed = int(seed)
         self.quotas = _quotas(self.num_samples, self.weights)
+        # Draws 0 .. num_samples - 1 of an epoch: source k's are bounds[k] .. bounds[k+1] - 1.
+        self._bounds: np.ndarray = np.concatenate([[0], np.cumsum(self.quotas)]).astype(np.int64)
         self._shard_auto: bool = any(ds.shard_auto for ds in datasets)
         self._epoch = SharedEpoch(0)
 
     # -- size, epochs, sharding ------------------------------------------------------------
     def __len__(self) -> int:
-        """The index space: every source's samples, one after the other."""
-        return int(self._offsets[-1])
+        """Draws per epoch (``num_samples``): key ``(i, epoch)`` is draw ``i`` of that epoch."""
+        return self.num_samples
 
     @property
     def epoch(self) -> int:
@@ -180,11 +186,33 @@ class MixtureDataset(Dataset):
         """``(rank, world_size)`` of the sources."""
         return self.sources[0].shard  # type: ignore[no-any-return]
 
-    def locate(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """``(source (N,), index in that source (N,))`` of mixture indices ``(N,)``."""
-        indices = np.asarray(indices, dtype=np.int64)
-        src = np.searchsorted(self._offsets, indices, side="right") - 1
-        return src, indices - self._offsets[src]
+    def locate(self, draws: np.ndarray, epoch: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """``(source (N,), index in that source (N,))`` of draws ``(N,)`` of ``epoch``
+        (default: the current one)."""
+        src, local, _ = self._draws(draws, self.epoch if epoch is None else int(epoch))
+        return src, local
+
+    def _draws(self, draws: np.ndarray, epoch: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(source, index in the source, repeat)`` of draws ``(N,)``; ``repeat`` tells the
+        draws of one sample in one epoch apart (its pass; with replacement the draw itself),
+        so that each gets its own transform seed."""
+        u = np.asarray(draws, dtype=np.int64)
+        src = np.searchsorted(self._bounds, u, side="right") - 1
+        j = u - self._bounds[src]
+        local = np.empty(len(u), dtype=np.int64)
+        repeat = np.empty(len(u), dtype=np.int64)
+        for k in np.unique(src).tolist():
+            mask = src == k
+            n, jk = int(self._sizes[k]), j[mask]
+            if self.replacement:
+                key = np.uint64(derive_key("draw", self.seed, epoch, k))
+                local[mask] = (mix64(jk.astype(np.uint64) ^ key) % np.uint64(n)).astype(np.int64)
+                repeat[mask] = jk
+            else:  # pass j // n of source k is its own shuffled order of all its samples
+                perm = Permutation(n, derive_key("source", self.seed, epoch, k))
+                local[mask] = perm(jk % n, tweak=jk // n)
+                repeat[mask] = jk // n
+        return src, local, repeat
 
     @property
     def shard_auto(self) -> bool:
@@ -229,7 +257,7 @@ class MixtureDataset(Dataset):
     def __getitems__(self, keys: Sequence[tuple[int, int]]) -> list[dict[str, Any]]:
         """Samples for many keys, each source's read in one batched call."""
         flat = np.empty(len(keys), dtype=np.int64)
-        epochs = []
+        epochs = np.empty(len(keys), dtype=np.int64)
         for j, key in enumerate(keys):
             if not isinstance(key, tuple):
                 raise InvalidArgumentError(
@@ -237,15 +265,19 @@ class MixtureDataset(Dataset):
                     "rayform.torch.EpisodeSampler(mixture), which applies the weights (a plain or "
                     "DistributedSampler would not); use DataLoader(mixture, sampler=EpisodeSampler(mixture))"
                 )
-            flat[j], e = int(key[0]), int(key[1])
+            flat[j], epochs[j] = int(key[0]), int(key[1])
             if not 0 <= flat[j] < len(self):
-                raise IndexError(f"index {key!r} out of range for a mixture of {len(self)} samples")
-            epochs.append(e)
-        src, local = self.locate(flat)
+                raise IndexError(f"draw {key!r} out of range for a mixture of {len(self)} draws")
+        src, local, repeat = (np.empty(len(keys), dtype=np.int64) for _ in range(3))
+        for e in np.unique(epochs).tolist():
+            at = epochs == e
+            src[at], local[at], repeat[at] = self._draws(flat[at], e)
         out: list[dict[str, Any]] = [{}] * len(keys)
         for k in np.unique(src).tolist():
             where = np.flatnonzero(src == k)
-            samples = self.sources[k].__getitems__([(int(local[j]), epochs[j]) for j in where])
+            samples = self.sources[k].__getitems__(
+                [(int(local[j]), int(epochs[j]), int(repeat[j])) for j in where]
+            )
             for j, sample in zip(where.tolist(), samples, strict=True):
                 sample["meta"] = {
                     **sample["meta"],
@@ -393,32 +425,14 @@ class MixtureDataset(Dataset):
 
 
 class _MixtureStream:
-    """The epoch's draws: slot ``j`` is the mixture index of draw ``j``."""
+    """The epoch's order of draws: slot ``j`` reads draw ``order(j)`` (shuffled or in order)."""
 
     def __init__(self, mix: MixtureDataset, epoch: int, shuffle: bool) -> None:
         self.length = mix.num_samples
-        self._mix, self._epoch, self._shuffle = mix, epoch, shuffle
         self._order = Permutation(self.length, derive_key("mixture", mix.seed, epoch), shuffle)
-        self._bounds = np.concatenate([[0], np.cumsum(mix.quotas)]).astype(np.int64)
 
     def keys(self, slots: np.ndarray) -> np.ndarray:
-        u = self._order(slots)
-        src = np.searchsorted(self._bounds, u, side="right") - 1
-        draw = u - self._bounds[src]
-        out = np.empty(len(u), dtype=np.int64)
-        mix = self._mix
-        for k in np.unique(src).tolist():
-            mask = src == k
-            n = int(mix._sizes[k])
-            j = draw[mask]
-            if mix.replacement:
-                key = np.uint64(derive_key("draw", mix.seed, self._epoch, k))
-                local = (mix64(j.astype(np.uint64) ^ key) % np.uint64(n)).astype(np.int64)
-            else:  # pass j // n of source k is its own shuffled order of all its samples
-                perm = Permutation(n, derive_key("source", mix.seed, self._epoch, k), self._shuffle)
-                local = perm(j % n, tweak=j // n)
-            out[mask] = mix._offsets[k] + local
-        return out
+        return self._order(slots)
 
 
 def _quotas(total: int, weights: Sequence[float]) -> np.ndarray:

@@ -357,29 +357,40 @@ class EpisodeDataset(Dataset):
         return {seg_id: int(n) for seg_id, n in zip(ids, self._index.count, strict=True)}
 
     # -- samples ---------------------------------------------------------------------------
-    def _resolve(self, keys: Sequence[Any]) -> tuple[np.ndarray, list[int]]:
+    def _resolve(self, keys: Sequence[Any]) -> tuple[np.ndarray, list[tuple[int, int]]]:
+        """Flat indices ``(N,)`` and each key's transform seed tags ``(epoch, repeat)``."""
         n = len(self)
         flat = np.empty(len(keys), dtype=np.int64)
-        epochs = []
+        tags = []
         current = self._epoch.get()
         for j, key in enumerate(keys):
-            i, epoch = key if isinstance(key, tuple) else (key, current)
+            if not isinstance(key, tuple):
+                i, epoch, repeat = key, current, 0
+            elif len(key) in (2, 3):
+                i, epoch, repeat = (*key, 0)[:3]
+            else:
+                raise InvalidArgumentError(
+                    f"dataset key {key!r}: use an index, (index, epoch) or (index, epoch, repeat)"
+                )
             if not isinstance(i, numbers.Integral) or isinstance(i, bool):
                 raise InvalidArgumentError(f"dataset index must be an integer, got {i!r}")
             i = int(i) + n if i < 0 else int(i)
             if not 0 <= i < n:
                 raise IndexError(f"index {key!r} out of range for a dataset of {n} samples")
             flat[j] = i
-            epochs.append(int(epoch))
-        return flat, epochs
+            tags.append((int(epoch), int(repeat)))
+        return flat, tags
 
-    def __getitem__(self, key: int | tuple[int, int]) -> dict[str, Any]:
-        """One sample (see the class docstring); ``key`` is an index or ``(index, epoch)``."""
+    def __getitem__(self, key: int | tuple[int, ...]) -> dict[str, Any]:
+        """One sample (see the class docstring); ``key`` is an index, ``(index, epoch)``, or
+        ``(index, epoch, repeat)``: a :class:`~rayform.torch.MixtureDataset` that draws a
+        sample more than once in an epoch numbers the repeats, and each repeat ``> 0`` gets its
+        own transform seed."""
         return self.__getitems__([key])[0]
 
-    def __getitems__(self, keys: Sequence[int | tuple[int, int]]) -> list[dict[str, Any]]:
+    def __getitems__(self, keys: Sequence[int | tuple[int, ...]]) -> list[dict[str, Any]]:
         """Samples for many keys; frames of each episode are decoded in one batched call."""
-        flat, epochs = self._resolve(keys)
+        flat, tags = self._resolve(keys)
         self._readahead.saw(keys)
         if self._shard_check is not None and not any(isinstance(k, tuple) for k in keys):
             info = get_worker_info()
@@ -393,12 +404,13 @@ class EpisodeDataset(Dataset):
             samples = [norm.apply(s) for s in samples]
         if self.transform is not None:
             samples = [
-                self._apply(s, int(i), e) for s, i, e in zip(samples, flat, epochs, strict=True)
+                self._apply(s, int(i), *t) for s, i, t in zip(samples, flat, tags, strict=True)
             ]
         return samples
 
-    def _apply(self, sample: dict[str, Any], flat: int, epoch: int) -> dict[str, Any]:
-        digest = hash_bytes(f"rayform-sample\0{self.seed}\0{epoch}\0{flat}".encode())
+    def _apply(self, sample: dict[str, Any], flat: int, epoch: int, repeat: int) -> dict[str, Any]:
+        tags = f"{self.seed}\0{epoch}\0{flat}" + (f"\0{repeat}" if repeat else "")
+        digest = hash_bytes(f"rayform-sample\0{tags}".encode())
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(int(digest[:15], 16))
             return self.transform(sample)  # type: ignore[misc]
