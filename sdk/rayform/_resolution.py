@@ -36,6 +36,7 @@ __all__ = [
     "choose_rendition",
     "describe_resolution",
     "format_image_size",
+    "image_size_of",
     "parse_image_size",
     "rendition_name",
     "resolution_blobs",
@@ -351,19 +352,35 @@ def _covers(target: Target) -> Callable[[int, int], bool]:
     return lambda height, width: target.plan(height, width).downscales
 
 
-def describe_resolution(
-    targets: Mapping[str, Target] | None, stream_of: Callable[[str], Stream]
-) -> dict[str, Any]:
-    """``describe()``'s keys for trackers: ``image_size`` (``[H, W]``, or ``{camera: [H, W]}``
-    when cameras differ), ``resize`` and ``renditions`` (which stored video each camera reads,
-    :func:`rendition_name`, in the stream ``stream_of(camera)``: the first episode's; ingest
-    gives every episode the same renditions); all ``None`` without a training resolution."""
+def image_size_of(
+    targets: Mapping[str, Target] | None, key_of: Callable[[str], str] = str
+) -> tuple[int, int] | dict[str, tuple[int, int]] | None:
+    """``(H, W)`` when every camera of ``targets`` (stream -> target) has it, else ``{key_of(
+    stream): (H, W)}``; ``None`` without targets."""
     if not targets:
+        return None
+    sizes = {key_of(k): (t.height, t.width) for k, t in targets.items()}
+    same = set(sizes.values())
+    return same.pop() if len(same) == 1 else sizes
+
+
+def describe_resolution(
+    targets: Mapping[str, Target] | None,
+    stream_of: Callable[[str], Stream],
+    key_of: Callable[[str], str] = str,
+) -> dict[str, Any]:
+    """``describe()``'s keys for trackers: ``image_size`` (``[H, W]``, or ``{camera key: [H,
+    W]}`` when cameras differ), ``resize`` and ``renditions`` (which stored video each camera
+    reads, :func:`rendition_name`, in the stream ``stream_of(stream)``: the first episode's;
+    ingest gives every episode the same renditions); all ``None`` without a training
+    resolution. ``targets`` is keyed by stream; the output by ``key_of(stream)``."""
+    size = image_size_of(targets, key_of)
+    if not targets or size is None:
         return {"image_size": None, "resize": None, "renditions": None}
-    sizes = {k: [t.height, t.width] for k, t in targets.items()}
-    same = {tuple(v) for v in sizes.values()}
     return {
-        "image_size": list(same.pop()) if len(same) == 1 else sizes,
+        "image_size": list(size)
+        if isinstance(size, tuple)
+        else {k: list(v) for k, v in size.items()},
         "resize": next(iter(targets.values())).mode,
-        "renditions": {k: rendition_name(stream_of(k), t) for k, t in targets.items()},
+        "renditions": {key_of(k): rendition_name(stream_of(k), t) for k, t in targets.items()},
     }

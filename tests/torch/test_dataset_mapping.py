@@ -106,6 +106,14 @@ def test_from_uri_keeps_each_cameras_size_when_a_key_is_another_cameras_stream(s
         sample = d[3]
         assert sample["cam0/rgb"].shape == (3, 64, 64) and sample["wrist/rgb"].shape == (3, 32, 32)
     assert again.uri == ds.uri
+    # What the dataset reports is keyed as the user keyed it, so it can be passed back as it is.
+    sizes = {"cam0/rgb": (64, 64), "wrist/rgb": (32, 32)}
+    assert ds.image_size == again.image_size == sizes
+    assert ds.describe()["image_size"] == {k: list(v) for k, v in sizes.items()}
+    same = EpisodeDataset(
+        slice_, obs=swapped, action=None, fps=15, image_size=ds.image_size, resize="squash"
+    )
+    assert same.uri == ds.uri and same.frame_shape("cam0/rgb") == (3, 64, 64)
 
 
 @pytest.mark.parametrize(

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from rayform._resolution import format_image_size
+from rayform._resolution import format_image_size, image_size_of
 from rayform.client import Client
 from rayform.errors import InvalidArgumentError, NotFoundError, OfflineError, SliceChangedError
 from rayform.manifest import Segments
@@ -58,7 +58,7 @@ def dataset_uri(ds: EpisodeDataset) -> DatasetURI:
     """The :class:`DatasetURI` of ``ds`` (its slice's server, manifest and arguments)."""
     slice_ = ds.slice
     select, chosen = _chosen(ds)
-    size = ds.image_size
+    size = image_size_of(ds.targets)  # keyed by stream, as the URI is
     # A slice from a Client names its server; one read another way (a test's store) has none.
     client = slice_.client if isinstance(slice_, Slice) else None
     return DatasetURI(

@@ -483,7 +483,7 @@ def _sample_keys(ds: EpisodeDataset) -> dict[str, str]:
         s = ds.stream(name)
         shown = key_of.get(name, name)
         # A camera's shape in the sample: after image_size, whatever the stored resolution.
-        shape = list(s.shape[-1:] if s.kind == "table" else ds.frame_shape(name))
+        shape = list(s.shape[-1:] if s.kind == "table" else ds.frame_shape(shown))
         keys[shown] = f"{s.kind} {shape} x{ds.obs_steps}"
         if ds.obs_steps > 1:
             keys[f"{shown}_is_pad"] = f"({ds.obs_steps},)"

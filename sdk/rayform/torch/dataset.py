@@ -21,7 +21,7 @@ from torch.utils.data import Dataset, get_worker_info
 from rayform import _html
 from rayform._boundary import argument_errors
 from rayform._hashing import hash_bytes
-from rayform._resolution import Target, check_image_size, describe_resolution
+from rayform._resolution import Target, check_image_size, describe_resolution, image_size_of
 from rayform._seams import BlobSource
 from rayform.client import Client
 from rayform.errors import InvalidArgumentError, NotFoundError
@@ -265,28 +265,25 @@ class EpisodeDataset(Dataset):
     @property
     def image_size(self) -> tuple[int, int] | dict[str, tuple[int, int]] | None:
         """The cameras' training resolution: ``None`` (as stored), ``(H, W)`` when every camera
-        has the same, else ``{camera key: (H, W)}``."""
-        if self._targets is None:
-            return None
-        sizes = {k: (t.height, t.width) for k, t in self._targets.items()}
-        same = set(sizes.values())
-        return same.pop() if len(same) == 1 else sizes
+        has the same, else ``{sample key: (H, W)}`` (the form ``image_size=`` takes)."""
+        return image_size_of(self._targets, self._names.key_of)
 
     @property
     def targets(self) -> dict[str, Target]:
-        """Camera key -> its training resolution (:class:`rayform._resolution.Target`); empty
+        """Camera stream name -> its training resolution (:class:`rayform._resolution.Target`); empty
         without ``image_size``. Which blob a camera reads follows from it
         (``rayform._resolution.choose_rendition``)."""
         return dict(self._targets or {})
 
     def frame_shape(self, name: str) -> tuple[int, int, int]:
         """``(3, H, W)``: the shape of camera ``name``'s frames in samples (without the
-        ``obs_steps`` axis), after ``image_size``.
+        ``obs_steps`` axis), after ``image_size``. ``name`` is a sample key or, where it is
+        none, a stream name (as ``image_size=`` reads a dict's keys).
 
         Raises:
             InvalidArgumentError: ``name`` is not a camera of the dataset.
         """
-        name = name if name in self.obs else self._names.stream_of(name)  # a sample key works too
+        name = self._names.stream_of(name)
         if name not in self.obs or self.stream(name).kind != "video":
             cams = [n for n in self.obs if self.stream(n).kind == "video"]
             raise InvalidArgumentError(
@@ -494,7 +491,7 @@ class EpisodeDataset(Dataset):
                     self.stream(name).kind,
                     tuple(self.stream(name).shape[-1:])
                     if self.stream(name).kind == "table"
-                    else self.frame_shape(name),
+                    else self.frame_shape(key),
                 )
                 for key, name in self.obs_keys.items()
             ],
@@ -592,7 +589,7 @@ class EpisodeDataset(Dataset):
             "rank": self._rank,
             "world_size": self._world,
             "ddp_even": self.ddp_even,
-            **describe_resolution(self._targets, self.stream),
+            **describe_resolution(self._targets, self.stream, self._names.key_of),
             **selection_of(self.slice),
             # Only when used, so a dataset without them describes itself as before.
             **(
