@@ -324,7 +324,10 @@ def test_pull_at_a_resolution_takes_only_those_renditions_and_training_runs_offl
     ) as missing:
         ds[0]
     # The command the error names, run as printed, is all the dataset needs offline.
-    command = str(missing.value).split("`")[1].split()
+    text = str(missing.value)
+    assert text.count("rayform pull") == 1 and str(tmp_path / "cache2") in text, text
+    assert missing.value.__suppress_context__  # the cache's own (plain pull) text is not shown
+    command = text.split("`")[1].split()
     assert command[:2] == ["rayform", "pull"]
     env = cli_env(server, tmp_path / "cache2")
     subprocess.run([sys.executable, "-m", "rayform", *command[1:], "-q"], env=env, check=True)

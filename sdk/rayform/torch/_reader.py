@@ -144,17 +144,21 @@ class SampleReader:
         that resolution (a rendition is never replaced by the original)."""
         try:
             return self._path(ref, state)
-        except OfflineError as exc:
+        except OfflineError:
             # --streams: a per-camera size names only this dataset's cameras, and a pull
             # without it would need a size for every camera of the slice.
             cmd = (
                 f"rayform pull {self.slice.id} --image-size {format_image_size(self.image_sizes())} "
                 f"--resize {self.targets[stream.name].mode} --streams {' '.join(self._streams())}"
             )
+            # "from None": the cache's own error names a plain pull of the originals, which
+            # would not fetch what this dataset reads.
+            where = f" {self.slice.cache_dir}" if self.slice.cache_dir is not None else ""
             raise OfflineError(
                 f"the {stream.name} {what} this dataset reads ({ref.hash[:12]}...) is not in the "
-                f"cache and offline mode is on; with network access run `{cmd}` ({exc})"
-            ) from exc
+                f"cache{where} and offline mode is on (RAYFORM_OFFLINE=1); with network access "
+                f"run `{cmd}`"
+            ) from None
 
     def image_sizes(self) -> dict[str, tuple[int, int]]:
         """Camera key -> ``(H, W)`` of the dataset's training resolution (empty without)."""
