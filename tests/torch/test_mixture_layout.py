@@ -171,6 +171,16 @@ def _tag(sample: dict) -> dict:
     return {**sample, "task_id": torch.tensor(7)}
 
 
+def _crop(sample: dict) -> dict:
+    return {**sample, "image_wrist": sample["image_wrist"][..., :8, :8]}
+
+
+def test_a_transform_that_changes_a_shape_the_layout_places_is_a_clear_error(client) -> None:
+    mix = mixture(client, transform=_crop)
+    with pytest.raises(InvalidArgumentError, match=r"source '\w+': sample key 'image_wrist' is"):
+        mix.__getitems__(list(EpisodeSampler(mix))[:4])
+
+
 def test_keys_a_transform_adds_pass_through_the_layout(client) -> None:
     mix = mixture(client, transform=_tag)
     samples = mix.__getitems__(list(EpisodeSampler(mix))[:24])

@@ -252,6 +252,16 @@ class SourcePlan:
         for key, f in self.layout.fields.items():
             if key in self.present:
                 value = sample[key]
+                own = f.shape if f.kind == "camera" else (*f.shape[:-1], self.width[key])
+                got = tuple(getattr(value, "shape", ()))
+                if got != own:
+                    raise InvalidArgumentError(
+                        f"sample key {key!r} is {got} after the source's "
+                        f"transform, but the mixture's layout places it as {own}: a transform "
+                        "in a mixture with a layout must keep its keys' shapes (give cameras "
+                        "their size with image_size=, and crop or resize after the layout, e.g. "
+                        "on the batch)"
+                    )
                 if f.kind == "vector" and self.width[key] < f.shape[-1]:
                     value = torch.nn.functional.pad(value, (0, f.shape[-1] - self.width[key]))
                 out[key] = value

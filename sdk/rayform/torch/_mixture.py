@@ -284,8 +284,15 @@ class MixtureDataset(Dataset):
                     "source": int(k),
                     "source_name": self.source_names[k],
                 }
-                out[j] = sample if self._plans is None else self._plans[k].apply(sample)
+                out[j] = sample if self._plans is None else self._apply_plan(k, sample)
         return out
+
+    def _apply_plan(self, k: int, sample: dict[str, Any]) -> dict[str, Any]:
+        assert self._plans is not None
+        try:
+            return self._plans[k].apply(sample)
+        except InvalidArgumentError as exc:
+            raise InvalidArgumentError(f"source {self.source_names[k]!r}: {exc}") from None
 
     # -- metadata --------------------------------------------------------------------------
     @property
