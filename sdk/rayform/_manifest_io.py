@@ -8,7 +8,9 @@ opened before) are not fetched again.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+import threading
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -21,6 +23,29 @@ __all__ = ["PAGE_JOBS", "open_manifest"]
 
 #: Pages fetched at once.
 PAGE_JOBS = 8
+#: bytes of pages (as their references declare) fetched at once: each is held in memory
+#: whole, so the bound is on bytes, not on the number of fetches
+PAGE_BYTES_IN_FLIGHT = 128 * 1024 * 1024
+
+
+class _Budget:
+    """Bytes in flight, at most ``limit`` (one item larger than that runs alone)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit, self.used = limit, 0
+        self._cond = threading.Condition()
+
+    @contextlib.contextmanager
+    def holding(self, n: int) -> Iterator[None]:
+        with self._cond:
+            self._cond.wait_for(lambda: self.used == 0 or self.used + n <= self.limit)
+            self.used += n
+        try:
+            yield
+        finally:
+            with self._cond:
+                self.used -= n
+                self._cond.notify_all()
 
 
 def open_manifest(
@@ -60,19 +85,33 @@ def open_manifest(
         if missing and fetch_page is not None:
             get = fetch_page
 
-            def one(ref: dict[str, Any]) -> None:
-                page = get(str(ref["hash"]), int(ref["size"]))
-                if len(page) != int(ref["size"]):
-                    raise IntegrityError(
-                        f"manifest page {str(ref['hash'])[:12]}... of slice {slice_id} is "
-                        f"{len(page)} bytes, the manifest says {ref['size']}; nothing was cached. "
-                        "Retry, and report it to the data owners if it persists."
-                    )
-                cache.put_manifest(page, str(ref["hash"]))  # refuses bytes that fail the hash
+            budget, failed = _Budget(PAGE_BYTES_IN_FLIGHT), threading.Event()
 
-            with ThreadPoolExecutor(max_workers=max(1, min(jobs, len(missing)))) as pool:
+            def one(ref: dict[str, Any]) -> None:
+                size = int(ref["size"])
+                with budget.holding(size):
+                    if failed.is_set():
+                        return
+                    page = get(str(ref["hash"]), size)
+                    if len(page) != size:
+                        raise IntegrityError(
+                            f"manifest page {str(ref['hash'])[:12]}... of slice {slice_id} is "
+                            f"{len(page)} bytes, the manifest says {size}; nothing was cached. "
+                            "Retry, and report it to the data owners if it persists."
+                        )
+                    cache.put_manifest(page, str(ref["hash"]))  # refuses bytes that fail the hash
+
+            pool = ThreadPoolExecutor(max_workers=max(1, min(jobs, len(missing))))
+            try:
                 for fut in [pool.submit(one, r) for r in missing]:
                     fut.result()
+            except BaseException:
+                failed.set()
+                raise
+            finally:
+                # After a failure no page not yet started is fetched: the manifest is lost
+                # anyway, and each fetch could take a whole stall bound.
+                pool.shutdown(wait=True, cancel_futures=True)
         return paths
 
     return load_manifest(data, digest, pages)

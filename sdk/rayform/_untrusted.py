@@ -26,7 +26,8 @@ SHOWN_CHARS = 200
 
 # C0 and C1 controls, DEL, line/paragraph separators and bidirectional overrides: anything a
 # terminal may act on instead of printing, or that reorders or splits what the user reads.
-_OTHERS = "\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069"
+# Lone UTF-16 surrogates too: they are not text, and a strict UTF-8 stdout fails on them.
+_OTHERS = "\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff"
 _UNSAFE_RE = re.compile(f"[\x00-\x1f{_OTHERS}]")
 _UNSAFE_KEEP_LINES_RE = re.compile(f"[\x00-\x09\x0b-\x1f{_OTHERS}]")  # all but "\n"
 
@@ -73,11 +74,42 @@ def loads(data: bytes | str) -> Any:
 
     Raises:
         ValueError: not UTF-8 JSON, nested too deeply, ``NaN``/``Infinity`` or a number out of
-            range, an integer of too many digits. The message holds no server text unescaped.
+            range, an integer of too many digits, a string with a lone UTF-16 surrogate. The
+            message holds no server text unescaped.
     """
     try:
-        return json.loads(data, parse_constant=_constant, parse_float=_finite)
+        doc = json.loads(data, parse_constant=_constant, parse_float=_finite)
     except RecursionError:
         raise ValueError("JSON nested too deeply") from None
     except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
         raise ValueError(shown(exc)) from None
+    # JSON's "\ud800" escapes decode to lone surrogates, which are not text: anything that
+    # later encodes them (Arrow, a UTF-8 terminal) would fail far from here. Only documents
+    # that hold such an escape are walked.
+    if _SURROGATE_ESCAPE.search(
+        data if isinstance(data, bytes) else data.encode("utf-8", "replace")
+    ):
+        _check_text(doc)
+    return doc
+
+
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+def _check_text(doc: Any) -> None:
+    todo = [doc]
+    while todo:
+        value = todo.pop()
+        if isinstance(value, dict):
+            todo.extend(value.keys())
+            todo.extend(value.values())
+        elif isinstance(value, list):
+            todo.extend(value)
+        elif isinstance(value, str) and not value.isascii():
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError:
+                raise ValueError(
+                    f"JSON text {shown(value, 40)} holds a lone UTF-16 surrogate (an unpaired "
+                    "\\ud800-\\udfff escape), which is not text"
+                ) from None

@@ -218,6 +218,20 @@ V1_CASES: dict[str, Callable[[Demo], bytes]] = {
         _v1(d, lambda m: _cam(m).pop("timestamps"))
     ),
     "not-an-object": lambda d: b'"just a string"',
+    # A lone surrogate is valid JSON but not text: Arrow and a UTF-8 terminal fail on it.
+    "site-lone-surrogate": lambda d: _raw(
+        _v1(d, lambda m: _seg(m).update(site="@")), "@", b'"\\ud800"'
+    ),
+    "description-lone-surrogate": lambda d: _raw(
+        _v1(d, lambda m: m.update(description="@")), "@", b'"evil \\udc00"'
+    ),
+    "video-shape-2d": lambda d: canonical_json(_v1(d, lambda m: _cam(m).update(shape=[96, 128]))),
+    "video-shape-zero-width": lambda d: canonical_json(
+        _v1(d, lambda m: _cam(m).update(shape=[96, 0, 3]))
+    ),
+    "table-shape-empty": lambda d: canonical_json(
+        _v1(d, lambda m: _seg(m)["streams"]["joints/position"].update(shape=[]))
+    ),
     "invalid-utf8": lambda d: b'{"format": "rayform.manifest", "description": "\xff"}',
 }
 
@@ -305,6 +319,14 @@ V2_CASES: dict[str, Callable[[Demo], tuple[bytes, dict[str, bytes]]]] = {
                 "ghost/x": d.root["summary"]["streams"]["joints/position"],
             },
         },
+    ),
+    "video-shape-4d": lambda d: _one_page(d, _segments_changed(d, shape=(1, 96, 128, 3))),
+    "video-shape-zero-height": lambda d: _one_page(d, _segments_changed(d, shape=(0, 128, 3))),
+    "page-listed-twice": lambda d: _one_page(
+        d,
+        d.table,
+        pages=[{"hash": H, "size": 10, "segments": d.root["summary"]["segments"]}]
+        + [{"hash": H, "size": 10, "segments": 0}],
     ),
     "not-arrow": lambda d: (
         v2_root(d.root, [b"PK\x03\x04 not arrow"]),
@@ -411,6 +433,9 @@ LISTINGS = {
     "id-with-escape-codes": {
         "slices": [{"id": "slc_00000000" + ANSI, "manifest": H, "description": ""}]
     },
+    "description-lone-surrogate": {
+        "slices": [{"id": "slc_00000000", "manifest": H, "description": "evil \ud800"}]
+    },
 }
 
 
@@ -418,6 +443,41 @@ LISTINGS = {
 def test_crafted_listing(case: str, server: HostileServer, cache: Path) -> None:
     server.answers["/v1/slices"] = Answer.json(LISTINGS[case])
     _fails(lambda: _client(server, cache).slices.list(), ProtocolError, names_server=server.url)
+
+
+def test_pages_not_started_are_not_fetched_after_one_failed(
+    demo: Demo, server: HostileServer, cache: Path
+) -> None:
+    # 64 pages, every one trickled: the first page past the stall bound ends the open; the
+    # pages queued behind the 8 in flight are never requested.
+    n = demo.root["summary"]["segments"]
+    pages = [{"hash": f"{i:064x}", "size": 1000, "segments": n if i == 0 else 0} for i in range(64)]
+    crafted_slice(server, SLC, canonical_json({**demo.root, "pages": pages}))
+    for p in pages:
+        server.answers[f"/v1/slices/{SLC}/pages/{p['hash']}"] = Answer(
+            200, b"x" * 1000, trickle_bps=4.0
+        )
+    _fails(
+        lambda: _client(server, cache, stall_timeout=STALL_S).slices.get(SLC),
+        TransportError,
+        within_s=6 * STALL_S,  # generous: a loaded CI machine (all 64 took about 8 bounds)
+    )
+    assert sum("/pages/" in path for path in server.requests) < 24
+
+
+def test_times_spanning_more_than_int64_are_a_manifest_error(
+    demo: Demo, server: HostileServer, cache: Path
+) -> None:
+    def extreme(m: dict[str, Any]) -> None:
+        for seg in m["segments"]:
+            for stream in seg["streams"].values():
+                stream.update(t0_ns=-(2**62), t1_ns=2**62)
+
+    crafted_slice(server, SLC, canonical_json(_v1(demo, extreme)))
+    slice_ = _client(server, cache).slices.get(SLC)  # in range one by one: a valid manifest
+    _fails(
+        lambda: EpisodeDataset(slice_, obs=["joints/position"], action=None, fps=10), ManifestError
+    )
 
 
 # -- blobs ---------------------------------------------------------------------------------

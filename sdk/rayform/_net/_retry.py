@@ -6,6 +6,8 @@ connection errors, timeouts, ``5xx`` and ``429``:
 * an answer that asks us to come back later (``429``/``503`` with ``Retry-After > 0``) is a
   server shedding load: we wait as told and it does not use up an attempt, so a server that
   answers such to a fraction of requests is ridden through;
+* a ``Retry-After`` is waited out, but never for less than the backoff we would use anyway
+  (its upper end, without jitter): a server asking for a microsecond gets no request storm;
 * any other failure uses up one of ``attempts``;
 * whatever happens, the operation ends within ``stall_timeout_s`` seconds *without progress*
   (a download that receives bytes makes progress: its clock starts again).
@@ -149,10 +151,11 @@ def run_with_retries(
             if now != last:
                 t0, slept, last = time.monotonic(), 0.0, now
             counted += 0 if exc.busy else 1
-            if exc.retry_after is not None:
-                wait = exc.retry_after
-            else:
-                wait = random.uniform(0, min(10.0, policy.backoff_s * 2 ** min(counted, 16)))
+            backoff = min(10.0, policy.backoff_s * 2 ** min(counted, 16))
+            # A Retry-After never makes us ask sooner than our own backoff: busy answers use up
+            # no attempt, so a tiny one would have us ask again and again until the stall bound.
+            after = exc.retry_after
+            wait = random.uniform(0, backoff) if after is None else max(after, backoff)
             timed_out = spent() + wait >= policy.stall_timeout_s
             if counted >= policy.attempts or timed_out:
                 raise TransportError(_message(what, n, exc, policy, spent(), timed_out)) from None

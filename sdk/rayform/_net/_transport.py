@@ -19,8 +19,10 @@ connections on first use.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
+import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -135,11 +137,40 @@ def _read_capped(resp: httpx.Response, cap: int, deadline: float | None) -> byte
     """Up to ``cap`` raw bytes of the body (what is beyond, or arrives after ``deadline``, is
     left unread: the connection is then closed rather than reused)."""
     out = bytearray()
-    for chunk in _raw(resp):
-        out += chunk
-        if len(out) >= cap or (deadline is not None and time.monotonic() > deadline):
-            break
+    with contextlib.nullcontext() if deadline is None else _reads_end_by(resp, deadline):
+        for chunk in _raw(resp):
+            out += chunk
+            if len(out) >= cap or (deadline is not None and time.monotonic() > deadline):
+                break
     return bytes(out[:cap])
+
+
+@contextlib.contextmanager
+def _reads_end_by(resp: httpx.Response, deadline: float) -> Iterator[None]:
+    """Make each socket read of ``resp``'s body wait at most until ``deadline``.
+
+    httpcore gives every read the request's whole read timeout, so a server sending a byte
+    just before each one expires would stretch the body far past the deadline.
+    """
+    stream: Any = resp.extensions.get("network_stream")
+    read = getattr(stream, "read", None)
+    if read is None:  # a response built in memory (mock transport): nothing to wait for
+        yield
+        return
+    owner = threading.get_ident()
+
+    def read_by_deadline(max_bytes: int, timeout: float | None = None) -> bytes:
+        # Only our thread: httpx pools the connection when the body ends, before we restore.
+        if threading.get_ident() == owner:
+            left = max(deadline - time.monotonic(), 0.001)  # 0 would make the socket non-blocking
+            timeout = left if timeout is None else min(timeout, left)
+        return bytes(read(max_bytes, timeout))
+
+    stream.read = read_by_deadline
+    try:
+        yield
+    finally:
+        del stream.read
 
 
 def _raw(resp: httpx.Response) -> Iterator[bytes]:
@@ -341,14 +372,14 @@ class Transport:
                     "GET", url, headers=self._headers(url), timeout=self._timeout(left_s)
                 ) as resp:
                     self._check(resp, what, deadline=deadline)
-                    return self._read_body(resp, what, limit, deadline, left_s)
+                    return self._read_body(resp, what, limit, deadline - left_s, deadline)
             except httpx.TransportError as exc:
                 raise _network_failure(exc, min(self.timeout, left_s)) from None
 
         return self._with_retries(what, once)
 
     def _read_body(
-        self, resp: httpx.Response, what: str, limit: int, deadline: float, left_s: float
+        self, resp: httpx.Response, what: str, limit: int, started: float, deadline: float
     ) -> bytes:
         _check_encoding(resp, what, self.server)
         declared = _declared_size(resp)
@@ -360,15 +391,25 @@ class Transport:
         if declared is not None and declared > limit:
             raise ProtocolError(too_long)
         body = bytearray()
-        for chunk in _raw(resp):
-            body += chunk
-            if len(body) > limit:
-                raise ProtocolError(too_long)
-            if time.monotonic() > deadline:
-                raise Retryable(
-                    f"the answer was still incomplete after {left_s:.3g} s "
-                    f"({len(body)} bytes received)"
-                )
+
+        def incomplete() -> Retryable:
+            return Retryable(
+                f"the answer was still incomplete after {time.monotonic() - started:.3g} s "
+                f"({len(body)} bytes received)"
+            )
+
+        try:
+            with _reads_end_by(resp, deadline):
+                for chunk in _raw(resp):
+                    body += chunk
+                    if len(body) > limit:
+                        raise ProtocolError(too_long)
+                    if time.monotonic() > deadline:
+                        raise incomplete()
+        except httpx.TimeoutException:
+            if time.monotonic() < deadline - 0.05:  # the per-read timeout, not the deadline
+                raise
+            raise incomplete() from None
         return bytes(body)
 
     def get_json(self, path: str, what: str, *, limit: int = JSON_CAP) -> Any:

@@ -24,6 +24,7 @@ cached statistics, ``rayform cache prune``), whichever way it was started.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import stat
@@ -32,6 +33,7 @@ import time
 from pathlib import Path
 
 from rayform._env import env_flag
+from rayform.files import unique_tmp_name
 
 __all__ = ["SHARED_DIR_MODE", "SHARED_FILE_MODE", "CacheModes", "shared_mode"]
 
@@ -106,15 +108,32 @@ class CacheModes:
             self._check(p)
             self._known.add(p)
         for d in reversed(missing):
-            try:
-                os.mkdir(d, SHARED_DIR_MODE if self.shared else 0o777)
-            except FileExistsError:  # another process made it meanwhile
-                if self.shared:
-                    self._check(d)
-                continue
             if self.shared:
-                # Ours: the umask dropped group write at creation.
-                os.chmod(d, SHARED_DIR_MODE)
+                self._make_shared(d)
+                continue
+            try:
+                os.mkdir(d, 0o777)
+            except FileExistsError:  # another process made it meanwhile
+                continue
+
+    def _make_shared(self, d: Path) -> None:
+        """Create ``d`` already with its team mode: made under a temporary name, given the
+        mode (the umask dropped group write), then renamed into place. A process killed
+        between a plain ``mkdir`` and its ``chmod`` would leave a directory that only its
+        owner can write, failing every teammate's fetch into it."""
+        tmp = d.parent / unique_tmp_name(d.name)
+        os.mkdir(tmp, SHARED_DIR_MODE)
+        try:
+            os.chmod(tmp, SHARED_DIR_MODE)
+            # An empty directory another process just made is replaced (it had the same mode);
+            # one that holds something is not, and is used as it is.
+            os.rename(tmp, d)
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.rmdir(tmp)
+            if not d.is_dir():
+                raise
+            self._check(d)  # another process made it meanwhile
 
     def own_file(self, fd: int) -> None:
         """Give a file this process just created (open as ``fd``) the cache's file mode."""

@@ -41,6 +41,19 @@ __all__ = [
 FORMAT = "rayform.manifest"
 FORMAT_VERSION = 1
 STREAM_KINDS = ("video", "table")
+#: What a stream's shape must be, by kind (what a dataset reads a frame or row as).
+SHAPE_RULE = {
+    "video": "a video stream's shape is [height, width, channels], each at least 1",
+    "table": "a table stream's shape has at least one dimension (a row of D values is [D])",
+}
+
+
+def _shape_fits(kind: str, shape: tuple[int, ...]) -> bool:
+    if kind == "video":
+        return len(shape) == 3 and min(shape) >= 1
+    return len(shape) >= 1
+
+
 #: Coordinate conventions a Cartesian stream may be stored in.
 FRAME_CONVENTIONS = ("ros", "opencv")
 #: What a Cartesian stream holds: position (x, y, z), quaternion (x, y, z, w), or pose
@@ -390,6 +403,8 @@ def _parse_stream(name: str, d: dict[str, Any], where: str) -> Stream:
             f"{where}: shape must be a list of at most 8 sizes, got {shown(repr(dims), 40)}"
         )
     shape = tuple(_int({"shape": x}, "shape", where, 0, 2**31 - 1) for x in dims)
+    if not _shape_fits(kind, shape):
+        raise ManifestError(f"{where}: {SHAPE_RULE[kind]}, got {shown(repr(list(shape)), 40)}")
     if quantity is not None and shape != (CARTESIAN_QUANTITIES[quantity],):
         raise ManifestError(
             f"{where}: a {quantity} stream must have shape ({CARTESIAN_QUANTITIES[quantity]},)"

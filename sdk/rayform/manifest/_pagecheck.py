@@ -30,6 +30,7 @@ from rayform.manifest._model import (
     INT64_MAX,
     MAX_MANIFEST_BYTES,
     MAX_WORD_CHARS,
+    SHAPE_RULE,
     STREAM_KINDS,
     TIME_MAX,
     TIME_MIN,
@@ -81,12 +82,17 @@ def check_root(doc: JSON) -> None:
     if not isinstance(pages, list) or not 0 < len(pages) <= _MAX_PAGES:
         raise _bad('"pages"', type(pages).__name__, f"a list of 1 to {_MAX_PAGES} page references")
     listed = 0  # segments the pages hold
+    seen: dict[str, int] = {}  # hash -> first page listing it
     for i, p in enumerate(pages):
         if not isinstance(p, dict):
             raise _bad(f"page reference {i}", p, "an object")
         digest, count = p.get("hash"), p.get("segments")
         if not isinstance(digest, str) or not HASH_RE.fullmatch(digest):
             raise _bad(f"page {i} hash", digest, "64 lowercase hex digits")
+        # One page twice would hold its segments twice; refused before anything is fetched
+        # (a root listing one hash 100,000 times would otherwise be 100,000 requests).
+        if seen.setdefault(digest, i) != i:
+            raise _bad(f"page {i} hash", digest, f"a page not listed before (page {seen[digest]})")
         if not _is_int(p.get("size"), 1, MAX_PAGE_BYTES):
             raise _bad(f"page {i} size", p.get("size"), f"a byte count from 1 to {MAX_PAGE_BYTES}")
         if not _is_int(count, 0, 2**31 - 1):
@@ -267,6 +273,7 @@ def check_page(table: pa.Table, span: tuple[int, int]) -> None:
         raise ManifestError("manifest page: a stream's shape has more than 8 dimensions")
     _within(_fixed(shape.values, np.int64), "shape", 0, 2**31 - 1)
     _words(values.field("kind"), "kind", lambda w: w in STREAM_KINDS)
+    _check_shapes(values.field("kind"), shape)
     _words(
         values.field("name"), "name", lambda w: bool(STREAM_NAME_RE.fullmatch(w)) and ".." not in w
     )
@@ -277,6 +284,26 @@ def check_page(table: pa.Table, span: tuple[int, int]) -> None:
         _words(values.field(field), field, lambda w: len(w) <= MAX_WORD_CHARS)
     if has_renditions(values.type):  # format version 3
         check_renditions(values, _fixed, _offsets, _within)
+
+
+def _check_shapes(kinds: pa.Array, shape: pa.Array) -> None:
+    """Every video row's shape is ``[H, W, C]`` with sizes >= 1, every table row's has a
+    dimension (what a dataset reads a frame or a row as): vectorised over the rows."""
+    words = kinds.dictionary.to_pylist()
+    is_video = _fixed(kinds.indices, np.int32) == (words.index("video") if "video" in words else -1)
+    offs = np.frombuffer(
+        shape.buffers()[1], dtype=np.int32, count=len(shape) + 1, offset=shape.offset * 4
+    )
+    lengths = np.diff(offs)
+    for kind, rows in (("video", is_video), ("table", ~is_video)):
+        dims = lengths[rows]
+        bad = dims != 3 if kind == "video" else dims < 1
+        if kind == "video" and len(dims) and not bad.any():
+            starts = offs[:-1][rows]
+            sizes = _fixed(shape.values, np.int64)[starts[:, None] + np.arange(3)]
+            bad = (sizes < 1).any(axis=1)
+        if bad.any():
+            raise ManifestError(f"manifest page: {SHAPE_RULE[kind]}")
 
 
 def check_stream_names(tables: list[Any], doc: dict[str, Any]) -> None:

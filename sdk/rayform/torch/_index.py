@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from rayform.errors import InvalidArgumentError, NotFoundError
+from rayform.errors import InvalidArgumentError, ManifestError, NotFoundError
 from rayform.manifest import Segments
 
 if TYPE_CHECKING:
@@ -97,7 +97,12 @@ def build_index(segments: Segments, streams: Sequence[str], fps: float) -> GridI
     for name in streams:
         np.maximum(first, segments.stream_field(name, "t0_ns")[1], out=first)
         np.minimum(last, segments.stream_field(name, "t1_ns")[1], out=last)
-    span = last - first
+    span = last - first  # wraps (silently, for arrays) past 2**63 - 1 ns: refused below
+    if streams and bool(((span < 0) & (last >= first)).any()):
+        raise ManifestError(
+            "a segment's streams span more than 2**63 - 1 ns (292 years) between their common "
+            "start and end; the manifest's times are not real"
+        )
     count = np.where(span >= 0, np.floor(span * (fps / 1e9) + 1e-9).astype(np.int64) + 1, 0)
     # Guard against float rounding: the last grid point must not pass `last`.
     over = (count > 0) & (grid_offsets_ns(np.maximum(count - 1, 0), fps) > span)
