@@ -297,3 +297,70 @@ def test_lock_held_by_a_stalled_process_does_not_block(tmp_path: Path) -> None:
     finally:
         holder.kill()
         holder.wait()
+
+
+def test_a_download_whose_temporary_file_was_removed_is_fetched_again(tmp_path: Path) -> None:
+    # A frozen process cleaned up after, or a node whose clock runs ahead, removes our live
+    # partial: the blob must still arrive (it was "cannot move a blob into ...").
+    cache = Cache(tmp_path / "c")
+    data, ref = _blob(50_000)
+    calls: list[int] = []
+
+    def download(part: PartialBlob) -> None:
+        _writer(data, calls)(part)
+        if len(calls) == 1:
+            part.path.unlink()
+
+    path, _ = cache.fetch_blob(ref, download)
+    assert path.read_bytes() == data and len(calls) == 2
+    assert _files_under(tmp_path / "c", "tmp") == []
+
+    other, ref2 = _blob(50_000, seed=1)
+
+    def always_lost(part: PartialBlob) -> None:
+        _writer(other)(part)
+        part.path.unlink()
+
+    with pytest.raises(CacheError, match="temporary file .* was removed"):
+        cache.fetch_blob(ref2, always_lost)
+    assert not cache.has_blob(ref2.hash)
+
+
+def test_prune_keeps_a_blob_a_reader_holds_pinned(tmp_path: Path) -> None:
+    import fcntl
+
+    cache = Cache(tmp_path / "c")
+    refs = [
+        cache.fetch_blob(ref, _writer(data))[0] for data, ref in (_blob(1000, i) for i in range(3))
+    ]
+    fd = os.open(refs[1], os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH)  # what a reading job's pin holds (rayform.cache._evict.Pins)
+        evicted = cache.prune(0)
+        assert {e.path for e in evicted} == {refs[0], refs[2]}
+        assert refs[1].is_file()
+    finally:
+        os.close(fd)
+    assert [e.path for e in cache.prune(0)] == [refs[1]]
+
+
+def test_a_host_is_its_pid_namespace_too(tmp_path: Path) -> None:
+    # Containers that share a host name (`--network host`) have their own PIDs: a process of
+    # another one must not pass for a dead process of ours, nor its partial for abandoned.
+    from rayform.cache._partial import HOST, owner_dead
+
+    code = "from rayform.cache._partial import HOST; print(HOST)"
+    theirs = subprocess.run(
+        ["unshare", "--pid", "--fork", sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    ).stdout.strip()
+    assert theirs.split("-pid")[0] == HOST.split("-pid")[0] and theirs != HOST
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()  # a pid no process of ours has now
+    for host, dead in ((theirs, False), (HOST, True)):
+        partial = tmp_path / f"{'ab' * 32}.{host}.{child.pid}.0123abcd.part"
+        partial.write_bytes(b"x")
+        assert owner_dead(partial, stale_s=600) is dead, host

@@ -270,3 +270,24 @@ def test_a_batch_over_many_episodes_reads_under_a_cache_of_one_episode(
     )
     bounded = run(per_segment + per_segment // 4, tmp_path / "bounded")
     assert bounded == run(None, tmp_path / "free")
+
+
+def test_a_prune_while_a_dataset_reads_fetches_what_it_removed(
+    demo_server: ServerProcess, tmp_path: Path
+) -> None:
+    # No cache limit, so no pins: a `rayform cache prune` removes what the dataset read, and
+    # a video opened again must be fetched again (it was a false "data on the server is broken").
+    client = rayform.Client(endpoint=demo_server.url, token=TOKEN, cache_dir=tmp_path / "c")
+    ds = EpisodeDataset(
+        client.slices.get(DEMO_SLICE),
+        obs=OBS,
+        action=ACTION,
+        fps=15,
+        shard=None,
+        decoder_cache_size=1,  # the last episode's video closes the first's
+    )
+    first = ds[0]
+    ds[len(ds) - 1]
+    assert client.cache.prune(0)
+    again = ds[0]
+    assert torch.equal(again["wrist/rgb"], first["wrist/rgb"])

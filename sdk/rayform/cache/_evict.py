@@ -30,7 +30,7 @@ from rayform._process import PerProcess
 from rayform._units import human_bytes
 from rayform.errors import InvalidArgumentError
 
-__all__ = ["EvictReport", "Evictor", "Pins", "check_fits", "evict_lru"]
+__all__ = ["EvictReport", "Evictor", "Pins", "check_fits", "evict_lru", "evict_one"]
 
 #: Pins one process keeps by default (a segment's blobs plus a read-ahead window).
 DEFAULT_MAX_PINS = 32
@@ -140,7 +140,7 @@ def _blobs(root: Path) -> list[tuple[float, int, Path]]:
     return out
 
 
-def _evict_one(path: Path) -> bool:
+def evict_one(path: Path) -> bool:
     """Unlink ``path`` unless a process holds it pinned (where ``flock`` works)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
@@ -179,7 +179,7 @@ def evict_lru(root: Path, limit: int, keep: Iterable[str] = ()) -> EvictReport:
             skipped += 1
             continue
         try:
-            removed = _evict_one(path)
+            removed = evict_one(path)
         except OSError:
             removed = False
         if removed:

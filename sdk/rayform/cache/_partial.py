@@ -42,8 +42,20 @@ __all__ = [
     "tmp_name",
 ]
 
-#: This host, as it appears in temporary and claim file names.
-HOST = socket.gethostname().replace(".", "_").replace("/", "_") or "host"
+
+def _host() -> str:
+    """The host name, plus the PID namespace where it can be read: containers that share
+    the host's name (``--network host`` pods) have their own PIDs, so a PID of another such
+    container, missing from ours, would pass for a dead process of this host."""
+    name = socket.gethostname().replace(".", "_").replace("/", "_") or "host"
+    try:
+        return f"{name}-pid{os.stat('/proc/self/ns/pid').st_ino:x}"
+    except OSError:
+        return name
+
+
+#: This host (and PID namespace), as it appears in temporary and claim file names.
+HOST = _host()
 _CHUNK = 1 << 20
 
 #: Names of the temporary files this process is writing right now (any thread, any Cache).

@@ -35,6 +35,7 @@ from rayform._ids import HASH_RE, sharded_path
 from rayform._process import PerProcess
 from rayform._seams import DownloadSink
 from rayform.cache import _claims  # the module itself: its functions are patched in tests
+from rayform.cache._evict import evict_one
 from rayform.cache._locks import bounded_lock
 from rayform.cache._partial import (
     PartialBlob,
@@ -239,9 +240,11 @@ class Cache:
                     partial_named(self.root / "tmp", ref.hash, theirs),
                 )
                 return final, 0
-            fetched = 0
-            for attempt in range(2):
-                part, copied = self._open_partial(ref, adopt=attempt == 0, taken_from=theirs)
+            fetched, failed, lost = 0, 0, 0
+            while failed < 2:
+                part, copied = self._open_partial(
+                    ref, adopt=failed == 0 and lost == 0, taken_from=theirs
+                )
                 claim.track(part)
                 start = part.offset
                 try:
@@ -260,10 +263,23 @@ class Cache:
                         raise cache_error(exc, self.root, f"write blob {ref.hash[:12]}...") from exc
                     fetched += part.offset - start
                     if digest == ref.hash and part.offset == ref.size:
-                        self._commit(part.path, final)
-                        drop_dead_partials(self.root / "tmp", ref.hash, self.stale_s, copied)
-                        return final, fetched
+                        if self._commit(part.path, final):
+                            drop_dead_partials(self.root / "tmp", ref.hash, self.stale_s, copied)
+                            return final, fetched
+                        # Our file was removed as abandoned (this process was frozen past the
+                        # stale time, or a node with its clock ahead cleaned up): fetch again.
+                        lost += 1
+                        if lost == 3:
+                            raise CacheError(
+                                f"blob {ref.hash[:12]}... was downloaded 3 times and each time "
+                                f"its temporary file in {self.root / 'tmp'} was removed before it "
+                                "could be moved into place: another process is removing live "
+                                "temporary files (check the nodes' clocks, and that no job "
+                                "deletes the cache's tmp/ directory)"
+                            )
+                        continue
                     self._discard(part.path)
+                    failed += 1
                 finally:
                     active().discard(part.path.name)
         raise IntegrityError(
@@ -331,20 +347,29 @@ class Cache:
                 exc, self.root, f"create a temporary file in {self.root / 'tmp'}"
             ) from exc
 
-    def _commit(self, tmp: Path, final: Path) -> None:
+    def _commit(self, tmp: Path, final: Path) -> bool:
+        """Move the verified ``tmp`` to ``final``; False if ``tmp`` was removed by another
+        process meanwhile and ``final`` is not there either (download again)."""
         try:
-            if not tmp.exists() and final.exists():
-                return  # we were frozen past our claim; the taker finished and cleared ours
-            os.chmod(tmp, 0o444)
-            if final.exists():  # someone else finished first: theirs is identical
-                os.unlink(tmp)
-            else:
-                os.replace(tmp, final)
+            if not tmp.exists():
+                # Frozen past our claim: the taker finished (final is there) or cleaned up.
+                return final.exists()
+            try:
+                os.chmod(tmp, 0o444)
+                if final.exists():  # someone else finished first: theirs is identical
+                    os.unlink(tmp)
+                else:
+                    os.replace(tmp, final)
+            except FileNotFoundError:
+                if tmp.exists():  # the directory of final is gone: a real error
+                    raise
+                return final.exists()
             self._fsync_dir(final.parent)
         except OSError as exc:
             self._discard(tmp)
             raise cache_error(exc, self.root, f"move a blob into {final.parent}") from exc
         self._touched.get().add(final.name)
+        return True
 
     @staticmethod
     def _fsync_dir(path: Path) -> None:
@@ -509,9 +534,9 @@ class Cache:
             if total <= max_bytes:
                 break
             try:
-                os.unlink(e.path)
-            except FileNotFoundError:
-                pass
+                # A blob a running job holds pinned (where flock works) stays, as in eviction.
+                if not evict_one(e.path):
+                    continue
             except OSError as exc:
                 raise cache_error(exc, self.root, f"evict {e.path}") from exc
             total -= e.size

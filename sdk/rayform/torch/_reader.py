@@ -130,7 +130,8 @@ class SampleReader:
 
     def _path(self, ref: BlobRef, state: _ProcessState) -> Path:
         path = state.paths.get(ref.hash)
-        if path is None or (state.pins is not None and not path.is_file()):  # evicted: fetch again
+        # Evicted, or removed by a `rayform cache prune` meanwhile: fetch it again (a stat).
+        if path is None or not path.is_file():
             path = Path(self.slice.blob_path(ref))
             state.paths[ref.hash] = path
         if state.pins is not None:  # in use: no bounded cache may evict it

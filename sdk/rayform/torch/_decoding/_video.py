@@ -32,7 +32,7 @@ import numpy as np
 import torch
 
 from rayform._untrusted import shown
-from rayform.errors import IntegrityError, RayformError
+from rayform.errors import CacheError, IntegrityError, RayformError
 from rayform.torch._decoding._intra import IntraDecoder, open_intra
 
 __all__ = ["BACKENDS", "DecoderCache", "default_backend", "forget_intra_checks", "intra_checks"]
@@ -234,6 +234,12 @@ class DecoderCache:
         except RayformError:
             raise
         except Exception as exc:  # whatever the decoder raises on bytes that are not a video
+            if not path.exists():  # not the data's fault: the cache lost the file meanwhile
+                raise CacheError(
+                    f"video blob {key} of stream {stream or '?'} was removed from the cache while "
+                    "it was being opened (a `rayform cache prune`, or an eviction by another "
+                    "process); read the sample again: it is fetched anew"
+                ) from exc
             raise IntegrityError(
                 f"video blob {key} of stream {stream or '?'} matches its hash but cannot be "
                 f"decoded ({type(exc).__name__}: {shown(exc)}); the data on the server is "
