@@ -182,6 +182,38 @@ def test_a_holder_that_beats_but_downloads_nothing_is_not_waited_for_long(
     assert calls == [0] and path.read_bytes() == data
 
 
+def test_a_holder_of_the_host_lock_that_beats_but_downloads_nothing_is_not_waited_for_long(
+    tmp_path: Path, holder: Callable[..., ForeignHolder]
+) -> None:
+    # A process of this host holds the per-host lock and its claim beats, but its store sends
+    # nothing: the lock's wait must count bytes, not heartbeats, or every pull on the host
+    # waits out the holder's whole stall bound in turn.
+    import fcntl
+
+    data, ref = _blob(10_000)
+    cache = Cache(tmp_path / "c", **FAST)
+    holder(ref.hash, growing=False)
+    lock = tmp_path / "c" / "locks" / f"{ref.hash}.lock"
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    got: list[Path] = []
+    try:
+        t0 = time.monotonic()
+        reader = threading.Thread(
+            target=lambda: got.append(cache.fetch_blob(ref, _writer(data, []))[0])
+        )
+        reader.daemon = True
+        reader.start()
+        reader.join(timeout=20)
+        assert got and got[0].read_bytes() == data, (
+            "still waiting on a lock holder that sends nothing"
+        )
+        assert time.monotonic() - t0 > 0.9  # it did wait out the stall bound first
+    finally:
+        os.close(fd)
+
+
 def test_the_holder_beats_reports_its_bytes_and_releases(tmp_path: Path) -> None:
     data, ref = _blob(200_000)
     cache = Cache(tmp_path / "c", claim_heartbeat_s=0.1, claim_stale_s=1.0)

@@ -146,6 +146,14 @@ class Watch:
             self.raw, self.changed_at = raw, time.monotonic()
         return raw, self.other()
 
+    def progress(self) -> object:
+        """What a waiter on the per-host lock counts as progress: the holder's bytes (and who
+        holds the claim) and this host's partial files, not its heartbeats, which go on while
+        a stalled store sends nothing (each waiter would wait out the holder's whole stall)."""
+        self()  # the record's change time still feeds the claim wait's stale clock
+        info = _parse(self.raw)
+        return (None if info is None else (info.token, info.bytes)), self.other()
+
 
 def _dead_here(info: ClaimInfo | None) -> bool:
     """True if the holder is a process of this host that is gone."""

@@ -296,7 +296,7 @@ class Cache:
         return bounded_lock(
             lock_path,
             done=lambda: self.blob_path(digest).is_file(),
-            progress=watch,  # a writer on another node shows progress only in its claim
+            progress=watch.progress,  # another node's writer shows its bytes only in its claim
             stall_s=self.stall_s,
             mode=self._modes.file_mode,
         )
