@@ -74,9 +74,21 @@ def loads(data: bytes | str) -> Any:
 
     Raises:
         ValueError: not UTF-8 JSON, nested too deeply, ``NaN``/``Infinity`` or a number out of
-            range, an integer of too many digits, a string with a lone UTF-16 surrogate. The
-            message holds no server text unescaped.
+            range, an integer of too many digits, a string with a lone UTF-16 surrogate, more
+            than one object or array per 32 bytes (above 64 KiB). The message holds no server
+            text unescaped.
     """
+    if len(data) > _DENSE_FROM:
+        raw = data if isinstance(data, bytes) else data.encode("utf-8", "replace")
+        containers = raw.count(b"{") + raw.count(b"[")
+        if containers > len(raw) // _BYTES_PER_CONTAINER:
+            # An empty object costs Python ~100 bytes against 3 in the text: 60 MiB of "{}," took
+            # 1.8 GiB to parse. Rayform's documents hold one object or array per ~90 bytes.
+            raise ValueError(
+                f"JSON of {len(raw)} bytes holds {containers} objects and arrays, more than one "
+                f"per {_BYTES_PER_CONTAINER} bytes: no Rayform document is that dense, and "
+                "parsing it would take gigabytes of memory"
+            )
     try:
         doc = json.loads(data, parse_constant=_constant, parse_float=_finite)
     except RecursionError:
@@ -92,6 +104,11 @@ def loads(data: bytes | str) -> Any:
         _check_text(doc)
     return doc
 
+
+#: Documents larger than this (bytes) may hold at most one object or array per
+#: ``_BYTES_PER_CONTAINER`` bytes (a brace inside a string counts too: it only errs strict).
+_DENSE_FROM = 64 * 1024
+_BYTES_PER_CONTAINER = 32
 
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 

@@ -436,6 +436,7 @@ LISTINGS = {
     "description-lone-surrogate": {
         "slices": [{"id": "slc_00000000", "manifest": H, "description": "evil \ud800"}]
     },
+    "denser-than-any-document": b'{"slices":[' + b"{}," * 100_000 + b"{}]}",
 }
 
 
@@ -643,13 +644,26 @@ MEASURE = str(SCRIPTS / "peak_memory.py")  # prints the error's type and the pea
 
 
 @pytest.mark.parametrize(
-    "case", ["endless-manifest-declared-64-MiB", "gzip-bomb-manifest", "endless-page"]
+    "case",
+    [
+        "endless-manifest-declared-64-MiB",
+        "gzip-bomb-manifest",
+        "endless-page",
+        "24-MiB-of-empty-objects",
+    ],
 )
 def test_peak_memory_stays_bounded(
     case: str, demo: Demo, server: HostileServer, cache: Path
 ) -> None:
     manifest = f"/v1/slices/{SLC}/manifest"
-    if case == "endless-page":
+    expected = "ProtocolError"
+    if case == "24-MiB-of-empty-objects":  # correctly hashed; as Python objects, gigabytes
+        n = 8 * 2**20
+        crafted_slice(
+            server, SLC, b'{"format":"rayform.manifest","segments":[' + b"{}," * n + b"{}]}"
+        )
+        expected = "ManifestError"
+    elif case == "endless-page":
         root, pages = _one_page(demo, demo.table)
         crafted_slice(server, SLC, root, pages={h: b"" for h in pages})
         server.answers.update(
@@ -676,4 +690,4 @@ def test_peak_memory_stays_bounded(
         env={**os.environ, "PYTHONPATH": checkout},
     )
     kind, peak_mib = done.stdout.split()
-    assert kind == "ProtocolError" and int(peak_mib) < 300, (done.stdout, done.stderr[-2000:])
+    assert kind == expected and int(peak_mib) < 300, (done.stdout, done.stderr[-2000:])
