@@ -186,10 +186,12 @@ class MixtureDataset(Dataset):
         """``(rank, world_size)`` of the sources."""
         return self.sources[0].shard  # type: ignore[no-any-return]
 
-    def locate(self, draws: np.ndarray, epoch: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """``(source (N,), index in that source (N,))`` of draws ``(N,)`` of ``epoch``
-        (default: the current one)."""
-        src, local, _ = self._draws(draws, self.epoch if epoch is None else int(epoch))
+    def locate(
+        self, indices: np.ndarray, epoch: int | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """``(source (N,), index in that source (N,))`` of mixture indices ``(N,)`` (draws of
+        ``epoch``; default: the current one)."""
+        src, local, _ = self._draws(indices, self.epoch if epoch is None else int(epoch))
         return src, local
 
     def _draws(self, draws: np.ndarray, epoch: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
