@@ -291,3 +291,30 @@ def test_a_prune_while_a_dataset_reads_fetches_what_it_removed(
     assert client.cache.prune(0)
     again = ds[0]
     assert torch.equal(again["wrist/rgb"], first["wrist/rgb"])
+
+
+def test_a_pin_that_loses_the_race_with_an_eviction_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Another process evicts the blob between the pin's open and its lock: the pin must not
+    # claim to hold it (the reader then fetches it again instead of reading a removed file).
+    import fcntl
+
+    from rayform.cache import _evict
+
+    blob = tmp_path / "ab" / ("ab" * 32)
+    blob.parent.mkdir()
+    blob.write_bytes(b"data")
+    real, raced = fcntl.flock, []
+
+    def evicted_first(fd: int, op: int) -> None:
+        if not raced:
+            raced.append(blob.unlink())
+        real(fd, op)
+
+    monkeypatch.setattr(_evict.fcntl, "flock", evicted_first)
+    pins = Pins(4)
+    assert pins.pin(blob) is False and pins.pinned() == set()
+    blob.write_bytes(b"data")  # fetched again
+    assert pins.pin(blob) is True and pins.pinned() == {blob.name}
+    pins.close()

@@ -76,6 +76,15 @@ class Pins:
             return False
         with contextlib.suppress(OSError):  # no flock here: eviction may race (see module doc)
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        # An eviction between our open and our lock unlinked the file: the pin would hold a
+        # removed file while the path names nothing (or a new copy nobody pins).
+        try:
+            pinned_it = os.fstat(fd).st_ino == os.stat(path).st_ino
+        except FileNotFoundError:
+            pinned_it = False
+        if not pinned_it:
+            os.close(fd)
+            return False
         with held.lock:
             if name in held.fds:
                 os.close(fd)

@@ -47,6 +47,10 @@ from rayform.torch._readahead import reader_pins
 __all__ = ["SampleReader"]
 
 
+#: Fetches of one blob a read tries while other processes keep evicting it before its pin.
+_PIN_TRIES = 5
+
+
 class _ProcessState:
     """What one process of a reader holds: open decoders, loaded tables, resolved blob paths."""
 
@@ -130,13 +134,17 @@ class SampleReader:
 
     def _path(self, ref: BlobRef, state: _ProcessState) -> Path:
         path = state.paths.get(ref.hash)
-        # Evicted, or removed by a `rayform cache prune` meanwhile: fetch it again (a stat).
-        if path is None or not path.is_file():
-            path = Path(self.slice.blob_path(ref))
-            state.paths[ref.hash] = path
-        if state.pins is not None:  # in use: no bounded cache may evict it
-            state.pins.pin(path)
-        return path
+        for _ in range(_PIN_TRIES):
+            # Evicted, or removed by a `rayform cache prune` meanwhile: fetch it again (a stat).
+            if path is None or not path.is_file():
+                path = Path(self.slice.blob_path(ref))
+                state.paths[ref.hash] = path
+            # In use: no bounded cache may evict it. Another process may evict it between our
+            # fetch and our pin; then fetch it again.
+            if state.pins is None or state.pins.pin(path):
+                return path
+            path = None
+        return Path(self.slice.blob_path(ref))  # evicted as often as fetched: read it unpinned
 
     def _sized_path(self, ref: BlobRef, state: _ProcessState, stream: Stream, what: str) -> Path:
         """:meth:`_path` of the video a camera is read from at its training resolution (``what``:
