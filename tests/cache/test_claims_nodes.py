@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -231,7 +232,8 @@ def _orphans(cache: Path, host: str) -> set[str]:
         digest = p.name.split(".")[0]
         if (
             raw
-            and f'"host": "{host}"'.encode() in raw
+            # the host name, then the PID namespace (rayform.cache._partial.HOST)
+            and re.search(rf'"host": "{re.escape(host)}(-pid[0-9a-f]+)?"'.encode(), raw)
             and not (cache / "blobs" / digest[:2] / digest).exists()
         ):
             out.add(p.name)
