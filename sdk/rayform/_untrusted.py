@@ -78,8 +78,8 @@ def loads(data: bytes | str) -> Any:
             than one object or array per 32 bytes (above 64 KiB). The message holds no server
             text unescaped.
     """
-    if len(data) > _DENSE_FROM:
-        raw = data if isinstance(data, bytes) else data.encode("utf-8", "replace")
+    raw = data if isinstance(data, bytes) else data.encode("utf-8", "replace")
+    if len(raw) > _DENSE_FROM:
         containers = raw.count(b"{") + raw.count(b"[")
         if containers > len(raw) // _BYTES_PER_CONTAINER:
             # An empty object costs Python ~100 bytes against 3 in the text: 60 MiB of "{}," took
@@ -98,9 +98,7 @@ def loads(data: bytes | str) -> Any:
     # JSON's "\ud800" escapes decode to lone surrogates, which are not text: anything that
     # later encodes them (Arrow, a UTF-8 terminal) would fail far from here. Only documents
     # that hold such an escape are walked.
-    if _SURROGATE_ESCAPE.search(
-        data if isinstance(data, bytes) else data.encode("utf-8", "replace")
-    ):
+    if _SURROGATE_ESCAPE.search(raw):
         _check_text(doc)
     return doc
 

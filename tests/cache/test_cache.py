@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import pickle
 import stat
@@ -17,7 +18,7 @@ from support import DEMO_SLICE, SCRIPTS, TOKEN, ServerProcess
 
 import rayform
 from rayform.cache import Cache
-from rayform.cache._partial import PartialBlob, tmp_name
+from rayform.cache._partial import HOST, PartialBlob, owner_dead, tmp_name
 from rayform.errors import CacheError, IntegrityError, TransportError
 from rayform.format import hash_bytes
 from rayform.manifest import BlobRef
@@ -327,8 +328,6 @@ def test_a_download_whose_temporary_file_was_removed_is_fetched_again(tmp_path: 
 
 
 def test_prune_keeps_a_blob_a_reader_holds_pinned(tmp_path: Path) -> None:
-    import fcntl
-
     cache = Cache(tmp_path / "c")
     refs = [
         cache.fetch_blob(ref, _writer(data))[0] for data, ref in (_blob(1000, i) for i in range(3))
@@ -347,8 +346,6 @@ def test_prune_keeps_a_blob_a_reader_holds_pinned(tmp_path: Path) -> None:
 def test_a_host_is_its_pid_namespace_too(tmp_path: Path) -> None:
     # Containers that share a host name (`--network host`) have their own PIDs: a process of
     # another one must not pass for a dead process of ours, nor its partial for abandoned.
-    from rayform.cache._partial import HOST, owner_dead
-
     code = "from rayform.cache._partial import HOST; print(HOST)"
     theirs = subprocess.run(
         ["unshare", "--pid", "--fork", sys.executable, "-c", code],

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import subprocess
@@ -17,6 +18,7 @@ from support.reliability import assert_cache_consistent, pull_cmd, sub_env
 from torch.utils.data import DataLoader
 
 import rayform
+from rayform.cache import _evict
 from rayform.cache._evict import Pins, evict_lru
 from rayform.errors import InvalidArgumentError, OfflineError
 from rayform.torch import EpisodeDataset
@@ -298,10 +300,6 @@ def test_a_pin_that_loses_the_race_with_an_eviction_says_so(
 ) -> None:
     # Another process evicts the blob between the pin's open and its lock: the pin must not
     # claim to hold it (the reader then fetches it again instead of reading a removed file).
-    import fcntl
-
-    from rayform.cache import _evict
-
     blob = tmp_path / "ab" / ("ab" * 32)
     blob.parent.mkdir()
     blob.write_bytes(b"data")

@@ -7,6 +7,7 @@ holder lives. The two-mount tests in ``test_claims_nodes.py`` run the same again
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import stat
@@ -188,8 +189,6 @@ def test_a_holder_of_the_host_lock_that_beats_but_downloads_nothing_is_not_waite
     # A process of this host holds the per-host lock and its claim beats, but its store sends
     # nothing: the lock's wait must count bytes, not heartbeats, or every pull on the host
     # waits out the holder's whole stall bound in turn.
-    import fcntl
-
     data, ref = _blob(10_000)
     cache = Cache(tmp_path / "c", **FAST)
     holder(ref.hash, growing=False)
