@@ -192,6 +192,7 @@ def test_existing_directory_of_another_user_is_reported_once_not_changed(
     os.chmod(root, 0o2775)
     foreign = root / "blobs"
     foreign.mkdir(mode=0o755)
+    (foreign / "readme").write_bytes(b"")  # not empty: in use, so not replaced (next test)
     alice = pwd.getpwnam("rfalice") if _has_user("rfalice") else None
     uid = alice.pw_uid if alice else 4242
     os.chown(foreign, uid, -1)
@@ -207,6 +208,55 @@ def test_existing_directory_of_another_user_is_reported_once_not_changed(
     assert stat.S_IMODE(foreign.stat().st_mode) == 0o755  # another user's: left as it is
     for sub in ("ab", "cd", "ef"):  # ours: group-writable and setgid whatever the umask
         assert stat.S_IMODE((foreign / sub).stat().st_mode) == 0o2775
+
+
+def test_directory_another_process_just_made_is_used_not_replaced(tmp_path: Path) -> None:
+    """Two processes create one directory at once: the loser uses the winner's. Replacing it,
+    even empty, made the winner's next create or rename in it fail with ENOENT (one pull in
+    ten on two sshfs nodes, in tests/cache/test_claims_nodes.py)."""
+    root = tmp_path / "cache"
+    root.mkdir()
+    os.chmod(root, 0o2775)
+    made = root / "tmp"
+    made.mkdir()
+    os.chmod(made, 0o2775)
+    held = os.open(made, os.O_RDONLY)  # the winner, about to create a file in it
+    try:
+        CacheModes(root, shared=True)._make_shared(made)  # the loser saw no directory there
+        assert os.stat(made).st_ino == os.fstat(held).st_ino
+        fd = os.open("new", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600, dir_fd=held)
+        os.close(fd)
+    finally:
+        os.close(held)
+    assert (made / "new").is_file()
+
+
+def test_abandoned_empty_directory_of_a_teammate_is_repaired(team: Path) -> None:
+    """Alice's process was killed between its mkdir and its chmod: the directory it left is
+    empty and only Alice can write it. Bob's fetch replaces it with a team directory and
+    writes into it; nothing to report."""
+    root = team / "cache-killed"
+    root.mkdir()
+    shutil.chown(root, group=GROUP)
+    os.chmod(root, 0o2775)
+    left = root / "blobs"
+    done = subprocess.run(
+        ["runuser", "-u", "rfalice", "--", "sh", "-c", f"umask 022; mkdir {left}"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert stat.S_IMODE(left.stat().st_mode) & 0o020 == 0  # Alice's umask took group write
+    code = (
+        "import sys; from pathlib import Path; from rayform.cache._sharing import CacheModes; "
+        "root = Path(sys.argv[1]); CacheModes(root, shared=True).make_dirs(root / 'blobs' / 'ab'); "
+        "(root / 'blobs' / 'ab' / 'x').write_bytes(b'bob')"
+    )
+    _ok(_as("rfbob", team, root, "-c", code, str(root)))
+    assert (left / "ab" / "x").read_bytes() == b"bob"
+    assert stat.S_IMODE(left.stat().st_mode) == 0o2775
+    assert left.stat().st_uid == pwd.getpwnam("rfbob").pw_uid
 
 
 def _has_user(name: str) -> bool:

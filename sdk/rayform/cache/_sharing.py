@@ -117,23 +117,22 @@ class CacheModes:
                 continue
 
     def _make_shared(self, d: Path) -> None:
-        """Create ``d`` already with its team mode: made under a temporary name, given the
-        mode (the umask dropped group write), then renamed into place. A process killed
-        between a plain ``mkdir`` and its ``chmod`` would leave a directory that only its
-        owner can write, failing every teammate's fetch into it."""
-        tmp = d.parent / unique_tmp_name(d.name)
-        os.mkdir(tmp, SHARED_DIR_MODE)
+        """Create ``d`` and give it its team mode (the umask dropped group write).
+
+        A plain ``mkdir``: a directory never replaces one another process made, because that
+        process may be creating a file in it right now (its ``open`` or ``rename`` would then
+        fail with ENOENT, a window of a network round trip on sshfs or NFS). A process killed
+        between ``mkdir`` and ``chmod`` leaves an empty directory only its owner can write;
+        :meth:`_check` repairs that one.
+        """
         try:
-            os.chmod(tmp, SHARED_DIR_MODE)
-            # An empty directory another process just made is replaced (it had the same mode);
-            # one that holds something is not, and is used as it is.
-            os.rename(tmp, d)
-        except OSError:
-            with contextlib.suppress(OSError):
-                os.rmdir(tmp)
+            os.mkdir(d, SHARED_DIR_MODE)
+        except FileExistsError:
             if not d.is_dir():
                 raise
             self._check(d)  # another process made it meanwhile
+            return
+        os.chmod(d, SHARED_DIR_MODE)
 
     def own_file(self, fd: int) -> None:
         """Give a file this process just created (open as ``fd``) the cache's file mode."""
@@ -164,6 +163,8 @@ class CacheModes:
             st = _lacking(d)
             if st is None:
                 return
+        if d != self.root and _replace_empty(d):
+            return
         with _REPORTED_LOCK:
             if str(d) in _REPORTED:
                 return
@@ -180,6 +181,27 @@ class CacheModes:
             self.root,
             self.root,
         )
+
+
+def _replace_empty(d: Path) -> bool:
+    """Replace ``d``, another user's directory that lacks the team's bits, by a team directory,
+    if it is empty: what a process killed between its ``mkdir`` and ``chmod`` leaves. Its
+    owner's processes fix the mode themselves at once (:meth:`CacheModes._check`), so one that
+    stays unwritable this long is abandoned. True if ``d`` is now a team directory."""
+    tmp = d.parent / unique_tmp_name(d.name)
+    try:
+        os.mkdir(tmp, SHARED_DIR_MODE)
+    except OSError:
+        return False
+    try:
+        os.chmod(tmp, SHARED_DIR_MODE)
+        os.rename(tmp, d)  # fails (ENOTEMPTY or EEXIST) if anything is in d
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.rmdir(tmp)
+        return _lacking(d) is None
+    log.info("replaced the empty shared cache directory %s, which teammates could not write", d)
+    return True
 
 
 def _lacking(d: Path) -> os.stat_result | None:
