@@ -6,6 +6,7 @@ import httpx
 import pytest
 
 import rayform
+from rayform._net._retry import Retryable, RetryPolicy, run_with_retries
 from rayform._net._transport import Transport
 from rayform.errors import InvalidArgumentError, TransportError
 
@@ -39,7 +40,8 @@ def test_busy_answers_do_not_use_up_attempts_but_the_stall_bound_holds() -> None
     )
     with pytest.raises(
         TransportError,
-        match=r"gave up after \d+ s without progress .*30 s.*"
+        match=r"gave up after 25 s without progress \(the next try, 5 s later, would pass the "
+        r"limit of 30 s.*"
         r"RAYFORM_STALL_TIMEOUT.*RAYFORM_ENDPOINT",
     ):
         busy.get_bytes("v1/slices", "listing")
@@ -86,3 +88,26 @@ def test_stall_timeout_argument_and_environment(monkeypatch: pytest.MonkeyPatch)
             rayform.Client(endpoint=ENDPOINT)
     with pytest.raises(InvalidArgumentError, match="stall_timeout=0"):
         rayform.Client(endpoint=ENDPOINT, stall_timeout=0)
+
+
+def test_attempts_that_each_made_progress_are_not_reported_as_a_stall() -> None:
+    """A store that sends a little and then stalls, every time: each attempt makes progress,
+    so the attempts run out, and the error says so, not "gave up after 0 s without progress"
+    (what it said when the backoff drawn was longer than the stall bound)."""
+    received = [0]
+
+    def trickle_then_stall(seconds_left: float) -> None:
+        received[0] += 1024
+        raise Retryable("ReadTimeout: no byte for 5 s")
+
+    sleeps: list[float] = []
+    policy = RetryPolicy(
+        ENDPOINT, attempts=5, backoff_s=4.0, stall_timeout_s=5.0, sleep=sleeps.append
+    )
+    with pytest.raises(TransportError) as info:
+        run_with_retries(
+            policy, "downloading blob z", trickle_then_stall, progress=lambda: received[0]
+        )
+    assert str(info.value).startswith("downloading blob z failed after ")
+    assert "without progress" not in str(info.value)
+    assert received[0] >= 1024

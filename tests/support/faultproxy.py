@@ -21,7 +21,9 @@ from dataclasses import dataclass, field
 
 import httpx
 
-FAULTS = ("500", "503", "429", "reset", "truncate", "flip", "stall", "drop")
+#: ``stall`` sends half the body, then nothing for ``stall_s`` (a resume with ``Range`` makes
+#: progress); ``hang`` sends nothing at all for ``stall_s`` (a stalled server), then resets.
+FAULTS = ("500", "503", "429", "reset", "truncate", "flip", "stall", "drop", "hang")
 
 
 @dataclass
@@ -164,6 +166,10 @@ class FaultProxy:
             )
             return
         if fault is not None and fault.kind == "drop":
+            _reset(writer)
+            return
+        if fault is not None and fault.kind == "hang":
+            await asyncio.sleep(fault.stall_s)
             _reset(writer)
             return
         try:

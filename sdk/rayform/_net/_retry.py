@@ -8,7 +8,8 @@ connection errors, timeouts, ``5xx`` and ``429``:
   answers such to a fraction of requests is ridden through;
 * a ``Retry-After`` is waited out, but never for less than the backoff we would use anyway
   (its upper end, without jitter): a server asking for a microsecond gets no request storm;
-* any other failure uses up one of ``attempts``;
+* any other failure uses up one of ``attempts``; our own backoff never takes more than half the
+  time left before the bound, so the try after it has the other half;
 * whatever happens, the operation ends within ``stall_timeout_s`` seconds *without progress*
   (a download that receives bytes makes progress: its clock starts again).
 
@@ -87,14 +88,22 @@ class RetryPolicy:
 
 
 def _message(
-    what: str, n: int, exc: Retryable, policy: RetryPolicy, spent_s: float, timed_out: bool
+    what: str, n: int, exc: Retryable, policy: RetryPolicy, spent_s: float, wait_s: float | None
 ) -> str:
-    bound = (
-        f"; gave up after {spent_s:.0f} s without progress (the limit is "
-        f"{policy.stall_timeout_s:g} s: Client(stall_timeout=...) or RAYFORM_STALL_TIMEOUT)"
-        if timed_out
-        else ""
-    )
+    # wait_s: the wait before the next try, when that try would have come past the stall bound
+    # (the reason for giving up); None when the attempts ran out first.
+    bound = ""
+    if wait_s is not None:
+        limit = f"{policy.stall_timeout_s:g} s"
+        why = (
+            f"the next try, {wait_s:.0f} s later, would pass the limit of {limit}"
+            if wait_s >= 1
+            else f"the limit is {limit}"
+        )
+        bound = (
+            f"; gave up after {spent_s:.0f} s without progress ({why}: "
+            "Client(stall_timeout=...) or RAYFORM_STALL_TIMEOUT)"
+        )
     offline = "cached data stays usable with RAYFORM_OFFLINE=1."
     head = f"{what} failed after {n} attempt{'s' if n != 1 else ''}"
     if exc.side == "store":
@@ -155,10 +164,17 @@ def run_with_retries(
             # A Retry-After never makes us ask sooner than our own backoff: busy answers use up
             # no attempt, so a tiny one would have us ask again and again until the stall bound.
             after = exc.retry_after
-            wait = random.uniform(0, backoff) if after is None else max(after, backoff)
-            timed_out = spent() + wait >= policy.stall_timeout_s
-            if counted >= policy.attempts or timed_out:
-                raise TransportError(_message(what, n, exc, policy, spent(), timed_out)) from None
+            if after is None:
+                # Our own backoff leaves the next try half the time left: a try that made
+                # progress just now must not be given up because the draw ran past the bound.
+                left = policy.stall_timeout_s - spent()
+                wait = min(random.uniform(0, backoff), max(left, 0.0) / 2)
+            else:
+                wait = max(after, backoff)
+            if counted >= policy.attempts:
+                raise TransportError(_message(what, n, exc, policy, spent(), None)) from None
+            if spent() + wait >= policy.stall_timeout_s:
+                raise TransportError(_message(what, n, exc, policy, spent(), wait)) from None
             log.info("retrying %s (attempt %d) in %.1f s: %s", what, n, wait, exc.reason)
             if fake_sleep is not None:
                 fake_sleep(wait)
