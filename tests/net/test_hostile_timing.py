@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from support import TOKEN
+from support import DEMO_SLICE, TOKEN
 from support.hostile import Answer, HostileServer
 
 import rayform
@@ -55,6 +55,40 @@ def test_a_byte_just_before_each_read_timeout_ends_within_the_stall_bound(
     # Every duration the message states is one the client kept to.
     stated = [float(s) for s in re.findall(r"after ([0-9.]+) s", message)]
     assert stated and all(s <= STALL_S + MARGIN_S for s in stated), message
+
+
+def test_a_status_line_trickled_byte_by_byte_ends_within_the_stall_bound(
+    server: HostileServer, tmp_path: Path
+) -> None:
+    # The status line and headers, one byte every 2.5 s: each byte came inside the 3 s read
+    # timeout, so the request never ended (1 KiB of headers would take 43 minutes).
+    server.answers[f"/v1/slices/{SLC}"] = Answer(
+        200, b"{}", {"X-Padding": "a" * 1024}, head_byte_s=2.5
+    )
+    t0 = time.monotonic()
+    with pytest.raises(TransportError, match="without progress"):
+        _client(server, tmp_path).slices.get(SLC)
+    assert time.monotonic() - t0 < STALL_S + MARGIN_S
+
+
+def test_a_blob_whose_headers_trickle_ends_within_the_stall_bound(
+    demo_root: Path, tmp_path: Path
+) -> None:
+    # A blob's body bytes are progress; the bytes before it are not. The same trickle before
+    # a blob's body held each download for as long as the server liked.
+    server = HostileServer(demo_root)
+    try:
+        client = _client(server, tmp_path)
+        ref = next(iter(client.slices.get(DEMO_SLICE).segments)).streams["cam0/rgb"].blob
+        server.answers[f"/v1/slices/{DEMO_SLICE}/blobs/{ref.hash}"] = Answer(
+            200, b"x" * ref.size, {"X-Padding": "a" * 1024}, head_byte_s=2.5
+        )
+        t0 = time.monotonic()
+        with pytest.raises(TransportError, match="without progress"):
+            client.pull(DEMO_SLICE, streams=["cam0/rgb"])
+        assert time.monotonic() - t0 < STALL_S + MARGIN_S
+    finally:
+        server.stop()
 
 
 def test_a_tiny_retry_after_does_not_make_a_request_storm(

@@ -79,6 +79,7 @@ class Answer:
         headers: extra headers (``Content-Length`` is added for a whole body unless given).
         trickle_bps: send the body at this many bytes per second (then no Content-Length).
         endless: after ``body``, send zeros until the client hangs up (no Content-Length).
+        head_byte_s: send the status line and headers one byte every this many seconds.
     """
 
     status: int = 200
@@ -86,6 +87,7 @@ class Answer:
     headers: dict[str, str] = field(default_factory=dict)
     trickle_bps: float | None = None
     endless: bool = False
+    head_byte_s: float | None = None
 
     @classmethod
     def json(cls, doc: object, status: int = 200, **kw: object) -> Answer:
@@ -138,15 +140,25 @@ class HostileServer:
         self._httpd.server_close()
 
     def send(self, handler: BaseHTTPRequestHandler, answer: Answer) -> None:
-        handler.send_response(answer.status)
         whole = answer.trickle_bps is None and not answer.endless
         headers = dict(answer.headers)
         if whole:
             headers.setdefault("Content-Length", str(len(answer.body)))
         headers["Connection"] = "close"
-        for name, value in headers.items():
-            handler.send_header(name, value)
-        handler.end_headers()
+        if answer.head_byte_s is not None:
+            head = f"HTTP/1.1 {answer.status} Slow\r\n" + "".join(
+                f"{name}: {value}\r\n" for name, value in headers.items()
+            )
+            for byte in (head + "\r\n").encode("latin-1"):
+                if self._stop.wait(answer.head_byte_s):
+                    return
+                handler.wfile.write(bytes([byte]))
+                handler.wfile.flush()
+        else:
+            handler.send_response(answer.status)
+            for name, value in headers.items():
+                handler.send_header(name, value)
+            handler.end_headers()
         for chunk in self._chunks(answer):
             handler.wfile.write(chunk)
             handler.wfile.flush()

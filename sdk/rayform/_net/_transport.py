@@ -9,7 +9,8 @@ from the other origin) makes us ask the stub again for a fresh one.
 
 Metadata (slice references, manifests, pages, error bodies) is read as raw bytes, streaming,
 up to a cap (the size the protocol declares, or a small fixed one), within the stall bound as a
-whole (a body trickled byte by byte ends there), and never decompressed: a body with a
+whole (status line, headers and body trickled byte by byte end there: :mod:`rayform._net._deadline`),
+and never decompressed: a body with a
 ``Content-Encoding`` other than ``identity`` is refused (:class:`~rayform.errors.ProtocolError`).
 
 The ``httpx.Client`` is created lazily, per process (a :class:`~rayform._process.PerProcess`):
@@ -22,13 +23,13 @@ from __future__ import annotations
 import contextlib
 import logging
 import re
-import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
 
+from rayform._net._deadline import hold, reads_end_by, trace
 from rayform._net._retry import Retryable, RetryPolicy, Side, run_with_retries
 from rayform._process import PerProcess
 from rayform._seams import DownloadSink, ProgressCallback
@@ -137,40 +138,13 @@ def _read_capped(resp: httpx.Response, cap: int, deadline: float | None) -> byte
     """Up to ``cap`` raw bytes of the body (what is beyond, or arrives after ``deadline``, is
     left unread: the connection is then closed rather than reused)."""
     out = bytearray()
-    with contextlib.nullcontext() if deadline is None else _reads_end_by(resp, deadline):
+    hold(resp.extensions.get("network_stream"))
+    with contextlib.nullcontext() if deadline is None else reads_end_by(deadline):
         for chunk in _raw(resp):
             out += chunk
             if len(out) >= cap or (deadline is not None and time.monotonic() > deadline):
                 break
     return bytes(out[:cap])
-
-
-@contextlib.contextmanager
-def _reads_end_by(resp: httpx.Response, deadline: float) -> Iterator[None]:
-    """Make each socket read of ``resp``'s body wait at most until ``deadline``.
-
-    httpcore gives every read the request's whole read timeout, so a server sending a byte
-    just before each one expires would stretch the body far past the deadline.
-    """
-    stream: Any = resp.extensions.get("network_stream")
-    read = getattr(stream, "read", None)
-    if read is None:  # a response built in memory (mock transport): nothing to wait for
-        yield
-        return
-    owner = threading.get_ident()
-
-    def read_by_deadline(max_bytes: int, timeout: float | None = None) -> bytes:
-        # Only our thread: httpx pools the connection when the body ends, before we restore.
-        if threading.get_ident() == owner:
-            left = max(deadline - time.monotonic(), 0.001)  # 0 would make the socket non-blocking
-            timeout = left if timeout is None else min(timeout, left)
-        return bytes(read(max_bytes, timeout))
-
-    stream.read = read_by_deadline
-    try:
-        yield
-    finally:
-        del stream.read
 
 
 def _raw(resp: httpx.Response) -> Iterator[bytes]:
@@ -303,6 +277,23 @@ class Transport:
     def _timeout(self, left_s: float) -> httpx.Timeout:
         return httpx.Timeout(min(self.timeout, left_s))
 
+    def _stream(
+        self,
+        client: httpx.Client,
+        url: httpx.URL,
+        left_s: float,
+        headers: dict[str, str] | None = None,
+    ) -> contextlib.AbstractContextManager[httpx.Response]:
+        """``GET url`` as a streamed response; each connection it opens keeps to the deadlines
+        of :mod:`rayform._net._deadline`."""
+        return client.stream(
+            "GET",
+            url,
+            headers=self._headers(url) if headers is None else headers,
+            timeout=self._timeout(left_s),
+            extensions={"trace": trace},
+        )
+
     def _check(
         self,
         resp: httpx.Response,
@@ -368,9 +359,8 @@ class Transport:
             url = self._url(path)
             deadline = time.monotonic() + left_s
             try:
-                with self._http().stream(
-                    "GET", url, headers=self._headers(url), timeout=self._timeout(left_s)
-                ) as resp:
+                # The whole request, status line and headers included, ends by the deadline.
+                with reads_end_by(deadline), self._stream(self._http(), url, left_s) as resp:
                     self._check(resp, what, deadline=deadline)
                     return self._read_body(resp, what, limit, deadline - left_s, deadline)
             except httpx.TransportError as exc:
@@ -398,8 +388,9 @@ class Transport:
                 f"({len(body)} bytes received)"
             )
 
+        hold(resp.extensions.get("network_stream"))
         try:
-            with _reads_end_by(resp, deadline):
+            with reads_end_by(deadline):
                 for chunk in _raw(resp):
                     body += chunk
                     if len(body) > limit:
@@ -458,6 +449,7 @@ class Transport:
         redirects = refreshes = 0
         client = self._http()
         timeout = self._timeout(left_s)
+        deadline = time.monotonic() + left_s
         while True:
             headers = self._headers(url)
             if part.offset:
@@ -465,7 +457,7 @@ class Transport:
             foreign = _origin(url) != _origin(self.endpoint)
             host = _host(url) if foreign else None
             try:
-                self._stream_once(client, url, headers, part, what, timeout, host, on_bytes)
+                self._stream_once(client, url, headers, part, what, deadline, host, on_bytes)
                 return
             except httpx.TransportError as exc:
                 raise _network_failure(
@@ -499,13 +491,22 @@ class Transport:
         headers: dict[str, str],
         part: DownloadSink,
         what: str,
-        timeout: httpx.Timeout,
+        deadline: float,
         host: str | None,
         on_bytes: ProgressCallback | None = None,
     ) -> None:
-        """One GET of the blob into ``part``; raises :class:`_Redirect` to go elsewhere."""
+        """One GET of the blob into ``part``; raises :class:`_Redirect` to go elsewhere.
+
+        Everything before the body (status line, headers, an error's body) ends by
+        ``deadline``, the stall bound (``time.monotonic()`` seconds): it is no progress. The
+        body's reads each wait the read timeout, and its bytes restart the stall clock.
+        """
         foreign = host is not None
-        with client.stream("GET", url, headers=headers, timeout=timeout) as resp:
+        left_s = max(deadline - time.monotonic(), 0.05)
+        with (
+            reads_end_by(deadline) as before_body,
+            self._stream(client, url, left_s, headers) as resp,
+        ):
             status = resp.status_code
             if status in (301, 302, 303, 307, 308) and "location" in resp.headers:
                 raise _Redirect(resp.headers["location"])
@@ -514,7 +515,7 @@ class Transport:
             if status == 416 and part.offset:
                 part.restart()  # our partial copy is longer than the blob: start over
                 raise _Redirect(str(url))
-            self._check(resp, what, host, deadline=time.monotonic() + float(timeout.read or 0))
+            self._check(resp, what, host, deadline=time.monotonic() + min(self.timeout, left_s))
             _check_encoding(resp, what, f"the object store at {host}" if foreign else self.server)
             if status == 200 and part.offset:
                 part.restart()  # the range was ignored: take the whole body
@@ -529,6 +530,7 @@ class Transport:
                     f"declares {part.expected_size}; nothing was cached. The data on the "
                     "server is inconsistent: report it to the data owners."
                 )
+            before_body.lift()
             for chunk in _raw(resp):  # raw: never decompressed (see _check_encoding)
                 part.write(chunk)
                 if on_bytes is not None:
