@@ -9,9 +9,9 @@ from the other origin) makes us ask the stub again for a fresh one.
 
 Metadata (slice references, manifests, pages, error bodies) is read as raw bytes, streaming,
 up to a cap (the size the protocol declares, or a small fixed one), within the stall bound as a
-whole (status line, headers and body trickled byte by byte end there: :mod:`rayform._net._deadline`),
-and never decompressed: a body with a
-``Content-Encoding`` other than ``identity`` is refused (:class:`~rayform.errors.ProtocolError`).
+whole (a status line, headers and body trickled byte by byte end there:
+:mod:`rayform._net._deadline`), and never decompressed: a body with a ``Content-Encoding``
+other than ``identity`` is refused (:class:`~rayform.errors.ProtocolError`).
 
 The ``httpx.Client`` is created lazily, per process (a :class:`~rayform._process.PerProcess`):
 a ``Transport`` pickled into a DataLoader worker or inherited through ``fork`` opens its own
