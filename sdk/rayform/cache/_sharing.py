@@ -163,7 +163,7 @@ class CacheModes:
             st = _lacking(d)
             if st is None:
                 return
-        if d != self.root and _replace_empty(d):
+        if d != self.root and _unwritable(d) and _replace_empty(d):
             return
         with _REPORTED_LOCK:
             if str(d) in _REPORTED:
@@ -183,11 +183,28 @@ class CacheModes:
         )
 
 
+def _unwritable(d: Path) -> bool:
+    """Whether this process truly cannot create an entry in ``d``: asked of the filesystem
+    itself, because a network filesystem's ``stat`` may show a mode from before a teammate's
+    ``chmod`` (sshfs keeps attributes for 20 s), and such a directory is in use."""
+    probe = d / unique_tmp_name("probe")
+    try:
+        os.mkdir(probe)
+    except PermissionError:
+        return True
+    except OSError:
+        return False
+    with contextlib.suppress(OSError):
+        os.rmdir(probe)
+    return False
+
+
 def _replace_empty(d: Path) -> bool:
-    """Replace ``d``, another user's directory that lacks the team's bits, by a team directory,
-    if it is empty: what a process killed between its ``mkdir`` and ``chmod`` leaves. Its
-    owner's processes fix the mode themselves at once (:meth:`CacheModes._check`), so one that
-    stays unwritable this long is abandoned. True if ``d`` is now a team directory."""
+    """Replace ``d``, another user's directory that this process cannot write, by a team
+    directory, if it is empty: what a process killed between its ``mkdir`` and ``chmod``
+    leaves. Its owner's processes fix the mode themselves at once (:meth:`CacheModes._check`),
+    so one that stays unwritable this long is abandoned. True if ``d`` is now a team
+    directory."""
     tmp = d.parent / unique_tmp_name(d.name)
     try:
         os.mkdir(tmp, SHARED_DIR_MODE)
