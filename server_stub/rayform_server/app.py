@@ -54,6 +54,8 @@ _REFS_CACHE_SIZE = 64
 #: (clients say so, instead of blaming the server's address).
 STORE_UNAVAILABLE = "store_unavailable"
 _RANGE_RE = re.compile(r"bytes=([0-9]*)-([0-9]*)")
+#: Byte positions of a ``Range`` past this are taken as this (no blob is an exabyte).
+_FAR = 10**18
 
 
 class ApiError(Exception):
@@ -375,9 +377,17 @@ def _etag_matches(header: str | None, digest: str) -> bool:
     return "*" in tags or f'"{digest}"' in tags
 
 
+def _position(digits: str) -> int:
+    """A byte position of a ``Range`` header: past :data:`_FAR` it is :data:`_FAR` (past the
+    end of any blob; ``int()`` of thousands of digits raises, and no answer needs them)."""
+    digits = digits.lstrip("0") or "0"
+    return _FAR if len(digits) > len(str(_FAR)) else min(int(digits), _FAR)
+
+
 def _parse_range(header: str, size: int) -> tuple[int, int]:
     """``(first, last)`` byte positions (inclusive) of a single ``Range`` for a blob of ``size``."""
     value = header.strip().replace(" ", "")
+    shown = value if len(value) <= 80 else f"{value[:60]}... ({len(value)} characters)"
     unsatisfiable = {"Content-Range": f"bytes */{size}"}
     if "," in value:
         raise ApiError(
@@ -387,31 +397,35 @@ def _parse_range(header: str, size: int) -> tuple[int, int]:
             unsatisfiable,
         )
     m = _RANGE_RE.fullmatch(value)
-    if m is None or (m[1] == "" and m[2] == "") or (m[1] and m[2] and int(m[2]) < int(m[1])):
+    if (
+        m is None
+        or (m[1] == "" and m[2] == "")
+        or (m[1] and m[2] and _position(m[2]) < _position(m[1]))
+    ):
         raise ApiError(
             400,
             "invalid_argument",
             f"bad Range header {header[:80]!r}: use 'bytes=a-b', 'bytes=a-' or 'bytes=-n'",
         )
     if m[1] == "":
-        n = int(m[2])
+        n = _position(m[2])
         if n == 0 or size == 0:
             raise ApiError(
                 416,
                 "range_not_satisfiable",
-                f"range {value} selects no byte of a {size}-byte blob",
+                f"range {shown} selects no byte of a {size}-byte blob",
                 unsatisfiable,
             )
         return max(0, size - n), size - 1
-    first = int(m[1])
+    first = _position(m[1])
     if first >= size:
         raise ApiError(
             416,
             "range_not_satisfiable",
-            f"range {value} starts at or past the end of the {size}-byte blob",
+            f"range {shown} starts at or past the end of the {size}-byte blob",
             unsatisfiable,
         )
-    last = size - 1 if m[2] == "" else min(int(m[2]), size - 1)
+    last = size - 1 if m[2] == "" else min(_position(m[2]), size - 1)
     return first, last
 
 

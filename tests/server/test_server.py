@@ -162,6 +162,31 @@ def test_unsatisfiable_and_bad_ranges(demo_server: ServerProcess, video_blob: st
         assert r.status_code == 400 and r.json()["error"] == "invalid_argument", spec
 
 
+def test_ranges_of_thousands_of_digits_are_answered_not_a_500(
+    demo_server: ServerProcess, video_blob: str
+) -> None:
+    # int() refuses more than 4,300 digits: such a position was a 500 (and its message
+    # quoted the whole header).
+    url = f"{demo_server.url}/v1/slices/{DEMO_SLICE}/blobs/{video_blob}"
+    full = httpx.get(url, headers=_auth()).content
+    size, huge = len(full), "9" * 5000
+    for spec in (f"bytes={huge}-", f"bytes={huge}-{huge}"):
+        r = httpx.get(url, headers={**_auth(), "Range": spec})
+        assert r.status_code == 416 and r.json()["error"] == "range_not_satisfiable"
+        assert r.headers["content-range"] == f"bytes */{size}" and len(r.content) < 1000
+    cases = {
+        f"bytes=0-{huge}": (0, size - 1),  # past the end: clamped
+        f"bytes=-{huge}": (0, size - 1),  # a suffix longer than the blob: all of it
+        f"bytes={'0' * 5000}5-{'0' * 5000}9": (5, 9),  # leading zeros are still small numbers
+    }
+    for spec, (a, b) in cases.items():
+        r = httpx.get(url, headers={**_auth(), "Range": spec})
+        assert r.status_code == 206 and r.content == full[a : b + 1], spec[:20]
+        assert r.headers["content-range"] == f"bytes {a}-{b}/{size}"
+    r = httpx.get(url, headers={**_auth(), "Range": f"bytes={huge}-1"})
+    assert r.status_code == 400 and r.json()["error"] == "invalid_argument"
+
+
 def test_head_and_conditional_requests(demo_server: ServerProcess, video_blob: str) -> None:
     url = f"{demo_server.url}/v1/slices/{DEMO_SLICE}/blobs/{video_blob}"
     full = httpx.get(url, headers=_auth()).content
