@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from rayform import __version__
+from rayform._ids import check_stream_name
 from rayform._limits import parse_bytes
 from rayform._resolution import RESIZE_MODES, check_size_value, parse_image_size
 from rayform._units import human_bytes
@@ -48,6 +49,20 @@ def _print_json(doc: Mapping[str, Any] | Sequence[Any]) -> None:
     print(json.dumps(doc, indent=2, sort_keys=True, default=str))
 
 
+def _stream_names(given: Sequence[str] | None) -> list[str] | None:
+    """``--streams`` as names: separated by spaces or commas (``--image-size`` takes commas,
+    so a first try often does too; no stream name holds one)."""
+    if given is None:
+        return None
+    names = [name.strip() for item in given for name in item.split(",") if name.strip()]
+    if not names:
+        raise InvalidArgumentError(
+            f"--streams {' '.join(given)!r} names no stream: give names such as "
+            "--streams cam0/rgb wrist/rgb, or leave --streams out to pull every stream"
+        )
+    return [check_stream_name(name) for name in names]  # before any network access
+
+
 def _cmd_pull(args: argparse.Namespace) -> int:
     if args.resize is not None and args.image_size is None:
         raise InvalidArgumentError(
@@ -56,6 +71,7 @@ def _cmd_pull(args: argparse.Namespace) -> int:
         )
     image_size = parse_image_size(args.image_size) if args.image_size else None
     check_size_value(image_size, args.resize or "pad")  # before any network access
+    streams = _stream_names(args.streams)
     client = _client(args)
     target = (
         args.slice_id
@@ -64,7 +80,7 @@ def _cmd_pull(args: argparse.Namespace) -> int:
     )
     report = client.pull(
         target,
-        streams=args.streams or None,
+        streams=streams,
         jobs=args.jobs,
         progress=not args.quiet and not args.json,
         max_cache=args.max_cache,
@@ -336,7 +352,12 @@ def build_parser() -> argparse.ArgumentParser:
         "again after an interruption.",
     )
     pull.add_argument("slice_id", metavar="SLICE_ID", help="e.g. slc_7c1e04aa")
-    pull.add_argument("--streams", nargs="+", metavar="S", help="only these streams, e.g. cam0/rgb")
+    pull.add_argument(
+        "--streams",
+        nargs="+",
+        metavar="S",
+        help="only these streams, e.g. cam0/rgb wrist/rgb (or cam0/rgb,wrist/rgb)",
+    )
     pull.add_argument("--jobs", "-j", type=int, default=8, help="parallel downloads (default 8)")
     pull.add_argument("--quiet", "-q", action="store_true", help="no progress bar or summary")
     pull.add_argument(

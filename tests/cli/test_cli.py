@@ -103,6 +103,10 @@ def test_cache_prune_to_a_size(client_env: ServerProcess) -> None:
 def test_pull_named_streams(client_env: ServerProcess) -> None:
     out = _pull_json("--streams", "joints/position", "ee/pose")
     assert out["blobs"] == 8 and out["fetched_blobs"] == 8
+    # Commas, as --image-size takes them (a newcomer's first try), name the same streams.
+    for spelled in (["joints/position,ee/pose"], ["joints/position,", "ee/pose"]):
+        out = _pull_json("--streams", *spelled)
+        assert out["blobs"] == 8 and out["cached_blobs"] == 8, spelled
 
 
 @pytest.mark.parametrize(

@@ -155,7 +155,8 @@ def test_malformed_slice_id_points_at_slices_ls() -> None:
         (["--resize", "crop"], "--resize crop without --image-size"),
         (["--image-size", "\u00b2x2"], "write HEIGHTxWIDTH in pixels"),
         (["--image-size", "0x5"], "two integers from 1 to 8192"),
-        (["--streams", "joints/position,cam0/rgb"], "malformed stream name"),
+        (["--streams", "joints/position,Cam0/RGB"], "malformed stream name 'Cam0/RGB'"),
+        (["--streams", ","], "names no stream"),
     ],
 )
 def test_pull_at_a_resolution_refuses_what_it_cannot_mean(args: list[str], says: str) -> None:
