@@ -45,8 +45,27 @@ def _client(args: argparse.Namespace) -> Any:
     )
 
 
+#: Characters of one string kept in ``--json`` output (a server's description may run to
+#: megabytes); as many as a local path may hold, so no path is ever cut.
+JSON_TEXT_CHARS = 4096
+
+
+def _capped(value: Any) -> Any:
+    """``value`` with every string longer than :data:`JSON_TEXT_CHARS` cut, as text output
+    cuts it (``... [N more characters]``); JSON's own encoding escapes control characters."""
+    if isinstance(value, str):
+        if len(value) <= JSON_TEXT_CHARS:
+            return value
+        return f"{value[:JSON_TEXT_CHARS]}... [{len(value) - JSON_TEXT_CHARS} more characters]"
+    if isinstance(value, Mapping):
+        return {_capped(k): _capped(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_capped(v) for v in value]
+    return value
+
+
 def _print_json(doc: Mapping[str, Any] | Sequence[Any]) -> None:
-    print(json.dumps(doc, indent=2, sort_keys=True, default=str))
+    print(json.dumps(_capped(doc), indent=2, sort_keys=True, default=str))
 
 
 def _stream_names(given: Sequence[str] | None) -> list[str] | None:

@@ -638,6 +638,27 @@ def test_cli_prints_no_escape_codes(demo: Demo, server: HostileServer, cache: Pa
     assert listed.returncode == 0 and "more characters]" in listed.stdout
 
 
+def test_cli_json_is_capped_like_the_rest(demo: Demo, server: HostileServer, cache: Path) -> None:
+    # --json printed a server's description whole: a megabyte in one line.
+    other = "slc_00c0ffee"
+    doc = canonical_json(demo.v1)
+    crafted_slice(server, other, doc, description=ANSI + "y" * 50_000)
+    server.answers["/v1/slices"] = Answer.json(
+        {"slices": [{"id": other, "manifest": hash_bytes(doc), "description": "x" * 2**20}]}
+    )
+    listed = _rayform(server, cache, "slices", "ls", "--json")
+    assert listed.returncode == 0 and len(listed.stdout) < 10_000
+    (entry,) = json.loads(listed.stdout)
+    assert entry["description"].endswith(f"... [{2**20 - 4096} more characters]")
+    assert entry["description"].startswith("x" * 4096)
+    # The description remembered in the cache (from the slice's reference), listed offline.
+    assert _rayform(server, cache, "slices", "show", other, "--json").returncode == 0
+    offline = _rayform(server, cache, "slices", "ls", "--offline", "--json")
+    assert offline.returncode == 0 and len(offline.stdout) < 10_000
+    (entry,) = json.loads(offline.stdout)
+    assert entry["description"].startswith(ANSI) and "more characters]" in entry["description"]
+
+
 # The peak resident memory of the process (VmHWM: ru_maxrss would count the RSS of the pytest
 # process this one was forked from).
 MEASURE = str(SCRIPTS / "peak_memory.py")  # prints the error's type and the peak memory in MiB
