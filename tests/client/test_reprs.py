@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import html
 import re
 import sys
@@ -11,12 +12,13 @@ import numpy as np
 import pytest
 from support import DEMO_SLICE
 from support.fakes import StoreBlobs
+from support.hostile import has_control
 
 from rayform import DatasetURI
 from rayform import format as wire
 from rayform._net._pull import PullReport
 from rayform._progress import byte_bar
-from rayform.manifest import Segment
+from rayform.manifest import Manifest, Segment
 from rayform.slice import Slice
 from rayform.torch import EpisodeDataset
 from rayform_server.cli import main as server_cli
@@ -96,6 +98,22 @@ def test_paged_html_of_many_segments_points_at_the_next_page(slices: tuple[Slice
     assert page.count("<tr>") == 21 and "rows 1-20 of 45" in page and "segments[20:40]" in page
     assert "<site>" not in page and "&lt;site&gt;" in page  # everything escaped
     assert "seg_0044" in repr(many) and "..." in repr(many) and "45 segments" in repr(many)
+
+
+def test_plain_text_reprs_escape_server_text_as_the_html_ones_do(
+    slices: tuple[Slice, Slice],
+) -> None:
+    _, v1 = slices
+    evil = "\x1b[2J\x1b]0;title\x07\r\n\u202e"
+    # A site is free text of up to 256 characters; a description of up to the manifest's size.
+    seg = dataclasses.replace(v1.segments[0], site=evil + "x" * 250)
+    manifest = Manifest(segments=(seg,), description=evil * 10_000)
+    for text in (repr(seg), str(seg), repr(manifest)):
+        assert not has_control(text) and len(text) < 500, text
+    assert "site=\\x1b[2J\\x1b]0;title\\x07\\x0d\\x0a\\u202exxx" in repr(seg)
+    assert "more characters]" in repr(seg)
+    assert repr(manifest) == f"<Manifest {manifest.hash[:12]} segments=1>"
+    assert html.escape(seg.site) in seg._repr_html_()
 
 
 def test_to_pandas(slices: tuple[Slice, Slice]) -> None:

@@ -210,9 +210,10 @@ class Segment:
         }
 
     def __repr__(self) -> str:
-        # Short: the dataclass repr nests every Stream and BlobRef (~2,000 characters).
+        # Short: the dataclass repr nests every Stream and BlobRef (~2,000 characters). The site
+        # is free server text: escaped and cut, as the HTML repr escapes it.
         return (
-            f"<Segment {self.id} version={self.version} site={self.site} "
+            f"<Segment {self.id} version={self.version} site={shown(self.site, 80)} "
             f"start={_html.utc(self.start_ns)} duration={self.duration_s:.2f}s "
             f"streams=[{', '.join(sorted(self.streams))}] size={human_bytes(self.nbytes)}>"
         )
@@ -276,6 +277,11 @@ class Manifest:
             "description": self.description,
             "segments": [s.to_json() for s in self.segments],
         }
+
+    def __repr__(self) -> str:
+        # Short, as ColumnarManifest's: the dataclass repr listed every segment and the whole
+        # description (server text, up to the manifest's size).
+        return f"<Manifest {self.hash[:12]} segments={len(self.segments)}>"
 
     def to_bytes(self) -> bytes:
         """Canonical encoding: UTF-8 JSON, sorted keys, no whitespace."""
