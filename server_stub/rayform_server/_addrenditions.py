@@ -14,8 +14,8 @@ first downloaded through a presigned URL. A run works in one folder of its own u
 root's ``tmp/`` (downloads and renders), removed when it ends, whether it succeeded or not.
 ``jobs > 1`` renders in worker processes, each opening the store itself; the first failure
 cancels the renders not yet started. The slice moves only if it still names the manifest the
-renditions were planned from (:meth:`Store.set_slice` with ``expect``), so a commit of the same
-slice made meanwhile is never reverted.
+renditions were planned from (:meth:`Store.commit_slice`), so a commit of the same slice made
+meanwhile is never reverted, and a refused run writes no manifest.
 """
 
 from __future__ import annotations
@@ -321,7 +321,12 @@ def add_renditions(
         for seg in segments
     ]
     version = 1 if isinstance(manifest, Manifest) else None
-    digest = commit_segments(store, new_segments, manifest.description, format_version=version)
-    # Moves the slice only if it still names the manifest the renditions were planned from.
-    store.set_slice(slice_id, digest, ref.get("description", ""), expect=previous)
+    # Written and moved to only if the slice still names the manifest the renditions were
+    # planned from: a refused run leaves no manifest that no slice names.
+    digest = store.commit_slice(
+        slice_id,
+        lambda: commit_segments(store, new_segments, manifest.description, format_version=version),
+        ref.get("description", ""),
+        expect=previous,
+    )
     return AddReport(digest, previous, len(made), added, tuple(skipped))

@@ -22,7 +22,7 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from rayform import format as wire
@@ -168,22 +168,53 @@ class Store:
         if not self.manifest_path(manifest_hash).exists():
             raise FileNotFoundError(f"manifest {manifest_hash} is not in the store")
         with self._slices_locked():
-            old = self.get_slice(slice_id)
-            if expect is not None and (old is None or old["manifest"] != expect):
-                now = "no manifest (it was deleted)" if old is None else old["manifest"]
-                raise SliceMovedError(
-                    f"slice {slice_id} moved from manifest {expect} to {now} meanwhile "
-                    "(another commit of the same slice); nothing was changed: run again"
-                )
-            for digest in ([old["manifest"]] if old is not None else []) + [manifest_hash]:
-                self._remember(slice_id, digest)
-            doc = {"id": slice_id, "manifest": manifest_hash, "description": description}
-            write_atomic(
-                self.slice_path(slice_id),
-                canonical_json(doc),
-                mode=0o644,
-                tmp_dir=self.root / "tmp",
+            self._move(slice_id, manifest_hash, description, expect)
+
+    def commit_slice(
+        self, slice_id: str, write: Callable[[], str], description: str = "", *, expect: str
+    ) -> str:
+        """Store a manifest with ``write`` (which returns its hash) and point ``slice_id`` at
+        it, only if the slice still names ``expect``; returns the hash.
+
+        The check, the write and the move happen under the lock :meth:`set_slice` holds, so
+        a refused commit writes no manifest that no slice names (a check, then
+        ``write``, then ``set_slice(expect=)`` left one behind whenever the slice had moved).
+
+        Raises:
+            SliceMovedError: the slice names another manifest (or none); nothing is written.
+        """
+        with self._slices_locked():
+            self._expect(slice_id, expect)
+            digest = write()
+            self._move(slice_id, digest, description, expect)
+        return digest
+
+    def _expect(self, slice_id: str, expect: str | None) -> dict[str, str] | None:
+        """The slice's reference; if ``expect`` is given it must name that manifest (held
+        under the slice lock)."""
+        old = self.get_slice(slice_id)
+        if expect is not None and (old is None or old["manifest"] != expect):
+            now = "no manifest (it was deleted)" if old is None else old["manifest"]
+            raise SliceMovedError(
+                f"slice {slice_id} moved from manifest {expect} to {now} meanwhile "
+                "(another commit of the same slice); nothing was changed: run again"
             )
+        return old
+
+    def _move(
+        self, slice_id: str, manifest_hash: str, description: str, expect: str | None
+    ) -> None:
+        """Move the reference (held under the slice lock)."""
+        old = self._expect(slice_id, expect)
+        for digest in ([old["manifest"]] if old is not None else []) + [manifest_hash]:
+            self._remember(slice_id, digest)
+        doc = {"id": slice_id, "manifest": manifest_hash, "description": description}
+        write_atomic(
+            self.slice_path(slice_id),
+            canonical_json(doc),
+            mode=0o644,
+            tmp_dir=self.root / "tmp",
+        )
 
     @contextlib.contextmanager
     def _slices_locked(self) -> Iterator[None]:

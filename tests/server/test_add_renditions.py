@@ -210,6 +210,11 @@ def _objects(root: Path) -> list[str]:
     )
 
 
+def _manifest_files(root: Path) -> list[str]:
+    """Every manifest (and page) file of the root."""
+    return sorted(p.name for p in (root / "manifests").rglob("*") if p.is_file())
+
+
 def _cli(*argv: str | Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "rayform_server", *map(str, argv)],
@@ -257,12 +262,15 @@ def test_a_commit_of_the_slice_while_rendering_is_not_reverted(tmp_path: Path) -
     planned = store.get_slice(DEMO_SLICE)["manifest"]  # type: ignore[index]
     other: list[str] = []
 
+    manifests: list[list[str]] = []
+
     def commit_meanwhile(line: str) -> None:
         # After the first video is rendered, another ingest of the same slice is committed.
         if line.startswith("[1/"):
             segments = list(store.load_manifest(planned).segments)[:2]
             other.append(commit_segments(store, segments, "re-ingested"))
             store.set_slice(DEMO_SLICE, other[0], "re-ingested")
+            manifests.append(_manifest_files(root))
 
     with pytest.raises(SliceMovedError) as exc:
         add_renditions(store, DEMO_SLICE, [48], jobs=1, progress=commit_meanwhile)
@@ -275,6 +283,8 @@ def test_a_commit_of_the_slice_while_rendering_is_not_reverted(tmp_path: Path) -
     }
     assert store.manifest_history(DEMO_SLICE) == sorted([planned, other[0]])
     assert not list((root / "tmp").iterdir())
+    # The refused run committed no manifest (nor page) that no slice names.
+    assert _manifest_files(root) == manifests[0]
     # Run again: planned from the slice as it is now, it commits.
     report = add_renditions(store, DEMO_SLICE, [48], jobs=1)
     assert (
