@@ -310,14 +310,21 @@ class Client:
                     f"`rayform pull {slice_id} --manifest {digest}` while the server still has that version"
                 )
             return self._make_slice(slice_id, digest, data)
-        # Asked every time online: the server decides whether this slice may hand it out.
+        # Asked every time online: the server decides whether this slice may hand it out. A
+        # copy in the cache is asked about conditionally (ETag: the hash), so it is not
+        # downloaded again.
         t = self._transport()
+        path = f"v1/slices/{slice_id}/manifests/{digest}"
+        what = f"fetching manifest {digest[:12]}... of slice {slice_id}"
+        cached = self.cache.get_manifest(digest)
         try:
-            data = t.get_bytes(
-                f"v1/slices/{slice_id}/manifests/{digest}",
-                f"fetching manifest {digest[:12]}... of slice {slice_id}",
-                limit=MAX_MANIFEST_BYTES,
-            )
+            if cached is None:
+                data = t.get_bytes(path, what, limit=MAX_MANIFEST_BYTES)
+            else:
+                fresh = t.get_bytes_unless(path, what, digest, limit=MAX_MANIFEST_BYTES)
+                if fresh is None:
+                    return self._make_slice(slice_id, digest, cached)
+                data = fresh
         except NotFoundError as exc:
             raise NotFoundError(
                 f"slice {slice_id} on {self.endpoint} does not name manifest {digest[:12]}... now or "

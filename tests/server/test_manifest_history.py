@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from support import DEMO_SLICE, TOKEN, ServerProcess, forbid_network, make_client
 from support.lineage import copy_root, rebuild_slice_without_first_segment
+from support.proxy import CountingProxy
 
 from rayform import InvalidArgumentError, ManifestError, NotFoundError, OfflineError
 from rayform.cli import main
@@ -156,6 +157,27 @@ def test_client_binds_a_slice_at_a_manifest_hash(
     assert offline.slices.get(DEMO_SLICE).manifest_hash == new
     with pytest.raises(OfflineError, match=f"rayform pull {DEMO_SLICE} --manifest {other}"):
         offline.slices.get(DEMO_SLICE, manifest_hash=other)
+
+
+def test_a_manifest_by_hash_in_the_cache_is_not_downloaded_again(
+    rebuilt: tuple[ServerProcess, str, str, str], tmp_path: Path
+) -> None:
+    server, old, _, other = rebuilt
+    path = f"/v1/slices/{DEMO_SLICE}/manifests/{old}"
+    with CountingProxy(server.url) as proxy:
+        first = make_client(proxy.url, tmp_path / "cache")
+        assert first.slices.get(DEMO_SLICE, manifest_hash=old).manifest_hash == old
+        again = make_client(proxy.url, tmp_path / "cache")  # a new process, the same cache
+        assert len(again.slices.get(DEMO_SLICE, manifest_hash=old).segments) > 0
+        assert len(first.slices.get(DEMO_SLICE, manifest_hash=old).segments) > 0
+        answers = [(status, size) for p, status, size in proxy.answers if p == path]
+        # Downloaded once; then asked about (the server still decides), with no body.
+        assert answers[0][0] == 200 and answers[0][1] > 1000 and answers[1:] == [(304, 0)] * 2
+        # A manifest of another slice, cached here, is still refused through this slice.
+        bob = make_client(proxy.url, tmp_path / "cache")
+        bob.cache.put_manifest(Store(server.root).read_manifest_bytes(other), other)
+        with pytest.raises(NotFoundError, match="does not name manifest"):
+            bob.slices.get(DEMO_SLICE, manifest_hash=other)
 
 
 def test_a_tampered_old_manifest_is_refused(

@@ -104,8 +104,14 @@ class _CountingHandler(ProxyHandler):
         proxy = self.proxy
         with proxy._lock:
             proxy.requests.append((self.path, self.headers.get("Range")))
-        headers = {k: v for k, v in self.headers.items() if k.lower() in ("authorization", "range")}
+        headers = {
+            k: v
+            for k, v in self.headers.items()
+            if k.lower() in ("authorization", "range", "if-none-match")
+        }
         status, up_headers, body = proxy.forward("GET", self.path, headers)
+        with proxy._lock:
+            proxy.answers.append((self.path, status, len(body)))
         blob = "/blobs/" in self.path and status in (200, 206)
         if blob and self.path.rsplit("/", 1)[-1] in proxy.corrupt and body:
             body = bytes([body[0] ^ 0xFF]) + body[1:]
@@ -122,12 +128,14 @@ class CountingProxy(ThreadedProxy):
 
     Attributes:
         requests: ``(path, range header or None)`` of every request, in order.
+        answers: ``(path, status, body bytes)`` of every answer from upstream, in order.
         corrupt: blob hashes whose bytes are served with one byte flipped.
     """
 
     def __init__(self, upstream: str) -> None:
         super().__init__(upstream, _CountingHandler)
         self.requests: list[tuple[str, str | None]] = []
+        self.answers: list[tuple[str, int, int]] = []
         self.corrupt: set[str] = set()
 
     def blob_gets(self) -> Counter[str]:

@@ -368,6 +368,35 @@ class Transport:
 
         return self._with_retries(what, once)
 
+    def get_bytes_unless(
+        self, path: str, what: str, etag: str, *, limit: int = JSON_CAP
+    ) -> bytes | None:
+        """:meth:`get_bytes` with ``If-None-Match: "etag"``: ``None`` when the server answers
+        ``304`` (it still hands out what ``etag`` names, and the caller holds a copy), else the
+        body. The server checks access as for any GET; no body crosses the network.
+
+        Raises:
+            as :meth:`get_bytes`.
+        """
+
+        def once(left_s: float) -> bytes | None:
+            url = self._url(path)
+            headers = {**self._headers(url), "If-None-Match": f'"{etag}"'}
+            deadline = time.monotonic() + left_s
+            try:
+                with (
+                    reads_end_by(deadline),
+                    self._stream(self._http(), url, left_s, headers) as resp,
+                ):
+                    if resp.status_code == 304:
+                        return None
+                    self._check(resp, what, deadline=deadline)
+                    return self._read_body(resp, what, limit, deadline - left_s, deadline)
+            except httpx.TransportError as exc:
+                raise _network_failure(exc, min(self.timeout, left_s)) from None
+
+        return self._with_retries(what, once)
+
     def _read_body(
         self, resp: httpx.Response, what: str, limit: int, started: float, deadline: float
     ) -> bytes:
