@@ -55,6 +55,7 @@ def open_manifest(
     data: bytes,
     fetch_page: Callable[[str, int], bytes] | None,
     jobs: int = PAGE_JOBS,
+    pull: str | None = None,
 ) -> Manifest | ColumnarManifest:
     """Parse manifest bytes ``data`` (already named ``digest``); fetch missing v2 pages.
 
@@ -66,6 +67,8 @@ def open_manifest(
         fetch_page: downloads a page's bytes by hash, reading at most its declared size
             (``fetch_page(hash, size)``); ``None`` offline.
         jobs: pages fetched in parallel.
+        pull: offline, the command that fetches what is missing (default
+            ``rayform pull SLICE_ID``).
 
     Raises:
         ManifestError: malformed manifest or page.
@@ -80,7 +83,7 @@ def open_manifest(
             raise OfflineError(
                 f"{len(missing)} of {len(refs)} manifest pages of slice {slice_id} are not in the "
                 f"cache {cache.root} and offline mode is on (RAYFORM_OFFLINE=1); with network "
-                f"access run `rayform pull {slice_id}`"
+                f"access run `{pull or f'rayform pull {slice_id}'}`"
             )
         if missing and fetch_page is not None:
             get = fetch_page

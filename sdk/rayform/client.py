@@ -182,6 +182,9 @@ class Client:
         self._evictor = Evictor(self.cache.root)
         self._transport_obj: Transport | None = None
         self._manifests: dict[str, Manifest | ColumnarManifest] = {}
+        #: Slice ID -> manifests bound by hash (``slices.get(..., manifest_hash=)``), in order:
+        #: what an offline error names a pull of.
+        self._bound: dict[str, tuple[str, ...]] = {}
         self.slices = SliceAPI(self._get_slice, self._list_slices, self, self._get_slice_at)
 
     @property
@@ -202,6 +205,7 @@ class Client:
         # thread may resolve a slice while a DataLoader pickles this client.
         state = self.__dict__.copy()
         state["_manifests"] = dict(self._manifests)
+        state["_bound"] = dict(self._bound)
         return state
 
     # -- plumbing --------------------------------------------------------------------------
@@ -301,6 +305,13 @@ class Client:
 
     def _get_slice_at(self, slice_id: str, digest: str) -> Slice:
         """``slice_id`` bound to manifest ``digest`` (``slices.get(..., manifest_hash=)``)."""
+        slice_ = self._open_at(slice_id, digest)
+        # Replaced, not changed in place: a DataLoader may pickle this client meanwhile.
+        earlier = tuple(d for d in self._bound.get(slice_id, ()) if d != digest)
+        self._bound[slice_id] = (*earlier, digest)
+        return slice_
+
+    def _open_at(self, slice_id: str, digest: str) -> Slice:
         if self.offline:
             data = self.cache.get_manifest(digest)
             if data is None:
@@ -352,26 +363,55 @@ class Client:
                     limit=size,
                 )
 
-        manifest = self._manifests.get(digest) or open_manifest(
-            self.cache, slice_id, digest, data, fetch
-        )
+        manifest = self._manifests.get(digest)
+        if manifest is None:
+            pull = f"rayform pull {slice_id}"  # what fetches a page missing offline
+            if self.offline and digest != self._remembered(slice_id):
+                pull += f" --manifest {digest}"  # a plain pull fetches the current manifest
+            manifest = open_manifest(self.cache, slice_id, digest, data, fetch, pull=pull)
         self._manifests[digest] = manifest
         self._manifests[slice_id] = manifest
         return Slice(slice_id, digest, manifest, self)
 
     # -- blobs -----------------------------------------------------------------------------
-    def _streams_of(self, slice_id: str, digest: str) -> list[str]:
-        manifest = self._manifests.get(slice_id)
+    def _streams_of(self, manifest_key: str, digest: str) -> list[str]:
+        """Streams of the manifest this client opened as ``manifest_key`` (its hash, or the
+        last one opened for a slice ID) that hold blob ``digest``."""
+        manifest = self._manifests.get(manifest_key)
         if manifest is None:
             return []
         return segments_of(manifest).streams_with_blob(digest)
 
-    def _offline_missing(self, slice_id: str, refs: Sequence[BlobRef]) -> OfflineError:
+    def _remembered(self, slice_id: str) -> str | None:
+        """The manifest ``slice_id`` last resolved to in this cache (what a plain pull fetched)."""
+        ref = self.cache.get_ref(self._key(), slice_id) or self.cache.get_ref(None, slice_id)
+        return None if ref is None else str(ref["manifest"])
+
+    def _bound_holding(self, slice_id: str, blob: str, current: str | None) -> str | None:
+        """The manifest bound by hash (``slices.get(..., manifest_hash=)``) that blob ``blob``
+        of ``slice_id`` comes from, or ``None`` when the remembered resolution holds it too."""
+        if current is not None and self._streams_of(current, blob):
+            return None
+        for digest in reversed(self._bound.get(slice_id, ())):
+            if self._streams_of(digest, blob):
+                return digest
+        return None
+
+    def _offline_missing(
+        self, slice_id: str, refs: Sequence[BlobRef], manifest_hash: str | None = None
+    ) -> OfflineError:
+        current = self._remembered(slice_id)
+        if manifest_hash is None:
+            manifest_hash = self._bound_holding(slice_id, refs[0].hash, current)
+        # A plain pull fetches the slice's current manifest: another one is named by hash.
+        pinned = manifest_hash is not None and manifest_hash != current
         streams: set[str] = set()
         for ref in refs:
-            streams.update(self._streams_of(slice_id, ref.hash))
-        cmd = f"rayform pull {slice_id}" + (
-            f" --streams {' '.join(sorted(streams))}" if streams else ""
+            streams.update(self._streams_of(manifest_hash or slice_id, ref.hash))
+        cmd = (
+            f"rayform pull {slice_id}"
+            + (f" --manifest {manifest_hash}" if pinned else "")
+            + (f" --streams {' '.join(sorted(streams))}" if streams else "")
         )
         what = f"blob {refs[0].hash[:12]}..." if len(refs) == 1 else f"{len(refs)} blobs"
         return OfflineError(
@@ -496,5 +536,5 @@ class Client:
         if self.offline:
             missing = [r for r in refs if not self.cache.has_blob(r.hash)]
             if missing:
-                raise self._offline_missing(slice_id, missing)
+                raise self._offline_missing(slice_id, missing, slice_.manifest_hash)
         return run_pull(slice_id, refs, self.cache, fetch, jobs=jobs, progress=progress)

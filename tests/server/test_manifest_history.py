@@ -180,6 +180,50 @@ def test_a_manifest_by_hash_in_the_cache_is_not_downloaded_again(
             bob.slices.get(DEMO_SLICE, manifest_hash=other)
 
 
+def test_offline_a_missing_blob_of_a_bound_manifest_names_the_pull_that_fetches_it(
+    rebuilt: tuple[ServerProcess, str, str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server, old, new, _ = rebuilt
+    cache = tmp_path / "cache"
+    online = make_client(server.url, cache)
+    assert online.slices.get(DEMO_SLICE).manifest_hash == new  # remembered: a plain pull's
+    online.slices.get(DEMO_SLICE, manifest_hash=old)
+    offline = make_client(server.url, cache, offline=True)
+    current = offline.slices.get(DEMO_SLICE)
+    pinned = offline.slices.get(DEMO_SLICE, manifest_hash=old)
+    only_old = pinned.segments[0].streams["joints/position"].blob  # not in the new manifest
+    for fails in (
+        lambda: pinned.blob_path(only_old),
+        lambda: offline.pull(pinned, streams=["joints/position"]),
+    ):
+        with pytest.raises(OfflineError) as exc:
+            fails()
+        assert f"`rayform pull {DEMO_SLICE} --manifest {old} --streams joints/position`" in str(
+            exc.value
+        )
+    # A blob the current manifest holds too: the plain pull fetches it.
+    both = current.segments[0].streams["ee/pose"].blob
+    with pytest.raises(OfflineError, match=f"`rayform pull {DEMO_SLICE} --streams ee/pose`"):
+        pinned.blob_path(both)
+    # A page of the bound manifest missing: the same.
+    page = str(json.loads(offline.cache.get_manifest(old) or b"")["pages"][0]["hash"])
+    offline.cache.manifest_path(page).unlink()
+    with pytest.raises(OfflineError, match=f"`rayform pull {DEMO_SLICE} --manifest {old}`"):
+        make_client(server.url, cache, offline=True).slices.get(DEMO_SLICE, manifest_hash=old)
+    # The command as printed fetches what was missing.
+    with pytest.raises(OfflineError) as exc:
+        pinned.blob_path(only_old)
+    command = str(exc.value).split("`")[1].split()
+    for key, value in {
+        "RAYFORM_ENDPOINT": server.url,
+        "RAYFORM_TOKEN": TOKEN,
+        "RAYFORM_CACHE_DIR": str(cache),
+    }.items():
+        monkeypatch.setenv(key, value)
+    assert command[:2] == ["rayform", "pull"] and main([*command[1:], "--quiet"]) == 0
+    assert pinned.blob_path(only_old).is_file()
+
+
 def test_a_tampered_old_manifest_is_refused(
     rebuilt: tuple[ServerProcess, str, str, str], tmp_path: Path
 ) -> None:
