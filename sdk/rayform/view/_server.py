@@ -57,6 +57,17 @@ _CSP = (
 )
 _CHUNK = 256 * 1024
 _RANGE_RE = re.compile(r"\Abytes=([0-9]*)-([0-9]*)\Z")
+#: Byte positions of a ``Range`` past this are taken as this (no file is an exabyte).
+_FAR = 10**18
+
+
+def _position(digits: str) -> int:
+    """A byte position of a ``Range`` header, at most :data:`_FAR` (``int()`` of thousands of
+    digits raises: an internal error)."""
+    digits = digits.lstrip("0") or "0"
+    return _FAR if len(digits) > len(str(_FAR)) else min(int(digits), _FAR)
+
+
 #: RayformError types and the status each is answered with (others: 502).
 _STATUS: tuple[tuple[type[RayformError], int], ...] = (
     (InvalidArgumentError, 400),
@@ -155,7 +166,8 @@ class ViewServer(ThreadingHTTPServer):
         DNS name a rebinding page could control) or the host it was started on, and its port."""
         if not header:
             return False
-        m = re.fullmatch(r"(\[[0-9a-fA-F:.]+\]|[^:\[\]]+)(?::(\d+))?", header.strip())
+        # A port of ASCII digits, at most 5 (int() of thousands of digits raises).
+        m = re.fullmatch(r"(\[[0-9a-fA-F:.]+\]|[^:\[\]]+)(?::([0-9]{1,5}))?", header.strip())
         if m is None or int(m.group(2) or 80) != self.port:
             return False
         name = m.group(1).strip("[]").lower()
@@ -332,10 +344,10 @@ class _Handler(BaseHTTPRequestHandler):
                 if m is None or (not m.group(1) and not m.group(2)):
                     return self._range_refused(size)
                 if m.group(1):
-                    start = int(m.group(1))
-                    end = min(int(m.group(2)), size - 1) if m.group(2) else size - 1
+                    start = _position(m.group(1))
+                    end = min(_position(m.group(2)), size - 1) if m.group(2) else size - 1
                 else:  # bytes=-N: the last N bytes
-                    start = max(0, size - int(m.group(2)))
+                    start = max(0, size - _position(m.group(2)))
                 if start >= size or end < start:
                     return self._range_refused(size)
                 status = 206
