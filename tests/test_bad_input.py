@@ -145,6 +145,17 @@ CASES: dict[str, tuple[Callable[[Bad], object], type[Exception], str]] = {
         errors.InvalidArgumentError,
         "stream",
     ),
+    # A string was read as its characters ("malformed stream name '/'"; Slice.blobs: none).
+    "pull-streams-one-string": (
+        lambda b: b.client().pull(DEMO_SLICE, streams="cam0/rgb,wrist/rgb"),
+        errors.InvalidArgumentError,
+        r"is one string: pass a list of stream names, e.g. streams=\['cam0/rgb', 'wrist/rgb'\]",
+    ),
+    "blobs-streams-one-string": (
+        lambda b: b.client().slices.get(DEMO_SLICE).blobs("cam0/rgb"),
+        errors.InvalidArgumentError,
+        r"streams=\['cam0/rgb'\]",
+    ),
     "pull-jobs-0": (
         lambda b: b.client().pull(DEMO_SLICE, jobs=0),
         errors.InvalidArgumentError,

@@ -20,6 +20,7 @@ __all__ = [
     "check_segment_id",
     "check_slice_id",
     "check_stream_name",
+    "check_stream_names",
 ]
 
 # Anchored with \Z, not $: "$" also matches before a trailing newline, so ``.match`` would
@@ -94,3 +95,24 @@ def check_stream_name(value: object) -> str:
             "e.g. 'cam0/rgb' or 'joints/position'."
         )
     return value
+
+
+def check_stream_names(value: object, what: str = "streams") -> list[str]:
+    """``value``, a list (or other iterable) of stream names, as a list, each checked.
+
+    A string is refused: it would be read as its characters (``"cam0/rgb"`` as ``"c"``,
+    ``"a"``...), and a comma-separated one is the command line's spelling.
+    """
+    if isinstance(value, str):
+        example = [n.strip() for n in value.split(",") if n.strip()] or ["cam0/rgb"]
+        raise InvalidArgumentError(
+            f"{what}={_shown(value)} is one string: pass a list of stream names, e.g. "
+            f"{what}={_shown(example)}"
+        )
+    try:
+        names = list(value)  # type: ignore[call-overload]
+    except TypeError:
+        raise InvalidArgumentError(
+            f"{what}={_shown(value)}: pass a list of stream names, e.g. {what}=['cam0/rgb']"
+        ) from None
+    return [check_stream_name(name) for name in names]

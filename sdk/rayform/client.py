@@ -22,7 +22,7 @@ from typing import Any
 
 from rayform._boundary import argument_errors
 from rayform._env import default_cache_dir, env_flag
-from rayform._ids import check_hash, check_slice_id, check_stream_name
+from rayform._ids import check_hash, check_slice_id, check_stream_names
 from rayform._limits import resolve_cache_limit, resolve_stall_timeout
 from rayform._manifest_io import open_manifest
 from rayform._net import (
@@ -512,7 +512,7 @@ class Client:
             raise InvalidArgumentError(f"jobs must be a positive integer, got {jobs!r}")
         # Names are checked before the slice is resolved: a typo costs no request and writes
         # nothing into the cache.
-        names = None if streams is None else [check_stream_name(s) for s in streams]
+        names = None if streams is None else check_stream_names(streams)
         slice_ = slice_id if isinstance(slice_id, Slice) else self.slices.get(slice_id)
         slice_id = slice_.id
         if names is not None:

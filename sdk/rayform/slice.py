@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from rayform._boundary import argument_errors
+from rayform._ids import check_stream_names
 from rayform._resolution import (
     camera_streams,
     check_image_size,
@@ -125,7 +126,8 @@ class Slice:
         where none covers the size) and never the other videos, as ``pull(image_size=...)``
         fetches them. Without, every original (renditions are not listed).
         """
-        names = list(streams) if streams else None
+        names = check_stream_names(streams) if streams is not None else None
+        names = names or None  # an empty list: every stream, as before
         segs = self.segments
         if image_size is not None and segs.has_renditions:
             return resolution_blobs(segs, names, image_size, resize)
