@@ -35,6 +35,7 @@ from rayform._net import (
     fetch_log,
     run_pull,
 )
+from rayform._offline import missing_blobs, remembered
 from rayform._seams import DownloadSink, ProgressCallback
 from rayform.cache import Cache, Evictor, Pins, check_fits
 from rayform.errors import (
@@ -43,7 +44,7 @@ from rayform.errors import (
     NotFoundError,
     OfflineError,
 )
-from rayform.manifest import MAX_MANIFEST_BYTES, BlobRef, ColumnarManifest, Manifest, segments_of
+from rayform.manifest import MAX_MANIFEST_BYTES, BlobRef, ColumnarManifest, Manifest
 from rayform.slice import Slice
 
 __all__ = ["Client", "PullReport", "SliceAPI"]
@@ -366,7 +367,7 @@ class Client:
         manifest = self._manifests.get(digest)
         if manifest is None:
             pull = f"rayform pull {slice_id}"  # what fetches a page missing offline
-            if self.offline and digest != self._remembered(slice_id):
+            if self.offline and digest != remembered(self.cache, self._key(), slice_id):
                 pull += f" --manifest {digest}"  # a plain pull fetches the current manifest
             manifest = open_manifest(self.cache, slice_id, digest, data, fetch, pull=pull)
         self._manifests[digest] = manifest
@@ -374,49 +375,17 @@ class Client:
         return Slice(slice_id, digest, manifest, self)
 
     # -- blobs -----------------------------------------------------------------------------
-    def _streams_of(self, manifest_key: str, digest: str) -> list[str]:
-        """Streams of the manifest this client opened as ``manifest_key`` (its hash, or the
-        last one opened for a slice ID) that hold blob ``digest``."""
-        manifest = self._manifests.get(manifest_key)
-        if manifest is None:
-            return []
-        return segments_of(manifest).streams_with_blob(digest)
-
-    def _remembered(self, slice_id: str) -> str | None:
-        """The manifest ``slice_id`` last resolved to in this cache (what a plain pull fetched)."""
-        ref = self.cache.get_ref(self._key(), slice_id) or self.cache.get_ref(None, slice_id)
-        return None if ref is None else str(ref["manifest"])
-
-    def _bound_holding(self, slice_id: str, blob: str, current: str | None) -> str | None:
-        """The manifest bound by hash (``slices.get(..., manifest_hash=)``) that blob ``blob``
-        of ``slice_id`` comes from, or ``None`` when the remembered resolution holds it too."""
-        if current is not None and self._streams_of(current, blob):
-            return None
-        for digest in reversed(self._bound.get(slice_id, ())):
-            if self._streams_of(digest, blob):
-                return digest
-        return None
-
     def _offline_missing(
         self, slice_id: str, refs: Sequence[BlobRef], manifest_hash: str | None = None
     ) -> OfflineError:
-        current = self._remembered(slice_id)
-        if manifest_hash is None:
-            manifest_hash = self._bound_holding(slice_id, refs[0].hash, current)
-        # A plain pull fetches the slice's current manifest: another one is named by hash.
-        pinned = manifest_hash is not None and manifest_hash != current
-        streams: set[str] = set()
-        for ref in refs:
-            streams.update(self._streams_of(manifest_hash or slice_id, ref.hash))
-        cmd = (
-            f"rayform pull {slice_id}"
-            + (f" --manifest {manifest_hash}" if pinned else "")
-            + (f" --streams {' '.join(sorted(streams))}" if streams else "")
-        )
-        what = f"blob {refs[0].hash[:12]}..." if len(refs) == 1 else f"{len(refs)} blobs"
-        return OfflineError(
-            f"{what} of slice {slice_id} not in the cache {self.cache_dir} and offline mode is "
-            f"on (RAYFORM_OFFLINE=1); with network access run `{cmd}`"
+        return missing_blobs(
+            slice_id,
+            refs,
+            self.cache_dir,
+            opened=self._manifests,
+            current=remembered(self.cache, self._key(), slice_id),
+            bound=self._bound.get(slice_id, ()),
+            manifest_hash=manifest_hash,
         )
 
     def would_fetch(self, ref: BlobRef) -> bool:
