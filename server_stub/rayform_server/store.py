@@ -168,7 +168,7 @@ class Store:
         if not self.manifest_path(manifest_hash).exists():
             raise FileNotFoundError(f"manifest {manifest_hash} is not in the store")
         with self._slices_locked():
-            self._move(slice_id, manifest_hash, description, expect)
+            self._move(slice_id, manifest_hash, description, self._expect(slice_id, expect))
 
     def commit_slice(
         self, slice_id: str, write: Callable[[], str], description: str = "", *, expect: str
@@ -184,9 +184,9 @@ class Store:
             SliceMovedError: the slice names another manifest (or none); nothing is written.
         """
         with self._slices_locked():
-            self._expect(slice_id, expect)
+            old = self._expect(slice_id, expect)
             digest = write()
-            self._move(slice_id, digest, description, expect)
+            self._move(slice_id, digest, description, old)
         return digest
 
     def _expect(self, slice_id: str, expect: str | None) -> dict[str, str] | None:
@@ -202,10 +202,9 @@ class Store:
         return old
 
     def _move(
-        self, slice_id: str, manifest_hash: str, description: str, expect: str | None
+        self, slice_id: str, manifest_hash: str, description: str, old: dict[str, str] | None
     ) -> None:
-        """Move the reference (held under the slice lock)."""
-        old = self._expect(slice_id, expect)
+        """Move the reference from ``old`` (held under the slice lock)."""
         for digest in ([old["manifest"]] if old is not None else []) + [manifest_hash]:
             self._remember(slice_id, digest)
         doc = {"id": slice_id, "manifest": manifest_hash, "description": description}
