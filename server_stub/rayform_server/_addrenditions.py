@@ -11,7 +11,8 @@ in the slice's history, so runs logged against it rebuild by hash (docs/protocol
 
 Every original is checked against its hash before it is decoded; one in object storage is
 first downloaded through a presigned URL. A run works in one folder of its own under the
-root's ``tmp/`` (downloads and renders), removed when it ends, whether it succeeded or not.
+root's ``tmp/`` (downloads and renders), removed when it ends, whether it succeeded or not;
+renders enter the store only once every one succeeded.
 ``jobs > 1`` renders in worker processes, each opening the store itself; the first failure
 cancels the renders not yet started. The slice moves only if it still names the manifest the
 renditions were planned from (:meth:`Store.commit_slice`), so a commit of the same slice made
@@ -284,16 +285,12 @@ def add_renditions(
         return AddReport(previous, previous, 0, 0, tuple(skipped))
     say(f"{len(tasks)} video(s) to render at {', '.join(map(str, heights))} px, {jobs} process(es)")
     made: dict[tuple[str, tuple[int, int]], Rendition] = {}
-    added = 0
+    rendered: list[str] = []  # in the order of tasks; stored once every render succeeded
 
-    def store_one(k: int, task: _Task, out: str) -> None:
-        nonlocal added
-        ref = store.put_file(out, move=True)
-        made[(task.original, task.size)] = Rendition(ref, *task.size)
-        added += ref.size
-        say(
-            f"[{k}/{len(tasks)}] {task.name} {task.size[1]}x{task.size[0]} ({human_bytes(ref.size)})"
-        )
+    def done(k: int, task: _Task, out: str) -> None:
+        rendered.append(out)
+        size = human_bytes(os.path.getsize(out))
+        say(f"[{k}/{len(tasks)}] {task.name} {task.size[1]}x{task.size[0]} ({size})")
 
     root = str(store.root)
     # One folder for this run's downloads and renders: whatever happens (a failed render,
@@ -302,20 +299,24 @@ def add_renditions(
     try:
         if jobs == 1:
             for k, task in enumerate(tasks, 1):
-                store_one(k, task, _render(root, task, workdir))
+                done(k, task, _render(root, task, workdir))
         else:
             with ProcessPoolExecutor(max_workers=jobs) as pool:
                 futures = [pool.submit(_render, root, task, workdir) for task in tasks]
                 try:
                     for k, (task, fut) in enumerate(zip(tasks, futures, strict=True), 1):
-                        store_one(k, task, fut.result())
+                        done(k, task, fut.result())
                 except BaseException:
                     # Start nothing more; wait for the running renders so that their output
                     # is written before the folder is removed.
                     pool.shutdown(wait=True, cancel_futures=True)
                     raise
+        # Only now into the store: a failed render leaves no blob that no manifest names.
+        for task, out in zip(tasks, rendered, strict=True):
+            made[(task.original, task.size)] = Rendition(store.put_file(out, move=True), *task.size)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+    added = sum(r.blob.size for r in made.values())
     new_segments = [
         dataclasses.replace(seg, streams={n: _with(st, made) for n, st in seg.streams.items()})
         for seg in segments

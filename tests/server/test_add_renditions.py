@@ -18,6 +18,7 @@ from support import DEMO_SLICE, ServerProcess, make_client
 from support.lineage import ACTION, OBS
 from support.seaweed import BUCKET, SeaweedS3
 
+from rayform.errors import IntegrityError
 from rayform.manifest import Manifest
 from rayform.torch import EpisodeDataset
 from rayform_server._addrenditions import add_renditions
@@ -305,6 +306,24 @@ def test_set_slice_with_expect_moves_only_from_the_expected_manifest(tmp_path: P
     with pytest.raises(SliceMovedError, match="no manifest"):
         store.set_slice("slc_0000beef", a, expect=c)
     assert store.get_slice("slc_0000beef") is None
+
+
+def test_a_failed_run_stores_none_of_its_renders(tmp_path: Path) -> None:
+    # The last original is damaged: the renders finished before it were stored as blobs that
+    # no manifest names.
+    root = tmp_path / "root"
+    build_demo(root, DEMO_SLICE, small=True)
+    store = Store(root)
+    before = store.get_slice(DEMO_SLICE)
+    last = _cams(store.load_manifest(before["manifest"]))[-1]  # type: ignore[index]
+    path = store.blob_path(last.blob.hash)
+    path.chmod(0o644)
+    path.write_bytes(path.read_bytes()[: last.blob.size // 2])
+    objects = _objects(root)
+    with pytest.raises(IntegrityError, match=last.blob.hash):
+        add_renditions(store, DEMO_SLICE, [24], jobs=1)
+    assert store.get_slice(DEMO_SLICE) == before and _objects(root) == objects
+    assert not list((root / "tmp").iterdir())
 
 
 @pytest.mark.parametrize("damage", ["deleted", "truncated"])
