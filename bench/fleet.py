@@ -24,6 +24,7 @@ Writes ``bench/results/fleet-<N>.json``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import secrets
@@ -33,6 +34,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -175,6 +177,41 @@ def _demo(root: Path, slice_id: str, episodes: int) -> float:
     return time.perf_counter() - t0
 
 
+@contextlib.contextmanager
+def serving(root: Path) -> Iterator[tuple[str, str]]:
+    """``(url, token)`` of ``rayform-server serve`` on ``root``, on loopback, until exit."""
+    token = secrets.token_hex(16)
+    port = _free_port()
+    server = subprocess.Popen(
+        [
+            "rayform-server",
+            "serve",
+            "--root",
+            str(root),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--token",
+            token,
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(200):
+            try:
+                if httpx.get(url + "/v1/health", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        yield url, token
+    finally:
+        server.terminate()
+        server.wait()
+
+
 def _v1_json_bytes(root: Path, slice_id: str) -> int:
     """Exact size of the v1 JSON of a shared-blob demo slice (IDs have one length, so each
     segment's JSON is as long as its pool episode's), computed without building it."""
@@ -205,38 +242,10 @@ def main() -> int:
     try:
         result["build_seconds"] = _demo(root, SLICE, args.segments)
         _demo(root, SMALL, 1000)
-        token = secrets.token_hex(16)
-        port = _free_port()
-        server = subprocess.Popen(
-            [
-                "rayform-server",
-                "serve",
-                "--root",
-                str(root),
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(port),
-                "--token",
-                token,
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        url = f"http://127.0.0.1:{port}"
-        try:
-            for _ in range(200):
-                try:
-                    if httpx.get(url + "/v1/health", timeout=1).status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    time.sleep(0.1)
+        with serving(root) as (url, token):
             cache = work / "cache"
             result["cold"] = _py(COLD, url, token, str(cache), SLICE)
             _py(COLD, url, token, str(cache), SMALL)
-        finally:
-            server.terminate()
-            server.wait()
         result["cold"]["v1_json_bytes"] = _v1_json_bytes(root, SLICE)
         result["warm"] = _py(WARM, str(cache), SLICE)
         result["loader"] = _py(LOADER, str(cache), SLICE, "shuffle")

@@ -3,7 +3,8 @@
 A v2 root lists its pages by hash; each page is fetched (in parallel), checked against its
 hash and size before it enters the cache (:meth:`~rayform.cache.Cache.put_manifest`), and then
 memory-mapped from there. Pages already cached (a slice version sharing most segments with one
-opened before) are not fetched again.
+opened before) are not fetched again, and pages this user has opened before are not checked
+again (marks in ``<cache>/checked/u<uid>/``, :mod:`rayform.manifest._checkmarks`).
 """
 
 from __future__ import annotations
@@ -17,10 +18,12 @@ from typing import Any
 
 from rayform.cache import Cache
 from rayform.errors import IntegrityError, OfflineError
-from rayform.manifest import ColumnarManifest, Manifest, load_manifest
+from rayform.manifest import CheckMarks, ColumnarManifest, Manifest, load_manifest
 
 __all__ = ["PAGE_JOBS", "open_manifest"]
 
+#: Where in the cache each user's marks of checked manifests live (``checked/u<uid>/<hash>``).
+CHECKED_DIR = "checked"
 #: Pages fetched at once.
 PAGE_JOBS = 8
 #: bytes of pages (as their references declare) fetched at once: each is held in memory
@@ -117,4 +120,4 @@ def open_manifest(
                 pool.shutdown(wait=True, cancel_futures=True)
         return paths
 
-    return load_manifest(data, digest, pages)
+    return load_manifest(data, digest, pages, CheckMarks(cache.root / CHECKED_DIR))

@@ -11,6 +11,7 @@ pages), ``_pagemap`` and ``_pagerows`` (reading mapped pages cheaply), ``_segmen
 ``_segtable`` (the segment model), ``_select`` (selections).
 """
 
+from rayform.manifest._checkmarks import CheckMarks
 from rayform.manifest._columnar import (
     FORMAT_VERSION_2,
     FORMAT_VERSION_3,
@@ -54,6 +55,7 @@ __all__ = [
     "PAGE_FORMAT",
     "PAGE_ROWS",
     "BlobRef",
+    "CheckMarks",
     "ColumnarManifest",
     "Manifest",
     "Rendition",

@@ -25,6 +25,7 @@ import numpy as np
 from rayform._hashing import hash_bytes
 from rayform._untrusted import loads, shown
 from rayform.errors import ManifestError, NotFoundError
+from rayform.manifest._checkmarks import CheckMarks, Identity, file_identity
 from rayform.manifest._model import (
     FORMAT,
     BlobRef,
@@ -136,8 +137,10 @@ class ColumnarManifest:
         pages: list[pa.Table],
         page_paths: list[str],
         maps: PageMaps | None = None,
+        marks: CheckMarks | None = None,
     ) -> None:
         self._root = root
+        self._marks = marks
         self.doc = doc
         self.format_version = int(doc.get("format_version", FORMAT_VERSION_2))
         self.description = str(doc.get("description", ""))
@@ -147,7 +150,7 @@ class ColumnarManifest:
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Pickled (spawned DataLoader workers) as paths: the receiver maps the same pages.
-        return (_reopen, (self._root, self._page_paths))
+        return (_reopen, (self._root, self._page_paths, self._marks))
 
     def __repr__(self) -> str:
         return f"<ColumnarManifest {self.hash[:12]} segments={len(self.segments)}>"
@@ -190,8 +193,10 @@ def segments_of(manifest: Manifest | ColumnarManifest) -> Segments:
     return Segments(manifest.segments)
 
 
-def _reopen(root: bytes, page_paths: list[str]) -> ColumnarManifest:
-    return open_pages(root, parse_root(root), page_paths)
+def _reopen(
+    root: bytes, page_paths: list[str], marks: CheckMarks | None = None
+) -> ColumnarManifest:
+    return open_pages(root, parse_root(root), page_paths, marks)
 
 
 def parse_root(data: bytes, doc: Any = None) -> dict[str, Any]:
@@ -209,9 +214,20 @@ def parse_root(data: bytes, doc: Any = None) -> dict[str, Any]:
 
 
 def open_pages(
-    root: bytes, doc: dict[str, Any], page_paths: Sequence[str | Path]
+    root: bytes,
+    doc: dict[str, Any],
+    page_paths: Sequence[str | Path],
+    marks: CheckMarks | None = None,
 ) -> ColumnarManifest:
     """Map verified pages (in root order) and check them against the root and the schema.
+
+    Args:
+        root: the root's bytes.
+        doc: the root, parsed and checked (:func:`parse_root`).
+        page_paths: each page's verified local path, in root order.
+        marks: where this user's marks of checked manifests live: a page whose file is the
+            one that passed before is not checked again, nor is the whole manifest when every
+            page is (:mod:`rayform.manifest._checkmarks`); ``None`` checks everything.
 
     Raises:
         ManifestError: a page is not an Arrow IPC file of the page schema, or disagrees with
@@ -219,6 +235,9 @@ def open_pages(
     """
     pa = _pa()
     schema = page_schema(renditions=doc.get("format_version") == FORMAT_VERSION_3)
+    digest = hash_bytes(root)
+    marked = marks.load(digest) if marks is not None else {}
+    passed: dict[str, Identity] = {}
     tables = []
     maps = PageMaps()
     for i, (ref, path) in enumerate(zip(doc["pages"], page_paths, strict=True)):
@@ -233,23 +252,30 @@ def open_pages(
                 f"manifest page {ref['hash'][:12]}... does not match the page schema of format "
                 f"version {doc.get('format_version')} or its row count {ref['segments']}"
             )
-        try:
-            check_page(table, maps.span(i))
-        except ManifestError as exc:
-            raise ManifestError(
-                f"manifest page {ref['hash'][:12]}...: {str(exc).removeprefix('manifest page: ')}"
-            ) from None
-        maps.release(i)  # the checks read most of the page: unmap before the next one
+        identity = file_identity(maps.stat(i))
+        if marked.get(ref["hash"]) != identity:
+            try:
+                check_page(table, maps.span(i))
+            except ManifestError as exc:
+                raise ManifestError(
+                    f"manifest page {ref['hash'][:12]}...: "
+                    f"{str(exc).removeprefix('manifest page: ')}"
+                ) from None
+            maps.release(i)  # the checks read most of the page: unmap before the next one
+        passed[ref["hash"]] = identity
         tables.append(table)
     if not tables:
         raise ManifestError("a v2 manifest lists no page: it needs at least one segment")
-    check_stream_names(tables, doc)
-    _check_pages(tables, doc)
-    # The checks' scratch memory (hash tables over every ID) would otherwise stay in Arrow's
-    # allocator, in this process and in every DataLoader worker forked from it.
-    pa.default_memory_pool().release_unused()
-    maps.release()  # the checks read every ID: unmap them
-    return ColumnarManifest(root, doc, tables, [str(p) for p in page_paths], maps)
+    if passed != marked:
+        check_stream_names(tables, doc)
+        _check_pages(tables, doc)
+        # The checks' scratch memory (hash tables over every ID) would otherwise stay in
+        # Arrow's allocator, in this process and in every DataLoader worker forked from it.
+        pa.default_memory_pool().release_unused()
+        maps.release()  # the checks read every ID: unmap them
+        if marks is not None:
+            marks.save(digest, passed)
+    return ColumnarManifest(root, doc, tables, [str(p) for p in page_paths], maps, marks)
 
 
 def _check_pages(tables: list[pa.Table], doc: dict[str, Any]) -> None:
@@ -289,6 +315,7 @@ def load(
     data: bytes,
     expected_hash: str | None,
     read_pages: Callable[[list[dict[str, Any]]], Sequence[str | Path]],
+    marks: CheckMarks | None = None,
 ) -> Manifest | ColumnarManifest:
     """Parse manifest bytes of either version.
 
@@ -297,6 +324,7 @@ def load(
         expected_hash: BLAKE3 the bytes must have (``None``: unchecked).
         read_pages: for v2, given the root's page references (``{"hash", "size",
             "segments"}``), returns each page's verified local path, in order.
+        marks: this user's marks of checked manifests (see :func:`open_pages`).
 
     Raises:
         ManifestError: bad hash, bad JSON, unknown version, a schema break.
@@ -308,7 +336,7 @@ def load(
         and doc.get("format_version") in COLUMNAR_VERSIONS
     ):
         checked = parse_root(data, doc)
-        return open_pages(data, checked, list(read_pages(checked["pages"])))
+        return open_pages(data, checked, list(read_pages(checked["pages"])), marks)
     return Manifest.from_json(doc)
 
 

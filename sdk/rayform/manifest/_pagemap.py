@@ -28,6 +28,7 @@ class PageMaps:
         self._maps: list[mmap.mmap] = []
         self._paths: list[str] = []
         self._bases: list[int] = []  # the address each map starts at
+        self._stats: list[os.stat_result] = []  # of each file as it was opened
 
     def table(self, path: str | Path) -> Any:
         """Map ``path`` (an Arrow IPC file) and return its table, whose buffers point into
@@ -41,9 +42,11 @@ class PageMaps:
         import pyarrow.ipc  # noqa: F401
 
         with open(path, "rb") as f:
-            if os.fstat(f.fileno()).st_size == 0:
+            st = os.fstat(f.fileno())
+            if st.st_size == 0:
                 raise OSError(f"{path} is empty")
             mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        self._stats.append(st)
         buf = pa.py_buffer(mm)
         self._maps.append(mm)
         self._paths.append(str(path))
@@ -54,6 +57,11 @@ class PageMaps:
         """``(path, address)``: page ``page``'s file and the address its map starts at, so an
         address inside the map is at file offset ``address - start`` (for ``os.pread``)."""
         return self._paths[page], self._bases[page]
+
+    def stat(self, page: int) -> os.stat_result:
+        """The ``fstat`` of page ``page``'s file as it was mapped (the file the map holds,
+        even if its path was replaced since)."""
+        return self._stats[page]
 
     def span(self, page: int) -> tuple[int, int]:
         """``(address, size)`` of page ``page``'s map: a buffer of its table outside it was

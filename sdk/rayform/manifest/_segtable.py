@@ -199,6 +199,49 @@ class _Columns:
         self._cache["names"] = names
         self._cache["codes"] = np.concatenate(codes) if codes else np.zeros(0, np.int32)
 
+    @property
+    def layout(self) -> tuple[str, ...] | None:
+        """The stream names every segment lists, in row order, when every segment lists
+        exactly these (a fleet's usual manifest): then segment ``s``'s stream ``j`` is stream
+        row ``s * k + j``, and a stream's column is a strided view. ``None`` otherwise."""
+        if "layout" not in self._cache:
+            self._cache["layout"] = self._find_layout()
+        found: tuple[str, ...] | None = self._cache["layout"]
+        return found
+
+    def _find_layout(self) -> tuple[str, ...] | None:
+        # Per page, from the name column's dictionary indices: no code per stream row built.
+        found: tuple[str, ...] | None = None
+        for values, offs in self.stream_values():
+            n = len(offs) - 1
+            if not n:
+                continue
+            k = len(found) if found is not None else int(offs[-1]) // n
+            if not k or not np.array_equal(offs, np.arange(n + 1, dtype=offs.dtype) * k):
+                return None
+            col = values.field("name")
+            if not _pa().types.is_dictionary(col.type):
+                return None
+            grid = _np(col.indices).reshape(n, k)
+            if not bool((grid == grid[0]).all()):
+                return None
+            names = tuple(str(col.dictionary[int(i)].as_py()) for i in grid[0])
+            if len(set(names)) != k or (found is not None and names != found):
+                return None
+            found = names
+        return found
+
+    def stream_column(self, name: str, field: str) -> np.ndarray | None:
+        """``(S,)``: one numeric field of stream ``name`` in every segment, read as a strided
+        view of each page (no mask over every stream row); ``None`` unless :attr:`layout`
+        holds and names the stream."""
+        layout = self.layout
+        if layout is None or name not in layout:
+            return None
+        j, k = layout.index(name), len(layout)
+        parts = [_np(values.field(field))[j::k] for values, _ in self.stream_values()]
+        return np.concatenate(parts) if len(parts) != 1 else parts[0].copy()
+
     def field(self, name: str) -> np.ndarray:
         """A stream-row field of every stream row, ``(R,)`` numpy (strings as objects)."""
         # Not kept: the index needs t0/t1 once, and a kept copy would sit in every worker.
@@ -532,6 +575,8 @@ class Segments(SegmentColumns):
     def stream_names(self) -> list[str]:
         """Sorted names of the streams present in at least one of these segments."""
         c = self._c
+        if c.layout is not None:
+            return sorted(c.layout) if len(self) else []
         codes = c.name_code if self.rows is None else c.name_code[np.isin(c.stream_seg, self.rows)]
         return sorted(c.name_list[int(k)] for k in np.unique(codes))
 
@@ -540,6 +585,11 @@ class Segments(SegmentColumns):
         c = self._c
         if name not in c.name_list:
             return np.zeros(len(self), dtype=bool), np.zeros(len(self), dtype=np.int64)
+        column = c.stream_column(name, field)
+        if column is not None:  # every segment has the stream, at the same place
+            return np.ones(len(self), dtype=bool), column if self.rows is None else column[
+                self.rows
+            ]
         sel = c.name_code == c.name_list.index(name)
         raw = c.field(field)[sel]
         segs = c.stream_seg[sel]
