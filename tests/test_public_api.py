@@ -2,11 +2,12 @@
 
 ``tests/public_api.json`` records every public name (``rayform.__all__``, ``rayform.torch``,
 ``rayform.format``, ``rayform.files``, ``rayform.errors``, the public methods and properties
-of ``Client``, ``Slice``, ``EpisodeDataset``, ``EpisodeSampler``, ``MixtureDataset`` and
-``Cache``) with its call signature, and the console scripts and entry points of
-``pyproject.toml``. A name may be added; none may disappear, and a recorded parameter keeps
-its name, kind and default (new parameters must have defaults), so code written against an
-earlier release keeps working when modules move.
+of ``Client``, ``Slice``, ``EpisodeDataset``, ``EpisodeSampler``, ``MixtureDataset``,
+``Cache``, and of the segment model ``Segments`` and its display side ``SegmentColumns``)
+with its call signature, and the console scripts and entry points of ``pyproject.toml``. A
+name may be added; none may disappear, and a recorded parameter keeps its name, kind and
+default (new parameters must have defaults), so code written against an earlier release keeps
+working when modules move.
 
 After adding public API on purpose, refresh the snapshot:
 ``python tests/test_public_api.py --update``.
@@ -31,6 +32,8 @@ CLASSES = (
     "rayform.client:Client",
     "rayform.slice:Slice",
     "rayform.cache:Cache",
+    "rayform.manifest:Segments",
+    "rayform.manifest:SegmentColumns",
     "rayform.torch:EpisodeDataset",
     "rayform.torch:EpisodeSampler",
     "rayform.torch:MixtureDataset",

@@ -22,7 +22,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from rayform.errors import InvalidArgumentError
-from rayform.manifest import BlobRef, Rendition, Segment, Segments, Stream
+from rayform.manifest import (
+    BlobRef,
+    Rendition,
+    Segment,
+    Segments,
+    Stream,
+    chosen_blobs,
+    first_kinds,
+)
 
 __all__ = [
     "MAX_SIZE",
@@ -299,47 +307,28 @@ def resolution_blobs(
     its timestamps, and every table, exactly as the dataset chooses
     (``pull(image_size=...)``).
 
-    Columnar segments (version 2/3 pages) answer from their columns
-    (:meth:`~rayform.manifest.Segments.chosen_blobs`, the same test per rendition, no
-    :class:`Segment` built); any other segments (a version 1 manifest's objects, a list) by a
-    pass over them. Both give the same dict, in the same order.
+    Every manifest version answers from its columns (:func:`rayform.manifest.chosen_blobs`,
+    the test of :func:`choose_rendition` per rendition size, no :class:`Segment` built; a
+    pass would build one per row: ~22 s at 100,000 episodes); any other iterable of segments
+    becomes such columns first. The dict's order is that of a pass over the segments.
 
     Raises:
         InvalidArgumentError: ``image_size`` or ``resize`` is not allowed; a dict names a stream
             that is not a camera, or leaves a camera out.
     """
-    if isinstance(segments, Segments) and not segments.holds_objects:
-        # Columnar pages: the same choice from the columns. A pass would build a Segment per
-        # row: ~22 s at 100,000 episodes, minutes at a million.
-        chosen = check_image_size(image_size, resize, camera_streams(segments, names)) or {}
-        return segments.chosen_blobs(names, {k: _covers(t) for k, t in chosen.items()})
-    segments = list(segments)
-    kinds = _kinds(segments, names)
-    targets = check_image_size(image_size, resize, _videos(kinds)) or {}
-    out: dict[str, BlobRef] = {}
-    for seg in segments:
-        for name, stream in seg.streams.items():
-            if name in kinds:
-                out.update((ref.hash, ref) for ref in stream_blobs(stream, targets.get(name)))
-    return out
+    table = _as_segments(segments)
+    chosen = check_image_size(image_size, resize, camera_streams(table, names)) or {}
+    return chosen_blobs(table, names, {k: _covers(t) for k, t in chosen.items()})
 
 
-def _kinds(segments: Iterable[Segment], names: Sequence[str] | None) -> dict[str, str]:
-    """``{name: kind}`` of the streams ``names`` (all if ``None``) the segments hold."""
-    if isinstance(segments, Segments) and not segments.holds_objects:
-        return segments.first_kinds(names)  # from the columns, no Segment built
-    kinds: dict[str, str] = {}
-    for seg in segments:
-        for name, stream in seg.streams.items():
-            if names is None or name in names:
-                kinds.setdefault(name, stream.kind)
-    return kinds
+def _as_segments(segments: Iterable[Segment]) -> Segments:
+    return segments if isinstance(segments, Segments) else Segments(list(segments))
 
 
 def camera_streams(segments: Iterable[Segment], names: Sequence[str] | None) -> list[str]:
     """The camera (video) streams among ``names`` (all if ``None``) of ``segments``, sorted:
     the keys a per-camera ``image_size`` dict must name for a pull."""
-    return _videos(_kinds(segments, names))
+    return _videos(first_kinds(_as_segments(segments), names))
 
 
 def _videos(kinds: Mapping[str, str]) -> list[str]:

@@ -10,7 +10,7 @@ import pytest
 from support import DEMO_SLICE
 from support.fakes import StoreBlobs
 
-import rayform.manifest._segtable as segtable
+import rayform.manifest._segments as segtable
 from rayform.integrations._common import dataset_profile
 from rayform.integrations.mlflow import from_episode_dataset
 from rayform.slice import Slice
@@ -33,14 +33,14 @@ def test_profile_of_a_big_v2_slice_reads_columns_not_segments(
     fleet: Slice, monkeypatch: pytest.MonkeyPatch
 ):
     made = []
-    real = segtable._segment
+    real = segtable.segment_of_row
 
     def counting(row: dict[str, Any]) -> Any:
         made.append(row["id"])
         return real(row)
 
-    monkeypatch.setattr(segtable, "_segment", counting)
-    assert isinstance(fleet.segments, segtable.SegmentTable)  # a v2 manifest
+    monkeypatch.setattr(segtable, "segment_of_row", counting)
+    assert isinstance(fleet.segments, segtable.Segments)  # (a v2 manifest)
     ds = EpisodeDataset(
         fleet, obs=["cam0/rgb", "joints/position"], action="joints/position_delta", fps=15
     )
@@ -66,7 +66,9 @@ def test_profile_of_a_view_counts_only_its_episodes(fleet: Slice, monkeypatch: p
     ds = EpisodeDataset(view, obs=["joints/position"], action="joints/position_delta", fps=15)
     made: list[Any] = []
     monkeypatch.setattr(
-        segtable, "_segment", lambda row: made.append(row) or pytest.fail("a Segment was built")
+        segtable,
+        "segment_of_row",
+        lambda row: made.append(row) or pytest.fail("a Segment was built"),
     )
     profile = dataset_profile(ds)
     assert list(profile["sites"]) == [site] and profile["segments"] == len(view.segments) < EPISODES

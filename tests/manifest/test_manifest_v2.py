@@ -20,7 +20,7 @@ from rayform import format as wire
 from rayform.cli import main as cli_main
 from rayform.errors import IntegrityError, ManifestError, OfflineError
 from rayform.format import hash_bytes
-from rayform.manifest import Manifest
+from rayform.manifest import Manifest, release_pages
 from rayform.slice import Slice
 from rayform.torch import EpisodeDataset
 from rayform_server._fleet import build_shared_demo
@@ -261,7 +261,7 @@ def test_touched_manifest_pages_are_given_back(tmp_path: Path) -> None:
     table = m.segments
     present, t0 = table.stream_field("joints/position", "t0_ns")
     assert present.all() and _mapped_kib(pages) > 0  # a column read maps its buffers...
-    table.release_pages()
+    release_pages(table)
     assert _mapped_kib(pages) == 0  # ...until given back
     pool = [table[i] for i in range(4)]
     rng = np.random.default_rng(0)

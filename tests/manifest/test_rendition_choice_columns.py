@@ -264,13 +264,15 @@ def test_no_segment_has_no_camera(v3: Any) -> None:
         resolution_blobs(v3.segments.take([]), None, (32, 32), "pad")
 
 
-def test_a_version_1_manifest_keeps_its_pass_over_its_segments(
+def test_a_version_1_manifest_chooses_through_the_same_columns(
     segments: list[Segment], v3: Any
 ) -> None:
     v1 = Manifest(segments=tuple(segments))
     table = Segments(v1.segments)
-    assert table.holds_objects and not v3.segments.holds_objects
     for size in SIZES[:4]:
         want = _expected(segments, None, size, "pad")
-        _same(resolution_blobs(table, None, size, "pad"), want)  # in its objects' stream order
-        assert resolution_blobs(v3.segments, None, size, "pad") == want
+        got = resolution_blobs(table, None, size, "pad")
+        assert got == want
+        # In the columns' order (each segment's streams by name), as for version 3: a
+        # version 1 segment built by hand may list its streams in another order.
+        _same(got, resolution_blobs(v3.segments, None, size, "pad"))

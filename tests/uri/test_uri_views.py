@@ -7,7 +7,7 @@ from support.lineage import ACTION, OBS, sample_digests
 
 import rayform
 from rayform import DatasetURI
-from rayform.manifest._segtable import SegmentTable
+from rayform.manifest import ColumnarManifest, Segments
 from rayform.torch import EpisodeDataset
 
 
@@ -17,7 +17,8 @@ def _dataset(slice_: rayform.Slice) -> EpisodeDataset:
 
 def test_a_view_is_named_by_its_selection_and_rebuilds_the_same_samples(client_env: ServerProcess):
     slice_ = rayform.Client().slices.get(DEMO_SLICE)
-    assert isinstance(slice_.segments, SegmentTable)  # the demo slice is a v2 manifest
+    assert isinstance(slice_.segments, Segments)
+    assert isinstance(slice_.manifest, ColumnarManifest)  # the demo slice is a v2 manifest
     segs = list(slice_.segments)
     site = segs[0].site
     start = sorted(s.start_ns for s in segs)[1]

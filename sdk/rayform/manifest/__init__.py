@@ -7,8 +7,11 @@ version, a slice's segments are one :class:`Segments` table (``Slice.segments``)
 
 Modules: ``_model`` (the v1 document and the segment/stream records), ``_columnar`` (the v2
 root and pages; version 3: with renditions, ``_rendcols``), ``_pagecheck`` (checks of untrusted
-pages), ``_pagemap`` and ``_pagerows`` (reading mapped pages cheaply), ``_segments`` and
-``_segtable`` (the segment model), ``_select`` (selections).
+pages), ``_pagemap`` and ``_pagerows`` (reading mapped pages cheaply), ``_checkmarks`` (pages
+already checked), ``_arrow`` (pyarrow, lazily, and its arrays as numpy), ``_columns`` (a
+manifest's columns), ``_segments`` (the segment model, :class:`Segments`), ``_display`` (its
+repr, HTML and exports), ``_blobchoice`` (the blobs a training resolution reads), ``_select``
+(selections).
 """
 
 from rayform.manifest._checkmarks import CheckMarks
@@ -26,6 +29,7 @@ from rayform.manifest._columnar import (
 )
 from rayform.manifest._columnar import load as load_manifest
 from rayform.manifest._columnar import not_found as segment_not_found
+from rayform.manifest._display import SegmentColumns
 from rayform.manifest._model import (
     CARTESIAN_QUANTITIES,
     FORMAT,
@@ -40,8 +44,7 @@ from rayform.manifest._model import (
     canonical_json,
     parse_manifest_json,
 )
-from rayform.manifest._segments import SegmentColumns
-from rayform.manifest._segtable import Segments, SegmentTable
+from rayform.manifest._segments import Segments, chosen_blobs, first_kinds, release_pages
 from rayform.manifest._select import select_rows
 
 __all__ = [
@@ -61,14 +64,16 @@ __all__ = [
     "Rendition",
     "Segment",
     "SegmentColumns",
-    "SegmentTable",
     "Segments",
     "Stream",
     "build_root",
     "canonical_json",
+    "chosen_blobs",
+    "first_kinds",
     "load_manifest",
     "page_refs",
     "parse_manifest_json",
+    "release_pages",
     "segment_not_found",
     "segments_of",
     "segments_to_table",

@@ -9,7 +9,7 @@ one per stream (sorted by name), whose flattened child is the stream table. See
 ``docs/manifest.md``.
 
 Pages are opened by memory map: opening a slice of 1,000,000 segments reads the root, maps the
-pages and builds no Python object per segment; :class:`SegmentTable` materialises a
+pages and builds no Python object per segment; :class:`~rayform.manifest._segments.Segments` materialises a
 :class:`~rayform.manifest._model.Segment` only when one is asked for. ``pyarrow`` is imported here
 lazily, so ``import rayform`` stays cheap.
 """
@@ -25,7 +25,10 @@ import numpy as np
 from rayform._hashing import hash_bytes
 from rayform._untrusted import loads, shown
 from rayform.errors import ManifestError, NotFoundError
+from rayform.manifest._arrow import arrow_ints
+from rayform.manifest._arrow import load as pyarrow
 from rayform.manifest._checkmarks import CheckMarks, Identity, file_identity
+from rayform.manifest._columns import PageColumns
 from rayform.manifest._model import (
     FORMAT,
     BlobRef,
@@ -36,8 +39,8 @@ from rayform.manifest._model import (
 from rayform.manifest._pagecheck import check_page, check_root, check_stream_names
 from rayform.manifest._pagemap import PageMaps
 from rayform.manifest._rendcols import FORMAT_VERSION_3
-from rayform.manifest._schema import _pa, page_schema, segments_to_table, table_has_renditions
-from rayform.manifest._segtable import Segments, SegmentTable, _Columns, arrow_ints
+from rayform.manifest._schema import page_schema, segments_to_table, table_has_renditions
+from rayform.manifest._segments import Segments
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -49,7 +52,6 @@ __all__ = [
     "PAGE_FORMAT",
     "PAGE_ROWS",
     "ColumnarManifest",
-    "SegmentTable",
     "build_root",
     "segments_of",
     "load",
@@ -75,7 +77,7 @@ def table_to_pages(table: pa.Table, page_rows: int = PAGE_ROWS) -> list[bytes]:
     Pages are cut at fixed row positions, so two slices that share a run of segments at the
     same positions (e.g. a slice and the same slice with segments appended) share those pages.
     """
-    pa = _pa()
+    pa = pyarrow()
     renditions = table_has_renditions(table)
     plain, schema = (
         page_schema(plain=True, renditions=renditions),
@@ -100,7 +102,7 @@ def build_root(
     table: pa.Table, pages: Sequence[bytes], description: str, page_rows: int = PAGE_ROWS
 ) -> bytes:
     """The canonical bytes of the root document for ``table`` stored as ``pages``."""
-    cols = _Columns([table])
+    cols = PageColumns([table])
     doc = {
         "format": FORMAT,
         "format_version": FORMAT_VERSION_3 if table_has_renditions(table) else FORMAT_VERSION_2,
@@ -146,7 +148,7 @@ class ColumnarManifest:
         self.description = str(doc.get("description", ""))
         self.summary: dict[str, Any] = doc["summary"]
         self._page_paths = page_paths
-        self.segments = Segments(_Columns(pages, page_paths, maps, summary=self.summary))
+        self.segments = Segments(PageColumns(pages, page_paths, maps, summary=self.summary))
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Pickled (spawned DataLoader workers) as paths: the receiver maps the same pages.
@@ -233,7 +235,7 @@ def open_pages(
         ManifestError: a page is not an Arrow IPC file of the page schema, or disagrees with
             the root (row counts), or lists a segment twice or a malformed ID.
     """
-    pa = _pa()
+    pa = pyarrow()
     schema = page_schema(renditions=doc.get("format_version") == FORMAT_VERSION_3)
     digest = hash_bytes(root)
     marked = marks.load(digest) if marks is not None else {}
@@ -279,7 +281,7 @@ def open_pages(
 
 
 def _check_pages(tables: list[pa.Table], doc: dict[str, Any]) -> None:
-    pa = _pa()
+    pa = pyarrow()
     pc = pa.compute
     n = sum(t.num_rows for t in tables)
     if n != int(doc["summary"]["segments"]):

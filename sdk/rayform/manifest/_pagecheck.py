@@ -23,6 +23,7 @@ import numpy as np
 from rayform._ids import HASH_RE, STREAM_NAME_RE
 from rayform._untrusted import JSON, shown
 from rayform.errors import ManifestError
+from rayform.manifest._arrow import load as pyarrow
 from rayform.manifest._model import (
     CARTESIAN_QUANTITIES,
     DTYPE_RE,
@@ -53,13 +54,6 @@ _INT_FIELDS = {  # stream-row field: (lowest, highest) allowed
     "count": (1, INT64_MAX),
     "gop": (0, INT64_MAX),
 }
-
-
-def _pa() -> Any:
-    import pyarrow as pa
-    import pyarrow.compute  # noqa: F401
-
-    return pa
 
 
 def _is_int(value: JSON, low: int = TIME_MIN, high: int = INT64_MAX) -> TypeIs[int]:
@@ -165,7 +159,7 @@ def _words(arr: pa.Array, field: str, ok: Callable[[str], bool]) -> None:
     and every word with ``ok(word)``."""
     try:
         arr.dictionary.validate(full=True)  # a few words: UTF-8 and offsets
-    except _pa().ArrowException as exc:
+    except pyarrow().ArrowException as exc:
         raise ManifestError(
             f"manifest page: the {field} dictionary is invalid: {shown(exc)}"
         ) from None
@@ -226,7 +220,7 @@ def check_page(table: pa.Table, span: tuple[int, int]) -> None:
     Raises:
         ManifestError: invalid Arrow data, a value out of range, or a buffer outside the file.
     """
-    pa = _pa()
+    pa = pyarrow()
     try:
         table.validate()  # buffer sizes against lengths: what the views below rely on
     except pa.ArrowException as exc:
@@ -327,7 +321,7 @@ def check_stream_names(tables: list[Any], doc: dict[str, Any]) -> None:
 def _with_dictionaries(arr: pa.Array) -> list[Any]:
     """``arr`` and the dictionaries of its dictionary-encoded children (``buffers()`` omits
     them)."""
-    pa = _pa()
+    pa = pyarrow()
     out = [arr]
     t = arr.type
     if pa.types.is_dictionary(t):

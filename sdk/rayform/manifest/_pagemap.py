@@ -18,6 +18,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from rayform.manifest._arrow import load as pyarrow
+
 __all__ = ["PageMaps"]
 
 
@@ -38,9 +40,7 @@ class PageMaps:
             OSError: the file cannot be opened or is empty.
             pyarrow.ArrowInvalid: it is not an Arrow IPC file.
         """
-        import pyarrow as pa
-        import pyarrow.ipc  # noqa: F401
-
+        pa = pyarrow()
         with open(path, "rb") as f:
             st = os.fstat(f.fileno())
             if st.st_size == 0:

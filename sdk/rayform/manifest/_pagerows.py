@@ -28,12 +28,15 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from rayform.errors import ManifestError
+from rayform.manifest._model import BlobRef, Segment, Stream
+from rayform.manifest._rendcols import parse_cells
 from rayform.manifest._schema import page_schema
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["PageRows", "Read"]
+__all__ = ["PageRows", "Read", "segment_of_row"]
 
 #: ``read(address, nbytes) -> bytes``: bytes at an address inside the page's buffers.
 Read = Callable[[int, int], bytes]
@@ -203,3 +206,48 @@ class PageRows:
             "end_ns": int(get(self._end, i, 1, _I64)[0]),
             "streams": streams,
         }
+
+
+def segment_of_row(d: dict[str, Any]) -> Segment:
+    """The :class:`Segment` of a page row (a dict as :meth:`PageRows.row` or pyarrow's
+    ``to_pylist`` gives it).
+
+    Raises:
+        ManifestError: a video stream without a timestamps blob, or a table with one.
+    """
+    streams = {}
+    for s in d["streams"]:
+        ts = BlobRef(s["ts_hash"].hex(), int(s["ts_size"])) if any(s["ts_hash"]) else None
+        if (ts is None) != (s["kind"] == "table"):  # the page checks cannot see this per row
+            raise ManifestError(
+                f"segment {d['id']} stream {s['name']}: a video stream needs a "
+                "timestamps blob and a table stream has none"
+            )
+        where = f"segment {d['id']} stream {s['name']}"
+        renditions = parse_cells(s.get("renditions") or (), s["kind"], s["shape"], where)
+        streams[s["name"]] = Stream(
+            name=s["name"],
+            kind=s["kind"],
+            blob=BlobRef(s["blob_hash"].hex(), int(s["blob_size"])),
+            rate_hz=float(s["rate_hz"]),
+            shape=tuple(s["shape"]),
+            dtype=s["dtype"],
+            count=int(s["count"]),
+            t0_ns=int(s["t0_ns"]),
+            t1_ns=int(s["t1_ns"]),
+            timestamps=ts,
+            units=s["units"] or None,
+            frame=s["frame"] or None,
+            quantity=s["quantity"] or None,
+            codec=s["codec"] or None,
+            gop=s["gop"] or None,
+            renditions=renditions,
+        )
+    return Segment(
+        id=d["id"],
+        version=int(d["version"]),
+        site=d["site"],
+        start_ns=int(d["start_ns"]),
+        end_ns=int(d["end_ns"]),
+        streams=streams,
+    )

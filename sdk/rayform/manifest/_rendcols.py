@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from rayform.errors import ManifestError
+from rayform.manifest._arrow import load as pyarrow
 from rayform.manifest._model import INT64_MAX, BlobRef, Rendition, Stream
 
 if TYPE_CHECKING:
@@ -44,15 +45,9 @@ MAX_RENDITIONS = 16
 _HASH_BYTES = 32
 
 
-def _pa() -> Any:
-    import pyarrow as pa
-
-    return pa
-
-
 def rendition_type() -> pa.DataType:
     """The Arrow type of one rendition."""
-    pa = _pa()
+    pa = pyarrow()
     return pa.struct(
         [
             ("blob_hash", pa.binary(_HASH_BYTES)),

@@ -1,14 +1,15 @@
 """The Arrow schema of a version 2 manifest's pages (the segment table).
 
-Its own module because both the page reader (``_pagerows``, ``_segtable``) and the writer
+Its own module because both the page reader (``_pagerows``, ``_columns``) and the writer
 (``_columnar``) need it, and neither may import the other.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from rayform.manifest._arrow import load as pyarrow
 from rayform.manifest._model import Segment
 from rayform.manifest._rendcols import cells, has_renditions, rendition_type
 
@@ -30,19 +31,10 @@ HASH_BYTES = 32
 NO_HASH = bytes(HASH_BYTES)
 
 
-def _pa() -> Any:
-    # Lazily: ~150 ms, paid only by code that opens a v2 manifest.
-    import pyarrow as pa
-    import pyarrow.compute
-    import pyarrow.ipc  # noqa: F401
-
-    return pa
-
-
 def stream_type(plain: bool = False, renditions: bool = False) -> pa.DataType:
     """The Arrow type of one stream row (the stream table's schema); ``plain``: strings
     instead of dictionary-encoded strings; ``renditions``: with format version 3's field."""
-    pa = _pa()
+    pa = pyarrow()
     h = pa.binary(HASH_BYTES)
     # A few distinct values repeated per row: dictionary-encoded in pages.
     word = pa.string() if plain else pa.dictionary(pa.int32(), pa.string())
@@ -72,7 +64,7 @@ def stream_type(plain: bool = False, renditions: bool = False) -> pa.DataType:
 
 def page_schema(plain: bool = False, renditions: bool = False) -> pa.Schema:
     """The Arrow schema of a page (the segment table); ``renditions``: of format version 3."""
-    pa = _pa()
+    pa = pyarrow()
     return pa.schema(
         [
             ("id", pa.string()),
@@ -88,7 +80,7 @@ def page_schema(plain: bool = False, renditions: bool = False) -> pa.Schema:
 def segments_to_table(segments: Sequence[Segment]) -> pa.Table:
     """The segment table of ``segments`` (one Python pass; the writer's side only): of the
     version 3 page schema if a stream has renditions, else of version 2."""
-    pa = _pa()
+    pa = pyarrow()
     renditions = any(s.renditions for seg in segments for s in seg.streams.values())
     rows = []
     for seg in segments:

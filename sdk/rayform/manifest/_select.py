@@ -11,8 +11,10 @@ from typing import Any
 import numpy as np
 
 from rayform.errors import InvalidArgumentError
+from rayform.manifest._arrow import arrow_strings
+from rayform.manifest._arrow import load as pyarrow
 from rayform.manifest._columnar import not_found
-from rayform.manifest._segtable import Segments, arrow_strings
+from rayform.manifest._segments import Segments
 
 __all__ = ["select_rows"]
 
@@ -97,9 +99,7 @@ def select_rows(
         keep &= mask
         selection["segments"] = list(seg_ids)
     if site_list is not None:
-        import pyarrow.compute as pc
-
-        mask = pc.is_in(segs.sites(), value_set=arrow_strings(site_list))
+        mask = pyarrow().compute.is_in(segs.sites(), value_set=arrow_strings(site_list))
         keep &= np.array(mask.to_pylist(), dtype=bool)
         selection["sites"] = list(site_list)
     if t0 is not None:

@@ -25,7 +25,7 @@ from rayform._resolution import Target, check_image_size, describe_resolution, i
 from rayform._seams import BlobSource
 from rayform.client import Client
 from rayform.errors import InvalidArgumentError, NotFoundError
-from rayform.manifest import Segments, Stream
+from rayform.manifest import Segments, Stream, release_pages
 from rayform.torch._align import ACTION_MODES
 from rayform.torch._decoding import BACKENDS
 from rayform.torch._frames import check_frame
@@ -211,7 +211,7 @@ class EpisodeDataset(Dataset):
         self._index: GridIndex = build_index(self._segments, names, self.fps)
         # The checks and the index read columns of every segment: unmap those pages, or
         # every DataLoader worker would inherit them as its own resident memory.
-        self._segments.release_pages()
+        release_pages(self._segments)
         self._reader = SampleReader(
             slice_,
             self._index,
