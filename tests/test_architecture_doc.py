@@ -49,6 +49,9 @@ def test_every_module_has_a_row_and_every_row_a_module() -> None:
 
 
 def test_the_check_reads_rows_and_modules() -> None:
-    text = "# x\n\n## Modules\n\n| module | role |\n|---|---|\n| **`a.b`** (face) | r |\n| `a.b._c` | r |\n\n## Next\n| `z` | r |\n"
+    text = (
+        "# x\n\n## Modules\n\n| module | role |\n|---|---|\n"
+        "| **`a.b`** (face) | r |\n| `a.b._c` | r |\n\n## Next\n| `z` | r |\n"
+    )
     assert table_modules(text) == ["a.b", "a.b._c"]
     assert {"rayform", "rayform.manifest._segments", "rayform_server.ingest"} <= code_modules()
