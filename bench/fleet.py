@@ -158,7 +158,9 @@ def _demo(root: Path, slice_id: str, episodes: int) -> float:
     t0 = time.perf_counter()
     subprocess.run(
         [
-            "rayform-server",
+            sys.executable,
+            "-m",
+            "rayform_server",
             "demo",
             "--root",
             str(root),
@@ -184,7 +186,9 @@ def serving(root: Path) -> Iterator[tuple[str, str]]:
     port = _free_port()
     server = subprocess.Popen(
         [
-            "rayform-server",
+            sys.executable,
+            "-m",
+            "rayform_server",
             "serve",
             "--root",
             str(root),
