@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import shutil
 from pathlib import Path
 
@@ -48,6 +49,9 @@ def test_a_warm_open_checks_no_page_again(
     assert mark.stat().st_mode & 0o777 == 0o600 and mark.parent.stat().st_mode & 0o777 == 0o700
     again = _open()
     assert len(checks) == pages  # nothing checked again
+    # A manifest sent to a spawned DataLoader worker opens there with the same marks.
+    pickle.loads(pickle.dumps(again.manifest))
+    assert len(checks) == pages
     assert list(again.segments.ids().to_pylist()) == list(first.segments.ids().to_pylist())
 
 
@@ -90,7 +94,9 @@ def _break_an_index(data: bytes) -> bytes:
     return data[:at] + bad + data[at + len(bad) :]
 
 
-@pytest.mark.parametrize("spoil", ["group-writable", "garbage", "other-checks", "a-directory"])
+@pytest.mark.parametrize(
+    "spoil", ["group-writable", "another-owner", "garbage", "other-checks", "a-directory"]
+)
 def test_an_untrusted_mark_is_ignored(
     client_env: ServerProcess, isolated_env: Path, checks: list[str], spoil: str
 ) -> None:
@@ -99,6 +105,8 @@ def test_an_untrusted_mark_is_ignored(
     mark = _mark(isolated_env, s.manifest_hash)
     if spoil == "group-writable":  # a teammate could have written it
         os.chmod(mark, 0o660)
+    elif spoil == "another-owner":  # a teammate's file put in our place
+        os.chown(mark, os.geteuid() + 1, -1)
     elif spoil == "garbage":
         os.chmod(mark, 0o600)
         mark.write_text("{not json")
