@@ -27,7 +27,14 @@ import tomllib
 
 REPO = Path(__file__).resolve().parent.parent
 SNAPSHOT = Path(__file__).resolve().parent / "public_api.json"
-MODULES = ("rayform", "rayform.torch", "rayform.format", "rayform.files", "rayform.errors")
+MODULES = (
+    "rayform",
+    "rayform.torch",
+    "rayform.torch.lerobot",
+    "rayform.format",
+    "rayform.files",
+    "rayform.errors",
+)
 CLASSES = (
     "rayform.client:Client",
     "rayform.slice:Slice",

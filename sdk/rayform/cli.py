@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from rayform import __version__
+from rayform._export_cli import add_export_parser
 from rayform._ids import check_stream_name
 from rayform._limits import parse_bytes
 from rayform._resolution import RESIZE_MODES, check_size_value, parse_image_size
@@ -458,6 +459,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     view.add_argument("--verbose", "-v", action="store_true", help="log every request to stderr")
     view.set_defaults(func=_cmd_view)
+    add_export_parser(sub, common, _client)
     return p
 
 

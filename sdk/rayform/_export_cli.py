@@ -1,0 +1,128 @@
+"""``rayform export SLICE DIR --format lerobot``: the subcommand's arguments and its handler.
+
+Kept apart from ``rayform.cli`` so that the command line's core stays small. The export needs
+torch (it reads frames through ``EpisodeDataset``): its module is loaded by name when the
+command runs, as ``rayform.torch`` itself is (``import rayform`` never needs torch).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+from collections.abc import Callable
+from typing import Any
+
+from rayform._resolution import RESIZE_MODES, check_size_value, parse_image_size
+from rayform.errors import InvalidArgumentError
+
+__all__ = ["add_export_parser"]
+
+FORMATS = ("lerobot",)
+LEROBOT_VERSIONS = ("3.0", "2.1")
+
+
+def _stream_pair(text: str) -> tuple[str, str]:
+    name, eq, feature = text.partition("=")
+    if not eq or not name or not feature:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: write STREAM=FEATURE, e.g. cam0/rgb=observation.images.cam0"
+        )
+    return name, feature
+
+
+def _cmd_export(args: argparse.Namespace, client_of: Callable[[argparse.Namespace], Any]) -> int:
+    if args.resize is not None and args.image_size is None:
+        raise InvalidArgumentError(
+            f"--resize {args.resize} without --image-size: add --image-size HxW, or leave "
+            "--resize out"
+        )
+    image_size = parse_image_size(args.image_size) if args.image_size else None
+    check_size_value(image_size, args.resize or "pad")
+    try:
+        lerobot = importlib.import_module("rayform.torch.lerobot")
+    except ImportError as exc:
+        raise InvalidArgumentError(
+            f"rayform export needs the torch extra ({exc}): pip install 'rayform[torch]'"
+        ) from exc
+    slice_ = client_of(args).slices.get(args.slice_id)
+    if args.segments or args.sites:
+        slice_ = slice_.select(segments=args.segments, sites=args.sites)
+    report = lerobot.export_lerobot(
+        slice_,
+        args.dir,
+        streams=dict(args.stream) if args.stream else None,
+        fps=args.fps,
+        image_size=image_size,
+        resize=args.resize or "pad",
+        version=args.lerobot_version,
+        task=args.task,
+        robot_type=args.robot_type,
+        jobs=args.jobs,
+        progress=not args.quiet and not args.json,
+        episodes_per_file=args.episodes_per_file,
+    )
+    if args.json:
+        doc = {k: str(v) if k == "path" else v for k, v in vars(report).items()}
+        print(json.dumps(doc, indent=2, sort_keys=True))
+    elif not args.quiet:
+        print(report.summary())
+    return 0
+
+
+def add_export_parser(
+    sub: Any, common: argparse.ArgumentParser, client_of: Callable[[argparse.Namespace], Any]
+) -> None:
+    """Add ``export`` to the ``rayform`` subcommands ``sub``."""
+    p = sub.add_parser(
+        "export",
+        parents=[common],
+        help="write a slice as a LeRobot dataset",
+        description="Write a slice (or some of its episodes) as a LeRobot dataset in DIR: "
+        "meta/, chunked Parquet data and MP4 videos that LeRobotDataset loads. Resumable: "
+        "run the same command again after an interruption. docs/lerobot.md",
+    )
+    p.add_argument("slice_id", metavar="SLICE_ID", help="e.g. slc_7c1e04aa")
+    p.add_argument("dir", metavar="DIR", help="the dataset's directory (new or empty)")
+    p.add_argument("--format", choices=FORMATS, required=True, help="the dataset format")
+    p.add_argument(
+        "--lerobot-version",
+        choices=LEROBOT_VERSIONS,
+        default="3.0",
+        help="LeRobot codebase version (default 3.0; 2.1 for openpi and GR00T)",
+    )
+    p.add_argument(
+        "--stream",
+        action="append",
+        type=_stream_pair,
+        metavar="STREAM=FEATURE",
+        help="export STREAM as LeRobot feature FEATURE (repeat; when given, only these "
+        "streams are exported), e.g. joints/position=observation.state",
+    )
+    p.add_argument(
+        "--fps", type=float, default=None, help="the dataset's rate (default: the streams')"
+    )
+    p.add_argument(
+        "--image-size",
+        metavar="HxW",
+        default=None,
+        help="cameras at this size (e.g. 224x224, or cam0/rgb:224x224,...), from the "
+        "smallest stored rendition that covers it",
+    )
+    p.add_argument(
+        "--resize", choices=RESIZE_MODES, default=None, help="with --image-size (default pad)"
+    )
+    p.add_argument("--task", default=None, help="task string of every frame (default: slice ID)")
+    p.add_argument("--robot-type", default=None, help="robot_type of meta/info.json")
+    p.add_argument("--segments", nargs="+", metavar="ID", help="only these episodes")
+    p.add_argument("--sites", nargs="+", metavar="SITE", help="only episodes of these sites")
+    p.add_argument(
+        "--episodes-per-file",
+        type=int,
+        default=None,
+        metavar="N",
+        help="v3.0: episodes per data/video file (default: about 200 MB of source per file)",
+    )
+    p.add_argument("--jobs", "-j", type=int, default=1, help="files written in parallel")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress bar or summary")
+    p.set_defaults(func=lambda args: _cmd_export(args, client_of))

@@ -1,0 +1,404 @@
+"""``export_lerobot``: a slice (or a ``select()`` view) as a LeRobot dataset on disk.
+
+Frames and values come from :class:`~rayform.torch.EpisodeDataset` itself (every exported
+stream an observation at the grid time, so the alignment, renditions and resizing are the
+dataset's own): row ``k`` of an episode is grid step ``k`` at ``fps``, its ``timestamp`` is
+``k / fps`` as LeRobot writes it.
+
+Resumable: the plan (``DIR/.rayform-export/plan.json``) is fixed before any frame is read;
+every file is written to a temporary name and renamed; a file group that is complete gets
+``unit-NNNNNN.json`` (its episodes' statistics). A rerun with the same arguments skips the
+groups that have one. ``meta/info.json`` is written last and the work directory removed:
+a dataset with ``info.json`` is complete.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from rayform.errors import InvalidArgumentError
+from rayform.torch.dataset import EpisodeDataset
+from rayform.torch.lerobot import _format as fmt
+from rayform.torch.lerobot._meta import write_meta
+from rayform.torch.lerobot._plan import (
+    Plan,
+    Unit,
+    check_version,
+    make_plan,
+    pick_features,
+)
+
+if TYPE_CHECKING:
+    from rayform.slice import Slice
+
+__all__ = ["ExportReport", "export_lerobot"]
+
+WORK_DIR = ".rayform-export"
+#: Frames decoded per ``__getitems__`` call while writing (bounds memory: 64 x 480x640x3).
+BATCH = 64
+#: Frames per episode that camera statistics are taken from (evenly spaced), as LeRobot samples.
+STATS_FRAMES = 100
+
+
+@dataclass(frozen=True)
+class ExportReport:
+    """What :func:`export_lerobot` did.
+
+    Attributes:
+        path: the dataset's root directory.
+        version: ``"3.0"`` or ``"2.1"``.
+        episodes: episodes in the dataset.
+        frames: frames (rows) in the dataset.
+        files_written: file groups written by this call.
+        files_reused: file groups a previous, interrupted call had completed.
+        seconds: wall time of this call.
+        nbytes: bytes of the dataset on disk.
+    """
+
+    path: Path
+    version: str
+    episodes: int
+    frames: int
+    files_written: int
+    files_reused: int
+    seconds: float
+    nbytes: int
+
+    def summary(self) -> str:
+        """One line for a terminal."""
+        from rayform._units import human_bytes
+
+        reused = f", {self.files_reused} reused from an earlier run" if self.files_reused else ""
+        return (
+            f"exported {self.episodes} episodes, {self.frames} frames as LeRobot v{self.version} "
+            f"to {self.path} ({human_bytes(self.nbytes)}; {self.files_written} file groups "
+            f"written{reused}) in {self.seconds:.1f} s"
+        )
+
+
+class _Writer(Dataset):
+    """Writes one :class:`Unit` per item (a map-style dataset, so that DataLoader workers can
+    write units in parallel and hand their statistics back)."""
+
+    def __init__(
+        self,
+        ds: EpisodeDataset,
+        root: Path,
+        plan: Plan,
+        features: dict[str, dict[str, Any]],
+        cameras: list[str],
+        version: str,
+        crf: int,
+        gop: int,
+        pending: list[Unit],
+    ) -> None:
+        self.ds, self.root, self.plan = ds, root, plan
+        self.features, self.cameras, self.version = features, cameras, version
+        self.crf, self.gop, self.pending = crf, gop, pending
+        self.offsets = np.concatenate([[0], np.cumsum(list(ds.segment_lengths.values()))])
+        self.first = plan.first_index
+
+    def __len__(self) -> int:
+        return len(self.pending)
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        torch.set_num_threads(1)
+        unit = self.pending[i]
+        fps = self.ds.fps
+        videos: dict[str, fmt.VideoWriter] = {}
+        columns: dict[str, list[np.ndarray]] = {k: [] for k in self.features}
+        episodes = []
+        try:
+            for e in unit.episodes:
+                stats, n = self._episode(e, videos, columns)
+                episodes.append({"episode_index": e, "length": n, "stats": stats})
+            for w in videos.values():
+                w.close()
+        except BaseException:
+            for w in videos.values():
+                w.abort()
+            raise
+        path = self.root / fmt.data_path(self.version, unit.file, unit.episodes[0])
+        fmt.write_table(path, {k: np.concatenate(v) for k, v in columns.items()}, self.features)
+        doc = {"file": unit.file, "episodes": episodes, "fps": fps}
+        fmt.write_json(self.root / WORK_DIR / f"unit-{unit.file:06d}.json", doc)
+        return doc
+
+    def _episode(
+        self, e: int, videos: dict[str, fmt.VideoWriter], columns: dict[str, list[np.ndarray]]
+    ) -> tuple[dict[str, Any], int]:
+        pos, n = self.plan.positions[e], self.plan.lengths[e]
+        start = int(self.offsets[pos])
+        pick = set(np.linspace(0, n - 1, min(n, STATS_FRAMES)).round().astype(int).tolist())
+        sampled: dict[str, list[np.ndarray]] = {k: [] for k in self.cameras}
+        values: dict[str, list[np.ndarray]] = {
+            k: []
+            for k in self.features
+            if k not in self.cameras and k not in fmt.BOOKKEEPING_FEATURES
+        }
+        for lo in range(0, n, BATCH):
+            hi = min(n, lo + BATCH)
+            samples = self.ds.__getitems__(list(range(start + lo, start + hi)))
+            for key in self.cameras:
+                frames = torch.stack([s[key] for s in samples]).permute(0, 2, 3, 1).numpy()
+                if key not in videos:
+                    h, w = frames.shape[1:3]
+                    path = self.root / fmt.video_path(self.version, key, self._file(e), e)
+                    videos[key] = fmt.VideoWriter(
+                        path, self.ds.fps, w, h, crf=self.crf, gop=self.gop
+                    )
+                videos[key].write(frames)
+                sampled[key] += [frames[j - lo] for j in range(lo, hi) if j in pick]
+            for key in values:
+                v = torch.stack([s[key] for s in samples]).numpy()
+                values[key].append(v.reshape(hi - lo, -1) if v.ndim == 3 else v)
+        cols: dict[str, np.ndarray] = {
+            k: np.concatenate(v).astype(self.features[k]["dtype"]) for k, v in values.items()
+        }
+        k = np.arange(n, dtype=np.int64)
+        cols["timestamp"] = (k / self.ds.fps).astype(np.float32)
+        cols["frame_index"] = k
+        cols["episode_index"] = np.full(n, e, dtype=np.int64)
+        cols["index"] = self.first[e] + k
+        cols["task_index"] = np.zeros(n, dtype=np.int64)
+        for key, col in cols.items():
+            columns[key].append(col)
+        stats = {key: fmt.feature_stats(col) for key, col in cols.items()}
+        for key in self.cameras:
+            stats[key] = fmt.image_stats(np.stack(sampled[key]))
+        return stats, n
+
+    def _file(self, e: int) -> int:
+        for u in self.plan.units:
+            if e in u.episodes:
+                return u.file
+        raise AssertionError(e)
+
+
+def _identity(x: Any) -> Any:
+    return x
+
+
+def _default_fps(slice_: Slice, streams: list[str]) -> float:
+    seg = slice_.segments[0]
+    rates = {round(seg.streams[s].rate_hz, 6) for s in streams if s in seg.streams}
+    if len(rates) != 1:
+        raise InvalidArgumentError(
+            f"the exported streams have different rates ({', '.join(f'{r:g}' for r in sorted(rates))} Hz): "
+            "choose the dataset's rate with --fps (fps=...)"
+        )
+    return float(rates.pop())
+
+
+def export_lerobot(
+    slice_: Slice,
+    path: str | os.PathLike[str],
+    *,
+    streams: Mapping[str, str] | None = None,
+    fps: float | None = None,
+    image_size: tuple[int, int] | dict[str, tuple[int, int]] | None = None,
+    resize: str = "pad",
+    version: str = "3.0",
+    task: str | None = None,
+    robot_type: str | None = None,
+    jobs: int = 1,
+    progress: bool = False,
+    crf: int = 18,
+    gop: int = 2,
+    episodes_per_file: int | None = None,
+) -> ExportReport:
+    """Write ``slice_`` (a slice or a ``select()`` view) as a LeRobot dataset in ``path``.
+
+    Args:
+        slice_: from ``client.slices.get(...)``, or ``slice_.select(...)``.
+        path: the dataset's root directory (created; must be empty or hold an interrupted
+            export of the same arguments, which is continued).
+        streams: ``{stream name: LeRobot feature}``, e.g. ``{"cam0/rgb":
+            "observation.images.cam0", "joints/position": "observation.state"}``; only these
+            are exported. Default: every stream, named as in :func:`default_feature_name`
+            (``top/rgb`` -> ``observation.images.top``, ``observation/state`` ->
+            ``observation.state``), the reverse of ``rayform-server ingest lerobot``.
+        fps: the dataset's rate; rows lie on this grid, each stream's latest record at or
+            before the row's time (as ``EpisodeDataset(fps=...)`` aligns). Default: the
+            streams' own rate when they share one.
+        image_size: cameras at this size ``(H, W)`` (or ``{stream: (H, W)}``), from the
+            smallest stored rendition that covers it, as ``EpisodeDataset(image_size=...)``.
+        resize: ``"pad"``, ``"squash"`` or ``"crop"`` (with ``image_size``).
+        version: ``"3.0"`` (default) or ``"2.1"``.
+        task: the task string of every frame (default: the slice ID); per-episode tasks are
+            not in a slice.
+        robot_type: ``robot_type`` of ``info.json``.
+        jobs: file groups written in parallel processes.
+        progress: show a progress bar (frames).
+        crf: x264 quality of the videos (lower: better, larger; 18 is visually lossless).
+        gop: keyframe interval of the videos, frames (LeRobot writes 2: cheap random access).
+        episodes_per_file: v3.0: episodes per data/video file (default: about 200 MB of
+            source per file, as LeRobot's files).
+
+    Returns:
+        An :class:`ExportReport`.
+
+    Raises:
+        InvalidArgumentError: a bad argument, or ``path`` holds something else.
+        NotFoundError: a stream is not in every episode.
+    """
+    t_start = time.monotonic()
+    version = check_version(version)
+    if not isinstance(jobs, int) or jobs < 1:
+        raise InvalidArgumentError(f"jobs={jobs!r}: use a positive integer")
+    root = Path(path)
+    mapping, kinds = pick_features(slice_, streams)
+    fps = float(fps) if fps is not None else _default_fps(slice_, list(mapping.values()))
+    action = {"action": mapping["action"]} if "action" in mapping else None
+    obs = {k: s for k, s in mapping.items() if k != "action"}
+    ds = EpisodeDataset(
+        slice_,
+        obs=obs,
+        action=action,
+        fps=fps,
+        shard=None,
+        image_size=image_size,
+        resize=resize,
+        readahead_bytes=0,
+    )
+    cameras = [k for k in mapping if kinds[k] == "video"]
+    features = _features(ds, mapping, cameras)
+    lengths = list(ds.segment_lengths.values())
+    source = [
+        sum(seg.streams[s].nbytes for s in mapping.values() if s in seg.streams)
+        for seg in ds.segments
+    ]
+    plan = make_plan(lengths, source, version, episodes_per_file)
+    if not plan.positions:
+        raise InvalidArgumentError(
+            f"no episode of slice {slice_.id} has a frame at {fps:g} fps where every exported "
+            "stream has a record"
+        )
+    identity = {
+        "slice": slice_.id,
+        "manifest": slice_.manifest_hash,
+        "selection": slice_.selection,
+        "streams": mapping,
+        "fps": fps,
+        "image_size": image_size,
+        "resize": resize if image_size else None,
+        "version": version,
+        "task": task or slice_.id,
+        "crf": crf,
+        "gop": gop,
+        "plan": plan.to_json(),
+    }
+    done = _start(root, identity)
+    pending = [u for u in plan.units if u.file not in done]
+    writer = _Writer(ds, root, plan, features, cameras, version, crf, gop, pending)
+    bar = _bar(sum(plan.lengths), progress, f"export {slice_.id}")
+    for u in plan.units:
+        if u.file in done:
+            bar.update(sum(plan.lengths[e] for e in u.episodes))
+    results: Iterator[dict[str, Any]]
+    if jobs == 1:
+        results = (writer[i] for i in range(len(writer)))
+    else:
+        results = iter(
+            DataLoader(
+                writer,
+                batch_size=None,
+                num_workers=min(jobs, len(writer)) if pending else 0,
+                collate_fn=_identity,
+            )
+        )
+    for doc in results:
+        done[doc["file"]] = doc
+        bar.update(sum(ep["length"] for ep in doc["episodes"]))
+    bar.close()
+    _finish(root, identity, plan, features, cameras, done, slice_, robot_type, ds)
+    nbytes = sum(f.stat().st_size for f in root.rglob("*") if f.is_file())
+    return ExportReport(
+        root,
+        version,
+        len(plan.positions),
+        sum(plan.lengths),
+        len(pending),
+        len(plan.units) - len(pending),
+        time.monotonic() - t_start,
+        nbytes,
+    )
+
+
+def _bar(total: int, show: bool, desc: str) -> Any:
+    from tqdm.std import tqdm  # type: ignore[import-untyped]
+
+    return tqdm(total=total, unit="frame", desc=desc, disable=not show, leave=False)
+
+
+def _features(
+    ds: EpisodeDataset, mapping: dict[str, str], cameras: list[str]
+) -> dict[str, dict[str, Any]]:
+    """``info.json``'s features of the recorded streams (cameras left out: ``_video_features``)."""
+    spec = ds.sample_spec()
+    out: dict[str, dict[str, Any]] = {}
+    for key, stream in mapping.items():
+        if key in cameras:
+            continue
+        width = int(spec[key][1][-1])
+        dtype = ds.stream(stream).dtype
+        out[key] = {
+            "dtype": "float32" if dtype == "float16" else dtype,
+            "shape": [width],
+            "names": None,
+        }
+    return {**out, **fmt.BOOKKEEPING_FEATURES}
+
+
+def _start(root: Path, identity: dict[str, Any]) -> dict[int, dict[str, Any]]:
+    """Check ``root`` and load the units an interrupted export of the same arguments left."""
+    work = root / WORK_DIR
+    plan_file = work / "plan.json"
+    if plan_file.is_file():
+        previous = json.loads(plan_file.read_text())
+        if previous != json.loads(json.dumps(identity)):
+            raise InvalidArgumentError(
+                f"{root} holds an interrupted export of other arguments (another slice, "
+                "manifest, selection, mapping or options): rerun that export to finish it, or "
+                "export to an empty directory"
+            )
+        done = {}
+        for f in sorted(work.glob("unit-*.json")):
+            doc = json.loads(f.read_text())
+            done[int(doc["file"])] = doc
+        return done
+    if root.exists() and any(root.iterdir()):
+        raise InvalidArgumentError(
+            f"{root} is not empty: export into a new or empty directory (an interrupted "
+            "export continues only in its own directory)"
+        )
+    fmt.write_json(plan_file, identity)
+    return {}
+
+
+def _finish(
+    root: Path,
+    identity: dict[str, Any],
+    plan: Plan,
+    features: dict[str, dict[str, Any]],
+    cameras: list[str],
+    done: dict[int, dict[str, Any]],
+    slice_: Slice,
+    robot_type: str | None,
+    ds: EpisodeDataset,
+) -> None:
+    write_meta(root, identity, plan, features, cameras, done, slice_, robot_type, ds)
+    shutil.rmtree(root / WORK_DIR, ignore_errors=True)
+    for tmp in root.rglob(".*.tmp"):  # left by a killed run
+        tmp.unlink(missing_ok=True)

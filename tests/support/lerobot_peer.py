@@ -1,0 +1,62 @@
+"""Running LeRobot itself (the peer venv ``make peer`` builds) from a test.
+
+``peer_python()`` builds ``.peer-venv`` once (``scripts/peer_lerobot.sh``, about a minute) and
+returns its python; ``run_peer(script, *args)`` runs a script there, offline, and returns its
+last stdout line parsed as JSON. The scripts LeRobot runs live in ``support/scripts/lerobot_*.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+__all__ = ["REPO", "peer_python", "run_peer"]
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPTS = Path(__file__).resolve().parent / "scripts"
+
+
+@cache
+def peer_python() -> str:
+    """Path of the LeRobot 0.4.4 peer venv's python (built on first use)."""
+    proc = subprocess.run(
+        ["bash", str(REPO / "scripts" / "peer_lerobot.sh")],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    return proc.stdout.strip().splitlines()[-1]
+
+
+def run_peer(script: str, *args: str, timeout: float = 600, rayform: bool = False) -> Any:
+    """Run ``support/scripts/SCRIPT`` in the peer venv; its last stdout line, as JSON.
+
+    Args:
+        script: file name under ``support/scripts``.
+        args: its arguments.
+        timeout: seconds.
+        rayform: put this checkout's SDK on the peer's path (``PYTHONPATH=sdk``).
+    """
+    env = {"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"}
+    env["HOME"] = os.environ.get("HOME", "/tmp")
+    # LeRobot's datasets keeps an Arrow cache under HF_HOME: keep it out of the user's home.
+    env["HF_HOME"] = str(Path(args[0]).parent / "hf-home") if args else "/tmp/hf-home"
+    if rayform:
+        env["PYTHONPATH"] = str(REPO / "sdk")
+        for name in ("RAYFORM_ENDPOINT", "RAYFORM_TOKEN", "RAYFORM_CACHE_DIR"):
+            if name in os.environ:
+                env[name] = os.environ[name]
+    proc = subprocess.run(
+        [peer_python(), str(SCRIPTS / script), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
