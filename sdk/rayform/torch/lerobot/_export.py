@@ -300,6 +300,17 @@ def export_lerobot(
         "plan": plan.to_json(),
     }
     done = _start(root, identity)
+    if done is None:
+        return ExportReport(
+            root,
+            version,
+            len(plan.positions),
+            sum(plan.lengths),
+            0,
+            len(plan.units),
+            time.monotonic() - t_start,
+            _du(root),
+        )
     pending = [u for u in plan.units if u.file not in done]
     writer = _Writer(ds, root, plan, features, cameras, version, crf, gop, pending)
     bar = _bar(sum(plan.lengths), progress, f"export {slice_.id}")
@@ -322,8 +333,7 @@ def export_lerobot(
         done[doc["file"]] = doc
         bar.update(sum(ep["length"] for ep in doc["episodes"]))
     bar.close()
-    _finish(root, identity, plan, features, cameras, done, slice_, robot_type, ds)
-    nbytes = sum(f.stat().st_size for f in root.rglob("*") if f.is_file())
+    _finish(root, identity, plan, features, cameras, done, robot_type, ds)
     return ExportReport(
         root,
         version,
@@ -332,8 +342,12 @@ def export_lerobot(
         len(pending),
         len(plan.units) - len(pending),
         time.monotonic() - t_start,
-        nbytes,
+        _du(root),
     )
+
+
+def _du(root: Path) -> int:
+    return sum(f.stat().st_size for f in root.rglob("*") if f.is_file())
 
 
 def _bar(total: int, show: bool, desc: str) -> Any:
@@ -361,8 +375,9 @@ def _features(
     return {**out, **fmt.BOOKKEEPING_FEATURES}
 
 
-def _start(root: Path, identity: dict[str, Any]) -> dict[int, dict[str, Any]]:
-    """Check ``root`` and load the units an interrupted export of the same arguments left."""
+def _start(root: Path, identity: dict[str, Any]) -> dict[int, dict[str, Any]] | None:
+    """Check ``root`` and load the units an interrupted export of the same arguments left
+    (``None``: ``root`` holds this export, complete)."""
     work = root / WORK_DIR
     plan_file = work / "plan.json"
     if plan_file.is_file():
@@ -378,6 +393,16 @@ def _start(root: Path, identity: dict[str, Any]) -> dict[int, dict[str, Any]]:
             doc = json.loads(f.read_text())
             done[int(doc["file"])] = doc
         return done
+    info = root / "meta" / "info.json"
+    if info.is_file() and not work.exists():
+        export = json.loads(info.read_text()).get("rayform", {}).get("export")
+        if export == json.loads(json.dumps(identity)):
+            return None  # complete: nothing to do
+        raise InvalidArgumentError(
+            f"{root} holds a complete export of other arguments"
+            + (f" (slice {export.get('slice')})" if isinstance(export, dict) else "")
+            + ": export into a new or empty directory"
+        )
     if root.exists() and any(root.iterdir()):
         raise InvalidArgumentError(
             f"{root} is not empty: export into a new or empty directory (an interrupted "
@@ -394,11 +419,10 @@ def _finish(
     features: dict[str, dict[str, Any]],
     cameras: list[str],
     done: dict[int, dict[str, Any]],
-    slice_: Slice,
     robot_type: str | None,
     ds: EpisodeDataset,
 ) -> None:
-    write_meta(root, identity, plan, features, cameras, done, slice_, robot_type, ds)
+    write_meta(root, identity, plan, features, cameras, done, robot_type, ds)
     shutil.rmtree(root / WORK_DIR, ignore_errors=True)
     for tmp in root.rglob(".*.tmp"):  # left by a killed run
         tmp.unlink(missing_ok=True)

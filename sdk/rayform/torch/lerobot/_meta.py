@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any
 from rayform.torch.lerobot import _format as fmt
 
 if TYPE_CHECKING:
-    from rayform.slice import Slice
     from rayform.torch.dataset import EpisodeDataset
     from rayform.torch.lerobot._plan import Plan
 
@@ -51,7 +50,6 @@ def write_meta(
     features: dict[str, dict[str, Any]],
     cameras: list[str],
     done: dict[int, dict[str, Any]],
-    slice_: Slice,
     robot_type: str | None,
     ds: EpisodeDataset,
 ) -> None:
@@ -166,8 +164,9 @@ def write_meta(
         "fps": fps,
         "image_size": identity["image_size"],
         "resize": identity["resize"],
+        # Everything the export was made from (a rerun with these arguments is a no-op).
+        "export": identity,
     }
-    del slice_
     fmt.write_json(meta / "info.json", info)
 
 
