@@ -124,7 +124,7 @@ def transcript(block: Block) -> list[Command] | None:
         cmd = lines[i][2:]
         while cmd.endswith("\\") and i + 1 < len(lines):
             i += 1
-            cmd = cmd[:-1] + "\n" + lines[i]
+            cmd = cmd + "\n" + lines[i]  # bash joins the lines at the backslash
         commands.append(Command(line, cmd, []))
         i += 1
     for c in commands:

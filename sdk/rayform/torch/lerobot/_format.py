@@ -191,8 +191,11 @@ def feature_stats(values: np.ndarray) -> dict[str, Any]:
 
 def image_stats(frames: np.ndarray) -> dict[str, Any]:
     """Per-channel statistics of frames ``(N, H, W, 3) uint8`` in ``[0, 1]``, shaped
-    ``(3, 1, 1)`` as LeRobot keeps them (``count`` is the number of frames)."""
-    x = frames.reshape(-1, frames.shape[-1]).astype(np.float64) / 255.0
+    ``(3, 1, 1)`` as LeRobot keeps them (``count`` is the number of frames). Taken on every
+    ``s``-th pixel of each axis, ``s`` bringing the longer side to about 64 (LeRobot too
+    downsamples frames for its image statistics)."""
+    step = max(1, max(frames.shape[1:3]) // 64)
+    x = frames[:, ::step, ::step].reshape(-1, frames.shape[-1]).astype(np.float64) / 255.0
     stats = feature_stats(x)
     out: dict[str, Any] = {k: [[[v]] for v in vals] for k, vals in stats.items() if k != "count"}
     out["count"] = [len(frames)]
