@@ -280,7 +280,7 @@ def test_transcripts_and_matching() -> None:
     commands = transcript(block)
     assert commands is not None
     assert [(c.line, c.cmd, c.expected) for c in commands] == [
-        (11, "echo a \n  b", ["a b"]),
+        (11, "echo a \\\n  b", ["a b"]),  # bash -c joins the lines at the backslash
         (14, "true", []),
         (16, "seq 5", ["1", "...", "5"]),
     ]
