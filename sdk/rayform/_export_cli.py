@@ -61,6 +61,7 @@ def _cmd_export(args: argparse.Namespace, client_of: Callable[[argparse.Namespac
         jobs=args.jobs,
         progress=not args.quiet and not args.json,
         episodes_per_file=args.episodes_per_file,
+        reencode=args.reencode,
     )
     if args.json:
         doc = {k: str(v) if k == "path" else v for k, v in vars(report).items()}
@@ -122,6 +123,12 @@ def add_export_parser(
         default=None,
         metavar="N",
         help="v3.0: episodes per data/video file (default: about 200 MB of source per file)",
+    )
+    p.add_argument(
+        "--reencode",
+        action="store_true",
+        help="decode and encode every camera (default: copy the stored frames where the "
+        "slice's video is all-intra H.264 at the exported size)",
     )
     p.add_argument("--jobs", "-j", type=int, default=1, help="files written in parallel")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar or summary")

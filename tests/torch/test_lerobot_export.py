@@ -25,6 +25,7 @@ from rayform.errors import InvalidArgumentError
 from rayform.torch import EpisodeDataset
 from rayform.torch.lerobot import _format as fmt
 from rayform.torch.lerobot import default_feature_name, export_lerobot
+from rayform.torch.lerobot._copy import PacketCopier
 
 MAPPING = {
     "cam0/rgb": "observation.images.cam0",
@@ -152,28 +153,30 @@ def test_view_and_training_resolution(demo, tmp_path: Path) -> None:
     assert min(_psnr(frames[i], ds[i]["c"].permute(1, 2, 0).numpy()) for i in (0, 7)) > 35
 
 
+@pytest.mark.parametrize("reencode", [False, True], ids=["copied", "reencoded"])
 def test_failed_export_resumes_and_equals_a_clean_one(
-    demo, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    demo, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, reencode: bool
 ) -> None:
     slice_ = demo
-    kw = {"streams": MAPPING, "fps": 15, "episodes_per_file": 1}
+    kw = {"streams": MAPPING, "fps": 15, "episodes_per_file": 1, "reencode": reencode}
     export_lerobot(slice_, tmp_path / "clean", **kw)
 
-    real = fmt.VideoWriter.write
+    cls, method = (fmt.VideoWriter, "write") if reencode else (PacketCopier, "copy")
+    real = getattr(cls, method)
     calls = {"n": 0}
 
-    def failing(self, frames):
+    def failing(self, arg):
         calls["n"] += 1
         if calls["n"] == 3:  # the third episode's video
             raise OSError("disk full")
-        real(self, frames)
+        return real(self, arg)
 
-    monkeypatch.setattr(fmt.VideoWriter, "write", failing)
+    monkeypatch.setattr(cls, method, failing)
     with pytest.raises(OSError, match="disk full"):
         export_lerobot(slice_, tmp_path / "out", **kw)
     assert not (tmp_path / "out/meta/info.json").exists()
     assert not list((tmp_path / "out").rglob(".*.tmp"))  # the aborted video was removed
-    monkeypatch.setattr(fmt.VideoWriter, "write", real)
+    monkeypatch.setattr(cls, method, real)
 
     with pytest.raises(InvalidArgumentError, match="interrupted export of other arguments"):
         export_lerobot(slice_, tmp_path / "out", **{**kw, "fps": 10})

@@ -1,9 +1,8 @@
 """``export_lerobot``: a slice (or a ``select()`` view) as a LeRobot dataset on disk.
 
-Frames and values come from :class:`~rayform.torch.EpisodeDataset` itself (every exported
-stream an observation at the grid time, so the alignment, renditions and resizing are the
-dataset's own): row ``k`` of an episode is grid step ``k`` at ``fps``, its ``timestamp`` is
-``k / fps`` as LeRobot writes it.
+Row ``k`` of an episode is grid step ``k`` of an :class:`~rayform.torch.EpisodeDataset` over
+the exported streams at ``fps`` (its grid, alignment, renditions and resizing; ``_writer``),
+its ``timestamp`` ``k / fps`` as LeRobot writes it.
 
 Resumable: the plan (``DIR/.rayform-export/plan.json``) is fixed before any frame is read;
 every file is written to a temporary name and renamed; a file group that is complete gets
@@ -23,32 +22,25 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader
 
 from rayform.errors import InvalidArgumentError
 from rayform.torch.dataset import EpisodeDataset
 from rayform.torch.lerobot import _format as fmt
+from rayform.torch.lerobot._copy import copyable
 from rayform.torch.lerobot._meta import write_meta
 from rayform.torch.lerobot._plan import (
     Plan,
-    Unit,
     check_version,
     make_plan,
     pick_features,
 )
+from rayform.torch.lerobot._writer import WORK_DIR, UnitWriter
 
 if TYPE_CHECKING:
     from rayform.slice import Slice
 
 __all__ = ["ExportReport", "export_lerobot"]
-
-WORK_DIR = ".rayform-export"
-#: Frames decoded per ``__getitems__`` call while writing (bounds memory: 64 x 480x640x3).
-BATCH = 64
-#: Frames per episode that camera statistics are taken from (evenly spaced), as LeRobot samples.
-STATS_FRAMES = 100
 
 
 @dataclass(frozen=True)
@@ -87,105 +79,6 @@ class ExportReport:
         )
 
 
-class _Writer(Dataset):
-    """Writes one :class:`Unit` per item (a map-style dataset, so that DataLoader workers can
-    write units in parallel and hand their statistics back)."""
-
-    def __init__(
-        self,
-        ds: EpisodeDataset,
-        root: Path,
-        plan: Plan,
-        features: dict[str, dict[str, Any]],
-        cameras: list[str],
-        version: str,
-        crf: int,
-        gop: int,
-        pending: list[Unit],
-    ) -> None:
-        self.ds, self.root, self.plan = ds, root, plan
-        self.features, self.cameras, self.version = features, cameras, version
-        self.crf, self.gop, self.pending = crf, gop, pending
-        self.offsets = np.concatenate([[0], np.cumsum(list(ds.segment_lengths.values()))])
-        self.first = plan.first_index
-
-    def __len__(self) -> int:
-        return len(self.pending)
-
-    def __getitem__(self, i: int) -> dict[str, Any]:
-        torch.set_num_threads(1)
-        unit = self.pending[i]
-        fps = self.ds.fps
-        videos: dict[str, fmt.VideoWriter] = {}
-        columns: dict[str, list[np.ndarray]] = {k: [] for k in self.features}
-        episodes = []
-        try:
-            for e in unit.episodes:
-                stats, n = self._episode(e, videos, columns)
-                episodes.append({"episode_index": e, "length": n, "stats": stats})
-            for w in videos.values():
-                w.close()
-        except BaseException:
-            for w in videos.values():
-                w.abort()
-            raise
-        path = self.root / fmt.data_path(self.version, unit.file, unit.episodes[0])
-        fmt.write_table(path, {k: np.concatenate(v) for k, v in columns.items()}, self.features)
-        doc = {"file": unit.file, "episodes": episodes, "fps": fps}
-        fmt.write_json(self.root / WORK_DIR / f"unit-{unit.file:06d}.json", doc)
-        return doc
-
-    def _episode(
-        self, e: int, videos: dict[str, fmt.VideoWriter], columns: dict[str, list[np.ndarray]]
-    ) -> tuple[dict[str, Any], int]:
-        pos, n = self.plan.positions[e], self.plan.lengths[e]
-        start = int(self.offsets[pos])
-        pick = set(np.linspace(0, n - 1, min(n, STATS_FRAMES)).round().astype(int).tolist())
-        sampled: dict[str, list[np.ndarray]] = {k: [] for k in self.cameras}
-        values: dict[str, list[np.ndarray]] = {
-            k: []
-            for k in self.features
-            if k not in self.cameras and k not in fmt.BOOKKEEPING_FEATURES
-        }
-        for lo in range(0, n, BATCH):
-            hi = min(n, lo + BATCH)
-            samples = self.ds.__getitems__(list(range(start + lo, start + hi)))
-            for key in self.cameras:
-                frames = torch.stack([s[key] for s in samples]).permute(0, 2, 3, 1).numpy()
-                if key not in videos:
-                    h, w = frames.shape[1:3]
-                    path = self.root / fmt.video_path(self.version, key, self._file(e), e)
-                    videos[key] = fmt.VideoWriter(
-                        path, self.ds.fps, w, h, crf=self.crf, gop=self.gop
-                    )
-                videos[key].write(frames)
-                sampled[key] += [frames[j - lo] for j in range(lo, hi) if j in pick]
-            for key in values:
-                v = torch.stack([s[key] for s in samples]).numpy()
-                values[key].append(v.reshape(hi - lo, -1) if v.ndim == 3 else v)
-        cols: dict[str, np.ndarray] = {
-            k: np.concatenate(v).astype(self.features[k]["dtype"]) for k, v in values.items()
-        }
-        k = np.arange(n, dtype=np.int64)
-        cols["timestamp"] = (k / self.ds.fps).astype(np.float32)
-        cols["frame_index"] = k
-        cols["episode_index"] = np.full(n, e, dtype=np.int64)
-        cols["index"] = self.first[e] + k
-        cols["task_index"] = np.zeros(n, dtype=np.int64)
-        for key, col in cols.items():
-            columns[key].append(col)
-        stats = {key: fmt.feature_stats(col) for key, col in cols.items()}
-        for key in self.cameras:
-            stats[key] = fmt.image_stats(np.stack(sampled[key]))
-        return stats, n
-
-    def _file(self, e: int) -> int:
-        for u in self.plan.units:
-            if e in u.episodes:
-                return u.file
-        raise AssertionError(e)
-
-
 def _identity(x: Any) -> Any:
     return x
 
@@ -217,6 +110,7 @@ def export_lerobot(
     crf: int = 18,
     gop: int = 2,
     episodes_per_file: int | None = None,
+    reencode: bool = False,
 ) -> ExportReport:
     """Write ``slice_`` (a slice or a ``select()`` view) as a LeRobot dataset in ``path``.
 
@@ -245,6 +139,10 @@ def export_lerobot(
         gop: keyframe interval of the videos, frames (LeRobot writes 2: cheap random access).
         episodes_per_file: v3.0: episodes per data/video file (default: about 200 MB of
             source per file, as LeRobot's files).
+        reencode: always decode and encode the cameras. By default a camera stored all-intra
+            H.264 (the ingest's default) exported at its stored size has its packets copied:
+            the slice's exact pixels, no decoding (``crf`` and ``gop`` then do not apply; every
+            frame is a keyframe).
 
     Returns:
         An :class:`ExportReport`.
@@ -274,6 +172,11 @@ def export_lerobot(
     )
     cameras = [k for k in mapping if kinds[k] == "video"]
     features = _features(ds, mapping, cameras)
+    copy = (
+        not reencode
+        and image_size is None
+        and all(copyable(list(ds.segments), mapping[k]) for k in cameras)
+    )
     lengths = list(ds.segment_lengths.values())
     source = [
         sum(seg.streams[s].nbytes for s in mapping.values() if s in seg.streams)
@@ -297,6 +200,7 @@ def export_lerobot(
         "task": task or slice_.id,
         "crf": crf,
         "gop": gop,
+        "copy": copy,
         "plan": plan.to_json(),
     }
     done = _start(root, identity)
@@ -312,7 +216,9 @@ def export_lerobot(
             _du(root),
         )
     pending = [u for u in plan.units if u.file not in done]
-    writer = _Writer(ds, root, plan, features, cameras, version, crf, gop, pending)
+    writer = UnitWriter(
+        ds, root, plan, features, mapping, cameras, copy, version, crf, gop, pending
+    )
     bar = _bar(sum(plan.lengths), progress, f"export {slice_.id}")
     for u in plan.units:
         if u.file in done:
