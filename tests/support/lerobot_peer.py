@@ -14,7 +14,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-__all__ = ["REPO", "peer_python", "run_peer"]
+__all__ = ["REPO", "lerobot_033", "peer_python", "run_peer"]
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
@@ -33,7 +33,41 @@ def peer_python() -> str:
     return proc.stdout.strip().splitlines()[-1]
 
 
-def run_peer(script: str, *args: str, timeout: float = 600, rayform: bool = False) -> Any:
+@cache
+def lerobot_033() -> str:
+    """A directory that, first on ``PYTHONPATH`` of the peer venv, makes it LeRobot 0.3.3 (the
+    last release that reads v2.1 natively) with the ``datasets`` 3.6 it pins: both installed
+    there without dependencies (a few seconds; the peer's torch and the rest are shared)."""
+    target = Path(peer_python()).parents[1] / "lerobot-0.3.3"
+    if not (target / "lerobot" / "__init__.py").is_file() or not (target / "datasets").is_dir():
+        subprocess.run(
+            [
+                peer_python(),
+                "-m",
+                "pip",
+                "install",
+                "-q",
+                "--no-deps",
+                "--upgrade",
+                "--target",
+                str(target),
+                "lerobot==0.3.3",
+                "datasets==3.6.0",
+            ],
+            check=True,
+            capture_output=True,
+            timeout=600,
+        )
+    return str(target)
+
+
+def run_peer(
+    script: str,
+    *args: str,
+    timeout: float = 600,
+    rayform: bool = False,
+    pythonpath: str | None = None,
+) -> Any:
     """Run ``support/scripts/SCRIPT`` in the peer venv; its last stdout line, as JSON.
 
     Args:
@@ -41,6 +75,7 @@ def run_peer(script: str, *args: str, timeout: float = 600, rayform: bool = Fals
         args: its arguments.
         timeout: seconds.
         rayform: put this checkout's SDK on the peer's path (``PYTHONPATH=sdk``).
+        pythonpath: a directory first on the peer's path (e.g. :func:`lerobot_033`).
     """
     env = {"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"}
     env["HOME"] = os.environ.get("HOME", "/tmp")
@@ -51,6 +86,8 @@ def run_peer(script: str, *args: str, timeout: float = 600, rayform: bool = Fals
         for name in ("RAYFORM_ENDPOINT", "RAYFORM_TOKEN", "RAYFORM_CACHE_DIR"):
             if name in os.environ:
                 env[name] = os.environ[name]
+    if pythonpath:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [pythonpath, env.get("PYTHONPATH")]))
     proc = subprocess.run(
         [peer_python(), str(SCRIPTS / script), *args],
         capture_output=True,

@@ -1,15 +1,17 @@
 """A LeRobot dataset -> ingest -> export -> ``LeRobotDataset`` (0.4.4, the peer venv) gives the
 same tables, episodes, timestamps and ``delta_timestamps`` windows, and frames within the
-codec's tolerance; the 2.1 export goes through LeRobot's own v2.1 reader (its converter)."""
+codec's tolerance; the 2.1 export is read by LeRobot 0.3.3 (the last release that reads v2.1)
+and by 0.4.4's v2.1 -> v3.0 converter."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 from support.fakes import store_slice
-from support.lerobot_peer import run_peer
+from support.lerobot_peer import lerobot_033, run_peer
 
 from rayform.torch.lerobot import export_lerobot
 from rayform_server.ingest import ingest_lerobot
@@ -86,3 +88,31 @@ def test_round_trip_v21_through_lerobots_converter(
     assert got["episodes"][0] == got["episodes"][1]
     assert got["psnr_min"] >= PSNR_FLOOR_DB
     assert got["windows_equal"], got["window_diff"]
+
+
+def test_round_trip_v21_read_by_lerobot_033(
+    original: Path, slice_of_original, tmp_path: Path
+) -> None:
+    """The 2.1 export loaded natively by LeRobot 0.3.3 (with the datasets 3.6 it pins) equals
+    the original as LeRobot 0.4.4 loads it: every item and every delta_timestamps window."""
+    export_lerobot(slice_of_original, tmp_path / "v21", task="push", version="2.1")
+    want = run_peer("lerobot_dump.py", str(original), str(tmp_path / "want.npz"))
+    got = run_peer(
+        "lerobot_dump.py",
+        str(tmp_path / "v21"),
+        str(tmp_path / "got.npz"),
+        pythonpath=lerobot_033(),
+    )
+    assert (want["version"], got["version"]) == ("0.4.4", "0.3.3")
+    assert got["codebase_version"] == "v2.1" and got["len"] == want["len"] == 91
+    with np.load(tmp_path / "want.npz") as a, np.load(tmp_path / "got.npz") as b:
+        assert sorted(a.files) == sorted(b.files)
+        for key in a.files:
+            if key.split("/")[-1].startswith("observation.images") and not key.endswith("_is_pad"):
+                mse = np.mean(
+                    (a[key].astype(np.float64) - b[key].astype(np.float64)) ** 2, axis=(-3, -2, -1)
+                )
+                psnr = 10 * np.log10(255.0**2 / np.maximum(mse, 1e-12))
+                assert psnr.min() >= PSNR_FLOOR_DB, (key, float(psnr.min()))
+            else:
+                np.testing.assert_array_equal(a[key], b[key], err_msg=key)

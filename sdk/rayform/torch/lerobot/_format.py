@@ -86,16 +86,19 @@ def write_json(path: Path, doc: Any, *, lines: bool = False) -> None:
     write_atomic(path, text.encode())
 
 
-def _hf_feature(spec: dict[str, Any]) -> dict[str, Any]:
+def _hf_feature(spec: dict[str, Any], version: str) -> dict[str, Any]:
     value = {"dtype": spec["dtype"], "_type": "Value"}
     if list(spec["shape"]) == [1]:
         return value
-    return {"feature": value, "length": int(np.prod(spec["shape"])), "_type": "List"}
+    # datasets 4 writes a fixed-size list as "List"; datasets 3 (what LeRobot 0.3, the v2.1
+    # release, pins) knows only "Sequence", which datasets 4 still reads.
+    kind = "Sequence" if version == "2.1" else "List"
+    return {"feature": value, "length": int(np.prod(spec["shape"])), "_type": kind}
 
 
-def hf_metadata(features: dict[str, dict[str, Any]]) -> dict[bytes, bytes]:
+def hf_metadata(features: dict[str, dict[str, Any]], version: str) -> dict[bytes, bytes]:
     """The ``huggingface`` schema metadata ``datasets`` writes for these (non-video) features."""
-    doc = {"info": {"features": {k: _hf_feature(v) for k, v in features.items()}}}
+    doc = {"info": {"features": {k: _hf_feature(v, version) for k, v in features.items()}}}
     return {b"huggingface": json.dumps(doc).encode()}
 
 
@@ -109,11 +112,11 @@ def _column(values: np.ndarray, spec: dict[str, Any]) -> pa.Array:
 
 
 def write_table(
-    path: Path, columns: dict[str, np.ndarray], features: dict[str, dict[str, Any]]
+    path: Path, columns: dict[str, np.ndarray], features: dict[str, dict[str, Any]], version: str
 ) -> None:
     """A data parquet file: one column per feature (in ``features``' order), written whole."""
     table = pa.table({k: _column(columns[k], features[k]) for k in features})
-    table = table.replace_schema_metadata(hf_metadata(features))
+    table = table.replace_schema_metadata(hf_metadata(features, version))
     _write_parquet(path, table)
 
 

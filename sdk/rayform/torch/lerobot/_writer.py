@@ -93,7 +93,9 @@ class UnitWriter(Dataset):
                 w.abort()
             raise
         path = self.root / fmt.data_path(self.version, unit.file, unit.episodes[0])
-        fmt.write_table(path, {k: np.concatenate(v) for k, v in columns.items()}, self.features)
+        fmt.write_table(
+            path, {k: np.concatenate(v) for k, v in columns.items()}, self.features, self.version
+        )
         doc = {"file": unit.file, "episodes": episodes, "copied": sorted(copiers)}
         fmt.write_json(self.root / WORK_DIR / f"unit-{unit.file:06d}.json", doc)
         return doc
