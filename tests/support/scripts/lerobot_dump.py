@@ -40,7 +40,7 @@ def main(root: str, path: str) -> None:
     out: dict[str, np.ndarray] = {}
     dump(ds, "", out)
     dump(LeRobotDataset("rayform/dump", root=root, delta_timestamps=DELTAS), "window/", out)
-    np.savez(path, **out)
+    np.savez(path, **out)  # type: ignore[arg-type]
     info = {"version": lerobot.__version__, "codebase_version": ds.meta.info["codebase_version"]}
     print(json.dumps({**info, "len": len(ds)}))
 
