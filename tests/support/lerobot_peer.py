@@ -14,7 +14,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-__all__ = ["REPO", "lerobot_033", "peer_python", "run_peer"]
+__all__ = ["REPO", "lerobot_033", "peer061_python", "peer_python", "run_peer"]
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
@@ -31,6 +31,16 @@ def peer_python() -> str:
         timeout=900,
     )
     return proc.stdout.strip().splitlines()[-1]
+
+
+def peer061_python() -> str | None:
+    """A LeRobot 0.6.1 python if one is here, else ``None`` (never built by a test: it needs
+    Python 3.12 and a CUDA build of torch, about 5 GB). ``RAYFORM_LEROBOT061_PYTHON``, else
+    ``.peer-venv-061`` (``scripts/peer_lerobot061.sh``)."""
+    path = os.environ.get("RAYFORM_LEROBOT061_PYTHON") or str(
+        REPO / ".peer-venv-061" / "bin" / "python"
+    )
+    return path if Path(path).is_file() else None
 
 
 @cache
@@ -67,6 +77,7 @@ def run_peer(
     timeout: float = 600,
     rayform: bool = False,
     pythonpath: str | None = None,
+    python: str | None = None,
 ) -> Any:
     """Run ``support/scripts/SCRIPT`` in the peer venv; its last stdout line, as JSON.
 
@@ -76,6 +87,7 @@ def run_peer(
         timeout: seconds.
         rayform: put this checkout's SDK on the peer's path (``PYTHONPATH=sdk``).
         pythonpath: a directory first on the peer's path (e.g. :func:`lerobot_033`).
+        python: another LeRobot environment's python (e.g. :func:`peer061_python`).
     """
     env = {"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"}
     env["HOME"] = os.environ.get("HOME", "/tmp")
@@ -89,7 +101,7 @@ def run_peer(
     if pythonpath:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [pythonpath, env.get("PYTHONPATH")]))
     proc = subprocess.run(
-        [peer_python(), str(SCRIPTS / script), *args],
+        [python or peer_python(), str(SCRIPTS / script), *args],
         capture_output=True,
         text=True,
         timeout=timeout,

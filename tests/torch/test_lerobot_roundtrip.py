@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from support.fakes import store_slice
-from support.lerobot_peer import lerobot_033, run_peer
+from support.lerobot_peer import lerobot_033, peer061_python, run_peer
 
 from rayform.torch.lerobot import export_lerobot
 from rayform_server.ingest import ingest_lerobot
@@ -116,3 +116,18 @@ def test_round_trip_v21_read_by_lerobot_033(
                 assert psnr.min() >= PSNR_FLOOR_DB, (key, float(psnr.min()))
             else:
                 np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+
+
+def test_round_trip_v30_lerobot_061(original: Path, slice_of_original, tmp_path: Path) -> None:
+    """LeRobot 0.6.1 loads the export as it loads the original (where a 0.6.1 environment is
+    here: it needs Python 3.12 and a 5 GB torch, so no test builds one)."""
+    python = peer061_python()
+    if python is None:
+        pytest.skip("no LeRobot 0.6.1 environment (scripts/peer_lerobot061.sh builds one)")
+    out = tmp_path / "exported"
+    export_lerobot(slice_of_original, out, task="push")
+    got = run_peer("lerobot_compare.py", str(original), str(out), python=python)
+    assert got["tables_equal"], got["diff"]
+    assert got["episodes"][0] == got["episodes"][1]
+    assert got["psnr_min"] >= PSNR_FLOOR_DB
+    assert got["windows_equal"], got["window_diff"]
