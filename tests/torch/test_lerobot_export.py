@@ -126,14 +126,21 @@ def test_cli_export_matches_the_dataset(demo, tmp_path: Path, capsys) -> None:
     assert "complete export of other arguments" in capsys.readouterr().err
 
 
-def test_view_and_training_resolution(demo, tmp_path: Path) -> None:
+def test_view_and_training_resolution(demo, tmp_path: Path, capsys) -> None:
     slice_ = demo
     ids = slice_.segments.ids().to_pylist()
     view = slice_.select(segments=[ids[3], ids[1]])
     report = export_lerobot(
-        view, tmp_path / "ds", streams=MAPPING, fps=10, image_size=(48, 48), resize="crop"
+        view,
+        tmp_path / "ds",
+        streams=MAPPING,
+        fps=10,
+        image_size=(48, 48),
+        resize="crop",
+        progress=True,
     )
     assert report.episodes == 2
+    assert f"export {DEMO_SLICE}: 100%" in capsys.readouterr().err  # the progress bar
     info = json.loads((tmp_path / "ds" / "meta" / "info.json").read_text())
     assert info["features"]["observation.images.cam0"]["shape"] == [48, 48, 3]
     assert info["rayform"]["selection"] == view.selection

@@ -225,6 +225,7 @@ def export_lerobot(
             bar.update(sum(plan.lengths[e] for e in u.episodes))
     results: Iterator[dict[str, Any]]
     if jobs == 1:
+        writer.progress = bar.update  # episode by episode
         results = (writer[i] for i in range(len(writer)))
     else:
         results = iter(
@@ -237,7 +238,8 @@ def export_lerobot(
         )
     for doc in results:
         done[doc["file"]] = doc
-        bar.update(sum(ep["length"] for ep in doc["episodes"]))
+        if jobs > 1:  # workers report whole file groups
+            bar.update(sum(ep["length"] for ep in doc["episodes"]))
     bar.close()
     _finish(root, identity, plan, features, cameras, done, robot_type, ds)
     return ExportReport(

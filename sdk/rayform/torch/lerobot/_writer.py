@@ -9,6 +9,7 @@ frames ``EpisodeDataset`` returns, encoded.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +70,8 @@ class UnitWriter(Dataset):
         self.crf, self.gop, self.pending = crf, gop, pending
         self.index: GridIndex = build_index(ds.segments, list(mapping.values()), ds.fps)
         self.first = plan.first_index
+        #: Called with each episode's row count as it is written (in this process only).
+        self.progress: Callable[[int], Any] | None = None
 
     def __len__(self) -> int:
         return len(self.pending)
@@ -86,6 +89,8 @@ class UnitWriter(Dataset):
                 stats.update(self._frames(unit, j, e, videos, copiers))
                 n = self.plan.lengths[e]
                 episodes.append({"episode_index": e, "length": n, "stats": stats})
+                if self.progress is not None:
+                    self.progress(n)
             for w in videos.values():
                 w.close()
         except BaseException:
