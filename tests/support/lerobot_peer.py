@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import tempfile
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -91,8 +92,10 @@ def run_peer(
     """
     env = {"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"}
     env["HOME"] = os.environ.get("HOME", "/tmp")
-    # LeRobot's datasets keeps an Arrow cache under HF_HOME: keep it out of the user's home.
-    env["HF_HOME"] = str(Path(args[0]).parent / "hf-home") if args else "/tmp/hf-home"
+    # LeRobot's datasets keeps an Arrow cache under HF_HOME: keep it out of the user's home,
+    # next to the test's own cache directory (conftest's isolated_env sets one per test).
+    cache = os.environ.get("RAYFORM_CACHE_DIR")
+    env["HF_HOME"] = str(Path(cache).parent / "hf-home" if cache else Path(tempfile.mkdtemp()))
     if rayform:
         env["PYTHONPATH"] = str(REPO / "sdk")
         for name in ("RAYFORM_ENDPOINT", "RAYFORM_TOKEN", "RAYFORM_CACHE_DIR"):
