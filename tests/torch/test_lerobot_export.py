@@ -215,11 +215,16 @@ def test_killed_export_continues(client_env, tmp_path: Path) -> None:
         time.sleep(0.01)
     if proc.poll() is None:
         os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
+    killed = proc.wait() == -signal.SIGKILL
     again = subprocess.run(
         [*cmd, argv[0], str(tmp_path / "out"), *argv[1:], "--json"], capture_output=True, text=True
     )
     assert again.returncode == 0, again.stderr
+    report = json.loads(again.stdout)
+    assert report["files_written"] + report["files_reused"] == 4
+    if killed:  # after its first file group: that one is kept
+        assert not (tmp_path / "out" / ".rayform-export").exists()
+        assert report["files_reused"] >= 1
     _assert_same_export(tmp_path / "clean", tmp_path / "out")
 
 
