@@ -267,3 +267,26 @@ def test_default_feature_names() -> None:
     assert default_feature_name("wrist/depth", "video") == "observation.images.wrist.depth"
     assert default_feature_name("observation/state", "table") == "observation.state"
     assert default_feature_name("action", "table") == "action"
+
+
+def test_training_resolution_reads_the_renditions(tmp_path: Path) -> None:
+    """--image-size exports from the smallest stored rendition that covers the size: the
+    originals are never read."""
+    from support.fakes import store_slice
+
+    from rayform_server.demo import build_demo
+    from rayform_server.store import Store
+
+    m = build_demo(tmp_path / "root", small=True, episodes=2, renditions=(48,))
+    store = Store(tmp_path / "root")
+    slice_ = store_slice(DEMO_SLICE, m, store)
+    report = export_lerobot(
+        slice_, tmp_path / "ds", streams=MAPPING, fps=15, image_size=(48, 64), resize="squash"
+    )
+    assert report.episodes == 2
+    originals = {seg.streams["cam0/rgb"].blob.hash for seg in slice_.segments}
+    renditions = {seg.streams["cam0/rgb"].renditions[0].blob.hash for seg in slice_.segments}
+    asked = slice_.client.asked
+    assert renditions <= asked and not originals & asked
+    info = json.loads((tmp_path / "ds" / "meta" / "info.json").read_text())
+    assert info["features"]["observation.images.cam0"]["shape"] == [48, 64, 3]
