@@ -39,8 +39,8 @@ from rayform.cache import Pins
 from rayform.errors import IntegrityError, OfflineError
 from rayform.manifest import BlobRef, Stream
 from rayform.torch._align import align_values, latest_at_or_before
+from rayform.torch._conventions import convert
 from rayform.torch._decoding import DecoderCache, TableCache, resize_frames
-from rayform.torch._frames import convert
 from rayform.torch._index import GridIndex, grid_offsets_ns
 from rayform.torch._readahead import reader_pins
 

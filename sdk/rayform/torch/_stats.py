@@ -32,7 +32,7 @@ from rayform.cache import Cache
 from rayform.errors import RayformError
 from rayform.manifest import canonical_json
 from rayform.torch._align import align_values, latest_at_or_before
-from rayform.torch._frames import convert
+from rayform.torch._conventions import convert
 from rayform.torch._index import GridIndex
 
 __all__ = ["compute_stats", "stats_key"]

@@ -3,7 +3,7 @@
 This module holds only the public class: argument validation, indexing, epochs, sharding
 policy, ``stats`` and ``describe``. The grid is in ``_index``, alignment in ``_align``,
 reading in ``_reader`` (decoding in the ``_decoding`` package), read-ahead in ``_readahead``,
-conventions in ``_frames``, the sampling order and shards in the ``_sampling`` package, and
+conventions in ``_conventions``, the sampling order and shards in the ``_sampling`` package, and
 statistics in ``_stats``. Semantics: ``docs/dataset.md``.
 """
 
@@ -27,8 +27,8 @@ from rayform.client import Client
 from rayform.errors import InvalidArgumentError, NotFoundError
 from rayform.manifest import Segments, Stream, release_pages
 from rayform.torch._align import ACTION_MODES
+from rayform.torch._conventions import check_frame
 from rayform.torch._decoding import BACKENDS
-from rayform.torch._frames import check_frame
 from rayform.torch._index import (
     GridIndex,
     build_index,

@@ -28,7 +28,7 @@ from rayform.view._index import EpisodeFilter, EpisodeIndex
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
-    from rayform.slice import Slice
+    from rayform._seams import ViewSource
 
 __all__ = ["MAX_PAGE", "MAX_POINTS", "ViewAPI", "ViewError"]
 
@@ -101,7 +101,7 @@ class ViewAPI:
         frames: serve every camera as decoded JPEG frames instead of its video file.
     """
 
-    def __init__(self, slice_: Slice, *, frames: bool = False) -> None:
+    def __init__(self, slice_: ViewSource, *, frames: bool = False) -> None:
         self.slice = slice_
         self.frames = frames
         self.index = EpisodeIndex(slice_.segments)
