@@ -19,15 +19,20 @@ gets two transform seeds (two different augmentations), its first draw the seed 
 
 from __future__ import annotations
 
-import math
-import numbers
 import re
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping, Sequence, Sized
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 from torch.utils.data import Dataset
 
+from rayform._checks import (
+    check_int,
+    check_non_negative_int,
+    check_positive_int,
+    check_positive_number,
+    is_int,
+)
 from rayform.errors import InvalidArgumentError
 from rayform.torch._layout import Layout, SourcePlan, Spec
 from rayform.torch._lineage import mixture_arguments, mixture_uri
@@ -110,15 +115,8 @@ class MixtureDataset(Dataset):
                     f"sources entry {item!r}: use (EpisodeDataset, weight) or (EpisodeDataset, weight, name)"
                 )
             names.append(_check_name(item[2]) if len(item) == 3 else None)
-            w = item[1]
-            if (
-                isinstance(w, bool)
-                or not isinstance(w, numbers.Real)
-                or not math.isfinite(w)
-                or w <= 0
-            ):
-                raise InvalidArgumentError(f"weight {w!r}: use a finite number > 0, e.g. 0.7")
-            if len(item[0]) == 0:
+            w = check_positive_number("weight", item[1], "0.7")
+            if len(cast(Sized, item[0])) == 0:
                 raise InvalidArgumentError(f"source {len(datasets)} ({item[0]!r}) has no samples")
             datasets.append(item[0])
             weights.append(float(w))
@@ -148,17 +146,9 @@ class MixtureDataset(Dataset):
         self._sizes = np.array([len(ds) for ds in datasets], dtype=np.int64)
         if num_samples is None:
             num_samples = int(self._sizes.sum())
-        if (
-            isinstance(num_samples, bool)
-            or not isinstance(num_samples, numbers.Integral)
-            or num_samples < 1
-        ):
-            raise InvalidArgumentError(f"num_samples={num_samples!r}: use an integer >= 1")
-        self.num_samples = int(num_samples)
+        self.num_samples = check_positive_int("num_samples", num_samples)
         self.replacement = bool(replacement)
-        if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
-            raise InvalidArgumentError(f"seed={seed!r}: use an integer")
-        self.seed = int(seed)
+        self.seed = check_int("seed", seed)
         self.quotas = _quotas(self.num_samples, self.weights)
         # Draws 0 .. num_samples - 1 of an epoch: source k's are bounds[k] .. bounds[k+1] - 1.
         self._bounds: np.ndarray = np.concatenate([[0], np.cumsum(self.quotas)]).astype(np.int64)
@@ -177,9 +167,7 @@ class MixtureDataset(Dataset):
 
     def set_epoch(self, epoch: int) -> None:
         """Select the epoch: same seed and epoch give the same draws in the same order."""
-        if isinstance(epoch, bool) or not isinstance(epoch, numbers.Integral) or epoch < 0:
-            raise InvalidArgumentError(f"epoch={epoch!r}: use a non-negative integer")
-        self._epoch.set(int(epoch))
+        self._epoch.set(check_non_negative_int("epoch", epoch))
 
     @property
     def shard(self) -> tuple[int, int]:
@@ -309,7 +297,16 @@ class MixtureDataset(Dataset):
                 f"source {nested[0]} of the mixture is not an EpisodeDataset, so the mixture has no URI: "
                 "build one mixture of EpisodeDatasets with the weights multiplied out"
             )
-        return str(mixture_uri(self))
+        return str(
+            mixture_uri(
+                [(w, ds.spec) for w, ds in zip(self.given_weights, self.sources, strict=True)],
+                num_samples=self.num_samples,
+                replacement=self.replacement,
+                seed=self.seed,
+                layout=None if self.layout is None else self.layout.arg,
+                names=self.explicit_names,
+            )
+        )
 
     @classmethod
     def from_uri(
@@ -345,11 +342,7 @@ class MixtureDataset(Dataset):
         """
         if isinstance(source, str) and source in self.source_names:
             return self.source_names.index(source)
-        if (
-            isinstance(source, numbers.Integral)
-            and not isinstance(source, bool)
-            and 0 <= source < len(self.sources)
-        ):
+        if is_int(source) and 0 <= int(source) < len(self.sources):
             return int(source)
         raise InvalidArgumentError(
             f"source={source!r}: use a position 0-{len(self.sources) - 1} or a name "

@@ -34,15 +34,15 @@ import torch
 
 from rayform._process import PerProcess
 from rayform._resolution import Target, choose_rendition, format_image_size
-from rayform._seams import BlobSource
 from rayform.cache import Pins
 from rayform.errors import IntegrityError, OfflineError
 from rayform.manifest import BlobRef, Stream
 from rayform.torch._align import align_values, latest_at_or_before
+from rayform.torch._blobs import reader_pins
 from rayform.torch._conventions import convert
 from rayform.torch._decoding import DecoderCache, TableCache, resize_frames
 from rayform.torch._index import GridIndex, grid_offsets_ns
-from rayform.torch._readahead import reader_pins
+from rayform.torch._spec import DatasetSpec
 
 __all__ = ["SampleReader"]
 
@@ -70,49 +70,19 @@ class SampleReader:
     """Reads samples of one dataset; cheap to construct, opens nothing until used.
 
     Args:
-        slice_: the :class:`~rayform.Slice` (blobs via ``slice_.blob_path``).
-        index: the grid.
-        obs: observation stream names.
-        action: action stream name or ``None``.
-        horizon: action chunk length in grid steps.
-        obs_steps: observation history length in grid steps.
-        action_mode: ``"hold"``, ``"nearest"`` or ``"linear"``.
-        frame: target coordinate convention (``None`` = as stored).
-        decoder_cache_size: open decoders kept per process.
-        decoder_backend: ``"torchcodec"``, ``"pyav"`` or ``None`` (auto).
-        decode_threads: threads decoding video per process (0: decode in the calling thread).
-        targets: camera key -> training resolution (frames resized right after decode, in the
-            decoding thread), or ``None`` for frames as stored.
+        spec: the dataset's checked arguments (streams, alignment, decoding, training
+            resolution); blobs come through ``spec.slice.blob_path``.
+        index: the dataset's grid.
     """
 
-    def __init__(
-        self,
-        slice_: BlobSource,
-        index: GridIndex,
-        obs: Sequence[str],
-        action: str | None,
-        *,
-        horizon: int,
-        obs_steps: int,
-        action_mode: str,
-        frame: str | None,
-        decoder_cache_size: int,
-        decoder_backend: str | None,
-        decode_threads: int = 0,
-        targets: dict[str, Target] | None = None,
-    ) -> None:
-        self.slice = slice_
+    def __init__(self, spec: DatasetSpec, index: GridIndex) -> None:
+        self.spec = spec
+        self.slice = spec.slice
         self.index = index
-        self.obs = list(obs)
-        self.action = action
-        self.horizon = horizon
-        self.obs_steps = obs_steps
-        self.action_mode = action_mode
-        self.frame = frame
-        self.decoder_cache_size = decoder_cache_size
-        self.decoder_backend = decoder_backend
-        self.decode_threads = decode_threads
-        self.targets = targets or {}
+        self.obs = spec.obs
+        self.action = spec.action
+        self.obs_steps = spec.obs_steps
+        self.targets = dict(spec.targets or {})
         # Decoders inherited through fork share FFmpeg state with the parent: they are kept,
         # unused, for good. Freeing one runs FFmpeg's cleanup on state that belongs to the
         # parent's threads (swscale's thread pool then waits forever in the child).
@@ -120,11 +90,8 @@ class SampleReader:
 
     # -- per-process state -----------------------------------------------------------------
     def _new_state(self) -> _ProcessState:
-        pins = reader_pins(self.slice, self.index.segments, self._streams())
-        return _ProcessState(self.decoder_cache_size, self.decoder_backend, pins)
-
-    def _streams(self) -> list[str]:
-        return [*self.obs, *([self.action] if self.action else [])]
+        pins = reader_pins(self.slice, self.index.segments, self.spec.streams)
+        return _ProcessState(self.spec.decoder_cache_size, self.spec.decoder_backend, pins)
 
     def open_backends(self) -> list[str]:
         """This process's open video decoders, least recently used first, by backend
@@ -158,7 +125,7 @@ class SampleReader:
             # without it would need a size for every camera of the slice.
             cmd = (
                 f"rayform pull {self.slice.id} --image-size {format_image_size(self.image_sizes())} "
-                f"--resize {self.targets[stream.name].mode} --streams {' '.join(self._streams())}"
+                f"--resize {self.targets[stream.name].mode} --streams {' '.join(self.spec.streams)}"
             )
             # "from None": the cache's own error names a plain pull of the originals, which
             # would not fetch what this dataset reads.
@@ -189,11 +156,11 @@ class SampleReader:
     # -- reading ---------------------------------------------------------------------------
     def read(self, seg_pos: np.ndarray, steps: np.ndarray) -> list[dict[str, Any]]:
         """Samples for parallel arrays of segment positions and grid steps, in that order."""
-        if self.decode_threads > 0:
+        if self.spec.decode_threads > 0:
             # Starting 2 threads costs ~0.1 ms against ~60 ms of decoding per batch of 32.
             # Leaving the block waits for every decode, even on error.
             with ThreadPoolExecutor(
-                self.decode_threads, thread_name_prefix="rayform-decode"
+                self.spec.decode_threads, thread_name_prefix="rayform-decode"
             ) as pool:
                 return self._read(seg_pos, steps, pool)
         return self._read(seg_pos, steps, None)
@@ -220,7 +187,9 @@ class SampleReader:
                 (where, self._read_segment(state, int(s), steps[where], pool, jobs))
                 for where, s in pending
             ]
-            _run_resize_jobs(state.decoders, jobs, pool, max(1, self.decode_threads), state.scratch)
+            _run_resize_jobs(
+                state.decoders, jobs, pool, max(1, self.spec.decode_threads), state.scratch
+            )
             for where, finish in finishers:
                 for i, sample in zip(where, finish(), strict=True):
                     out[int(i)] = sample
@@ -253,16 +222,16 @@ class SampleReader:
                 videos[name] = self._video(state, stream, obs_t, pool, self.targets.get(name), jobs)
             else:
                 t_rec, rec = self.table(stream)
-                values = convert(rec[latest_at_or_before(t_rec, obs_t)], stream, self.frame)
+                values = convert(rec[latest_at_or_before(t_rec, obs_t)], stream, self.spec.frame)
                 tables[name] = torch.from_numpy(values.astype(np.float32))
         action: tuple[torch.Tensor, torch.Tensor] | None = None  # (B, horizon, D), (B, horizon)
         if self.action is not None:
             stream = seg.streams[self.action]
-            chunk = steps[:, None] + np.arange(self.horizon)[None, :]  # (B, horizon)
+            chunk = steps[:, None] + np.arange(self.spec.horizon)[None, :]  # (B, horizon)
             chunk_t = index.start_ns[s] + grid_offsets_ns(np.minimum(chunk, n - 1), index.fps)
             t_rec, rec = self.table(stream)
-            flat = align_values(t_rec, rec, chunk_t.reshape(-1), self.action_mode)
-            act = convert(flat, stream, self.frame).reshape(*chunk.shape, -1)
+            flat = align_values(t_rec, rec, chunk_t.reshape(-1), self.spec.action_mode)
+            act = convert(flat, stream, self.spec.frame).reshape(*chunk.shape, -1)
             action = (
                 torch.from_numpy(np.ascontiguousarray(act, dtype=np.float32)),
                 torch.from_numpy(chunk >= n),

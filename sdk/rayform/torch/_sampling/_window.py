@@ -22,8 +22,7 @@ import os
 import threading
 from dataclasses import dataclass
 
-import numpy as np
-
+from rayform._checks import is_int
 from rayform._units import human_bytes
 from rayform.errors import InvalidArgumentError
 from rayform.torch._sampling._contract import CacheFootprint, SamplerDataset
@@ -86,7 +85,7 @@ def choose_window(dataset: SamplerDataset, window: int | str | None, shuffle: bo
                 ),
             )
         return WindowChoice(None, False, "window=None: full shuffle, as asked")
-    if isinstance(window, bool) or not isinstance(window, (int, np.integer)) or window < 1:
+    if not is_int(window) or int(window) < 1:
         raise InvalidArgumentError(
             f"window={window!r}: use 'auto' (the default), a number of episodes >= 1 (e.g. 64), "
             "or None to shuffle the whole shard"
