@@ -140,8 +140,9 @@ class ViewSource(BlobSource, Protocol):
         """The segment with this ID (:class:`~rayform.errors.NotFoundError` if none)."""
         ...
 
-    def select(self, *args: Any, **kwargs: Any) -> ViewSource:
-        """A view of some of its segments (``Slice.select``'s arguments)."""
+    @property
+    def select(self) -> Callable[..., ViewSource]:
+        """Makes a view of some of its segments (``Slice.select``, its arguments)."""
         ...
 
     def __len__(self) -> int:

@@ -17,10 +17,10 @@ from rayform.torch._sampling import episode_streams
 from rayform.torch._spec import DatasetSpec
 from rayform.uri import DatasetURI
 
-__all__ = ["describe", "html_repr", "text_repr"]
+__all__ = ["describe_dataset", "html_repr", "text_repr"]
 
 
-def describe(
+def describe_dataset(
     spec: DatasetSpec,
     index: GridIndex,
     epoch: int,

@@ -24,6 +24,7 @@ from collections.abc import Mapping, Sequence, Sized
 from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
+import torch
 from torch.utils.data import Dataset
 
 from rayform._checks import (
@@ -36,6 +37,7 @@ from rayform._checks import (
 from rayform.errors import InvalidArgumentError
 from rayform.torch._layout import Layout, SourcePlan, Spec
 from rayform.torch._lineage import mixture_arguments, mixture_uri
+from rayform.torch._normalize import Values
 from rayform.torch._sampling import (
     IndexStream,
     Permutation,
@@ -172,7 +174,8 @@ class MixtureDataset(Dataset):
     @property
     def shard(self) -> tuple[int, int]:
         """``(rank, world_size)`` of the sources."""
-        return self.sources[0].shard  # type: ignore[no-any-return]
+        shard: tuple[int, int] = self.sources[0].shard
+        return shard
 
     def locate(
         self, indices: np.ndarray, epoch: int | None = None
@@ -332,7 +335,8 @@ class MixtureDataset(Dataset):
         a layout the first source's (they are all the same)."""
         if self.layout is not None:
             return self.layout.spec()
-        return self.sources[0].sample_spec()  # type: ignore[no-any-return]
+        spec: dict[str, tuple[str, tuple[int, ...]]] = self.sources[0].sample_spec()
+        return spec
 
     def source_index(self, source: int | str) -> int:
         """The position of a source given by position or name.
@@ -349,7 +353,7 @@ class MixtureDataset(Dataset):
             f"({', '.join(self.source_names)})"
         )
 
-    def unnormalize(self, values: Any, source: int | str, key: str | None = None) -> Any:
+    def unnormalize(self, values: Values, source: int | str, key: str | None = None) -> Values:
         """A policy's output for ``source`` back in that robot's units: the layout's padded
         components are cut off (``(..., D_layout)`` becomes ``(..., D_source)``) and the
         source's own statistics undo its ``normalize=`` (``key``: default the action key).
@@ -366,7 +370,7 @@ class MixtureDataset(Dataset):
             raise InvalidArgumentError(
                 f"unnormalize: source {source!r} has no vector {key!r} ({', '.join(width)})"
             )
-        if not hasattr(values, "shape"):  # a list: as an array, as unnormalize() takes it
+        if not isinstance(values, (torch.Tensor, np.ndarray)):  # a list, as unnormalize() takes
             values = np.asarray(values, dtype=np.float32)
         return ds.unnormalize(values[..., : width[key]], key=key)
 
@@ -399,23 +403,24 @@ class MixtureDataset(Dataset):
         per = [ds.stats() for ds in self.sources]
         combined: dict[str, dict[str, Any]] = {}
         for name in per[0]:
-            rows = [
-                _by_role(ds, p, self.sources[0], name)
+            found = [
+                _by_role(ds.action, p, self.sources[0].action, name)
                 for ds, p in zip(self.sources, per, strict=True)
             ]
-            if any(r is None for r in rows) or len({len(r["mean"]) for r in rows}) != 1:  # type: ignore[index]
+            rows = [r for r in found if r is not None]
+            if len(rows) < len(found) or len({len(r["mean"]) for r in rows}) != 1:
                 continue  # a stream some source lacks, or of other widths (a layout pads them)
             w = np.array(self.weights)[:, None]
-            mean = np.array([r["mean"] for r in rows])  # type: ignore[index]
-            std = np.array([r["std"] for r in rows])  # type: ignore[index]
+            mean = np.array([r["mean"] for r in rows])
+            std = np.array([r["std"] for r in rows])
             mix_mean = (w * mean).sum(0)
             var = (w * (std**2 + mean**2)).sum(0) - mix_mean**2
             combined[name] = {
                 "mean": mix_mean.tolist(),
                 "std": np.sqrt(np.maximum(var, 0.0)).tolist(),
-                "min": np.min([r["min"] for r in rows], axis=0).tolist(),  # type: ignore[index]
-                "max": np.max([r["max"] for r in rows], axis=0).tolist(),  # type: ignore[index]
-                "count": int(sum(r["count"] for r in rows)),  # type: ignore[index]
+                "min": np.min([r["min"] for r in rows], axis=0).tolist(),
+                "max": np.max([r["max"] for r in rows], axis=0).tolist(),
+                "count": int(sum(r["count"] for r in rows)),
             }
         return {"sources": per, "combined": combined}
 
@@ -516,8 +521,11 @@ def _check_same_keys(datasets: Sequence[Any]) -> None:
                 )
 
 
-def _by_role(ds: Any, stats: dict[str, Any], first: Any, name: str) -> dict[str, Any] | None:
-    """The stats of ``ds`` for the stream that plays ``name``'s role in ``first``."""
-    if name == first.action and ds.action is not None:
-        return stats.get(ds.action)  # type: ignore[no-any-return]
-    return stats.get(name)  # type: ignore[no-any-return]
+def _by_role(
+    action: str | None, stats: dict[str, dict[str, Any]], first_action: str | None, name: str
+) -> dict[str, Any] | None:
+    """A source's ``stats`` for the stream that plays ``name``'s role in the first source
+    (``action``, ``first_action``: the two sources' action streams)."""
+    if name == first_action and action is not None:
+        return stats.get(action)
+    return stats.get(name)

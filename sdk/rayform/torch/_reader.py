@@ -27,7 +27,7 @@ import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -193,7 +193,7 @@ class SampleReader:
             for where, finish in finishers:
                 for i, sample in zip(where, finish(), strict=True):
                     out[int(i)] = sample
-        return out  # type: ignore[return-value]
+        return cast("list[dict[str, Any]]", out)  # every position was filled
 
     def _read_segment(
         self,

@@ -1,10 +1,11 @@
 """``EpisodeDataset``: a slice as a map-style PyTorch dataset on a fixed-rate time grid.
 
-This module holds only the public class: argument validation, indexing, epochs, sharding
-policy, ``stats`` and ``describe``. The grid is in ``_index``, alignment in ``_align``,
-reading in ``_reader`` (decoding in the ``_decoding`` package), read-ahead in ``_readahead``,
-conventions in ``_conventions``, the sampling order and shards in the ``_sampling`` package, and
-statistics in ``_stats``. Semantics: ``docs/dataset.md``.
+This module holds only the public class: a validated spec (``_spec``: every argument,
+checked once) plus the grid (``_index``), a reader (``_reader``; decoding in the ``_decoding``
+package, alignment in ``_align``, conventions in ``_conventions``) and read-ahead
+(``_readahead``), with epochs and the sampler's hooks (the ``_sampling`` package). Statistics
+are in ``_stats``, ``describe()`` and the reprs in ``_describe``, the URI in ``_lineage``.
+Semantics: ``docs/dataset.md``.
 """
 
 from __future__ import annotations
@@ -12,23 +13,22 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Generic, TypeVar, cast
 
-import numpy as np
 import torch
 from torch.utils.data import Dataset, get_worker_info
 
-from rayform import _html
 from rayform._boundary import argument_errors
-from rayform._checks import check_non_negative_int, is_int
+from rayform._checks import check_non_negative_int
 from rayform._hashing import hash_bytes
-from rayform._resolution import Target, describe_resolution, image_size_of
+from rayform._resolution import Target, image_size_of
 from rayform._seams import BlobSource
 from rayform.client import Client
 from rayform.errors import InvalidArgumentError
 from rayform.manifest import Segments, Stream, release_pages
 from rayform.torch._blobs import check_cache_fits
-from rayform.torch._index import GridIndex, build_index, selection_of
+from rayform.torch._describe import describe_dataset, html_repr, text_repr
+from rayform.torch._index import GridIndex, build_index, resolve_keys
 from rayform.torch._lineage import dataset_arguments, dataset_uri
-from rayform.torch._normalize import Normalizer, unnormalize
+from rayform.torch._normalize import Normalizer, Values, unnormalize
 from rayform.torch._readahead import ReadAhead
 from rayform.torch._reader import SampleReader
 from rayform.torch._sampling import (
@@ -38,8 +38,8 @@ from rayform.torch._sampling import (
     episode_streams,
     shard_check,
 )
-from rayform.torch._spec import DEFAULT_READAHEAD_BYTES, DatasetSpec, check_spec
-from rayform.torch._stats import compute_stats
+from rayform.torch._spec import DEFAULT_READAHEAD_BYTES, DatasetSpec, Transform, check_spec
+from rayform.torch._stats import dataset_stats, normalizer_of, stats_arrays
 from rayform.uri import DatasetURI
 
 __all__ = ["EpisodeDataset"]
@@ -197,7 +197,7 @@ class EpisodeDataset(Dataset):
     frame: _FromSpec[str | None] = _FromSpec()
     obs_steps: _FromSpec[int] = _FromSpec()
     action_mode: _FromSpec[str] = _FromSpec()
-    transform: _FromSpec[Callable[[dict[str, Any]], dict[str, Any]] | None] = _FromSpec()
+    transform: _FromSpec[Transform | None] = _FromSpec()
     seed: _FromSpec[int] = _FromSpec()
     ddp_even: _FromSpec[str] = _FromSpec()
     decoder_cache_size: _FromSpec[int] = _FromSpec()
@@ -314,30 +314,6 @@ class EpisodeDataset(Dataset):
         return {seg_id: int(n) for seg_id, n in zip(ids, self._index.count, strict=True)}
 
     # -- samples ---------------------------------------------------------------------------
-    def _resolve(self, keys: Sequence[Any]) -> tuple[np.ndarray, list[tuple[int, int]]]:
-        """Flat indices ``(N,)`` and each key's transform seed tags ``(epoch, repeat)``."""
-        n = len(self)
-        flat = np.empty(len(keys), dtype=np.int64)
-        tags = []
-        current = self._epoch.get()
-        for j, key in enumerate(keys):
-            if not isinstance(key, tuple):
-                i, epoch, repeat = key, current, 0
-            elif len(key) in (2, 3):
-                i, epoch, repeat = (*key, 0)[:3]
-            else:
-                raise InvalidArgumentError(
-                    f"dataset key {key!r}: use an index, (index, epoch) or (index, epoch, repeat)"
-                )
-            if not is_int(i):
-                raise InvalidArgumentError(f"dataset index must be an integer, got {i!r}")
-            i = int(i) + n if i < 0 else int(i)
-            if not 0 <= i < n:
-                raise IndexError(f"index {key!r} out of range for a dataset of {n} samples")
-            flat[j] = i
-            tags.append((int(epoch), int(repeat)))
-        return flat, tags
-
     def __getitem__(self, key: int | tuple[int, ...]) -> dict[str, Any]:
         """One sample (see the class docstring); ``key`` is an index, ``(index, epoch)``, or
         ``(index, epoch, repeat)``: a :class:`~rayform.torch.MixtureDataset` that draws a
@@ -347,7 +323,7 @@ class EpisodeDataset(Dataset):
 
     def __getitems__(self, keys: Sequence[int | tuple[int, ...]]) -> list[dict[str, Any]]:
         """Samples for many keys; frames of each episode are decoded in one batched call."""
-        flat, tags = self._resolve(keys)
+        flat, tags = resolve_keys(keys, len(self), self._epoch.get())
         self._readahead.saw(keys)
         if self._shard_check is not None and not any(isinstance(k, tuple) for k in keys):
             info = get_worker_info()
@@ -359,18 +335,13 @@ class EpisodeDataset(Dataset):
         if self.spec.normalize is not None:
             norm = self._normalizer or self._make_normalizer()
             samples = [norm.apply(s) for s in samples]
-        if self.transform is not None:
+        transform = self.transform
+        if transform is not None:
             samples = [
-                self._apply(s, int(i), *t) for s, i, t in zip(samples, flat, tags, strict=True)
+                _seeded(transform, s, f"{self.seed}\0{t[0]}\0{i}" + (f"\0{t[1]}" if t[1] else ""))
+                for s, i, t in zip(samples, flat.tolist(), tags, strict=True)
             ]
         return samples
-
-    def _apply(self, sample: dict[str, Any], flat: int, epoch: int, repeat: int) -> dict[str, Any]:
-        tags = f"{self.seed}\0{epoch}\0{flat}" + (f"\0{repeat}" if repeat else "")
-        digest = hash_bytes(f"rayform-sample\0{tags}".encode())
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(int(digest[:15], 16))
-            return self.transform(sample)  # type: ignore[misc]
 
     # -- lineage ---------------------------------------------------------------------------
     @property
@@ -412,20 +383,7 @@ class EpisodeDataset(Dataset):
         streams, after the ``frame`` conversion. Computed once and cached under the client's
         cache directory, keyed by everything the numbers depend on.
         """
-        roles = {name: "obs" for name in self.obs if self.stream(name).kind == "table"}
-        if self.action is not None:
-            roles[self.action] = "action"
-        client = getattr(self.slice, "client", None)
-        return compute_stats(
-            self._index,
-            roles,
-            self.frame,
-            self.action_mode,
-            self._reader.table,
-            self.slice.cache_dir,
-            # Written like the client's other files: group-writable in a team cache.
-            shared=client.cache.shared if isinstance(client, Client) else None,
-        )
+        return dataset_stats(self.spec, self._index, self._reader.table)
 
     # -- sample keys and normalisation (docs/mixtures.md) -----------------------------------
     @property
@@ -462,18 +420,10 @@ class EpisodeDataset(Dataset):
         return (self._normalizer or self._make_normalizer()).stats
 
     def _make_normalizer(self) -> Normalizer:
-        if self.spec.normalize == "given":
-            norm = Normalizer.from_stats("given", self.spec.normalize_given or {})
-        else:
-            stats = self.stats()
-            vectors = [k for k, (dtype, _) in self.sample_spec().items() if dtype == "float32"]
-            norm = Normalizer.from_stats(
-                str(self.spec.normalize), {k: stats[self.spec.names.stream_of(k)] for k in vectors}
-            )
-        self._normalizer = norm
-        return norm
+        self._normalizer = normalizer_of(self.spec, self.stats)
+        return self._normalizer
 
-    def unnormalize(self, values: Any, key: str | None = None) -> Any:
+    def unnormalize(self, values: Values, key: str | None = None) -> Values:
         """A normalised vector (``(..., D)`` tensor or array, e.g. a policy's action chunk) back
         in this dataset's units, with the statistics of ``key`` (default: the action key).
         Without ``normalize=`` the values are returned as they are.
@@ -498,55 +448,11 @@ class EpisodeDataset(Dataset):
         A component that never changes has ``std == 0`` (the demo has one): divide by
         ``np.where(std > 0, std, 1)``, or see docs/dataset.md for safe normalisation.
         """
-        return {
-            name: {
-                k: (
-                    np.asarray(v, dtype=np.float32)
-                    if k in ("mean", "std", "min", "max", "q01", "q99")
-                    else v
-                )
-                for k, v in entry.items()
-            }
-            for name, entry in self.stats().items()
-        }
+        return stats_arrays(self.stats())
 
     def describe(self) -> dict[str, Any]:
         """A JSON-able summary for experiment trackers (``wandb.config.update(...)``)."""
-        return {
-            "uri": self.uri,
-            "slice": self.slice.id,
-            "manifest_hash": self.slice.manifest_hash,
-            "obs": list(self.obs),
-            "action": self.action,
-            "fps": self.fps,
-            "horizon": self.horizon,
-            "obs_steps": self.obs_steps,
-            "action_mode": self.action_mode,
-            "frame": self.frame,
-            "seed": self.seed,
-            "epoch": self._epoch.get(),
-            "episodes": len(self._index.segments),
-            "samples": len(self._index),
-            "samples_this_rank": episode_streams(
-                self._index.offsets, self.spec.world, self.ddp_even, self.seed, 0, False
-            )[self.spec.rank].length,
-            "rank": self.spec.rank,
-            "world_size": self.spec.world,
-            "ddp_even": self.ddp_even,
-            **describe_resolution(self.spec.targets, self.stream, self.spec.names.key_of),
-            **selection_of(self.slice),
-            # Only when used, so a dataset without them describes itself as before.
-            **(
-                {"obs_keys": self.obs_keys, "action_key": self.action_key}
-                if self.spec.names.mapped
-                else {}
-            ),
-            **(
-                {"normalize": self.spec.normalize, "normalization": self.normalization()}
-                if self.spec.normalize
-                else {}
-            ),
-        }
+        return describe_dataset(self.spec, self._index, self._epoch.get(), self.normalization())
 
     def open_decoders(self) -> list[str]:
         """Backends of the video decoders this process holds open, least recently used first:
@@ -559,44 +465,16 @@ class EpisodeDataset(Dataset):
         from the first episode: every episode of the dataset has the streams it reads."""
         return self._index.segments[0].streams[name]
 
-    def _arguments(self) -> tuple[list[tuple[str, Any]], str | None]:
-        """``([(name, value)], uri)``: every argument in the dataset's URI (all that change the
-        samples), or the basic ones and ``None`` if this slice has no URI."""
-        try:
-            uri = DatasetURI.parse(self.uri)
-        except Exception:  # a BlobSource that is no Slice has no URI; a repr must not fail
-            return [("obs", list(self.obs)), ("action", self.action), ("fps", self.fps)], None
-        args = list(uri.dataset_kwargs().items())
-        if uri.select is not None:
-            args.append(("select", uri.select))
-        return args, str(uri)
-
     def __repr__(self) -> str:
-        args, uri = self._arguments()
-        shown = " ".join(f"{k}={_short(v)}" for k, v in args if k != "segments" or v is not None)
-        return (
-            f"<EpisodeDataset slice={self.slice.id} episodes={len(self._index.segments)} "
-            f"samples={len(self)} {shown} uri={uri}>"
-        )
+        return text_repr(self.spec, self._index)
 
     def _repr_html_(self) -> str:
-        args, uri = self._arguments()
-        rows = [(k, _short(v)) for k, v in args]
-        return _html.wrap(
-            _html.header(
-                f"EpisodeDataset on {self.slice.id}",
-                f"{len(self._index.segments):,} episodes",
-                f"{len(self):,} samples",
-            ),
-            _html.kv_table(rows),
-            f"<div><code>{_html.esc(uri)}</code></div>" if uri else "",
-        )
+        return html_repr(self.spec, self._index)
 
 
-def _short(value: str | float | Sequence[str] | None) -> str:
-    """An argument for a repr: a long list of segment IDs as its count."""
-    if isinstance(value, (list, tuple)) and len(value) > 8:
-        return f"<{len(value)} items: {value[0]!r}, ..., {value[-1]!r}>"
-    if isinstance(value, float):
-        return f"{value:g}"
-    return repr(list(value)) if isinstance(value, tuple) else repr(value)
+def _seeded(transform: Transform, sample: dict[str, Any], tags: str) -> dict[str, Any]:
+    """``transform(sample)`` with torch's RNG seeded from ``tags`` (seed, epoch, index[, repeat])."""
+    digest = hash_bytes(f"rayform-sample\0{tags}".encode())
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(int(digest[:15], 16))
+        return transform(sample)

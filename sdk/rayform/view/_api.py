@@ -187,7 +187,7 @@ class ViewAPI:
             raise ViewError(400, f"segment={seg_id[:80]!r} is not a segment ID, e.g. seg_0a1b2c3d")
         try:
             with self._lock:
-                return self.slice.segment(seg_id)  # type: ignore[no-any-return]
+                return self.slice.segment(seg_id)
         except NotFoundError as exc:
             raise ViewError(404, str(exc)) from exc
 
