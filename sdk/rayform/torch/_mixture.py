@@ -46,7 +46,7 @@ from rayform.torch._sampling import (
     derive_key,
     mix64,
 )
-from rayform.torch.dataset import EpisodeDataset
+from rayform.torch.dataset import EpisodeDataset, read_together
 
 if TYPE_CHECKING:
     from rayform.client import Client
@@ -266,11 +266,17 @@ class MixtureDataset(Dataset):
             at = epochs == e
             src[at], local[at], repeat[at] = self._draws(flat[at], e)
         out: list[dict[str, Any]] = [{}] * len(keys)
-        for k in np.unique(src).tolist():
-            where = np.flatnonzero(src == k)
-            samples = self.sources[k].__getitems__(
-                [(int(local[j]), int(epochs[j]), int(repeat[j])) for j in where]
-            )
+        shares = [(k, np.flatnonzero(src == k)) for k in np.unique(src).tolist()]
+        parts = [
+            (self.sources[k], [(int(local[j]), int(epochs[j]), int(repeat[j])) for j in where])
+            for k, where in shares
+        ]
+        if all(isinstance(ds, EpisodeDataset) for ds, _ in parts):
+            # One pass for every source's share: their frames are decoded and resized together.
+            read = read_together(parts)
+        else:  # a nested mixture (or a user's dataset) reads its own share
+            read = [ds.__getitems__(share) for ds, share in parts]
+        for (k, where), samples in zip(shares, read, strict=True):
             for j, sample in zip(where.tolist(), samples, strict=True):
                 sample["meta"] = {
                     **sample["meta"],

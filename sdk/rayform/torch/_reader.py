@@ -44,7 +44,7 @@ from rayform.torch._decoding import DecoderCache, TableCache, resize_frames
 from rayform.torch._index import GridIndex, grid_offsets_ns
 from rayform.torch._spec import DatasetSpec
 
-__all__ = ["SampleReader"]
+__all__ = ["BatchPlan", "SampleReader", "run_plans"]
 
 
 #: Fetches of one blob a read tries while other processes keep evicting it before its pin.
@@ -168,32 +168,48 @@ class SampleReader:
     def _read(
         self, seg_pos: np.ndarray, steps: np.ndarray, pool: ThreadPoolExecutor | None
     ) -> list[dict[str, Any]]:
+        with contextlib.ExitStack() as stack:
+            plan = self.plan(seg_pos, steps, stack, pool)
+            run_plans([plan], pool, max(1, self.spec.decode_threads))
+            return plan.finish()
+
+    def plan(
+        self,
+        seg_pos: np.ndarray,
+        steps: np.ndarray,
+        stack: contextlib.ExitStack,
+        pool: ThreadPoolExecutor | None = None,
+    ) -> BatchPlan:
+        """A batch's read up to its decodes at a training resolution: tables aligned, paths
+        resolved, other decodes started (in ``pool``, when there is one). :func:`run_plans`
+        decodes and resizes the frames of one or many plans (a mixture's sources) together,
+        then ``plan.finish()`` builds the samples. Under a bounded cache, the batch's blobs
+        stay pinned until ``stack`` closes."""
         state = self._state.get()
-        out: list[dict[str, Any] | None] = [None] * len(seg_pos)
-        # Start every segment's decodes first (in the pool, when there is one), then assemble.
-        # Frames read at a training resolution are only requested there, then decoded into
+        # Frames read at a training resolution are only requested here, then decoded into
         # one buffer and resized in one call per camera for the whole batch.
         pending = [(np.flatnonzero(seg_pos == s), s) for s in np.unique(seg_pos)]
         jobs: list[_ResizeJob] = []
-        with contextlib.ExitStack() as stack:
-            if state.pins is not None and (self.targets or pool is not None):
-                # Under a bounded cache, every segment of the batch stays pinned until its
-                # frames are decoded: those decodes run after all the segments are resolved
-                # (or alongside), and a segment's pins alone would let an earlier segment's
-                # video be evicted first. The cache may exceed its limit by what the batch
-                # reads, and gets back under at the next fetch once it is done.
-                stack.enter_context(state.pins.holding(len(pending) * state.pins.max_pins))
-            finishers = [
-                (where, self._read_segment(state, int(s), steps[where], pool, jobs))
-                for where, s in pending
-            ]
-            _run_resize_jobs(
-                state.decoders, jobs, pool, max(1, self.spec.decode_threads), state.scratch
-            )
-            for where, finish in finishers:
-                for i, sample in zip(where, finish(), strict=True):
+        if state.pins is not None and (self.targets or pool is not None):
+            # Under a bounded cache, every segment of the batch stays pinned until its
+            # frames are decoded: those decodes run after all the segments are resolved
+            # (or alongside), and a segment's pins alone would let an earlier segment's
+            # video be evicted first. The cache may exceed its limit by what the batch
+            # reads, and gets back under at the next fetch once it is done.
+            stack.enter_context(state.pins.holding(len(pending) * state.pins.max_pins))
+        finishers = [
+            (where, self._read_segment(state, int(s), steps[where], pool, jobs))
+            for where, s in pending
+        ]
+
+        def finish() -> list[dict[str, Any]]:
+            out: list[dict[str, Any] | None] = [None] * len(seg_pos)
+            for where, segment_samples in finishers:
+                for i, sample in zip(where, segment_samples(), strict=True):
                     out[int(i)] = sample
-        return cast("list[dict[str, Any]]", out)  # every position was filled
+            return cast("list[dict[str, Any]]", out)  # every position was filled
+
+        return BatchPlan(jobs, finish, state.scratch)
 
     def _read_segment(
         self,
@@ -327,7 +343,7 @@ class SampleReader:
         inverse = inverse.reshape(t_query.shape)
         done: Future[torch.Tensor] = Future()
         if target is not None:
-            jobs.append(_ResizeJob(done, args, target, size))
+            jobs.append(_ResizeJob(done, state.decoders, args, target, size))
             return done, inverse
         if pool is not None:
             return pool.submit(_decode_contiguous, state.decoders, *args), inverse
@@ -365,11 +381,12 @@ def _decode_contiguous(
 
 @dataclasses.dataclass(frozen=True)
 class _ResizeJob:
-    """Frames of one segment's camera to decode and resize: ``args`` of
-    ``DecoderCache.get_frames``, the decoded ``size`` ``(h, w)`` the manifest gives, and
+    """Frames of one segment's camera to decode and resize: ``args`` of ``get_frames`` of
+    ``decoders`` (its reader's), the decoded ``size`` ``(h, w)`` the manifest gives, and
     ``done``, which receives ``uint8 (U, 3, H, W)``."""
 
     done: Future[torch.Tensor]
+    decoders: DecoderCache
     args: tuple[str, Path, np.ndarray, float, str]
     target: Target
     size: tuple[int, int]
@@ -390,8 +407,28 @@ _BUFFER_BYTES = 8 << 20
 _CHANNELS = 4
 
 
+@dataclasses.dataclass(frozen=True)
+class BatchPlan:
+    """One reader's part of a batch, planned (:meth:`SampleReader.plan`): the decodes and
+    resizes it still needs, and ``finish()``, which builds its samples once they are done."""
+
+    jobs: list[_ResizeJob]
+    finish: Callable[[], list[dict[str, Any]]]
+    scratch: _Scratch
+
+
+def run_plans(
+    plans: Sequence[BatchPlan], pool: ThreadPoolExecutor | None = None, threads: int = 1
+) -> None:
+    """Decode and resize the frames of every plan in one pass: frames of the same decoded
+    size and target share buffers and resize calls whichever reader (a mixture's source) they
+    come from."""
+    jobs = [job for plan in plans for job in plan.jobs]
+    if jobs:
+        _run_resize_jobs(jobs, pool, threads, plans[0].scratch)
+
+
 def _run_resize_jobs(
-    decoders: DecoderCache,
     jobs: list[_ResizeJob],
     pool: ThreadPoolExecutor | None,
     threads: int,
@@ -419,15 +456,14 @@ def _run_resize_jobs(
         held = 0
         for job in group:
             if chunk and held + job.count > per_buffer:
-                _decode_and_resize(decoders, chunk, target, (h, w), sh * sw, pool, threads, scratch)
+                _decode_and_resize(chunk, target, (h, w), sh * sw, pool, threads, scratch)
                 chunk, held = [], 0
             chunk.append(job)
             held += job.count
-        _decode_and_resize(decoders, chunk, target, (h, w), sh * sw, pool, threads, scratch)
+        _decode_and_resize(chunk, target, (h, w), sh * sw, pool, threads, scratch)
 
 
 def _decode_and_resize(
-    decoders: DecoderCache,
     jobs: list[_ResizeJob],
     target: Target,
     size: tuple[int, int],
@@ -441,7 +477,7 @@ def _decode_and_resize(
     shape = (total, *size, _CHANNELS)
     buffer = scratch.get("decoded", int(np.prod(shape))).numpy().reshape(shape)
     decodes = [
-        functools.partial(decoders.get_frames, *job.args, out=buffer[lo:hi])
+        functools.partial(job.decoders.get_frames, *job.args, out=buffer[lo:hi])
         for job, lo, hi in zip(jobs, bounds[:-1], bounds[1:], strict=True)
     ]
     _run_all(decodes, pool)

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Generic, Protocol, TypeVar, cast
+
+import torch
 
 from rayform._checks import (
     check_choice,
@@ -20,6 +22,7 @@ from rayform._checks import (
     check_positive_number,
     is_int,
 )
+from rayform._hashing import hash_bytes
 from rayform._resolution import Target, check_image_size
 from rayform._seams import BlobSource
 from rayform.errors import InvalidArgumentError, NotFoundError
@@ -33,10 +36,12 @@ from rayform.torch._names import Names, resolve_names
 from rayform.torch._normalize import check_normalize
 from rayform.torch._sampling import DDP_EVEN
 
-__all__ = ["DEFAULT_READAHEAD_BYTES", "DatasetSpec", "Transform", "check_spec"]
+__all__ = ["DEFAULT_READAHEAD_BYTES", "DatasetSpec", "FromSpec", "Transform", "check_spec"]
 
 #: Default bytes read-ahead may have in flight per process.
 DEFAULT_READAHEAD_BYTES = 256 << 20
+
+T = TypeVar("T")
 
 #: A per-sample transform: ``callable(sample) -> sample``.
 Transform = Callable[[dict[str, Any]], dict[str, Any]]
@@ -116,6 +121,20 @@ class DatasetSpec:
         h, w, c = self.stream(stream).shape
         return c, h, w
 
+    def transformed(
+        self, sample: dict[str, Any], index: int, epoch: int, repeat: int = 0
+    ) -> dict[str, Any]:
+        """``transform(sample)`` with torch's RNG seeded from ``(seed, epoch, index[, repeat])``
+        (a repeat ``> 0`` of a sample in one epoch gets its own seed); the sample itself
+        without a transform."""
+        if self.transform is None:
+            return sample
+        tags = f"{self.seed}\0{epoch}\0{index}" + (f"\0{repeat}" if repeat else "")
+        digest = hash_bytes(f"rayform-sample\0{tags}".encode())
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(int(digest[:15], 16))
+            return self.transform(sample)
+
     def sample_spec(self) -> Spec:
         """``{sample key: (dtype, shape)}`` of one sample's tensors (``meta`` left out)."""
         obs = [
@@ -135,6 +154,26 @@ class DatasetSpec:
             else (str(self.names.action_key), int(self.stream(action).shape[-1]))
         )
         return dataset_spec(obs, act, self.obs_steps, self.horizon)
+
+
+class FromSpec(Generic[T]):
+    """A read-only attribute of a class whose ``spec`` is a :class:`DatasetSpec`, read from the
+    spec (``EpisodeDataset.fps`` is ``ds.spec.fps``)."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, obj: HasSpec, owner: type | None = None) -> T:
+        return cast(T, getattr(obj.spec, self.name))
+
+
+class HasSpec(Protocol):
+    """What :class:`FromSpec` reads: an object with a ``spec``."""
+
+    @property
+    def spec(self) -> DatasetSpec:
+        """The object's spec."""
+        ...
 
 
 def check_spec(

@@ -10,15 +10,15 @@ Semantics: ``docs/dataset.md``.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Generic, TypeVar, cast
+from typing import Any
 
-import torch
+import numpy as np
 from torch.utils.data import Dataset, get_worker_info
 
 from rayform._boundary import argument_errors
 from rayform._checks import check_non_negative_int
-from rayform._hashing import hash_bytes
 from rayform._resolution import Target, image_size_of
 from rayform._seams import BlobSource
 from rayform.client import Client
@@ -30,7 +30,7 @@ from rayform.torch._index import GridIndex, build_index, resolve_keys
 from rayform.torch._lineage import dataset_arguments, dataset_uri
 from rayform.torch._normalize import Normalizer, Values, unnormalize
 from rayform.torch._readahead import ReadAhead
-from rayform.torch._reader import SampleReader
+from rayform.torch._reader import BatchPlan, SampleReader, run_plans
 from rayform.torch._sampling import (
     CacheFootprint,
     IndexStream,
@@ -38,23 +38,23 @@ from rayform.torch._sampling import (
     episode_streams,
     shard_check,
 )
-from rayform.torch._spec import DEFAULT_READAHEAD_BYTES, DatasetSpec, Transform, check_spec
+from rayform.torch._spec import (
+    DEFAULT_READAHEAD_BYTES,
+    DatasetSpec,
+    FromSpec,
+    Transform,
+    check_spec,
+)
 from rayform.torch._stats import dataset_stats, normalizer_of, stats_arrays
 from rayform.uri import DatasetURI
 
-__all__ = ["EpisodeDataset"]
+__all__ = ["EpisodeDataset", "read_together"]
 
-T = TypeVar("T")
-
-
-class _FromSpec(Generic[T]):
-    """A read-only attribute of the dataset that is its spec's (``ds.fps`` is ``ds.spec.fps``)."""
-
-    def __set_name__(self, owner: type, name: str) -> None:
-        self.name = name
-
-    def __get__(self, ds: EpisodeDataset, owner: type | None = None) -> T:
-        return cast(T, getattr(ds.spec, self.name))
+#: ``(episode positions (N,), grid steps (N,))`` of a batch's keys.
+Located = tuple[np.ndarray, np.ndarray]
+#: A part of :func:`read_together` in flight: its dataset, flat indices, transform tags, what
+#: returns its samples as read, and its plan (``None`` when read already).
+_Pending = tuple["EpisodeDataset", np.ndarray, list, Callable[[], list], BatchPlan | None]
 
 
 class EpisodeDataset(Dataset):
@@ -178,31 +178,26 @@ class EpisodeDataset(Dataset):
         release_pages(spec.segments)
         self._reader = SampleReader(spec, self._index)
         self._readahead = ReadAhead(
-            spec.slice,
-            self._index,
-            spec.streams,
-            spec.targets,
-            (spec.rank, spec.world),
-            self.order_streams,
-            max_bytes=spec.readahead_bytes,
-        )
+            spec.slice, self._index, spec.streams, spec.targets, (spec.rank, spec.world),
+            self.order_streams, max_bytes=spec.readahead_bytes,
+        )  # fmt: skip
         self._normalizer: Normalizer | None = None  # computed on first use (normalization())
         self._shard_check = shard_check(len(self._index))  # None outside a multi-process DDP
 
-    slice: _FromSpec[BlobSource] = _FromSpec()
-    obs: _FromSpec[list[str]] = _FromSpec()
-    action: _FromSpec[str | None] = _FromSpec()
-    fps: _FromSpec[float] = _FromSpec()
-    horizon: _FromSpec[int] = _FromSpec()
-    frame: _FromSpec[str | None] = _FromSpec()
-    obs_steps: _FromSpec[int] = _FromSpec()
-    action_mode: _FromSpec[str] = _FromSpec()
-    transform: _FromSpec[Transform | None] = _FromSpec()
-    seed: _FromSpec[int] = _FromSpec()
-    ddp_even: _FromSpec[str] = _FromSpec()
-    decoder_cache_size: _FromSpec[int] = _FromSpec()
-    decode_threads: _FromSpec[int] = _FromSpec()
-    resize: _FromSpec[str] = _FromSpec()
+    slice: FromSpec[BlobSource] = FromSpec()
+    obs: FromSpec[list[str]] = FromSpec()
+    action: FromSpec[str | None] = FromSpec()
+    fps: FromSpec[float] = FromSpec()
+    horizon: FromSpec[int] = FromSpec()
+    frame: FromSpec[str | None] = FromSpec()
+    obs_steps: FromSpec[int] = FromSpec()
+    action_mode: FromSpec[str] = FromSpec()
+    transform: FromSpec[Transform | None] = FromSpec()
+    seed: FromSpec[int] = FromSpec()
+    ddp_even: FromSpec[str] = FromSpec()
+    decoder_cache_size: FromSpec[int] = FromSpec()
+    decode_threads: FromSpec[int] = FromSpec()
+    resize: FromSpec[str] = FromSpec()
 
     # -- size and epochs -------------------------------------------------------------------
     def __len__(self) -> int:
@@ -323,22 +318,30 @@ class EpisodeDataset(Dataset):
 
     def __getitems__(self, keys: Sequence[int | tuple[int, ...]]) -> list[dict[str, Any]]:
         """Samples for many keys; frames of each episode are decoded in one batched call."""
+        return read_together([(self, keys)])[0]
+
+    def _locate(self, keys: Sequence[Any]) -> tuple[np.ndarray, list[tuple[int, int]], Located]:
+        """Flat indices, transform tags and ``(episode, step)`` of ``keys``; read-ahead and the
+        shard check see the batch."""
         flat, tags = resolve_keys(keys, len(self), self._epoch.get())
         self._readahead.saw(keys)
         if self._shard_check is not None and not any(isinstance(k, tuple) for k in keys):
             info = get_worker_info()
             self._shard_check.saw(flat, self._epoch.get(), info.id if info is not None else -1)
-        seg, step = self._index.locate(flat)
-        samples = self._reader.read(seg, step)
+        return flat, tags, self._index.locate(flat)
+
+    def _finish(
+        self, samples: list[dict[str, Any]], flat: np.ndarray, tags: list[tuple[int, int]]
+    ) -> list[dict[str, Any]]:
+        """Samples as read, with their sample keys, normalised and transformed."""
         if self.spec.names.mapped:
             samples = [self.spec.names.rename(s) for s in samples]
         if self.spec.normalize is not None:
             norm = self._normalizer or self._make_normalizer()
             samples = [norm.apply(s) for s in samples]
-        transform = self.transform
-        if transform is not None:
+        if self.spec.transform is not None:
             samples = [
-                _seeded(transform, s, f"{self.seed}\0{t[0]}\0{i}" + (f"\0{t[1]}" if t[1] else ""))
+                self.spec.transformed(s, i, *t)
                 for s, i, t in zip(samples, flat.tolist(), tags, strict=True)
             ]
         return samples
@@ -472,9 +475,23 @@ class EpisodeDataset(Dataset):
         return html_repr(self.spec, self._index)
 
 
-def _seeded(transform: Transform, sample: dict[str, Any], tags: str) -> dict[str, Any]:
-    """``transform(sample)`` with torch's RNG seeded from ``tags`` (seed, epoch, index[, repeat])."""
-    digest = hash_bytes(f"rayform-sample\0{tags}".encode())
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(int(digest[:15], 16))
-        return transform(sample)
+def read_together(
+    parts: Sequence[tuple[EpisodeDataset, Sequence[Any]]],
+) -> list[list[dict[str, Any]]]:
+    """The samples of several datasets' keys (a mixture's sources' shares of a batch, or one
+    dataset's batch) read in one pass: every part's tables are aligned, then the frames every
+    part reads at a training resolution are decoded and resized together (frames of the same
+    size and target share buffers and resize calls), then each part's samples are built. A
+    dataset with ``decode_threads`` reads its part alone, in its own threads."""
+    with contextlib.ExitStack() as stack:
+        pending: list[_Pending] = []
+        for ds, keys in parts:
+            flat, tags, (seg, step) = ds._locate(keys)
+            if ds.decode_threads > 0:
+                done = ds._reader.read(seg, step)
+                pending.append((ds, flat, tags, done.copy, None))
+            else:
+                plan = ds._reader.plan(seg, step, stack)
+                pending.append((ds, flat, tags, plan.finish, plan))
+        run_plans([plan for *_, plan in pending if plan is not None])
+        return [ds._finish(finish(), flat, tags) for ds, flat, tags, finish, _ in pending]
