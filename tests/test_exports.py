@@ -17,6 +17,7 @@ def test_public_names_resolve():
     assert issubclass(rayform.InvalidArgumentError, ValueError)
     assert rayform.torch.EpisodeDataset is not None
     assert set(rayform.torch.__all__) == {
+        "DatasetSpec",
         "EpisodeDataset",
         "EpisodeSampler",
         "MixtureDataset",

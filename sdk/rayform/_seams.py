@@ -3,6 +3,7 @@
 Slice ID → manifest → blobs → cache → decoder → sample → batch::
 
     EpisodeDataset ──BlobSource──▶ Slice ──BlobFetcher──▶ Client ──Fetch──▶ (pull)
+    rayform.view ──ViewSource──▶ Slice
                                                              │
                                    Cache.fetch_blob ──DownloadSink──▶ Transport.download
                                                                       (ProgressCallback)
@@ -22,8 +23,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 if TYPE_CHECKING:
     import numpy as np
 
-    from rayform.manifest import BlobRef, Segments, Stream
-    from rayform.slice import Slice
+    from rayform.manifest import BlobRef, Segment, Segments, Stream
 
 __all__ = [
     "BlobFetcher",
@@ -32,6 +32,7 @@ __all__ = [
     "Fetch",
     "ProgressCallback",
     "TableLoader",
+    "ViewSource",
 ]
 
 #: Called with the number of bytes just received (progress bars). Runs in the downloading
@@ -58,7 +59,7 @@ class BlobFetcher(Protocol):
 
     def pull(
         self,
-        slice_id: str | Slice,
+        slice_id: str | BlobSource,
         streams: Sequence[str] | None = None,
         jobs: int = 8,
         progress: bool = False,
@@ -122,6 +123,30 @@ class BlobSource(Protocol):
 
     def would_fetch(self, ref: BlobRef) -> bool:
         """True if :meth:`blob_path` would download ``ref`` now (online, not cached)."""
+        ...
+
+
+class ViewSource(BlobSource, Protocol):
+    """What the viewer (:mod:`rayform.view`) needs from a slice: a :class:`~rayform.Slice` or a
+    ``select()`` view of one. The viewer depends on this, never on the slice model, so that
+    ``Slice.show()`` can start it without a circle of imports."""
+
+    @property
+    def streams(self) -> list[str]:
+        """Sorted names of every stream present in at least one segment."""
+        ...
+
+    def segment(self, segment_id: str) -> Segment:
+        """The segment with this ID (:class:`~rayform.errors.NotFoundError` if none)."""
+        ...
+
+    @property
+    def select(self) -> Callable[..., ViewSource]:
+        """Makes a view of some of its segments (``Slice.select``, its arguments)."""
+        ...
+
+    def __len__(self) -> int:
+        """Its number of segments."""
         ...
 
 

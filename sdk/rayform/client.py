@@ -36,7 +36,7 @@ from rayform._net import (
     run_pull,
 )
 from rayform._offline import missing_blobs, remembered
-from rayform._seams import DownloadSink, ProgressCallback
+from rayform._seams import BlobSource, DownloadSink, ProgressCallback
 from rayform.cache import Cache, Evictor, Pins, check_fits
 from rayform.errors import (
     InvalidArgumentError,
@@ -448,7 +448,7 @@ class Client:
 
     def pull(
         self,
-        slice_id: str | Slice,
+        slice_id: str | BlobSource,
         streams: Sequence[str] | None = None,
         jobs: int = 8,
         progress: bool = False,
@@ -482,7 +482,10 @@ class Client:
         # Names are checked before the slice is resolved: a typo costs no request and writes
         # nothing into the cache.
         names = None if streams is None else check_stream_names(streams)
-        slice_ = slice_id if isinstance(slice_id, Slice) else self.slices.get(slice_id)
+        if isinstance(slice_id, Slice):
+            slice_ = slice_id
+        else:  # an ID (or another BlobSource: its slice, whole)
+            slice_ = self.slices.get(slice_id if isinstance(slice_id, str) else slice_id.id)
         slice_id = slice_.id
         if names is not None:
             unknown = sorted(set(names) - set(slice_.streams))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import html
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -29,6 +29,9 @@ from rayform.manifest import (
     segments_of,
     select_rows,
 )
+
+if TYPE_CHECKING:
+    from rayform.view import ViewLink
 
 __all__ = ["Slice"]
 
@@ -240,7 +243,7 @@ class Slice:
         return self.client.pull(self, streams=streams, jobs=jobs, progress=progress)
 
     # -- display ---------------------------------------------------------------------------
-    def show(self, *, host: str = "127.0.0.1", port: int = 0) -> Any:
+    def show(self, *, host: str = "127.0.0.1", port: int = 0) -> ViewLink:
         """Look at this slice (or this ``select()`` view) in a web browser: starts the
         ``rayform view`` server from a thread (docs/view.md).
 
@@ -252,10 +255,11 @@ class Slice:
             A :class:`rayform.view.ViewLink`: Jupyter displays it as the link; ``.url`` is the
             page (with its key), ``.stop()`` ends the server.
         """
-        # Imported here: the viewer (and its pyarrow.compute) loads only when asked for.
-        from rayform.view import ViewLink, serve
+        # Imported here: the viewer (and its pyarrow.compute) loads only when asked for. The
+        # viewer knows slices only as a ViewSource (rayform._seams): the import is one way.
+        from rayform.view import show
 
-        return ViewLink(serve(self, host=host, port=port))
+        return show(self, host=host, port=port)
 
     def __len__(self) -> int:
         return len(self.segments)

@@ -254,6 +254,7 @@ def test_public_names() -> None:
     import rayform.torch
 
     assert set(rayform.torch.__all__) == {
+        "DatasetSpec",
         "EpisodeDataset",
         "EpisodeSampler",
         "MixtureDataset",

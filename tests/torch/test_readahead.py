@@ -16,7 +16,7 @@ from torch.utils.data import DataLoader
 import rayform
 from rayform._net._fetchlog import fetch_log
 from rayform.torch import EpisodeDataset, EpisodeSampler
-from rayform.torch._readahead import segment_blobs
+from rayform.torch._blobs import segment_blobs
 
 OBS = ["cam0/rgb", "joints/position"]
 ACTION = "joints/position_delta"
@@ -107,7 +107,7 @@ import torch.distributed as dist
 from torch.utils.data import DataLoader
 import rayform
 from rayform.torch import EpisodeDataset, EpisodeSampler
-from rayform.torch._readahead import segment_blobs
+from rayform.torch._blobs import segment_blobs
 
 url, out = sys.argv[1], Path(sys.argv[2])
 dist.init_process_group("gloo")

@@ -68,7 +68,7 @@ def test_every_position_of_every_rank_is_found_where_the_sampler_reads_it(
     parts = set()
     for rank in range(world):
         ds = _Episodes(counts, rank, world, ddp_even)
-        p = _EpochPlan(ds, ds, 3, (True, window))  # type: ignore[arg-type]  # it is its own grid
+        p = _EpochPlan(ds.order_streams, ds.shard, ds.locate, 3, (True, window))
         sampler = EpisodeSampler(ds, window=window)
         expected = [k.sample for k in sampler]
         got = p.indices(0, len(expected) + 5)

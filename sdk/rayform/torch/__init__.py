@@ -15,9 +15,11 @@ from rayform.torch._collate import collate
 from rayform.torch._mixture import MixtureDataset
 from rayform.torch._normalize import unnormalize
 from rayform.torch._sampling import EpisodeSampler, SamplerDataset, split_episodes
+from rayform.torch._spec import DatasetSpec
 from rayform.torch.dataset import EpisodeDataset
 
 __all__ = [
+    "DatasetSpec",
     "EpisodeDataset",
     "EpisodeSampler",
     "MixtureDataset",

@@ -21,6 +21,7 @@ import collections.abc
 import copy
 import threading
 import weakref
+from collections.abc import Callable
 from typing import Any, cast
 
 import torch
@@ -109,7 +110,9 @@ class _Bump:
         self.offset = _HEADER
         self.tensors = 0
 
-    def tensor_fn(self, batch: list[torch.Tensor], *, collate_fn_map: Any = None) -> Any:
+    def tensor_fn(
+        self, batch: list[torch.Tensor], *, collate_fn_map: object = None
+    ) -> torch.Tensor | None:
         elem = batch[0]
         shape = (len(batch), *elem.shape)
         nbytes = elem.element_size() * len(batch) * elem.numel()
@@ -177,7 +180,7 @@ def collate(batch: list[Any]) -> Any:
 class _Shipment:
     """A collated batch on its way to the main process; unpickles as the plain batch."""
 
-    def __init__(self, data: Any, flag: torch.Tensor, tensors: int) -> None:
+    def __init__(self, data: object, flag: torch.Tensor, tensors: int) -> None:
         self.data, self.flag, self.tensors = data, flag, tensors
 
     def __reduce__(self) -> tuple:
@@ -200,7 +203,7 @@ class _Release:
                 self.flag = None  # unmaps with the batch
 
 
-def _receive(data: Any, flag: torch.Tensor, tensors: int) -> Any:
+def _receive(data: object, flag: torch.Tensor, tensors: int) -> object:
     """In the receiving process: rewrap the slot's tensors so their lifetime frees the slot."""
     ptr = flag.untyped_storage().data_ptr()
     release = _Release(flag, tensors)
@@ -224,7 +227,7 @@ def _receive(data: Any, flag: torch.Tensor, tensors: int) -> Any:
     return out
 
 
-def _map_tensors(data: Any, fn: Any) -> Any:
+def _map_tensors(data: object, fn: Callable[[torch.Tensor], torch.Tensor]) -> object:
     if isinstance(data, torch.Tensor):
         return fn(data)
     if isinstance(data, collections.abc.Mapping):
@@ -240,7 +243,7 @@ def _map_tensors(data: Any, fn: Any) -> Any:
         except TypeError:
             return items
     if isinstance(data, tuple) and hasattr(data, "_fields"):
-        return type(data)(*(_map_tensors(v, fn) for v in data))
+        return cast(Any, type(data))(*(_map_tensors(v, fn) for v in data))
     if isinstance(data, (list, tuple)):
-        return type(data)(_map_tensors(v, fn) for v in data)
+        return cast(Any, type(data))(_map_tensors(v, fn) for v in data)
     return data

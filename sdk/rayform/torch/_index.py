@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from rayform._checks import is_int
 from rayform.errors import InvalidArgumentError, ManifestError, NotFoundError
 from rayform.manifest import Segments
 
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "GridIndex",
+    "resolve_keys",
     "build_index",
     "check_table_streams",
     "grid_offsets_ns",
@@ -172,3 +174,35 @@ def selection_of(slice_: BlobSource) -> dict[str, Any]:
         "parent_manifest_hash": parent.manifest_hash,
         "selection": selection,
     }
+
+
+def resolve_keys(
+    keys: Sequence[Any], n: int, epoch: int
+) -> tuple[np.ndarray, list[tuple[int, int]]]:
+    """Flat indices ``int64 (N,)`` of dataset keys, and each key's ``(epoch, repeat)`` (its
+    transform seed's tags). A key is an index (of ``epoch``, the dataset's current one),
+    ``(index, epoch)`` or ``(index, epoch, repeat)``; a negative index counts from ``n``.
+
+    Raises:
+        InvalidArgumentError: a key of another form, or an index that is no integer.
+        IndexError: an index outside ``0 .. n - 1``.
+    """
+    flat = np.empty(len(keys), dtype=np.int64)
+    tags = []
+    for j, key in enumerate(keys):
+        if not isinstance(key, tuple):
+            i, key_epoch, repeat = key, epoch, 0
+        elif len(key) in (2, 3):
+            i, key_epoch, repeat = (*key, 0)[:3]
+        else:
+            raise InvalidArgumentError(
+                f"dataset key {key!r}: use an index, (index, epoch) or (index, epoch, repeat)"
+            )
+        if not is_int(i):
+            raise InvalidArgumentError(f"dataset index must be an integer, got {i!r}")
+        i = int(i) + n if i < 0 else int(i)
+        if not 0 <= i < n:
+            raise IndexError(f"index {key!r} out of range for a dataset of {n} samples")
+        flat[j] = i
+        tags.append((int(key_epoch), int(repeat)))
+    return flat, tags

@@ -287,23 +287,18 @@ def _kind(dtype: str) -> str:
     return "camera" if dtype == "uint8" else "vector"
 
 
-def _shape(key: str, value: Any) -> tuple[int, ...]:
+def _shape(key: str, value: object) -> tuple[int, ...]:
     if isinstance(value, Mapping):
         value = value.get("shape")
     elif isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], str):
         value = value[1]
-    ok = (
-        isinstance(value, Sequence)
-        and not isinstance(value, str)
-        and all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in value)
-        and len(value) >= 1
-    )
-    if not ok:
+    dims = list(value) if isinstance(value, Sequence) and not isinstance(value, str) else []
+    if not dims or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in dims):
         raise InvalidArgumentError(
             f"layout= {key!r}: {value!r} is not a shape; give e.g. (14,) for a vector, (16, 14) for an action "
             "chunk, (3, 224, 224) for a camera"
         )
-    return tuple(int(v) for v in value)
+    return tuple(int(v) for v in dims)
 
 
 def _check_arg(layout: str | Mapping[str, Sequence[int]]) -> str | dict[str, tuple[int, ...]]:

@@ -1,4 +1,4 @@
-"""``EpisodeDataset.uri`` and ``EpisodeDataset.from_uri``: a dataset to a URI and back.
+"""``EpisodeDataset.uri`` and ``EpisodeDataset.from_uri``: a dataset's spec to a URI and back.
 
 The URI pins the manifest hash, so ``from_uri`` rebuilds the same samples or refuses:
 
@@ -15,6 +15,7 @@ The format itself is :class:`rayform.DatasetURI` (``docs/tracking.md``).
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -26,11 +27,11 @@ from rayform.manifest import Segments
 from rayform.slice import Slice
 from rayform.torch._layout import format_layout, parse_layout
 from rayform.torch._normalize import format_normalize
+from rayform.torch._spec import DatasetSpec
 from rayform.uri import DatasetURI, MixtureURI, clean_endpoint, selection_expression
 
 if TYPE_CHECKING:
-    from rayform.torch._mixture import MixtureDataset
-    from rayform.torch.dataset import EpisodeDataset  # noqa: F401  (named in docstrings)
+    from rayform._seams import BlobSource
 
 __all__ = [
     "OPTIONS",
@@ -54,61 +55,45 @@ OPTIONS = (
 )
 
 
-def dataset_uri(ds: EpisodeDataset) -> DatasetURI:
-    """The :class:`DatasetURI` of ``ds`` (its slice's server, manifest and arguments)."""
-    slice_ = ds.slice
-    select, chosen = _chosen(ds)
-    size = image_size_of(ds.targets)  # keyed by stream, as the URI is
+def dataset_uri(spec: DatasetSpec) -> DatasetURI:
+    """The :class:`DatasetURI` of a dataset's spec (its slice's server, manifest and arguments)."""
+    slice_ = spec.slice
+    select, chosen = _chosen(slice_, spec.segments)
+    size = image_size_of(dict(spec.targets) if spec.targets else None)  # keyed by stream
     # A slice from a Client names its server; one read another way (a test's store) has none.
     client = slice_.client if isinstance(slice_, Slice) else None
     return DatasetURI(
         endpoint=client.endpoint if isinstance(client, Client) else None,
         slice_id=slice_.id,
         manifest_hash=slice_.manifest_hash,
-        obs=tuple(ds.obs),
-        action=ds.action,
-        fps=ds.fps,
-        horizon=ds.horizon,
-        frame=ds.frame,
-        obs_steps=ds.obs_steps,
-        action_mode=ds.action_mode,
-        seed=ds.seed,
+        obs=tuple(spec.obs),
+        action=spec.action,
+        fps=spec.fps,
+        horizon=spec.horizon,
+        frame=spec.frame,
+        obs_steps=spec.obs_steps,
+        action_mode=spec.action_mode,
+        seed=spec.seed,
         segments=chosen,
         select=select,
-        image_size=None if size is None else format_image_size(size, ds.obs),
-        resize=None if size is None else ds.resize,
-        keys=_mapped_keys(ds),
-        normalize=_normalize_text(ds),
+        image_size=None if size is None else format_image_size(size, spec.obs),
+        resize=None if size is None else spec.resize,
+        # keys= only when some key is mapped (a dataset built from lists keeps its v1-3 URI).
+        keys=spec.names.keys if spec.names.mapped else None,
+        # A mode's numbers follow from the pinned manifest: the mode alone rebuilds them.
+        normalize=None
+        if spec.normalize is None
+        else format_normalize(spec.normalize, spec.normalize_given),
     )
 
 
-def _mapped_keys(ds: EpisodeDataset) -> tuple[str, ...] | None:
-    """The URI's ``keys=``: obs keys then the action key, only when some key is mapped (a
-    dataset built from lists keeps its version 1-3 URI byte for byte)."""
-    obs = ds.obs_keys
-    if list(obs) == list(obs.values()) and ds.action_key in (None, "action"):
-        return None
-    return (*obs, *([ds.action_key] if ds.action_key is not None else []))
-
-
-def _normalize_text(ds: EpisodeDataset) -> str | None:
-    """The URI's ``normalize=``: the mode, or the given statistics (a mode's numbers follow
-    from the pinned manifest, so the mode alone rebuilds them)."""
-    mode = ds.normalize
-    if mode is None:
-        return None
-    return format_normalize(mode, ds.normalization() if mode == "given" else None)
-
-
-def _chosen(ds: EpisodeDataset) -> tuple[str | None, tuple[str, ...] | None]:
-    """``(select expression, segment IDs)`` that rebuild the episodes of ``ds``.
+def _chosen(slice_: BlobSource, used: Segments) -> tuple[str | None, tuple[str, ...] | None]:
+    """``(select expression, segment IDs)`` that rebuild the episodes ``used`` of ``slice_``.
 
     A dataset on every segment of a selection view names the view (``select=``) when it is
     expressible; otherwise (a ``where=`` predicate, or ``segments=`` chosen by hand) the
     episodes are listed, which rebuilds them exactly from the whole slice.
     """
-    slice_ = ds.slice
-    used = ds.segments
     selection = slice_.selection
     if selection is not None and _same(used, slice_.segments):
         expr = selection_expression(selection)
@@ -157,17 +142,25 @@ def dataset_arguments(
     return slice_, {**parsed.dataset_kwargs(), **options}
 
 
-def mixture_uri(mix: MixtureDataset) -> MixtureURI:
-    """The :class:`~rayform.uri._mixture.MixtureURI` of ``mix``: its sources' URIs and weights as
-    given, ``num_samples``, ``replacement`` and ``seed`` (every source is an ``EpisodeDataset``:
-    the mixture checks)."""
+def mixture_uri(
+    sources: Sequence[tuple[float, DatasetSpec]],
+    *,
+    num_samples: int,
+    replacement: bool,
+    seed: int,
+    layout: str | Mapping[str, tuple[int, ...]] | None,
+    names: tuple[str, ...] | None,
+) -> MixtureURI:
+    """The :class:`~rayform.uri._mixture.MixtureURI` of a mixture: its sources' ``(weight as
+    given, spec)``, ``num_samples``, ``replacement``, ``seed``, the layout's argument and the
+    source names as given (``None`` when none was)."""
     return MixtureURI(
-        tuple((w, dataset_uri(ds)) for w, ds in zip(mix.given_weights, mix.sources, strict=True)),
-        num_samples=mix.num_samples,
-        replacement=mix.replacement,
-        seed=mix.seed,
-        layout=None if mix.layout is None else format_layout(mix.layout.arg),
-        names=mix.explicit_names,
+        tuple((w, dataset_uri(spec)) for w, spec in sources),
+        num_samples=num_samples,
+        replacement=replacement,
+        seed=seed,
+        layout=None if layout is None else format_layout(layout),
+        names=names,
     )
 
 
@@ -241,8 +234,6 @@ def _client_for(parsed: DatasetURI) -> Client:
     The environment's token is sent only to the server the environment names: a URI read from
     a tracker that names another host is refused rather than handed ``RAYFORM_TOKEN``.
     """
-    from rayform.client import Client
-
     configured = os.environ.get("RAYFORM_ENDPOINT") or None
     if parsed.endpoint is None:
         return Client()

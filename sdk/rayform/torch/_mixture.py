@@ -19,18 +19,25 @@ gets two transform seeds (two different augmentations), its first draw the seed 
 
 from __future__ import annotations
 
-import math
-import numbers
 import re
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping, Sequence, Sized
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
+import torch
 from torch.utils.data import Dataset
 
+from rayform._checks import (
+    check_int,
+    check_non_negative_int,
+    check_positive_int,
+    check_positive_number,
+    is_int,
+)
 from rayform.errors import InvalidArgumentError
 from rayform.torch._layout import Layout, SourcePlan, Spec
 from rayform.torch._lineage import mixture_arguments, mixture_uri
+from rayform.torch._normalize import Values
 from rayform.torch._sampling import (
     IndexStream,
     Permutation,
@@ -39,7 +46,7 @@ from rayform.torch._sampling import (
     derive_key,
     mix64,
 )
-from rayform.torch.dataset import EpisodeDataset
+from rayform.torch.dataset import EpisodeDataset, read_together
 
 if TYPE_CHECKING:
     from rayform.client import Client
@@ -110,15 +117,8 @@ class MixtureDataset(Dataset):
                     f"sources entry {item!r}: use (EpisodeDataset, weight) or (EpisodeDataset, weight, name)"
                 )
             names.append(_check_name(item[2]) if len(item) == 3 else None)
-            w = item[1]
-            if (
-                isinstance(w, bool)
-                or not isinstance(w, numbers.Real)
-                or not math.isfinite(w)
-                or w <= 0
-            ):
-                raise InvalidArgumentError(f"weight {w!r}: use a finite number > 0, e.g. 0.7")
-            if len(item[0]) == 0:
+            w = check_positive_number("weight", item[1], "0.7")
+            if len(cast(Sized, item[0])) == 0:
                 raise InvalidArgumentError(f"source {len(datasets)} ({item[0]!r}) has no samples")
             datasets.append(item[0])
             weights.append(float(w))
@@ -148,17 +148,9 @@ class MixtureDataset(Dataset):
         self._sizes = np.array([len(ds) for ds in datasets], dtype=np.int64)
         if num_samples is None:
             num_samples = int(self._sizes.sum())
-        if (
-            isinstance(num_samples, bool)
-            or not isinstance(num_samples, numbers.Integral)
-            or num_samples < 1
-        ):
-            raise InvalidArgumentError(f"num_samples={num_samples!r}: use an integer >= 1")
-        self.num_samples = int(num_samples)
+        self.num_samples = check_positive_int("num_samples", num_samples)
         self.replacement = bool(replacement)
-        if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
-            raise InvalidArgumentError(f"seed={seed!r}: use an integer")
-        self.seed = int(seed)
+        self.seed = check_int("seed", seed)
         self.quotas = _quotas(self.num_samples, self.weights)
         # Draws 0 .. num_samples - 1 of an epoch: source k's are bounds[k] .. bounds[k+1] - 1.
         self._bounds: np.ndarray = np.concatenate([[0], np.cumsum(self.quotas)]).astype(np.int64)
@@ -177,14 +169,13 @@ class MixtureDataset(Dataset):
 
     def set_epoch(self, epoch: int) -> None:
         """Select the epoch: same seed and epoch give the same draws in the same order."""
-        if isinstance(epoch, bool) or not isinstance(epoch, numbers.Integral) or epoch < 0:
-            raise InvalidArgumentError(f"epoch={epoch!r}: use a non-negative integer")
-        self._epoch.set(int(epoch))
+        self._epoch.set(check_non_negative_int("epoch", epoch))
 
     @property
     def shard(self) -> tuple[int, int]:
         """``(rank, world_size)`` of the sources."""
-        return self.sources[0].shard  # type: ignore[no-any-return]
+        shard: tuple[int, int] = self.sources[0].shard
+        return shard
 
     def locate(
         self, indices: np.ndarray, epoch: int | None = None
@@ -275,11 +266,17 @@ class MixtureDataset(Dataset):
             at = epochs == e
             src[at], local[at], repeat[at] = self._draws(flat[at], e)
         out: list[dict[str, Any]] = [{}] * len(keys)
-        for k in np.unique(src).tolist():
-            where = np.flatnonzero(src == k)
-            samples = self.sources[k].__getitems__(
-                [(int(local[j]), int(epochs[j]), int(repeat[j])) for j in where]
-            )
+        shares = [(k, np.flatnonzero(src == k)) for k in np.unique(src).tolist()]
+        parts = [
+            (self.sources[k], [(int(local[j]), int(epochs[j]), int(repeat[j])) for j in where])
+            for k, where in shares
+        ]
+        if all(isinstance(ds, EpisodeDataset) for ds, _ in parts):
+            # One pass for every source's share: their frames are decoded and resized together.
+            read = read_together(parts)
+        else:  # a nested mixture (or a user's dataset) reads its own share
+            read = [ds.__getitems__(share) for ds, share in parts]
+        for (k, where), samples in zip(shares, read, strict=True):
             for j, sample in zip(where.tolist(), samples, strict=True):
                 sample["meta"] = {
                     **sample["meta"],
@@ -309,7 +306,16 @@ class MixtureDataset(Dataset):
                 f"source {nested[0]} of the mixture is not an EpisodeDataset, so the mixture has no URI: "
                 "build one mixture of EpisodeDatasets with the weights multiplied out"
             )
-        return str(mixture_uri(self))
+        return str(
+            mixture_uri(
+                [(w, ds.spec) for w, ds in zip(self.given_weights, self.sources, strict=True)],
+                num_samples=self.num_samples,
+                replacement=self.replacement,
+                seed=self.seed,
+                layout=None if self.layout is None else self.layout.arg,
+                names=self.explicit_names,
+            )
+        )
 
     @classmethod
     def from_uri(
@@ -335,7 +341,8 @@ class MixtureDataset(Dataset):
         a layout the first source's (they are all the same)."""
         if self.layout is not None:
             return self.layout.spec()
-        return self.sources[0].sample_spec()  # type: ignore[no-any-return]
+        spec: dict[str, tuple[str, tuple[int, ...]]] = self.sources[0].sample_spec()
+        return spec
 
     def source_index(self, source: int | str) -> int:
         """The position of a source given by position or name.
@@ -345,18 +352,14 @@ class MixtureDataset(Dataset):
         """
         if isinstance(source, str) and source in self.source_names:
             return self.source_names.index(source)
-        if (
-            isinstance(source, numbers.Integral)
-            and not isinstance(source, bool)
-            and 0 <= source < len(self.sources)
-        ):
+        if is_int(source) and 0 <= int(source) < len(self.sources):
             return int(source)
         raise InvalidArgumentError(
             f"source={source!r}: use a position 0-{len(self.sources) - 1} or a name "
             f"({', '.join(self.source_names)})"
         )
 
-    def unnormalize(self, values: Any, source: int | str, key: str | None = None) -> Any:
+    def unnormalize(self, values: Values, source: int | str, key: str | None = None) -> Values:
         """A policy's output for ``source`` back in that robot's units: the layout's padded
         components are cut off (``(..., D_layout)`` becomes ``(..., D_source)``) and the
         source's own statistics undo its ``normalize=`` (``key``: default the action key).
@@ -373,7 +376,7 @@ class MixtureDataset(Dataset):
             raise InvalidArgumentError(
                 f"unnormalize: source {source!r} has no vector {key!r} ({', '.join(width)})"
             )
-        if not hasattr(values, "shape"):  # a list: as an array, as unnormalize() takes it
+        if not isinstance(values, (torch.Tensor, np.ndarray)):  # a list, as unnormalize() takes
             values = np.asarray(values, dtype=np.float32)
         return ds.unnormalize(values[..., : width[key]], key=key)
 
@@ -406,23 +409,24 @@ class MixtureDataset(Dataset):
         per = [ds.stats() for ds in self.sources]
         combined: dict[str, dict[str, Any]] = {}
         for name in per[0]:
-            rows = [
-                _by_role(ds, p, self.sources[0], name)
+            found = [
+                _by_role(ds.action, p, self.sources[0].action, name)
                 for ds, p in zip(self.sources, per, strict=True)
             ]
-            if any(r is None for r in rows) or len({len(r["mean"]) for r in rows}) != 1:  # type: ignore[index]
+            rows = [r for r in found if r is not None]
+            if len(rows) < len(found) or len({len(r["mean"]) for r in rows}) != 1:
                 continue  # a stream some source lacks, or of other widths (a layout pads them)
             w = np.array(self.weights)[:, None]
-            mean = np.array([r["mean"] for r in rows])  # type: ignore[index]
-            std = np.array([r["std"] for r in rows])  # type: ignore[index]
+            mean = np.array([r["mean"] for r in rows])
+            std = np.array([r["std"] for r in rows])
             mix_mean = (w * mean).sum(0)
             var = (w * (std**2 + mean**2)).sum(0) - mix_mean**2
             combined[name] = {
                 "mean": mix_mean.tolist(),
                 "std": np.sqrt(np.maximum(var, 0.0)).tolist(),
-                "min": np.min([r["min"] for r in rows], axis=0).tolist(),  # type: ignore[index]
-                "max": np.max([r["max"] for r in rows], axis=0).tolist(),  # type: ignore[index]
-                "count": int(sum(r["count"] for r in rows)),  # type: ignore[index]
+                "min": np.min([r["min"] for r in rows], axis=0).tolist(),
+                "max": np.max([r["max"] for r in rows], axis=0).tolist(),
+                "count": int(sum(r["count"] for r in rows)),
             }
         return {"sources": per, "combined": combined}
 
@@ -523,8 +527,11 @@ def _check_same_keys(datasets: Sequence[Any]) -> None:
                 )
 
 
-def _by_role(ds: Any, stats: dict[str, Any], first: Any, name: str) -> dict[str, Any] | None:
-    """The stats of ``ds`` for the stream that plays ``name``'s role in ``first``."""
-    if name == first.action and ds.action is not None:
-        return stats.get(ds.action)  # type: ignore[no-any-return]
-    return stats.get(name)  # type: ignore[no-any-return]
+def _by_role(
+    action: str | None, stats: dict[str, dict[str, Any]], first_action: str | None, name: str
+) -> dict[str, Any] | None:
+    """A source's ``stats`` for the stream that plays ``name``'s role in the first source
+    (``action``, ``first_action``: the two sources' action streams)."""
+    if name == first_action and action is not None:
+        return stats.get(action)
+    return stats.get(name)

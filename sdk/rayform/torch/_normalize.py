@@ -19,8 +19,9 @@ sample key, so each robot of a mixture is normalised with its own numbers, and
 
 from __future__ import annotations
 
+import dataclasses
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,9 +43,12 @@ __all__ = [
 NORMALIZE_MODES = ("mean_std", "quantile")
 _FIELDS = {"mean_std": ("mean", "std"), "quantile": ("q01", "q99")}
 
+#: What :func:`unnormalize` takes: a ``(..., D)`` tensor, an array, or nested lists of numbers.
+Values = torch.Tensor | np.ndarray | Sequence[Any]
+
 
 def check_normalize(
-    value: Any,
+    value: object,
     vector_keys: Mapping[str, int],
 ) -> tuple[str | None, dict[str, dict[str, list[float]]] | None]:
     """``(mode, given statistics)`` of a ``normalize=`` argument.
@@ -163,6 +167,10 @@ class Normalizer:
     """
 
     stats: dict[str, dict[str, list[float]]]
+    #: key -> ``(center, scale)`` as arrays, derived from ``stats`` once.
+    _arrays: dict[str, tuple[np.ndarray, np.ndarray]] = dataclasses.field(
+        init=False, repr=False, compare=False, default_factory=dict
+    )
 
     @classmethod
     def from_stats(cls, mode: str, stats: Mapping[str, Mapping[str, Any]]) -> Normalizer:
@@ -182,7 +190,7 @@ class Normalizer:
 
     def arrays(self, key: str) -> tuple[torch.Tensor, torch.Tensor]:
         """``(center (D,), scale (D,))`` float32 tensors of ``key``."""
-        center, scale = self._arrays[key]  # type: ignore[attr-defined]
+        center, scale = self._arrays[key]
         return torch.from_numpy(center), torch.from_numpy(scale)
 
     def apply(self, sample: dict[str, Any]) -> dict[str, Any]:
@@ -194,7 +202,7 @@ class Normalizer:
         return sample
 
 
-def unnormalize(values: Any, stats: Mapping[str, Any]) -> Any:
+def unnormalize(values: Values, stats: Mapping[str, Sequence[float]]) -> torch.Tensor | np.ndarray:
     """A normalised vector back in robot units: ``values * scale + center``.
 
     Args:

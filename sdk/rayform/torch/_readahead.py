@@ -25,99 +25,56 @@ from __future__ import annotations
 import collections
 import logging
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from rayform._net import FetchLog, fetch_log, mark_ahead
 from rayform._process import PerProcess
-from rayform._resolution import Target, stream_blobs
-from rayform.cache import Pins, check_fits
+from rayform._resolution import Target
+from rayform.cache import Pins
+from rayform.torch._blobs import segment_blobs
 from rayform.torch._index import GridIndex
 from rayform.torch._sampling import IndexStream, Part, plan
 
 if TYPE_CHECKING:
     from rayform._seams import BlobSource
-    from rayform.manifest import BlobRef, Segment
-    from rayform.torch.dataset import EpisodeDataset
+    from rayform.manifest import BlobRef
 
-__all__ = ["ReadAhead", "check_cache_fits", "reader_pins", "segment_blobs"]
+__all__ = ["OrderStreams", "ReadAhead"]
 
 log = logging.getLogger("rayform.fetch")
 
-#: Default bytes read-ahead may have in flight per process.
-DEFAULT_READAHEAD_BYTES = 256 << 20
 _THREADS = 4
 _MAX_BATCHES_AHEAD = 32
 #: Planned positions computed at once at least (small batches: one call's fixed cost shared).
 _MIN_WINDOW = 4096
 
 
-def segment_blobs(
-    segment: Segment, names: Sequence[str], targets: Mapping[str, Target] | None = None
-) -> dict[str, Any]:
-    """``{hash: BlobRef}`` of the blobs one segment needs for the streams ``names``; a camera
-    with a training resolution in ``targets`` needs only the rendition it reads."""
-    out: dict[str, Any] = {}
-    targets = targets or {}
-    for name in names:
-        for ref in stream_blobs(segment.streams[name], targets.get(name)):
-            out[ref.hash] = ref
-    return out
-
-
-def check_cache_fits(
-    slice_: BlobSource,
-    segments: Sequence[Any],
-    names: Sequence[str],
-    targets: Mapping[str, Target] | None = None,
-) -> int | None:
-    """Raise up front if the largest segment's blobs exceed the client's ``cache_limit``.
-
-    A sample needs every blob of its segment's streams at once; below that, a bounded cache
-    would evict what it is reading (or wait forever, in other libraries).
-
-    Returns:
-        The bytes of every segment's blobs for ``names`` (what an epoch reads), or ``None``
-        when there is no limit (then nothing is summed: a fleet-scale slice costs no pass).
-    """
-    limit = slice_.cache_limit
-    if limit is None or not segments:
-        return None
-    sizes = [
-        (sum(r.size for r in segment_blobs(seg, names, targets).values()), seg.id)
-        for seg in segments
-    ]
-    need, seg_id = max(sizes)
-    check_fits(limit, need, f"segment {seg_id}'s blobs for streams {', '.join(names)}")
-    return sum(size for size, _ in sizes)
-
-
-def reader_pins(slice_: BlobSource, segments: Sequence[Any], names: Sequence[str]) -> Pins | None:
-    """The pins of one reading process under a bounded cache (``None`` without a limit).
-
-    They hold the blobs of about one segment (the most recently used): what a batch is reading.
-    Older pins are dropped, so a process never holds more of a small cache than it needs.
-    """
-    if slice_.cache_limit is None or not segments:
-        return None
-    return Pins(len(segment_blobs(segments[0], names)))  # every segment has these streams
-
-
 #: An order of EpisodeSampler: ``(shuffle, window)``.
 Order = tuple[bool, int | None]
+#: ``(world, epoch, shuffle, window) -> one IndexStream per rank``: how an epoch is laid out
+#: (``EpisodeDataset.order_streams``).
+OrderStreams = Callable[[int, int, bool, int | None], list[IndexStream]]
 
 
 class _EpochPlan:
     """This rank's part of one epoch as a fresh sampler lays it out, with O(batch) lookups."""
 
-    def __init__(self, dataset: EpisodeDataset, index: GridIndex, epoch: int, order: Order) -> None:
-        rank, world = dataset.shard
+    def __init__(
+        self,
+        order_streams: OrderStreams,
+        shard: tuple[int, int],
+        locate: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]],
+        epoch: int,
+        order: Order,
+    ) -> None:
+        rank, world = shard
         self.epoch, self.order = epoch, order
-        self.streams: list[IndexStream] = dataset.order_streams(world, epoch, *order)
+        self.streams: list[IndexStream] = order_streams(world, epoch, *order)
         self.part: Part = plan([s.length for s in self.streams], [[world, 0]])[rank]
-        self._locate = index.locate
+        self._locate = locate  # flat indices -> (episode, step): the grid's
         # Indices (and their episodes) of positions lo .. lo + len(vals) - 1, computed a window
         # at a time: one vectorised call serves the next batches, not one small call per batch.
         self._lo, self._vals, self._segs = (
@@ -192,21 +149,33 @@ class ReadAhead:
     """Background prefetch of the blobs of the batches a process will read next.
 
     Args:
-        dataset: the :class:`~rayform.torch.EpisodeDataset`.
-        index: its grid (which episode each index reads).
+        source: the slice the blobs come from.
+        index: the dataset's grid (which episode each index reads).
+        names: the streams read (observations and action).
+        targets: camera stream -> training resolution (which rendition it reads), or ``None``.
+        shard: ``(rank, world_size)`` of this process.
+        order_streams: how an epoch is laid out (:data:`OrderStreams`).
         max_bytes: bytes of blobs in flight at most (0 turns read-ahead off).
         threads: parallel downloads.
     """
 
     def __init__(
         self,
-        dataset: EpisodeDataset,
+        source: BlobSource,
         index: GridIndex,
-        max_bytes: int = DEFAULT_READAHEAD_BYTES,
+        names: Sequence[str],
+        targets: Mapping[str, Target] | None,
+        shard: tuple[int, int],
+        order_streams: OrderStreams,
+        max_bytes: int,
         threads: int = _THREADS,
     ) -> None:
-        self.dataset = dataset
+        self.source = source
         self.index = index
+        self.names = list(names)
+        self.targets = dict(targets or {})
+        self.shard = shard
+        self.order_streams = order_streams
         self.max_bytes = max_bytes
         self.threads = threads
         # The orders a batch is looked for in, most likely first: EpisodeSampler's defaults,
@@ -228,7 +197,9 @@ class ReadAhead:
             st.plans, st.plan_epoch = {}, epoch
         if order not in st.plans:
             try:
-                st.plans[order] = _EpochPlan(self.dataset, self.index, epoch, order)
+                st.plans[order] = _EpochPlan(
+                    self.order_streams, self.shard, self.index.locate, epoch, order
+                )
             except (
                 Exception
             ) as exc:  # an order we cannot replay: no read-ahead, nothing else changes
@@ -300,9 +271,8 @@ class ReadAhead:
         epoch: int,
         positions: int,
     ) -> None:
-        ds = self.dataset
-        names = [*ds.obs, *([ds.action] if ds.action else [])]
-        slice_ = ds.slice
+        names = self.names
+        slice_ = self.source
         budget = self.max_bytes
         limit = slice_.cache_limit
         if limit is not None:  # leave room for what the readers pin
@@ -322,7 +292,7 @@ class ReadAhead:
                 if s in st.present_segments:
                     continue
                 cached = 0
-                refs = segment_blobs(self.index.segments[s], names, ds.targets)
+                refs = segment_blobs(self.index.segments[s], names, self.targets)
                 if limit is not None and s not in seen:
                     seen.add(s)
                     horizon += sum(r.size for r in refs.values())
@@ -366,7 +336,7 @@ class ReadAhead:
 
     def _work(self, st: _State) -> None:
         mark_ahead()
-        slice_ = self.dataset.slice
+        slice_ = self.source
         while True:
             with st.lock:
                 if not st.queue or st.closed:

@@ -27,24 +27,24 @@ import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
 
 from rayform._process import PerProcess
 from rayform._resolution import Target, choose_rendition, format_image_size
-from rayform._seams import BlobSource
 from rayform.cache import Pins
 from rayform.errors import IntegrityError, OfflineError
 from rayform.manifest import BlobRef, Stream
 from rayform.torch._align import align_values, latest_at_or_before
+from rayform.torch._blobs import reader_pins
+from rayform.torch._conventions import convert
 from rayform.torch._decoding import DecoderCache, TableCache, resize_frames
-from rayform.torch._frames import convert
 from rayform.torch._index import GridIndex, grid_offsets_ns
-from rayform.torch._readahead import reader_pins
+from rayform.torch._spec import DatasetSpec
 
-__all__ = ["SampleReader"]
+__all__ = ["BatchPlan", "SampleReader", "run_plans"]
 
 
 #: Fetches of one blob a read tries while other processes keep evicting it before its pin.
@@ -70,49 +70,19 @@ class SampleReader:
     """Reads samples of one dataset; cheap to construct, opens nothing until used.
 
     Args:
-        slice_: the :class:`~rayform.Slice` (blobs via ``slice_.blob_path``).
-        index: the grid.
-        obs: observation stream names.
-        action: action stream name or ``None``.
-        horizon: action chunk length in grid steps.
-        obs_steps: observation history length in grid steps.
-        action_mode: ``"hold"``, ``"nearest"`` or ``"linear"``.
-        frame: target coordinate convention (``None`` = as stored).
-        decoder_cache_size: open decoders kept per process.
-        decoder_backend: ``"torchcodec"``, ``"pyav"`` or ``None`` (auto).
-        decode_threads: threads decoding video per process (0: decode in the calling thread).
-        targets: camera key -> training resolution (frames resized right after decode, in the
-            decoding thread), or ``None`` for frames as stored.
+        spec: the dataset's checked arguments (streams, alignment, decoding, training
+            resolution); blobs come through ``spec.slice.blob_path``.
+        index: the dataset's grid.
     """
 
-    def __init__(
-        self,
-        slice_: BlobSource,
-        index: GridIndex,
-        obs: Sequence[str],
-        action: str | None,
-        *,
-        horizon: int,
-        obs_steps: int,
-        action_mode: str,
-        frame: str | None,
-        decoder_cache_size: int,
-        decoder_backend: str | None,
-        decode_threads: int = 0,
-        targets: dict[str, Target] | None = None,
-    ) -> None:
-        self.slice = slice_
+    def __init__(self, spec: DatasetSpec, index: GridIndex) -> None:
+        self.spec = spec
+        self.slice = spec.slice
         self.index = index
-        self.obs = list(obs)
-        self.action = action
-        self.horizon = horizon
-        self.obs_steps = obs_steps
-        self.action_mode = action_mode
-        self.frame = frame
-        self.decoder_cache_size = decoder_cache_size
-        self.decoder_backend = decoder_backend
-        self.decode_threads = decode_threads
-        self.targets = targets or {}
+        self.obs = spec.obs
+        self.action = spec.action
+        self.obs_steps = spec.obs_steps
+        self.targets = dict(spec.targets or {})
         # Decoders inherited through fork share FFmpeg state with the parent: they are kept,
         # unused, for good. Freeing one runs FFmpeg's cleanup on state that belongs to the
         # parent's threads (swscale's thread pool then waits forever in the child).
@@ -120,11 +90,8 @@ class SampleReader:
 
     # -- per-process state -----------------------------------------------------------------
     def _new_state(self) -> _ProcessState:
-        pins = reader_pins(self.slice, self.index.segments, self._streams())
-        return _ProcessState(self.decoder_cache_size, self.decoder_backend, pins)
-
-    def _streams(self) -> list[str]:
-        return [*self.obs, *([self.action] if self.action else [])]
+        pins = reader_pins(self.slice, self.index.segments, self.spec.streams)
+        return _ProcessState(self.spec.decoder_cache_size, self.spec.decoder_backend, pins)
 
     def open_backends(self) -> list[str]:
         """This process's open video decoders, least recently used first, by backend
@@ -158,7 +125,7 @@ class SampleReader:
             # without it would need a size for every camera of the slice.
             cmd = (
                 f"rayform pull {self.slice.id} --image-size {format_image_size(self.image_sizes())} "
-                f"--resize {self.targets[stream.name].mode} --streams {' '.join(self._streams())}"
+                f"--resize {self.targets[stream.name].mode} --streams {' '.join(self.spec.streams)}"
             )
             # "from None": the cache's own error names a plain pull of the originals, which
             # would not fetch what this dataset reads.
@@ -189,11 +156,11 @@ class SampleReader:
     # -- reading ---------------------------------------------------------------------------
     def read(self, seg_pos: np.ndarray, steps: np.ndarray) -> list[dict[str, Any]]:
         """Samples for parallel arrays of segment positions and grid steps, in that order."""
-        if self.decode_threads > 0:
+        if self.spec.decode_threads > 0:
             # Starting 2 threads costs ~0.1 ms against ~60 ms of decoding per batch of 32.
             # Leaving the block waits for every decode, even on error.
             with ThreadPoolExecutor(
-                self.decode_threads, thread_name_prefix="rayform-decode"
+                self.spec.decode_threads, thread_name_prefix="rayform-decode"
             ) as pool:
                 return self._read(seg_pos, steps, pool)
         return self._read(seg_pos, steps, None)
@@ -201,30 +168,48 @@ class SampleReader:
     def _read(
         self, seg_pos: np.ndarray, steps: np.ndarray, pool: ThreadPoolExecutor | None
     ) -> list[dict[str, Any]]:
+        with contextlib.ExitStack() as stack:
+            plan = self.plan(seg_pos, steps, stack, pool)
+            run_plans([plan], pool, max(1, self.spec.decode_threads))
+            return plan.finish()
+
+    def plan(
+        self,
+        seg_pos: np.ndarray,
+        steps: np.ndarray,
+        stack: contextlib.ExitStack,
+        pool: ThreadPoolExecutor | None = None,
+    ) -> BatchPlan:
+        """A batch's read up to its decodes at a training resolution: tables aligned, paths
+        resolved, other decodes started (in ``pool``, when there is one). :func:`run_plans`
+        decodes and resizes the frames of one or many plans (a mixture's sources) together,
+        then ``plan.finish()`` builds the samples. Under a bounded cache, the batch's blobs
+        stay pinned until ``stack`` closes."""
         state = self._state.get()
-        out: list[dict[str, Any] | None] = [None] * len(seg_pos)
-        # Start every segment's decodes first (in the pool, when there is one), then assemble.
-        # Frames read at a training resolution are only requested there, then decoded into
+        # Frames read at a training resolution are only requested here, then decoded into
         # one buffer and resized in one call per camera for the whole batch.
         pending = [(np.flatnonzero(seg_pos == s), s) for s in np.unique(seg_pos)]
         jobs: list[_ResizeJob] = []
-        with contextlib.ExitStack() as stack:
-            if state.pins is not None and (self.targets or pool is not None):
-                # Under a bounded cache, every segment of the batch stays pinned until its
-                # frames are decoded: those decodes run after all the segments are resolved
-                # (or alongside), and a segment's pins alone would let an earlier segment's
-                # video be evicted first. The cache may exceed its limit by what the batch
-                # reads, and gets back under at the next fetch once it is done.
-                stack.enter_context(state.pins.holding(len(pending) * state.pins.max_pins))
-            finishers = [
-                (where, self._read_segment(state, int(s), steps[where], pool, jobs))
-                for where, s in pending
-            ]
-            _run_resize_jobs(state.decoders, jobs, pool, max(1, self.decode_threads), state.scratch)
-            for where, finish in finishers:
-                for i, sample in zip(where, finish(), strict=True):
+        if state.pins is not None and (self.targets or pool is not None):
+            # Under a bounded cache, every segment of the batch stays pinned until its
+            # frames are decoded: those decodes run after all the segments are resolved
+            # (or alongside), and a segment's pins alone would let an earlier segment's
+            # video be evicted first. The cache may exceed its limit by what the batch
+            # reads, and gets back under at the next fetch once it is done.
+            stack.enter_context(state.pins.holding(len(pending) * state.pins.max_pins))
+        finishers = [
+            (where, self._read_segment(state, int(s), steps[where], pool, jobs))
+            for where, s in pending
+        ]
+
+        def finish() -> list[dict[str, Any]]:
+            out: list[dict[str, Any] | None] = [None] * len(seg_pos)
+            for where, segment_samples in finishers:
+                for i, sample in zip(where, segment_samples(), strict=True):
                     out[int(i)] = sample
-        return out  # type: ignore[return-value]
+            return cast("list[dict[str, Any]]", out)  # every position was filled
+
+        return BatchPlan(jobs, finish, state.scratch)
 
     def _read_segment(
         self,
@@ -253,16 +238,16 @@ class SampleReader:
                 videos[name] = self._video(state, stream, obs_t, pool, self.targets.get(name), jobs)
             else:
                 t_rec, rec = self.table(stream)
-                values = convert(rec[latest_at_or_before(t_rec, obs_t)], stream, self.frame)
+                values = convert(rec[latest_at_or_before(t_rec, obs_t)], stream, self.spec.frame)
                 tables[name] = torch.from_numpy(values.astype(np.float32))
         action: tuple[torch.Tensor, torch.Tensor] | None = None  # (B, horizon, D), (B, horizon)
         if self.action is not None:
             stream = seg.streams[self.action]
-            chunk = steps[:, None] + np.arange(self.horizon)[None, :]  # (B, horizon)
+            chunk = steps[:, None] + np.arange(self.spec.horizon)[None, :]  # (B, horizon)
             chunk_t = index.start_ns[s] + grid_offsets_ns(np.minimum(chunk, n - 1), index.fps)
             t_rec, rec = self.table(stream)
-            flat = align_values(t_rec, rec, chunk_t.reshape(-1), self.action_mode)
-            act = convert(flat, stream, self.frame).reshape(*chunk.shape, -1)
+            flat = align_values(t_rec, rec, chunk_t.reshape(-1), self.spec.action_mode)
+            act = convert(flat, stream, self.spec.frame).reshape(*chunk.shape, -1)
             action = (
                 torch.from_numpy(np.ascontiguousarray(act, dtype=np.float32)),
                 torch.from_numpy(chunk >= n),
@@ -358,7 +343,7 @@ class SampleReader:
         inverse = inverse.reshape(t_query.shape)
         done: Future[torch.Tensor] = Future()
         if target is not None:
-            jobs.append(_ResizeJob(done, args, target, size))
+            jobs.append(_ResizeJob(done, state.decoders, args, target, size))
             return done, inverse
         if pool is not None:
             return pool.submit(_decode_contiguous, state.decoders, *args), inverse
@@ -396,11 +381,12 @@ def _decode_contiguous(
 
 @dataclasses.dataclass(frozen=True)
 class _ResizeJob:
-    """Frames of one segment's camera to decode and resize: ``args`` of
-    ``DecoderCache.get_frames``, the decoded ``size`` ``(h, w)`` the manifest gives, and
+    """Frames of one segment's camera to decode and resize: ``args`` of ``get_frames`` of
+    ``decoders`` (its reader's), the decoded ``size`` ``(h, w)`` the manifest gives, and
     ``done``, which receives ``uint8 (U, 3, H, W)``."""
 
     done: Future[torch.Tensor]
+    decoders: DecoderCache
     args: tuple[str, Path, np.ndarray, float, str]
     target: Target
     size: tuple[int, int]
@@ -421,8 +407,28 @@ _BUFFER_BYTES = 8 << 20
 _CHANNELS = 4
 
 
+@dataclasses.dataclass(frozen=True)
+class BatchPlan:
+    """One reader's part of a batch, planned (:meth:`SampleReader.plan`): the decodes and
+    resizes it still needs, and ``finish()``, which builds its samples once they are done."""
+
+    jobs: list[_ResizeJob]
+    finish: Callable[[], list[dict[str, Any]]]
+    scratch: _Scratch
+
+
+def run_plans(
+    plans: Sequence[BatchPlan], pool: ThreadPoolExecutor | None = None, threads: int = 1
+) -> None:
+    """Decode and resize the frames of every plan in one pass: frames of the same decoded
+    size and target share buffers and resize calls whichever reader (a mixture's source) they
+    come from."""
+    jobs = [job for plan in plans for job in plan.jobs]
+    if jobs:
+        _run_resize_jobs(jobs, pool, threads, plans[0].scratch)
+
+
 def _run_resize_jobs(
-    decoders: DecoderCache,
     jobs: list[_ResizeJob],
     pool: ThreadPoolExecutor | None,
     threads: int,
@@ -450,15 +456,14 @@ def _run_resize_jobs(
         held = 0
         for job in group:
             if chunk and held + job.count > per_buffer:
-                _decode_and_resize(decoders, chunk, target, (h, w), sh * sw, pool, threads, scratch)
+                _decode_and_resize(chunk, target, (h, w), sh * sw, pool, threads, scratch)
                 chunk, held = [], 0
             chunk.append(job)
             held += job.count
-        _decode_and_resize(decoders, chunk, target, (h, w), sh * sw, pool, threads, scratch)
+        _decode_and_resize(chunk, target, (h, w), sh * sw, pool, threads, scratch)
 
 
 def _decode_and_resize(
-    decoders: DecoderCache,
     jobs: list[_ResizeJob],
     target: Target,
     size: tuple[int, int],
@@ -472,7 +477,7 @@ def _decode_and_resize(
     shape = (total, *size, _CHANNELS)
     buffer = scratch.get("decoded", int(np.prod(shape))).numpy().reshape(shape)
     decodes = [
-        functools.partial(decoders.get_frames, *job.args, out=buffer[lo:hi])
+        functools.partial(job.decoders.get_frames, *job.args, out=buffer[lo:hi])
         for job, lo, hi in zip(jobs, bounds[:-1], bounds[1:], strict=True)
     ]
     _run_all(decodes, pool)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,13 +30,16 @@ import numpy as np
 from rayform._hashing import hash_bytes
 from rayform._seams import TableLoader
 from rayform.cache import Cache
+from rayform.client import Client
 from rayform.errors import RayformError
 from rayform.manifest import canonical_json
 from rayform.torch._align import align_values, latest_at_or_before
-from rayform.torch._frames import convert
+from rayform.torch._conventions import convert
 from rayform.torch._index import GridIndex
+from rayform.torch._normalize import Normalizer
+from rayform.torch._spec import DatasetSpec
 
-__all__ = ["compute_stats", "stats_key"]
+__all__ = ["compute_stats", "dataset_stats", "normalizer_of", "stats_arrays", "stats_key"]
 
 _STATS_VERSION = 3  # 2: q01/q99 added (a version 1 file lacks them); 3: keyed by the grid too
 
@@ -132,3 +136,45 @@ def compute_stats(
                 stats_file, json.dumps(out, sort_keys=True).encode()
             )
     return out
+
+
+def stats_arrays(stats: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Statistics with their per-component lists as ``(D,) float32`` arrays (``count`` kept)."""
+    arrays = ("mean", "std", "min", "max", "q01", "q99")
+    return {
+        name: {k: np.asarray(v, dtype=np.float32) if k in arrays else v for k, v in entry.items()}
+        for name, entry in stats.items()
+    }
+
+
+def dataset_stats(
+    spec: DatasetSpec, index: GridIndex, load_table: TableLoader
+) -> dict[str, dict[str, Any]]:
+    """:func:`compute_stats` of a dataset's table streams (``EpisodeDataset.stats()``), cached
+    under its slice's cache directory and written in the mode its client chose."""
+    roles = {name: "obs" for name in spec.obs if spec.stream(name).kind == "table"}
+    if spec.action is not None:
+        roles[spec.action] = "action"
+    client = getattr(spec.slice, "client", None)
+    return compute_stats(
+        index,
+        roles,
+        spec.frame,
+        spec.action_mode,
+        load_table,
+        spec.slice.cache_dir,
+        # Written like the client's other files: group-writable in a team cache.
+        shared=client.cache.shared if isinstance(client, Client) else None,
+    )
+
+
+def normalizer_of(spec: DatasetSpec, stats: Callable[[], dict[str, dict[str, Any]]]) -> Normalizer:
+    """The :class:`Normalizer` of a dataset with ``normalize=``: the given statistics, or its
+    vectors' ``stats()`` (called only then) in the spec's mode."""
+    if spec.normalize == "given":
+        return Normalizer.from_stats("given", spec.normalize_given or {})
+    by_stream = stats()
+    vectors = [k for k, (dtype, _) in spec.sample_spec().items() if dtype == "float32"]
+    return Normalizer.from_stats(
+        str(spec.normalize), {k: by_stream[spec.names.stream_of(k)] for k in vectors}
+    )

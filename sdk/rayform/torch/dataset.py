@@ -1,62 +1,60 @@
 """``EpisodeDataset``: a slice as a map-style PyTorch dataset on a fixed-rate time grid.
 
-This module holds only the public class: argument validation, indexing, epochs, sharding
-policy, ``stats`` and ``describe``. The grid is in ``_index``, alignment in ``_align``,
-reading in ``_reader`` (decoding in the ``_decoding`` package), read-ahead in ``_readahead``,
-conventions in ``_frames``, the sampling order and shards in the ``_sampling`` package, and
-statistics in ``_stats``. Semantics: ``docs/dataset.md``.
+This module holds only the public class: a validated spec (``_spec``: every argument,
+checked once) plus the grid (``_index``), a reader (``_reader``; decoding in the ``_decoding``
+package, alignment in ``_align``, conventions in ``_conventions``) and read-ahead
+(``_readahead``), with epochs and the sampler's hooks (the ``_sampling`` package). Statistics
+are in ``_stats``, ``describe()`` and the reprs in ``_describe``, the URI in ``_lineage``.
+Semantics: ``docs/dataset.md``.
 """
 
 from __future__ import annotations
 
-import math
-import numbers
+import contextlib
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
-import torch
 from torch.utils.data import Dataset, get_worker_info
 
-from rayform import _html
 from rayform._boundary import argument_errors
-from rayform._hashing import hash_bytes
-from rayform._resolution import Target, check_image_size, describe_resolution, image_size_of
+from rayform._checks import check_non_negative_int
+from rayform._resolution import Target, image_size_of
 from rayform._seams import BlobSource
 from rayform.client import Client
-from rayform.errors import InvalidArgumentError, NotFoundError
+from rayform.errors import InvalidArgumentError
 from rayform.manifest import Segments, Stream, release_pages
-from rayform.torch._align import ACTION_MODES
-from rayform.torch._decoding import BACKENDS
-from rayform.torch._frames import check_frame
-from rayform.torch._index import (
-    GridIndex,
-    build_index,
-    check_table_streams,
-    select_table,
-    selection_of,
-)
-from rayform.torch._layout import dataset_spec
+from rayform.torch._blobs import check_cache_fits
+from rayform.torch._describe import describe_dataset, html_repr, text_repr
+from rayform.torch._index import GridIndex, build_index, resolve_keys
 from rayform.torch._lineage import dataset_arguments, dataset_uri
-from rayform.torch._names import Names, resolve_names
-from rayform.torch._normalize import Normalizer, check_normalize, unnormalize
-from rayform.torch._readahead import DEFAULT_READAHEAD_BYTES, ReadAhead, check_cache_fits
-from rayform.torch._reader import SampleReader
+from rayform.torch._normalize import Normalizer, Values, unnormalize
+from rayform.torch._readahead import ReadAhead
+from rayform.torch._reader import BatchPlan, SampleReader, run_plans
 from rayform.torch._sampling import (
-    DDP_EVEN,
     CacheFootprint,
     IndexStream,
     SharedEpoch,
     episode_streams,
     shard_check,
 )
-from rayform.torch._stats import compute_stats
+from rayform.torch._spec import (
+    DEFAULT_READAHEAD_BYTES,
+    DatasetSpec,
+    FromSpec,
+    Transform,
+    check_spec,
+)
+from rayform.torch._stats import dataset_stats, normalizer_of, stats_arrays
 from rayform.uri import DatasetURI
 
-if TYPE_CHECKING:
-    from rayform.client import Client
+__all__ = ["EpisodeDataset", "read_together"]
 
-__all__ = ["EpisodeDataset"]
+#: ``(episode positions (N,), grid steps (N,))`` of a batch's keys.
+Located = tuple[np.ndarray, np.ndarray]
+#: A part of :func:`read_together` in flight: its dataset, flat indices, transform tags, what
+#: returns its samples as read, and its plan (``None`` when read already).
+_Pending = tuple["EpisodeDataset", np.ndarray, list, Callable[[], list], BatchPlan | None]
 
 
 class EpisodeDataset(Dataset):
@@ -162,81 +160,44 @@ class EpisodeDataset(Dataset):
         resize: str = "pad",
         normalize: str | Mapping[str, Any] | None = None,
     ) -> None:
-        if not isinstance(slice_, BlobSource):
-            raise InvalidArgumentError(
-                f"slice_ must be a rayform.Slice (from client.slices.get(...)), got {type(slice_).__name__}"
-            )
-        self.fps = float(_positive_number("fps", fps))
-        self.horizon = _positive_int("horizon", horizon)
-        self.obs_steps = _positive_int("obs_steps", obs_steps)
-        self.decoder_cache_size = _positive_int("decoder_cache_size", decoder_cache_size)
-        self.decode_threads = _int("decode_threads", decode_threads)
-        if self.decode_threads < 0:
-            raise InvalidArgumentError(
-                f"decode_threads={decode_threads!r}: use 0 (no threads) or a positive integer"
-            )
-        self.frame = check_frame(frame)
-        self.seed = _int("seed", seed)
-        _choice("action_mode", action_mode, ACTION_MODES)
-        _choice("ddp_even", ddp_even, DDP_EVEN)
-        _choice("decoder_backend", decoder_backend, (*BACKENDS, None))
-        if transform is not None and not callable(transform):
-            raise InvalidArgumentError(f"transform must be callable or None, got {transform!r}")
-        self.action_mode, self.ddp_even, self.transform = action_mode, ddp_even, transform
-        self.slice = slice_
-        self._segments = _select_segments(slice_, segments)
-        keys = resolve_names(obs, action)
-        self.obs, self.action = _check_streams(
-            slice_, self._segments, list(keys.obs_streams), keys.action_stream
-        )
-        self._names: Names = keys
-        cameras = [name for name in self.obs if self._segments[0].streams[name].kind == "video"]
-        if isinstance(image_size, Mapping):
-            # Keyed by sample key (or stream name): the reader's are streams.
-            by_stream = {keys.stream_of(k): v for k, v in image_size.items()}
-            if len(by_stream) < len(image_size):
-                raise InvalidArgumentError(
-                    f"image_size={dict(image_size)!r} names one camera twice (by its sample key "
-                    "and by its stream name): give each camera one size, keyed by sample key"
-                )
-            image_size = by_stream
-        self._targets: dict[str, Target] | None = check_image_size(image_size, resize, cameras)
-        self.resize = resize
-        self._rank, self._world = _resolve_shard(shard)
-        self._shard_auto = shard == "auto"
+        spec = check_spec(
+            slice_, obs, action, fps, horizon, frame, segments=segments, obs_steps=obs_steps,
+            action_mode=action_mode, transform=transform, seed=seed, shard=shard,
+            ddp_even=ddp_even, decoder_cache_size=decoder_cache_size,
+            decoder_backend=decoder_backend, decode_threads=decode_threads,
+            readahead_bytes=readahead_bytes, image_size=image_size, resize=resize,
+            normalize=normalize,
+        )  # fmt: skip
+        #: The dataset's arguments, checked (:class:`~rayform.torch.DatasetSpec`).
+        self.spec: DatasetSpec = spec
         self._epoch = SharedEpoch(0)  # shared with forked (persistent) workers
-
-        names = [*self.obs, *([self.action] if self.action else [])]
-        self._read_bytes = check_cache_fits(slice_, self._segments, names, self._targets)
-        self._index: GridIndex = build_index(self._segments, names, self.fps)
+        self._read_bytes = check_cache_fits(spec.slice, spec.segments, spec.streams, spec.targets)
+        self._index: GridIndex = build_index(spec.segments, spec.streams, spec.fps)
         # The checks and the index read columns of every segment: unmap those pages, or
         # every DataLoader worker would inherit them as its own resident memory.
-        release_pages(self._segments)
-        self._reader = SampleReader(
-            slice_,
-            self._index,
-            self.obs,
-            self.action,
-            horizon=self.horizon,
-            obs_steps=self.obs_steps,
-            action_mode=action_mode,
-            frame=self.frame,
-            decoder_cache_size=self.decoder_cache_size,
-            decoder_backend=decoder_backend,
-            decode_threads=self.decode_threads,
-            targets=self._targets,
-        )
+        release_pages(spec.segments)
+        self._reader = SampleReader(spec, self._index)
         self._readahead = ReadAhead(
-            self, self._index, max_bytes=_int("readahead_bytes", readahead_bytes)
-        )
-        widths = {
-            k: int(shape[-1])
-            for k, (dtype, shape) in self.sample_spec().items()
-            if dtype == "float32"
-        }
-        self._norm_mode, self._norm_given = check_normalize(normalize, widths)
+            spec.slice, self._index, spec.streams, spec.targets, (spec.rank, spec.world),
+            self.order_streams, max_bytes=spec.readahead_bytes,
+        )  # fmt: skip
         self._normalizer: Normalizer | None = None  # computed on first use (normalization())
         self._shard_check = shard_check(len(self._index))  # None outside a multi-process DDP
+
+    slice: FromSpec[BlobSource] = FromSpec()
+    obs: FromSpec[list[str]] = FromSpec()
+    action: FromSpec[str | None] = FromSpec()
+    fps: FromSpec[float] = FromSpec()
+    horizon: FromSpec[int] = FromSpec()
+    frame: FromSpec[str | None] = FromSpec()
+    obs_steps: FromSpec[int] = FromSpec()
+    action_mode: FromSpec[str] = FromSpec()
+    transform: FromSpec[Transform | None] = FromSpec()
+    seed: FromSpec[int] = FromSpec()
+    ddp_even: FromSpec[str] = FromSpec()
+    decoder_cache_size: FromSpec[int] = FromSpec()
+    decode_threads: FromSpec[int] = FromSpec()
+    resize: FromSpec[str] = FromSpec()
 
     # -- size and epochs -------------------------------------------------------------------
     def __len__(self) -> int:
@@ -255,25 +216,25 @@ class EpisodeDataset(Dataset):
     @property
     def sharded(self) -> bool:
         """Whether :class:`~rayform.torch.EpisodeSampler` gives this rank a shard (world > 1)."""
-        return self._world > 1
+        return self.spec.world > 1
 
     @property
     def shard(self) -> tuple[int, int]:
         """``(rank, world_size)`` that :class:`~rayform.torch.EpisodeSampler` shards for."""
-        return self._rank, self._world
+        return self.spec.rank, self.spec.world
 
     @property
     def image_size(self) -> tuple[int, int] | dict[str, tuple[int, int]] | None:
         """The cameras' training resolution: ``None`` (as stored), ``(H, W)`` when every camera
         has the same, else ``{sample key: (H, W)}`` (the form ``image_size=`` takes)."""
-        return image_size_of(self._targets, self._names.key_of)
+        return image_size_of(self.spec.targets, self.spec.names.key_of)
 
     @property
     def targets(self) -> dict[str, Target]:
         """Camera stream name -> its training resolution (:class:`rayform._resolution.Target`); empty
         without ``image_size``. Which blob a camera reads follows from it
         (``rayform._resolution.choose_rendition``)."""
-        return dict(self._targets or {})
+        return dict(self.spec.targets or {})
 
     def frame_shape(self, name: str) -> tuple[int, int, int]:
         """``(3, H, W)``: the shape of camera ``name``'s frames in samples (without the
@@ -283,17 +244,13 @@ class EpisodeDataset(Dataset):
         Raises:
             InvalidArgumentError: ``name`` is not a camera of the dataset.
         """
-        name = self._names.stream_of(name)
-        if name not in self.obs or self.stream(name).kind != "video":
-            cams = [n for n in self.obs if self.stream(n).kind == "video"]
+        name = self.spec.names.stream_of(name)
+        cams = self.spec.cameras
+        if name not in cams:
             raise InvalidArgumentError(
                 f"{name!r} is not a camera of this dataset; its cameras: {', '.join(cams) or 'none'}"
             )
-        if self._targets is not None:
-            t = self._targets[name]
-            return 3, t.height, t.width
-        h, w, c = self.stream(name).shape
-        return c, h, w
+        return self.spec.frame_shape(name)
 
     def cache_footprint(self) -> CacheFootprint | None:
         """What an epoch asks of a bounded cache (``None`` without ``cache_limit``): the bytes of
@@ -307,7 +264,7 @@ class EpisodeDataset(Dataset):
     @property
     def shard_auto(self) -> bool:
         """Whether :attr:`shard` was found from ``torch.distributed`` (``shard="auto"``)."""
-        return self._shard_auto
+        return self.spec.shard_auto
 
     @property
     def accepts_window(self) -> bool:
@@ -337,9 +294,7 @@ class EpisodeDataset(Dataset):
 
     def set_epoch(self, epoch: int) -> None:
         """Select the epoch: same seed and epoch give the same order and samples."""
-        if _int("epoch", epoch) < 0:
-            raise InvalidArgumentError(f"epoch={epoch!r}: use a non-negative integer")
-        self._epoch.set(int(epoch))
+        self._epoch.set(check_non_negative_int("epoch", epoch))
 
     @property
     def segments(self) -> Segments:
@@ -354,30 +309,6 @@ class EpisodeDataset(Dataset):
         return {seg_id: int(n) for seg_id, n in zip(ids, self._index.count, strict=True)}
 
     # -- samples ---------------------------------------------------------------------------
-    def _resolve(self, keys: Sequence[Any]) -> tuple[np.ndarray, list[tuple[int, int]]]:
-        """Flat indices ``(N,)`` and each key's transform seed tags ``(epoch, repeat)``."""
-        n = len(self)
-        flat = np.empty(len(keys), dtype=np.int64)
-        tags = []
-        current = self._epoch.get()
-        for j, key in enumerate(keys):
-            if not isinstance(key, tuple):
-                i, epoch, repeat = key, current, 0
-            elif len(key) in (2, 3):
-                i, epoch, repeat = (*key, 0)[:3]
-            else:
-                raise InvalidArgumentError(
-                    f"dataset key {key!r}: use an index, (index, epoch) or (index, epoch, repeat)"
-                )
-            if not isinstance(i, numbers.Integral) or isinstance(i, bool):
-                raise InvalidArgumentError(f"dataset index must be an integer, got {i!r}")
-            i = int(i) + n if i < 0 else int(i)
-            if not 0 <= i < n:
-                raise IndexError(f"index {key!r} out of range for a dataset of {n} samples")
-            flat[j] = i
-            tags.append((int(epoch), int(repeat)))
-        return flat, tags
-
     def __getitem__(self, key: int | tuple[int, ...]) -> dict[str, Any]:
         """One sample (see the class docstring); ``key`` is an index, ``(index, epoch)``, or
         ``(index, epoch, repeat)``: a :class:`~rayform.torch.MixtureDataset` that draws a
@@ -387,30 +318,33 @@ class EpisodeDataset(Dataset):
 
     def __getitems__(self, keys: Sequence[int | tuple[int, ...]]) -> list[dict[str, Any]]:
         """Samples for many keys; frames of each episode are decoded in one batched call."""
-        flat, tags = self._resolve(keys)
+        return read_together([(self, keys)])[0]
+
+    def _locate(self, keys: Sequence[Any]) -> tuple[np.ndarray, list[tuple[int, int]], Located]:
+        """Flat indices, transform tags and ``(episode, step)`` of ``keys``; read-ahead and the
+        shard check see the batch."""
+        flat, tags = resolve_keys(keys, len(self), self._epoch.get())
         self._readahead.saw(keys)
         if self._shard_check is not None and not any(isinstance(k, tuple) for k in keys):
             info = get_worker_info()
             self._shard_check.saw(flat, self._epoch.get(), info.id if info is not None else -1)
-        seg, step = self._index.locate(flat)
-        samples = self._reader.read(seg, step)
-        if self._names.mapped:
-            samples = [self._names.rename(s) for s in samples]
-        if self._norm_mode is not None:
+        return flat, tags, self._index.locate(flat)
+
+    def _finish(
+        self, samples: list[dict[str, Any]], flat: np.ndarray, tags: list[tuple[int, int]]
+    ) -> list[dict[str, Any]]:
+        """Samples as read, with their sample keys, normalised and transformed."""
+        if self.spec.names.mapped:
+            samples = [self.spec.names.rename(s) for s in samples]
+        if self.spec.normalize is not None:
             norm = self._normalizer or self._make_normalizer()
             samples = [norm.apply(s) for s in samples]
-        if self.transform is not None:
+        if self.spec.transform is not None:
             samples = [
-                self._apply(s, int(i), *t) for s, i, t in zip(samples, flat, tags, strict=True)
+                self.spec.transformed(s, i, *t)
+                for s, i, t in zip(samples, flat.tolist(), tags, strict=True)
             ]
         return samples
-
-    def _apply(self, sample: dict[str, Any], flat: int, epoch: int, repeat: int) -> dict[str, Any]:
-        tags = f"{self.seed}\0{epoch}\0{flat}" + (f"\0{repeat}" if repeat else "")
-        digest = hash_bytes(f"rayform-sample\0{tags}".encode())
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(int(digest[:15], 16))
-            return self.transform(sample)  # type: ignore[misc]
 
     # -- lineage ---------------------------------------------------------------------------
     @property
@@ -420,7 +354,7 @@ class EpisodeDataset(Dataset):
         Pins the manifest hash and every argument that changes the samples (docs/tracking.md);
         never holds the token. :meth:`from_uri` rebuilds the dataset from it.
         """
-        return str(dataset_uri(self))
+        return str(dataset_uri(self.spec))
 
     @classmethod
     def from_uri(
@@ -452,60 +386,31 @@ class EpisodeDataset(Dataset):
         streams, after the ``frame`` conversion. Computed once and cached under the client's
         cache directory, keyed by everything the numbers depend on.
         """
-        roles = {name: "obs" for name in self.obs if self.stream(name).kind == "table"}
-        if self.action is not None:
-            roles[self.action] = "action"
-        client = getattr(self.slice, "client", None)
-        return compute_stats(
-            self._index,
-            roles,
-            self.frame,
-            self.action_mode,
-            self._reader.table,
-            self.slice.cache_dir,
-            # Written like the client's other files: group-writable in a team cache.
-            shared=client.cache.shared if isinstance(client, Client) else None,
-        )
+        return dataset_stats(self.spec, self._index, self._reader.table)
 
     # -- sample keys and normalisation (docs/mixtures.md) -----------------------------------
     @property
     def obs_keys(self) -> dict[str, str]:
         """Sample key -> observation stream name, in the dataset's order (keys are the stream
         names unless ``obs=`` was a dict)."""
-        return dict(zip(self._names.obs_keys, self._names.obs_streams, strict=True))
+        return dict(zip(self.spec.names.obs_keys, self.spec.names.obs_streams, strict=True))
 
     @property
     def action_key(self) -> str | None:
         """The action chunk's sample key (``"action"`` unless mapped), or ``None``."""
-        return self._names.action_key
+        return self.spec.names.action_key
 
     def sample_spec(self) -> dict[str, tuple[str, tuple[int, ...]]]:
         """``{sample key: (dtype, shape)}`` of one sample's tensors, as ``ds[i]`` returns them
         (``meta`` left out): cameras ``uint8 (3, H, W)``, vectors ``float32 (D,)`` (both with a
         leading ``obs_steps`` axis and a ``bool`` ``<key>_is_pad`` when ``obs_steps > 1``),
         the action ``float32 (horizon, D)`` with ``<key>_is_pad``, ``t_ns int64 ()``."""
-        return dataset_spec(
-            [
-                (
-                    key,
-                    self.stream(name).kind,
-                    tuple(self.stream(name).shape[-1:])
-                    if self.stream(name).kind == "table"
-                    else self.frame_shape(key),
-                )
-                for key, name in self.obs_keys.items()
-            ],
-            None
-            if self.action is None
-            else (str(self.action_key), int(self.stream(self.action).shape[-1])),
-            self.obs_steps,
-            self.horizon,
-        )
+        return self.spec.sample_spec()
 
     @property
     def normalize(self) -> str | None:
         """``None``, ``"mean_std"``, ``"quantile"`` or ``"given"`` (statistics passed in)."""
-        return self._norm_mode
+        return self.spec.normalize
 
     def normalization(self) -> dict[str, dict[str, list[float]]] | None:
         """The statistics the samples' vectors are normalised with, keyed by sample key:
@@ -513,23 +418,15 @@ class EpisodeDataset(Dataset):
         number per component; ``None`` without ``normalize=``. Computed on first use (from
         :meth:`stats`, cached on disk). Pass it as ``normalize=`` to another dataset (a
         validation split) or to :func:`rayform.torch.unnormalize` at deployment."""
-        if self._norm_mode is None:
+        if self.spec.normalize is None:
             return None
         return (self._normalizer or self._make_normalizer()).stats
 
     def _make_normalizer(self) -> Normalizer:
-        if self._norm_mode == "given":
-            norm = Normalizer.from_stats("given", self._norm_given or {})
-        else:
-            stats = self.stats()
-            vectors = [k for k, (dtype, _) in self.sample_spec().items() if dtype == "float32"]
-            norm = Normalizer.from_stats(
-                str(self._norm_mode), {k: stats[self._names.stream_of(k)] for k in vectors}
-            )
-        self._normalizer = norm
-        return norm
+        self._normalizer = normalizer_of(self.spec, self.stats)
+        return self._normalizer
 
-    def unnormalize(self, values: Any, key: str | None = None) -> Any:
+    def unnormalize(self, values: Values, key: str | None = None) -> Values:
         """A normalised vector (``(..., D)`` tensor or array, e.g. a policy's action chunk) back
         in this dataset's units, with the statistics of ``key`` (default: the action key).
         Without ``normalize=`` the values are returned as they are.
@@ -554,55 +451,11 @@ class EpisodeDataset(Dataset):
         A component that never changes has ``std == 0`` (the demo has one): divide by
         ``np.where(std > 0, std, 1)``, or see docs/dataset.md for safe normalisation.
         """
-        return {
-            name: {
-                k: (
-                    np.asarray(v, dtype=np.float32)
-                    if k in ("mean", "std", "min", "max", "q01", "q99")
-                    else v
-                )
-                for k, v in entry.items()
-            }
-            for name, entry in self.stats().items()
-        }
+        return stats_arrays(self.stats())
 
     def describe(self) -> dict[str, Any]:
         """A JSON-able summary for experiment trackers (``wandb.config.update(...)``)."""
-        return {
-            "uri": self.uri,
-            "slice": self.slice.id,
-            "manifest_hash": self.slice.manifest_hash,
-            "obs": list(self.obs),
-            "action": self.action,
-            "fps": self.fps,
-            "horizon": self.horizon,
-            "obs_steps": self.obs_steps,
-            "action_mode": self.action_mode,
-            "frame": self.frame,
-            "seed": self.seed,
-            "epoch": self._epoch.get(),
-            "episodes": len(self._index.segments),
-            "samples": len(self._index),
-            "samples_this_rank": episode_streams(
-                self._index.offsets, self._world, self.ddp_even, self.seed, 0, False
-            )[self._rank].length,
-            "rank": self._rank,
-            "world_size": self._world,
-            "ddp_even": self.ddp_even,
-            **describe_resolution(self._targets, self.stream, self._names.key_of),
-            **selection_of(self.slice),
-            # Only when used, so a dataset without them describes itself as before.
-            **(
-                {"obs_keys": self.obs_keys, "action_key": self.action_key}
-                if self._names.mapped
-                else {}
-            ),
-            **(
-                {"normalize": self._norm_mode, "normalization": self.normalization()}
-                if self._norm_mode
-                else {}
-            ),
-        }
+        return describe_dataset(self.spec, self._index, self._epoch.get(), self.normalization())
 
     def open_decoders(self) -> list[str]:
         """Backends of the video decoders this process holds open, least recently used first:
@@ -615,118 +468,30 @@ class EpisodeDataset(Dataset):
         from the first episode: every episode of the dataset has the streams it reads."""
         return self._index.segments[0].streams[name]
 
-    def _arguments(self) -> tuple[list[tuple[str, Any]], str | None]:
-        """``([(name, value)], uri)``: every argument in the dataset's URI (all that change the
-        samples), or the basic ones and ``None`` if this slice has no URI."""
-        try:
-            uri = DatasetURI.parse(self.uri)
-        except Exception:  # a BlobSource that is no Slice has no URI; a repr must not fail
-            return [("obs", list(self.obs)), ("action", self.action), ("fps", self.fps)], None
-        args = list(uri.dataset_kwargs().items())
-        if uri.select is not None:
-            args.append(("select", uri.select))
-        return args, str(uri)
-
     def __repr__(self) -> str:
-        args, uri = self._arguments()
-        shown = " ".join(f"{k}={_short(v)}" for k, v in args if k != "segments" or v is not None)
-        return (
-            f"<EpisodeDataset slice={self.slice.id} episodes={len(self._index.segments)} "
-            f"samples={len(self)} {shown} uri={uri}>"
-        )
+        return text_repr(self.spec, self._index)
 
     def _repr_html_(self) -> str:
-        args, uri = self._arguments()
-        rows = [(k, _short(v)) for k, v in args]
-        return _html.wrap(
-            _html.header(
-                f"EpisodeDataset on {self.slice.id}",
-                f"{len(self._index.segments):,} episodes",
-                f"{len(self):,} samples",
-            ),
-            _html.kv_table(rows),
-            f"<div><code>{_html.esc(uri)}</code></div>" if uri else "",
-        )
+        return html_repr(self.spec, self._index)
 
 
-def _short(value: str | float | Sequence[str] | None) -> str:
-    """An argument for a repr: a long list of segment IDs as its count."""
-    if isinstance(value, (list, tuple)) and len(value) > 8:
-        return f"<{len(value)} items: {value[0]!r}, ..., {value[-1]!r}>"
-    if isinstance(value, float):
-        return f"{value:g}"
-    return repr(list(value)) if isinstance(value, tuple) else repr(value)
-
-
-# -- validation helpers ----------------------------------------------------------------------
-def _int(name: str, value: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise InvalidArgumentError(f"{name}={value!r}: use an integer")
-    return int(value)
-
-
-def _positive_int(name: str, value: int) -> int:
-    if _int(name, value) < 1:
-        raise InvalidArgumentError(f"{name}={value!r}: use an integer >= 1")
-    return int(value)
-
-
-def _positive_number(name: str, value: float) -> float:
-    ok = isinstance(value, numbers.Real) and not isinstance(value, bool)
-    if not ok or not math.isfinite(float(value)) or float(value) <= 0:
-        raise InvalidArgumentError(f"{name}={value!r}: use a finite number > 0 (Hz), e.g. 15")
-    return float(value)
-
-
-def _choice(name: str, value: str | None, allowed: Sequence[str | None]) -> None:
-    if value not in allowed:
-        raise InvalidArgumentError(f"{name}={value!r}: use one of {', '.join(map(repr, allowed))}")
-
-
-def _select_segments(slice_: BlobSource, segments: Sequence[str] | None) -> Segments:
-    every = slice_.segments
-    return every if segments is None else select_table(slice_.id, every, segments)
-
-
-def _check_streams(
-    slice_: BlobSource, segments: Segments, obs: Sequence[str], action: str | None
-) -> tuple[list[str], str | None]:
-    if isinstance(obs, str) or not all(isinstance(o, str) for o in obs) or not obs:
-        raise InvalidArgumentError(
-            f"obs={obs!r}: pass a non-empty list of stream names, e.g. ['cam0/rgb']"
-        )
-    if len(set(obs)) != len(obs):
-        raise InvalidArgumentError(f"obs={list(obs)!r} names a stream twice: list each once")
-    if action is not None and not isinstance(action, str):
-        raise InvalidArgumentError(f"action={action!r}: pass a stream name or None")
-    if not segments:
-        raise NotFoundError(
-            f"slice {slice_.id} has no episodes, so there is nothing to sample; pick a slice "
-            "with data (`rayform slices ls`) or ask its owners to rebuild it"
-        )
-    check_table_streams(slice_.id, segments, [*obs, *([action] if action else [])], action)
-    if action is not None and action in obs:
-        raise InvalidArgumentError(f"{action!r} is both in obs and the action: use it once")
-    return list(obs), action
-
-
-def _resolve_shard(shard: str | tuple[int, int] | None) -> tuple[int, int]:
-    if shard is None or shard is False:
-        return 0, 1
-    if shard == "auto":
-        import torch.distributed as dist
-
-        if dist.is_available() and dist.is_initialized():
-            return dist.get_rank(), dist.get_world_size()
-        return 0, 1
-    if (
-        isinstance(shard, tuple)
-        and len(shard) == 2
-        and all(isinstance(x, numbers.Integral) and not isinstance(x, bool) for x in shard)
-        and 0 <= shard[0] < shard[1]
-    ):
-        return int(shard[0]), int(shard[1])
-    raise InvalidArgumentError(
-        f"shard={shard!r}: use 'auto' (follow torch.distributed), None (no sharding) or "
-        "(rank, world_size) with 0 <= rank < world_size"
-    )
+def read_together(
+    parts: Sequence[tuple[EpisodeDataset, Sequence[Any]]],
+) -> list[list[dict[str, Any]]]:
+    """The samples of several datasets' keys (a mixture's sources' shares of a batch, or one
+    dataset's batch) read in one pass: every part's tables are aligned, then the frames every
+    part reads at a training resolution are decoded and resized together (frames of the same
+    size and target share buffers and resize calls), then each part's samples are built. A
+    dataset with ``decode_threads`` reads its part alone, in its own threads."""
+    with contextlib.ExitStack() as stack:
+        pending: list[_Pending] = []
+        for ds, keys in parts:
+            flat, tags, (seg, step) = ds._locate(keys)
+            if ds.decode_threads > 0:
+                done = ds._reader.read(seg, step)
+                pending.append((ds, flat, tags, done.copy, None))
+            else:
+                plan = ds._reader.plan(seg, step, stack)
+                pending.append((ds, flat, tags, plan.finish, plan))
+        run_plans([plan for *_, plan in pending if plan is not None])
+        return [ds._finish(finish(), flat, tags) for ds, flat, tags, finish, _ in pending]

@@ -182,10 +182,11 @@ class DatasetURI:
                 self, "normalize", json.dumps(doc, sort_keys=True, separators=(",", ":"))
             )
         if self.keys is not None:
-            object.__setattr__(self, "keys", tuple(self.keys))
-            if len(self.keys) != len(self.obs) + (1 if self.action else 0):  # type: ignore[arg-type]
+            keys = tuple(self.keys)
+            object.__setattr__(self, "keys", keys)
+            if len(keys) != len(self.obs) + (1 if self.action else 0):
                 raise InvalidArgumentError(
-                    f"dataset URI: keys= names {len(self.keys)} keys for "  # type: ignore[arg-type]
+                    f"dataset URI: keys= names {len(keys)} keys for "
                     f"{len(self.obs)} obs and "
                     f"{'an' if self.action else 'no'} action; copy the whole URI from dataset.uri"
                 )

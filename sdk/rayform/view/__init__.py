@@ -26,7 +26,7 @@ from rayform.view._server import ViewServer
 from rayform.view._thumbs import thumbnails_html
 
 if TYPE_CHECKING:
-    from rayform.slice import Slice
+    from rayform._seams import ViewSource
 
 __all__ = [
     "ViewAPI",
@@ -35,6 +35,7 @@ __all__ = [
     "ViewServer",
     "is_loopback",
     "serve",
+    "show",
     "thumbnails_html",
 ]
 
@@ -50,7 +51,7 @@ def is_loopback(host: str) -> bool:
 
 
 def serve(
-    slice_: Slice,
+    slice_: ViewSource,
     *,
     host: str = "127.0.0.1",
     port: int = 0,
@@ -72,6 +73,21 @@ def serve(
         The running :class:`ViewServer`; ``.url`` is the page, ``.stop()`` ends it.
     """
     return ViewServer(ViewAPI(slice_, frames=frames), host, port, quiet=quiet).start()
+
+
+def show(slice_: ViewSource, *, host: str = "127.0.0.1", port: int = 0) -> ViewLink:
+    """Start the viewer of ``slice_`` from a thread and return its link (``Slice.show()``).
+
+    Args:
+        slice_: a :class:`~rayform.Slice` (or a ``select()`` view of one).
+        host: address to listen on (default: this machine only).
+        port: TCP port; 0 takes a free one.
+
+    Returns:
+        A :class:`ViewLink`: Jupyter displays it as the link; ``.url`` is the page (with its
+        key), ``.stop()`` ends the server.
+    """
+    return ViewLink(serve(slice_, host=host, port=port))
 
 
 class ViewLink:

@@ -28,7 +28,7 @@ from rayform.view._index import EpisodeFilter, EpisodeIndex
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
-    from rayform.slice import Slice
+    from rayform._seams import ViewSource
 
 __all__ = ["MAX_PAGE", "MAX_POINTS", "ViewAPI", "ViewError"]
 
@@ -101,7 +101,7 @@ class ViewAPI:
         frames: serve every camera as decoded JPEG frames instead of its video file.
     """
 
-    def __init__(self, slice_: Slice, *, frames: bool = False) -> None:
+    def __init__(self, slice_: ViewSource, *, frames: bool = False) -> None:
         self.slice = slice_
         self.frames = frames
         self.index = EpisodeIndex(slice_.segments)
@@ -187,7 +187,7 @@ class ViewAPI:
             raise ViewError(400, f"segment={seg_id[:80]!r} is not a segment ID, e.g. seg_0a1b2c3d")
         try:
             with self._lock:
-                return self.slice.segment(seg_id)  # type: ignore[no-any-return]
+                return self.slice.segment(seg_id)
         except NotFoundError as exc:
             raise ViewError(404, str(exc)) from exc
 

@@ -208,7 +208,7 @@ class _Handler(BaseHTTPRequestHandler):
         finally:
             self.server.track(self.connection, False)
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the base's name)
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 (the base's name)
         if not self.server.quiet:
             super().log_message(format, *args)
 

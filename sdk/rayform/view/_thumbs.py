@@ -13,12 +13,12 @@ from typing import TYPE_CHECKING
 from rayform.view._frames import frame_jpeg
 
 if TYPE_CHECKING:
-    from rayform.slice import Slice
+    from rayform._seams import ViewSource
 
 __all__ = ["thumbnails_html"]
 
 
-def thumbnails_html(slice_: Slice, height: int = 72) -> str:
+def thumbnails_html(slice_: ViewSource, height: int = 72) -> str:
     """``<img>`` tags (JPEG data URIs) of the first frame of every camera of the slice's first
     segment whose video is cached; ``""`` if there is none.
 

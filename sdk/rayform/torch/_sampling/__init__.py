@@ -7,7 +7,7 @@ with forked workers), ``_window`` (the automatic shuffle window under a cache li
 ``_shardcheck`` (notices a DDP loader that does not shard). Nothing here decodes or fetches.
 """
 
-from rayform.torch._sampling._contract import SamplerDataset
+from rayform.torch._sampling._contract import CacheFootprint, SamplerDataset
 from rayform.torch._sampling._epoch import SharedEpoch
 from rayform.torch._sampling._order import (
     DDP_EVEN,
@@ -21,7 +21,7 @@ from rayform.torch._sampling._sampler import EpisodeSampler, SampleKey
 from rayform.torch._sampling._shard import assign_episodes, rank_indices
 from rayform.torch._sampling._shardcheck import ShardCheck, shard_check
 from rayform.torch._sampling._split import split_episodes
-from rayform.torch._sampling._window import AUTO, CacheFootprint, WindowChoice, choose_window
+from rayform.torch._sampling._window import AUTO, WindowChoice, choose_window
 
 __all__ = [
     "AUTO",

@@ -8,12 +8,32 @@ through :meth:`SamplerDataset.follow_order`.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from rayform.torch._sampling._order import IndexStream
-from rayform.torch._sampling._window import CacheFootprint
 
-__all__ = ["SamplerDataset"]
+__all__ = ["CacheFootprint", "SamplerDataset"]
+
+
+@dataclass(frozen=True)
+class CacheFootprint:
+    """What one epoch of a dataset asks of a bounded cache.
+
+    Attributes:
+        total_bytes: bytes of the blobs of the streams read, over all the dataset's episodes.
+        episodes: number of episodes.
+        cache_limit: the client's cache limit in bytes.
+    """
+
+    total_bytes: int
+    episodes: int
+    cache_limit: int
+
+    @property
+    def episode_bytes(self) -> float:
+        """Mean bytes per episode."""
+        return self.total_bytes / max(1, self.episodes)
 
 
 @runtime_checkable

@@ -24,6 +24,9 @@ class SharedEpoch:
     """An int64 shared between a process and the children it forks."""
 
     def __init__(self, value: int = 0) -> None:
+        self._open(value)
+
+    def _open(self, value: int) -> None:
         self._map = mmap.mmap(-1, struct.calcsize(_FMT))
         self.set(value)
 
@@ -37,4 +40,4 @@ class SharedEpoch:
         return {"value": self.get()}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["value"])  # type: ignore[misc]
+        self._open(state["value"])

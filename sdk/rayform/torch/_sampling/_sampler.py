@@ -27,6 +27,7 @@ from typing import Any, NamedTuple
 import numpy as np
 from torch.utils.data import Sampler
 
+from rayform._checks import check_int, is_int
 from rayform.errors import InvalidArgumentError
 from rayform.torch._sampling._contract import SamplerDataset
 from rayform.torch._sampling._order import IndexStream, Part, plan
@@ -170,7 +171,7 @@ class EpisodeSampler(Sampler[SampleKey]):
                     f"consumed={consumed!r} but this sampler has not been iterated: pass 0 or None"
                 )
         else:
-            done = self._yielded if consumed is None else _int("consumed", consumed)
+            done = self._yielded if consumed is None else check_int("consumed", consumed)
             if not 0 <= done <= self._yielded:
                 raise InvalidArgumentError(
                     f"consumed={consumed!r}: this iteration yielded {self._yielded} keys; pass the "
@@ -204,9 +205,7 @@ class EpisodeSampler(Sampler[SampleKey]):
             # A saved window wins over a recomputed one (the limit may have changed since), so
             # the epoch goes on in the order it began; states from before "auto" say None.
             saved = state.get("window")
-            if saved is not None and (
-                isinstance(saved, bool) or not isinstance(saved, int) or saved < 1
-            ):
+            if saved is not None and (not is_int(saved) or saved < 1):
                 raise InvalidArgumentError(f"malformed sampler state window: {saved!r}")
             self._use_window(WindowChoice(saved, True, "the window of the loaded sampler state"))
         mine = {
@@ -306,9 +305,3 @@ def _rank_world(dataset: SamplerDataset) -> tuple[int, int]:
                 "dataset after init_process_group, or pass shard=None to mean it"
             )
     return int(rank), int(world)
-
-
-def _int(name: str, value: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise InvalidArgumentError(f"{name}={value!r}: use an integer")
-    return int(value)

@@ -21,17 +21,13 @@ import logging
 import os
 import threading
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-import numpy as np
-
+from rayform._checks import is_int
 from rayform._units import human_bytes
 from rayform.errors import InvalidArgumentError
+from rayform.torch._sampling._contract import CacheFootprint, SamplerDataset
 
-if TYPE_CHECKING:
-    from rayform.torch._sampling._contract import SamplerDataset
-
-__all__ = ["AUTO", "CacheFootprint", "WindowChoice", "choose_window"]
+__all__ = ["AUTO", "WindowChoice", "choose_window"]
 
 log = logging.getLogger("rayform.sampler")
 
@@ -41,26 +37,6 @@ WINDOW_SHARE = 0.5
 
 _SAID: set[str] = set()
 _SAID_LOCK = threading.Lock()
-
-
-@dataclass(frozen=True)
-class CacheFootprint:
-    """What one epoch of a dataset asks of a bounded cache.
-
-    Attributes:
-        total_bytes: bytes of the blobs of the streams read, over all the dataset's episodes.
-        episodes: number of episodes.
-        cache_limit: the client's cache limit in bytes.
-    """
-
-    total_bytes: int
-    episodes: int
-    cache_limit: int
-
-    @property
-    def episode_bytes(self) -> float:
-        """Mean bytes per episode."""
-        return self.total_bytes / max(1, self.episodes)
 
 
 @dataclass(frozen=True)
@@ -109,7 +85,7 @@ def choose_window(dataset: SamplerDataset, window: int | str | None, shuffle: bo
                 ),
             )
         return WindowChoice(None, False, "window=None: full shuffle, as asked")
-    if isinstance(window, bool) or not isinstance(window, (int, np.integer)) or window < 1:
+    if not is_int(window) or int(window) < 1:
         raise InvalidArgumentError(
             f"window={window!r}: use 'auto' (the default), a number of episodes >= 1 (e.g. 64), "
             "or None to shuffle the whole shard"

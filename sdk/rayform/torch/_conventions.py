@@ -33,12 +33,12 @@ _ROTATIONS = {("ros", "opencv"): _ROS_TO_OPENCV, ("opencv", "ros"): _ROS_TO_OPEN
 
 def check_frame(frame: object) -> str | None:
     """Return ``frame`` if it is a supported convention, else raise InvalidArgumentError."""
-    if frame not in FRAMES:
-        raise InvalidArgumentError(
-            f"frame={frame!r} is not a supported coordinate convention: use 'ros' (REP 103: x "
-            "forward, y left, z up), 'opencv' (x right, y down, z forward) or None (as stored)."
-        )
-    return frame  # type: ignore[return-value]
+    if frame is None or (isinstance(frame, str) and frame in FRAMES):
+        return frame
+    raise InvalidArgumentError(
+        f"frame={frame!r} is not a supported coordinate convention: use 'ros' (REP 103: x "
+        "forward, y left, z up), 'opencv' (x right, y down, z forward) or None (as stored)."
+    )
 
 
 def needs_conversion(stream: Stream, frame: str | None) -> bool:
@@ -59,7 +59,7 @@ def convert(values: np.ndarray, stream: Stream, frame: str | None) -> np.ndarray
     """
     if not needs_conversion(stream, frame):
         return values
-    rot = _ROTATIONS[(stream.frame, frame)]  # type: ignore[index]
+    rot = _ROTATIONS[(str(stream.frame), str(frame))]
     out = np.array(values, dtype=np.float32, copy=True)
     quantity = stream.quantity
     if quantity in ("position", "pose"):

@@ -1,0 +1,299 @@
+"""``DatasetSpec``: an ``EpisodeDataset``'s arguments, checked once, as one frozen value.
+
+:func:`check_spec` is the whole validation of ``EpisodeDataset(...)``: every argument, the
+streams and segments against the slice, the training resolution and the statistics given to
+``normalize=``. What reads a dataset's arguments reads its spec: the reader, the URI
+(``_lineage``), ``describe()``, ``from_uri``, and Ray's reader. Nothing here opens a file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Generic, Protocol, TypeVar, cast
+
+import torch
+
+from rayform._checks import (
+    check_choice,
+    check_int,
+    check_non_negative_int,
+    check_positive_int,
+    check_positive_number,
+    is_int,
+)
+from rayform._hashing import hash_bytes
+from rayform._resolution import Target, check_image_size
+from rayform._seams import BlobSource
+from rayform.errors import InvalidArgumentError, NotFoundError
+from rayform.manifest import Segments, Stream
+from rayform.torch._align import ACTION_MODES
+from rayform.torch._conventions import check_frame
+from rayform.torch._decoding import BACKENDS
+from rayform.torch._index import check_table_streams, select_table
+from rayform.torch._layout import Spec, dataset_spec
+from rayform.torch._names import Names, resolve_names
+from rayform.torch._normalize import check_normalize
+from rayform.torch._sampling import DDP_EVEN
+
+__all__ = ["DEFAULT_READAHEAD_BYTES", "DatasetSpec", "FromSpec", "Transform", "check_spec"]
+
+#: Default bytes read-ahead may have in flight per process.
+DEFAULT_READAHEAD_BYTES = 256 << 20
+
+T = TypeVar("T")
+
+#: A per-sample transform: ``callable(sample) -> sample``.
+Transform = Callable[[dict[str, Any]], dict[str, Any]]
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class DatasetSpec:
+    """The checked arguments of one :class:`~rayform.torch.EpisodeDataset` (see its docstring
+    for each one's meaning), built by :func:`check_spec`.
+
+    Attributes:
+        slice: the slice (any :class:`~rayform._seams.BlobSource`).
+        segments: the chosen episodes, in dataset order.
+        names: sample keys and the streams they read.
+        fps, horizon, frame, obs_steps, action_mode, transform, seed, ddp_even,
+        decoder_cache_size, decoder_backend, decode_threads, readahead_bytes, resize: as given
+            (checked).
+        rank, world: the shard (``shard="auto"`` resolved from ``torch.distributed``).
+        shard_auto: whether ``shard`` was ``"auto"``.
+        targets: camera stream -> training resolution, or ``None`` for frames as stored.
+        normalize: ``None``, ``"mean_std"``, ``"quantile"`` or ``"given"``.
+        normalize_given: the given statistics (canonical form), with ``normalize="given"``.
+    """
+
+    slice: BlobSource
+    segments: Segments
+    names: Names
+    fps: float
+    horizon: int
+    frame: str | None
+    obs_steps: int
+    action_mode: str
+    transform: Transform | None
+    seed: int
+    rank: int
+    world: int
+    shard_auto: bool
+    ddp_even: str
+    decoder_cache_size: int
+    decoder_backend: str | None
+    decode_threads: int
+    readahead_bytes: int
+    targets: Mapping[str, Target] | None
+    resize: str
+    normalize: str | None = None
+    normalize_given: Mapping[str, dict[str, list[float]]] | None = None
+
+    @property
+    def obs(self) -> list[str]:
+        """Observation stream names, in the dataset's order."""
+        return list(self.names.obs_streams)
+
+    @property
+    def action(self) -> str | None:
+        """The action stream name, or ``None``."""
+        return self.names.action_stream
+
+    @property
+    def streams(self) -> list[str]:
+        """Every stream read: the observations, then the action."""
+        return [*self.obs, *([self.action] if self.action else [])]
+
+    def stream(self, name: str) -> Stream:
+        """The manifest's record of stream ``name`` (from the first episode: all have it)."""
+        return self.segments[0].streams[name]
+
+    @property
+    def cameras(self) -> list[str]:
+        """The observation streams that are cameras (video)."""
+        return [n for n in self.obs if self.stream(n).kind == "video"]
+
+    def frame_shape(self, stream: str) -> tuple[int, int, int]:
+        """``(3, H, W)`` of camera ``stream``'s frames in samples, after ``image_size``."""
+        if self.targets is not None:
+            t = self.targets[stream]
+            return 3, t.height, t.width
+        h, w, c = self.stream(stream).shape
+        return c, h, w
+
+    def transformed(
+        self, sample: dict[str, Any], index: int, epoch: int, repeat: int = 0
+    ) -> dict[str, Any]:
+        """``transform(sample)`` with torch's RNG seeded from ``(seed, epoch, index[, repeat])``
+        (a repeat ``> 0`` of a sample in one epoch gets its own seed); the sample itself
+        without a transform."""
+        if self.transform is None:
+            return sample
+        tags = f"{self.seed}\0{epoch}\0{index}" + (f"\0{repeat}" if repeat else "")
+        digest = hash_bytes(f"rayform-sample\0{tags}".encode())
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(int(digest[:15], 16))
+            return self.transform(sample)
+
+    def sample_spec(self) -> Spec:
+        """``{sample key: (dtype, shape)}`` of one sample's tensors (``meta`` left out)."""
+        obs = [
+            (
+                key,
+                self.stream(name).kind,
+                tuple(self.stream(name).shape[-1:])
+                if self.stream(name).kind == "table"
+                else self.frame_shape(name),
+            )
+            for key, name in zip(self.names.obs_keys, self.obs, strict=True)
+        ]
+        action = self.action
+        act = (
+            None
+            if action is None
+            else (str(self.names.action_key), int(self.stream(action).shape[-1]))
+        )
+        return dataset_spec(obs, act, self.obs_steps, self.horizon)
+
+
+class FromSpec(Generic[T]):
+    """A read-only attribute of a class whose ``spec`` is a :class:`DatasetSpec`, read from the
+    spec (``EpisodeDataset.fps`` is ``ds.spec.fps``)."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, obj: HasSpec, owner: type | None = None) -> T:
+        return cast(T, getattr(obj.spec, self.name))
+
+
+class HasSpec(Protocol):
+    """What :class:`FromSpec` reads: an object with a ``spec``."""
+
+    @property
+    def spec(self) -> DatasetSpec:
+        """The object's spec."""
+        ...
+
+
+def check_spec(
+    slice_: BlobSource,
+    obs: Sequence[str] | Mapping[str, str],
+    action: str | Mapping[str, str] | None,
+    fps: float,
+    horizon: int = 1,
+    frame: str | None = None,
+    *,
+    segments: Sequence[str] | None = None,
+    obs_steps: int = 1,
+    action_mode: str = "hold",
+    transform: Transform | None = None,
+    seed: int = 0,
+    shard: str | tuple[int, int] | None = "auto",
+    ddp_even: str = "split",
+    decoder_cache_size: int = 64,
+    decoder_backend: str | None = None,
+    decode_threads: int = 0,
+    readahead_bytes: int = DEFAULT_READAHEAD_BYTES,
+    image_size: tuple[int, int] | Mapping[str, tuple[int, int]] | None = None,
+    resize: str = "pad",
+    normalize: str | Mapping[str, Any] | None = None,
+) -> DatasetSpec:
+    """The :class:`DatasetSpec` of ``EpisodeDataset(...)``'s arguments (the same names).
+
+    Raises:
+        InvalidArgumentError: a value is not allowed (the message says what is).
+        NotFoundError: a stream or segment is not in the slice (the message lists what is).
+    """
+    if not isinstance(slice_, BlobSource):
+        raise InvalidArgumentError(
+            f"slice_ must be a rayform.Slice (from client.slices.get(...)), got {type(slice_).__name__}"
+        )
+    checked: dict[str, Any] = {
+        "fps": check_positive_number("fps", fps, "15 (Hz)"),
+        "horizon": check_positive_int("horizon", horizon),
+        "obs_steps": check_positive_int("obs_steps", obs_steps),
+        "decoder_cache_size": check_positive_int("decoder_cache_size", decoder_cache_size),
+        "decode_threads": check_non_negative_int("decode_threads", decode_threads, "no threads"),
+        "frame": check_frame(frame),
+        "seed": check_int("seed", seed),
+        "action_mode": check_choice("action_mode", action_mode, ACTION_MODES),
+        "ddp_even": check_choice("ddp_even", ddp_even, DDP_EVEN),
+        "decoder_backend": check_choice("decoder_backend", decoder_backend, (*BACKENDS, None)),
+        "readahead_bytes": check_int("readahead_bytes", readahead_bytes),
+        "transform": transform,
+        "resize": resize,
+    }
+    if transform is not None and not callable(transform):
+        raise InvalidArgumentError(f"transform must be callable or None, got {transform!r}")
+    every = slice_.segments
+    chosen = every if segments is None else select_table(slice_.id, every, segments)
+    names = resolve_names(obs, action)
+    _check_streams(slice_, chosen, list(names.obs_streams), names.action_stream)
+    if isinstance(image_size, Mapping):
+        # Keyed by sample key (or stream name): the reader's are streams.
+        by_stream = {names.stream_of(k): v for k, v in image_size.items()}
+        if len(by_stream) < len(image_size):
+            raise InvalidArgumentError(
+                f"image_size={dict(image_size)!r} names one camera twice (by its sample key "
+                "and by its stream name): give each camera one size, keyed by sample key"
+            )
+        image_size = by_stream
+    cameras = [n for n in names.obs_streams if chosen[0].streams[n].kind == "video"]
+    rank, world = _resolve_shard(shard)
+    spec = DatasetSpec(
+        slice=slice_,
+        segments=chosen,
+        names=names,
+        rank=rank,
+        world=world,
+        shard_auto=shard == "auto",
+        targets=check_image_size(image_size, resize, cameras),
+        **checked,
+    )
+    widths = {k: int(s[-1]) for k, (dt, s) in spec.sample_spec().items() if dt == "float32"}
+    mode, given = check_normalize(normalize, widths)
+    return dataclasses.replace(spec, normalize=mode, normalize_given=given)
+
+
+def _check_streams(
+    slice_: BlobSource, segments: Segments, obs: Sequence[str], action: str | None
+) -> None:
+    if isinstance(obs, str) or not all(isinstance(o, str) for o in obs) or not obs:
+        raise InvalidArgumentError(
+            f"obs={obs!r}: pass a non-empty list of stream names, e.g. ['cam0/rgb']"
+        )
+    if len(set(obs)) != len(obs):
+        raise InvalidArgumentError(f"obs={list(obs)!r} names a stream twice: list each once")
+    if action is not None and not isinstance(action, str):
+        raise InvalidArgumentError(f"action={action!r}: pass a stream name or None")
+    if not segments:
+        raise NotFoundError(
+            f"slice {slice_.id} has no episodes, so there is nothing to sample; pick a slice "
+            "with data (`rayform slices ls`) or ask its owners to rebuild it"
+        )
+    check_table_streams(slice_.id, segments, [*obs, *([action] if action else [])], action)
+    if action is not None and action in obs:
+        raise InvalidArgumentError(f"{action!r} is both in obs and the action: use it once")
+
+
+def _resolve_shard(shard: str | tuple[int, int] | None) -> tuple[int, int]:
+    if shard is None or shard is False:
+        return 0, 1
+    if shard == "auto":
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            return dist.get_rank(), dist.get_world_size()
+        return 0, 1
+    if (
+        isinstance(shard, tuple)
+        and len(shard) == 2
+        and all(is_int(x) for x in shard)
+        and 0 <= shard[0] < shard[1]
+    ):
+        return int(shard[0]), int(shard[1])
+    raise InvalidArgumentError(
+        f"shard={shard!r}: use 'auto' (follow torch.distributed), None (no sharding) or "
+        "(rank, world_size) with 0 <= rank < world_size"
+    )
