@@ -16,8 +16,8 @@ from support.hostile import has_control
 
 from rayform import DatasetURI
 from rayform import format as wire
+from rayform._net._progress import byte_bar
 from rayform._net._pull import PullReport
-from rayform._progress import byte_bar
 from rayform.manifest import Manifest, Segment
 from rayform.slice import Slice
 from rayform.torch import EpisodeDataset

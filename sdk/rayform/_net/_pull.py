@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from rayform import _html
-from rayform._progress import byte_bar
+from rayform._net._progress import byte_bar
 from rayform._seams import Fetch
 from rayform._units import human_bytes
 from rayform.cache import Cache
