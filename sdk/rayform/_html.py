@@ -2,7 +2,7 @@
 
 Every value passes through :func:`html.escape`: segment IDs, sites and stream names come from
 a server, and a notebook renders what a repr returns. Nothing here imports another Rayform
-module, so any module can use it (sizes: :func:`rayform._units.human_bytes`).
+module, so any module can use it (sizes: :func:`rayform.units.human_bytes`).
 """
 
 from __future__ import annotations

@@ -17,9 +17,9 @@ from rayform._export_cli import add_export_parser
 from rayform._ids import check_stream_name
 from rayform._limits import parse_bytes
 from rayform._resolution import RESIZE_MODES, check_size_value, parse_image_size
-from rayform._units import human_bytes
 from rayform._untrusted import shown
 from rayform.errors import InvalidArgumentError, RayformError
+from rayform.units import human_bytes
 
 if TYPE_CHECKING:
     from rayform.slice import Slice

@@ -18,7 +18,6 @@ from rayform._resolution import (
     resolution_blobs,
 )
 from rayform._seams import BlobFetcher
-from rayform._units import human_bytes
 from rayform.manifest import (
     BlobRef,
     ColumnarManifest,
@@ -29,6 +28,7 @@ from rayform.manifest import (
     segments_of,
     select_rows,
 )
+from rayform.units import human_bytes
 
 if TYPE_CHECKING:
     from rayform.view import ViewLink

@@ -6,6 +6,13 @@ reprs, the pull's progress bar and summary, the ``rayform`` CLI and the server s
 
 from __future__ import annotations
 
-from rayform._units import human_bytes
-
 __all__ = ["human_bytes"]
+
+
+def human_bytes(n: float) -> str:
+    """``1536`` -> ``"1.5 KiB"`` (binary units)."""
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024:
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"

@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass, fields
 
 from rayform._process import PerProcess
-from rayform._units import human_bytes
+from rayform.units import human_bytes
 
 __all__ = ["FetchCounts", "FetchLog", "ahead", "fetch_log", "mark_ahead"]
 

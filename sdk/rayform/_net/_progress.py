@@ -2,7 +2,7 @@
 sizes and rates in the binary units of every other line Rayform prints.
 
 tqdm formats sizes with decimal prefixes and the rate without ``unit_divisor`` (``22.0M``,
-``MB/s`` for MiB), so the bar formats its own fields with :func:`~rayform._units.human_bytes`.
+``MB/s`` for MiB), so the bar formats its own fields with :func:`~rayform.units.human_bytes`.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import importlib.util
 import sys
 from typing import Any
 
-from rayform._units import human_bytes
+from rayform.units import human_bytes
 
 __all__ = ["BAR_FORMAT", "byte_bar"]
 

@@ -13,9 +13,9 @@ from typing import Any
 from rayform import _html
 from rayform._net._progress import byte_bar
 from rayform._seams import Fetch
-from rayform._units import human_bytes
 from rayform.cache import Cache
 from rayform.manifest import BlobRef
+from rayform.units import human_bytes
 
 __all__ = ["PullReport", "run_pull"]
 

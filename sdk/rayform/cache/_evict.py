@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rayform._process import PerProcess
-from rayform._units import human_bytes
 from rayform.errors import InvalidArgumentError
+from rayform.units import human_bytes
 
 __all__ = ["EvictReport", "Evictor", "Pins", "check_fits", "evict_lru", "evict_one"]
 

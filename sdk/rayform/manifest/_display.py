@@ -16,9 +16,9 @@ from typing import Any
 import numpy as np
 
 from rayform import _html
-from rayform._units import human_bytes
 from rayform.manifest._arrow import load as pyarrow
 from rayform.manifest._model import Segment
+from rayform.units import human_bytes
 
 __all__ = ["PAGE_ROWS", "SegmentColumns"]
 

@@ -22,9 +22,9 @@ from typing import Any, Literal
 from rayform import _html
 from rayform._hashing import hash_bytes
 from rayform._ids import HASH_RE, SEGMENT_ID_RE, STREAM_NAME_RE
-from rayform._units import human_bytes
 from rayform._untrusted import loads, shown
 from rayform.errors import ManifestError
+from rayform.units import human_bytes
 
 __all__ = [
     "FORMAT",

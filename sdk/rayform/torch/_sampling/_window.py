@@ -23,9 +23,9 @@ import threading
 from dataclasses import dataclass
 
 from rayform._checks import is_int
-from rayform._units import human_bytes
 from rayform.errors import InvalidArgumentError
 from rayform.torch._sampling._contract import CacheFootprint, SamplerDataset
+from rayform.units import human_bytes
 
 __all__ = ["AUTO", "WindowChoice", "choose_window"]
 

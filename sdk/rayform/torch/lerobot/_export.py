@@ -69,7 +69,7 @@ class ExportReport:
 
     def summary(self) -> str:
         """One line for a terminal."""
-        from rayform._units import human_bytes
+        from rayform.units import human_bytes
 
         reused = f", {self.files_reused} reused from an earlier run" if self.files_reused else ""
         return (
