@@ -24,7 +24,6 @@ from rayform._boundary import argument_errors
 from rayform._env import default_cache_dir, env_flag
 from rayform._ids import check_hash, check_slice_id, check_stream_names
 from rayform._limits import resolve_cache_limit, resolve_stall_timeout
-from rayform._manifest_io import open_manifest
 from rayform._net import (
     LISTING_CAP,
     REFERENCE_CAP,
@@ -35,7 +34,7 @@ from rayform._net import (
     fetch_log,
     run_pull,
 )
-from rayform._offline import missing_blobs, remembered
+from rayform._resolve import missing_blobs, open_manifest, remembered
 from rayform._seams import BlobSource, DownloadSink, ProgressCallback
 from rayform.cache import Cache, Evictor, Pins, check_fits
 from rayform.errors import (
