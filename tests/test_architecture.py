@@ -13,6 +13,10 @@
    ``rayform._hashing`` or ``rayform._blobfmt``; white-box unit tests of other private modules
    may import them. Tests import shared helpers from the ``support`` package, never from
    ``conftest``.
+
+Rule 7 there: a private module of the root package (``rayform/_x.py``) has more than one user
+in the SDK; a helper with one user lives beside it, in the user's package or a package of its
+part.
 """
 
 from __future__ import annotations
@@ -158,6 +162,41 @@ def test_private_modules_are_imported_only_inside_their_package(tree: str) -> No
     )
 
 
+#: Private modules of the root package (``rayform/_x.py``) with one user in the SDK that stay
+#: at the root anyway, each with its reason (none today).
+ROOT_SINGLE_USER: dict[str, str] = {}
+
+
+def _root_private_users() -> dict[str, set[str]]:
+    """Each private module of the root package (``rayform._x``, a file, not a package) and the
+    SDK modules that import it or a name from it."""
+    root = TREES["sdk"][0] / "rayform"
+    users: dict[str, set[str]] = {f"rayform.{p.stem}": set() for p in root.glob("_*.py")}
+    users.pop("rayform.__init__", None)
+    users.pop("rayform.__main__", None)
+    for _, module, _, name in _all_imports("sdk"):
+        for target in users:
+            if _within(name, target) and module != target:
+                users[target].add(module)
+    return users
+
+
+def test_a_private_root_module_has_more_than_one_user() -> None:
+    """The root package holds what several parts share; a helper with one user lives beside
+    it, in the user's package (``rayform._net._progress``) or in a package of that part
+    (``rayform._resolve``)."""
+    lonely = {
+        module: sorted(users)
+        for module, users in _root_private_users().items()
+        if len(users) < 2 and module not in ROOT_SINGLE_USER
+    }
+    assert not lonely, (
+        "a private module of the root package with one user (or none): move it beside its "
+        "user, or list it in ROOT_SINGLE_USER with the reason it stays\n"
+        + "\n".join(f"{m}: used by {u or 'nothing'}" for m, u in sorted(lonely.items()))
+    )
+
+
 def test_tests_use_the_public_wire_format_and_the_helpers_module() -> None:
     bad = []
     for f, _, line, name in _all_imports("tests"):
@@ -187,6 +226,12 @@ def test_the_rules_see_imports() -> None:
     )
     assert _private_owner("rayform.uri._dataset._shown") == "rayform.uri"
     assert _private_owner("rayform._net.Transport") == "rayform"
+    assert _private_owner("rayform._net._progress.byte_bar") == "rayform._net"
+    assert _private_owner("rayform._resolve.open_manifest") == "rayform"
+    users = _root_private_users()
+    assert "rayform._net" not in users and "rayform.units" not in users  # root files, private
+    assert {"rayform.client", "rayform.cli"} <= users["rayform._limits"]  # `from x import y`
+    assert "rayform.manifest._display" in users["rayform._html"]  # `from rayform import _html`
 
 
 # -- import cycles and private reach-ins (the SDK and the server stub) -------------------------
