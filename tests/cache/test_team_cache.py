@@ -148,13 +148,18 @@ def test_two_users_pull_prune_train_and_verify_one_team_cache(
 
     gid = grp.getgrnam(GROUP).gr_gid
     owners = {pwd.getpwnam(u).pw_uid for u in USERS} | {0}
-    n_blobs = 0
+    n_blobs = n_marks = 0
     for p in [cache, *cache.rglob("*")]:
         st = p.lstat()
         assert st.st_gid == gid, f"{p} has group {st.st_gid}, not the team's"
         assert st.st_uid in owners, p
         mode = stat.S_IMODE(st.st_mode)
-        if p.is_dir():
+        if p.parent.name == "checked" or p.parent.parent.name == "checked":
+            # Each user's marks of checked manifest pages are theirs alone (a teammate must
+            # not mark a page as checked for them); the ``checked`` folder itself is the team's.
+            assert mode & 0o077 == 0, f"{p}: {oct(mode)}"
+            n_marks += p.is_dir()
+        elif p.is_dir():
             assert mode == 0o2775, f"{p}: {oct(mode)}"
         elif p.parent.parent.name in ("blobs", "manifests"):
             n_blobs += 1
@@ -162,6 +167,7 @@ def test_two_users_pull_prune_train_and_verify_one_team_cache(
         else:  # refs, statistics, lock files: the team may replace or lock them
             assert mode & 0o060 == 0o060, f"{p}: {oct(mode)}"
     assert n_blobs > 0
+    assert n_marks == 2  # both users could record their checks in the team's folder
 
 
 def test_another_users_unwritable_lock_file_still_locks(team: Path) -> None:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from rayform.cache import Cache
-from rayform.errors import IntegrityError, OfflineError
+from rayform.errors import CacheError, IntegrityError, OfflineError
 from rayform.manifest import CheckMarks, ColumnarManifest, Manifest, load_manifest
 
 __all__ = ["PAGE_JOBS", "open_manifest"]
@@ -120,4 +120,9 @@ def open_manifest(
                 pool.shutdown(wait=True, cancel_futures=True)
         return paths
 
+    # The marks' folder is shared by every user of a team cache (each writes its own
+    # subfolder), so the cache makes it with its team mode; marks are best effort, so a
+    # read-only cache just checks every page.
+    with contextlib.suppress(CacheError):
+        cache.make_dir(CHECKED_DIR)
     return load_manifest(data, digest, pages, CheckMarks(cache.root / CHECKED_DIR))

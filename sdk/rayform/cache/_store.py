@@ -414,6 +414,19 @@ class Cache:
         self._write_atomic(dest, data, self._modes.file_mode)
         return dest
 
+    def make_dir(self, relpath: str) -> Path:
+        """Create the folder ``relpath`` under the root (and its parents) if missing.
+
+        It gets the cache's directory mode (a team's ``2775`` in a shared cache), so that
+        teammates can create entries in it, as in the cache's own folders.
+
+        Raises:
+            CacheError: the cache cannot be written (read-only, full disk).
+        """
+        path = self.root / relpath
+        self._mkdir(path)
+        return path
+
     def put_manifest(self, data: bytes, digest: str) -> Path:
         """Store manifest bytes under their BLAKE3 ``digest`` (checked)."""
         if hash_bytes(data) != digest:
