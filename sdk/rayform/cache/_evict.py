@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rayform._process import PerProcess
+from rayform.cache._pinmarks import Marks, marked
 from rayform.errors import InvalidArgumentError
 from rayform.units import human_bytes
 
@@ -37,17 +38,33 @@ DEFAULT_MAX_PINS = 32
 
 
 class _Held:
-    """One process's pins: descriptors by blob hash (least recently pinned first)."""
+    """One process's pins: descriptors by blob hash (least recently pinned first), and the
+    marker files that make them seen on other nodes."""
 
     def __init__(self) -> None:
         self.fds: OrderedDict[str, int] = OrderedDict()
+        self.markers: dict[str, str] = {}
+        self.marks = Marks()
         self.lock = threading.Lock()
+
+    def used(self, name: str) -> None:
+        """Mark the pin of ``name`` most recently used (``lock`` held)."""
+        self.fds.move_to_end(name)
+        marker = self.markers.get(name)
+        if marker is not None:
+            self.marks.used(marker)
+
+    def drop(self, name: str) -> None:
+        """Unpin ``name`` (``lock`` held)."""
+        os.close(self.fds.pop(name))
+        marker = self.markers.pop(name, None)
+        if marker is not None:
+            self.marks.remove(marker)
 
     def trim(self, n: int) -> None:
         """Unpin the least recently pinned blobs until at most ``n`` are held (``lock`` held)."""
         while len(self.fds) > n:
-            _, fd = self.fds.popitem(last=False)
-            os.close(fd)
+            self.drop(next(iter(self.fds)))
 
 
 class Pins:
@@ -68,11 +85,18 @@ class Pins:
         name = path.name
         with held.lock:
             if name in held.fds:
-                held.fds.move_to_end(name)
+                held.used(name)
                 return True
+        # The marker first: an evictor on another node that lists pins/ after this leaves
+        # the blob (one that listed before may remove it: the check below, or the reader's
+        # fetch again, catches that).
+        marker = held.marks.add(path)
         try:
             fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         except FileNotFoundError:
+            if marker is not None:
+                with held.lock:
+                    held.marks.remove(marker)
             return False
         with contextlib.suppress(OSError):  # no flock here: eviction may race (see module doc)
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
@@ -84,13 +108,18 @@ class Pins:
             pinned_it = False
         if not pinned_it:
             os.close(fd)
+            if marker is not None:
+                with held.lock:
+                    held.marks.remove(marker)
             return False
         with held.lock:
-            if name in held.fds:
+            if name in held.fds:  # another thread pinned it meanwhile (one marker per process)
                 os.close(fd)
-                held.fds.move_to_end(name)
+                held.used(name)
                 return True
             held.fds[name] = fd
+            if marker is not None:
+                held.markers[name] = marker
             held.trim(self.max_pins)
         return True
 
@@ -118,9 +147,7 @@ class Pins:
         """Drop every pin of this process."""
         held = self._held.get()
         with held.lock:
-            for fd in held.fds.values():
-                os.close(fd)
-            held.fds.clear()
+            held.trim(0)
 
 
 @dataclass(frozen=True)
@@ -177,7 +204,7 @@ def evict_lru(root: Path, limit: int, keep: Iterable[str] = ()) -> EvictReport:
     Blobs pinned by any process (and the hashes in ``keep``) stay, even if that leaves the cache
     over the limit: it gets back under once they are released.
     """
-    keep = set(keep)
+    keep = set(keep) | marked(root)  # pinned on any node
     entries = sorted(_blobs(root))
     total = sum(size for _, size, _ in entries)
     evicted = evicted_bytes = skipped = 0

@@ -47,6 +47,8 @@ from rayform.cache._partial import (
     partial_named,
     tmp_name,
 )
+from rayform.cache._pinmarks import marked
+from rayform.cache._reread import blob_opens, vanished
 from rayform.cache._sharing import CacheModes, shared_mode
 from rayform.errors import CacheError, IntegrityError, InvalidArgumentError, RayformError
 from rayform.files import write_atomic
@@ -182,12 +184,23 @@ class Cache:
     # -- blobs -----------------------------------------------------------------------------
     def has_blob(self, digest: str) -> bool:
         """True if blob ``digest`` is cached."""
-        return self.blob_path(digest).is_file()
+        return self._cached(digest)
+
+    def _cached(self, digest: str) -> bool:
+        """True if blob ``digest`` is cached: by a ``stat``, or, after a read here found it gone,
+        by an ``open`` (a network filesystem may show a removed file's cached stat for seconds)."""
+        path = self.blob_path(digest)
+        if not vanished(digest):
+            return path.is_file()
+        if blob_opens(path):
+            vanished(digest, forget=True)
+            return True
+        return False
 
     def get_blob(self, digest: str) -> Path | None:
         """Path of cached blob ``digest`` (marking it used, once per process), or None."""
         path = self.blob_path(digest)
-        if not path.is_file():
+        if not self._cached(digest):
             return None
         self._touch(path)
         return path
@@ -219,7 +232,7 @@ class Cache:
             CacheError: the cache cannot be written (read-only, full disk).
         """
         final = self.blob_path(ref.hash)
-        if final.is_file():
+        if self._cached(ref.hash):
             self._touch(final)
             return final, 0
         self._mkdir(self.root / "tmp")
@@ -231,7 +244,7 @@ class Cache:
         watch = _claims.Watch(self._claim_path(ref.hash), lambda: self._tmp_progress(ref.hash))
         with self._maybe_lock(ref.hash, lock_path, watch), self._claim(ref.hash, watch) as claim:
             theirs = claim.taken_from.part if claim.taken_from is not None else None
-            if final.is_file():  # a dead node's partial we took over is garbage now
+            if self._cached(ref.hash):  # a dead node's partial we took over is garbage now
                 self._touch(final)
                 drop_dead_partials(
                     self.root / "tmp",
@@ -295,7 +308,7 @@ class Cache:
             return contextlib.nullcontext(False)
         return bounded_lock(
             lock_path,
-            done=lambda: self.blob_path(digest).is_file(),
+            done=lambda: self._cached(digest),
             progress=watch.progress,  # another node's writer shows its bytes only in its claim
             stall_s=self.stall_s,
             mode=self._modes.file_mode,
@@ -311,7 +324,7 @@ class Cache:
             return contextlib.nullcontext(_claims.Claimed(None, None))
         return _claims.blob_claim(
             self._claim_path(digest),
-            done=lambda: self.blob_path(digest).is_file(),
+            done=lambda: self._cached(digest),
             mode=self._modes.file_mode,
             heartbeat_s=self.claim_heartbeat_s,
             stale_s=self.claim_stale_s,
@@ -356,7 +369,7 @@ class Cache:
                 return final.exists()
             try:
                 os.chmod(tmp, 0o444)
-                if final.exists():  # someone else finished first: theirs is identical
+                if self._cached(final.name):  # someone else finished first: theirs is identical
                     os.unlink(tmp)
                 else:
                     os.replace(tmp, final)
@@ -528,11 +541,14 @@ class Cache:
         if max_bytes < 0:
             raise InvalidArgumentError(f"max_bytes must be >= 0, got {max_bytes}")
         entries = sorted(self.ls("blobs"), key=lambda e: e.atime)
+        pinned = marked(self.root)  # pinned by a reader on any node
         total = sum(e.size for e in entries)
         evicted = []
         for e in entries:
             if total <= max_bytes:
                 break
+            if e.hash in pinned:
+                continue
             try:
                 # A blob a running job holds pinned (where flock works) stays, as in eviction.
                 if not evict_one(e.path):
