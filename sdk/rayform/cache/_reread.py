@@ -80,11 +80,13 @@ def blob_opens(path: Path) -> bool:
     return True
 
 
-def _intact(path: Path, digest: str) -> bool:
+def _intact(path: Path, digest: str) -> bool | None:
+    """True if the file at ``path`` hashes to ``digest``, False if it holds other bytes, None
+    if it cannot be read (gone)."""
     try:
         return hash_file(path) == digest
     except OSError:
-        return False
+        return None
 
 
 def read_blob(
@@ -123,13 +125,14 @@ def read_blob(
         except Exception:
             if reset is not None:
                 reset()
-            if _intact(path, digest):
+            intact = _intact(path, digest)
+            if intact:
                 intact_failures += 1
                 if intact_failures == 2:
                     raise
                 continue  # an open handle of a removed file (NFS ESTALE): read it anew
             _mark_vanished(digest)
-            if blob_opens(path):  # other bytes under the blob's name: never data, drop them
+            if intact is False:  # other bytes under the blob's name: never data, drop them
                 with contextlib.suppress(OSError):
                     os.unlink(path)
             log.warning(

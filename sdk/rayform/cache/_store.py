@@ -366,7 +366,7 @@ class Cache:
         try:
             if not tmp.exists():
                 # Frozen past our claim: the taker finished (final is there) or cleaned up.
-                return final.exists()
+                return blob_opens(final)
             try:
                 os.chmod(tmp, 0o444)
                 if self._cached(final.name):  # someone else finished first: theirs is identical
@@ -374,14 +374,40 @@ class Cache:
                 else:
                     os.replace(tmp, final)
             except FileNotFoundError:
-                if tmp.exists():  # the directory of final is gone: a real error
-                    raise
-                return final.exists()
+                if not self._renamed_anyway(tmp, final):
+                    return False
             self._fsync_dir(final.parent)
         except OSError as exc:
             self._discard(tmp)
             raise cache_error(exc, self.root, f"move a blob into {final.parent}") from exc
         self._touched.get().add(final.name)
+        return True
+
+    def _renamed_anyway(self, tmp: Path, final: Path) -> bool:
+        """After a rename of ``tmp`` to ``final`` failed with ENOENT: True if ``final`` is in
+        place now, False if ``tmp`` is gone (download again). Raises if the cause is real.
+
+        Asked with an ``open``, not a ``stat``: a network filesystem shows a removed file's
+        cached attributes for seconds (sshfs: 20 s), so a ``tmp`` taken over and removed by a
+        node that judged us frozen still "exists" here. On a FUSE mount (sshfs), a rename onto
+        a name this node still holds open (a pin or a decoder of the blob before another node
+        evicted it) first moves that file aside, which fails as it is gone: a hard link, which
+        moves nothing aside, puts the verified blob in place instead.
+        """
+        if blob_opens(final):
+            return True
+        if not blob_opens(tmp):
+            return False
+        if not blob_opens(final.parent):
+            raise FileNotFoundError(errno.ENOENT, "no such directory", str(final.parent))
+        try:
+            os.link(tmp, final)
+        except FileExistsError:
+            pass  # another process finished first: theirs is identical
+        except OSError:
+            self._discard(tmp)
+            return False
+        self._discard(tmp)
         return True
 
     @staticmethod
