@@ -75,8 +75,9 @@ class Pins:
     locks (which the child shares), and a pickled copy starts with none.
     """
 
-    def __init__(self, max_pins: int = DEFAULT_MAX_PINS) -> None:
+    def __init__(self, max_pins: int = DEFAULT_MAX_PINS, *, across_nodes: bool = True) -> None:
         self.max_pins = max_pins
+        self.across_nodes = across_nodes  # also a marker file (rayform.cache._pinmarks)
         self._held: PerProcess[_Held] = PerProcess(_Held)
 
     def pin(self, path: Path) -> bool:
@@ -90,7 +91,7 @@ class Pins:
         # The marker first: an evictor on another node that lists pins/ after this leaves
         # the blob (one that listed before may remove it: the check below, or the reader's
         # fetch again, catches that).
-        marker = held.marks.add(path)
+        marker = held.marks.add(path) if self.across_nodes else None
         try:
             fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         except FileNotFoundError:
@@ -164,9 +165,9 @@ def _blobs(root: Path) -> list[tuple[float, int, Path]]:
     out = []
     with contextlib.suppress(FileNotFoundError):
         for shard in os.scandir(root / "blobs"):
-            if not shard.is_dir():
-                continue
-            with contextlib.suppress(FileNotFoundError):
+            # No is_dir(): a network filesystem may not give the entry's type, and a stat per
+            # shard over sshfs cost more than the listing; a file here is simply not listable.
+            with contextlib.suppress(FileNotFoundError, NotADirectoryError):
                 for entry in os.scandir(shard.path):
                     try:
                         st = entry.stat()
@@ -198,16 +199,13 @@ def evict_one(path: Path) -> bool:
         os.close(fd)
 
 
-def evict_lru(root: Path, limit: int, keep: Iterable[str] = ()) -> EvictReport:
-    """Remove least recently used blobs under ``root`` until they total at most ``limit`` bytes.
-
-    Blobs pinned by any process (and the hashes in ``keep``) stay, even if that leaves the cache
-    over the limit: it gets back under once they are released.
-    """
-    keep = set(keep) | marked(root)  # pinned on any node
-    entries = sorted(_blobs(root))
+def _evict(
+    entries: list[tuple[float, int, Path]], limit: int, keep: set[str]
+) -> tuple[EvictReport, set[Path]]:
+    """Evict from ``entries`` (least recently used first) down to ``limit`` bytes."""
     total = sum(size for _, size, _ in entries)
-    evicted = evicted_bytes = skipped = 0
+    evicted_bytes = skipped = 0
+    gone: set[Path] = set()
     for _, size, path in entries:
         if total <= limit:
             break
@@ -220,44 +218,66 @@ def evict_lru(root: Path, limit: int, keep: Iterable[str] = ()) -> EvictReport:
             removed = False
         if removed:
             total -= size
-            evicted += 1
+            gone.add(path)
             evicted_bytes += size
         else:
             skipped += 1
-    return EvictReport(evicted, evicted_bytes, total, skipped)
+    return EvictReport(len(gone), evicted_bytes, total, skipped), gone
+
+
+def evict_lru(root: Path, limit: int, keep: Iterable[str] = ()) -> EvictReport:
+    """Remove least recently used blobs under ``root`` until they total at most ``limit`` bytes.
+
+    Blobs pinned by any process of any node (and the hashes in ``keep``) stay, even if that
+    leaves the cache over the limit: it gets back under once they are released.
+    """
+    return _evict(sorted(_blobs(root)), limit, set(keep) | marked(root))[0]
+
+
+#: Seconds one process trusts its listing of the cache (plus its own fetches and evictions).
+RESCAN_S = 5.0
 
 
 class Evictor:
-    """Runs :func:`evict_lru` after fetches, skipping the directory scan while clearly unneeded.
+    """Evicts after fetches from one process's listing of the cache, listed anew every
+    :data:`RESCAN_S` seconds.
 
-    A scan lists every cached blob; on a big cache over NFS that costs more than a small
-    fetch. It is skipped while the last scan's total plus what this process fetched since is
-    under half the limit and that scan is under a second old (other processes may be filling
-    the cache meanwhile, so the estimate is trusted only briefly).
+    A listing reads every shard directory and stats every blob: on sshfs about 60 ms for a few
+    hundred blobs, and listing after each fetch took half of a training epoch's time under a
+    limit (docs/benchmarks.md). Between listings the process adds what it fetched and drops
+    what it evicted; what other processes fetched or evicted meanwhile shows at the next
+    listing, so the cache may run over the limit by their fetches of a few seconds.
     """
 
     def __init__(self, root: Path) -> None:
         self.root = root
-        self._scan: PerProcess[_LastScan] = PerProcess(_LastScan)  # what this process fetched since
+        self._scan: PerProcess[_LastScan] = PerProcess(_LastScan)
 
-    def after_fetch(self, nbytes: int, limit: int, keep: Iterable[str]) -> EvictReport | None:
-        now = time.monotonic()
+    def after_fetch(
+        self, nbytes: int, limit: int, keep: Iterable[str], path: Path | None = None
+    ) -> EvictReport | None:
+        """Evict down to ``limit`` after this process fetched ``nbytes`` (the blob at ``path``);
+        None when the cache is under the limit."""
         scan = self._scan.get()
-        if scan.estimate is not None:
-            scan.estimate += nbytes
-            if scan.estimate < limit // 2 and now - scan.at < 1.0:
-                return None
-        report = evict_lru(self.root, limit, keep)
-        scan.estimate, scan.at = report.total_bytes, time.monotonic()
+        now = time.monotonic()
+        if scan.entries is None or now - scan.at > RESCAN_S:
+            scan.entries, scan.at = sorted(_blobs(self.root)), now
+        elif path is not None and nbytes:
+            scan.entries.append((time.time(), nbytes, path))  # the most recently used
+        if sum(size for _, size, _ in scan.entries) <= limit:
+            return None
+        report, gone = _evict(scan.entries, limit, set(keep) | marked(self.root))
+        scan.entries = [e for e in scan.entries if e[2] not in gone]
         return report
 
 
 class _LastScan:
-    """One process's estimate of the cache's bytes (the last scan plus its fetches since)."""
+    """One process's listing of the cache's blobs (least recently used first), kept up to date
+    with its own fetches and evictions."""
 
     def __init__(self) -> None:
-        self.estimate: int | None = None
-        self.at = 0.0  # time.monotonic() of the last scan
+        self.entries: list[tuple[float, int, Path]] | None = None
+        self.at = 0.0  # time.monotonic() of the listing
 
 
 def check_fits(limit: int | None, need: int, what: str) -> None:
