@@ -1,13 +1,15 @@
 """A bounded cache: evict least recently used blobs, never one a process is using.
 
 Who uses a blob is told by *pins*: a process that resolved a blob for reading (or scheduled it
-for read-ahead) keeps it open with a shared ``flock``. An evictor takes the blob's exclusive
-``flock`` without waiting before it unlinks it, so where locks work nothing in use is ever
-removed. Correctness does not depend on that: a process that has a blob open keeps reading it
-after an unlink (POSIX keeps the inode until the last descriptor closes), and a process that
-finds its blob gone fetches it again (online) or gets a clear
-:class:`~rayform.errors.OfflineError`. Blobs are immutable and named by their hash, so a
-re-fetched blob is the same file at the same path.
+for read-ahead) keeps it open with a shared ``flock``, and creates a marker file in ``pins/``
+(:mod:`rayform.cache._pinmarks`). An evictor leaves every blob with a live marker (any node),
+and takes the blob's exclusive ``flock`` without waiting before it unlinks it (this node).
+Correctness does not depend on either: a process that has a blob open keeps reading it after
+an unlink on most filesystems (POSIX keeps the inode until the last descriptor closes), and a
+read that finds its blob gone or changed fetches it again with a warning
+(:func:`rayform.cache._reread.read_blob`), or gets a clear
+:class:`~rayform.errors.OfflineError` offline. Blobs are immutable and named by their hash, so
+a re-fetched blob is the same file at the same path.
 
 Each process keeps at most ``max_pins`` pins (least recently pinned dropped first): enough for
 the segments it is reading and the read-ahead window, so a process never holds the whole cache.

@@ -8,6 +8,7 @@ Layout (see ``docs/cache.md``)::
     ROOT/tmp/                       partial downloads: <hash>.<host>.<pid>.<random>.part
     ROOT/locks/                     per-blob lock files (an optimisation only, one host)
     ROOT/claims/<hash>.claim        per-blob download claims (an optimisation only, any node)
+    ROOT/pins/<hash>.<host>.<pid>.<token>   pins of blobs being read, seen by every node
 
 A blob appears under its content name only complete and verified: it is written to a
 process-unique temporary file on the same filesystem, hashed while streaming, fsync'd, made
