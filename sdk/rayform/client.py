@@ -178,7 +178,9 @@ class Client:
         self.attempts = attempts
         self.stall_timeout = resolve_stall_timeout(stall_timeout)
         self.cache_limit = resolve_cache_limit(cache_limit)
-        self._pins = Pins(4)  # only from a fetch until the reader pins it itself
+        # Only from a fetch until the reader pins it itself: flock alone (a marker file per
+        # fetch cost a network round trip or two on a shared cache; the reader's pin has one).
+        self._pins = Pins(4, across_nodes=False)
         self._evictor = Evictor(self.cache.root)
         self._transport_obj: Transport | None = None
         self._manifests: dict[str, Manifest | ColumnarManifest] = {}
@@ -440,7 +442,7 @@ class Client:
         if limit is not None and fetched:
             if self.cache_limit is not None:
                 self._pins.pin(path)
-            report = self._evictor.after_fetch(fetched, limit, keep | {ref.hash})
+            report = self._evictor.after_fetch(fetched, limit, keep | {ref.hash}, path)
             if report is not None and report.evicted:
                 fetch_log().evicted(report.evicted, report.evicted_bytes)
         return path, fetched

@@ -2,11 +2,13 @@
 
 The public face of the cache package: :class:`Cache` (``_store``) and what the client and the
 dataset use of its parts: eviction under a byte limit (``_evict``), the modes of a team cache
-(``_sharing``). The other modules are the cache's own: partial downloads (``_partial``), locks
-within a host (``_locks``) and download claims across nodes (``_claims``).
+(``_sharing``), reading a blob that may vanish meanwhile (``_reread``). The other modules are
+the cache's own: partial downloads (``_partial``), locks within a host (``_locks``), download
+claims across nodes (``_claims``) and pins across nodes (``_pinmarks``).
 """
 
 from rayform.cache._evict import Evictor, EvictReport, Pins, check_fits, evict_lru
+from rayform.cache._reread import read_blob
 from rayform.cache._sharing import CacheModes, shared_mode
 from rayform.cache._store import Cache, CacheEntry, VerifyReport
 
@@ -20,5 +22,6 @@ __all__ = [
     "VerifyReport",
     "check_fits",
     "evict_lru",
+    "read_blob",
     "shared_mode",
 ]

@@ -1,13 +1,15 @@
 """A bounded cache: evict least recently used blobs, never one a process is using.
 
 Who uses a blob is told by *pins*: a process that resolved a blob for reading (or scheduled it
-for read-ahead) keeps it open with a shared ``flock``. An evictor takes the blob's exclusive
-``flock`` without waiting before it unlinks it, so where locks work nothing in use is ever
-removed. Correctness does not depend on that: a process that has a blob open keeps reading it
-after an unlink (POSIX keeps the inode until the last descriptor closes), and a process that
-finds its blob gone fetches it again (online) or gets a clear
-:class:`~rayform.errors.OfflineError`. Blobs are immutable and named by their hash, so a
-re-fetched blob is the same file at the same path.
+for read-ahead) keeps it open with a shared ``flock``, and creates a marker file in ``pins/``
+(:mod:`rayform.cache._pinmarks`). An evictor leaves every blob with a live marker (any node),
+and takes the blob's exclusive ``flock`` without waiting before it unlinks it (this node).
+Correctness does not depend on either: a process that has a blob open keeps reading it after
+an unlink on most filesystems (POSIX keeps the inode until the last descriptor closes), and a
+read that finds its blob gone or changed fetches it again with a warning
+(:func:`rayform.cache._reread.read_blob`), or gets a clear
+:class:`~rayform.errors.OfflineError` offline. Blobs are immutable and named by their hash, so
+a re-fetched blob is the same file at the same path.
 
 Each process keeps at most ``max_pins`` pins (least recently pinned dropped first): enough for
 the segments it is reading and the read-ahead window, so a process never holds the whole cache.
@@ -27,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rayform._process import PerProcess
+from rayform.cache._pinmarks import Marks, marked
 from rayform.errors import InvalidArgumentError
 from rayform.units import human_bytes
 
@@ -37,17 +40,33 @@ DEFAULT_MAX_PINS = 32
 
 
 class _Held:
-    """One process's pins: descriptors by blob hash (least recently pinned first)."""
+    """One process's pins: descriptors by blob hash (least recently pinned first), and the
+    marker files that make them seen on other nodes."""
 
     def __init__(self) -> None:
         self.fds: OrderedDict[str, int] = OrderedDict()
+        self.markers: dict[str, str] = {}
+        self.marks = Marks()
         self.lock = threading.Lock()
+
+    def used(self, name: str) -> None:
+        """Mark the pin of ``name`` most recently used (``lock`` held)."""
+        self.fds.move_to_end(name)
+        marker = self.markers.get(name)
+        if marker is not None:
+            self.marks.used(marker)
+
+    def drop(self, name: str) -> None:
+        """Unpin ``name`` (``lock`` held)."""
+        os.close(self.fds.pop(name))
+        marker = self.markers.pop(name, None)
+        if marker is not None:
+            self.marks.remove(marker)
 
     def trim(self, n: int) -> None:
         """Unpin the least recently pinned blobs until at most ``n`` are held (``lock`` held)."""
         while len(self.fds) > n:
-            _, fd = self.fds.popitem(last=False)
-            os.close(fd)
+            self.drop(next(iter(self.fds)))
 
 
 class Pins:
@@ -58,8 +77,9 @@ class Pins:
     locks (which the child shares), and a pickled copy starts with none.
     """
 
-    def __init__(self, max_pins: int = DEFAULT_MAX_PINS) -> None:
+    def __init__(self, max_pins: int = DEFAULT_MAX_PINS, *, across_nodes: bool = True) -> None:
         self.max_pins = max_pins
+        self.across_nodes = across_nodes  # also a marker file (rayform.cache._pinmarks)
         self._held: PerProcess[_Held] = PerProcess(_Held)
 
     def pin(self, path: Path) -> bool:
@@ -68,11 +88,18 @@ class Pins:
         name = path.name
         with held.lock:
             if name in held.fds:
-                held.fds.move_to_end(name)
+                held.used(name)
                 return True
+        # The marker first: an evictor on another node that lists pins/ after this leaves
+        # the blob (one that listed before may remove it: the check below, or the reader's
+        # fetch again, catches that).
+        marker = held.marks.add(path) if self.across_nodes else None
         try:
             fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         except FileNotFoundError:
+            if marker is not None:
+                with held.lock:
+                    held.marks.remove(marker)
             return False
         with contextlib.suppress(OSError):  # no flock here: eviction may race (see module doc)
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
@@ -84,13 +111,18 @@ class Pins:
             pinned_it = False
         if not pinned_it:
             os.close(fd)
+            if marker is not None:
+                with held.lock:
+                    held.marks.remove(marker)
             return False
         with held.lock:
-            if name in held.fds:
+            if name in held.fds:  # another thread pinned it meanwhile (one marker per process)
                 os.close(fd)
-                held.fds.move_to_end(name)
+                held.used(name)
                 return True
             held.fds[name] = fd
+            if marker is not None:
+                held.markers[name] = marker
             held.trim(self.max_pins)
         return True
 
@@ -118,9 +150,7 @@ class Pins:
         """Drop every pin of this process."""
         held = self._held.get()
         with held.lock:
-            for fd in held.fds.values():
-                os.close(fd)
-            held.fds.clear()
+            held.trim(0)
 
 
 @dataclass(frozen=True)
@@ -137,9 +167,9 @@ def _blobs(root: Path) -> list[tuple[float, int, Path]]:
     out = []
     with contextlib.suppress(FileNotFoundError):
         for shard in os.scandir(root / "blobs"):
-            if not shard.is_dir():
-                continue
-            with contextlib.suppress(FileNotFoundError):
+            # No is_dir(): a network filesystem may not give the entry's type, and a stat per
+            # shard over sshfs cost more than the listing; a file here is simply not listable.
+            with contextlib.suppress(FileNotFoundError, NotADirectoryError):
                 for entry in os.scandir(shard.path):
                     try:
                         st = entry.stat()
@@ -171,16 +201,13 @@ def evict_one(path: Path) -> bool:
         os.close(fd)
 
 
-def evict_lru(root: Path, limit: int, keep: Iterable[str] = ()) -> EvictReport:
-    """Remove least recently used blobs under ``root`` until they total at most ``limit`` bytes.
-
-    Blobs pinned by any process (and the hashes in ``keep``) stay, even if that leaves the cache
-    over the limit: it gets back under once they are released.
-    """
-    keep = set(keep)
-    entries = sorted(_blobs(root))
+def _evict(
+    entries: list[tuple[float, int, Path]], limit: int, keep: set[str]
+) -> tuple[EvictReport, set[Path]]:
+    """Evict from ``entries`` (least recently used first) down to ``limit`` bytes."""
     total = sum(size for _, size, _ in entries)
-    evicted = evicted_bytes = skipped = 0
+    evicted_bytes = skipped = 0
+    gone: set[Path] = set()
     for _, size, path in entries:
         if total <= limit:
             break
@@ -193,44 +220,66 @@ def evict_lru(root: Path, limit: int, keep: Iterable[str] = ()) -> EvictReport:
             removed = False
         if removed:
             total -= size
-            evicted += 1
+            gone.add(path)
             evicted_bytes += size
         else:
             skipped += 1
-    return EvictReport(evicted, evicted_bytes, total, skipped)
+    return EvictReport(len(gone), evicted_bytes, total, skipped), gone
+
+
+def evict_lru(root: Path, limit: int, keep: Iterable[str] = ()) -> EvictReport:
+    """Remove least recently used blobs under ``root`` until they total at most ``limit`` bytes.
+
+    Blobs pinned by any process of any node (and the hashes in ``keep``) stay, even if that
+    leaves the cache over the limit: it gets back under once they are released.
+    """
+    return _evict(sorted(_blobs(root)), limit, set(keep) | marked(root))[0]
+
+
+#: Seconds one process trusts its listing of the cache (plus its own fetches and evictions).
+RESCAN_S = 5.0
 
 
 class Evictor:
-    """Runs :func:`evict_lru` after fetches, skipping the directory scan while clearly unneeded.
+    """Evicts after fetches from one process's listing of the cache, listed anew every
+    :data:`RESCAN_S` seconds.
 
-    A scan lists every cached blob; on a big cache over NFS that costs more than a small
-    fetch. It is skipped while the last scan's total plus what this process fetched since is
-    under half the limit and that scan is under a second old (other processes may be filling
-    the cache meanwhile, so the estimate is trusted only briefly).
+    A listing reads every shard directory and stats every blob: on sshfs about 60 ms for a few
+    hundred blobs, and listing after each fetch took half of a training epoch's time under a
+    limit (docs/benchmarks.md). Between listings the process adds what it fetched and drops
+    what it evicted; what other processes fetched or evicted meanwhile shows at the next
+    listing, so the cache may run over the limit by their fetches of a few seconds.
     """
 
     def __init__(self, root: Path) -> None:
         self.root = root
-        self._scan: PerProcess[_LastScan] = PerProcess(_LastScan)  # what this process fetched since
+        self._scan: PerProcess[_LastScan] = PerProcess(_LastScan)
 
-    def after_fetch(self, nbytes: int, limit: int, keep: Iterable[str]) -> EvictReport | None:
-        now = time.monotonic()
+    def after_fetch(
+        self, nbytes: int, limit: int, keep: Iterable[str], path: Path | None = None
+    ) -> EvictReport | None:
+        """Evict down to ``limit`` after this process fetched ``nbytes`` (the blob at ``path``);
+        None when the cache is under the limit."""
         scan = self._scan.get()
-        if scan.estimate is not None:
-            scan.estimate += nbytes
-            if scan.estimate < limit // 2 and now - scan.at < 1.0:
-                return None
-        report = evict_lru(self.root, limit, keep)
-        scan.estimate, scan.at = report.total_bytes, time.monotonic()
+        now = time.monotonic()
+        if scan.entries is None or now - scan.at > RESCAN_S:
+            scan.entries, scan.at = sorted(_blobs(self.root)), now
+        elif path is not None and nbytes:
+            scan.entries.append((time.time(), nbytes, path))  # the most recently used
+        if sum(size for _, size, _ in scan.entries) <= limit:
+            return None
+        report, gone = _evict(scan.entries, limit, set(keep) | marked(self.root))
+        scan.entries = [e for e in scan.entries if e[2] not in gone]
         return report
 
 
 class _LastScan:
-    """One process's estimate of the cache's bytes (the last scan plus its fetches since)."""
+    """One process's listing of the cache's blobs (least recently used first), kept up to date
+    with its own fetches and evictions."""
 
     def __init__(self) -> None:
-        self.estimate: int | None = None
-        self.at = 0.0  # time.monotonic() of the last scan
+        self.entries: list[tuple[float, int, Path]] | None = None
+        self.at = 0.0  # time.monotonic() of the listing
 
 
 def check_fits(limit: int | None, need: int, what: str) -> None:

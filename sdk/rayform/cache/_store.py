@@ -8,6 +8,7 @@ Layout (see ``docs/cache.md``)::
     ROOT/tmp/                       partial downloads: <hash>.<host>.<pid>.<random>.part
     ROOT/locks/                     per-blob lock files (an optimisation only, one host)
     ROOT/claims/<hash>.claim        per-blob download claims (an optimisation only, any node)
+    ROOT/pins/<hash>.<host>.<pid>.<token>   pins of blobs being read, seen by every node
 
 A blob appears under its content name only complete and verified: it is written to a
 process-unique temporary file on the same filesystem, hashed while streaming, fsync'd, made
@@ -47,6 +48,8 @@ from rayform.cache._partial import (
     partial_named,
     tmp_name,
 )
+from rayform.cache._pinmarks import marked
+from rayform.cache._reread import blob_opens, vanished
 from rayform.cache._sharing import CacheModes, shared_mode
 from rayform.errors import CacheError, IntegrityError, InvalidArgumentError, RayformError
 from rayform.files import write_atomic
@@ -182,12 +185,23 @@ class Cache:
     # -- blobs -----------------------------------------------------------------------------
     def has_blob(self, digest: str) -> bool:
         """True if blob ``digest`` is cached."""
-        return self.blob_path(digest).is_file()
+        return self._cached(digest)
+
+    def _cached(self, digest: str) -> bool:
+        """True if blob ``digest`` is cached: by a ``stat``, or, after a read here found it gone,
+        by an ``open`` (a network filesystem may show a removed file's cached stat for seconds)."""
+        path = self.blob_path(digest)
+        if not vanished(digest):
+            return path.is_file()
+        if blob_opens(path):
+            vanished(digest, forget=True)
+            return True
+        return False
 
     def get_blob(self, digest: str) -> Path | None:
         """Path of cached blob ``digest`` (marking it used, once per process), or None."""
         path = self.blob_path(digest)
-        if not path.is_file():
+        if not self._cached(digest):
             return None
         self._touch(path)
         return path
@@ -219,7 +233,7 @@ class Cache:
             CacheError: the cache cannot be written (read-only, full disk).
         """
         final = self.blob_path(ref.hash)
-        if final.is_file():
+        if self._cached(ref.hash):
             self._touch(final)
             return final, 0
         self._mkdir(self.root / "tmp")
@@ -231,7 +245,7 @@ class Cache:
         watch = _claims.Watch(self._claim_path(ref.hash), lambda: self._tmp_progress(ref.hash))
         with self._maybe_lock(ref.hash, lock_path, watch), self._claim(ref.hash, watch) as claim:
             theirs = claim.taken_from.part if claim.taken_from is not None else None
-            if final.is_file():  # a dead node's partial we took over is garbage now
+            if self._cached(ref.hash):  # a dead node's partial we took over is garbage now
                 self._touch(final)
                 drop_dead_partials(
                     self.root / "tmp",
@@ -295,7 +309,7 @@ class Cache:
             return contextlib.nullcontext(False)
         return bounded_lock(
             lock_path,
-            done=lambda: self.blob_path(digest).is_file(),
+            done=lambda: self._cached(digest),
             progress=watch.progress,  # another node's writer shows its bytes only in its claim
             stall_s=self.stall_s,
             mode=self._modes.file_mode,
@@ -311,7 +325,7 @@ class Cache:
             return contextlib.nullcontext(_claims.Claimed(None, None))
         return _claims.blob_claim(
             self._claim_path(digest),
-            done=lambda: self.blob_path(digest).is_file(),
+            done=lambda: self._cached(digest),
             mode=self._modes.file_mode,
             heartbeat_s=self.claim_heartbeat_s,
             stale_s=self.claim_stale_s,
@@ -353,22 +367,48 @@ class Cache:
         try:
             if not tmp.exists():
                 # Frozen past our claim: the taker finished (final is there) or cleaned up.
-                return final.exists()
+                return blob_opens(final)
             try:
                 os.chmod(tmp, 0o444)
-                if final.exists():  # someone else finished first: theirs is identical
+                if self._cached(final.name):  # someone else finished first: theirs is identical
                     os.unlink(tmp)
                 else:
                     os.replace(tmp, final)
             except FileNotFoundError:
-                if tmp.exists():  # the directory of final is gone: a real error
-                    raise
-                return final.exists()
+                if not self._renamed_anyway(tmp, final):
+                    return False
             self._fsync_dir(final.parent)
         except OSError as exc:
             self._discard(tmp)
             raise cache_error(exc, self.root, f"move a blob into {final.parent}") from exc
         self._touched.get().add(final.name)
+        return True
+
+    def _renamed_anyway(self, tmp: Path, final: Path) -> bool:
+        """After a rename of ``tmp`` to ``final`` failed with ENOENT: True if ``final`` is in
+        place now, False if ``tmp`` is gone (download again). Raises if the cause is real.
+
+        Asked with an ``open``, not a ``stat``: a network filesystem shows a removed file's
+        cached attributes for seconds (sshfs: 20 s), so a ``tmp`` taken over and removed by a
+        node that judged us frozen still "exists" here. On a FUSE mount (sshfs), a rename onto
+        a name this node still holds open (a pin or a decoder of the blob before another node
+        evicted it) first moves that file aside, which fails as it is gone: a hard link, which
+        moves nothing aside, puts the verified blob in place instead.
+        """
+        if blob_opens(final):
+            return True
+        if not blob_opens(tmp):
+            return False
+        if not blob_opens(final.parent):
+            raise FileNotFoundError(errno.ENOENT, "no such directory", str(final.parent))
+        try:
+            os.link(tmp, final)
+        except FileExistsError:
+            pass  # another process finished first: theirs is identical
+        except OSError:
+            self._discard(tmp)
+            return False
+        self._discard(tmp)
         return True
 
     @staticmethod
@@ -541,11 +581,14 @@ class Cache:
         if max_bytes < 0:
             raise InvalidArgumentError(f"max_bytes must be >= 0, got {max_bytes}")
         entries = sorted(self.ls("blobs"), key=lambda e: e.atime)
+        pinned = marked(self.root)  # pinned by a reader on any node
         total = sum(e.size for e in entries)
         evicted = []
         for e in entries:
             if total <= max_bytes:
                 break
+            if e.hash in pinned:
+                continue
             try:
                 # A blob a running job holds pinned (where flock works) stays, as in eviction.
                 if not evict_one(e.path):

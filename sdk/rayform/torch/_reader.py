@@ -54,14 +54,21 @@ _PIN_TRIES = 5
 class _ProcessState:
     """What one process of a reader holds: open decoders, loaded tables, resolved blob paths."""
 
-    __slots__ = ("decoders", "paths", "pins", "scratch", "tables")
+    __slots__ = ("decoders", "paths", "pins", "refs", "scratch", "tables")
 
     def __init__(
-        self, decoder_cache_size: int, decoder_backend: str | None, pins: Pins | None
+        self,
+        decoder_cache_size: int,
+        decoder_backend: str | None,
+        pins: Pins | None,
+        refetch: Callable[[str], Path],
     ) -> None:
-        self.decoders = DecoderCache(decoder_cache_size, decoder_backend)
-        self.tables = TableCache()
+        # A blob removed from the cache while it is read is fetched again (refetch), never
+        # an error: rayform.cache.read_blob.
+        self.decoders = DecoderCache(decoder_cache_size, decoder_backend, refetch)
+        self.tables = TableCache(refetch=refetch)
         self.paths: dict[str, Path] = {}
+        self.refs: dict[str, BlobRef] = {}  # the blobs resolved here, by hash (to refetch)
         self.pins = pins  # the blobs being read, which a bounded cache must not evict
         self.scratch = _Scratch()
 
@@ -91,7 +98,16 @@ class SampleReader:
     # -- per-process state -----------------------------------------------------------------
     def _new_state(self) -> _ProcessState:
         pins = reader_pins(self.slice, self.index.segments, self.spec.streams)
-        return _ProcessState(self.spec.decoder_cache_size, self.spec.decoder_backend, pins)
+        return _ProcessState(
+            self.spec.decoder_cache_size, self.spec.decoder_backend, pins, self._refetch
+        )
+
+    def _refetch(self, digest: str) -> Path:
+        """The path of a blob read here, after fetching it again if it is gone (it vanished
+        while being read)."""
+        state = self._state.get()
+        state.paths.pop(digest, None)
+        return self._path(state.refs[digest], state)
 
     def open_backends(self) -> list[str]:
         """This process's open video decoders, least recently used first, by backend
@@ -101,6 +117,7 @@ class SampleReader:
 
     def _path(self, ref: BlobRef, state: _ProcessState) -> Path:
         path = state.paths.get(ref.hash)
+        state.refs[ref.hash] = ref
         for _ in range(_PIN_TRIES):
             # Evicted, or removed by a `rayform cache prune` meanwhile: fetch it again (a stat).
             if path is None or not path.is_file():

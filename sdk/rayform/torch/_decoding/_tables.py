@@ -10,20 +10,28 @@ file handle stays open) and kept in memory, least recently used first out, up to
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 
 from rayform._blobfmt import decode_table, decode_timestamps
+from rayform.cache import read_blob
 
 __all__ = ["TableCache"]
+
+T = TypeVar("T")
 
 
 class TableCache:
     """LRU of decoded blobs keyed by content hash, bounded by total bytes held."""
 
-    def __init__(self, max_bytes: int = 512 << 20) -> None:
+    def __init__(
+        self, max_bytes: int = 512 << 20, refetch: Callable[[str], Path] | None = None
+    ) -> None:
         self.max_bytes = max_bytes
+        self._refetch = refetch
         self._items: OrderedDict[str, tuple[np.ndarray, np.ndarray | None]] = OrderedDict()
         self._bytes = 0
 
@@ -45,7 +53,7 @@ class TableCache:
         """``(t_ns int64 (N,), values (N, D))`` of the table blob at ``path``."""
         item = self._get(key)
         if item is None:
-            item = decode_table(path.read_bytes(), what=f"table blob {key[:12]}")
+            item = self._load(key, path, "table", decode_table)
             self._put(key, item)
         t_ns, values = item
         assert values is not None
@@ -55,9 +63,21 @@ class TableCache:
         """Per-frame times, ns, ``int64 (N,)``, of the timestamps blob at ``path``."""
         item = self._get(key)
         if item is None:
-            item = (decode_timestamps(path.read_bytes(), what=f"timestamps blob {key[:12]}"), None)
+            item = (self._load(key, path, "timestamps", decode_timestamps), None)
             self._put(key, item)
         return item[0]
+
+    def _load(self, key: str, path: Path, kind: str, decode: Callable[..., T]) -> T:
+        """Decode the blob at ``path``, fetched again if it vanishes meanwhile (``refetch``)."""
+        what = f"{kind} blob {key[:12]}"
+        refetch = self._refetch
+        return read_blob(
+            lambda p: decode(p.read_bytes(), what=what),
+            path,
+            key,
+            refetch=None if refetch is None else lambda: refetch(key),
+            what=f"{what}...",
+        )
 
     def __len__(self) -> int:
         return len(self._items)

@@ -24,6 +24,7 @@ from __future__ import annotations
 import os
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from fractions import Fraction
 from pathlib import Path
 from typing import Any, Protocol
@@ -32,6 +33,7 @@ import numpy as np
 import torch
 
 from rayform._untrusted import shown
+from rayform.cache import read_blob
 from rayform.errors import CacheError, IntegrityError, RayformError
 from rayform.torch._decoding._intra import IntraDecoder, open_intra
 
@@ -181,11 +183,20 @@ class DecoderCache:
         max_open: decoders kept open per process (each holds an open file and FFmpeg state).
         backend: ``"torchcodec"``, ``"pyav"`` or ``None``: per video, the packet decoder for
             all-intra video, else :func:`default_backend`.
+        refetch: the path of a video blob (by key) after fetching it again: a video removed
+            from the cache while it is read (another node's eviction) is fetched and read
+            again, with a warning (:func:`rayform.cache.read_blob`), never a false error.
     """
 
-    def __init__(self, max_open: int = 16, backend: str | None = None) -> None:
+    def __init__(
+        self,
+        max_open: int = 16,
+        backend: str | None = None,
+        refetch: Callable[[str], Path] | None = None,
+    ) -> None:
         self.max_open = max_open
         self._backend = backend
+        self._refetch = refetch
         self._lock = threading.Lock()
         self._open: OrderedDict[str, _Entry] = OrderedDict()
 
@@ -229,8 +240,16 @@ class DecoderCache:
                 has fewer frames than its timestamps blob, or frames of another size than
                 ``out``'s.
         """
+        refetch = self._refetch
         try:
-            return self._get_frames(key, path, indices, rate_hz, channels_last, out)
+            return read_blob(
+                lambda p: self._get_frames(key, p, indices, rate_hz, channels_last, out),
+                path,
+                key,
+                refetch=None if refetch is None else lambda: refetch(key),
+                what=f"video blob {key[:12]}... of stream {stream or '?'}",
+                reset=lambda: self._forget(key),
+            )
         except RayformError:
             raise
         except Exception as exc:  # whatever the decoder raises on bytes that are not a video
@@ -245,6 +264,11 @@ class DecoderCache:
                 f"decoded ({type(exc).__name__}: {shown(exc)}); the data on the server is "
                 "broken: report it to the data owners"
             ) from exc
+
+    def _forget(self, key: str) -> None:
+        """Drop the decoder of ``key`` (its file was removed or replaced): the next read opens it."""
+        with self._lock:
+            self._open.pop(key, None)
 
     def _get_frames(
         self,
