@@ -7,10 +7,12 @@ within a host (``_locks``) and download claims across nodes (``_claims``).
 """
 
 from rayform.cache._evict import Evictor, EvictReport, Pins, check_fits, evict_lru
+from rayform.cache._partial import HOST
 from rayform.cache._sharing import CacheModes, shared_mode
 from rayform.cache._store import Cache, CacheEntry, VerifyReport
 
 __all__ = [
+    "HOST",
     "Cache",
     "CacheEntry",
     "CacheModes",
