@@ -236,7 +236,9 @@ class _Tries:
             assert reason is not None
             raise TransportError(_sided(self.what, n, reason, exc, self.policy)) from None
         if kind == "attempts":
-            raise TransportError(_message(self.what, n, exc, self.policy, self.pace, None))
+            raise TransportError(
+                _message(self.what, n, exc, self.policy, self.pace, None)
+            ) from None
         if self.watch is not None:
             self.watch.record(
                 f"{exc.reason}; nothing counted for {self.pace.silent_s():.0f} s "
