@@ -2,6 +2,9 @@
 
 * ``stall_timeout`` / ``RAYFORM_STALL_TIMEOUT``: seconds a network operation may go without
   progress before it fails (default 120).
+* ``RAYFORM_MIN_RATE``: bytes per second a download must average over one stall bound for
+  its bytes to count as progress, e.g. ``"1KiB"`` or ``"10kB/s"`` (default 1 KiB/s; ``0``: any
+  byte counts, as before the rule; see :mod:`rayform._net._pace`).
 * ``cache_limit`` / ``RAYFORM_CACHE_LIMIT``: bytes the cache's blobs may take, e.g. ``"10GB"``,
   ``"500MiB"`` or an ``int`` (default: no limit).
 """
@@ -14,10 +17,21 @@ import re
 
 from rayform.errors import InvalidArgumentError
 
-__all__ = ["DEFAULT_STALL_TIMEOUT_S", "parse_bytes", "resolve_cache_limit", "resolve_stall_timeout"]
+__all__ = [
+    "DEFAULT_MIN_RATE",
+    "DEFAULT_STALL_TIMEOUT_S",
+    "parse_bytes",
+    "resolve_cache_limit",
+    "resolve_min_rate",
+    "resolve_stall_timeout",
+]
 
 #: Default bound, in seconds, on a network operation that makes no progress.
 DEFAULT_STALL_TIMEOUT_S = 120.0
+#: Default minimum rate of a download, in bytes per second: below one TCP segment (~1.4 kB)
+#: per second, the least a live connection sends on any path with a round trip under a second
+#: (docs/reliability.md, "The minimum rate").
+DEFAULT_MIN_RATE = 1024
 
 _UNITS = {
     "": 1,
@@ -75,6 +89,26 @@ def resolve_stall_timeout(value: float | None) -> float:
             "network operation may go without progress before it fails)"
         )
     return float(value)
+
+
+def resolve_min_rate() -> int:
+    """The minimum download rate in bytes per second: ``RAYFORM_MIN_RATE``, else 1 KiB/s.
+
+    Raises:
+        InvalidArgumentError: not a size (an optional ``/s`` may follow the unit).
+    """
+    env = os.environ.get("RAYFORM_MIN_RATE", "").strip()
+    if not env:
+        return DEFAULT_MIN_RATE
+    text = env[:-2] if env.lower().endswith("/s") else env
+    try:
+        return parse_bytes(text, "RAYFORM_MIN_RATE")
+    except InvalidArgumentError:
+        raise InvalidArgumentError(
+            f"RAYFORM_MIN_RATE={env!r}: use bytes per second with an optional unit, e.g. "
+            "1KiB or 10kB/s (the least a download must average over one stall bound; "
+            "0 turns the rule off)"
+        ) from None
 
 
 def resolve_cache_limit(value: int | str | None) -> int | None:

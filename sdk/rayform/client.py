@@ -23,10 +23,11 @@ from typing import Any
 from rayform._boundary import argument_errors
 from rayform._env import default_cache_dir, env_flag
 from rayform._ids import check_hash, check_slice_id, check_stream_names
-from rayform._limits import resolve_cache_limit, resolve_stall_timeout
+from rayform._limits import resolve_cache_limit, resolve_min_rate, resolve_stall_timeout
 from rayform._net import (
     LISTING_CAP,
     REFERENCE_CAP,
+    Outages,
     PullReport,
     Transport,
     check_listing,
@@ -36,7 +37,7 @@ from rayform._net import (
 )
 from rayform._resolve import missing_blobs, open_manifest, remembered
 from rayform._seams import BlobSource, DownloadSink, ProgressCallback
-from rayform.cache import Cache, Evictor, Pins, check_fits
+from rayform.cache import HOST, Cache, Evictor, Pins, check_fits
 from rayform.errors import (
     InvalidArgumentError,
     ManifestError,
@@ -177,6 +178,7 @@ class Client:
         self.timeout = timeout
         self.attempts = attempts
         self.stall_timeout = resolve_stall_timeout(stall_timeout)
+        self._min_rate = resolve_min_rate()
         self.cache_limit = resolve_cache_limit(cache_limit)
         # Only from a fetch until the reader pins it itself: flock alone (a marker file per
         # fetch cost a network round trip or two on a shared cache; the reader's pin has one).
@@ -225,6 +227,10 @@ class Client:
                 timeout=self.timeout,
                 attempts=self.attempts,
                 stall_timeout=self.stall_timeout,
+                min_rate=self._min_rate,
+                watch=Outages(
+                    self.cache, f"{endpoint_key(self.endpoint)}.{HOST}.outage", self.stall_timeout
+                ),
             )
         return self._transport_obj
 
@@ -429,10 +435,14 @@ class Client:
     ) -> tuple[Path, int]:
         url = f"v1/slices/{slice_id}/blobs/{ref.hash}"
 
+        what = f"downloading blob {ref.hash[:12]}... of {slice_id}"
+        waiting_since = time.time()  # before any wait on another process's download of it
+
         def download(part: DownloadSink) -> None:
-            self._transport().download(
-                url, part, f"downloading blob {ref.hash[:12]}... of {slice_id}", on_bytes
-            )
+            self._transport().download(url, part, what, on_bytes, waiting_since=waiting_since)
+
+        if not self.cache.has_blob(ref.hash):
+            self._transport().check_store(what)  # not behind others' waits if the store stalled
 
         t0 = time.monotonic()
         path, fetched = self.cache.fetch_blob(ref, download)

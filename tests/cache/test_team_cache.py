@@ -190,6 +190,29 @@ def test_another_users_unwritable_lock_file_still_locks(team: Path) -> None:
     assert _ok(waiter).strip() == "not-held"
 
 
+def test_filelock_cannot_take_another_users_unwritable_lock_file(team: Path) -> None:
+    """Why ``cache/_locks.py`` is not filelock (docs/architecture.md, "Libraries"): its
+    ``mode=`` gives a new lock file the team's bits, but on a lock file Alice left 0644 it
+    raises ``PermissionError`` for Bob where ours opens the file read-only and locks it
+    (``flock`` needs no write access): deduplication would be off for all but the owner."""
+    pytest.importorskip("filelock")
+    locks = team / "locks-filelock"
+    locks.mkdir()
+    shutil.chown(locks, group=GROUP)
+    os.chmod(locks, 0o2775)
+    script = str(SCRIPTS / "team_filelock.py")
+    # A new lock file: filelock's mode= sets the team's bits under umask 022.
+    assert _ok(_as("rfbob", team, team, script, str(locks / "new.lock"))).strip() == "held 664"
+    lock = locks / "x.lock"
+    lock.write_bytes(b"")
+    shutil.chown(lock, user="rfalice", group=GROUP)
+    os.chmod(lock, 0o644)
+    done = _as("rfbob", team, team, script, str(lock))
+    assert done.returncode == 0 and done.stdout.strip() == "refused PermissionError", done
+    ours = _ok(_as("rfbob", team, team, str(SCRIPTS / "team_lock.py"), str(lock), "1"))
+    assert ours.strip() == "held"
+
+
 def test_existing_directory_of_another_user_is_reported_once_not_changed(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -17,7 +17,8 @@ from support import DEMO_SLICE, TOKEN
 from support.hostile import Answer, HostileServer
 
 import rayform
-from rayform.errors import TransportError
+from rayform.errors import InvalidArgumentError, TransportError
+from rayform.manifest import BlobRef
 
 SLC = "slc_0badc0de"
 STALL_S = 3.0
@@ -106,3 +107,59 @@ def test_a_tiny_retry_after_does_not_make_a_request_storm(
     assert time.monotonic() - t0 < STALL_S + MARGIN_S
     # The default 0.25 s backoff allows 13 requests in 3 s; the storm sent hundreds.
     assert 2 <= len(server.requests) < 40, len(server.requests)
+
+
+def _table_ref(client: rayform.Client) -> BlobRef:
+    return next(iter(client.slices.get(DEMO_SLICE).segments)).streams["joints/position"].blob
+
+
+def _trickled(server: HostileServer, demo_root: Path, ref: BlobRef, bps: float) -> None:
+    body = (demo_root / "blobs" / ref.hash[:2] / ref.hash).read_bytes()
+    server.answers[f"/v1/slices/{DEMO_SLICE}/blobs/{ref.hash}"] = Answer(200, body, trickle_bps=bps)
+
+
+def test_a_body_trickled_a_byte_at_a_time_ends_at_the_minimum_rate(
+    demo_root: Path, tmp_path: Path
+) -> None:
+    # One body byte every 2.5 s, each inside the 30 s read timeout: every byte restarted the
+    # stall clock, so a 600-byte blob took 25 minutes (a larger one, as long as the server
+    # liked). Below the minimum rate (1 KiB/s by default) bytes are not progress.
+    server = HostileServer(demo_root)
+    try:
+        client = _client(server, tmp_path)
+        ref = _table_ref(client)
+        _trickled(server, demo_root, ref, 1 / 2.5)
+        t0 = time.monotonic()
+        with pytest.raises(TransportError) as info:
+            client.pull(DEMO_SLICE, streams=["joints/position"])
+        assert time.monotonic() - t0 < STALL_S + HEAD_MARGIN_S
+        message = str(info.value)
+        assert "below the minimum rate" in message and "RAYFORM_MIN_RATE" in message, message
+        assert "without progress" not in message, message  # the rule that ended it, not the other
+    finally:
+        server.stop()
+
+
+def test_the_minimum_rate_is_read_from_the_environment(
+    demo_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """100 B/s for a 600-byte blob (6 s, past a 3 s bound): below the default minimum rate it
+    ends; with RAYFORM_MIN_RATE=20 (60 B per bound) it is progress and the pull completes."""
+    server = HostileServer(demo_root)
+    try:
+        ref = _table_ref(_client(server, tmp_path))
+        _trickled(server, demo_root, ref, 100)
+        with pytest.raises(TransportError, match="below the minimum rate"):
+            _client(server, tmp_path).pull(DEMO_SLICE, streams=["joints/position"])
+        monkeypatch.setenv("RAYFORM_MIN_RATE", "20/s")
+        _client(server, tmp_path).pull(DEMO_SLICE, streams=["joints/position"])
+        assert (tmp_path / "cache" / "blobs" / ref.hash[:2] / ref.hash).is_file()
+    finally:
+        server.stop()
+
+
+@pytest.mark.parametrize("bad", ["fast", "-1", "1KiB/min"])
+def test_a_bad_minimum_rate_is_refused_up_front(bad: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RAYFORM_MIN_RATE", bad)
+    with pytest.raises(InvalidArgumentError, match="RAYFORM_MIN_RATE=.*bytes per second"):
+        rayform.Client(endpoint="http://127.0.0.1:9")

@@ -6,6 +6,7 @@ import httpx
 import pytest
 
 import rayform
+from rayform._net._pace import Pace
 from rayform._net._retry import Retryable, RetryPolicy, run_with_retries
 from rayform._net._transport import Transport
 from rayform.errors import InvalidArgumentError, TransportError
@@ -94,10 +95,10 @@ def test_attempts_that_each_made_progress_are_not_reported_as_a_stall() -> None:
     """A store that sends a little and then stalls, every time: each attempt makes progress,
     so the attempts run out, and the error says so, not "gave up after 0 s without progress"
     (what it said when the backoff drawn was longer than the stall bound)."""
-    received = [0]
+    pace = Pace(5.0)
 
     def trickle_then_stall(seconds_left: float) -> None:
-        received[0] += 1024
+        pace.add(1024)
         raise Retryable("ReadTimeout: no byte for 5 s")
 
     sleeps: list[float] = []
@@ -105,9 +106,7 @@ def test_attempts_that_each_made_progress_are_not_reported_as_a_stall() -> None:
         ENDPOINT, attempts=5, backoff_s=4.0, stall_timeout_s=5.0, sleep=sleeps.append
     )
     with pytest.raises(TransportError) as info:
-        run_with_retries(
-            policy, "downloading blob z", trickle_then_stall, progress=lambda: received[0]
-        )
+        run_with_retries(policy, "downloading blob z", trickle_then_stall, pace=pace)
     assert str(info.value).startswith("downloading blob z failed after ")
     assert "without progress" not in str(info.value)
-    assert received[0] >= 1024
+    assert pace.received >= 1024

@@ -11,7 +11,16 @@ connection errors, timeouts, ``5xx`` and ``429``:
 * any other failure uses up one of ``attempts``; our own backoff never takes more than half the
   time left before the bound, so the try after it has the other half;
 * whatever happens, the operation ends within ``stall_timeout_s`` seconds *without progress*
-  (a download that receives bytes makes progress: its clock starts again).
+  (a download that receives at least the minimum rate's bytes makes progress: its clock starts
+  again, :mod:`rayform._net._pace`); the error says which rule ended it;
+* a download that another one of the same store on this host has just found stalled gives up
+  with it (:mod:`rayform._net._outage`).
+
+The loop is tenacity's (``Retrying``); this module gives it the rules as its hooks: ``retry``
+(only :class:`Retryable`), ``wait`` (the backoff, capped at :data:`BACKOFF_CAP_S`, or the
+``Retry-After``), ``stop`` (the attempts, and a stop that reads the time since the last
+progress, plus the wait ahead, against the stall bound), ``before_sleep`` (the log line) and
+``retry_error_callback`` (the error naming the side that failed).
 
 The error that ends it names the side that failed, by host only (a presigned URL's signature
 is a credential): the Rayform server (``RAYFORM_ENDPOINT``), the object store behind it (the
@@ -25,15 +34,29 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal, TypeVar
+from typing import Literal, NoReturn, Protocol, TypeVar
 
+import tenacity
+
+from rayform._net._pace import Pace
 from rayform.errors import TransportError
 
-__all__ = ["RetryPolicy", "Retryable", "Side", "run_with_retries"]
+__all__ = [
+    "BACKOFF_CAP_S",
+    "Retryable",
+    "RetryPolicy",
+    "Side",
+    "Watch",
+    "check_first",
+    "run_with_retries",
+]
 
 log = logging.getLogger("rayform.transport")
 
 T = TypeVar("T")
+
+#: The longest backoff between two tries, in seconds (before jitter).
+BACKOFF_CAP_S = 10.0
 
 #: ``server``: the Rayform server itself; ``store``: the object store behind it, as the
 #: server reported; ``direct``: the object store the server redirected a download to.
@@ -75,7 +98,8 @@ class RetryPolicy:
     Attributes:
         endpoint: the server's base URL (named in errors).
         attempts: failures (other than "come back later" answers) before giving up.
-        backoff_s: base of the jittered exponential backoff in seconds (capped at 10 s).
+        backoff_s: base of the jittered exponential backoff in seconds (capped at
+            :data:`BACKOFF_CAP_S`).
         stall_timeout_s: seconds without progress after which the operation fails.
         sleep: the sleep function (tests pass a fake one; its seconds count as elapsed).
     """
@@ -87,8 +111,23 @@ class RetryPolicy:
     sleep: Callable[[float], None] | None = None
 
 
+class Watch(Protocol):
+    """What else may end an operation early (:class:`~rayform._net._outage.Outages`)."""
+
+    def check(self, pace: Pace) -> str | None:
+        """Why the operation should give up now, or None (also asked before the first try)."""
+
+    def record(self, reason: str) -> None:
+        """The operation gave up for the stall bound: tell the others."""
+
+
 def _message(
-    what: str, n: int, exc: Retryable, policy: RetryPolicy, spent_s: float, wait_s: float | None
+    what: str,
+    n: int,
+    exc: Retryable,
+    policy: RetryPolicy,
+    pace: Pace,
+    wait_s: float | None,
 ) -> str:
     # wait_s: the wait before the next try, when that try would have come past the stall bound
     # (the reason for giving up); None when the attempts ran out first.
@@ -101,28 +140,124 @@ def _message(
             else f"the limit is {limit}"
         )
         bound = (
-            f"; gave up after {spent_s:.0f} s without progress ({why}: "
+            f"; gave up after {pace.silent_s():.0f} s {pace.why()} ({why}: "
             "Client(stall_timeout=...) or RAYFORM_STALL_TIMEOUT)"
         )
+    return _sided(what, n, exc.reason + bound, exc, policy)
+
+
+def _sided(what: str, n: int, detail: str, exc: Retryable, policy: RetryPolicy) -> str:
     offline = "cached data stays usable with RAYFORM_OFFLINE=1."
     head = f"{what} failed after {n} attempt{'s' if n != 1 else ''}"
     if exc.side == "store":
         return (
             f"{head}: the object store behind the server at {policy.endpoint} did not answer "
-            f"({exc.reason}){bound}. The server itself is up: tell its operator that its "
+            f"({detail}). The server itself is up: tell its operator that its "
             f"storage is down or stalled, then retry; {offline}"
         )
     if exc.side == "direct":
         return (
             f"{head}: the object store at {exc.host} (where the server at {policy.endpoint} "
-            f"sent the download) did not answer: {exc.reason}{bound}. The server itself is "
+            f"sent the download) did not answer: {detail}. The server itself is "
             f"up: tell its operator that its storage is down or unreachable from here, then "
             f"retry; {offline}"
         )
     return (
-        f"{head}: {exc.reason}{bound}. Check that the server {policy.endpoint} is reachable "
+        f"{head}: {detail}. Check that the server {policy.endpoint} is reachable "
         f"(RAYFORM_ENDPOINT), then retry; {offline}"
     )
+
+
+class _Tries:
+    """The state of one operation's tries, and tenacity's hooks that read it."""
+
+    def __init__(self, policy: RetryPolicy, what: str, pace: Pace, watch: Watch | None) -> None:
+        self.policy = policy
+        self.what = what
+        self.pace = pace
+        self.watch = watch
+        self.counted = 0  # failures that use up an attempt
+        self.ending: tuple[str, float | None, str | None] = ("attempts", None, None)
+
+    @staticmethod
+    def _failure(rs: tenacity.RetryCallState) -> Retryable:
+        exc = rs.outcome.exception() if rs.outcome is not None else None
+        assert isinstance(exc, Retryable)  # retry_if_exception_type(Retryable)
+        return exc
+
+    def wait(self, rs: tenacity.RetryCallState) -> float:
+        exc = self._failure(rs)
+        self.counted += 0 if exc.busy else 1
+        backoff = min(BACKOFF_CAP_S, self.policy.backoff_s * 2 ** min(self.counted, 16))
+        if exc.retry_after is not None:
+            # A Retry-After never makes us ask sooner than our own backoff: busy answers use
+            # up no attempt, so a tiny one would have us ask again and again until the bound.
+            return max(exc.retry_after, backoff)
+        # Our own backoff leaves the next try half the time left: a try that made progress
+        # just now must not be given up because the draw ran past the bound.
+        return min(random.uniform(0, backoff), max(self.pace.left_s(), 0.0) / 2)
+
+    def stop(self, rs: tenacity.RetryCallState) -> bool:
+        """Give up: attempts used up, the next try would start past the stall bound (a stop
+        that reads the time since the last progress), or the watch says so."""
+        reason = self.watch.check(self.pace) if self.watch is not None else None
+        if reason is not None:
+            self.ending = ("watch", None, reason)
+        elif self.counted >= self.policy.attempts:
+            self.ending = ("attempts", None, None)
+        elif self.pace.silent_s() + rs.upcoming_sleep >= self.policy.stall_timeout_s:
+            self.ending = ("stall", rs.upcoming_sleep, None)
+        else:
+            return False
+        return True
+
+    def before_sleep(self, rs: tenacity.RetryCallState) -> None:
+        exc = self._failure(rs)
+        log.info(
+            "retrying %s (attempt %d) in %.1f s: %s",
+            self.what,
+            rs.attempt_number,
+            rs.upcoming_sleep,
+            exc.reason,
+        )
+
+    def sleep(self, seconds: float) -> None:
+        if self.policy.sleep is None:
+            time.sleep(seconds)
+        else:
+            self.policy.sleep(seconds)
+            self.pace.slept += seconds
+
+    def give_up(self, rs: tenacity.RetryCallState) -> NoReturn:
+        exc = self._failure(rs)
+        kind, wait_s, reason = self.ending
+        n = rs.attempt_number
+        if kind == "watch":
+            assert reason is not None
+            raise TransportError(_sided(self.what, n, reason, exc, self.policy)) from None
+        if kind == "attempts":
+            raise TransportError(
+                _message(self.what, n, exc, self.policy, self.pace, None)
+            ) from None
+        if self.watch is not None:
+            self.watch.record(
+                f"{exc.reason}; nothing counted for {self.pace.silent_s():.0f} s "
+                f"({self.pace.why()})"
+            )
+        raise TransportError(_message(self.what, n, exc, self.policy, self.pace, wait_s)) from None
+
+
+def check_first(policy: RetryPolicy, what: str, pace: Pace, watch: Watch | None) -> None:
+    """Raise the error that ends the operation before its first try, if ``watch`` says so
+    (this process has just seen the store stall).
+
+    Raises:
+        TransportError: the operation is not to be tried now.
+    """
+    reason = watch.check(pace) if watch is not None else None
+    if reason is not None:
+        message = _sided(what, 0, reason, Retryable("not tried"), policy)
+        raise TransportError(message.replace("after 0 attempts", "before its first attempt"))
 
 
 def run_with_retries(
@@ -130,7 +265,8 @@ def run_with_retries(
     what: str,
     fn: Callable[[float], T],
     *,
-    progress: Callable[[], int] | None = None,
+    pace: Pace | None = None,
+    watch: Watch | None = None,
 ) -> T:
     """Run ``fn(seconds_left)`` until it returns, retrying :class:`Retryable` failures.
 
@@ -138,46 +274,23 @@ def run_with_retries(
         policy: attempts and time bound.
         what: the operation, for logs and errors (e.g. ``"downloading blob 1a2b..."``).
         fn: one attempt; its argument is the time left in seconds (use it as its timeout).
-        progress: a counter that grows when the operation makes progress (bytes received);
-            growth restarts the clock (not the attempts).
+        pace: the operation's progress, fed by ``fn`` with the bytes it receives (progress
+            restarts the clock, not the attempts); default: no progress short of success.
+        watch: what else may end the operation early (another download's stall).
 
     Raises:
-        TransportError: attempts or time ran out; the message names the side that failed.
+        TransportError: attempts or time ran out, or ``watch`` ended it; the message names
+            the side that failed and, for time, the rule.
     """
-    fake_sleep = policy.sleep
-    t0, slept, counted, n = time.monotonic(), 0.0, 0, 0
-    last = progress() if progress is not None else 0
-
-    def spent() -> float:
-        return time.monotonic() - t0 + slept
-
-    while True:
-        n += 1
-        try:
-            return fn(max(policy.stall_timeout_s - spent(), 0.05))
-        except Retryable as exc:
-            now = progress() if progress is not None else 0
-            if now != last:
-                t0, slept, last = time.monotonic(), 0.0, now
-            counted += 0 if exc.busy else 1
-            backoff = min(10.0, policy.backoff_s * 2 ** min(counted, 16))
-            # A Retry-After never makes us ask sooner than our own backoff: busy answers use up
-            # no attempt, so a tiny one would have us ask again and again until the stall bound.
-            after = exc.retry_after
-            if after is None:
-                # Our own backoff leaves the next try half the time left: a try that made
-                # progress just now must not be given up because the draw ran past the bound.
-                left = policy.stall_timeout_s - spent()
-                wait = min(random.uniform(0, backoff), max(left, 0.0) / 2)
-            else:
-                wait = max(after, backoff)
-            if counted >= policy.attempts:
-                raise TransportError(_message(what, n, exc, policy, spent(), None)) from None
-            if spent() + wait >= policy.stall_timeout_s:
-                raise TransportError(_message(what, n, exc, policy, spent(), wait)) from None
-            log.info("retrying %s (attempt %d) in %.1f s: %s", what, n, wait, exc.reason)
-            if fake_sleep is not None:
-                fake_sleep(wait)
-                slept += wait
-            else:
-                time.sleep(wait)
+    pace = pace if pace is not None else Pace(policy.stall_timeout_s)
+    check_first(policy, what, pace, watch)
+    tries = _Tries(policy, what, pace, watch)
+    retrying = tenacity.Retrying(
+        retry=tenacity.retry_if_exception_type(Retryable),
+        wait=tries.wait,
+        stop=tries.stop,
+        before_sleep=tries.before_sleep,
+        sleep=tries.sleep,
+        retry_error_callback=tries.give_up,
+    )
+    return retrying(lambda: fn(max(pace.left_s(), 0.05)))

@@ -30,7 +30,15 @@ from typing import Any
 import httpx
 
 from rayform._net._deadline import hold, reads_end_by, trace
-from rayform._net._retry import Retryable, RetryPolicy, Side, run_with_retries
+from rayform._net._pace import Pace
+from rayform._net._retry import (
+    Retryable,
+    RetryPolicy,
+    Side,
+    Watch,
+    check_first,
+    run_with_retries,
+)
 from rayform._process import PerProcess
 from rayform._seams import DownloadSink, ProgressCallback
 from rayform._untrusted import loads, shown
@@ -197,6 +205,10 @@ class Transport:
             ``429``/``503`` with ``Retry-After``, are waited out without using one up).
         stall_timeout: seconds an operation may go without progress, retries included, before
             it fails with :class:`~rayform.errors.TransportError`.
+        min_rate: bytes per second a download must average over a stall bound for its bytes
+            to count as progress (0: any byte does; :mod:`rayform._net._pace`).
+        watch: what else ends a download early: another download's stall on this host
+            (:class:`~rayform._net._outage.Outages`).
         backoff_s: base of the exponential backoff in seconds (jittered, capped at 10 s).
         http_transport: an ``httpx`` transport to use instead of the network (tests).
         sleep: the sleep function used between retries (tests).
@@ -211,6 +223,8 @@ class Transport:
         attempts: int = 5,
         stall_timeout: float = 120.0,
         backoff_s: float = 0.25,
+        min_rate: float = 0.0,
+        watch: Watch | None = None,
         http_transport: httpx.BaseTransport | None = None,
         sleep: Callable[[float], None] | None = None,
     ) -> None:
@@ -220,6 +234,8 @@ class Transport:
         self.attempts = max(1, attempts)
         self.stall_timeout = stall_timeout
         self.backoff_s = backoff_s
+        self.min_rate = min_rate
+        self.watch = watch
         self._http_transport = http_transport
         self._sleep = sleep
         self._client: PerProcess[httpx.Client] = PerProcess(self._open_client)
@@ -269,10 +285,9 @@ class Transport:
             self._sleep,
         )
 
-    def _with_retries(
-        self, what: str, fn: Callable[[float], Any], progress: Callable[[], int] | None = None
-    ) -> Any:
-        return run_with_retries(self._policy(), what, fn, progress=progress)
+    def _with_retries(self, what: str, fn: Callable[[float], Any], pace: Pace | None = None) -> Any:
+        watch = self.watch if pace is not None else None
+        return run_with_retries(self._policy(), what, fn, pace=pace, watch=watch)
 
     def _timeout(self, left_s: float) -> httpx.Timeout:
         return httpx.Timeout(min(self.timeout, left_s))
@@ -444,54 +459,79 @@ class Transport:
         except ValueError as exc:
             raise ProtocolError(f"{what}: {self.server} answered invalid JSON ({exc})") from None
 
+    def check_store(self, what: str) -> None:
+        """Refuse a download about to start, before any wait on another process's download
+        of the same blob, if this process has just seen the store stall
+        (:mod:`rayform._net._outage`).
+
+        Raises:
+            TransportError: saying which download gave up, and when the store is tried again.
+        """
+        if self.watch is not None:
+            pace = Pace(self.stall_timeout, self.min_rate)
+            check_first(self._policy(), what, pace, self.watch)
+
     def download(
-        self, path: str, part: DownloadSink, what: str, on_bytes: ProgressCallback | None = None
+        self,
+        path: str,
+        part: DownloadSink,
+        what: str,
+        on_bytes: ProgressCallback | None = None,
+        *,
+        waiting_since: float | None = None,
     ) -> None:
         """Fill ``part`` from ``part.offset`` to its end with the blob at ``path``.
 
         A broken connection is retried and the download continues where it stopped, with
-        ``Range: bytes=<offset>-``. Bytes received count as progress (see ``stall_timeout``).
+        ``Range: bytes=<offset>-``. Bytes received at the minimum rate count as progress (see
+        ``stall_timeout`` and ``min_rate``).
 
         Args:
             path: the blob's URL path, relative to the endpoint.
             part: where the bytes go (the cache's partial file).
             what: what is being done, for error messages.
             on_bytes: called with the size of each chunk written (progress bars).
+            waiting_since: ``time.time()`` when the caller began to wait for this blob (before
+                waiting on another process's download of it); default now.
         """
+        pace = Pace(self.stall_timeout, self.min_rate, waiting_since)
 
         def once(left_s: float) -> None:
             if part.remaining <= 0:
                 return
-            self._download_once(path, part, what, left_s, on_bytes)
+            self._download_once(path, part, what, pace, on_bytes)
 
-        self._with_retries(what, once, progress=lambda: part.offset)
+        self._with_retries(what, once, pace)
 
     def _download_once(
         self,
         path: str,
         part: DownloadSink,
         what: str,
-        left_s: float,
+        pace: Pace,
         on_bytes: ProgressCallback | None,
     ) -> None:
         url = self._url(path)
         redirects = refreshes = 0
         client = self._http()
-        timeout = self._timeout(left_s)
-        deadline = time.monotonic() + left_s
+        timeout = self._timeout(max(pace.left_s(), 0.05))
         while True:
             headers = self._headers(url)
             if part.offset:
                 headers["Range"] = f"bytes={part.offset}-"
             foreign = _origin(url) != _origin(self.endpoint)
             host = _host(url) if foreign else None
+            side: Side = "direct" if foreign else "server"
             try:
-                self._stream_once(client, url, headers, part, what, deadline, host, on_bytes)
+                self._stream_once(client, url, headers, part, what, pace, host, on_bytes)
                 return
+            except httpx.TimeoutException as exc:
+                if pace.left_s() > 0.05 or pace.why() == "without progress":
+                    raise _network_failure(exc, float(timeout.read or 0), side, host) from None
+                # Bytes came, too few to count: the minimum rate, not a silent server, ended it.
+                raise Retryable("the body came too slowly", side=side, host=host) from None
             except httpx.TransportError as exc:
-                raise _network_failure(
-                    exc, float(timeout.read or 0), "direct" if foreign else "server", host
-                ) from None
+                raise _network_failure(exc, float(timeout.read or 0), side, host) from None
             except _Redirect as redirect:
                 if redirect.refresh:
                     refreshes += 1
@@ -520,20 +560,23 @@ class Transport:
         headers: dict[str, str],
         part: DownloadSink,
         what: str,
-        deadline: float,
+        pace: Pace,
         host: str | None,
         on_bytes: ProgressCallback | None = None,
     ) -> None:
         """One GET of the blob into ``part``; raises :class:`_Redirect` to go elsewhere.
 
-        Everything before the body (status line, headers, an error's body) ends by
-        ``deadline``, the stall bound (``time.monotonic()`` seconds): it is no progress. The
-        body's reads each wait the read timeout, and its bytes restart the stall clock.
+        Every read, status line and headers included, ends by the stall bound of ``pace``
+        (a ``time.monotonic()`` deadline that only the body's bytes move, when they come at
+        the minimum rate), or as soon as the transport's watch says another download found the
+        store stalled.
         """
         foreign = host is not None
-        left_s = max(deadline - time.monotonic(), 0.05)
+        left_s = max(pace.left_s(), 0.05)
+        watch = self.watch
+        abort = (lambda: watch.check(pace) is not None) if watch is not None else None
         with (
-            reads_end_by(deadline) as before_body,
+            reads_end_by(pace.deadline(), abort) as bound,
             self._stream(client, url, left_s, headers) as resp,
         ):
             status = resp.status_code
@@ -559,11 +602,18 @@ class Transport:
                     f"declares {part.expected_size}; nothing was cached. The data on the "
                     "server is inconsistent: report it to the data owners."
                 )
-            before_body.lift()
             for chunk in _raw(resp):  # raw: never decompressed (see _check_encoding)
                 part.write(chunk)
+                pace.add(len(chunk))
+                bound.move(pace.deadline())
                 if on_bytes is not None:
                     on_bytes(len(chunk))
+                if pace.left_s() <= 0:  # a trickle below the minimum rate
+                    raise Retryable(
+                        "the body came too slowly",
+                        side="direct" if foreign else "server",
+                        host=host,
+                    )
             if part.remaining > 0:
                 raise Retryable(
                     f"connection closed after {part.offset} of {part.expected_size} bytes",

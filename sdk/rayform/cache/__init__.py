@@ -8,11 +8,13 @@ claims across nodes (``_claims``) and pins across nodes (``_pinmarks``).
 """
 
 from rayform.cache._evict import Evictor, EvictReport, Pins, check_fits, evict_lru
+from rayform.cache._partial import HOST
 from rayform.cache._reread import read_blob
 from rayform.cache._sharing import CacheModes, shared_mode
 from rayform.cache._store import Cache, CacheEntry, VerifyReport
 
 __all__ = [
+    "HOST",
     "Cache",
     "CacheEntry",
     "CacheModes",
