@@ -207,10 +207,8 @@ def bench_ingest(address: str, work: Path, bags: int) -> dict[str, Any]:
     on_ray = time.perf_counter() - t0
     from rayform_server.store import Store
 
-    same = (
-        Store(work / "serial").get_slice("slc_0000aaaa")["manifest"]
-        == Store(work / "ray").get_slice("slc_0000aaaa")["manifest"]
-    )
+    refs = [Store(work / name).get_slice("slc_0000aaaa") for name in ("serial", "ray")]
+    same = None not in refs and refs[0]["manifest"] == refs[1]["manifest"]  # type: ignore[index]
     log(
         f"ingest of {bags} bags: serial {serial:.1f} s, --ray {on_ray:.1f} s "
         f"(ratio {serial / on_ray:.2f}); same manifest: {same}"
