@@ -3,15 +3,16 @@
 :func:`read_slice` builds the :class:`~rayform.torch.EpisodeDataset` on the driver (it reads
 the manifest only) and hands Ray a :class:`SliceDatasource`. Each read task holds whole
 episodes, so each episode's blobs (one video per camera) are decoded in one forward pass by
-one task. A task rebuilds the dataset from its URI (``EpisodeDataset.from_uri``) with the
-driver's client (its cache directory, shared mode, offline mode and limits travel with it),
-reads its episodes with ``__getitems__`` in time order, and yields blocks of at most
+one task. Each Ray worker process rebuilds the dataset from its URI (``EpisodeDataset.from_uri``)
+once, with the driver's client (its cache directory, shared mode, offline mode and limits
+travel with it); a task reads its episodes with ``__getitems__`` in time order, and yields blocks of at most
 ``max_block_bytes``. The rows are the dataset's samples, exactly: the same tensors as
 ``dataset[index]`` (``meta`` flattened into ``meta/...`` columns, plus ``meta/index``).
 """
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -33,6 +34,9 @@ ROWS = ("samples", "episodes")
 MAX_BLOCK_BYTES = 64 << 20
 #: Options of ``EpisodeDataset.from_uri`` that a read task passes on (never sample-changing).
 _TASK_OPTIONS = ("transform", "decoder_cache_size", "decoder_backend", "decode_threads")
+#: Datasets a worker process keeps for its next read tasks (by URI and datasource).
+_DATASETS: dict[tuple[str, str], EpisodeDataset] = {}
+_KEEP = 2
 
 
 def read_slice(
@@ -175,6 +179,7 @@ class SliceDatasource(Datasource):
             self._uri, self._options, self._streams = "", {}, None
             self._lengths = [1] * len(source.segments)
             self._row_bytes = 256
+        self._token = secrets.token_hex(8)  # this datasource, wherever it is unpickled
         self._offsets = np.concatenate([[0], np.cumsum(self._lengths, dtype=np.int64)])
         if rows == "samples" and not self._uri:
             raise InvalidArgumentError("rows='samples' needs an EpisodeDataset")
@@ -220,9 +225,7 @@ class SliceDatasource(Datasource):
     # -- what a read task runs (in a Ray worker) -------------------------------------------
     def read_samples(self, episodes: range, block_rows: int, limit: int) -> Iterator[Any]:
         """Blocks of the samples of ``episodes``, episode by episode in time order."""
-        dataset = EpisodeDataset.from_uri(
-            self._uri, client=self._slice.client, shard=None, **self._options
-        )
+        dataset = self._dataset()
         left = limit
         for e in episodes:
             start, stop = int(self._offsets[e]), int(self._offsets[e + 1])
@@ -234,6 +237,20 @@ class SliceDatasource(Datasource):
                 yield BlockAccessor.batch_to_block(
                     _to_columns(dataset.__getitems__(indices), indices)
                 )
+
+    def _dataset(self) -> EpisodeDataset:
+        """The dataset, rebuilt from its URI once per worker process and datasource (a Ray
+        worker runs many read tasks: they share its open decoders and resolved manifest)."""
+        key = (self._uri, self._token)
+        dataset = _DATASETS.get(key)
+        if dataset is None:
+            dataset = EpisodeDataset.from_uri(
+                self._uri, client=self._slice.client, shard=None, **self._options
+            )
+            while len(_DATASETS) >= _KEEP:
+                _DATASETS.pop(next(iter(_DATASETS)))
+            _DATASETS[key] = dataset
+        return dataset
 
     def read_episodes(self, episodes: range, block_rows: int, limit: int) -> Iterator[Any]:
         """Blocks of one row per episode of ``episodes``: metadata and blob references."""
