@@ -4,6 +4,7 @@ driver is the serial ingest's manifest, with nothing left behind (docs/ray.md)."
 
 from __future__ import annotations
 
+import io
 import os
 import signal
 import subprocess
@@ -14,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.recordings import write_bag
+from support.recordings import write_bag, write_lerobot_v21
 
 from rayform_server.ingest import ingest_mcap
 from rayform_server.ingest._common import Progress
@@ -95,3 +96,20 @@ def test_ingest_on_ray_with_a_killed_worker_is_the_serial_ingest(
     assert Store(root).get_slice(SLICE)["manifest"] == serial.hash  # the serial manifest
     assert not any((root / "staging").glob("*"))  # the batch is gone
     assert not any((root / "tmp").glob("*"))  # and what the killed attempt left
+
+
+def test_lerobot_ingest_on_ray_is_the_serial_ingest(ray_cluster: Any, tmp_path: Path) -> None:
+    """A LeRobot dataset: one task per data file (v2.1: one per episode), the serial manifest."""
+    from rayform_server.ingest import ingest_lerobot
+
+    write_lerobot_v21(tmp_path / "ds", episodes=3)
+    serial = ingest_lerobot(
+        Store(tmp_path / "serial"), tmp_path / "ds", SLICE, progress=Progress(None)
+    )
+    assert serial is not None
+    out = io.StringIO()
+    on_ray = ingest_lerobot(  # the driver already connected to the cluster is used as it is
+        Store(tmp_path / "on-ray"), tmp_path / "ds", SLICE, progress=Progress(out), ray=""
+    )
+    assert on_ray is not None and on_ray.hash == serial.hash
+    assert "3 Ray tasks" in out.getvalue() and "[3/3] tasks done" in out.getvalue()
