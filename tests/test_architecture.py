@@ -1,9 +1,10 @@
 """The import rules of docs/architecture.md, checked by reading every module's imports (AST).
 
 1. The SDK (``sdk/rayform``) never imports the server stub, the tests or the benchmarks.
-2. The SDK core (``rayform`` outside ``rayform/torch`` and ``rayform/integrations``) never
-   imports torch, torchcodec, ``rayform.torch`` or ``rayform.integrations``: ``import rayform``
-   must work without torch.
+2. The SDK core (``rayform`` outside ``rayform/torch``, ``rayform/integrations`` and
+   ``rayform/ray``) never imports torch, torchcodec, ``rayform.torch`` or
+   ``rayform.integrations``: ``import rayform`` must work without torch. Only ``rayform/ray``
+   imports Ray (or ``rayform.ray``): the core and ``rayform.torch`` work without it.
 3. A private module or name (``_x``) is imported only from inside the package that owns it:
    ``rayform._ids`` from ``rayform`` and its subpackages, ``rayform.torch._index`` from
    ``rayform.torch``, ``rayform_server._video`` from ``rayform_server``. The server stub, the
@@ -136,11 +137,25 @@ def test_the_sdk_core_never_imports_torch() -> None:
         for f, module, line, name in _all_imports("sdk")
         if not _within(module, "rayform.torch")
         and not _within(module, "rayform.integrations")
+        and not _within(module, "rayform.ray")
         and any(_within(name, h) for h in heavy)
     ]
     assert not bad, (
         "`import rayform` must not need torch; move this into rayform/torch or "
         "rayform/integrations:\n" + "\n".join(bad)
+    )
+
+
+def test_only_rayform_ray_imports_ray() -> None:
+    bad = [
+        f"{f}:{line} imports {name}"
+        for f, module, line, name in _all_imports("sdk")
+        if not _within(module, "rayform.ray")
+        and (_within(name, "ray") or _within(name, "rayform.ray"))
+    ]
+    assert not bad, (
+        "Ray is the optional `ray` extra: only rayform/ray may import it (and rayform.ray):\n"
+        + "\n".join(bad)
     )
 
 

@@ -1,7 +1,7 @@
 """The public API may grow, never shrink: names and signatures checked against a snapshot.
 
 ``tests/public_api.json`` records every public name (``rayform.__all__``, ``rayform.torch``,
-``rayform.format``, ``rayform.files``, ``rayform.errors``, the public methods and properties
+``rayform.format``, ``rayform.files``, ``rayform.errors``, ``rayform.ray``, the public methods and properties
 of ``Client``, ``Slice``, ``EpisodeDataset``, ``EpisodeSampler``, ``MixtureDataset``,
 ``Cache``, and of the segment model ``Segments`` and its display side ``SegmentColumns``)
 with its call signature, and the console scripts and entry points of ``pyproject.toml``. A
@@ -34,6 +34,7 @@ MODULES = (
     "rayform.format",
     "rayform.files",
     "rayform.errors",
+    "rayform.ray",
 )
 CLASSES = (
     "rayform.client:Client",

@@ -275,6 +275,8 @@ class EpisodeDataset(Dataset):
     def follow_order(self, shuffle: bool, window: int | None) -> None:
         """Told by :class:`~rayform.torch.EpisodeSampler`: read-ahead fetches in its order."""
         self._readahead.follow(shuffle, window)
+        if self._shard_check is not None:  # a later plain-index batch means a swapped sampler
+            self._shard_check.follow()
 
     def order_streams(
         self, world: int, epoch: int, shuffle: bool, window: int | None = None

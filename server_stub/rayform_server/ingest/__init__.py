@@ -6,7 +6,8 @@ Python API: :func:`ingest_lerobot` and :func:`ingest_mcap`. The server CLI regis
     rayform-server ingest lerobot --root DATA_ROOT --slice SLICE_ID PATH [--stream NAME=FEATURE ...] [--site SITE]
     rayform-server ingest mcap --root DATA_ROOT --slice SLICE_ID FILE... [--stream NAME=TOPIC[:FIELD] ...] [--site SITE]
 
-Either takes ``--stage BATCH [--shard I/N]`` to be one worker of a distributed ingest.
+Either takes ``--stage BATCH [--shard I/N]`` to be one worker of a distributed ingest, or
+``--ray [ADDRESS]`` to run its shards as Ray tasks and commit once (docs/ray.md).
 
 See ``docs/ingest-lerobot.md`` and ``docs/ingest-mcap.md``.
 """
@@ -75,6 +76,16 @@ def _common_args(p: argparse.ArgumentParser, source: str) -> None:
         "skipped with a warning); with --jobs or --stage each worker renders its own",
     )
     add_stage_arguments(p, "recordings")
+    p.add_argument(
+        "--ray",
+        metavar="ADDRESS",
+        nargs="?",
+        const="",
+        default=None,
+        help="run the shards as Ray tasks (one per source file, retried when a worker dies) on "
+        "the cluster at ADDRESS (default: RAY_ADDRESS, else a local Ray), then commit once; the "
+        "root must be shared by every node (docs/ray.md)",
+    )
 
 
 def add_parser(
@@ -154,6 +165,7 @@ def _run_lerobot(args: argparse.Namespace) -> int:
             shard=shard,
             jobs=args.jobs,
             renditions=args.renditions,
+            ray=args.ray,
         )
 
     return _run(args, work)
@@ -173,6 +185,7 @@ def _run_mcap(args: argparse.Namespace) -> int:
             shard=shard,
             jobs=args.jobs,
             renditions=args.renditions,
+            ray=args.ray,
         )
 
     return _run(args, work)

@@ -188,6 +188,7 @@ def ingest_lerobot(
     shard: Shard | None = None,
     jobs: int = 1,
     renditions: tuple[int, ...] = (),
+    ray: str | None = None,
 ) -> Manifest | ColumnarManifest | None:
     """Ingest the LeRobot dataset at ``path`` as slice ``slice_id`` of ``store``.
 
@@ -210,6 +211,9 @@ def ingest_lerobot(
         renditions: heights (even, pixels) of smaller copies of every camera video to store
             too (docs/manifest.md), rendered by whichever process ingests the episode.
 
+        ray: run the shards as Ray tasks on this cluster (one per source file; ``""``:
+            ``RAY_ADDRESS`` or a local Ray), then commit once (docs/ray.md).
+
     Returns:
         The committed manifest (``None`` when staging). Blobs are written episode by episode;
         the manifest and the slice reference only at the end, so a failure never leaves a
@@ -221,6 +225,10 @@ def ingest_lerobot(
     """
     check_slice_id(slice_id, new=True)
     check_jobs(jobs, stage)
+    if ray is not None and (stage is not None or jobs > 1):
+        raise InvalidArgumentError(
+            "--ray runs the shards as Ray tasks and commits once: drop --stage, --shard and --jobs"
+        )
     progress = progress or Progress()
     layout = open_layout(path)
     chosen = _pick_streams(layout, streams)
@@ -231,7 +239,7 @@ def ingest_lerobot(
     )
 
     description = f"LeRobot dataset {ds_id} ({layout.version})"
-    if jobs > 1:
+    if jobs > 1 or ray is not None:
         worker = functools.partial(
             _staging_worker,
             str(store.root),
@@ -243,6 +251,13 @@ def ingest_lerobot(
             gop,
             renditions,
         )
+        if ray is not None:
+            from rayform_server.ingest._ray import group_by_file, run_on_ray
+
+            groups = group_by_file([ep.data_file for ep in layout.episodes])
+            return run_on_ray(
+                store, slice_id, groups, description, progress, worker, address=ray or None
+            )
         return run_jobs(
             store, slice_id, min(jobs, len(layout.episodes)), description, progress, worker
         )

@@ -280,6 +280,7 @@ def ingest_mcap(
     shard: Shard | None = None,
     jobs: int = 1,
     renditions: tuple[int, ...] = (),
+    ray: str | None = None,
 ) -> Manifest | ColumnarManifest | None:
     """Ingest ROS 2 MCAP bags as slice ``slice_id`` of ``store``, one segment per file.
 
@@ -302,6 +303,9 @@ def ingest_mcap(
         renditions: heights (even, pixels) of smaller copies of every camera video to store
             too (docs/manifest.md), rendered by whichever process ingests the file.
 
+        ray: run the shards as Ray tasks on this cluster (one per source file; ``""``:
+            ``RAY_ADDRESS`` or a local Ray), then commit once (docs/ray.md).
+
     Returns:
         The committed manifest (written only at the end, with the slice reference), or
         ``None`` when staging.
@@ -312,11 +316,15 @@ def ingest_mcap(
     """
     check_slice_id(slice_id, new=True)
     check_jobs(jobs, stage)
+    if ray is not None and (stage is not None or jobs > 1):
+        raise InvalidArgumentError(
+            "--ray runs the shards as Ray tasks and commits once: drop --stage, --shard and --jobs"
+        )
     progress = progress or Progress()
     if not files:
         raise InvalidArgumentError("no MCAP files given")
     description = "ROS 2 bags: " + ", ".join(Path(f).name for f in files)
-    if jobs > 1:
+    if jobs > 1 or ray is not None:
         worker = functools.partial(
             _staging_worker,
             str(store.root),
@@ -327,6 +335,13 @@ def ingest_mcap(
             gop,
             renditions,
         )
+        if ray is not None:
+            from rayform_server.ingest._ray import group_by_file, run_on_ray
+
+            groups = group_by_file([str(f) for f in files])
+            return run_on_ray(
+                store, slice_id, groups, description, progress, worker, address=ray or None
+            )
         return run_jobs(store, slice_id, min(jobs, len(files)), description, progress, worker)
 
     def segments() -> Iterator[SegmentInput]:

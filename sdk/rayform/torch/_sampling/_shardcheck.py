@@ -14,6 +14,11 @@ The count is shared by the rank's forked DataLoader workers through anonymous sh
 :data:`MAX_SLOTS` share slots, which can only undercount) and one counter per worker. Counting
 stops for the epoch at the first index read twice (a sampler that pads, or a new epoch begun
 without ``dataset.set_epoch``), so a sharding sampler is never blamed.
+
+A dataset that an :class:`~rayform.torch.EpisodeSampler` was built for but whose loader asks
+for plain-integer batches had its sampler swapped behind the user's back: Ray Train's
+``prepare_data_loader`` rebuilds the loader with a ``DistributedSampler`` (by sample: nothing
+lost, but episode sharding, read-ahead and exact resume are). Rank 0 says so once, with the fix.
 """
 
 from __future__ import annotations
@@ -51,6 +56,12 @@ class ShardCheck:
         self._map: mmap.mmap | None = mmap.mmap(-1, _HEADER + self._slots)
         self._seen = np.frombuffer(self._map, dtype=np.uint8, offset=_HEADER)
         self._head = np.frombuffer(self._map, dtype=np.int64, count=_COUNTERS + 2)
+        self._followed = False  # an EpisodeSampler was built for the dataset
+        self._told_swap = False
+
+    def follow(self) -> None:
+        """An :class:`~rayform.torch.EpisodeSampler` was built over the dataset (before fork)."""
+        self._followed = True
 
     def __getstate__(self) -> dict[str, Any]:
         # A spawned worker cannot share the parent's map: it does not count.
@@ -59,6 +70,7 @@ class ShardCheck:
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.length, self.rank, self.world = state["length"], state["rank"], state["world"]
         self.bound, self._slots, self._map = -(-self.length // self.world), 1, None
+        self._followed = self._told_swap = False
 
     def saw(self, flat: np.ndarray, epoch: int, worker: int) -> None:
         """Count the indices ``flat`` (int64) that a loader asked for in ``epoch``.
@@ -70,6 +82,17 @@ class ShardCheck:
         """
         if self._map is None or not len(flat):
             return
+        if self._followed and len(flat) > 1 and not self._told_swap:
+            self._told_swap = True
+            if self.rank == 0 and worker <= 0:
+                log.warning(
+                    "this EpisodeDataset has an EpisodeSampler, but its DataLoader reads it with "
+                    "another sampler (plain indices, by sample): ray.train.torch."
+                    "prepare_data_loader(loader) replaces the sampler with a DistributedSampler "
+                    "when there are several workers. Use rayform.ray.prepare_data_loader(loader), "
+                    "or ray.train.torch.prepare_data_loader(loader, add_dist_sampler=False), to "
+                    "keep sharding by episode, read-ahead and exact resume (docs/ray.md)"
+                )
         head = self._head
         if head[_COUNTERS] != epoch:  # a new epoch: start again (set_epoch was called)
             self._seen[:] = 0

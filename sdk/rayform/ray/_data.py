@@ -1,0 +1,319 @@
+"""Ray Data: a slice read into a ``ray.data.Dataset``, one row per sample or per episode.
+
+:func:`read_slice` builds the :class:`~rayform.torch.EpisodeDataset` on the driver (it reads
+the manifest only) and hands Ray a :class:`SliceDatasource`. Each read task holds whole
+episodes, so each episode's blobs (one video per camera) are decoded in one forward pass by
+one task. Each Ray worker process rebuilds the dataset from its URI (``EpisodeDataset.from_uri``)
+once, with the driver's client (its cache directory, shared mode, offline mode and limits
+travel with it); a task reads its episodes with ``__getitems__`` in time order, and yields blocks of at most
+``max_block_bytes``. The rows are the dataset's samples, exactly: the same tensors as
+``dataset[index]`` (``meta`` flattened into ``meta/...`` columns, plus ``meta/index``).
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import ray.data
+import torch
+from ray.data.block import BlockAccessor, BlockMetadata
+from ray.data.datasource import Datasource, ReadTask
+
+from rayform.errors import InvalidArgumentError
+from rayform.slice import Slice
+from rayform.torch import EpisodeDataset
+
+__all__ = ["ROWS", "SliceDatasource", "group_episodes", "read_slice"]
+
+#: What a row is: one ``EpisodeDataset`` sample, or one episode (metadata and blob references).
+ROWS = ("samples", "episodes")
+#: Default bound on a block's bytes (also bounded by Ray's ``target_max_block_size``).
+MAX_BLOCK_BYTES = 64 << 20
+#: Options of ``EpisodeDataset.from_uri`` that a read task passes on (never sample-changing).
+_TASK_OPTIONS = ("transform", "decoder_cache_size", "decoder_backend", "decode_threads")
+#: Datasets a worker process keeps for its next read tasks (by URI and datasource).
+_DATASETS: dict[tuple[str, str], EpisodeDataset] = {}
+_KEEP = 2
+
+
+def read_slice(
+    source: Slice | EpisodeDataset,
+    obs: Sequence[str] | Mapping[str, str] | None = None,
+    action: str | Mapping[str, str] | None = None,
+    fps: float | None = None,
+    *,
+    rows: str = "samples",
+    override_num_blocks: int | None = None,
+    max_block_bytes: int = MAX_BLOCK_BYTES,
+    ray_remote_args: dict[str, Any] | None = None,
+    **dataset_kwargs: Any,
+) -> ray.data.Dataset:
+    """A slice (or an ``EpisodeDataset``) as a ``ray.data.Dataset``.
+
+    Args:
+        source: a :class:`~rayform.Slice` (or a ``select()`` view of one), with the
+            ``EpisodeDataset`` arguments that follow; or an ``EpisodeDataset`` as built.
+        obs: as ``EpisodeDataset``'s (with a slice and ``rows="samples"``).
+        action: as ``EpisodeDataset``'s (required with a slice and ``rows="samples"``; pass
+            ``None`` for no action stream).
+        fps: as ``EpisodeDataset``'s.
+        rows: ``"samples"``: one row per dataset sample, the same tensors as
+            ``dataset[index]`` (cameras ``(3, H, W) uint8``, vectors, ``action``, masks,
+            ``t_ns``) plus ``meta/index`` (the dataset index) and ``meta/slice``,
+            ``meta/segment``, ``meta/segment_version``, ``meta/site``. ``"episodes"``: one row
+            per episode: ``segment``, ``segment_version``, ``site``, ``start_ns``, ``end_ns``,
+            ``slice``, ``manifest_hash``, ``samples`` (with a dataset) and for each stream read
+            (every stream, for a bare slice) ``blob/<stream>`` (BLAKE3 hash) and
+            ``nbytes/<stream>``.
+        override_num_blocks: read tasks to make (default: Ray's choice); at most one per
+            episode, since a task holds whole episodes.
+        max_block_bytes: bound on the bytes of one block (default 64 MiB; Ray's
+            ``DataContext.target_max_block_size`` bounds it too).
+        ray_remote_args: passed to ``ray.data.read_datasource`` (e.g. ``{"num_cpus": 1}``).
+        **dataset_kwargs: the other ``EpisodeDataset`` arguments (``horizon``,
+            ``image_size``, ``resize``, ``segments``, ``obs_steps``, ``frame``, ...).
+
+    Returns:
+        A lazy ``ray.data.Dataset``.
+
+    Raises:
+        InvalidArgumentError: a bad ``rows`` or ``max_block_bytes``, or dataset arguments
+            with a built dataset.
+    """
+    if rows not in ROWS:
+        raise InvalidArgumentError(f"rows={rows!r}: use one of {', '.join(map(repr, ROWS))}")
+    if isinstance(max_block_bytes, bool) or not isinstance(max_block_bytes, int):
+        raise InvalidArgumentError(f"max_block_bytes={max_block_bytes!r}: use a positive integer")
+    if max_block_bytes < 1:
+        raise InvalidArgumentError(f"max_block_bytes={max_block_bytes!r}: use a positive integer")
+    if isinstance(source, EpisodeDataset):
+        if obs is not None or fps is not None or dataset_kwargs:
+            raise InvalidArgumentError(
+                "read_slice(dataset) takes the dataset as built: pass the EpisodeDataset "
+                "arguments with a slice instead, read_slice(slice_, obs=..., action=..., fps=...)"
+            )
+        datasource = SliceDatasource(source, max_block_bytes=max_block_bytes, rows=rows)
+    elif isinstance(source, Slice):
+        if rows == "episodes" and obs is None and fps is None and not dataset_kwargs:
+            datasource = SliceDatasource(source, max_block_bytes=max_block_bytes, rows=rows)
+        else:
+            if obs is None or fps is None:
+                raise InvalidArgumentError(
+                    "read_slice(slice_, ...) needs the EpisodeDataset arguments obs=, action= and "
+                    "fps= (rows='episodes' alone needs none)"
+                )
+            dataset = EpisodeDataset(source, obs, action, fps, shard=None, **dataset_kwargs)
+            given = {k: v for k, v in dataset_kwargs.items() if k in _TASK_OPTIONS}
+            datasource = SliceDatasource(
+                dataset, max_block_bytes=max_block_bytes, rows=rows, options=given
+            )
+    else:
+        raise InvalidArgumentError(
+            "read_slice needs a rayform.Slice (client.slices.get(...)) or a "
+            f"rayform.torch.EpisodeDataset, got {type(source).__name__}"
+        )
+    return ray.data.read_datasource(
+        datasource, override_num_blocks=override_num_blocks, ray_remote_args=ray_remote_args or {}
+    )
+
+
+def group_episodes(lengths: Sequence[int], groups: int) -> list[range]:
+    """Consecutive episode ranges, at most ``groups`` of them, of about equal sample counts.
+
+    Args:
+        lengths: samples per episode, in dataset order (episodes of no sample still count).
+        groups: the number of ranges wanted (>= 1); fewer when there are fewer episodes.
+
+    Returns:
+        Non-empty ranges of episode positions that cover ``range(len(lengths))`` in order.
+    """
+    n = len(lengths)
+    groups = max(1, min(int(groups), n))
+    if n == 0:
+        return []
+    weights = np.maximum(np.asarray(lengths, dtype=np.float64), 1.0)
+    ends = np.cumsum(weights)
+    cuts = np.searchsorted(ends, ends[-1] * np.arange(1, groups) / groups, side="left") + 1
+    bounds = sorted({0, *(int(c) for c in cuts if 0 < c < n), n})
+    return [range(a, b) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+
+
+class SliceDatasource(Datasource):
+    """The Ray Data source behind :func:`read_slice` (Ray's ``Datasource`` API).
+
+    Args:
+        source: an ``EpisodeDataset`` (sample or episode rows) or a ``Slice`` (episode rows).
+        max_block_bytes: bound on one block's bytes.
+        rows: ``"samples"`` or ``"episodes"``.
+        options: ``EpisodeDataset.from_uri`` options for the tasks' datasets (``transform``,
+            ``decoder_backend``...; default: those the dataset shows as attributes).
+    """
+
+    def __init__(
+        self,
+        source: EpisodeDataset | Slice,
+        *,
+        max_block_bytes: int,
+        rows: str = "samples",
+        options: Mapping[str, Any] | None = None,
+    ) -> None:
+        super().__init__()
+        self.rows = rows
+        self.max_block_bytes = int(max_block_bytes)
+        if isinstance(source, EpisodeDataset):
+            self._slice: Any = source.slice
+            self._uri = source.uri
+            self._options = {k: getattr(source, k) for k in _TASK_OPTIONS if hasattr(source, k)}
+            self._options.update(options or {})
+            self._lengths = list(source.segment_lengths.values())
+            self._streams: list[str] | None = [
+                *source.obs,
+                *([source.action] if source.action else []),
+            ]
+            self._row_bytes = _row_bytes(source.sample_spec())
+        else:
+            self._slice = source
+            self._uri, self._options, self._streams = "", {}, None
+            self._lengths = [1] * len(source.segments)
+            self._row_bytes = 256
+        self._token = secrets.token_hex(8)  # this datasource, wherever it is unpickled
+        self._offsets = np.concatenate([[0], np.cumsum(self._lengths, dtype=np.int64)])
+        if rows == "samples" and not self._uri:
+            raise InvalidArgumentError("rows='samples' needs an EpisodeDataset")
+
+    def estimate_inmemory_data_size(self) -> int | None:
+        """Bytes of all rows: per sample (or episode) row bytes times rows."""
+        return int(self._row_bytes * self._num_rows(range(len(self._lengths))))
+
+    def _num_rows(self, episodes: range) -> int:
+        if self.rows == "episodes":
+            return len(episodes)
+        return int(self._offsets[episodes.stop] - self._offsets[episodes.start])
+
+    def get_read_tasks(
+        self,
+        parallelism: int,
+        per_task_row_limit: int | None = None,
+        data_context: Any = None,
+    ) -> list[ReadTask]:
+        """One task per group of consecutive whole episodes (at most ``parallelism``).
+
+        Args:
+            parallelism: tasks wanted.
+            per_task_row_limit: rows a task reads at most (Ray's limit pushdown).
+            data_context: Ray's ``DataContext`` (its ``target_max_block_size`` bounds blocks).
+        """
+        target = getattr(data_context, "target_max_block_size", None) or self.max_block_bytes
+        block_rows = max(1, min(self.max_block_bytes, int(target)) // max(1, self._row_bytes))
+        tasks = []
+        for episodes in group_episodes(self._lengths, parallelism):
+            n = self._num_rows(episodes)
+            if per_task_row_limit is not None:
+                n = min(n, int(per_task_row_limit))
+            if n == 0:
+                continue
+            meta = BlockMetadata(
+                num_rows=n, size_bytes=n * self._row_bytes, input_files=None, exec_stats=None
+            )
+            read = _ReadEpisodes(self, episodes, block_rows, n)
+            tasks.append(ReadTask(read, meta, per_task_row_limit=per_task_row_limit))
+        return tasks
+
+    # -- what a read task runs (in a Ray worker) -------------------------------------------
+    def read_samples(self, episodes: range, block_rows: int, limit: int) -> Iterator[Any]:
+        """Blocks of the samples of ``episodes``, episode by episode in time order."""
+        dataset = self._dataset()
+        left = limit
+        for e in episodes:
+            start, stop = int(self._offsets[e]), int(self._offsets[e + 1])
+            for pos in range(start, stop, block_rows):
+                if left <= 0:
+                    return
+                indices = list(range(pos, min(pos + block_rows, stop, pos + left)))
+                left -= len(indices)
+                yield BlockAccessor.batch_to_block(
+                    _to_columns(dataset.__getitems__(indices), indices)
+                )
+
+    def _dataset(self) -> EpisodeDataset:
+        """The dataset, rebuilt from its URI once per worker process and datasource (a Ray
+        worker runs many read tasks: they share its open decoders and resolved manifest)."""
+        key = (self._uri, self._token)
+        dataset = _DATASETS.get(key)
+        if dataset is None:
+            dataset = EpisodeDataset.from_uri(
+                self._uri, client=self._slice.client, shard=None, **self._options
+            )
+            while len(_DATASETS) >= _KEEP:
+                _DATASETS.pop(next(iter(_DATASETS)))
+            _DATASETS[key] = dataset
+        return dataset
+
+    def read_episodes(self, episodes: range, block_rows: int, limit: int) -> Iterator[Any]:
+        """Blocks of one row per episode of ``episodes``: metadata and blob references."""
+        segments = self._slice.segments
+        chosen = list(episodes)[:limit]
+        for i in range(0, len(chosen), block_rows):
+            columns: dict[str, list[Any]] = {}
+            for e in chosen[i : i + block_rows]:
+                seg = segments[e]
+                row: dict[str, Any] = {
+                    "segment": seg.id,
+                    "segment_version": int(seg.version),
+                    "site": seg.site,
+                    "start_ns": int(seg.start_ns),
+                    "end_ns": int(seg.end_ns),
+                    "slice": self._slice.id,
+                    "manifest_hash": self._slice.manifest_hash,
+                }
+                if self._uri:
+                    row["samples"] = int(self._lengths[e])
+                for name in self._streams or sorted(seg.streams):
+                    blob = seg.streams[name].blob
+                    row[f"blob/{name}"] = blob.hash
+                    row[f"nbytes/{name}"] = int(blob.size)
+                for key, value in row.items():
+                    columns.setdefault(key, []).append(value)
+            yield BlockAccessor.batch_to_block({k: np.asarray(v) for k, v in columns.items()})
+
+
+class _ReadEpisodes:
+    """A read task's function (picklable): one group of episodes of a :class:`SliceDatasource`."""
+
+    def __init__(self, source: SliceDatasource, episodes: range, block_rows: int, limit: int):
+        self.source, self.episodes, self.block_rows, self.limit = (
+            source,
+            episodes,
+            block_rows,
+            limit,
+        )
+
+    def __call__(self) -> Iterator[Any]:
+        if self.source.rows == "episodes":
+            return self.source.read_episodes(self.episodes, self.block_rows, self.limit)
+        return self.source.read_samples(self.episodes, self.block_rows, self.limit)
+
+
+def _to_columns(samples: list[dict[str, Any]], indices: list[int]) -> dict[str, np.ndarray]:
+    """Samples as columns: tensors stacked, ``meta`` flattened to ``meta/<field>``."""
+    out: dict[str, np.ndarray] = {"meta/index": np.asarray(indices, dtype=np.int64)}
+    for key in samples[0]:
+        if key == "meta":
+            for field in samples[0]["meta"]:
+                out[f"meta/{field}"] = np.asarray([s["meta"][field] for s in samples])
+        elif isinstance(samples[0][key], torch.Tensor):
+            out[key] = torch.stack([s[key] for s in samples]).numpy()
+        else:
+            out[key] = np.asarray([s[key] for s in samples])
+    return out
+
+
+def _row_bytes(spec: dict[str, tuple[str, tuple[int, ...]]]) -> int:
+    """Bytes of one sample row from ``EpisodeDataset.sample_spec()`` (plus ~128 of metadata)."""
+    total = 128
+    for dtype, shape in spec.values():
+        total += int(np.dtype(dtype).itemsize * int(np.prod(shape, dtype=np.int64)))
+    return total

@@ -1,0 +1,115 @@
+"""``rayform-server ingest mcap ... --ray ADDRESS`` on a real local 2-node Ray cluster: one task
+per bag, a task whose worker is SIGKILLed mid-task is run again, and the one commit on the
+driver is the serial ingest's manifest, with nothing left behind (docs/ray.md)."""
+
+from __future__ import annotations
+
+import io
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support.recordings import write_bag, write_lerobot_v21
+
+from rayform_server.ingest import ingest_mcap
+from rayform_server.ingest._common import Progress
+from rayform_server.store import Store
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::FutureWarning")
+
+SLICE = "slc_0000aaaa"
+
+
+def _task_pids() -> list[int]:
+    """Ray workers of this test's cluster (their RAY_TMPDIR) running an ingest task now."""
+    mine = f"RAY_TMPDIR={os.environ['RAY_TMPDIR']}".encode()
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            title = (entry / "cmdline").read_bytes()
+            if b"ray::_run_worker" in title and mine in (entry / "environ").read_bytes():
+                pids.append(int(entry.name))
+        except OSError:
+            continue
+    return pids
+
+
+def _kill_one_task(killed: list[int], stop: threading.Event) -> None:
+    while not stop.is_set() and not killed:
+        for pid in _task_pids():
+            os.kill(pid, signal.SIGKILL)
+            killed.append(pid)
+            return
+        time.sleep(0.02)
+
+
+def test_ingest_on_ray_with_a_killed_worker_is_the_serial_ingest(
+    ray_cluster: Any, tmp_path: Path
+) -> None:
+    bags = []
+    for k in range(3):
+        bags.append(tmp_path / f"run_{k:03d}.mcap")
+        write_bag(bags[-1], seed=k)
+    serial = ingest_mcap(Store(tmp_path / "serial"), bags, SLICE, progress=Progress(None))
+    assert serial is not None
+
+    root = tmp_path / "on-ray"
+    killed: list[int] = []
+    stop = threading.Event()
+    killer = threading.Thread(target=_kill_one_task, args=(killed, stop), daemon=True)
+    killer.start()
+    try:
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "rayform_server",
+                "ingest",
+                "mcap",
+                "--root",
+                str(root),
+                "--slice",
+                SLICE,
+                "--ray",
+                ray_cluster.address,
+                *map(str, bags),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env={**os.environ, "PYTHONWARNINGS": "ignore"},
+        )
+    finally:
+        stop.set()
+        killer.join()
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert killed, "no ingest task was running to kill"
+    assert "3 Ray tasks" in done.stderr and "[3/3] tasks done" in done.stderr
+    assert Store(root).get_slice(SLICE)["manifest"] == serial.hash  # the serial manifest
+    assert not any((root / "staging").glob("*"))  # the batch is gone
+    assert not any((root / "tmp").glob("*"))  # and what the killed attempt left
+
+
+def test_lerobot_ingest_on_ray_is_the_serial_ingest(ray_cluster: Any, tmp_path: Path) -> None:
+    """A LeRobot dataset: one task per data file (v2.1: one per episode), the serial manifest."""
+    from rayform_server.ingest import ingest_lerobot
+
+    write_lerobot_v21(tmp_path / "ds", episodes=3)
+    serial = ingest_lerobot(
+        Store(tmp_path / "serial"), tmp_path / "ds", SLICE, progress=Progress(None)
+    )
+    assert serial is not None
+    out = io.StringIO()
+    on_ray = ingest_lerobot(  # the driver already connected to the cluster is used as it is
+        Store(tmp_path / "on-ray"), tmp_path / "ds", SLICE, progress=Progress(out), ray=""
+    )
+    assert on_ray is not None and on_ray.hash == serial.hash
+    assert "3 Ray tasks" in out.getvalue() and "[3/3] tasks done" in out.getvalue()
