@@ -55,11 +55,12 @@ def check_non_negative_int(name: str, value: object, zero: str = "") -> int:
     return out
 
 
-def check_positive_number(name: str, value: object, example: str = "15") -> float:
-    """``value`` as a finite ``float`` > 0."""
+def check_positive_number(name: str, value: object, example: str = "15", unit: str = "") -> float:
+    """``value`` as a finite ``float`` > 0; ``unit`` (e.g. ``"Hz"``) is named in the error."""
     number = float(value) if isinstance(value, numbers.Real) and not isinstance(value, bool) else 0
     if not math.isfinite(number) or number <= 0:
-        raise InvalidArgumentError(f"{name}={value!r}: use a finite number > 0, e.g. {example}")
+        what = f"a finite number > 0 ({unit})" if unit else "a finite number > 0"
+        raise InvalidArgumentError(f"{name}={value!r}: use {what}, e.g. {example}")
     return number
 
 

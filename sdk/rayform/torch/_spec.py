@@ -210,7 +210,7 @@ def check_spec(
             f"slice_ must be a rayform.Slice (from client.slices.get(...)), got {type(slice_).__name__}"
         )
     checked: dict[str, Any] = {
-        "fps": check_positive_number("fps", fps, "15 (Hz)"),
+        "fps": check_positive_number("fps", fps, "15", unit="Hz"),
         "horizon": check_positive_int("horizon", horizon),
         "obs_steps": check_positive_int("obs_steps", obs_steps),
         "decoder_cache_size": check_positive_int("decoder_cache_size", decoder_cache_size),
