@@ -7,7 +7,7 @@ set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 venv=${1:-"$repo/.peer-venv"}
 setup=${RAYFORM_LEROBOT_SETUP:-"$repo/scripts/peer/lerobot/setup.sh"}
-probe='from lerobot.datasets.lerobot_dataset import LeRobotDataset; import diffusers, blake3, platformdirs, serial, gymnasium'
+probe='from lerobot.datasets.lerobot_dataset import LeRobotDataset; import diffusers, blake3, platformdirs, tenacity, serial, gymnasium'
 if [ -x "$venv/bin/python" ] && "$venv/bin/python" -c "$probe" >/dev/null 2>&1; then
   echo "$venv/bin/python"
   exit 0

@@ -315,6 +315,7 @@ environment variables:
   RAYFORM_NO_LOCKS       1: no per-blob file locks (for filesystems where locking hangs)
   RAYFORM_CACHE_LIMIT    bytes the cache may hold, e.g. 50GB (evicts least recently used blobs)
   RAYFORM_STALL_TIMEOUT  seconds a download may make no progress before it fails (default 120)
+  RAYFORM_MIN_RATE       slowest body that counts as progress, e.g. 10kB/s (default 1KiB/s; 0: off)
   RAYFORM_CACHE_SHARED   1: team cache, group-writable (same as --shared); 0: never inferred
 
 docs: docs/cli.md; `rayform COMMAND --help` for each command's options."""

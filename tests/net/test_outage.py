@@ -18,7 +18,6 @@ from rayform._net._outage import Outages
 from rayform._net._pace import Pace
 from rayform._net._transport import Transport
 from rayform.cache import Cache
-from rayform.errors import TransportError
 
 STALL_S = 8.0
 
@@ -51,14 +50,32 @@ def test_a_download_that_made_progress_after_the_record_goes_on(tmp_path: Path) 
     assert _outages(tmp_path).check(pace) is None
 
 
-def test_a_process_whose_download_gave_up_refuses_new_ones_for_one_bound(tmp_path: Path) -> None:
+def test_a_process_whose_download_gave_up_waits_a_quarter_bound_for_one_bound(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     mine = _outages(tmp_path)
     mine.record("stalled")
-    assert "tries the store again only 8 s after" in (mine.check(Pace(STALL_S, 1024)) or "")
-    assert _outages(tmp_path).check(Pace(STALL_S, 1024)) is None  # another process: in full
+    t0 = time.time()
+    probe = Pace(STALL_S, 1024, waiting_since=t0)
+    # A new download asks the store: one that is back answers at once (a notebook that retries
+    # as soon as the store returns is not refused).
+    assert mine.check(probe) is None
+    assert _outages(tmp_path).check(probe) is None  # another process: in full
+    # While that one asks, the others end before their first request.
+    assert "another is asking it now" in (mine.check(Pace(STALL_S, 1024)) or "")
+    monkeypatch.setattr(time, "time", lambda: t0 + STALL_S / 4 + 0.5)
+    assert "waits at most that long" in (mine.check(probe) or "")
+    assert _outages(tmp_path).check(probe) is None  # another process: still in full
+    later = t0 + STALL_S / 2 + 1  # a quarter bound after that one ended, within the bound
+    monkeypatch.setattr(time, "time", lambda: later)
+    answered = Pace(STALL_S, 1024, waiting_since=later)
+    assert mine.check(answered) is None  # the next one asks
+    answered.add(2048)
+    assert mine.check(answered) is None  # ... and the store answers: full bounds again
+    assert mine.check(Pace(STALL_S, 1024)) is None
 
 
-def test_the_transport_refuses_before_the_first_request(tmp_path: Path) -> None:
+def test_the_transport_asks_the_store_again_after_its_own_failure(tmp_path: Path) -> None:
     requests: list[httpx.Request] = []
     outages = _outages(tmp_path)
     transport = Transport(
@@ -70,8 +87,7 @@ def test_the_transport_refuses_before_the_first_request(tmp_path: Path) -> None:
     )
     transport.check_store("downloading blob 1a2b...")  # nothing recorded: goes on
     outages.record("stalled")
-    with pytest.raises(TransportError, match="failed before its first attempt: another download"):
-        transport.check_store("downloading blob 1a2b...")
+    transport.check_store("downloading blob 1a2b...")  # a first request is always made
     assert requests == []
 
 

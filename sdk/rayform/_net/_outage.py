@@ -12,10 +12,13 @@ rate, :mod:`rayform._net._pace`) records it in ``<cache>/tmp/<server>.<host>.out
   nothing for at least a quarter of the bound, gives up at once with the recorded reason: the
   store has just proven silent for a whole bound;
 * a process that has **itself** had a fetch of the server give up so (or for the first rule)
-  gives up on the fetches it starts within one bound after, before their first request: its
-  read-ahead threads stop queueing fresh full-bound waits in front of the sample that needs a
-  blob, and a DataLoader worker skips its queued batches and exits promptly (the job is ending
-  anyway). After that bound it tries the store in full again.
+  lets one fetch at a time ask the store again within one bound after, for at most a quarter
+  of the bound, and ends the others before their first request: its read-ahead threads stop
+  queueing fresh full-bound waits in front of the sample that needs a blob, and a DataLoader
+  worker skips its queued batches and exits promptly (the job is ending anyway). A store that
+  is back answers that one fetch at once, and the process is back to full bounds (a notebook
+  that retries as soon as the store returns is not refused). After that bound it waits the
+  whole bound again.
 
 A fetch that starts after the record, in any other process, tries the store in full: a
 transient fault does not poison later runs (nor a later job on the host). The record is per
@@ -65,6 +68,9 @@ class _Seen:
         self.looked = 0.0
         self.mine: _Record | None = None
         self.failed_at: float | None = None
+        #: The one download asking the store after this process's failure, and since when.
+        self.probe: Pace | None = None
+        self.probe_at: float | None = None
 
 
 class Outages:
@@ -100,21 +106,39 @@ class Outages:
         except Exception as exc:  # an optimisation only: each fetch keeps its own bound
             log.debug("could not record the store's failure in %s: %s", self.path, exc)
 
-    def check(self, pace: Pace) -> str | None:
-        """Why the fetch measured by ``pace`` should give up now, or None to go on."""
+    def check(self, pace: Pace, claim: bool = True) -> str | None:
+        """Why the fetch measured by ``pace`` should give up now, or None to go on.
+
+        ``claim=False`` asks before a download's first try without taking the one place to
+        ask the store that this process has after its own failure (the try takes it).
+        """
         seen = self._seen.get()
         now = time.time()
         own = seen.failed_at
-        if (
-            own is not None
-            and now - own < self.stall_s
-            and pace.received == 0
-            and pace.idle_since() >= own
-        ):
+        if own is not None and now - own < self.stall_s and pace.idle_since() >= own:
+            if pace.received > 0:  # the store answers again: full bounds from now on
+                seen.failed_at = seen.probe_at = None
+                return None
+            if seen.probe is pace:
+                if now - pace.idle_since() < self.grace_s:
+                    return None
+                seen.probe, seen.probe_at = None, now
+                return (
+                    f"received nothing for {now - pace.idle_since():.0f} s, and another "
+                    f"download of this process from the same store gave up {now - own:.0f} s "
+                    f"ago (within {self.stall_s:g} s of that, this process asks the store "
+                    f"once per {self.grace_s:g} s and waits at most that long)"
+                )
+            if seen.probe_at is None or now - seen.probe_at >= self.grace_s:
+                # One download at a time asks the store (for at most a quarter bound): one
+                # that is back answers at once, and the others do not queue bound-long waits.
+                if claim:
+                    seen.probe, seen.probe_at = pace, now
+                return None
             return (
                 f"another download of this process from the same store gave up "
-                f"{now - own:.0f} s ago, and this process tries the store again only "
-                f"{self.stall_s:g} s after that (the stall limit)"
+                f"{now - own:.0f} s ago, and another is asking it now: this process asks "
+                f"the store once per {self.grace_s:g} s until {self.stall_s:g} s after that"
             )
         rec = max(
             (r for r in (self._read(seen), seen.mine) if r is not None),

@@ -114,8 +114,9 @@ class RetryPolicy:
 class Watch(Protocol):
     """What else may end an operation early (:class:`~rayform._net._outage.Outages`)."""
 
-    def check(self, pace: Pace) -> str | None:
-        """Why the operation should give up now, or None (also asked before the first try)."""
+    def check(self, pace: Pace, claim: bool = True) -> str | None:
+        """Why the operation should give up now, or None (also asked before the first try,
+        with ``claim=False``: the question is asked again by the try itself)."""
 
     def record(self, reason: str) -> None:
         """The operation gave up for the stall bound: tell the others."""
@@ -178,6 +179,9 @@ class _Tries:
         self.watch = watch
         self.counted = 0  # failures that use up an attempt
         self.ending: tuple[str, float | None, str | None] = ("attempts", None, None)
+        #: The last failure that named a side behind the server (its object store): a later
+        #: try's plain timeout, while the server waits on that store, blames the same side.
+        self.behind: Retryable | None = None
 
     @staticmethod
     def _failure(rs: tenacity.RetryCallState) -> Retryable:
@@ -187,6 +191,8 @@ class _Tries:
 
     def wait(self, rs: tenacity.RetryCallState) -> float:
         exc = self._failure(rs)
+        if exc.side in ("store", "direct"):
+            self.behind = exc
         self.counted += 0 if exc.busy else 1
         backoff = min(BACKOFF_CAP_S, self.policy.backoff_s * 2 ** min(self.counted, 16))
         if exc.retry_after is not None:
@@ -234,7 +240,10 @@ class _Tries:
         n = rs.attempt_number
         if kind == "watch":
             assert reason is not None
-            raise TransportError(_sided(self.what, n, reason, exc, self.policy)) from None
+            # The last try's own failure first (what this fetch saw), then why no more tries.
+            detail = f"{exc.reason}; then {reason}"
+            side = self.behind if exc.side == "server" and self.behind is not None else exc
+            raise TransportError(_sided(self.what, n, detail, side, self.policy)) from None
         if kind == "attempts":
             raise TransportError(
                 _message(self.what, n, exc, self.policy, self.pace, None)
@@ -254,7 +263,7 @@ def check_first(policy: RetryPolicy, what: str, pace: Pace, watch: Watch | None)
     Raises:
         TransportError: the operation is not to be tried now.
     """
-    reason = watch.check(pace) if watch is not None else None
+    reason = watch.check(pace, claim=False) if watch is not None else None
     if reason is not None:
         message = _sided(what, 0, reason, Retryable("not tried"), policy)
         raise TransportError(message.replace("after 0 attempts", "before its first attempt"))
