@@ -45,7 +45,9 @@ def as_worker(monkeypatch: pytest.MonkeyPatch):
     _collate.forget_slots()
 
 
-def make(slice_: Slice, mode: str = "pad", **kw) -> EpisodeDataset:
+def make(slice_: Slice, mode: str | None = "pad", **kw) -> EpisodeDataset:
+    """At ``SIZES`` resized in ``mode``; at full resolution with ``None``."""
+    sized = {} if mode is None else {"image_size": SIZES, "resize": mode}
     return EpisodeDataset(
         slice_,
         obs=[*CAMS, "joints/position"],
@@ -53,8 +55,7 @@ def make(slice_: Slice, mode: str = "pad", **kw) -> EpisodeDataset:
         fps=15,
         horizon=4,
         shard=None,
-        image_size=SIZES,
-        resize=mode,
+        **sized,
         **kw,
     )
 
@@ -86,11 +87,22 @@ def ship(data):
     return ForkingPickler.loads(ForkingPickler.dumps(data))
 
 
-@pytest.mark.parametrize("mode", ["pad", "squash", "crop"])
+@pytest.mark.parametrize(
+    ("mode", "kw"),
+    [
+        ("pad", {}),
+        ("squash", {}),
+        ("crop", {}),
+        ("pad", {"decode_threads": 2}),
+        (None, {}),  # full resolution: decoded straight into the batch
+        (None, {"decode_threads": 2}),
+        (None, {"decoder_backend": "pyav"}),  # decoded, then copied into the batch
+    ],
+)
 def test_a_batch_read_in_one_pass_is_the_per_sample_path_bit_for_bit(
-    demo: Slice, mode: str, as_worker
+    demo: Slice, mode: str | None, kw: dict, as_worker
 ) -> None:
-    ds = make(demo, mode)
+    ds = make(demo, mode, **kw)
     keys = keys_of(ds)
     per_sample = default_collate([ds[k] for k in keys])  # each sample read on its own
     assert per_sample["action_is_pad"].any(), "the keys reach past an episode's end"
@@ -112,8 +124,9 @@ def test_a_batch_read_in_one_pass_is_the_per_sample_path_bit_for_bit(
     assert busy() == [0] * len(busy()), "freed with the batch, as a copied batch's slot is"
 
 
-def test_workers_give_default_collates_batches(demo: Slice) -> None:
-    ds = make(demo)
+@pytest.mark.parametrize("mode", ["pad", None])
+def test_workers_give_default_collates_batches(demo: Slice, mode: str | None) -> None:
+    ds = make(demo, mode)
     ref = list(DataLoader(ds, batch_size=8, shuffle=False))
     for collate_fn in (collate, default_collate):
         loader = DataLoader(

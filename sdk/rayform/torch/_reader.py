@@ -172,22 +172,29 @@ class SampleReader:
         return t_ns, values
 
     # -- reading ---------------------------------------------------------------------------
-    def read(self, seg_pos: np.ndarray, steps: np.ndarray) -> list[dict[str, Any]]:
-        """Samples for parallel arrays of segment positions and grid steps, in that order."""
+    def read(
+        self, seg_pos: np.ndarray, steps: np.ndarray, batched: bool = False
+    ) -> list[dict[str, Any]]:
+        """Samples for parallel arrays of segment positions and grid steps, in that order
+        (``batched``: as in :meth:`plan`)."""
         if self.spec.decode_threads > 0:
             # Starting 2 threads costs ~0.1 ms against ~60 ms of decoding per batch of 32.
             # Leaving the block waits for every decode, even on error.
             with ThreadPoolExecutor(
                 self.spec.decode_threads, thread_name_prefix="rayform-decode"
             ) as pool:
-                return self._read(seg_pos, steps, pool)
-        return self._read(seg_pos, steps, None)
+                return self._read(seg_pos, steps, pool, batched)
+        return self._read(seg_pos, steps, None, batched)
 
     def _read(
-        self, seg_pos: np.ndarray, steps: np.ndarray, pool: ThreadPoolExecutor | None
+        self,
+        seg_pos: np.ndarray,
+        steps: np.ndarray,
+        pool: ThreadPoolExecutor | None,
+        batched: bool,
     ) -> list[dict[str, Any]]:
         with contextlib.ExitStack() as stack:
-            plan = self.plan(seg_pos, steps, stack, pool)
+            plan = self.plan(seg_pos, steps, stack, pool, batched)
             run_plans([plan], pool, max(1, self.spec.decode_threads))
             return plan.finish()
 
@@ -212,11 +219,18 @@ class SampleReader:
         state = self._state.get()
         placed: dict[str, torch.Tensor] = {}
         if batched and self.obs_steps == 1:
+            segments = self.index.segments
             for name in self.obs:
                 target = self.targets.get(name)
                 if target is not None:
-                    shape = (len(seg_pos), 3, target.height, target.width)
-                    placed[name] = batch_tensor(shape)
+                    size = {(target.height, target.width)}
+                else:  # full resolution: one batch tensor where every episode has one size
+                    streams = [segments[int(s)].streams[name] for s in np.unique(seg_pos)]
+                    if any(st.kind != "video" for st in streams):
+                        continue
+                    size = {(int(st.shape[0]), int(st.shape[1])) for st in streams}
+                if len(size) == 1:
+                    placed[name] = batch_tensor((len(seg_pos), 3, *size.pop()))
         # Frames read at a training resolution are only requested here, then decoded into
         # one buffer and resized in one call per camera for the whole batch.
         pending = [(np.flatnonzero(seg_pos == s), s) for s in np.unique(seg_pos)]
@@ -390,13 +404,18 @@ class SampleReader:
         args = (blob.hash, path, unique, stream.rate_hz, stream.name)
         inverse = inverse.reshape(t_query.shape)
         done: Future[torch.Tensor | None] = Future()
+        rows: list[list[torch.Tensor]] | None = None  # per unique frame, its batch rows
+        if dest is not None:
+            rows = [[] for _ in range(len(unique))]
+            for row, u in zip(dest, inverse[:, 0].tolist(), strict=True):
+                rows[u].append(row)
         if target is not None:
-            rows: list[list[torch.Tensor]] | None = None
-            if dest is not None:
-                rows = [[] for _ in range(len(unique))]
-                for row, u in zip(dest, inverse[:, 0].tolist(), strict=True):
-                    rows[u].append(row)
             jobs.append(_ResizeJob(done, state.decoders, args, target, size, rows))
+            return done, inverse
+        if rows is not None:  # decoded straight into the batch rows
+            if pool is not None:
+                return pool.submit(_decode_into, state.decoders, args, rows), inverse
+            done.set_result(_decode_into(state.decoders, args, rows))
             return done, inverse
         if pool is not None:
             return cast(
@@ -433,6 +452,16 @@ def _decode_contiguous(
     # In a pool thread: make the frames contiguous here, in parallel, so that
     # default_collate's copy in the calling thread is a plain memcpy, not a transpose.
     return decoders.get_frames(key, path, indices, rate_hz, stream).contiguous()
+
+
+def _decode_into(
+    decoders: DecoderCache,
+    args: tuple[str, Path, np.ndarray, float, str],
+    rows: list[list[torch.Tensor]],
+) -> torch.Tensor | None:
+    """Decode the frames of ``args`` (``get_frames``') into their batch ``rows``; ``None``."""
+    decoders.get_frames(*args, rows=rows)
+    return None
 
 
 @dataclasses.dataclass(frozen=True)

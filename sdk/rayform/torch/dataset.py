@@ -491,14 +491,13 @@ def read_together(
         pending: list[_Pending] = []
         for ds, keys in parts:
             flat, tags, (seg, step) = ds._locate(keys)
+            # One dataset's own batch, untransformed: frames go straight into the batch.
+            in_place = batched and ds.spec.transform is None
             if ds.decode_threads > 0:
-                done = ds._reader.read(seg, step)
+                done = ds._reader.read(seg, step, in_place)
                 pending.append((ds, flat, tags, done.copy, None))
             else:
-                # One dataset's own batch, untransformed: frames go straight into the batch.
-                plan = ds._reader.plan(
-                    seg, step, stack, batched=batched and ds.spec.transform is None
-                )
+                plan = ds._reader.plan(seg, step, stack, batched=in_place)
                 pending.append((ds, flat, tags, plan.finish, plan))
         run_plans([plan for *_, plan in pending if plan is not None])
         return [ds._finish(finish(), flat, tags) for ds, flat, tags, finish, _ in pending]
