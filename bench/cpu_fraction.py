@@ -35,7 +35,6 @@ from torch.utils.data._utils import worker
 from bench._data import BENCH
 from bench.resize import DEMO, dataset, open_slice, renditions_as_videos, renditions_slice_id
 from bench.rows import BOUND_CHUNK, _decode_front_to_back, needed_frames
-from rayform._resolution import Target
 from rayform.torch import EpisodeDataset, collate
 
 CAMERAS = ("cam0/rgb", "wrist/rgb")
@@ -51,7 +50,7 @@ def setup(row: str, episodes: int) -> tuple[EpisodeDataset, list[tuple], int]:
     else:
         slice_ = open_slice(root, renditions_slice_id(240))
         ds = dataset(DEMO, slice_, image_size=(224, 224), resize="pad")
-        videos, target = renditions_as_videos(slice_), Target(224, 224, "pad")
+        videos, target = renditions_as_videos(slice_), ds.spec.targets["cam0/rgb"]
     names = (*CAMERAS, *DEMO.streams)
     tasks = [(*t, BOUND_CHUNK, "intra", target) for t in needed_frames(videos, DEMO.fps, names)]
     samples = len(
