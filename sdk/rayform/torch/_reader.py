@@ -39,6 +39,7 @@ from rayform.errors import IntegrityError, OfflineError
 from rayform.manifest import BlobRef, Stream
 from rayform.torch._align import align_values, latest_at_or_before
 from rayform.torch._blobs import reader_pins
+from rayform.torch._collate import batch_tensor
 from rayform.torch._conventions import convert
 from rayform.torch._decoding import DecoderCache, TableCache, resize_frames
 from rayform.torch._index import GridIndex, grid_offsets_ns
@@ -171,22 +172,29 @@ class SampleReader:
         return t_ns, values
 
     # -- reading ---------------------------------------------------------------------------
-    def read(self, seg_pos: np.ndarray, steps: np.ndarray) -> list[dict[str, Any]]:
-        """Samples for parallel arrays of segment positions and grid steps, in that order."""
+    def read(
+        self, seg_pos: np.ndarray, steps: np.ndarray, batched: bool = False
+    ) -> list[dict[str, Any]]:
+        """Samples for parallel arrays of segment positions and grid steps, in that order
+        (``batched``: as in :meth:`plan`)."""
         if self.spec.decode_threads > 0:
             # Starting 2 threads costs ~0.1 ms against ~60 ms of decoding per batch of 32.
             # Leaving the block waits for every decode, even on error.
             with ThreadPoolExecutor(
                 self.spec.decode_threads, thread_name_prefix="rayform-decode"
             ) as pool:
-                return self._read(seg_pos, steps, pool)
-        return self._read(seg_pos, steps, None)
+                return self._read(seg_pos, steps, pool, batched)
+        return self._read(seg_pos, steps, None, batched)
 
     def _read(
-        self, seg_pos: np.ndarray, steps: np.ndarray, pool: ThreadPoolExecutor | None
+        self,
+        seg_pos: np.ndarray,
+        steps: np.ndarray,
+        pool: ThreadPoolExecutor | None,
+        batched: bool,
     ) -> list[dict[str, Any]]:
         with contextlib.ExitStack() as stack:
-            plan = self.plan(seg_pos, steps, stack, pool)
+            plan = self.plan(seg_pos, steps, stack, pool, batched)
             run_plans([plan], pool, max(1, self.spec.decode_threads))
             return plan.finish()
 
@@ -196,13 +204,33 @@ class SampleReader:
         steps: np.ndarray,
         stack: contextlib.ExitStack,
         pool: ThreadPoolExecutor | None = None,
+        batched: bool = False,
     ) -> BatchPlan:
         """A batch's read up to its decodes at a training resolution: tables aligned, paths
         resolved, other decodes started (in ``pool``, when there is one). :func:`run_plans`
         decodes and resizes the frames of one or many plans (a mixture's sources) together,
         then ``plan.finish()`` builds the samples. Under a bounded cache, the batch's blobs
-        stay pinned until ``stack`` closes."""
+        stay pinned until ``stack`` closes.
+
+        With ``batched`` (the samples are collated in this order, untransformed), a camera
+        read at a training resolution with one observation step is resized straight into one
+        ``(B, 3, H, W)`` tensor (:func:`~rayform.torch._collate.batch_tensor`: in a worker, the
+        batch's shared memory), sample ``i`` holding row ``i``: ``collate`` keeps it in place."""
         state = self._state.get()
+        placed: dict[str, torch.Tensor] = {}
+        if batched and self.obs_steps == 1:
+            segments = self.index.segments
+            for name in self.obs:
+                target = self.targets.get(name)
+                if target is not None:
+                    size = {(target.height, target.width)}
+                else:  # full resolution: one batch tensor where every episode has one size
+                    streams = [segments[int(s)].streams[name] for s in np.unique(seg_pos)]
+                    if any(st.kind != "video" for st in streams):
+                        continue
+                    size = {(int(st.shape[0]), int(st.shape[1])) for st in streams}
+                if len(size) == 1:
+                    placed[name] = batch_tensor((len(seg_pos), 3, *size.pop()))
         # Frames read at a training resolution are only requested here, then decoded into
         # one buffer and resized in one call per camera for the whole batch.
         pending = [(np.flatnonzero(seg_pos == s), s) for s in np.unique(seg_pos)]
@@ -215,7 +243,7 @@ class SampleReader:
             # reads, and gets back under at the next fetch once it is done.
             stack.enter_context(state.pins.holding(len(pending) * state.pins.max_pins))
         finishers = [
-            (where, self._read_segment(state, int(s), steps[where], pool, jobs))
+            (where, self._read_segment(state, int(s), steps[where], pool, jobs, placed, where))
             for where, s in pending
         ]
 
@@ -235,9 +263,12 @@ class SampleReader:
         steps: np.ndarray,
         pool: ThreadPoolExecutor | None,
         jobs: list[_ResizeJob],
+        placed: dict[str, torch.Tensor],
+        where: np.ndarray,
     ) -> Callable[[], list[dict[str, Any]]]:
         """Starts the segment's video decodes and reads its tables; the returned function
-        waits for the frames and builds the samples."""
+        waits for the frames and builds the samples (``where``: their rows in the batch, in
+        ``placed``' tensors)."""
         index = self.index
         seg = index.segments[s]
         n = int(index.count[s])
@@ -248,11 +279,16 @@ class SampleReader:
         obs_pad = torch.from_numpy(obs_steps < 0)
         obs_t = index.times_ns(s, np.maximum(obs_steps, 0))  # (B, n)
         tables: dict[str, torch.Tensor] = {}  # (B, n, D)
-        videos: dict[str, tuple[Future[torch.Tensor], np.ndarray]] = {}  # frames, inverse (B, n)
+        # frames (None: placed in the batch), inverse (B, n)
+        videos: dict[str, tuple[Future[torch.Tensor | None], np.ndarray]] = {}
         for name in self.obs:
             stream = seg.streams[name]
             if stream.kind == "video":
-                videos[name] = self._video(state, stream, obs_t, pool, self.targets.get(name), jobs)
+                rows = placed.get(name)
+                dest = None if rows is None else [rows[i] for i in where.tolist()]
+                videos[name] = self._video(
+                    state, stream, obs_t, pool, self.targets.get(name), jobs, dest
+                )
             else:
                 t_rec, rec = self.table(stream)
                 values = convert(rec[latest_at_or_before(t_rec, obs_t)], stream, self.spec.frame)
@@ -275,7 +311,9 @@ class SampleReader:
             "segment_version": seg.version,
             "site": seg.site,
         }
-        return lambda: self._assemble(steps, t, obs_pad, tables, videos, action, meta)
+        return lambda: self._assemble(
+            steps, t, obs_pad, tables, videos, action, meta, placed, where
+        )
 
     def _assemble(
         self,
@@ -283,9 +321,11 @@ class SampleReader:
         t: np.ndarray,
         obs_pad: torch.Tensor,
         tables: dict[str, torch.Tensor],
-        videos: dict[str, tuple[Future[torch.Tensor], np.ndarray]],
+        videos: dict[str, tuple[Future[torch.Tensor | None], np.ndarray]],
         action: tuple[torch.Tensor, torch.Tensor] | None,
         meta: dict[str, Any],
+        placed: dict[str, torch.Tensor],
+        where: np.ndarray,
     ) -> list[dict[str, Any]]:
         # Per-sample values are views cut by one ``unbind`` per tensor: one call per key, not
         # one indexing call per sample and key (it counts where a batch holds many samples of
@@ -297,7 +337,9 @@ class SampleReader:
             if name in videos:
                 future, inverse = videos[name]
                 frames = future.result()
-                if self.obs_steps > 1:
+                if frames is None:  # resized straight into the batch: its rows, in order
+                    columns[name] = [placed[name][i] for i in where.tolist()]
+                elif self.obs_steps > 1:
                     gather = torch.from_numpy(inverse)
                     columns[name] = [frames[gather[b]] for b in range(len(steps))]
                 else:
@@ -327,9 +369,12 @@ class SampleReader:
         pool: ThreadPoolExecutor | None,
         target: Target | None,
         jobs: list[_ResizeJob],
-    ) -> tuple[Future[torch.Tensor], np.ndarray]:
+        dest: list[torch.Tensor] | None = None,
+    ) -> tuple[Future[torch.Tensor | None], np.ndarray]:
         """Frames at the latest frame time <= each query ``t_query (B, n)``, resized to
-        ``target`` when there is one (then only requested: appended to ``jobs``).
+        ``target`` when there is one (then only requested: appended to ``jobs``), and with
+        ``dest`` (one ``(3, H, W)`` row per query, ``n == 1``) written there (the future then
+        gets ``None``).
 
         Returns:
             ``frames``, a future of ``uint8 (U, 3, H, W)``: the unique frames decoded in one
@@ -358,12 +403,25 @@ class SampleReader:
             )
         args = (blob.hash, path, unique, stream.rate_hz, stream.name)
         inverse = inverse.reshape(t_query.shape)
-        done: Future[torch.Tensor] = Future()
+        done: Future[torch.Tensor | None] = Future()
+        rows: list[list[torch.Tensor]] | None = None  # per unique frame, its batch rows
+        if dest is not None:
+            rows = [[] for _ in range(len(unique))]
+            for row, u in zip(dest, inverse[:, 0].tolist(), strict=True):
+                rows[u].append(row)
         if target is not None:
-            jobs.append(_ResizeJob(done, state.decoders, args, target, size))
+            jobs.append(_ResizeJob(done, state.decoders, args, target, size, rows))
+            return done, inverse
+        if rows is not None:  # decoded straight into the batch rows
+            if pool is not None:
+                return pool.submit(_decode_into, state.decoders, args, rows), inverse
+            done.set_result(_decode_into(state.decoders, args, rows))
             return done, inverse
         if pool is not None:
-            return pool.submit(_decode_contiguous, state.decoders, *args), inverse
+            return cast(
+                "Future[torch.Tensor | None]",
+                pool.submit(_decode_contiguous, state.decoders, *args),
+            ), inverse
         done.set_result(state.decoders.get_frames(*args))
         return done, inverse
 
@@ -396,17 +454,29 @@ def _decode_contiguous(
     return decoders.get_frames(key, path, indices, rate_hz, stream).contiguous()
 
 
+def _decode_into(
+    decoders: DecoderCache,
+    args: tuple[str, Path, np.ndarray, float, str],
+    rows: list[list[torch.Tensor]],
+) -> torch.Tensor | None:
+    """Decode the frames of ``args`` (``get_frames``') into their batch ``rows``; ``None``."""
+    decoders.get_frames(*args, rows=rows)
+    return None
+
+
 @dataclasses.dataclass(frozen=True)
 class _ResizeJob:
     """Frames of one segment's camera to decode and resize: ``args`` of ``get_frames`` of
     ``decoders`` (its reader's), the decoded ``size`` ``(h, w)`` the manifest gives, and
-    ``done``, which receives ``uint8 (U, 3, H, W)``."""
+    ``done``, which receives ``uint8 (U, 3, H, W)``; or, with ``rows`` (per unique frame, the
+    batch rows ``(3, H, W)`` it goes to), ``None`` once the frames are written there."""
 
-    done: Future[torch.Tensor]
+    done: Future[torch.Tensor | None]
     decoders: DecoderCache
     args: tuple[str, Path, np.ndarray, float, str]
     target: Target
     size: tuple[int, int]
+    rows: list[list[torch.Tensor]] | None = None
 
     @property
     def count(self) -> int:
@@ -499,20 +569,42 @@ def _decode_and_resize(
     ]
     _run_all(decodes, pool)
     frames = torch.from_numpy(buffer).permute(0, 3, 1, 2)
-    out = torch.empty((total, 3, target.height, target.width), dtype=torch.uint8)
     per_frame = scaled_pixels * _CHANNELS  # bytes of one scaled frame
     scaled = scratch.get("scaled", total * per_frame)
     cuts = np.linspace(0, total, min(threads, total) + 1).astype(int)
+    out: torch.Tensor | None = None
+    rows: list[list[torch.Tensor]] | None = None
+    if any(job.rows is not None for job in jobs):
+        # Frames written straight into their batch rows; a job without rows gets its own
+        # tensor, whose rows are its frames.
+        rows = []
+        for job in jobs:
+            if job.rows is None:
+                own = torch.empty((job.count, 3, target.height, target.width), dtype=torch.uint8)
+                job.done.set_result(own)
+                rows.extend([row] for row in own.unbind(0))
+            else:
+                rows.extend(job.rows)
+    else:
+        out = torch.empty((total, 3, target.height, target.width), dtype=torch.uint8)
     resizes = [
         functools.partial(
-            resize_frames, frames[lo:hi], target, out[lo:hi], scaled[lo * per_frame :]
+            resize_frames,
+            frames[lo:hi],
+            target,
+            out[lo:hi] if out is not None else None,
+            scaled[lo * per_frame :],
+            rows[lo:hi] if rows is not None else None,
         )
         for lo, hi in zip(cuts[:-1], cuts[1:], strict=True)
         if hi > lo
     ]
     _run_all(resizes, pool)
     for job, lo, hi in zip(jobs, bounds[:-1], bounds[1:], strict=True):
-        job.done.set_result(out[int(lo) : int(hi)])
+        if out is not None:
+            job.done.set_result(out[int(lo) : int(hi)])
+        elif job.rows is not None:
+            job.done.set_result(None)
 
 
 class _Scratch(threading.local):

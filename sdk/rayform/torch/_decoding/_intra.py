@@ -17,6 +17,7 @@ a variable rate, packets out of presentation order); the caller then uses a gene
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, cast
 
@@ -79,7 +80,11 @@ class IntraDecoder:
         return os.pread(self._fd, size, offset)
 
     def get_frames_at(
-        self, indices: list[int], channels_last: bool = False, out: np.ndarray | None = None
+        self,
+        indices: list[int],
+        channels_last: bool = False,
+        out: np.ndarray | None = None,
+        rows: Sequence[Sequence[torch.Tensor]] | None = None,
     ) -> torch.Tensor:
         """Frames ``indices`` as a ``uint8 (N, 3, H, W)`` RGB tensor: contiguous, or laid out
         ``(N, H, W, 3)`` in memory with ``channels_last`` (packed RGB straight from the
@@ -87,7 +92,9 @@ class IntraDecoder:
         (N, H, W, C)`` array with ``C`` 3 or 4, receives the packed frames instead of a new
         buffer (implies ``channels_last``; the result is a view of it, ``(N, C, H, W)``); with
         four channels the fourth is 255 (RGBA: converted as fast as RGB, and what a resize
-        reads without widening each pixel first)."""
+        reads without widening each pixel first). ``rows``: for each frame, contiguous ``uint8
+        (3, H, W)`` tensors (rows of a batch) that receive it instead of a new tensor (then the
+        result is empty)."""
         if channels_last or out is not None:
             if out is None:
                 out = np.empty((len(indices), self.height, self.width, 3), dtype=np.uint8)
@@ -109,23 +116,29 @@ class IntraDecoder:
                 # Straight from the converter's buffer (rows padded to line_size) into the
                 # output: to_ndarray would copy the picture once more.
                 plane = packed_frame.planes[0]
-                rows = np.frombuffer(cast(Any, plane), np.uint8).reshape(self.height, -1)
-                pixels[k] = rows[:, :row].reshape(self.height, self.width, channels)
+                lines = np.frombuffer(cast(Any, plane), np.uint8).reshape(self.height, -1)
+                pixels[k] = lines[:, :row].reshape(self.height, self.width, channels)
             return packed.permute(0, 3, 1, 2)
-        result = torch.empty((len(indices), 3, self.height, self.width), dtype=torch.uint8)
-        planes = result.numpy()
-        for k, index in enumerate(indices):
+        if rows is None:
+            result = torch.empty((len(indices), 3, self.height, self.width), dtype=torch.uint8)
+            dests: Sequence[Sequence[np.ndarray]] = [[p] for p in result.numpy()]
+        else:
+            result = torch.empty((0, 3, self.height, self.width), dtype=torch.uint8)
+            dests = [[d.numpy() for d in frame_rows] for frame_rows in rows]
+        for index, into in zip(indices, dests, strict=True):
             frame = self._frame(index)
             if not self._planar:
                 rgb = self._reformatter.reformat(frame, format="rgb24", threads=1).to_ndarray()
-                planes[k] = rgb.transpose(2, 0, 1)
+                for picture in into:
+                    picture[...] = rgb.transpose(2, 0, 1)
                 continue
             gbrp = self._reformatter.reformat(frame, format="gbrp", threads=1)
             for plane, channel in zip(gbrp.planes, _RGB_OF_GBRP, strict=True):
-                rows = np.frombuffer(cast(Any, plane), np.uint8).reshape(
+                lines = np.frombuffer(cast(Any, plane), np.uint8).reshape(
                     self.height, plane.line_size
                 )
-                planes[k, channel] = rows[:, : self.width]
+                for picture in into:
+                    picture[channel] = lines[:, : self.width]
         return result
 
     def _frame(self, index: int) -> Any:

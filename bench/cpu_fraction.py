@@ -1,0 +1,110 @@
+"""A worker's CPU per sample against the decode bound's, in one process, rounds alternated.
+
+On a shared, loaded machine the loader's wall-clock rate and the bound's (``bench.resize
+--bound``) are measured at different moments and swing with other jobs (a ratio of 0.5 one run
+and 2.2 the next). This compares CPU time instead, both sides in this one process, alternated
+round by round: a DataLoader worker's part of a batch (``__getitems__``, ``collate`` as in a
+worker, and pickling the batch for the main process, which is what a worker sends) against
+decoding the same epoch's frames front to back with the packet decoder (and, for ``rend224``,
+the dataset's resize to 224x224 ``"pad"``: ``bench.rows``' bound, in this process). Uses the
+data ``bench.resize`` renders (run it once with ``--renditions 240`` first).
+
+* ``full``: the originals (480x640) at full resolution, against the sequential decode bound.
+* ``rend224``: the 240x320 renditions read at ``image_size=(224, 224), resize="pad"``, against
+  the decode-and-resize bound.
+
+Prints CPU ms per sample per round and the fraction (bound's median / loader's median).
+
+Usage: ``.venv/bin/python -m bench.cpu_fraction [--rows full rend224] [--rounds 3]
+[--episodes 4]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+import types
+from multiprocessing.reduction import ForkingPickler
+from typing import Any, cast
+
+import numpy as np
+import torch
+from torch.utils.data._utils import worker
+
+from bench._data import BENCH
+from bench.resize import DEMO, dataset, open_slice, renditions_as_videos, renditions_slice_id
+from bench.rows import BOUND_CHUNK, _decode_front_to_back, needed_frames
+from rayform.torch import EpisodeDataset, collate
+
+CAMERAS = ("cam0/rgb", "wrist/rgb")
+BATCH = 32
+
+
+def setup(row: str, episodes: int) -> tuple[EpisodeDataset, list[tuple], int]:
+    """The dataset, the bound's decode tasks and the bound's sample count of ``row``."""
+    root = BENCH / f"resize-e{episodes}"
+    if row == "full":
+        slice_ = open_slice(root)
+        ds, videos, target = dataset(DEMO, slice_), slice_, None
+    else:
+        slice_ = open_slice(root, renditions_slice_id(240))
+        ds = dataset(DEMO, slice_, image_size=(224, 224), resize="pad")
+        videos, target = renditions_as_videos(slice_), ds.spec.targets["cam0/rgb"]
+    names = (*CAMERAS, *DEMO.streams)
+    tasks = [(*t, BOUND_CHUNK, "intra", target) for t in needed_frames(videos, DEMO.fps, names)]
+    samples = len(
+        EpisodeDataset(videos, obs=list(CAMERAS), action=DEMO.action, fps=DEMO.fps, shard=None)
+    )
+    return ds, tasks, samples
+
+
+def loader_ms(ds: EpisodeDataset, order: np.ndarray) -> float:
+    """CPU ms per sample of a worker's read, collate and send (receiving, which frees the
+    slot as the main process does, is not counted)."""
+    spent, n = 0.0, 0
+    for b in range(0, len(order) - BATCH + 1, BATCH):
+        t = time.process_time()
+        sent = ForkingPickler.dumps(collate(ds.__getitems__(order[b : b + BATCH].tolist())))
+        spent += time.process_time() - t
+        received = ForkingPickler.loads(sent)  # then dropped: the slot is free again
+        del received, sent
+        n += BATCH
+    return spent / n * 1e3
+
+
+def bound_ms(tasks: list[tuple], samples: int) -> float:
+    """CPU ms per sample of the bound's decode (and resize) of the epoch."""
+    t = time.process_time()
+    for task in tasks:
+        _decode_front_to_back(task)
+    return (time.process_time() - t) / samples * 1e3
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--rows", nargs="+", choices=("full", "rend224"), default=["full", "rend224"])
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--episodes", type=int, default=4)
+    args = ap.parse_args()
+    torch.set_num_threads(1)  # as a DataLoader worker runs
+    # collate as in worker 0 (the batch goes into a shared-memory slot and is pickled).
+    info = types.SimpleNamespace(id=0, num_workers=1, seed=0, dataset=None)
+    worker._worker_info = cast(Any, info)
+    for row in args.rows:
+        ds, tasks, samples = setup(row, args.episodes)
+        order = np.random.default_rng(0).permutation(len(ds))
+        loader_ms(ds, order), bound_ms(tasks, samples)  # warm: decoders open, files cached
+        loader, bound = [], []
+        for _ in range(args.rounds):
+            loader.append(loader_ms(ds, order))
+            bound.append(bound_ms(tasks, samples))
+        fraction = statistics.median(bound) / statistics.median(loader)
+        print(
+            f"{row}: loader {[round(x, 3) for x in loader]} ms/sample, bound "
+            f"{[round(x, 3) for x in bound]} ms/sample: {fraction:.3f} of the bound by CPU"
+        )
+
+
+if __name__ == "__main__":
+    main()
