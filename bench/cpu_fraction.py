@@ -50,7 +50,9 @@ def setup(row: str, episodes: int) -> tuple[EpisodeDataset, list[tuple], int]:
     else:
         slice_ = open_slice(root, renditions_slice_id(240))
         ds = dataset(DEMO, slice_, image_size=(224, 224), resize="pad")
-        videos, target = renditions_as_videos(slice_), ds.spec.targets["cam0/rgb"]
+        targets = ds.spec.targets
+        assert targets is not None  # image_size= was given
+        videos, target = renditions_as_videos(slice_), targets["cam0/rgb"]
     names = (*CAMERAS, *DEMO.streams)
     tasks = [(*t, BOUND_CHUNK, "intra", target) for t in needed_frames(videos, DEMO.fps, names)]
     samples = len(
