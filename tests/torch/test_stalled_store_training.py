@@ -28,8 +28,8 @@ WORKERS = 8
 MARGIN_S = 10.0
 
 
-def _client(url: str, cache: Path) -> rayform.Client:
-    return rayform.Client(endpoint=url, token=TOKEN, cache_dir=cache, stall_timeout=STALL_S)
+def _client(url: str, cache: Path, stall_s: float = STALL_S) -> rayform.Client:
+    return rayform.Client(endpoint=url, token=TOKEN, cache_dir=cache, stall_timeout=stall_s)
 
 
 @pytest.mark.filterwarnings("ignore:This DataLoader will create")  # 8 workers on 2 cores
@@ -59,5 +59,7 @@ def test_eight_workers_end_within_one_stall_bound_and_the_next_run_is_not_poison
         # The store is back: a later run (its own process, as a new client is) tries it in full
         # and is not refused for the failure recorded above.
         proxy.clear()
-        _client(proxy.url, cache).pull(DEMO_SLICE, streams=["joints/position"])
+        # A longer bound: on a loaded machine the proxy may still be releasing the hung
+        # connections; the record is per server, not per bound, so this still tests it.
+        _client(proxy.url, cache, 60.0).pull(DEMO_SLICE, streams=["joints/position"])
     assert_cache_consistent(cache)
