@@ -38,7 +38,8 @@ def prepare_data_loader(
     built: its :class:`~rayform.torch.EpisodeSampler` (or ``DistributedSampler``) already
     shards, so no ``DistributedSampler`` is added, and ``persistent_workers``,
     ``prefetch_factor`` and the ``batch_sampler`` are kept. Batches are moved to the worker's
-    device as Ray's own function does. Any other loader goes to Ray's function unchanged.
+    device as Ray's own function does (on a CPU worker, where that move is a no-op, the loader
+    itself is returned). Any other loader goes to Ray's function unchanged.
 
     Args:
         loader: the DataLoader, built inside ``train_loop_per_worker`` (after Ray Train
@@ -66,6 +67,11 @@ def prepare_data_loader(
             f"which gives each of the {world} Ray Train workers the whole epoch: pass "
             "sampler=rayform.torch.EpisodeSampler(dataset) (it shards by episode)"
         )
+    if move_to_device and ray.train.torch.get_device().type == "cpu":
+        # Ray's wrapper would only call ``.to("cpu")`` on tensors already there, and it holds
+        # each batch back until the next one has arrived (it prefetches one ahead in the
+        # training loop's thread): on CPU workers the loader as built is the same, cheaper.
+        move_to_device = False
     return ray.train.torch.prepare_data_loader(
         loader,
         add_dist_sampler=False,
