@@ -24,20 +24,17 @@ Writes ``bench/results/fleet-<N>.json``.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
-import secrets
 import shutil
 import socket
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
+from bench._serve import serving
 
 SLICE = "slc_7c1e04aa"
 SMALL = "slc_00001000"
@@ -177,43 +174,6 @@ def _demo(root: Path, slice_id: str, episodes: int) -> float:
         capture_output=True,
     )
     return time.perf_counter() - t0
-
-
-@contextlib.contextmanager
-def serving(root: Path) -> Iterator[tuple[str, str]]:
-    """``(url, token)`` of ``rayform-server serve`` on ``root``, on loopback, until exit."""
-    token = secrets.token_hex(16)
-    port = _free_port()
-    server = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "rayform_server",
-            "serve",
-            "--root",
-            str(root),
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--token",
-            token,
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        for _ in range(200):
-            try:
-                if httpx.get(url + "/v1/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.1)
-        yield url, token
-    finally:
-        server.terminate()
-        server.wait()
 
 
 def _v1_json_bytes(root: Path, slice_id: str) -> int:

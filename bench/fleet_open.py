@@ -27,7 +27,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from bench.fleet import COLD, SLICE, _demo, _py, serving
+from bench._serve import serving
+from bench.fleet import COLD, SLICE, _demo, _py
 
 HERE = Path(__file__).resolve().parent
 

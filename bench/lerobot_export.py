@@ -22,17 +22,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import secrets
 import shutil
-import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from bench._data import BENCH, REPO, StoreClient, peer_env, peer_python
 from bench._measure import loadavg, log
+from bench._serve import serving
 
 SLICE = "slc_7c1e04aa"
 STREAMS = {
@@ -92,48 +90,12 @@ def export_rows(root: Path, out: Path) -> dict[str, Any]:
     return {"source_bytes": source, "episodes": len(slice_.segments), "rows": rows}
 
 
-def _serve(root: Path) -> tuple[subprocess.Popen[bytes], dict[str, str]]:
-    token = secrets.token_hex(16)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = int(s.getsockname()[1])
-    server = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "rayform_server",
-            "serve",
-            "--root",
-            str(root),
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--token",
-            token,
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            break
-        except OSError:
-            if time.monotonic() > deadline or server.poll() is not None:
-                raise RuntimeError("rayform-server did not start") from None
-            time.sleep(0.2)
-    env = {"RAYFORM_ENDPOINT": f"http://127.0.0.1:{port}", "RAYFORM_TOKEN": token}
-    return server, env
-
-
 def act_rows(root: Path, exported: Path, rounds: int, steps: int, out: Path) -> dict[str, Any]:
-    server, env = _serve(root)
-    try:
+    with serving(root) as (url, token):
         env = {
             **peer_env(),
-            **env,
+            "RAYFORM_ENDPOINT": url,
+            "RAYFORM_TOKEN": token,
             "RAYFORM_CACHE_DIR": str(BENCH / "lerobot-cache"),
             "PYTHONPATH": str(REPO / "sdk"),
             "HF_HOME": str(BENCH / "hf-home"),
@@ -155,9 +117,6 @@ def act_rows(root: Path, exported: Path, rounds: int, steps: int, out: Path) -> 
             env=env,
         )
         return dict(json.loads(result.read_text()))
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -20,6 +20,7 @@ Writes ``bench/results/ray.json``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import json
 import os
@@ -28,9 +29,10 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
+
+from bench._serve import serving
 
 REPO = Path(__file__).resolve().parents[1]
 TOKEN = "bench-ray-token-5d1c"
@@ -54,33 +56,16 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _serve(root: Path) -> tuple[subprocess.Popen[bytes], str]:
-    port = _free_port()
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "rayform_server",
-            "serve",
-            "--root",
-            str(root),
-            "--port",
-            str(port),
-            "--token",
-            TOKEN,
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    url = f"http://127.0.0.1:{port}"
-    for _ in range(300):
-        try:
-            urllib.request.urlopen(f"{url}/v1/health", timeout=1)
-            return proc, url
-        except OSError:
-            time.sleep(0.1)
-    proc.kill()
-    raise RuntimeError("the server did not start")
+def run_torchrun(config: dict[str, Any], out: Path, threads: int) -> tuple[dict[str, Any], float]:
+    """``bench/_ray_loop.py`` under ``torchrun`` with 2 local ranks: its JSON and the wall time
+    (start-up included), with ``threads`` OpenMP threads per rank."""
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
+    t0 = time.perf_counter()
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--nnodes=1"]
+    cmd += [f"--master_port={_free_port()}", str(REPO / "bench" / "_ray_loop.py")]
+    subprocess.run([*cmd, str(out), json.dumps(config)], check=True, env=env, capture_output=True)
+    wall_s = time.perf_counter() - t0
+    return dict(json.loads(out.read_text())), wall_s
 
 
 def bench_read(url: str, work: Path) -> dict[str, Any]:
@@ -139,27 +124,7 @@ def bench_train(url: str, work: Path) -> dict[str, Any]:
     ).fit()
     ray_wall = time.perf_counter() - t0
     ray_metrics = json.loads((work / "ray-train.json").read_text())
-    out_file = work / "torchrun.json"
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    t0 = time.perf_counter()
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--nproc_per_node=2",
-            "--nnodes=1",
-            f"--master_port={_free_port()}",
-            str(REPO / "bench" / "_ray_loop.py"),
-            str(out_file),
-            json.dumps(config),
-        ],
-        check=True,
-        env=env,
-        capture_output=True,
-    )
-    torchrun_wall = time.perf_counter() - t0
-    tr = json.loads(out_file.read_text())
+    tr, torchrun_wall = run_torchrun(config, work / "torchrun.json", 1)
     out = {
         "ray_samples_per_s": ray_metrics["samples"] / ray_metrics["epoch_s"],
         "torchrun_samples_per_s": tr["samples"] / tr["epoch_s"],
@@ -237,12 +202,13 @@ def main() -> None:
     saved = {k: os.environ.get(k) for k in ("RAY_TMPDIR", "PYTHONPATH", "OMP_NUM_THREADS")}
     os.environ.update(RAY_TMPDIR=str(work), OMP_NUM_THREADS="1", RAY_USAGE_STATS_ENABLED="0")
     os.environ["PYTHONPATH"] = os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])
-    server = cluster = None
+    cluster = None
+    stack = contextlib.ExitStack()
     results: dict[str, Any] = {"episodes": args.episodes, "loadavg_start": os.getloadavg()[0]}
     try:
         log(f"demo slice: {args.episodes} episodes at 240x320")
         build_demo(work / "root", episodes=args.episodes, jobs=2)
-        server, url = _serve(work / "root")
+        url, _ = stack.enter_context(serving(work / "root", TOKEN))
         cluster = Cluster(initialize_head=False)
         cluster.add_node(num_cpus=1, object_store_memory=1 << 30, include_dashboard=False)
         cluster.add_node(num_cpus=1, object_store_memory=1 << 30)
@@ -255,9 +221,7 @@ def main() -> None:
         ray.shutdown()
         if cluster is not None:
             cluster.shutdown()
-        if server is not None:
-            server.terminate()
-            server.wait()
+        stack.close()
         for key, value in saved.items():
             if value is None:
                 os.environ.pop(key, None)

@@ -18,18 +18,18 @@ each side (start-up included). Writes ``bench/results/ray_train.json``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from bench.ray_bench import REPO, SLICE, TOKEN, _free_port, _serve, log
+from bench._serve import serving
+from bench.ray_bench import REPO, SLICE, TOKEN, log, run_torchrun
 
 LOADER_WORKERS = 1
 THREADS = 1
@@ -58,27 +58,8 @@ def _ray_round(config: dict[str, Any], work: Path, k: int, wrapper: bool = False
 
 
 def _torchrun_round(config: dict[str, Any], work: Path, k: int) -> dict[str, Any]:
-    out = work / f"torchrun-{k}.json"
-    env = {**os.environ, "OMP_NUM_THREADS": str(THREADS)}
-    t0 = time.perf_counter()
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--nproc_per_node=2",
-            "--nnodes=1",
-            f"--master_port={_free_port()}",
-            str(REPO / "bench" / "_ray_loop.py"),
-            str(out),
-            json.dumps(config),
-        ],
-        check=True,
-        env=env,
-        capture_output=True,
-    )
-    result: dict[str, Any] = json.loads(out.read_text())
-    result["wall_s"] = time.perf_counter() - t0
+    result, wall_s = run_torchrun(config, work / f"torchrun-{k}.json", THREADS)
+    result["wall_s"] = wall_s
     return result
 
 
@@ -104,12 +85,12 @@ def main() -> None:
     saved = {k: os.environ.get(k) for k in ("RAY_TMPDIR", "PYTHONPATH")}
     os.environ.update(RAY_TMPDIR=str(work), RAY_USAGE_STATS_ENABLED="0")
     os.environ["PYTHONPATH"] = os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])
-    server = None
+    stack = contextlib.ExitStack()
     rounds: list[dict[str, Any]] = []
     try:
         log(f"demo slice: {args.episodes} episodes at 240x320")
         build_demo(work / "root", episodes=args.episodes, jobs=2)
-        server, url = _serve(work / "root")
+        url, _ = stack.enter_context(serving(work / "root", TOKEN))
         config = {
             "endpoint": url,
             "token": TOKEN,
@@ -156,9 +137,7 @@ def main() -> None:
             )
     finally:
         ray.shutdown()
-        if server is not None:
-            server.terminate()
-            server.wait()
+        stack.close()
         for key, value in saved.items():
             if value is None:
                 os.environ.pop(key, None)
