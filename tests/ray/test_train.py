@@ -12,46 +12,11 @@ from typing import Any
 import pytest
 from ray.train import FailureConfig, RunConfig, ScalingConfig
 from ray.train.torch import TorchConfig, TorchTrainer
-from support import DEMO_SLICE, TOKEN, ServerProcess, make_client
-from support.raytrain import BATCH, read_log, train_loop
+from support import ServerProcess
+from support.raytrain import BATCH, epoch_samples, loop_config, read_log, train_loop
 
-import rayform
-
-FPS = 10.0
 #: Ray's own modules warn about their own deprecated settings (ray.data.context...).
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::FutureWarning")
-
-
-def _config(server: ServerProcess, tmp_path: Path, **extra: Any) -> dict[str, Any]:
-    client = make_client(server.url, tmp_path / "cache")
-    segments = client.slices.get(DEMO_SLICE).segments.ids().to_pylist()[:4]
-    log = tmp_path / "log"
-    log.mkdir(exist_ok=True)
-    return {
-        "endpoint": server.url,
-        "token": TOKEN,
-        "cache": str(tmp_path / "cache"),
-        "slice": DEMO_SLICE,
-        "segments": segments,
-        "fps": FPS,
-        "epochs": 1,
-        "log": str(log),
-        **extra,
-    }
-
-
-def _epoch(config: dict[str, Any]) -> Counter[tuple[str, int]]:
-    """Every sample of the epoch, as (segment, t_ns), from the dataset itself."""
-    client = make_client(config["endpoint"], Path(config["cache"]))
-    ds = rayform.torch.EpisodeDataset(
-        client.slices.get(DEMO_SLICE),
-        obs=["joints/position"],
-        action="joints/position_delta",
-        fps=FPS,
-        segments=config["segments"],
-        shard=None,
-    )
-    return Counter((s["meta"]["segment"], int(s["t_ns"])) for s in ds.__getitems__(range(len(ds))))
 
 
 def _trainer(config: dict[str, Any], workers: int, name: str, storage: Path, **kw: Any) -> Any:
@@ -67,7 +32,7 @@ def _trainer(config: dict[str, Any], workers: int, name: str, storage: Path, **k
 def test_two_workers_shard_by_episode_and_cover_the_epoch(
     ray_cluster: Any, demo_server: ServerProcess, tmp_path: Path
 ) -> None:
-    config = _config(demo_server, tmp_path, check_swap=True)
+    config = loop_config(demo_server.url, tmp_path, check_swap=True)
     _trainer(config, 2, "cover", tmp_path / "runs").fit()
     infos = [json.loads(p.read_text()) for p in sorted(Path(config["log"]).glob("info-*.json"))]
     assert sorted(i["rank"] for i in infos) == [0, 1]
@@ -81,7 +46,7 @@ def test_two_workers_shard_by_episode_and_cover_the_epoch(
         assert "rayform.ray.prepare_data_loader" in infos[0]["warnings"][0]
 
     rows = read_log(Path(config["log"]))
-    expected = _epoch(config)
+    expected = epoch_samples(config)
     by_rank = [Counter((r["segment"], r["t_ns"]) for r in rows if r["rank"] == k) for k in (0, 1)]
     assert set(by_rank[0]) | set(by_rank[1]) == set(expected)  # together: the whole epoch
     assert len(set(by_rank[0]) & set(by_rank[1])) <= 1  # disjoint but for split's one repeat
@@ -97,8 +62,8 @@ def test_a_killed_worker_restarts_and_a_resume_on_one_worker_trains_the_rest(
     (max_failures=1) from the last checkpoint; the run stops (a pre-emption) at 3 batches per
     rank. Run 2: 1 worker resumes from run 1's checkpoint and trains the rest of the epoch."""
     storage = tmp_path / "runs"
-    config = _config(
-        demo_server,
+    config = loop_config(
+        demo_server.url,
         tmp_path,
         kill_rank=1,
         kill_at=2,
@@ -122,7 +87,7 @@ def test_a_killed_worker_restarts_and_a_resume_on_one_worker_trains_the_rest(
     rows = read_log(Path(config["log"]))
     assert {r["world"] for r in rows} == {1, 2}  # the rest was trained on one worker
     trained = Counter((r["segment"], r["t_ns"]) for r in rows)
-    expected = _epoch(config)
+    expected = epoch_samples(config)
     assert set(trained) == set(expected), "a sample of the epoch was never trained"
     repeats = sum(trained.values()) - len(expected)
     # The batch each rank trained before the kill, not checkpointed, is trained again (at

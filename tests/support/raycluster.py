@@ -1,6 +1,7 @@
 """A real local Ray cluster for tests/ray/: nodes on this machine, 1 CPU each, a small object store.
 
-Its workers import the checkout's code (``tests``, ``sdk``, ``server_stub`` first on their
+Ray Train's controller polls its workers every 0.5 s (2 s by default). Its workers import the
+checkout's code (``tests``, ``sdk``, ``server_stub`` first on their
 ``PYTHONPATH``, so ``support.raytrain`` functions unpickle). Everything it starts is stopped
 and its session directory removed on exit, whatever happened: no process or ``/tmp/ray``
 session is left behind.
@@ -32,7 +33,13 @@ def local_ray_cluster(nodes: int = 2, cpus: int = 1) -> Iterator[Any]:
 
     temp = tempfile.mkdtemp(prefix="rfray-", dir="/tmp")  # short: Unix socket paths live here
     path = [str(TESTS), str(TESTS.parent / "sdk"), str(TESTS.parent / "server_stub")]
-    names = ("PYTHONPATH", "OMP_NUM_THREADS", "RAY_USAGE_STATS_ENABLED", "RAY_TMPDIR")
+    names = (
+        "PYTHONPATH",
+        "OMP_NUM_THREADS",
+        "RAY_USAGE_STATS_ENABLED",
+        "RAY_TMPDIR",
+        "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S",
+    )
     saved = {k: os.environ.get(k) for k in names}
     os.environ["PYTHONPATH"] = os.pathsep.join([*path, os.environ.get("PYTHONPATH", "")]).rstrip(
         os.pathsep
@@ -40,6 +47,10 @@ def local_ray_cluster(nodes: int = 2, cpus: int = 1) -> Iterator[Any]:
     os.environ["OMP_NUM_THREADS"] = "1"
     os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
     os.environ["RAY_TMPDIR"] = temp  # sessions and the address file: never /tmp/ray
+    # Ray Train's controller polls its workers every 2 s by default, and a worker's report
+    # waits until the poll took the one before: a loop reporting every batch would run one
+    # batch per 2 s. TorchTrainer passes the driver's setting to the controller.
+    os.environ["RAY_TRAIN_HEALTH_CHECK_INTERVAL_S"] = "0.5"
     node_args: dict[str, Any] = {
         "num_cpus": cpus,
         "object_store_memory": OBJECT_STORE_BYTES,

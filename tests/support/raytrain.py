@@ -13,12 +13,14 @@ import logging
 import os
 import signal
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
-__all__ = ["BATCH", "read_log", "train_loop"]
+__all__ = ["BATCH", "FPS", "epoch_samples", "loop_config", "read_log", "train_loop"]
 
 BATCH = 8
+FPS = 10.0
 
 
 class _Seen(logging.Handler):
@@ -38,7 +40,10 @@ def train_loop(config: dict[str, Any]) -> None:
     SIGKILLs itself once, after logging its ``kill_at``-th batch of a fresh start and Ray
     registering the reports before it (``run_dir``), before that step's report), ``stop_at``
     (every rank returns after the report that puts the sampler at this many keys per rank in
-    the first epoch: a pre-emption), ``check_swap`` (rank 0 also
+    the first epoch: a pre-emption), ``leave_node``/``leave_at`` (the rank on that Ray node,
+    after logging its ``leave_at``-th batch of a fresh start and Ray registering the reports
+    before it, writes ``leaving`` into the log directory and waits there, before that step's
+    report, for the test to take its node away), ``check_swap`` (rank 0 also
     reads one batch through Ray's own ``prepare_data_loader`` and logs the warning it got).
     """
     import ray.train
@@ -77,6 +82,7 @@ def train_loop(config: dict[str, Any]) -> None:
         "world": world,
         "shard": list(dataset.shard),
         "sampler": type(loader.sampler).__name__,
+        "node": ray.get_runtime_context().get_node_id(),
     }
     if config.get("check_swap"):
         seen = _Seen()
@@ -116,6 +122,14 @@ def train_loop(config: dict[str, Any]) -> None:
                     _wait_registered(Path(config["run_dir"]), reports=step)
                     marker.write_text(str(os.getpid()))
                     os.kill(os.getpid(), signal.SIGKILL)
+            if (
+                fresh
+                and info["node"] == config.get("leave_node")
+                and step + 1 == config.get("leave_at")
+            ):
+                _wait_registered(Path(config["run_dir"]), reports=step)
+                (log_dir / "leaving").write_text(json.dumps({"rank": rank, "pid": os.getpid()}))
+                time.sleep(600)  # the node goes away under this rank
             consumed = (step + 1) * BATCH
             rayform.ray.report({"epoch": epoch, "step": step}, sampler, consumed=consumed)
             position = sampler.state_dict(consumed=consumed)["history"][-1][1]
@@ -142,6 +156,45 @@ def _wait_registered(run_dir: Path, reports: int, timeout: float = 120.0) -> Non
             pass
         time.sleep(0.2)
     raise TimeoutError(f"Ray did not register {reports} checkpoints of {run_dir} in {timeout} s")
+
+
+def loop_config(endpoint: str, tmp_path: Path, **extra: Any) -> dict[str, Any]:
+    """:func:`train_loop`'s config over the first 4 episodes of the demo slice served at
+    ``endpoint``, one epoch, logging under ``tmp_path / "log"``; ``extra`` adds or overrides."""
+    from support import DEMO_SLICE, TOKEN, make_client
+
+    client = make_client(endpoint, tmp_path / "cache")
+    segments = client.slices.get(DEMO_SLICE).segments.ids().to_pylist()[:4]
+    log = tmp_path / "log"
+    log.mkdir(exist_ok=True)
+    return {
+        "endpoint": endpoint,
+        "token": TOKEN,
+        "cache": str(tmp_path / "cache"),
+        "slice": DEMO_SLICE,
+        "segments": segments,
+        "fps": FPS,
+        "epochs": 1,
+        "log": str(log),
+        **extra,
+    }
+
+
+def epoch_samples(config: dict[str, Any]) -> Counter[tuple[str, int]]:
+    """Every sample of the epoch :func:`train_loop` runs, as (segment, t_ns), from the dataset."""
+    import rayform
+    from support import make_client
+
+    client = make_client(config["endpoint"], Path(config["cache"]))
+    ds = rayform.torch.EpisodeDataset(
+        client.slices.get(config["slice"]),
+        obs=["joints/position"],
+        action="joints/position_delta",
+        fps=config["fps"],
+        segments=config["segments"],
+        shard=None,
+    )
+    return Counter((s["meta"]["segment"], int(s["t_ns"])) for s in ds.__getitems__(range(len(ds))))
 
 
 def read_log(log_dir: Path) -> list[dict[str, Any]]:
