@@ -99,7 +99,8 @@ def test_ingest_on_ray_with_a_killed_worker_is_the_serial_ingest(
 
 
 def test_lerobot_ingest_on_ray_is_the_serial_ingest(ray_cluster: Any, tmp_path: Path) -> None:
-    """A LeRobot dataset: one task per data file (v2.1: one per episode), the serial manifest."""
+    """A LeRobot dataset: one task per data file (v2.1: one per episode), the serial manifest;
+    on a terminal the driver shows a progress bar of the finished tasks."""
     from rayform_server.ingest import ingest_lerobot
 
     write_lerobot_v21(tmp_path / "ds", episodes=3)
@@ -107,9 +108,31 @@ def test_lerobot_ingest_on_ray_is_the_serial_ingest(ray_cluster: Any, tmp_path: 
         Store(tmp_path / "serial"), tmp_path / "ds", SLICE, progress=Progress(None)
     )
     assert serial is not None
-    out = io.StringIO()
+    out = _Terminal()
     on_ray = ingest_lerobot(  # the driver already connected to the cluster is used as it is
         Store(tmp_path / "on-ray"), tmp_path / "ds", SLICE, progress=Progress(out), ray=""
     )
     assert on_ray is not None and on_ray.hash == serial.hash
-    assert "3 Ray tasks" in out.getvalue() and "[3/3] tasks done" in out.getvalue()
+    # On a terminal the driver draws a bar of finished tasks instead of a line per task.
+    shown = out.getvalue()
+    assert "3 Ray tasks" in shown and "tasks done in" not in shown
+    assert "[ingest] Ray tasks done: 100%" in shown and "| 3/3 [" in shown, shown
+
+
+class _Terminal(io.StringIO):
+    """What a terminal receives: a stream whose ``isatty()`` is true."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+def test_the_progress_bar_is_drawn_only_on_a_terminal() -> None:
+    assert Progress(None).bar(3, unit="task", desc="x") is None
+    assert Progress(io.StringIO()).bar(3, unit="task", desc="x") is None  # a log: lines
+    out = _Terminal()
+    bar = Progress(out).bar(3, unit="task", desc="[ingest] Ray tasks done")
+    assert bar is not None
+    for _ in range(3):
+        bar.update(1)
+    bar.close()
+    assert "[ingest] Ray tasks done: 100%" in out.getvalue() and "3/3" in out.getvalue()

@@ -7,7 +7,7 @@ import re
 import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import numpy as np
 
@@ -90,7 +90,8 @@ def nominal_rate_hz(t_ns: np.ndarray, fallback_hz: float = 30.0) -> float:
 
 
 class Progress:
-    """Line-oriented progress output (one line per step), quiet when ``stream`` is None."""
+    """Line-oriented progress output (one line per step), quiet when ``stream`` is None, and a
+    progress bar (:meth:`bar`) where ``stream`` is a terminal."""
 
     def __init__(self, stream: TextIO | None = sys.stderr, prefix: str = "ingest") -> None:
         self.stream = stream
@@ -99,6 +100,30 @@ class Progress:
     def __call__(self, message: str) -> None:
         if self.stream is not None:
             print(f"[{self.prefix}] {message}", file=self.stream, flush=True)
+
+    def bar(self, total: int, unit: str, desc: str) -> Any | None:
+        """A tqdm bar over ``total`` steps on ``stream`` (``update(1)`` per step, ``close()``
+        at the end) when ``stream`` is a terminal, as ``rayform pull`` draws its bar; ``None``
+        when it is not (a log file, a pipe, CI: print a line per step instead) or is None.
+
+        Args:
+            total: the steps expected, e.g. the Ray tasks of an ingest.
+            unit: a step's name, e.g. ``"task"``.
+            desc: the label before the bar, e.g. ``"[ingest] 3 Ray tasks"``.
+        """
+        isatty = getattr(self.stream, "isatty", None)
+        if self.stream is None or isatty is None or not isatty():
+            return None
+        from tqdm.std import tqdm  # type: ignore[import-untyped]
+
+        return tqdm(
+            total=total,
+            unit=unit,
+            desc=desc,
+            file=self.stream,
+            dynamic_ncols=True,
+            mininterval=0.2,
+        )
 
 
 @dataclass

@@ -69,7 +69,8 @@ def run_on_ray(
         slice_id: the slice to create or replace.
         groups: each recording's source-file group (:func:`group_by_file`).
         description: the slice's description (the serial ingest's).
-        progress: where the driver reports (a progress line per finished task).
+        progress: where the driver reports: a progress bar of finished tasks on a terminal,
+            else a line per finished task.
         worker: a picklable function staging one shard's recordings in a batch.
         address: the Ray cluster (``ray.init(address=...)``; ``None``: ``RAY_ADDRESS`` or a
             local Ray). An already connected driver is used as it is.
@@ -97,6 +98,7 @@ def run_on_ray(
     task = ray.remote(num_cpus=1, max_retries=max_retries, retry_exceptions=False)(_run_worker)
     progress(f"{count} Ray tasks (one per source file), staging in batch {batch}")
     t0 = time.perf_counter()
+    bar = progress.bar(count, unit="task", desc=f"[{progress.prefix}] Ray tasks done")
     try:
         pending = [
             task.remote(worker, batch, FileShard(k, count, groups), progress.stream is not None)
@@ -110,9 +112,17 @@ def run_on_ray(
             except Exception as exc:
                 raise InvalidArgumentError(f"an ingest task failed on Ray: {exc}") from exc
             done += 1
-            progress(f"[{done}/{count}] tasks done in {time.perf_counter() - t0:.1f} s")
+            if bar is not None:
+                bar.update(1)
+            else:
+                progress(f"[{done}/{count}] tasks done in {time.perf_counter() - t0:.1f} s")
+        if bar is not None:
+            bar.close()
+            bar = None
         digest = commit_staged(store, batch, slice_id, description)
     finally:
+        if bar is not None:  # a task failed: the bar stops where it was
+            bar.close()
         shutil.rmtree(store.root / "staging" / batch, ignore_errors=True)
         _sweep(tmp, before)
         if not connected:
