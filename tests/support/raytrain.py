@@ -33,7 +33,9 @@ class _Seen(logging.Handler):
 
 
 def train_loop(config: dict[str, Any]) -> None:
-    """One Ray Train worker: the loop of docs/ray.md, with the test's kill and stop points.
+    """One Ray Train worker: the loop of docs/ray.md, with the test's kill and stop points, and
+    a report after every batch (docs/ray.md's reports every ``REPORT_EVERY`` batches), so that
+    a restart repeats at most one batch per rank.
 
     ``config``: ``endpoint``, ``token``, ``cache``, ``slice``, ``segments``, ``fps``,
     ``epochs``, ``log`` (a directory), and optionally ``kill_rank``/``kill_at`` (that rank
