@@ -1,11 +1,14 @@
 """``rayform-server ingest mcap ... --ray ADDRESS`` on a real local 2-node Ray cluster: one task
-per bag, a task whose worker is SIGKILLed mid-task is run again, and the one commit on the
-driver is the serial ingest's manifest, with nothing left behind (docs/ray.md)."""
+per bag, a task whose worker is SIGKILLed mid-task is run again, the one commit on the driver
+is the serial ingest's manifest, with nothing left behind, and the driver shows a progress bar
+of the finished tasks on a terminal, a line per task elsewhere (docs/ray.md)."""
 
 from __future__ import annotations
 
 import io
 import os
+import pty
+import select
 import signal
 import subprocess
 import sys
@@ -51,6 +54,37 @@ def _kill_one_task(killed: list[int], stop: threading.Event) -> None:
         time.sleep(0.02)
 
 
+def _on_a_terminal(cmd: list[str], env: dict[str, str], timeout: float) -> tuple[int, str]:
+    """Run ``cmd`` with stdout and stderr on a pseudo-terminal (what a user at a terminal
+    sees: progress bars redraw in place); its exit code and everything it printed. The
+    terminal reports no size, as some container and CI runners' do: the bar must show anyway."""
+    master, slave = pty.openpty()
+    try:
+        proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=slave, stderr=slave)
+    finally:
+        os.close(slave)
+    chunks: list[bytes] = []
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            if select.select([master], [], [], 0.5)[0]:
+                try:
+                    data = os.read(master, 65536)
+                except OSError:  # EIO: every writer of the terminal has gone
+                    break
+                if not data:
+                    break
+                chunks.append(data)
+            elif proc.poll() is not None:
+                break
+        else:
+            proc.kill()
+    finally:
+        os.close(master)
+    code = proc.wait(timeout=30)
+    return code, b"".join(chunks).decode("utf-8", "replace")
+
+
 def test_ingest_on_ray_with_a_killed_worker_is_the_serial_ingest(
     ray_cluster: Any, tmp_path: Path
 ) -> None:
@@ -67,7 +101,7 @@ def test_ingest_on_ray_with_a_killed_worker_is_the_serial_ingest(
     killer = threading.Thread(target=_kill_one_task, args=(killed, stop), daemon=True)
     killer.start()
     try:
-        done = subprocess.run(
+        code, shown = _on_a_terminal(
             [
                 sys.executable,
                 "-m",
@@ -82,17 +116,17 @@ def test_ingest_on_ray_with_a_killed_worker_is_the_serial_ingest(
                 ray_cluster.address,
                 *map(str, bags),
             ],
-            capture_output=True,
-            text=True,
-            timeout=300,
             env={**os.environ, "PYTHONWARNINGS": "ignore"},
+            timeout=300,
         )
     finally:
         stop.set()
         killer.join()
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert code == 0, shown[-3000:]
     assert killed, "no ingest task was running to kill"
-    assert "3 Ray tasks" in done.stderr and "[3/3] tasks done" in done.stderr
+    # On a terminal the driver draws a bar of the finished tasks, not a line per task.
+    assert "3 Ray tasks" in shown and "tasks done in" not in shown, shown[-3000:]
+    assert "[ingest] Ray tasks done: 100%" in shown and "| 3/3 [" in shown, shown[-3000:]
     assert Store(root).get_slice(SLICE)["manifest"] == serial.hash  # the serial manifest
     assert not any((root / "staging").glob("*"))  # the batch is gone
     assert not any((root / "tmp").glob("*"))  # and what the killed attempt left
@@ -100,7 +134,7 @@ def test_ingest_on_ray_with_a_killed_worker_is_the_serial_ingest(
 
 def test_lerobot_ingest_on_ray_is_the_serial_ingest(ray_cluster: Any, tmp_path: Path) -> None:
     """A LeRobot dataset: one task per data file (v2.1: one per episode), the serial manifest;
-    on a terminal the driver shows a progress bar of the finished tasks."""
+    progress into a stream that is not a terminal is a line per finished task."""
     from rayform_server.ingest import ingest_lerobot
 
     write_lerobot_v21(tmp_path / "ds", episodes=3)
@@ -108,15 +142,13 @@ def test_lerobot_ingest_on_ray_is_the_serial_ingest(ray_cluster: Any, tmp_path: 
         Store(tmp_path / "serial"), tmp_path / "ds", SLICE, progress=Progress(None)
     )
     assert serial is not None
-    out = _Terminal()
+    out = io.StringIO()  # not a terminal (a log, CI): a line per finished task, no bar
     on_ray = ingest_lerobot(  # the driver already connected to the cluster is used as it is
         Store(tmp_path / "on-ray"), tmp_path / "ds", SLICE, progress=Progress(out), ray=""
     )
     assert on_ray is not None and on_ray.hash == serial.hash
-    # On a terminal the driver draws a bar of finished tasks instead of a line per task.
-    shown = out.getvalue()
-    assert "3 Ray tasks" in shown and "tasks done in" not in shown
-    assert "[ingest] Ray tasks done: 100%" in shown and "| 3/3 [" in shown, shown
+    assert "3 Ray tasks" in out.getvalue() and "[3/3] tasks done" in out.getvalue()
+    assert "%|" not in out.getvalue()
 
 
 class _Terminal(io.StringIO):

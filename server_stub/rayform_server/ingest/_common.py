@@ -3,6 +3,7 @@ the commit of the segments into one slice."""
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 from collections.abc import Callable, Iterable
@@ -116,14 +117,17 @@ class Progress:
             return None
         from tqdm.std import tqdm  # type: ignore[import-untyped]
 
-        return tqdm(
-            total=total,
-            unit=unit,
-            desc=desc,
-            file=self.stream,
-            dynamic_ncols=True,
-            mininterval=0.2,
-        )
+        try:
+            columns, lines = os.get_terminal_size(self.stream.fileno())
+        except (AttributeError, OSError, ValueError):
+            columns = lines = 0
+        # A terminal that reports no size (a pseudo-terminal nobody sized, as some container
+        # and CI runners give) makes tqdm's bar 0 columns wide, or hides it below a screen of
+        # no rows: 80 columns and 24 rows then.
+        size: dict[str, Any] = {"dynamic_ncols": True} if columns > 0 else {"ncols": 80}
+        if lines <= 0:
+            size["nrows"] = 24
+        return tqdm(total=total, unit=unit, desc=desc, file=self.stream, mininterval=0.2, **size)
 
 
 @dataclass
