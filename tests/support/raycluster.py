@@ -1,8 +1,8 @@
 """A real local Ray cluster for tests/ray/: nodes on this machine, 1 CPU each, a small object store.
 
-Ray Train's controller polls its workers every 0.5 s (2 s by default). Its workers import the
-checkout's code (``tests``, ``sdk``, ``server_stub`` first on their
-``PYTHONPATH``, so ``support.raytrain`` functions unpickle). Everything it starts is stopped
+Ray Train's controller polls its workers every 0.5 s (2 s by default). Its workers import
+the checkout's code (``tests``, ``sdk``, ``server_stub`` first on their ``PYTHONPATH``, so
+``support.raytrain`` functions unpickle). Everything it starts is stopped
 and its session directory removed on exit, whatever happened: no process or ``/tmp/ray``
 session is left behind.
 """

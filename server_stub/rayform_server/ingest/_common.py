@@ -110,7 +110,7 @@ class Progress:
         Args:
             total: the steps expected, e.g. the Ray tasks of an ingest.
             unit: a step's name, e.g. ``"task"``.
-            desc: the label before the bar, e.g. ``"[ingest] 3 Ray tasks"``.
+            desc: the label before the bar, e.g. ``"[ingest] Ray tasks done"``.
         """
         isatty = getattr(self.stream, "isatty", None)
         if self.stream is None or isatty is None or not isatty():
