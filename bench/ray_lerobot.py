@@ -1,36 +1,43 @@
 """``rayform.ray.read_slice`` against ``ray.data.read_lerobot`` on the same episodes, same CPUs.
 
-Usage (from the repository root; about 8 minutes on 2 cores with the defaults)::
+Usage (from the repository root; 10-20 minutes on 2 shared cores with the defaults, most of
+it ``read_lerobot``)::
 
     .venv/bin/python -m bench.ray_lerobot --lerobot-python .peer-venv-061/bin/python \
-        [--episodes 5 --frames 400 --cpus 2 --rounds 2]
+        [--episodes 5 --frames 400 --cpus 2 --rounds 2 --passes 2]
 
 The data: a LeRobot v3.0 dataset (``bench/make_lerobot_data.py``, LeRobot's own writer in the
-0.4.4 peer venv: two cameras 480x640 in AV1, the 14-D state and action, 50 Hz) and its Rayform
-ingest (``rayform-server ingest lerobot``), both made once under ``.bench/``
-(``bench/_data.py``). The data root is served on loopback (``bench/_serve.py``).
+0.4.4 peer venv, ``--writer-python``: two cameras 480x640 in AV1, the 14-D state and action,
+50 Hz) and its Rayform ingest (``rayform-server ingest lerobot``), both made once under
+``.bench/`` (``bench/_data.py``). The data root is served on loopback (``bench/_serve.py``).
 
 Each round runs both sides one after the other, each in its own process with its own Ray
 instance started by ``ray.init(num_cpus=--cpus, object_store_memory=...)`` (Rayform needs this
 venv's Python 3.11; ``read_lerobot`` needs LeRobot 0.5+, hence Python 3.12: the
 ``--lerobot-python`` venv of ``scripts/peer_lerobot061.sh`` with ``ray[data]==2.60.0``), the
-order alternating over rounds so both see the same machine load:
+order alternating over rounds so both see the same machine load; both Ray instances run their
+workers at nice 0 (``RAY_worker_niceness=0``; Ray's default is 15), as a DataLoader's are:
 
 * **read_slice** (this venv, ``--side rayform``): ``rayform.ray.read_slice(slice_,
   obs=[both cameras, state], action="action", fps=50)``, one row per frame with both cameras
-  decoded to ``(3, 480, 640) uint8``; "cold" reads through an empty cache (every blob fetched
-  from the server by the read tasks) on a fresh Ray instance, "warm" reads again. Then
-  ``EpisodeDataset``'s own loader on the same warm cache and the same CPUs
-  (``DataLoader(num_workers=--cpus, sampler=EpisodeSampler, collate_fn=collate)``, steady
-  state by ``bench/_timing.py``).
+  decoded to ``(3, 480, 640) uint8``. "Cold" reads through an empty cache (every blob fetched
+  from the server by the read tasks) on a fresh Ray instance (its workers start during the
+  pass); then ``--passes`` times a "warm" pass, each followed by a pass of
+  ``EpisodeDataset``'s own loader over the same warm cache with as many workers as CPUs
+  (``DataLoader(num_workers=--cpus, sampler=EpisodeSampler, collate_fn=collate)``, workers
+  started in the pass).
 * **read_lerobot** (``bench/_ray_read_lerobot.py`` in the peer venv): ``ray.data.read_lerobot(
-  DATASET, override_num_blocks=--cpus)`` (one row per frame, both cameras decoded to ``uint8``),
-  first pass ("cold", Ray Data's start included) and second ("warm").
+  DATASET, override_num_blocks=--cpus)`` (one row per frame, both cameras decoded to ``uint8``;
+  with its default the dataset's single video file per camera is a single read task), first
+  pass ("cold", Ray Data's start and its workers' included) and a second ("warm").
 
-Both consume every row with ``iter_batches(batch_size=32, batch_format="numpy")``; ``ray.init``
-is timed apart on both sides. Writes ``bench/results/ray_lerobot.json`` (per round, medians and
-the ratios: read_slice / read_lerobot, cold and warm, target >= 10; read_slice / loader rows/s
-on the same CPUs, target >= 0.8).
+Every pass consumes every row with ``iter_batches(batch_size=32, batch_format="numpy")`` (the
+loader: its batches of 32) and records wall seconds and the CPU seconds of the process and all
+its descendants (``bench._timing.tree_cpu_s``: Ray's raylet, GCS and workers, or the
+DataLoader's workers), so rows per CPU second hold whoever else loads the machine.
+``ray.init`` is timed apart. Writes ``bench/results/ray_lerobot.json``: every pass, and the
+medians over rounds and passes with the ratios read_slice / read_lerobot (cold, warm; target
+>= 10) and read_slice / loader (target >= 0.8), in rows/s and in rows per CPU second.
 """
 
 from __future__ import annotations
@@ -124,8 +131,14 @@ def rayform_side(args: argparse.Namespace) -> dict[str, Any]:
         client = rayform.Client(endpoint=args.url, token=args.token, cache_dir=cache)
         dataset = EpisodeDataset(client.slices.get(SLICE_ID), **torch_args, shard=None)
         sampler = EpisodeSampler(dataset)
+        # Persistent workers: still alive when the pass ends, so their CPU seconds count.
         return DataLoader(
-            dataset, args.batch_size, sampler=sampler, num_workers=args.cpus, collate_fn=collate
+            dataset,
+            args.batch_size,
+            sampler=sampler,
+            num_workers=args.cpus,
+            collate_fn=collate,
+            persistent_workers=True,
         )
 
     try:
