@@ -131,8 +131,10 @@ def run_lerobot_row(
     return dict(json.loads(out.read_text()))
 
 
-def prepare(w: Workload, log: Any = print) -> dict[str, float]:
-    """Make sure the dataset and the ingested data root exist; returns the seconds spent."""
+def prepare(w: Workload, log: Any = print, *, python: str | None = None) -> dict[str, float]:
+    """Make sure the dataset and the ingested data root exist; returns the seconds spent.
+
+    ``python`` writes the dataset (default: the peer venv's, :func:`peer_python`)."""
     spent: dict[str, float] = {}
     if not (w.lerobot_dir / "meta" / "episodes").is_dir():
         tmp = w.lerobot_dir.with_name(w.lerobot_dir.name + ".partial")
@@ -141,7 +143,7 @@ def prepare(w: Workload, log: Any = print) -> dict[str, float]:
         t = time.perf_counter()
         subprocess.run(
             [
-                peer_python(),
+                python or peer_python(),
                 str(REPO / "bench" / "make_lerobot_data.py"),
                 str(tmp),
                 "--episodes",

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["LOADER_KW", "child_pids", "rss_kib", "time_loader"]
+__all__ = ["LOADER_KW", "child_pids", "rss_kib", "time_loader", "tree_cpu_s"]
 
 #: The DataLoader settings every loader row shares, so that rows differ only in the dataset.
 LOADER_KW: dict[str, Any] = {
@@ -35,6 +35,25 @@ def child_pids(pid: int | None = None) -> list[int]:
         except OSError:
             pass
     return sorted(out)
+
+
+def tree_cpu_s(pid: int | None = None) -> dict[int, float]:
+    """CPU seconds (user + system) of ``pid`` (default: this process) and of every live
+    descendant, by pid, from ``/proc``: the difference of two snapshots is what a stretch of
+    work cost on every CPU, whoever else loads the machine (a descendant that exits between
+    the snapshots takes its seconds with it)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out: dict[int, float] = {}
+    todo = [pid or os.getpid()]
+    while todo:
+        p = todo.pop()
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rpartition(")")[2].split()
+            todo += child_pids(p)
+        except OSError:
+            continue
+        out[p] = (int(fields[11]) + int(fields[12])) / tick  # utime, stime
+    return out
 
 
 def rss_kib(pid: int) -> tuple[int, int]:

@@ -5,9 +5,11 @@ the manifest only) and hands Ray a :class:`SliceDatasource`. Each read task hold
 episodes, so each episode's blobs (one video per camera) are decoded in one forward pass by
 one task. Each Ray worker process rebuilds the dataset from its URI (``EpisodeDataset.from_uri``)
 once, with the driver's client (its cache directory, shared mode, offline mode and limits
-travel with it); a task reads its episodes with ``__getitems__`` in time order, and yields blocks of at most
-``max_block_bytes``. The rows are the dataset's samples, exactly: the same tensors as
-``dataset[index]`` (``meta`` flattened into ``meta/...`` columns, plus ``meta/index``).
+travel with it); a task reads its episodes with ``__getitems__`` in time order, and yields
+blocks of a power-of-two number of rows within ``max_block_bytes`` (a consumer's batches
+of 32 or 64 rows can then be views of one block rather than copies of pieces of two). The
+rows are the dataset's samples, exactly: the same tensors as ``dataset[index]`` (``meta``
+flattened into ``meta/...`` columns, plus ``meta/index``).
 """
 
 from __future__ import annotations
@@ -68,8 +70,9 @@ def read_slice(
             ``slice``, ``manifest_hash``, ``samples`` (with a dataset) and for each stream read
             (every stream, for a bare slice) ``blob/<stream>`` (BLAKE3 hash) and
             ``nbytes/<stream>``.
-        override_num_blocks: read tasks to make (default: Ray's choice); at most one per
-            episode, since a task holds whole episodes.
+        override_num_blocks: read tasks to make (default: one per episode, at most
+            ``DataContext.read_op_min_num_blocks``, 200); at most one per episode, since a
+            task holds whole episodes.
         max_block_bytes: bound on the bytes of one block (default 64 MiB; Ray's
             ``DataContext.target_max_block_size`` bounds it too).
         ray_remote_args: passed to ``ray.data.read_datasource`` (e.g. ``{"num_cpus": 1}``).
@@ -115,6 +118,10 @@ def read_slice(
             "read_slice needs a rayform.Slice (client.slices.get(...)) or a "
             f"rayform.torch.EpisodeDataset, got {type(source).__name__}"
         )
+    if override_num_blocks is None:
+        # Ray's own default asks for more blocks than there are episodes and then splits each
+        # task's blocks into pieces a consumer's batch has to copy back together.
+        override_num_blocks = datasource.default_num_blocks()
     return ray.data.read_datasource(
         datasource, override_num_blocks=override_num_blocks, ray_remote_args=ray_remote_args or {}
     )
@@ -188,6 +195,12 @@ class SliceDatasource(Datasource):
         """Bytes of all rows: per sample (or episode) row bytes times rows."""
         return int(self._row_bytes * self._num_rows(range(len(self._lengths))))
 
+    def default_num_blocks(self) -> int:
+        """Read tasks when the caller names none: one per episode, at most Ray's
+        ``DataContext.read_op_min_num_blocks`` (200) groups of consecutive episodes."""
+        floor = int(getattr(ray.data.DataContext.get_current(), "read_op_min_num_blocks", 200))
+        return max(1, min(len(self._lengths), floor))
+
     def _num_rows(self, episodes: range) -> int:
         if self.rows == "episodes":
             return len(episodes)
@@ -208,6 +221,8 @@ class SliceDatasource(Datasource):
         """
         target = getattr(data_context, "target_max_block_size", None) or self.max_block_bytes
         block_rows = max(1, min(self.max_block_bytes, int(target)) // max(1, self._row_bytes))
+        # A power of two, so a consumer's batches (32, 64, ...) are views of one block each.
+        block_rows = 1 << (block_rows.bit_length() - 1)
         tasks = []
         for episodes in group_episodes(self._lengths, parallelism):
             n = self._num_rows(episodes)
@@ -224,19 +239,14 @@ class SliceDatasource(Datasource):
 
     # -- what a read task runs (in a Ray worker) -------------------------------------------
     def read_samples(self, episodes: range, block_rows: int, limit: int) -> Iterator[Any]:
-        """Blocks of the samples of ``episodes``, episode by episode in time order."""
+        """Blocks of the samples of ``episodes`` in time order, ``block_rows`` each (the last
+        one fewer): a block may span the end of one episode and the start of the next."""
         dataset = self._dataset()
-        left = limit
-        for e in episodes:
-            start, stop = int(self._offsets[e]), int(self._offsets[e + 1])
-            for pos in range(start, stop, block_rows):
-                if left <= 0:
-                    return
-                indices = list(range(pos, min(pos + block_rows, stop, pos + left)))
-                left -= len(indices)
-                yield BlockAccessor.batch_to_block(
-                    _to_columns(dataset.__getitems__(indices), indices)
-                )
+        start = int(self._offsets[episodes.start])
+        stop = min(int(self._offsets[episodes.stop]), start + max(0, limit))
+        for pos in range(start, stop, block_rows):
+            indices = list(range(pos, min(pos + block_rows, stop)))
+            yield BlockAccessor.batch_to_block(_to_columns(dataset.__getitems__(indices), indices))
 
     def _dataset(self) -> EpisodeDataset:
         """The dataset, rebuilt from its URI once per worker process and datasource (a Ray
