@@ -8,6 +8,7 @@ tqdm formats sizes with decimal prefixes and the rate without ``unit_divisor`` (
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
 from typing import Any
 
@@ -27,6 +28,22 @@ def _base() -> Any:
     else:
         from tqdm.std import tqdm  # type: ignore[import-untyped]
     return tqdm
+
+
+def _size_options(stream: Any) -> dict[str, Any]:
+    """tqdm's size options for ``stream``: follow the terminal's width, except on a terminal
+    that reports no size (a pseudo-terminal nobody sized, as some container and CI runners
+    give), where tqdm would draw the bar 0 columns wide and hide it below a screen of no rows."""
+    try:
+        if not stream.isatty():
+            return {"dynamic_ncols": True}
+        columns, lines = os.get_terminal_size(stream.fileno())
+    except (AttributeError, OSError, ValueError):
+        return {"dynamic_ncols": True}
+    size: dict[str, Any] = {"dynamic_ncols": True} if columns > 0 else {"ncols": 80}
+    if lines <= 0:
+        size["nrows"] = 24
+    return size
 
 
 def byte_bar(total: int, desc: str) -> Any:
@@ -56,7 +73,7 @@ def byte_bar(total: int, desc: str) -> Any:
         unit="B",
         desc=desc,
         file=sys.stderr,
-        dynamic_ncols=True,
         mininterval=0.2,
         bar_format=BAR_FORMAT,
+        **_size_options(sys.stderr),
     )
