@@ -5,11 +5,12 @@ Private to the SDK; :class:`~rayform.Client` is its user. Modules: ``_transport`
 resume, redirects to a store), ``_retry`` (the retry policy, on tenacity), ``_pace`` (the
 stall bound and the minimum rate), ``_deadline`` (socket reads that end by a deadline),
 ``_outage`` (one store's stall ends the other fetches of it on this host), ``_reference`` (checks of slice
-references and listings), ``_pull`` (``rayform pull``), ``_fetchlog`` (counts and logs).
+references and listings), ``_pull`` (``rayform pull``), ``_progress`` (its bar), ``_fetchlog`` (counts and logs).
 """
 
 from rayform._net._fetchlog import FetchCounts, FetchLog, fetch_log, mark_ahead
 from rayform._net._outage import Outages
+from rayform._net._progress import bar_size_options
 from rayform._net._pull import PullReport, run_pull
 from rayform._net._reference import LISTING_CAP, REFERENCE_CAP, check_listing, check_reference
 from rayform._net._retry import Retryable, RetryPolicy, Side, run_with_retries
@@ -28,6 +29,7 @@ __all__ = [
     "Retryable",
     "Side",
     "Transport",
+    "bar_size_options",
     "check_listing",
     "check_reference",
     "fetch_log",

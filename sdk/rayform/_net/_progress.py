@@ -14,7 +14,7 @@ from typing import Any
 
 from rayform.units import human_bytes
 
-__all__ = ["BAR_FORMAT", "byte_bar"]
+__all__ = ["BAR_FORMAT", "bar_size_options", "byte_bar"]
 
 #: The bar's layout: tqdm's default, with sizes and rate in binary units.
 BAR_FORMAT = "{desc}: {percentage:3.0f}%|{bar}| {done}/{size} [{elapsed}<{remaining}, {speed}]"
@@ -30,7 +30,7 @@ def _base() -> Any:
     return tqdm
 
 
-def _size_options(stream: Any) -> dict[str, Any]:
+def bar_size_options(stream: Any) -> dict[str, Any]:
     """tqdm's size options for ``stream``: follow the terminal's width, except on a terminal
     that reports no size (a pseudo-terminal nobody sized, as some container and CI runners
     give), where tqdm would draw the bar 0 columns wide and hide it below a screen of no rows."""
@@ -75,5 +75,5 @@ def byte_bar(total: int, desc: str) -> Any:
         file=sys.stderr,
         mininterval=0.2,
         bar_format=BAR_FORMAT,
-        **_size_options(sys.stderr),
+        **bar_size_options(sys.stderr),
     )

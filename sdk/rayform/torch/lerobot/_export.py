@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from torch.utils.data import DataLoader
 
+from rayform._net import bar_size_options
 from rayform.errors import InvalidArgumentError
 from rayform.torch.dataset import EpisodeDataset
 from rayform.torch.lerobot import _format as fmt
@@ -261,7 +263,15 @@ def _du(root: Path) -> int:
 def _bar(total: int, show: bool, desc: str) -> Any:
     from tqdm.std import tqdm  # type: ignore[import-untyped]
 
-    return tqdm(total=total, unit="frame", desc=desc, disable=not show, leave=False)
+    return tqdm(
+        total=total,
+        unit="frame",
+        desc=desc,
+        disable=not show,
+        leave=False,
+        file=sys.stderr,
+        **bar_size_options(sys.stderr),
+    )
 
 
 def _features(
