@@ -12,10 +12,14 @@ data ``bench.resize`` renders (run it once with ``--renditions 240`` first).
 * ``full``: the originals (480x640) at full resolution, against the sequential decode bound.
 * ``rend224``: the 240x320 renditions read at ``image_size=(224, 224), resize="pad"``, against
   the decode-and-resize bound.
+* ``mixture``: ``bench.mixture_layout``'s mixture (``layout="union"``, 0.5 / 0.5) against its two
+  sources alone, each read in its own sampler's order: the fraction is the sources' weighted
+  mean CPU per sample over the mixture's (what the mixture would cost with no cost of its
+  own; run ``bench.mixture_layout`` once first to render the data).
 
 Prints CPU ms per sample per round and the fraction (bound's median / loader's median).
 
-Usage: ``.venv/bin/python -m bench.cpu_fraction [--rows full rend224] [--rounds 3]
+Usage: ``.venv/bin/python -m bench.cpu_fraction [--rows full rend224 mixture] [--rounds 3]
 [--episodes 4]``
 """
 
@@ -35,7 +39,7 @@ from torch.utils.data._utils import worker
 from bench._data import BENCH
 from bench.resize import DEMO, dataset, open_slice, renditions_as_videos, renditions_slice_id
 from bench.rows import BOUND_CHUNK, _decode_front_to_back, needed_frames
-from rayform.torch import EpisodeDataset, collate
+from rayform.torch import EpisodeDataset, EpisodeSampler, MixtureDataset, collate
 
 CAMERAS = ("cam0/rgb", "wrist/rgb")
 BATCH = 32
@@ -61,13 +65,20 @@ def setup(row: str, episodes: int) -> tuple[EpisodeDataset, list[tuple], int]:
     return ds, tasks, samples
 
 
-def loader_ms(ds: EpisodeDataset, order: np.ndarray) -> float:
+def sampler_order(ds: Any) -> list[Any]:
+    """One epoch's keys of ``ds`` from its :class:`EpisodeSampler` (a mixture's are tuples)."""
+    return list(EpisodeSampler(ds))
+
+
+def loader_ms(ds: Any, order: Any) -> float:
     """CPU ms per sample of a worker's read, collate and send (receiving, which frees the
     slot as the main process does, is not counted)."""
     spent, n = 0.0, 0
     for b in range(0, len(order) - BATCH + 1, BATCH):
         t = time.process_time()
-        sent = ForkingPickler.dumps(collate(ds.__getitems__(order[b : b + BATCH].tolist())))
+        part = order[b : b + BATCH]
+        keys = part.tolist() if isinstance(part, np.ndarray) else part
+        sent = ForkingPickler.dumps(collate(ds.__getitems__(keys)))
         spent += time.process_time() - t
         received = ForkingPickler.loads(sent)  # then dropped: the slot is free again
         del received, sent
@@ -83,9 +94,38 @@ def bound_ms(tasks: list[tuple], samples: int) -> float:
     return (time.process_time() - t) / samples * 1e3
 
 
+def mixture_row(rounds: int, episodes: int, w: float = 0.5) -> None:
+    """Prints the mixture's CPU per sample against its sources' weighted mean, per round."""
+    from bench.mixture_layout import datasets
+
+    bimanual, single_arm = datasets(BENCH / f"mixture-layout-e{episodes}")
+    mixture = MixtureDataset(
+        [(bimanual, w, "bimanual"), (single_arm, 1 - w, "single_arm")],
+        layout="union",
+        num_samples=len(bimanual) + len(single_arm),
+    )
+    rows = {"bimanual": bimanual, "single_arm": single_arm, "mixture": mixture}
+    orders = {name: sampler_order(ds) for name, ds in rows.items()}
+    for name, ds in rows.items():
+        loader_ms(ds, orders[name])  # warm: decoders open, files cached
+    ms: dict[str, list[float]] = {name: [] for name in rows}
+    for _ in range(rounds):
+        for name, ds in rows.items():
+            ms[name].append(loader_ms(ds, orders[name]))
+    med = {name: statistics.median(v) for name, v in ms.items()}
+    weighted = w * med["bimanual"] + (1 - w) * med["single_arm"]
+    print(
+        "mixture: "
+        + ", ".join(f"{k} {[round(x, 3) for x in v]} ms/sample" for k, v in ms.items())
+        + f": {weighted / med['mixture']:.3f} of the sources' weighted mean by CPU"
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--rows", nargs="+", choices=("full", "rend224"), default=["full", "rend224"])
+    ap.add_argument(
+        "--rows", nargs="+", choices=("full", "rend224", "mixture"), default=["full", "rend224"]
+    )
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--episodes", type=int, default=4)
     args = ap.parse_args()
@@ -94,6 +134,9 @@ def main() -> None:
     info = types.SimpleNamespace(id=0, num_workers=1, seed=0, dataset=None)
     worker._worker_info = cast(Any, info)
     for row in args.rows:
+        if row == "mixture":
+            mixture_row(args.rounds, args.episodes)
+            continue
         ds, tasks, samples = setup(row, args.episodes)
         order = np.random.default_rng(0).permutation(len(ds))
         loader_ms(ds, order), bound_ms(tasks, samples)  # warm: decoders open, files cached
