@@ -65,6 +65,12 @@ class BatchColumns:
         if written:
             self._arrays[key] = tensor.numpy()
 
+    def add_rows(self, key: str, rows: Sequence[torch.Tensor]) -> None:
+        """Declare ``key`` (next in order) as the caller's ``rows``, one per sample, which a
+        decoder fills (a mixture's batch tensor, say)."""
+        self._keys.append(key)
+        self.rows[key] = rows
+
     def put(self, key: str, where: np.ndarray, values: np.ndarray) -> None:
         """Samples ``where`` of ``key`` are ``values`` (``(len(where), ...)``, cast to the
         key's dtype as ``astype`` casts)."""

@@ -21,7 +21,7 @@ dropped when the dataset is pickled into a spawned one.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, cast
@@ -177,18 +177,22 @@ class SampleReader:
 
     # -- reading ---------------------------------------------------------------------------
     def read(
-        self, seg_pos: np.ndarray, steps: np.ndarray, batched: bool = False
+        self,
+        seg_pos: np.ndarray,
+        steps: np.ndarray,
+        batched: bool = False,
+        given: Mapping[str, Sequence[torch.Tensor]] | None = None,
     ) -> list[dict[str, Any]]:
         """Samples for parallel arrays of segment positions and grid steps, in that order
-        (``batched``: as in :meth:`plan`)."""
+        (``batched``, ``given``: as in :meth:`plan`)."""
         if self.spec.decode_threads > 0:
             # Starting 2 threads costs ~0.1 ms against ~60 ms of decoding per batch of 32.
             # Leaving the block waits for every decode, even on error.
             with ThreadPoolExecutor(
                 self.spec.decode_threads, thread_name_prefix="rayform-decode"
             ) as pool:
-                return self._read(seg_pos, steps, pool, batched)
-        return self._read(seg_pos, steps, None, batched)
+                return self._read(seg_pos, steps, pool, batched, given)
+        return self._read(seg_pos, steps, None, batched, given)
 
     def _read(
         self,
@@ -196,9 +200,10 @@ class SampleReader:
         steps: np.ndarray,
         pool: ThreadPoolExecutor | None,
         batched: bool,
+        given: Mapping[str, Sequence[torch.Tensor]] | None,
     ) -> list[dict[str, Any]]:
         with contextlib.ExitStack() as stack:
-            plan = self.plan(seg_pos, steps, stack, pool, batched)
+            plan = self.plan(seg_pos, steps, stack, pool, batched, given)
             run_plans([plan], pool, max(1, self.spec.decode_threads))
             return plan.finish()
 
@@ -209,6 +214,7 @@ class SampleReader:
         stack: contextlib.ExitStack,
         pool: ThreadPoolExecutor | None = None,
         batched: bool = False,
+        given: Mapping[str, Sequence[torch.Tensor]] | None = None,
     ) -> BatchPlan:
         """A batch's read up to its decodes at a training resolution: tables aligned, paths
         resolved, other decodes started (in ``pool``, when there is one). :func:`run_plans`
@@ -225,9 +231,10 @@ class SampleReader:
         (:func:`~rayform.torch._collate.batch_tensor`: in a worker, the batch's shared memory),
         sample ``i`` holding row ``i``: ``collate`` keeps it in place. Without ``normalize``
         (which replaces the vectors) the vectors, the action, its mask and ``t_ns`` go there
-        too."""
+        too. ``given``: camera stream -> the ``(3, H, W)`` rows (of a caller's batch tensor, a
+        mixture's) its frames go to, one per sample, with one observation step."""
         state = self._state.get()
-        batch = self._columns(seg_pos, batched and self.obs_steps == 1)
+        batch = self._columns(seg_pos, batched and self.obs_steps == 1, given or {})
         pending = [(np.flatnonzero(seg_pos == s), s) for s in np.unique(seg_pos).tolist()]
         jobs: list[ResizeJob] = []
         if state.pins is not None and (self.targets or pool is not None):
@@ -249,7 +256,9 @@ class SampleReader:
 
         return BatchPlan(jobs, finish, state.scratch)
 
-    def _columns(self, seg_pos: np.ndarray, in_place: bool) -> BatchColumns:
+    def _columns(
+        self, seg_pos: np.ndarray, in_place: bool, given: Mapping[str, Sequence[torch.Tensor]]
+    ) -> BatchColumns:
         """The batch's values, key by key in the samples' order: ``(B, ...)`` tensors where
         every segment of the batch gives a key one shape. ``in_place``: cameras go into the
         batch's shared memory, and the rest too unless ``normalize`` replaces the vectors."""
@@ -260,7 +269,9 @@ class SampleReader:
         batch = BatchColumns(len(seg_pos))
         for name in self.obs:
             streams = [seg.streams[name] for seg in segs]
-            if all(st.kind == "video" for st in streams):
+            if name in given and self.obs_steps == 1:
+                batch.add_rows(name, given[name])
+            elif all(st.kind == "video" for st in streams):
                 target = self.targets.get(name)
                 if target is not None:
                     sizes = {(target.height, target.width)}
