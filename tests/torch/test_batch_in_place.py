@@ -154,13 +154,20 @@ def test_a_caller_that_reorders_the_samples_gets_a_copy(demo: Slice, as_worker) 
     assert busy().count(1) == held - 1
 
 
-def test_a_mixture_and_a_transform_read_as_before(demo: Slice, as_worker) -> None:
+def test_a_transform_reads_as_before_and_a_mixture_in_place(demo: Slice, as_worker) -> None:
     def flip(sample: dict) -> dict:
         return {**sample, "cam0/rgb": sample["cam0/rgb"].flip(-1)}
 
     flipped = make(demo, transform=flip)
-    mix = MixtureDataset([(make(demo), 1.0), (make(demo, "crop"), 1.0)], seed=0)
     collate(flipped.__getitems__([0, 1]))
-    for samples in (flipped.__getitems__([0, 1]), mix.__getitems__([(0, 0), (1, 0), (2, 0)])):
-        assert not any(s["cam0/rgb"].is_shared() or s["wrist/rgb"].is_shared() for s in samples)
-        assert_same(ship(collate(samples)), default_collate(samples))
+    samples = flipped.__getitems__([0, 1])
+    assert not any(s["cam0/rgb"].is_shared() or s["wrist/rgb"].is_shared() for s in samples)
+    assert_same(ship(collate(samples)), default_collate(samples))
+    # A mixture's sources' shares are read in one pass, their frames into the batch's rows.
+    mix = MixtureDataset([(make(demo), 1.0), (make(demo, "crop"), 1.0)], seed=0)
+    keys = [(0, 0), (1, 0), (2, 0)]
+    plain = [mix[key] for key in keys]  # one by one: not in the batch
+    collate(mix.__getitems__(keys))
+    samples = mix.__getitems__(keys)
+    assert all(s["cam0/rgb"].is_shared() and s["wrist/rgb"].is_shared() for s in samples)
+    assert_same(ship(collate(samples)), default_collate(plain))

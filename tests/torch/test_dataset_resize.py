@@ -16,7 +16,8 @@ from rayform import DatasetURI, InvalidArgumentError
 from rayform._resolution import Plan, Target, parse_image_size
 from rayform.integrations._common import sample_spec
 from rayform.slice import Slice
-from rayform.torch import EpisodeDataset, MixtureDataset, _reader, collate
+from rayform.torch import EpisodeDataset, MixtureDataset, collate
+from rayform.torch._decoding import _batch
 from rayform.torch._decoding._resize import resize_frames
 from rayform.torch._decoding._video import forget_intra_checks
 from rayform_server.store import Store
@@ -154,7 +155,7 @@ def test_a_batch_resized_in_several_buffers_gives_the_same_frames(
     ref = {key: frames(make(demo, image_size=(64, 64)), key) for key in CAMS}
     # A buffer of one frame: each segment's frames decoded and resized apart (with threads,
     # each buffer's resize split between them too).
-    monkeypatch.setattr(_reader, "_BUFFER_BYTES", 1)
+    monkeypatch.setattr(_batch, "_BUFFER_BYTES", 1)
     ds = make(demo, image_size=(64, 64), decode_threads=threads)
     assert all(torch.equal(frames(ds, key), ref[key]) for key in CAMS)
 
@@ -165,7 +166,7 @@ def test_the_buffers_a_reader_keeps_are_bounded_when_frames_are_enlarged(
     # 96x128 frames enlarged to 384x512: the scaled frames are 16x the decoded ones. The
     # buffers are kept for the reader's life, so neither may outgrow the bound, even for a
     # segment whose frames alone exceed it (16 here, one segment's, in a 3 MiB bound).
-    monkeypatch.setattr(_reader, "_BUFFER_BYTES", 3 << 20)
+    monkeypatch.setattr(_batch, "_BUFFER_BYTES", 3 << 20)
     ds = make(demo, image_size=(384, 512))
     for keys in ([0, 2, 4], list(range(0, 64, 2)), [1, 3, 5]):
         batch = ds.__getitems__(keys)

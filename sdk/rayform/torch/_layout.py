@@ -34,7 +34,15 @@ import torch
 
 from rayform.errors import InvalidArgumentError
 
-__all__ = ["Field", "Layout", "SourcePlan", "dataset_spec", "format_layout", "parse_layout"]
+__all__ = [
+    "Field",
+    "Layout",
+    "SourcePlan",
+    "check_same_keys",
+    "dataset_spec",
+    "format_layout",
+    "parse_layout",
+]
 
 #: ``{sample key: (dtype, shape)}``: the tracker's sample spec (``meta`` left out).
 Spec = dict[str, tuple[str, tuple[int, ...]]]
@@ -340,3 +348,44 @@ def parse_layout(text: str) -> str | dict[str, tuple[int, ...]]:
             f"mixture URI: layout={text[:40]!r}; expected 'union' or JSON {{key: shape}}"
         )
     return _check_arg(doc)
+
+
+def _sample_keys(ds: Any) -> dict[str, str]:
+    """Sample key -> what fixes its shape, for comparing sources."""
+    keys = {"t_ns": "()", "meta": "dict"}
+    key_of = {v: k for k, v in ds.obs_keys.items()}  # mapped sample keys
+    for name in ds.obs:
+        s = ds.stream(name)
+        shown = key_of.get(name, name)
+        # A camera's shape in the sample: after image_size, whatever the stored resolution.
+        shape = list(s.shape[-1:] if s.kind == "table" else ds.frame_shape(shown))
+        keys[shown] = f"{s.kind} {shape} x{ds.obs_steps}"
+        if ds.obs_steps > 1:
+            keys[f"{shown}_is_pad"] = f"({ds.obs_steps},)"
+    if ds.action is not None:
+        act = ds.action_key or "action"
+        keys[act] = f"({ds.horizon}, {list(ds.stream(ds.action).shape)[-1]})"
+        keys[f"{act}_is_pad"] = f"({ds.horizon},)"
+    return keys
+
+
+def check_same_keys(datasets: Sequence[Any]) -> None:
+    """Raise unless every ``EpisodeDataset`` of a mixture without a layout gives its samples
+    the same keys and shapes (what ``default_collate`` needs)."""
+    first = _sample_keys(datasets[0])
+    for k, ds in enumerate(datasets[1:], start=1):
+        other = _sample_keys(ds)
+        for key in sorted(set(first) | set(other)):
+            if key not in other or key not in first:
+                where = 0 if key in first else k
+                raise InvalidArgumentError(
+                    f"sample key {key!r} is in source {where} but not in source {k if where == 0 else 0}: "
+                    "mixed sources need the same obs names, action and obs_steps, or a layout (layout='union')"
+                )
+            if first[key] != other[key]:
+                raise InvalidArgumentError(
+                    f"sample key {key!r} differs between source 0 ({first[key]}) and source {k} "
+                    f"({other[key]}): mixed sources need the same shapes (horizon, obs_steps, stream shapes; "
+                    "give cameras of different resolutions the same image_size=; vectors of other widths: "
+                    "layout='union')"
+                )

@@ -35,8 +35,9 @@ from rayform._checks import (
     is_int,
 )
 from rayform.errors import InvalidArgumentError
-from rayform.torch._layout import Layout, SourcePlan, Spec
+from rayform.torch._layout import Layout, SourcePlan, Spec, check_same_keys
 from rayform.torch._lineage import mixture_arguments, mixture_uri
+from rayform.torch._mixread import read_draws
 from rayform.torch._normalize import Values
 from rayform.torch._sampling import (
     IndexStream,
@@ -46,7 +47,7 @@ from rayform.torch._sampling import (
     derive_key,
     mix64,
 )
-from rayform.torch.dataset import EpisodeDataset, read_together
+from rayform.torch.dataset import EpisodeDataset
 
 if TYPE_CHECKING:
     from rayform.client import Client
@@ -131,7 +132,7 @@ class MixtureDataset(Dataset):
         self.layout: Layout | None = None
         self._plans: list[SourcePlan] | None = None
         if layout is None:
-            _check_same_keys(datasets)
+            check_same_keys(datasets)
         else:
             specs: list[Spec] = [ds.sample_spec() for ds in datasets]
             self.layout = Layout(layout, specs, [ds.action_key for ds in datasets])
@@ -245,10 +246,14 @@ class MixtureDataset(Dataset):
     # -- samples ---------------------------------------------------------------------------
     def __getitem__(self, key: tuple[int, int]) -> dict[str, Any]:
         """One sample for a key ``(index, epoch)`` from :class:`~rayform.torch.EpisodeSampler`."""
-        return self.__getitems__([key])[0]
+        return self._read([key], batched=False)[0]
 
     def __getitems__(self, keys: Sequence[tuple[int, int]]) -> list[dict[str, Any]]:
-        """Samples for many keys, each source's read in one batched call."""
+        """Samples for many keys, every source's share read in one pass
+        (:func:`~rayform.torch._mixread.read_draws`)."""
+        return self._read(keys, batched=True)
+
+    def _read(self, keys: Sequence[tuple[int, int]], batched: bool) -> list[dict[str, Any]]:
         flat = np.empty(len(keys), dtype=np.int64)
         epochs = np.empty(len(keys), dtype=np.int64)
         for j, key in enumerate(keys):
@@ -265,26 +270,9 @@ class MixtureDataset(Dataset):
         for e in np.unique(epochs).tolist():
             at = epochs == e
             src[at], local[at], repeat[at] = self._draws(flat[at], e)
-        out: list[dict[str, Any]] = [{}] * len(keys)
-        shares = [(k, np.flatnonzero(src == k)) for k in np.unique(src).tolist()]
-        parts = [
-            (self.sources[k], [(int(local[j]), int(epochs[j]), int(repeat[j])) for j in where])
-            for k, where in shares
-        ]
-        if all(isinstance(ds, EpisodeDataset) for ds, _ in parts):
-            # One pass for every source's share: their frames are decoded and resized together.
-            read = read_together(parts)
-        else:  # a nested mixture (or a user's dataset) reads its own share
-            read = [ds.__getitems__(share) for ds, share in parts]
-        for (k, where), samples in zip(shares, read, strict=True):
-            for j, sample in zip(where.tolist(), samples, strict=True):
-                sample["meta"] = {
-                    **sample["meta"],
-                    "source": int(k),
-                    "source_name": self.source_names[k],
-                }
-                out[j] = sample if self._plans is None else self._apply_plan(k, sample)
-        return out
+        draws = list(zip(local.tolist(), epochs.tolist(), repeat.tolist(), strict=True))
+        apply = None if self._plans is None else self._apply_plan
+        return read_draws(self.sources, self.source_names, src, draws, apply, self.layout, batched)
 
     def _apply_plan(self, k: int, sample: dict[str, Any]) -> dict[str, Any]:
         assert self._plans is not None
@@ -486,45 +474,6 @@ def _source_names(datasets: Sequence[Any], names: Sequence[str | None]) -> tuple
 
 def _layout_doc(arg: str | Mapping[str, Sequence[int]]) -> str | dict[str, list[int]]:
     return arg if isinstance(arg, str) else {k: list(v) for k, v in arg.items()}
-
-
-def _sample_keys(ds: EpisodeDataset) -> dict[str, str]:
-    """Sample key -> what fixes its shape, for comparing sources."""
-    keys = {"t_ns": "()", "meta": "dict"}
-    key_of = {v: k for k, v in ds.obs_keys.items()}  # mapped sample keys
-    for name in ds.obs:
-        s = ds.stream(name)
-        shown = key_of.get(name, name)
-        # A camera's shape in the sample: after image_size, whatever the stored resolution.
-        shape = list(s.shape[-1:] if s.kind == "table" else ds.frame_shape(shown))
-        keys[shown] = f"{s.kind} {shape} x{ds.obs_steps}"
-        if ds.obs_steps > 1:
-            keys[f"{shown}_is_pad"] = f"({ds.obs_steps},)"
-    if ds.action is not None:
-        act = ds.action_key or "action"
-        keys[act] = f"({ds.horizon}, {list(ds.stream(ds.action).shape)[-1]})"
-        keys[f"{act}_is_pad"] = f"({ds.horizon},)"
-    return keys
-
-
-def _check_same_keys(datasets: Sequence[Any]) -> None:
-    first = _sample_keys(datasets[0])
-    for k, ds in enumerate(datasets[1:], start=1):
-        other = _sample_keys(ds)
-        for key in sorted(set(first) | set(other)):
-            if key not in other or key not in first:
-                where = 0 if key in first else k
-                raise InvalidArgumentError(
-                    f"sample key {key!r} is in source {where} but not in source {k if where == 0 else 0}: "
-                    "mixed sources need the same obs names, action and obs_steps, or a layout (layout='union')"
-                )
-            if first[key] != other[key]:
-                raise InvalidArgumentError(
-                    f"sample key {key!r} differs between source 0 ({first[key]}) and source {k} "
-                    f"({other[key]}): mixed sources need the same shapes (horizon, obs_steps, stream shapes; "
-                    "give cameras of different resolutions the same image_size=; vectors of other widths: "
-                    "layout='union')"
-                )
 
 
 def _by_role(

@@ -21,11 +21,8 @@ dropped when the dataset is pickled into a spawned one.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import functools
-import threading
-from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor, wait
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, cast
 
@@ -39,9 +36,16 @@ from rayform.errors import IntegrityError, OfflineError
 from rayform.manifest import BlobRef, Stream
 from rayform.torch._align import align_values, latest_at_or_before
 from rayform.torch._blobs import reader_pins
-from rayform.torch._collate import batch_tensor
+from rayform.torch._columns import BatchColumns
 from rayform.torch._conventions import convert
-from rayform.torch._decoding import DecoderCache, TableCache, resize_frames
+from rayform.torch._decoding import (
+    BatchPlan,
+    DecoderCache,
+    ResizeJob,
+    Scratch,
+    TableCache,
+    run_plans,
+)
 from rayform.torch._index import GridIndex, grid_offsets_ns
 from rayform.torch._spec import DatasetSpec
 
@@ -71,7 +75,7 @@ class _ProcessState:
         self.paths: dict[str, Path] = {}
         self.refs: dict[str, BlobRef] = {}  # the blobs resolved here, by hash (to refetch)
         self.pins = pins  # the blobs being read, which a bounded cache must not evict
-        self.scratch = _Scratch()
+        self.scratch = Scratch()
 
 
 class SampleReader:
@@ -173,18 +177,22 @@ class SampleReader:
 
     # -- reading ---------------------------------------------------------------------------
     def read(
-        self, seg_pos: np.ndarray, steps: np.ndarray, batched: bool = False
+        self,
+        seg_pos: np.ndarray,
+        steps: np.ndarray,
+        batched: bool = False,
+        given: Mapping[str, Sequence[torch.Tensor]] | None = None,
     ) -> list[dict[str, Any]]:
         """Samples for parallel arrays of segment positions and grid steps, in that order
-        (``batched``: as in :meth:`plan`)."""
+        (``batched``, ``given``: as in :meth:`plan`)."""
         if self.spec.decode_threads > 0:
             # Starting 2 threads costs ~0.1 ms against ~60 ms of decoding per batch of 32.
             # Leaving the block waits for every decode, even on error.
             with ThreadPoolExecutor(
                 self.spec.decode_threads, thread_name_prefix="rayform-decode"
             ) as pool:
-                return self._read(seg_pos, steps, pool, batched)
-        return self._read(seg_pos, steps, None, batched)
+                return self._read(seg_pos, steps, pool, batched, given)
+        return self._read(seg_pos, steps, None, batched, given)
 
     def _read(
         self,
@@ -192,9 +200,10 @@ class SampleReader:
         steps: np.ndarray,
         pool: ThreadPoolExecutor | None,
         batched: bool,
+        given: Mapping[str, Sequence[torch.Tensor]] | None,
     ) -> list[dict[str, Any]]:
         with contextlib.ExitStack() as stack:
-            plan = self.plan(seg_pos, steps, stack, pool, batched)
+            plan = self.plan(seg_pos, steps, stack, pool, batched, given)
             run_plans([plan], pool, max(1, self.spec.decode_threads))
             return plan.finish()
 
@@ -205,6 +214,7 @@ class SampleReader:
         stack: contextlib.ExitStack,
         pool: ThreadPoolExecutor | None = None,
         batched: bool = False,
+        given: Mapping[str, Sequence[torch.Tensor]] | None = None,
     ) -> BatchPlan:
         """A batch's read up to its decodes at a training resolution: tables aligned, paths
         resolved, other decodes started (in ``pool``, when there is one). :func:`run_plans`
@@ -212,29 +222,21 @@ class SampleReader:
         then ``plan.finish()`` builds the samples. Under a bounded cache, the batch's blobs
         stay pinned until ``stack`` closes.
 
+        Every value of the batch is written into one ``(B, ...)`` tensor per sample key (the
+        segments' rows scattered there by one numpy assignment each), and each sample holds a
+        row of it: the per-sample work is one ``unbind`` per key and one dict per sample.
+
         With ``batched`` (the samples are collated in this order, untransformed), a camera
-        read at a training resolution with one observation step is resized straight into one
-        ``(B, 3, H, W)`` tensor (:func:`~rayform.torch._collate.batch_tensor`: in a worker, the
-        batch's shared memory), sample ``i`` holding row ``i``: ``collate`` keeps it in place."""
+        read with one observation step goes straight into one ``(B, 3, H, W)`` tensor
+        (:func:`~rayform.torch._collate.batch_tensor`: in a worker, the batch's shared memory),
+        sample ``i`` holding row ``i``: ``collate`` keeps it in place. Without ``normalize``
+        (which replaces the vectors) the vectors, the action, its mask and ``t_ns`` go there
+        too. ``given``: camera stream -> the ``(3, H, W)`` rows (of a caller's batch tensor, a
+        mixture's) its frames go to, one per sample, with one observation step."""
         state = self._state.get()
-        placed: dict[str, torch.Tensor] = {}
-        if batched and self.obs_steps == 1:
-            segments = self.index.segments
-            for name in self.obs:
-                target = self.targets.get(name)
-                if target is not None:
-                    size = {(target.height, target.width)}
-                else:  # full resolution: one batch tensor where every episode has one size
-                    streams = [segments[int(s)].streams[name] for s in np.unique(seg_pos)]
-                    if any(st.kind != "video" for st in streams):
-                        continue
-                    size = {(int(st.shape[0]), int(st.shape[1])) for st in streams}
-                if len(size) == 1:
-                    placed[name] = batch_tensor((len(seg_pos), 3, *size.pop()))
-        # Frames read at a training resolution are only requested here, then decoded into
-        # one buffer and resized in one call per camera for the whole batch.
-        pending = [(np.flatnonzero(seg_pos == s), s) for s in np.unique(seg_pos)]
-        jobs: list[_ResizeJob] = []
+        batch = self._columns(seg_pos, batched and self.obs_steps == 1, given or {})
+        pending = [(np.flatnonzero(seg_pos == s), s) for s in np.unique(seg_pos).tolist()]
+        jobs: list[ResizeJob] = []
         if state.pins is not None and (self.targets or pool is not None):
             # Under a bounded cache, every segment of the batch stays pinned until its
             # frames are decoded: those decodes run after all the segments are resolved
@@ -243,18 +245,56 @@ class SampleReader:
             # reads, and gets back under at the next fetch once it is done.
             stack.enter_context(state.pins.holding(len(pending) * state.pins.max_pins))
         finishers = [
-            (where, self._read_segment(state, int(s), steps[where], pool, jobs, placed, where))
+            self._read_segment(state, s, steps[where], pool, jobs, batch, where)
             for where, s in pending
         ]
 
         def finish() -> list[dict[str, Any]]:
-            out: list[dict[str, Any] | None] = [None] * len(seg_pos)
-            for where, segment_samples in finishers:
-                for i, sample in zip(where, segment_samples(), strict=True):
-                    out[int(i)] = sample
-            return cast("list[dict[str, Any]]", out)  # every position was filled
+            for segment_done in finishers:
+                segment_done()
+            return batch.samples()
 
         return BatchPlan(jobs, finish, state.scratch)
+
+    def _columns(
+        self, seg_pos: np.ndarray, in_place: bool, given: Mapping[str, Sequence[torch.Tensor]]
+    ) -> BatchColumns:
+        """The batch's values, key by key in the samples' order: ``(B, ...)`` tensors where
+        every segment of the batch gives a key one shape. ``in_place``: cameras go into the
+        batch's shared memory, and the rest too unless ``normalize`` replaces the vectors."""
+        segments = self.index.segments
+        segs = [segments[s] for s in np.unique(seg_pos).tolist()]
+        shared = in_place and self.spec.normalize is None
+        lead = () if self.obs_steps == 1 else (self.obs_steps,)
+        batch = BatchColumns(len(seg_pos))
+        for name in self.obs:
+            streams = [seg.streams[name] for seg in segs]
+            if name in given and self.obs_steps == 1:
+                batch.add_rows(name, given[name])
+            elif all(st.kind == "video" for st in streams):
+                target = self.targets.get(name)
+                if target is not None:
+                    sizes = {(target.height, target.width)}
+                else:
+                    sizes = {(int(st.shape[0]), int(st.shape[1])) for st in streams}
+                if in_place and len(sizes) == 1:
+                    batch.add(name, (3, *sizes.pop()), torch.uint8, shared=True, written=False)
+                else:
+                    batch.add(name, None, torch.uint8)
+            else:
+                widths = {tuple(st.shape[-1:]) for st in streams if st.kind != "video"}
+                one = len(widths) == 1 and len(streams) == len(segs)
+                batch.add(name, (*lead, *widths.pop()) if one else None, torch.float32, shared)
+            if lead:
+                batch.add(f"{name}_is_pad", lead, torch.bool, shared)
+        if self.action is not None:
+            widths = {tuple(seg.streams[self.action].shape[-1:]) for seg in segs}
+            horizon = (self.spec.horizon,)
+            shape = (*horizon, *widths.pop()) if len(widths) == 1 else None
+            batch.add("action", shape, torch.float32, shared)
+            batch.add("action_is_pad", horizon, torch.bool, shared)
+        batch.add("t_ns", (), torch.int64, shared)
+        return batch
 
     def _read_segment(
         self,
@@ -262,104 +302,72 @@ class SampleReader:
         s: int,
         steps: np.ndarray,
         pool: ThreadPoolExecutor | None,
-        jobs: list[_ResizeJob],
-        placed: dict[str, torch.Tensor],
+        jobs: list[ResizeJob],
+        batch: BatchColumns,
         where: np.ndarray,
-    ) -> Callable[[], list[dict[str, Any]]]:
-        """Starts the segment's video decodes and reads its tables; the returned function
-        waits for the frames and builds the samples (``where``: their rows in the batch, in
-        ``placed``' tensors)."""
+    ) -> Callable[[], None]:
+        """Starts the segment's video decodes and writes its tables into ``batch`` (rows
+        ``where``); the returned function waits for the frames and places them."""
         index = self.index
         seg = index.segments[s]
         n = int(index.count[s])
         t = index.times_ns(s, steps)  # (B,)
-        # Observation steps k-n+1..k; those before the grid start are padded with step 0.
-        back = np.arange(-self.obs_steps + 1, 1)
-        obs_steps = steps[:, None] + back[None, :]  # (B, n)
-        obs_pad = torch.from_numpy(obs_steps < 0)
-        obs_t = index.times_ns(s, np.maximum(obs_steps, 0))  # (B, n)
-        tables: dict[str, torch.Tensor] = {}  # (B, n, D)
+        obs_pad: np.ndarray | None = None
+        if self.obs_steps == 1:
+            obs_t = t[:, None]
+        else:  # steps k-n+1..k; those before the grid start are padded with step 0
+            obs_steps = steps[:, None] + np.arange(-self.obs_steps + 1, 1)[None, :]  # (B, n)
+            obs_pad = obs_steps < 0
+            obs_t = index.times_ns(s, np.maximum(obs_steps, 0))  # (B, n)
         # frames (None: placed in the batch), inverse (B, n)
         videos: dict[str, tuple[Future[torch.Tensor | None], np.ndarray]] = {}
+        rows = where.tolist()
         for name in self.obs:
             stream = seg.streams[name]
             if stream.kind == "video":
-                rows = placed.get(name)
-                dest = None if rows is None else [rows[i] for i in where.tolist()]
+                placed = batch.rows.get(name)
+                dest = None if placed is None else [placed[i] for i in rows]
                 videos[name] = self._video(
                     state, stream, obs_t, pool, self.targets.get(name), jobs, dest
                 )
             else:
                 t_rec, rec = self.table(stream)
                 values = convert(rec[latest_at_or_before(t_rec, obs_t)], stream, self.spec.frame)
-                tables[name] = torch.from_numpy(values.astype(np.float32))
-        action: tuple[torch.Tensor, torch.Tensor] | None = None  # (B, horizon, D), (B, horizon)
+                batch.put(name, where, values if obs_pad is not None else values[:, 0])
+            if obs_pad is not None:
+                batch.put(f"{name}_is_pad", where, obs_pad)
         if self.action is not None:
             stream = seg.streams[self.action]
             chunk = steps[:, None] + np.arange(self.spec.horizon)[None, :]  # (B, horizon)
             chunk_t = index.start_ns[s] + grid_offsets_ns(np.minimum(chunk, n - 1), index.fps)
             t_rec, rec = self.table(stream)
             flat = align_values(t_rec, rec, chunk_t.reshape(-1), self.spec.action_mode)
-            act = convert(flat, stream, self.spec.frame).reshape(*chunk.shape, -1)
-            action = (
-                torch.from_numpy(np.ascontiguousarray(act, dtype=np.float32)),
-                torch.from_numpy(chunk >= n),
+            batch.put(
+                "action", where, convert(flat, stream, self.spec.frame).reshape(*chunk.shape, -1)
             )
+            batch.put("action_is_pad", where, chunk >= n)
+        batch.put("t_ns", where, t)
         meta = {
             "slice": self.slice.id,
             "segment": seg.id,
             "segment_version": seg.version,
             "site": seg.site,
         }
-        return lambda: self._assemble(
-            steps, t, obs_pad, tables, videos, action, meta, placed, where
-        )
 
-    def _assemble(
-        self,
-        steps: np.ndarray,
-        t: np.ndarray,
-        obs_pad: torch.Tensor,
-        tables: dict[str, torch.Tensor],
-        videos: dict[str, tuple[Future[torch.Tensor | None], np.ndarray]],
-        action: tuple[torch.Tensor, torch.Tensor] | None,
-        meta: dict[str, Any],
-        placed: dict[str, torch.Tensor],
-        where: np.ndarray,
-    ) -> list[dict[str, Any]]:
-        # Per-sample values are views cut by one ``unbind`` per tensor: one call per key, not
-        # one indexing call per sample and key (it counts where a batch holds many samples of
-        # a segment, as a windowed sampler's do).
-        # One step: a view of a decoded frame (collate copies it once into the batch). A
-        # history: a small gather of n frames.
-        columns: dict[str, Sequence[torch.Tensor]] = {}
-        for name in self.obs:
-            if name in videos:
-                future, inverse = videos[name]
+        def done() -> None:
+            batch.meta(rows, meta)
+            for name, (future, inverse) in videos.items():
                 frames = future.result()
-                if frames is None:  # resized straight into the batch: its rows, in order
-                    columns[name] = [placed[name][i] for i in where.tolist()]
-                elif self.obs_steps > 1:
+                if frames is None:  # decoded or resized straight into the batch's rows
+                    continue
+                if self.obs_steps > 1:  # a small gather of n frames per sample
                     gather = torch.from_numpy(inverse)
-                    columns[name] = [frames[gather[b]] for b in range(len(steps))]
-                else:
+                    batch.scatter(name, rows, [frames[gather[b]] for b in range(len(rows))])
+                else:  # one step: a view of a decoded frame (collate copies it once)
                     views = frames.unbind(0)
-                    columns[name] = [views[i] for i in inverse[:, 0].tolist()]
-            else:
-                columns[name] = (
-                    tables[name].unbind(0) if self.obs_steps > 1 else tables[name][:, 0].unbind(0)
-                )
-            if self.obs_steps > 1:
-                columns[f"{name}_is_pad"] = obs_pad.unbind(0)
-        if action is not None:
-            columns["action"] = action[0].unbind(0)
-            columns["action_is_pad"] = action[1].unbind(0)
-        columns["t_ns"] = torch.from_numpy(np.asarray(t, dtype=np.int64)).unbind(0)
-        keys = list(columns)
-        return [
-            {**dict(zip(keys, values, strict=True)), "meta": dict(meta)}
-            for values in zip(*columns.values(), strict=True)
-        ]
+                    batch.scatter(name, rows, [views[i] for i in inverse[:, 0].tolist()])
+
+        return done
 
     def _video(
         self,
@@ -368,7 +376,7 @@ class SampleReader:
         t_query: np.ndarray,
         pool: ThreadPoolExecutor | None,
         target: Target | None,
-        jobs: list[_ResizeJob],
+        jobs: list[ResizeJob],
         dest: list[torch.Tensor] | None = None,
     ) -> tuple[Future[torch.Tensor | None], np.ndarray]:
         """Frames at the latest frame time <= each query ``t_query (B, n)``, resized to
@@ -383,9 +391,8 @@ class SampleReader:
             a full copy of every frame per batch.
         """
         assert stream.timestamps is not None
-        frame_t = state.tables.timestamps(
-            stream.timestamps.hash, self._path(stream.timestamps, state)
-        )
+        stamps = stream.timestamps
+        frame_t = state.tables.timestamps(stamps.hash, self._path(stamps, state))
         idx = latest_at_or_before(frame_t, t_query)
         unique, inverse = _unique_inverse(idx.reshape(-1))
         # Paths are resolved here, in the calling thread: a missing blob is fetched (or
@@ -410,7 +417,7 @@ class SampleReader:
             for row, u in zip(dest, inverse[:, 0].tolist(), strict=True):
                 rows[u].append(row)
         if target is not None:
-            jobs.append(_ResizeJob(done, state.decoders, args, target, size, rows))
+            jobs.append(ResizeJob(done, state.decoders, args, target, size, rows))
             return done, inverse
         if rows is not None:  # decoded straight into the batch rows
             if pool is not None:
@@ -462,180 +469,3 @@ def _decode_into(
     """Decode the frames of ``args`` (``get_frames``') into their batch ``rows``; ``None``."""
     decoders.get_frames(*args, rows=rows)
     return None
-
-
-@dataclasses.dataclass(frozen=True)
-class _ResizeJob:
-    """Frames of one segment's camera to decode and resize: ``args`` of ``get_frames`` of
-    ``decoders`` (its reader's), the decoded ``size`` ``(h, w)`` the manifest gives, and
-    ``done``, which receives ``uint8 (U, 3, H, W)``; or, with ``rows`` (per unique frame, the
-    batch rows ``(3, H, W)`` it goes to), ``None`` once the frames are written there."""
-
-    done: Future[torch.Tensor | None]
-    decoders: DecoderCache
-    args: tuple[str, Path, np.ndarray, float, str]
-    target: Target
-    size: tuple[int, int]
-    rows: list[list[torch.Tensor]] | None = None
-
-    @property
-    def count(self) -> int:
-        """Frames to decode (the unique indices in ``args``)."""
-        return len(self.args[2])
-
-
-#: Decoded (or scaled, when larger) frames held at once per resize call (bytes): bounds each
-#: of the two buffers a thread keeps (6 RGBA frames of 480x640, 27 of 240x320); a larger one
-#: saves little more in calls.
-_BUFFER_BYTES = 8 << 20
-#: Channels of the decode buffer: RGBA, which torch's resize kernel reads without widening
-#: each pixel first (a third less time than RGB, measured at 240x320 and 480x640 to 168x224;
-#: the same RGB bits), and which FFmpeg converts to as fast as RGB.
-_CHANNELS = 4
-
-
-@dataclasses.dataclass(frozen=True)
-class BatchPlan:
-    """One reader's part of a batch, planned (:meth:`SampleReader.plan`): the decodes and
-    resizes it still needs, and ``finish()``, which builds its samples once they are done."""
-
-    jobs: list[_ResizeJob]
-    finish: Callable[[], list[dict[str, Any]]]
-    scratch: _Scratch
-
-
-def run_plans(
-    plans: Sequence[BatchPlan], pool: ThreadPoolExecutor | None = None, threads: int = 1
-) -> None:
-    """Decode and resize the frames of every plan in one pass: frames of the same decoded
-    size and target share buffers and resize calls whichever reader (a mixture's source) they
-    come from."""
-    jobs = [job for plan in plans for job in plan.jobs]
-    if jobs:
-        _run_resize_jobs(jobs, pool, threads, plans[0].scratch)
-
-
-def _run_resize_jobs(
-    jobs: list[_ResizeJob],
-    pool: ThreadPoolExecutor | None,
-    threads: int,
-    scratch: _Scratch,
-) -> None:
-    """Decode and resize ``jobs``: per (target, decoded size), the frames of consecutive jobs
-    (up to ``_BUFFER_BYTES``) into one channels-last RGBA buffer, then one resize into one output
-    (in ``pool``, decodes are spread over its ``threads`` threads and the resize is split
-    between them). Each job's future gets its slice of the output.
-
-    Batching replaces a resize call per segment and camera (with its buffers) by one per
-    camera and batch: the same bits, since each frame is resized on its own. The decoded and
-    the scaled frames pass through ``scratch`` (the calling thread's buffers), kept between
-    batches; only the resized output is new memory.
-    """
-    groups: dict[tuple[Target, tuple[int, int]], list[_ResizeJob]] = {}
-    for job in jobs:
-        groups.setdefault((job.target, job.size), []).append(job)
-    for (target, (h, w)), group in groups.items():
-        # Bounded by the larger of the decoded and the scaled frame: both buffers are kept.
-        # (One segment's frames are never split: more than that bound is new memory.)
-        sh, sw = target.plan(h, w).scaled
-        per_buffer = max(1, _BUFFER_BYTES // (max(h * w, sh * sw) * _CHANNELS))
-        chunk: list[_ResizeJob] = []
-        held = 0
-        for job in group:
-            if chunk and held + job.count > per_buffer:
-                _decode_and_resize(chunk, target, (h, w), sh * sw, pool, threads, scratch)
-                chunk, held = [], 0
-            chunk.append(job)
-            held += job.count
-        _decode_and_resize(chunk, target, (h, w), sh * sw, pool, threads, scratch)
-
-
-def _decode_and_resize(
-    jobs: list[_ResizeJob],
-    target: Target,
-    size: tuple[int, int],
-    scaled_pixels: int,
-    pool: ThreadPoolExecutor | None,
-    threads: int,
-    scratch: _Scratch,
-) -> None:
-    bounds = np.cumsum([0, *(job.count for job in jobs)])
-    total = int(bounds[-1])
-    shape = (total, *size, _CHANNELS)
-    buffer = scratch.get("decoded", int(np.prod(shape))).numpy().reshape(shape)
-    decodes = [
-        functools.partial(job.decoders.get_frames, *job.args, out=buffer[lo:hi])
-        for job, lo, hi in zip(jobs, bounds[:-1], bounds[1:], strict=True)
-    ]
-    _run_all(decodes, pool)
-    frames = torch.from_numpy(buffer).permute(0, 3, 1, 2)
-    per_frame = scaled_pixels * _CHANNELS  # bytes of one scaled frame
-    scaled = scratch.get("scaled", total * per_frame)
-    cuts = np.linspace(0, total, min(threads, total) + 1).astype(int)
-    out: torch.Tensor | None = None
-    rows: list[list[torch.Tensor]] | None = None
-    if any(job.rows is not None for job in jobs):
-        # Frames written straight into their batch rows; a job without rows gets its own
-        # tensor, whose rows are its frames.
-        rows = []
-        for job in jobs:
-            if job.rows is None:
-                own = torch.empty((job.count, 3, target.height, target.width), dtype=torch.uint8)
-                job.done.set_result(own)
-                rows.extend([row] for row in own.unbind(0))
-            else:
-                rows.extend(job.rows)
-    else:
-        out = torch.empty((total, 3, target.height, target.width), dtype=torch.uint8)
-    resizes = [
-        functools.partial(
-            resize_frames,
-            frames[lo:hi],
-            target,
-            out[lo:hi] if out is not None else None,
-            scaled[lo * per_frame :],
-            rows[lo:hi] if rows is not None else None,
-        )
-        for lo, hi in zip(cuts[:-1], cuts[1:], strict=True)
-        if hi > lo
-    ]
-    _run_all(resizes, pool)
-    for job, lo, hi in zip(jobs, bounds[:-1], bounds[1:], strict=True):
-        if out is not None:
-            job.done.set_result(out[int(lo) : int(hi)])
-        elif job.rows is not None:
-            job.done.set_result(None)
-
-
-class _Scratch(threading.local):
-    """One thread's buffers for decoded and scaled frames, kept between batches and grown on
-    demand up to ``_BUFFER_BYTES`` each (a larger request gets new memory, not kept): reused
-    memory is not page-faulted and zeroed again each batch, which fresh buffers were whenever
-    the allocator had given the last batch's back to the kernel (5-10 % of a worker's time at
-    224 px)."""
-
-    def __init__(self) -> None:
-        self._buffers: dict[str, torch.Tensor] = {}
-
-    def get(self, name: str, nbytes: int) -> torch.Tensor:
-        """A flat ``uint8`` tensor of ``nbytes`` bytes: the same memory as the last ``name``
-        asked for when that was as large, new memory above ``_BUFFER_BYTES``."""
-        if nbytes > _BUFFER_BYTES:
-            return torch.empty(nbytes, dtype=torch.uint8)
-        buffer = self._buffers.get(name)
-        if buffer is None or buffer.numel() < nbytes:
-            buffer = self._buffers[name] = torch.empty(nbytes, dtype=torch.uint8)
-        return buffer[:nbytes]
-
-
-def _run_all(calls: Sequence[Callable[[], Any]], pool: ThreadPoolExecutor | None) -> None:
-    """Run ``calls`` here, or in ``pool`` and wait for all (the first error is raised after
-    every call has ended, so no thread still writes into a buffer being dropped)."""
-    if pool is None or len(calls) < 2:
-        for call in calls:
-            call()
-        return
-    futures = [pool.submit(call) for call in calls]
-    wait(futures)
-    for future in futures:
-        future.result()

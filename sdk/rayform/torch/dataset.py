@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
+import torch
 from torch.utils.data import Dataset, get_worker_info
 
 from rayform._boundary import argument_errors
@@ -478,7 +479,9 @@ class EpisodeDataset(Dataset):
 
 
 def read_together(
-    parts: Sequence[tuple[EpisodeDataset, Sequence[Any]]], batched: bool = False
+    parts: Sequence[tuple[EpisodeDataset, Sequence[Any]]],
+    batched: bool = False,
+    given: Sequence[Mapping[str, Sequence[torch.Tensor]] | None] | None = None,
 ) -> list[list[dict[str, Any]]]:
     """The samples of several datasets' keys (a mixture's sources' shares of a batch, or one
     dataset's batch) read in one pass: every part's tables are aligned, then the frames every
@@ -486,18 +489,20 @@ def read_together(
     size and target share buffers and resize calls), then each part's samples are built. A
     dataset with ``decode_threads`` reads its part alone, in its own threads. ``batched``: one
     part, a batch collated as it is read (``__getitems__``): without a transform, its frames
-    are resized straight into the batch's tensors (see ``SampleReader.plan``)."""
+    are resized straight into the batch's tensors (see ``SampleReader.plan``). ``given``: per
+    part, camera stream -> the rows its samples' frames go to (a mixture's batch tensors)."""
     with contextlib.ExitStack() as stack:
         pending: list[_Pending] = []
-        for ds, keys in parts:
+        for k, (ds, keys) in enumerate(parts):
             flat, tags, (seg, step) = ds._locate(keys)
             # One dataset's own batch, untransformed: frames go straight into the batch.
             in_place = batched and ds.spec.transform is None
+            rows = given[k] if given is not None else None
             if ds.decode_threads > 0:
-                done = ds._reader.read(seg, step, in_place)
+                done = ds._reader.read(seg, step, in_place, rows)
                 pending.append((ds, flat, tags, done.copy, None))
             else:
-                plan = ds._reader.plan(seg, step, stack, batched=in_place)
+                plan = ds._reader.plan(seg, step, stack, batched=in_place, given=rows)
                 pending.append((ds, flat, tags, plan.finish, plan))
         run_plans([plan for *_, plan in pending if plan is not None])
         return [ds._finish(finish(), flat, tags) for ds, flat, tags, finish, _ in pending]

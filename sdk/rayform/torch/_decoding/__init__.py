@@ -3,9 +3,11 @@
 ``_video`` (a bounded per-process cache of video decoders: torchcodec, PyAV, or the packet
 decoder), ``_intra`` (the all-intra packet decoder), ``_tables`` (a bounded cache of decoded
 table blobs), ``_resize`` (frames to the training resolution, antialiased, the same pixels
-whichever decoder read them).
+whichever decoder read them), ``_batch`` (a batch's frames decoded and resized in one pass,
+whichever readers planned them).
 """
 
+from rayform.torch._decoding._batch import BatchPlan, ResizeJob, Scratch, run_plans
 from rayform.torch._decoding._intra import IntraDecoder, open_intra
 from rayform.torch._decoding._resize import resize_frames
 from rayform.torch._decoding._tables import TableCache
@@ -19,6 +21,10 @@ from rayform.torch._decoding._video import (
 
 __all__ = [
     "BACKENDS",
+    "BatchPlan",
+    "ResizeJob",
+    "Scratch",
+    "run_plans",
     "DecoderCache",
     "IntraDecoder",
     "TableCache",
