@@ -280,3 +280,22 @@ def test_jittered_timestamps_are_kept(tmp_path: Path, capsys) -> None:
     )
     np.testing.assert_array_equal(t, truth["t"][0])
     assert not np.array_equal(t, np.rint(np.arange(20) * 1e8).astype(np.int64))
+
+
+def test_ray_before_the_path_means_a_local_ray_not_an_address(tmp_path: Path) -> None:
+    """``--ray`` takes an optional ADDRESS: a path that exists after it is the dataset's, and an
+    address is still an address (the command failed for want of a path before)."""
+    from rayform_server.cli import build_parser
+
+    data = tmp_path / "my_lerobot_dataset"
+    data.mkdir()
+    base = ["ingest", "lerobot", "--root", str(tmp_path / "root"), "--slice", "slc_0000bbbb"]
+    parser = build_parser()
+    for argv in ([*base, "--ray", str(data)], [*base, str(data), "--ray"]):
+        args = parser.parse_args(argv)
+        assert (args.ray, args.path) == ("", str(data)), argv
+    args = parser.parse_args([*base, "--ray", "ray://head:10001", str(data)])
+    assert (args.ray, args.path) == ("ray://head:10001", str(data))
+    mcap = ["ingest", "mcap", "--root", str(tmp_path / "root"), "--slice", "slc_0000aaaa"]
+    args = parser.parse_args([*mcap, "--ray", str(data), str(data)])
+    assert (args.ray, args.files) == ("", [str(data), str(data)])

@@ -15,6 +15,7 @@ See ``docs/ingest-lerobot.md`` and ``docs/ingest-mcap.md``.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -88,6 +89,21 @@ def _common_args(p: argparse.ArgumentParser, source: str) -> None:
     )
 
 
+class _LeafParser(argparse.ArgumentParser):
+    """An ingest subcommand's parser: ``--ray`` followed by a path that exists means a local
+    Ray and that path, not an address (its optional ADDRESS would otherwise take the dataset's
+    path, and the command fail for want of one)."""
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: list[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        given = list(sys.argv[1:] if args is None else args)
+        for i, arg in enumerate(given[:-1]):
+            if arg == "--ray" and os.path.exists(given[i + 1]):
+                given[i] = "--ray="
+        return super().parse_known_args(given, namespace)
+
+
 def add_parser(
     subparsers: Subparsers,
     *,
@@ -107,7 +123,9 @@ def add_parser(
         The ``ingest`` parser.
     """
     ingest = subparsers.add_parser("ingest", help="ingest LeRobot datasets or ROS 2 MCAP bags")
-    kinds = ingest.add_subparsers(dest="ingest_kind", metavar="{lerobot,mcap}")
+    kinds = ingest.add_subparsers(
+        dest="ingest_kind", metavar="{lerobot,mcap}", parser_class=_LeafParser
+    )
     kinds.required = True
 
     lr = kinds.add_parser("lerobot", help="ingest a LeRobot dataset (v2.1 or v3.0 layout)")
