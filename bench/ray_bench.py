@@ -31,6 +31,7 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 from bench._serve import serving
 
@@ -187,6 +188,20 @@ def bench_ingest(address: str, work: Path, bags: int) -> dict[str, Any]:
     }
 
 
+def ray_environment(work: Path, **extra: str) -> Any:
+    """The environment a bench's Ray processes start with, restored on exit: Ray's files under
+    ``work``, no usage stats, this repository importable (``bench``, ``tests``) in its workers."""
+    return mock.patch.dict(
+        os.environ,
+        {
+            "RAY_TMPDIR": str(work),
+            "RAY_USAGE_STATS_ENABLED": "0",
+            "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+            **extra,
+        },
+    )
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--episodes", type=int, default=6)
@@ -199,11 +214,9 @@ def main() -> None:
     from rayform_server.demo import build_demo
 
     work = Path(tempfile.mkdtemp(prefix="rfbench-ray-", dir="/tmp"))
-    saved = {k: os.environ.get(k) for k in ("RAY_TMPDIR", "PYTHONPATH", "OMP_NUM_THREADS")}
-    os.environ.update(RAY_TMPDIR=str(work), OMP_NUM_THREADS="1", RAY_USAGE_STATS_ENABLED="0")
-    os.environ["PYTHONPATH"] = os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])
     cluster = None
     stack = contextlib.ExitStack()
+    stack.enter_context(ray_environment(work, OMP_NUM_THREADS="1"))
     results: dict[str, Any] = {"episodes": args.episodes, "loadavg_start": os.getloadavg()[0]}
     try:
         log(f"demo slice: {args.episodes} episodes at 240x320")
@@ -222,11 +235,6 @@ def main() -> None:
         if cluster is not None:
             cluster.shutdown()
         stack.close()
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
         shutil.rmtree(work, ignore_errors=True)
     results["loadavg_end"] = os.getloadavg()[0]
     out = REPO / "bench" / "results" / "ray.json"

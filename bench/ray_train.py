@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from bench._serve import serving
-from bench.ray_bench import REPO, SLICE, TOKEN, log, run_torchrun
+from bench.ray_bench import REPO, SLICE, TOKEN, log, ray_environment, run_torchrun
 
 LOADER_WORKERS = 1
 THREADS = 1
@@ -82,10 +82,8 @@ def main() -> None:
     from rayform_server.demo import build_demo
 
     work = Path(tempfile.mkdtemp(prefix="rfbench-raytrain-", dir="/tmp"))
-    saved = {k: os.environ.get(k) for k in ("RAY_TMPDIR", "PYTHONPATH")}
-    os.environ.update(RAY_TMPDIR=str(work), RAY_USAGE_STATS_ENABLED="0")
-    os.environ["PYTHONPATH"] = os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])
     stack = contextlib.ExitStack()
+    stack.enter_context(ray_environment(work))
     rounds: list[dict[str, Any]] = []
     try:
         log(f"demo slice: {args.episodes} episodes at 240x320")
@@ -138,11 +136,6 @@ def main() -> None:
     finally:
         ray.shutdown()
         stack.close()
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
         shutil.rmtree(work, ignore_errors=True)
     results = {
         "episodes": args.episodes,
