@@ -441,11 +441,15 @@ class Client:
         def download(part: DownloadSink) -> None:
             self._transport().download(url, part, what, on_bytes, waiting_since=waiting_since)
 
+        def waiting() -> None:
+            # Behind another's download of it: ends when the store is found stalled meanwhile.
+            self._transport().check_store(what, waiting_since)
+
         if not self.cache.has_blob(ref.hash):
             self._transport().check_store(what)  # not behind others' waits if the store stalled
 
         t0 = time.monotonic()
-        path, fetched = self.cache.fetch_blob(ref, download)
+        path, fetched = self.cache.fetch_blob(ref, download, waiting)
         if fetched:
             fetch_log().fetched(fetched, time.monotonic() - t0)
         limit = limit if limit is not None else self.cache_limit

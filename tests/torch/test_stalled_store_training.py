@@ -3,7 +3,9 @@
 Each DataLoader worker and each read-ahead thread fetches on its own. Before the store's
 failure was shared (``rayform._net._outage``), each fetch waited out its own stall bound and
 fetches queued behind another's lock started theirs after it: 8 workers at a 5 s bound took
-10, 20, 41 and 81 s to end (2 to 16 bounds). Now the first give-up ends the others' waits.
+10, 20, 41 and 81 s to end (2 to 16 bounds). Now the first give-up ends the others' waits,
+also a sample's wait behind another worker's download of its blob (the blob's lock): that one
+used to wait out read-ahead downloads started after the record, 1 to 4 bounds in all.
 """
 
 from __future__ import annotations

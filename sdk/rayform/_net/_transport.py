@@ -459,16 +459,22 @@ class Transport:
         except ValueError as exc:
             raise ProtocolError(f"{what}: {self.server} answered invalid JSON ({exc})") from None
 
-    def check_store(self, what: str) -> None:
-        """Refuse a download about to start, before any wait on another process's download
-        of the same blob, if this process has just seen the store stall
+    def check_store(self, what: str, waiting_since: float | None = None) -> None:
+        """Refuse a download about to start, or end a wait on another thread's or process's
+        download of the same blob, if the store has just been found stalled
         (:mod:`rayform._net._outage`).
+
+        Args:
+            what: the download, for the error.
+            waiting_since: ``time.time()`` when the caller began to wait for the blob; a
+                failure recorded after it (by any process on this host) ends the wait.
+                Default now: only this process's own recent failure refuses.
 
         Raises:
             TransportError: saying which download gave up, and when the store is tried again.
         """
         if self.watch is not None:
-            pace = Pace(self.stall_timeout, self.min_rate)
+            pace = Pace(self.stall_timeout, self.min_rate, waiting_since)
             check_first(self._policy(), what, pace, self.watch)
 
     def download(

@@ -351,6 +351,7 @@ def blob_claim(
     stale_s: float = STALE_S,
     stall_s: float = 10.0,
     watch: Watch | None = None,
+    check: Callable[[], None] | None = None,
 ) -> Iterator[Claimed]:
     """Hold the claim file ``path`` while the body downloads, or wait for its holder.
 
@@ -362,6 +363,7 @@ def blob_claim(
         stale_s: a record unchanged this long (on our clock) is taken over.
         stall_s: stop waiting for a holder that beats but has downloaded nothing this long.
         watch: what an earlier wait (on the per-host lock) saw of this claim, and since when.
+        check: called at each look while waiting for the holder; what it raises ends the wait.
 
     Yields:
         :class:`Claimed`: ``held`` False means go ahead without a claim (done, stalled
@@ -396,6 +398,8 @@ def blob_claim(
             continue
         if now - last_progress > stall_s and last_change > last_progress + heartbeat_s:
             break  # alive, beating, downloading nothing: do not wait for a stalled store
+        if check is not None:
+            check()
         time.sleep(_POLL_S)
     if held is None:
         yield Claimed(None, taken_from)

@@ -49,6 +49,7 @@ def bounded_lock(
     progress: Callable[[], object],
     stall_s: float = 10.0,
     mode: int = 0o644,
+    check: Callable[[], None] | None = None,
 ) -> Iterator[bool]:
     """Hold the file lock at ``path`` if it can be had in reasonable time.
 
@@ -59,6 +60,8 @@ def bounded_lock(
             size and mtime of its temporary file); waiting continues while it changes.
         stall_s: give up waiting after this many seconds without progress.
         mode: permission bits of a lock file this call creates.
+        check: called at each look while waiting; what it raises ends the wait (the store
+            was just found stalled: the holder's download will not finish either).
 
     Yields:
         True if the lock is held, False if we go ahead without it (done, stalled, or lock
@@ -83,6 +86,8 @@ def bounded_lock(
                     break  # no working flock on this filesystem (ENOLCK...): correctness holds
             if done():
                 break
+            if check is not None:
+                check()
             now = time.monotonic()
             current = progress()
             if current != last:

@@ -217,7 +217,10 @@ class Cache:
             pass
 
     def fetch_blob(
-        self, ref: BlobRef, download: Callable[[DownloadSink], None]
+        self,
+        ref: BlobRef,
+        download: Callable[[DownloadSink], None],
+        waiting: Callable[[], None] | None = None,
     ) -> tuple[Path, int]:
         """Return the path of blob ``ref``, running ``download`` to fill it if it is missing.
 
@@ -243,7 +246,10 @@ class Cache:
             self._mkdir(lock_path.parent)
             self._mkdir(self.root / "claims")
         watch = _claims.Watch(self._claim_path(ref.hash), lambda: self._tmp_progress(ref.hash))
-        with self._maybe_lock(ref.hash, lock_path, watch), self._claim(ref.hash, watch) as claim:
+        with (
+            self._maybe_lock(ref.hash, lock_path, watch, waiting),
+            self._claim(ref.hash, watch, waiting) as claim,
+        ):
             theirs = claim.taken_from.part if claim.taken_from is not None else None
             if self._cached(ref.hash):  # a dead node's partial we took over is garbage now
                 self._touch(final)
@@ -303,7 +309,11 @@ class Cache:
         )
 
     def _maybe_lock(
-        self, digest: str, lock_path: Path, watch: _claims.Watch
+        self,
+        digest: str,
+        lock_path: Path,
+        watch: _claims.Watch,
+        waiting: Callable[[], None] | None,
     ) -> contextlib.AbstractContextManager[bool]:
         if not self.locks:
             return contextlib.nullcontext(False)
@@ -313,13 +323,14 @@ class Cache:
             progress=watch.progress,  # another node's writer shows its bytes only in its claim
             stall_s=self.stall_s,
             mode=self._modes.file_mode,
+            check=waiting,
         )
 
     def _claim_path(self, digest: str) -> Path:
         return self.root / "claims" / f"{digest}.claim"
 
     def _claim(
-        self, digest: str, watch: _claims.Watch
+        self, digest: str, watch: _claims.Watch, waiting: Callable[[], None] | None
     ) -> contextlib.AbstractContextManager[_claims.Claimed]:
         if not self.locks:
             return contextlib.nullcontext(_claims.Claimed(None, None))
@@ -331,6 +342,7 @@ class Cache:
             stale_s=self.claim_stale_s,
             stall_s=self.stall_s,
             watch=watch,
+            check=waiting,
         )
 
     def _tmp_progress(self, digest: str) -> tuple[tuple[str, int, int], ...]:
