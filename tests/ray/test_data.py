@@ -57,17 +57,18 @@ def test_rows_are_the_datasets_samples_exactly(
     ds = rayform.ray.read_slice(view, **ARGS, override_num_blocks=2)
     _assert_rows_are_samples(_rows(ds), dataset)
 
-    # The read tasks, run here: whole episodes each, blocks of at most max_block_bytes.
-    source = rayform.ray.SliceDatasource(dataset, max_block_bytes=8 * row_bytes)
+    # The read tasks, run here: consecutive rows each, in blocks of exactly 8 rows (at most
+    # max_block_bytes; a row counts ~128 bytes of metadata besides its tensors) but the last,
+    # so a batch of 8 is never two blocks' pieces.
+    source = rayform.ray.SliceDatasource(dataset, max_block_bytes=9 * row_bytes)
     tasks = source.get_read_tasks(2)
+    assert len(tasks) == 2
     assert sum(t.metadata.num_rows for t in tasks) == len(dataset)
-    for task in tasks:
-        blocks = list(task())
-        assert all(b.num_rows <= 8 for b in blocks)
-        assert sum(b.num_rows for b in blocks) == task.metadata.num_rows
-        segments = {s for b in blocks for s in b.column("meta/segment").to_pylist()}
-        lengths = dataset.segment_lengths
-        assert sum(lengths[s] for s in segments) == task.metadata.num_rows  # whole episodes
+    blocks = [b for task in tasks for b in task()]
+    assert [b.num_rows for b in blocks[:-1]] == [8] * (len(blocks) - 1)
+    assert 0 < blocks[-1].num_rows <= 8
+    order = [i for b in blocks for i in b.column("meta/index").to_pylist()]
+    assert order == list(range(len(dataset)))  # time order, every sample once
 
     # The same from the dataset as built, then offline from the cache on every node.
     offline = make_client(demo_server.url, tmp_path / "cache", offline=True, shared=True)
@@ -77,11 +78,33 @@ def test_rows_are_the_datasets_samples_exactly(
     _assert_rows_are_samples(_rows(rayform.ray.read_slice(again)), dataset)
 
 
-def test_read_tasks_hold_whole_episodes() -> None:
+def test_read_tasks_hold_whole_episodes_but_for_cuts_at_block_rows() -> None:
     groups = rayform.ray.group_episodes([10, 10, 10, 10, 1, 1], 3)
     assert [list(g) for g in groups] == [[0, 1], [2], [3, 4, 5]]
     assert rayform.ray.group_episodes([5], 8) == [range(0, 1)]
     assert rayform.ray.group_episodes([], 4) == []
+    # The same groups as sample rows, each cut (rows 20 and 30) moved to the nearest multiple
+    # of 8 rows (a tie to the even multiple).
+    assert rayform.ray.group_rows([10, 10, 10, 10, 1, 1], 3, 8) == [
+        range(0, 16),
+        range(16, 32),
+        range(32, 42),
+    ]
+    assert rayform.ray.group_rows([3, 3], 2, 8) == [range(0, 6)]  # no cut inside
+    assert rayform.ray.group_rows([], 2, 8) == []
+
+
+def test_blocks_pass_rays_block_shaping_whole() -> None:
+    target = 128 << 20  # Ray's default target_max_block_size
+    row = 2 * 3 * 480 * 640 + 512  # two 480x640 cameras
+    rows = rayform.ray.rows_per_block(row, 256 << 20, target)
+    # Above the target (Ray would gather smaller blocks into multi-chunk ones that a batch
+    # copies) and under 1.5 times it (Ray would slice it at a row a batch does not start on).
+    assert rows % 32 == 0 and target < rows * row < 1.5 * target
+    # No multiple of 32 fits, or a smaller bound: a power of two within the bound.
+    assert rayform.ray.rows_per_block(10 << 20, 256 << 20, target) == 8
+    assert rayform.ray.rows_per_block(row, 64 << 20, target) == 32
+    assert rayform.ray.rows_per_block(row, 8 * row, None) == 8
 
 
 def test_episode_rows(ray_cluster: Any, demo_server: ServerProcess, tmp_path: Path) -> None:

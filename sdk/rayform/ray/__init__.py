@@ -13,15 +13,23 @@ The core SDK never imports this package (nor Ray).
 
 from __future__ import annotations
 
-from rayform.ray._data import SliceDatasource, group_episodes, read_slice
+from rayform.ray._data import (
+    SliceDatasource,
+    group_episodes,
+    group_rows,
+    read_slice,
+    rows_per_block,
+)
 from rayform.ray._train import SAMPLER_FILE, prepare_data_loader, report, restore_sampler
 
 __all__ = [
     "SAMPLER_FILE",
     "SliceDatasource",
     "group_episodes",
+    "group_rows",
     "prepare_data_loader",
     "read_slice",
     "report",
     "restore_sampler",
+    "rows_per_block",
 ]

@@ -1,13 +1,14 @@
 """Ray Data: a slice read into a ``ray.data.Dataset``, one row per sample or per episode.
 
 :func:`read_slice` builds the :class:`~rayform.torch.EpisodeDataset` on the driver (it reads
-the manifest only) and hands Ray a :class:`SliceDatasource`. Each read task holds whole
-episodes, so each episode's blobs (one video per camera) are decoded in one forward pass by
-one task. Each Ray worker process rebuilds the dataset from its URI (``EpisodeDataset.from_uri``)
-once, with the driver's client (its cache directory, shared mode, offline mode and limits
-travel with it); a task reads its episodes with ``__getitems__`` in time order, and yields
-blocks of a power-of-two number of rows within ``max_block_bytes`` (a consumer's batches
-of 32 or 64 rows can then be views of one block rather than copies of pieces of two). The
+the manifest only) and hands Ray a :class:`SliceDatasource`. Each read task holds
+consecutive whole episodes, but for the cuts between tasks, which fall on multiples of a
+block's rows (:func:`group_rows`), so each episode's blobs (one video per camera) are decoded in
+one forward pass per task. Each Ray worker process rebuilds the dataset from its URI
+(``EpisodeDataset.from_uri``) once, with the driver's client (its cache directory, shared mode,
+offline mode and limits travel with it); a task reads its rows with ``__getitems__`` in time
+order and yields blocks sized to pass Ray's block shaping whole (:func:`rows_per_block`): a
+consumer's batches of 32 rows are then views of one block, not copies of pieces of several. The
 rows are the dataset's samples, exactly: the same tensors as ``dataset[index]`` (``meta``
 flattened into ``meta/...`` columns, plus ``meta/index``).
 """
@@ -32,8 +33,11 @@ __all__ = ["ROWS", "SliceDatasource", "group_episodes", "read_slice"]
 
 #: What a row is: one ``EpisodeDataset`` sample, or one episode (metadata and blob references).
 ROWS = ("samples", "episodes")
-#: Default bound on a block's bytes (also bounded by Ray's ``target_max_block_size``).
-MAX_BLOCK_BYTES = 64 << 20
+#: Default bound on a block's bytes.
+MAX_BLOCK_BYTES = 256 << 20
+#: A block holds a multiple of this many rows where it can: a consumer's batches of 32 rows
+#: are then views of one block each.
+ROW_ALIGN = 32
 #: Options of ``EpisodeDataset.from_uri`` that a read task passes on (never sample-changing).
 _TASK_OPTIONS = ("transform", "decoder_cache_size", "decoder_backend", "decode_threads")
 #: Datasets a worker process keeps for its next read tasks (by URI and datasource).
@@ -71,10 +75,9 @@ def read_slice(
             (every stream, for a bare slice) ``blob/<stream>`` (BLAKE3 hash) and
             ``nbytes/<stream>``.
         override_num_blocks: read tasks to make (default: one per episode, at most
-            ``DataContext.read_op_min_num_blocks``, 200); at most one per episode, since a
-            task holds whole episodes.
-        max_block_bytes: bound on the bytes of one block (default 64 MiB; Ray's
-            ``DataContext.target_max_block_size`` bounds it too).
+            ``DataContext.read_op_min_num_blocks``, 200); at most one per episode.
+        max_block_bytes: bound on the bytes of one block (default 256 MiB); by default a
+            block is what Ray's block shaping hands on whole (:func:`rows_per_block`).
         ray_remote_args: passed to ``ray.data.read_datasource`` (e.g. ``{"num_cpus": 1}``).
         **dataset_kwargs: the other ``EpisodeDataset`` arguments (``horizon``,
             ``image_size``, ``resize``, ``segments``, ``obs_steps``, ``frame``, ...).
@@ -148,6 +151,61 @@ def group_episodes(lengths: Sequence[int], groups: int) -> list[range]:
     return [range(a, b) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
 
 
+def rows_per_block(row_bytes: int, max_block_bytes: int, target: int | None) -> int:
+    """Rows of one block of a read task.
+
+    Ray's read operator reshapes a task's blocks to ``DataContext.target_max_block_size``
+    (``target``, 128 MiB by default): it gathers blocks until their bytes pass the target,
+    into columns of several chunks that a consumer's batch then copies into one (``iter_batches``
+    spent ~2 ms per 1.8 MB row on that), and slices a block of 1.5 times the target or more
+    at rows that a batch does not start on. So a block of more than the target and less than
+    1.5 times it (with a margin for the size estimate), a multiple of :data:`ROW_ALIGN` rows,
+    passes through as it is and a consumer's batches of 32 rows are views of it. Where no such
+    multiple fits (rows above ~4 MB) or ``max_block_bytes`` is below it: a power of two rows
+    within ``max_block_bytes`` and the target, which Ray gathers as before.
+
+    Args:
+        row_bytes: bytes of one row (an estimate).
+        max_block_bytes: bound on a block's bytes.
+        target: Ray's ``target_max_block_size``, or None (no reshaping).
+    """
+    row_bytes = max(1, row_bytes)
+    if target:
+        above = int(1.05 * target) // row_bytes + 1
+        rows = -(-above // ROW_ALIGN) * ROW_ALIGN
+        if rows * row_bytes <= min(1.45 * target, max_block_bytes):
+            return rows
+    cap = min(max_block_bytes, target or max_block_bytes)
+    rows = max(1, cap // row_bytes)
+    return 1 << (rows.bit_length() - 1)
+
+
+def group_rows(lengths: Sequence[int], groups: int, block_rows: int) -> list[range]:
+    """The sample rows of :func:`group_episodes`' groups, with each cut between two groups
+    moved to the nearest multiple of ``block_rows``.
+
+    Every task's blocks then hold ``block_rows`` rows but the very last one, however the
+    episodes' lengths fall: a consumer's batches of a power-of-two size (``<= block_rows``)
+    are views of one block each, never copies of two blocks' pieces (a task that ended with a
+    short block shifted every batch after it). An episode that a cut falls in is read by
+    the two tasks that meet there, each its own frames in one forward pass.
+
+    Args:
+        lengths: samples per episode, in dataset order.
+        groups: the number of ranges wanted (>= 1).
+        block_rows: rows of a full block (>= 1).
+
+    Returns:
+        Non-empty, consecutive row ranges covering ``range(sum(lengths))``.
+    """
+    total = int(sum(lengths))
+    starts = np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)])
+    cuts = [int(starts[g.start]) for g in group_episodes(lengths, groups)[1:]]
+    snapped = (int(round(c / block_rows)) * block_rows for c in cuts)
+    bounds = sorted({0, *(c for c in snapped if 0 < c < total), total})
+    return [range(a, b) for a, b in zip(bounds[:-1], bounds[1:], strict=True) if b > a]
+
+
 class SliceDatasource(Datasource):
     """The Ray Data source behind :func:`read_slice` (Ray's ``Datasource`` API).
 
@@ -187,13 +245,13 @@ class SliceDatasource(Datasource):
             self._lengths = [1] * len(source.segments)
             self._row_bytes = 256
         self._token = secrets.token_hex(8)  # this datasource, wherever it is unpickled
-        self._offsets = np.concatenate([[0], np.cumsum(self._lengths, dtype=np.int64)])
         if rows == "samples" and not self._uri:
             raise InvalidArgumentError("rows='samples' needs an EpisodeDataset")
 
     def estimate_inmemory_data_size(self) -> int | None:
         """Bytes of all rows: per sample (or episode) row bytes times rows."""
-        return int(self._row_bytes * self._num_rows(range(len(self._lengths))))
+        rows = sum(self._lengths) if self.rows == "samples" else len(self._lengths)
+        return int(self._row_bytes * rows)
 
     def default_num_blocks(self) -> int:
         """Read tasks when the caller names none: one per episode, at most Ray's
@@ -201,31 +259,28 @@ class SliceDatasource(Datasource):
         floor = int(getattr(ray.data.DataContext.get_current(), "read_op_min_num_blocks", 200))
         return max(1, min(len(self._lengths), floor))
 
-    def _num_rows(self, episodes: range) -> int:
-        if self.rows == "episodes":
-            return len(episodes)
-        return int(self._offsets[episodes.stop] - self._offsets[episodes.start])
-
     def get_read_tasks(
         self,
         parallelism: int,
         per_task_row_limit: int | None = None,
         data_context: Any = None,
     ) -> list[ReadTask]:
-        """One task per group of consecutive whole episodes (at most ``parallelism``).
+        """One task per group of consecutive episodes (at most ``parallelism``), cut at block rows.
 
         Args:
             parallelism: tasks wanted.
             per_task_row_limit: rows a task reads at most (Ray's limit pushdown).
             data_context: Ray's ``DataContext`` (its ``target_max_block_size`` bounds blocks).
         """
-        target = getattr(data_context, "target_max_block_size", None) or self.max_block_bytes
-        block_rows = max(1, min(self.max_block_bytes, int(target)) // max(1, self._row_bytes))
-        # A power of two, so a consumer's batches (32, 64, ...) are views of one block each.
-        block_rows = 1 << (block_rows.bit_length() - 1)
+        target = getattr(data_context, "target_max_block_size", None)
+        block_rows = rows_per_block(self._row_bytes, self.max_block_bytes, target)
+        if self.rows == "samples":
+            ranges = group_rows(self._lengths, parallelism, block_rows)
+        else:
+            ranges = group_episodes(self._lengths, parallelism)
         tasks = []
-        for episodes in group_episodes(self._lengths, parallelism):
-            n = self._num_rows(episodes)
+        for part in ranges:
+            n = len(part)  # sample rows, or episodes
             if per_task_row_limit is not None:
                 n = min(n, int(per_task_row_limit))
             if n == 0:
@@ -233,17 +288,18 @@ class SliceDatasource(Datasource):
             meta = BlockMetadata(
                 num_rows=n, size_bytes=n * self._row_bytes, input_files=None, exec_stats=None
             )
-            read = _ReadEpisodes(self, episodes, block_rows, n)
+            read = _ReadPart(self, part, block_rows, n)
             tasks.append(ReadTask(read, meta, per_task_row_limit=per_task_row_limit))
         return tasks
 
     # -- what a read task runs (in a Ray worker) -------------------------------------------
-    def read_samples(self, episodes: range, block_rows: int, limit: int) -> Iterator[Any]:
-        """Blocks of the samples of ``episodes`` in time order, ``block_rows`` each (the last
-        one fewer): a block may span the end of one episode and the start of the next."""
+    def read_samples(self, rows: range, block_rows: int, limit: int) -> Iterator[Any]:
+        """Blocks of the samples ``rows`` (dataset indices, in time order), ``block_rows``
+        each (the last one fewer): a block may span the end of one episode and the start of
+        the next."""
         dataset = self._dataset()
-        start = int(self._offsets[episodes.start])
-        stop = min(int(self._offsets[episodes.stop]), start + max(0, limit))
+        start = rows.start
+        stop = min(rows.stop, start + max(0, limit))
         for pos in range(start, stop, block_rows):
             indices = list(range(pos, min(pos + block_rows, stop)))
             yield BlockAccessor.batch_to_block(_to_columns(dataset.__getitems__(indices), indices))
@@ -290,21 +346,17 @@ class SliceDatasource(Datasource):
             yield BlockAccessor.batch_to_block({k: np.asarray(v) for k, v in columns.items()})
 
 
-class _ReadEpisodes:
-    """A read task's function (picklable): one group of episodes of a :class:`SliceDatasource`."""
+class _ReadPart:
+    """A read task's function (picklable): one part of a :class:`SliceDatasource`, a range of
+    sample rows or of episodes."""
 
-    def __init__(self, source: SliceDatasource, episodes: range, block_rows: int, limit: int):
-        self.source, self.episodes, self.block_rows, self.limit = (
-            source,
-            episodes,
-            block_rows,
-            limit,
-        )
+    def __init__(self, source: SliceDatasource, part: range, block_rows: int, limit: int):
+        self.source, self.part, self.block_rows, self.limit = source, part, block_rows, limit
 
     def __call__(self) -> Iterator[Any]:
         if self.source.rows == "episodes":
-            return self.source.read_episodes(self.episodes, self.block_rows, self.limit)
-        return self.source.read_samples(self.episodes, self.block_rows, self.limit)
+            return self.source.read_episodes(self.part, self.block_rows, self.limit)
+        return self.source.read_samples(self.part, self.block_rows, self.limit)
 
 
 def _to_columns(samples: list[dict[str, Any]], indices: list[int]) -> dict[str, np.ndarray]:
@@ -315,10 +367,29 @@ def _to_columns(samples: list[dict[str, Any]], indices: list[int]) -> dict[str, 
             for field in samples[0]["meta"]:
                 out[f"meta/{field}"] = np.asarray([s["meta"][field] for s in samples])
         elif isinstance(samples[0][key], torch.Tensor):
-            out[key] = torch.stack([s[key] for s in samples]).numpy()
+            out[key] = _stacked([s[key] for s in samples]).numpy()
         else:
             out[key] = np.asarray([s[key] for s in samples])
     return out
+
+
+def _stacked(rows: list[torch.Tensor]) -> torch.Tensor:
+    """``torch.stack(rows)``; a view, not a copy, when the rows are consecutive rows of one
+    contiguous tensor, as ``__getitems__`` returns them (each key of a batch is one
+    ``(B, ...)`` tensor): a block's frames are then copied once, into Ray's object store."""
+    first = rows[0]
+    storage, start, step = first.untyped_storage(), first.storage_offset(), first.numel()
+    consecutive = all(
+        r.is_contiguous()
+        and r.dtype == first.dtype
+        and r.shape == first.shape
+        and r.untyped_storage().data_ptr() == storage.data_ptr()
+        and r.storage_offset() == start + i * step
+        for i, r in enumerate(rows)
+    )
+    if not consecutive or step == 0:
+        return torch.stack(rows)
+    return torch.as_strided(first, (len(rows), *first.shape), (step, *first.stride()), start)
 
 
 def _row_bytes(spec: dict[str, tuple[str, tuple[int, ...]]]) -> int:
