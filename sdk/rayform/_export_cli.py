@@ -72,7 +72,9 @@ def _cmd_export(args: argparse.Namespace, client_of: Callable[[argparse.Namespac
 
 
 def add_export_parser(
-    sub: Any, common: argparse.ArgumentParser, client_of: Callable[[argparse.Namespace], Any]
+    sub: argparse._SubParsersAction[argparse.ArgumentParser],
+    common: argparse.ArgumentParser,
+    client_of: Callable[[argparse.Namespace], Any],
 ) -> None:
     """Add ``export`` to the ``rayform`` subcommands ``sub``."""
     p = sub.add_parser(

@@ -111,7 +111,7 @@ _BYTES_PER_CONTAINER = 32
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 
 
-def _check_text(doc: Any) -> None:
+def _check_text(doc: object) -> None:
     todo = [doc]
     while todo:
         value = todo.pop()

@@ -51,7 +51,7 @@ def _client(args: argparse.Namespace) -> Any:
 JSON_TEXT_CHARS = 4096
 
 
-def _capped(value: Any) -> Any:
+def _capped(value: object) -> object:
     """``value`` with every string longer than :data:`JSON_TEXT_CHARS` cut, as text output
     cuts it (``... [N more characters]``); JSON's own encoding escapes control characters."""
     if isinstance(value, str):

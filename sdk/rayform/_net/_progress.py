@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
-from typing import Any
+from typing import Any, TextIO
 
 from rayform.units import human_bytes
 
@@ -30,7 +30,7 @@ def _base() -> Any:
     return tqdm
 
 
-def bar_size_options(stream: Any) -> dict[str, Any]:
+def bar_size_options(stream: TextIO) -> dict[str, Any]:
     """tqdm's size options for ``stream``: follow the terminal's width, except on a terminal
     that reports no size (a pseudo-terminal nobody sized, as some container and CI runners
     give), where tqdm would draw the bar 0 columns wide and hide it below a screen of no rows."""

@@ -49,7 +49,7 @@ class RayformDatasetSource(DatasetSource):
         return EpisodeDataset.from_uri(self.uri, client, **options)
 
     @staticmethod
-    def _can_resolve(raw_source: Any) -> bool:
+    def _can_resolve(raw_source: object) -> bool:
         return isinstance(raw_source, str) and raw_source.split("://", 1)[0] in SCHEMES
 
     @classmethod

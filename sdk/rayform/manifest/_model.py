@@ -371,7 +371,7 @@ def _int(
     return value
 
 
-def _word(value: Any, key: str, where: str, optional: bool = True) -> Any:
+def _word(value: object, key: str, where: str, optional: bool = True) -> str | None:
     """A short string (or ``None`` when ``optional``)."""
     if (value is None and optional) or (isinstance(value, str) and len(value) <= MAX_WORD_CHARS):
         return value
@@ -379,6 +379,13 @@ def _word(value: Any, key: str, where: str, optional: bool = True) -> Any:
         f"{where}: {key} must be a string of at most {MAX_WORD_CHARS} characters, "
         f"got {shown(repr(value), 40)}"
     )
+
+
+def _required_word(value: object, key: str, where: str) -> str:
+    """A short string, never ``None``."""
+    word = _word(value, key, where, optional=False)
+    assert word is not None  # _word raised for None
+    return word
 
 
 def _parse_blob(d: Any, where: str) -> BlobRef:
@@ -495,7 +502,7 @@ def _parse_segment(d: dict[str, Any]) -> Segment:
     return Segment(
         id=seg_id,
         version=version,
-        site=_word(d["site"], "site", where, optional=False),
+        site=_required_word(d["site"], "site", where),
         start_ns=_int(d, "start_ns", where, TIME_MIN, TIME_MAX),
         end_ns=_int(d, "end_ns", where, TIME_MIN, TIME_MAX),
         streams=streams,

@@ -263,7 +263,7 @@ class SliceDatasource(Datasource):
         self,
         parallelism: int,
         per_task_row_limit: int | None = None,
-        data_context: Any = None,
+        data_context: ray.data.DataContext | None = None,
     ) -> list[ReadTask]:
         """One task per group of consecutive episodes (at most ``parallelism``), cut at block rows.
 

@@ -21,7 +21,7 @@ import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from torch.utils.data import DataLoader
 
@@ -43,6 +43,8 @@ if TYPE_CHECKING:
     from rayform.slice import Slice
 
 __all__ = ["ExportReport", "export_lerobot"]
+
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -81,7 +83,7 @@ class ExportReport:
         )
 
 
-def _identity(x: Any) -> Any:
+def _identity(x: _T) -> _T:
     return x
 
 
