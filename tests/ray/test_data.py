@@ -101,8 +101,11 @@ def test_blocks_pass_rays_block_shaping_whole() -> None:
     # Above the target (Ray would gather smaller blocks into multi-chunk ones that a batch
     # copies) and under 1.5 times it (Ray would slice it at a row a batch does not start on).
     assert rows % 32 == 0 and target < rows * row < 1.5 * target
-    # No multiple of 32 fits, or a smaller bound: a power of two within the bound.
-    assert rayform.ray.rows_per_block(10 << 20, 256 << 20, target) == 8
+    # Four cameras: no multiple of 32 fits, 48 rows do (a batch of 16 is then always a view).
+    four = 2 * row
+    assert rayform.ray.rows_per_block(four, 256 << 20, target) == 48
+    # Rows too big for the window, or a smaller bound: a power of two within the bound.
+    assert rayform.ray.rows_per_block(100 << 20, 256 << 20, target) == 1
     assert rayform.ray.rows_per_block(row, 64 << 20, target) == 32
     assert rayform.ray.rows_per_block(row, 8 * row, None) == 8
 

@@ -35,9 +35,6 @@ __all__ = ["ROWS", "SliceDatasource", "group_episodes", "read_slice"]
 ROWS = ("samples", "episodes")
 #: Default bound on a block's bytes.
 MAX_BLOCK_BYTES = 256 << 20
-#: A block holds a multiple of this many rows where it can: a consumer's batches of 32 rows
-#: are then views of one block each.
-ROW_ALIGN = 32
 #: Options of ``EpisodeDataset.from_uri`` that a read task passes on (never sample-changing).
 _TASK_OPTIONS = ("transform", "decoder_cache_size", "decoder_backend", "decode_threads")
 #: Datasets a worker process keeps for its next read tasks (by URI and datasource).
@@ -158,11 +155,12 @@ def rows_per_block(row_bytes: int, max_block_bytes: int, target: int | None) -> 
     (``target``, 128 MiB by default): it gathers blocks until their bytes pass the target,
     into columns of several chunks that a consumer's batch then copies into one (``iter_batches``
     spent ~2 ms per 1.8 MB row on that), and slices a block of 1.5 times the target or more
-    at rows that a batch does not start on. So a block of more than the target and less than
-    1.5 times it (with a margin for the size estimate), a multiple of :data:`ROW_ALIGN` rows,
-    passes through as it is and a consumer's batches of 32 rows are views of it. Where no such
-    multiple fits (rows above ~4 MB) or ``max_block_bytes`` is below it: a power of two rows
-    within ``max_block_bytes`` and the target, which Ray gathers as before.
+    at rows that a batch does not start on. A block of more than the target and less than 1.5
+    times it (with a margin for the size estimate) passes through as it is; of the row counts
+    that make such a block, the one with the most factors of two (96 rows of two 480x640
+    cameras, a multiple of 32; 48 of four), so that a consumer's batches of 32 (or 16) rows are
+    views of one block. Where no row count fits (rows of tens of MB) or
+    ``max_block_bytes`` is below the target: a power of two rows within both.
 
     Args:
         row_bytes: bytes of one row (an estimate).
@@ -171,10 +169,13 @@ def rows_per_block(row_bytes: int, max_block_bytes: int, target: int | None) -> 
     """
     row_bytes = max(1, row_bytes)
     if target:
-        above = int(1.05 * target) // row_bytes + 1
-        rows = -(-above // ROW_ALIGN) * ROW_ALIGN
-        if rows * row_bytes <= min(1.45 * target, max_block_bytes):
-            return rows
+        low = int(1.05 * target) // row_bytes + 1
+        high = int(min(1.45 * target, max_block_bytes)) // row_bytes
+        if low <= high:
+            step = 1 << (high.bit_length() - 1)
+            while high // step * step < low:
+                step //= 2  # ends at 1 at the latest: low itself
+            return high // step * step
     cap = min(max_block_bytes, target or max_block_bytes)
     rows = max(1, cap // row_bytes)
     return 1 << (rows.bit_length() - 1)
