@@ -29,7 +29,14 @@ from rayform.errors import InvalidArgumentError
 from rayform.slice import Slice
 from rayform.torch import EpisodeDataset
 
-__all__ = ["ROWS", "SliceDatasource", "group_episodes", "read_slice"]
+__all__ = [
+    "ROWS",
+    "SliceDatasource",
+    "group_episodes",
+    "group_rows",
+    "read_slice",
+    "rows_per_block",
+]
 
 #: What a row is: one ``EpisodeDataset`` sample, or one episode (metadata and blob references).
 ROWS = ("samples", "episodes")
