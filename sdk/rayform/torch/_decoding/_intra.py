@@ -5,10 +5,14 @@ packet. A general decoder pays for generality on every random read: a container 
 decoder flush, demuxing, then packed RGB that ``(3, H, W)`` consumers must transpose. Here the
 packet table (byte offset and size of every frame, in presentation order) is read once when
 the decoder opens; a read is then ``pread`` of one packet, one ``avcodec`` decode, and one
-``swscale`` conversion straight to planar RGB written into the output tensor.
+``swscale`` conversion straight to planar RGB written into the output tensor (or the batch's
+rows, or a packed buffer): by :mod:`._sws` where that gives PyAV's bits (widths that are
+multiples of 64 pixels), else by PyAV's converter and one copy.
 
 Measured on the development VM (480x640 H.264, one thread): 1.0 ms per random frame, against
-1.4 ms for torchcodec's ``get_frames_at`` plus the transpose (``docs/benchmarks.md``).
+1.4 ms for torchcodec's ``get_frames_at`` plus the transpose (``docs/benchmarks.md``); writing
+the conversion into the batch's rows instead of a new frame took a DataLoader worker's CPU per
+full-resolution sample from 2.59 to 2.34 ms (``bench.cpu_fraction``).
 
 :func:`open_intra` returns ``None`` for any stream this does not fit (not MP4, a non-keyframe,
 a variable rate, packets out of presentation order); the caller then uses a general decoder.
@@ -19,10 +23,15 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import torch
+
+from rayform.torch._decoding._sws import Converter, converter
+
+if TYPE_CHECKING:
+    from av import VideoFrame
 
 __all__ = ["IntraDecoder", "open_intra"]
 
@@ -69,6 +78,9 @@ class IntraDecoder:
         # multiple of 16 (seen with FFmpeg 7 in PyAV 18 for widths 24, 40, ..., 632): there,
         # convert to packed RGB and transpose instead.
         self._planar = width % 16 == 0
+        # Per output format: a converter writing into the destination, None where it cannot
+        # give PyAV's bits, absent until the first frame to that format checks it.
+        self._converters: dict[str, Converter | None] = {}
         self._fd = os.open(path, os.O_RDONLY)
 
     def __len__(self) -> int:
@@ -106,19 +118,10 @@ class IntraDecoder:
                     f"out holds {out.shape} frames (N, H, W, 3 or 4), the video "
                     f"{(len(indices), self.height, self.width)}"
                 )
-            packed = torch.from_numpy(out)
-            pixels = out
-            channels = out.shape[3]
-            fmt = "rgb24" if channels == 3 else "rgba"
-            row = self.width * channels
+            fmt = "rgb24" if out.shape[3] == 3 else "rgba"
             for k, index in enumerate(indices):
-                packed_frame = self._reformatter.reformat(self._frame(index), format=fmt, threads=1)
-                # Straight from the converter's buffer (rows padded to line_size) into the
-                # output: to_ndarray would copy the picture once more.
-                plane = packed_frame.planes[0]
-                lines = np.frombuffer(cast(Any, plane), np.uint8).reshape(self.height, -1)
-                pixels[k] = lines[:, :row].reshape(self.height, self.width, channels)
-            return packed.permute(0, 3, 1, 2)
+                self._convert(self._frame(index), fmt, out[k])
+            return torch.from_numpy(out).permute(0, 3, 1, 2)
         if rows is None:
             result = torch.empty((len(indices), 3, self.height, self.width), dtype=torch.uint8)
             dests: Sequence[Sequence[np.ndarray]] = [[p] for p in result.numpy()]
@@ -126,22 +129,53 @@ class IntraDecoder:
             result = torch.empty((0, 3, self.height, self.width), dtype=torch.uint8)
             dests = [[d.numpy() for d in frame_rows] for frame_rows in rows]
         for index, into in zip(indices, dests, strict=True):
-            frame = self._frame(index)
-            if not self._planar:
-                rgb = self._reformatter.reformat(frame, format="rgb24", threads=1).to_ndarray()
-                for picture in into:
-                    picture[...] = rgb.transpose(2, 0, 1)
+            if not into:
                 continue
-            gbrp = self._reformatter.reformat(frame, format="gbrp", threads=1)
-            for plane, channel in zip(gbrp.planes, _RGB_OF_GBRP, strict=True):
+            frame = self._frame(index)
+            if self._planar:
+                self._convert(frame, "gbrp", into[0])
+            else:
+                rgb = np.empty((self.height, self.width, 3), dtype=np.uint8)
+                self._convert(frame, "rgb24", rgb)
+                into[0][...] = rgb.transpose(2, 0, 1)
+            for picture in into[1:]:  # the same frame in more rows of the batch
+                picture[...] = into[0]
+        return result
+
+    def _convert(self, frame: VideoFrame, fmt: str, dst: np.ndarray) -> None:
+        """Colour-convert ``frame`` into ``dst``: ``(3, H, W)`` RGB planes for ``"gbrp"``,
+        ``(H, W, C)`` packed for ``"rgb24"``/``"rgba"``. Straight into ``dst`` where swscale
+        can write there with PyAV's bits (:mod:`._sws`), else PyAV's converter and a copy."""
+        if not (dst.flags.c_contiguous and dst.flags.writeable):
+            self._pyav_convert(frame, fmt, dst)
+            return
+        if fmt not in self._converters:  # the first frame to this format: PyAV's, then the check
+            self._pyav_convert(frame, fmt, dst)
+            self._converters[fmt] = converter(frame, fmt, dst)
+            return
+        conv = self._converters[fmt]
+        if conv is None:
+            self._pyav_convert(frame, fmt, dst)
+        else:
+            conv.into(frame, dst)
+
+    def _pyav_convert(self, frame: VideoFrame, fmt: str, dst: np.ndarray) -> None:
+        converted = self._reformatter.reformat(frame, format=fmt, threads=1)
+        if fmt == "gbrp":
+            for plane, channel in zip(converted.planes, _RGB_OF_GBRP, strict=True):
                 lines = np.frombuffer(cast(Any, plane), np.uint8).reshape(
                     self.height, plane.line_size
                 )
-                for picture in into:
-                    picture[channel] = lines[:, : self.width]
-        return result
+                dst[channel] = lines[:, : self.width]
+            return
+        # Straight from the converter's buffer (rows padded to line_size) into the output:
+        # to_ndarray would copy the picture once more.
+        channels = dst.shape[2]
+        plane = converted.planes[0]
+        lines = np.frombuffer(cast(Any, plane), np.uint8).reshape(self.height, -1)
+        dst[...] = lines[:, : self.width * channels].reshape(self.height, self.width, channels)
 
-    def _frame(self, index: int) -> Any:
+    def _frame(self, index: int) -> VideoFrame:
         """Decode frame ``index`` (an all-intra packet decodes alone)."""
         if not 0 <= index < len(self._packets):
             raise IndexError(f"frame {index} is outside the video's {len(self._packets)} frames")
