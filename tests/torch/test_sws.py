@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pytest
 import torch
@@ -44,7 +46,9 @@ def test_every_path_writes_the_general_decoders_bits_in_place(tagged) -> None:
     assert (rgba[..., 3] == 255).all()
     # The direct converter passed its check for all three layouts, so frames 1-7 went through
     # it (were it refused, the frames above would still be right, but this would fail).
-    assert all(isinstance(tagged._converters[f], _sws.Converter) for f in ("gbrp", "rgb24", "rgba"))
+    frame = tagged._frame(0)
+    kind = (frame.format.name, 64, 48, int(frame.colorspace), int(frame.color_range))
+    assert all(_sws.checked()[(f, *kind)] for f in ("gbrp", "rgb24", "rgba"))
 
 
 def test_a_converter_that_disagrees_with_pyav_is_not_used(tagged) -> None:
@@ -125,3 +129,27 @@ def test_widths_off_the_block_keep_pyavs_path(tmp_path, width) -> None:
     assert torch.equal(
         torch.from_numpy(packed).permute(0, 3, 1, 2), torchcodec_frames(path, [0, 1])
     )
+
+
+def test_one_check_per_kind_of_frame_and_thread_not_per_decoder(tmp_path, monkeypatch) -> None:
+    path = tmp_path / "v.mp4"
+    encode_video(moving_frames(6, 48, 64), path, rate_hz=30, gop=1)
+    calls = []
+    pyav = IntraDecoder._pyav_convert
+    monkeypatch.setattr(
+        IntraDecoder, "_pyav_convert", lambda self, *a: (calls.append(a[1]), pyav(self, *a))
+    )
+    _sws.forget()
+    want = torchcodec_frames(path, list(range(6)))
+    for _ in range(3):  # a decoder per video opened again and again, as an LRU of them does
+        dec = open_intra(path)
+        assert dec is not None
+        assert torch.equal(dec.get_frames_at(list(range(6))), want)
+    assert calls == ["gbrp"]  # the first frame, then its check; 17 frames straight in
+    seen: list[dict] = []
+    worker = threading.Thread(
+        target=lambda: (open_intra(path).get_frames_at([1]), seen.append(_sws.checked()))
+    )
+    worker.start()
+    worker.join()
+    assert calls == ["gbrp", "gbrp"] and list(seen[0].values()) == [True]

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 import torch
 
-from rayform.torch._decoding._sws import Converter, converter
+from rayform.torch._decoding._sws import convert_into
 
 if TYPE_CHECKING:
     from av import VideoFrame
@@ -78,9 +78,6 @@ class IntraDecoder:
         # multiple of 16 (seen with FFmpeg 7 in PyAV 18 for widths 24, 40, ..., 632): there,
         # convert to packed RGB and transpose instead.
         self._planar = width % 16 == 0
-        # Per output format: a converter writing into the destination, None where it cannot
-        # give PyAV's bits, absent until the first frame to that format checks it.
-        self._converters: dict[str, Converter | None] = {}
         self._fd = os.open(path, os.O_RDONLY)
 
     def __len__(self) -> int:
@@ -146,18 +143,7 @@ class IntraDecoder:
         """Colour-convert ``frame`` into ``dst``: ``(3, H, W)`` RGB planes for ``"gbrp"``,
         ``(H, W, C)`` packed for ``"rgb24"``/``"rgba"``. Straight into ``dst`` where swscale
         can write there with PyAV's bits (:mod:`._sws`), else PyAV's converter and a copy."""
-        if not (dst.flags.c_contiguous and dst.flags.writeable):
-            self._pyav_convert(frame, fmt, dst)
-            return
-        if fmt not in self._converters:  # the first frame to this format: PyAV's, then the check
-            self._pyav_convert(frame, fmt, dst)
-            self._converters[fmt] = converter(frame, fmt, dst)
-            return
-        conv = self._converters[fmt]
-        if conv is None:
-            self._pyav_convert(frame, fmt, dst)
-        else:
-            conv.into(frame, dst)
+        convert_into(frame, fmt, dst, self._pyav_convert)
 
     def _pyav_convert(self, frame: VideoFrame, fmt: str, dst: np.ndarray) -> None:
         converted = self._reformatter.reformat(frame, format=fmt, threads=1)

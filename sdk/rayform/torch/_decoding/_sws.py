@@ -18,6 +18,7 @@ import ctypes
 import functools
 import os
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -26,7 +27,7 @@ import numpy as np
 if TYPE_CHECKING:
     from av import VideoFrame
 
-__all__ = ["Converter", "converter"]
+__all__ = ["Converter", "Kind", "checked", "convert_into", "converter", "forget"]
 
 _P4 = ctypes.c_void_p * 4
 _I4 = ctypes.c_int * 4
@@ -115,7 +116,7 @@ def _mapped() -> set[str]:
 class Converter:
     """Converts frames of one size, pixel format, colour space and range to ``dst_format``
     (``"gbrp"``, ``"rgb24"`` or ``"rgba"``) into the caller's memory. Not thread-safe: one
-    per decoder, used by one thread at a time."""
+    thread uses it (:func:`convert_into` keeps one per thread)."""
 
     def __init__(self, lib: _Lib, frame: VideoFrame, dst_format: str) -> None:
         self._lib = lib
@@ -200,3 +201,64 @@ def converter(frame: VideoFrame, dst_format: str, reference: np.ndarray) -> Conv
     except (ValueError, OSError):
         return None
     return conv if np.array_equal(mine, reference) else None
+
+
+#: What a conversion's bits depend on: the output layout, then the frame's pixel format, size,
+#: colour space and range.
+Kind = tuple[str, str, int, int, int, int]
+
+
+class _Known(threading.local):
+    """This thread's converters by :data:`Kind` (``None``: checked, and PyAV's path is kept).
+    Per thread because a swscale context is not thread-safe; kept for the process's life
+    because making one costs more than converting several frames (its tables), and a
+    decoder is opened per video."""
+
+    def __init__(self) -> None:
+        self.by_kind: dict[Kind, Converter | None] = {}
+
+
+_known = _Known()
+
+
+def convert_into(
+    frame: VideoFrame,
+    dst_format: str,
+    dst: np.ndarray,
+    pyav: Callable[[VideoFrame, str, np.ndarray], None],
+) -> None:
+    """Convert ``frame`` into ``dst`` (laid out as :meth:`Converter.into` says): straight
+    into it where this thread's converter for frames of its kind gives PyAV's bits, else by
+    ``pyav(frame, dst_format, dst)``. The first frame of each kind goes through ``pyav`` and
+    then checks the converter against it."""
+    if not (dst.flags.c_contiguous and dst.flags.writeable):
+        pyav(frame, dst_format, dst)
+        return
+    kind = (
+        dst_format,
+        frame.format.name,
+        frame.width,
+        frame.height,
+        int(frame.colorspace),
+        int(frame.color_range),
+    )
+    known = _known.by_kind
+    if kind not in known:
+        pyav(frame, dst_format, dst)
+        known[kind] = converter(frame, dst_format, dst)
+        return
+    conv = known[kind]
+    if conv is None:
+        pyav(frame, dst_format, dst)
+    else:
+        conv.into(frame, dst)
+
+
+def checked() -> dict[Kind, bool]:
+    """This thread's checks so far (a copy): kind of frame -> whether the converter is used."""
+    return {kind: conv is not None for kind, conv in _known.by_kind.items()}
+
+
+def forget() -> None:
+    """Drop this thread's converters: the next frame of each kind is checked again."""
+    _known.by_kind.clear()
