@@ -185,3 +185,17 @@ def test_wrong_combinations_are_clear_errors(slices) -> None:
     mix = MixtureDataset([(a, 1.0), (b, 1.0)])
     with pytest.raises(InvalidArgumentError, match="EpisodeSampler"):
         next(iter(DataLoader(mix, batch_size=4, shuffle=True)))
+
+
+def test_a_pickled_mixture_leaves_its_pass_tables_behind(slices) -> None:
+    import pickle
+
+    a, b = sources(slices)
+    mix = MixtureDataset([(a, 1.0), (b, 1.0)], num_samples=4 * len(b))  # b read in passes
+    keys = [(i, 0) for i in range(0, len(mix), max(1, len(mix) // 16))]
+    before = mix.locate(np.array([k for k, _ in keys]), 0)
+    assert mix.__dict__.get("_pass_cache")  # built by the draws above
+    copy = pickle.loads(pickle.dumps(mix))
+    assert "_pass_cache" not in copy.__dict__
+    after = copy.locate(np.array([k for k, _ in keys]), 0)
+    assert all(np.array_equal(a, b) for a, b in zip(before, after, strict=True))

@@ -7,8 +7,9 @@ from collections import Counter
 import numpy as np
 import pytest
 
+from rayform.torch._sampling import _perm
 from rayform.torch._sampling._order import WindowStream, episode_streams, plan
-from rayform.torch._sampling._perm import Permutation, derive_key
+from rayform.torch._sampling._perm import PassPermutations, Permutation, derive_key
 
 
 @pytest.mark.parametrize("n", [0, 1, 2, 3, 5, 17, 1000, 12_345])
@@ -157,3 +158,22 @@ def test_windowed_order_is_fixed_by_seed_and_epoch() -> None:
         stream, slot = part.locate(np.arange(part.length))
         seen += [int(streams[s].keys(np.array([j]))[0]) for s, j in zip(stream, slot, strict=True)]
     assert set(seen) == set(range(200)) and len(seen) - 200 <= 2
+
+
+@pytest.mark.parametrize("tables", [True, False], ids=["tables", "rounds"])
+def test_passes_are_the_tweaked_permutation_whether_tabled_or_not(monkeypatch, tables) -> None:
+    if not tables:
+        monkeypatch.setattr(_perm, "TABLE_MAX", 10)
+    n, key = 37, derive_key("passes", 3)
+    passes = PassPermutations(n, key, keep=2)
+    perm = Permutation(n, key)
+    rng = np.random.default_rng(0)
+    for _ in range(6):  # draws over up to 5 passes, in no order: tables built, evicted, rebuilt
+        j = rng.integers(0, 5 * n, 40)
+        assert np.array_equal(passes(j), perm(j % n, tweak=j // n))
+    assert len(passes._tables) == (2 if tables else 0)
+    every = np.arange(3 * n)
+    out = passes(every)  # each pass a permutation of the source, and the passes differ
+    for p in range(3):
+        assert sorted(out[p * n : (p + 1) * n].tolist()) == list(range(n))
+    assert not np.array_equal(out[:n], out[n : 2 * n])

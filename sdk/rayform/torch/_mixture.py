@@ -41,6 +41,7 @@ from rayform.torch._mixread import read_draws
 from rayform.torch._normalize import Values
 from rayform.torch._sampling import (
     IndexStream,
+    PassPermutations,
     Permutation,
     SamplerDataset,
     SharedEpoch,
@@ -203,10 +204,25 @@ class MixtureDataset(Dataset):
                 local[mask] = (mix64(jk.astype(np.uint64) ^ key) % np.uint64(n)).astype(np.int64)
                 repeat[mask] = jk
             else:  # pass j // n of source k is its own shuffled order of all its samples
-                perm = Permutation(n, derive_key("source", self.seed, epoch, k))
-                local[mask] = perm(jk % n, tweak=jk // n)
+                local[mask] = self._passes(k, epoch)(jk)
                 repeat[mask] = jk // n
         return src, local, repeat
+
+    def _passes(self, k: int, epoch: int) -> PassPermutations:
+        """Source ``k``'s passes in ``epoch``, kept for the last few (source, epoch) pairs
+        asked: batches come epoch by epoch, and each builds its small tables once."""
+        cache = self.__dict__.setdefault("_pass_cache", {})
+        passes = cache.get((k, epoch))
+        if passes is None:
+            if len(cache) >= 2 * len(self.sources):
+                del cache[next(iter(cache))]
+            key = derive_key("source", self.seed, epoch, k)
+            passes = cache[(k, epoch)] = PassPermutations(int(self._sizes[k]), key)
+        return passes
+
+    def __getstate__(self) -> dict[str, Any]:
+        # The pass tables are a cache (up to 8 MB a source): a worker builds its own.
+        return {k: v for k, v in self.__dict__.items() if k != "_pass_cache"}
 
     @property
     def shard_auto(self) -> bool:

@@ -16,7 +16,7 @@ from rayform.torch._sampling._order import (
     episode_streams,
     plan,
 )
-from rayform.torch._sampling._perm import Permutation, derive_key, mix64
+from rayform.torch._sampling._perm import PassPermutations, Permutation, derive_key, mix64
 from rayform.torch._sampling._sampler import EpisodeSampler, SampleKey
 from rayform.torch._sampling._shard import assign_episodes, rank_indices
 from rayform.torch._sampling._shardcheck import ShardCheck, shard_check
@@ -29,6 +29,7 @@ __all__ = [
     "CacheFootprint",
     "EpisodeSampler",
     "Part",
+    "PassPermutations",
     "Permutation",
     "SampleKey",
     "SamplerDataset",
