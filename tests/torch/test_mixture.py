@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import pickle
 from collections import Counter
 from itertools import islice
 
@@ -188,8 +189,6 @@ def test_wrong_combinations_are_clear_errors(slices) -> None:
 
 
 def test_a_pickled_mixture_leaves_its_pass_tables_behind(slices) -> None:
-    import pickle
-
     a, b = sources(slices)
     mix = MixtureDataset([(a, 1.0), (b, 1.0)], num_samples=4 * len(b))  # b read in passes
     keys = [(i, 0) for i in range(0, len(mix), max(1, len(mix) // 16))]

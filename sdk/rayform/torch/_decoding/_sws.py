@@ -147,32 +147,39 @@ class Converter:
         if lib.set_colorspace(self._ctx, table, full, table, 1, 0, 1 << 16, 1 << 16) < 0:
             raise ValueError("swscale refused the colour space")
         self._planes = len(frame.planes)
+        h, w = self.height, self.width
+        # The destination's layout, and where swscale writes in it (offsets, line strides).
+        if dst_format == "gbrp":  # FFmpeg's planar RGB is G, B, R: into planes 1, 2, 0
+            self._shape: tuple[int, ...] = (3, h, w)
+            self._offsets: tuple[int, ...] = (h * w, 2 * h * w, 0)
+            self._strides = _I4(w, w, w, 0)
+        else:
+            channels = 3 if dst_format == "rgb24" else 4
+            self._shape = (h, w, channels)
+            self._offsets = (0,)
+            self._strides = _I4(w * channels, 0, 0, 0)
 
     def into(self, frame: VideoFrame, dst: np.ndarray) -> None:
         """Convert ``frame`` into ``dst``: ``uint8 (3, H, W)`` for ``"gbrp"`` (RGB planes, in
         that order), ``(H, W, 3)`` for ``"rgb24"``, ``(H, W, 4)`` for ``"rgba"``; C-contiguous
         (anything else raises ``ValueError``, before swscale touches memory)."""
-        h, w = self.height, self.width
-        planar = self.dst_format == "gbrp"
-        shape = (3, h, w) if planar else (h, w, 3 if self.dst_format == "rgb24" else 4)
         if (
-            dst.shape != shape
+            dst.shape != self._shape
             or dst.dtype != np.uint8
             or not dst.flags.c_contiguous
             or not dst.flags.writeable
         ):
-            raise ValueError(f"{self.dst_format} needs a writable contiguous {shape} uint8 array")
-        if (frame.width, frame.height) != (w, h) or len(frame.planes) != self._planes:
-            raise ValueError("the frame's size or layout is not the converter's")
+            raise ValueError(
+                f"{self.dst_format} needs a writable contiguous {self._shape} uint8 array"
+            )
         planes = frame.planes
+        if (frame.width, frame.height) != (self.width, self.height) or len(planes) != self._planes:
+            raise ValueError("the frame's size or layout is not the converter's")
         src = _P4(*(p.buffer_ptr for p in planes), *([None] * (4 - len(planes))))
         strides = _I4(*(p.line_size for p in planes), *([0] * (4 - len(planes))))
         base = dst.ctypes.data
-        if planar:  # FFmpeg's planar RGB is G, B, R
-            out, out_strides = _P4(base + h * w, base + 2 * h * w, base, None), _I4(w, w, w, 0)
-        else:
-            out, out_strides = _P4(base, None, None, None), _I4(shape[1] * shape[2], 0, 0, 0)
-        self._lib.scale(self._ctx, src, strides, 0, h, out, out_strides)
+        out = _P4(*(base + o for o in self._offsets), *([None] * (4 - len(self._offsets))))
+        self._lib.scale(self._ctx, src, strides, 0, self.height, out, self._strides)
 
     def __del__(self) -> None:
         ctx = getattr(self, "_ctx", None)
