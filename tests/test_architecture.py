@@ -51,6 +51,10 @@ ALLOWED_PRIVATE = {
     # The resume benchmark times the order engine alone over a virtual 10^9-sample epoch, which
     # no dataset of this machine's size can hold: it measures below the API too.
     ("bench.resume", "rayform.torch._sampling"),
+    # A Ray read task lends the reader memory that the next block overwrites: only a caller
+    # that hands each batch on (Ray copies it into its object store) before reading the next
+    # may, which no user of rayform.torch does.
+    ("rayform.ray._data", "rayform.torch._scratch"),
 }
 
 #: Our packages: the private-module rule is about how they depend on each other.

@@ -1,5 +1,5 @@
 """``rayform.ray.read_slice`` on a real local 2-node Ray cluster (docs/ray.md): rows are the
-dataset's samples, exactly; one task per group of whole episodes; bounded blocks; episode rows;
+dataset's samples, exactly; tasks of equal runs of whole blocks; bounded blocks; episode rows;
 offline reads from the cache; the docs' recipe runs as written."""
 
 from __future__ import annotations
@@ -78,20 +78,71 @@ def test_rows_are_the_datasets_samples_exactly(
     _assert_rows_are_samples(_rows(rayform.ray.read_slice(again)), dataset)
 
 
-def test_read_tasks_hold_whole_episodes_but_for_cuts_at_block_rows() -> None:
+def test_read_tasks_are_equal_runs_of_whole_blocks() -> None:
     groups = rayform.ray.group_episodes([10, 10, 10, 10, 1, 1], 3)
     assert [list(g) for g in groups] == [[0, 1], [2], [3, 4, 5]]
     assert rayform.ray.group_episodes([5], 8) == [range(0, 1)]
     assert rayform.ray.group_episodes([], 4) == []
-    # The same groups as sample rows, each cut (rows 20 and 30) moved to the nearest multiple
-    # of 8 rows (a tie to the even multiple).
+    # Sample rows: 6 blocks of 8 rows (the last one 2), two per task.
     assert rayform.ray.group_rows([10, 10, 10, 10, 1, 1], 3, 8) == [
         range(0, 16),
         range(16, 32),
         range(32, 42),
     ]
-    assert rayform.ray.group_rows([3, 3], 2, 8) == [range(0, 6)]  # no cut inside
+    assert rayform.ray.group_rows([3, 3], 2, 8) == [range(0, 6)]  # one block: one task
     assert rayform.ray.group_rows([], 2, 8) == []
+    # More tasks than episodes: cuts inside episodes too, every task whole blocks but the
+    # last, tasks within one block of each other (five 400-row episodes, 96-row blocks).
+    tasks = rayform.ray.group_rows([400] * 5, 6, 96)
+    assert len(tasks) == 6 and tasks[0].start == 0 and tasks[-1].stop == 2000
+    assert all(a.stop == b.start for a, b in zip(tasks, tasks[1:], strict=False))
+    assert all(len(t) % 96 == 0 for t in tasks[:-1])
+    assert max(map(len, tasks[:-1])) - min(map(len, tasks[:-1])) <= 96
+    assert len(rayform.ray.group_rows([400] * 5, 200, 96)) == 21  # at most one per block
+
+
+def test_tasks_decode_their_cameras_in_parallel_and_workers_keep_the_dataset(
+    ray_cluster: Any, demo_server: ServerProcess, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rayform.ray._data import SliceDatasource, _node_cpus
+
+    client = make_client(demo_server.url, tmp_path / "cache")
+    slice_ = client.slices.get(DEMO_SLICE)
+    two = {**ARGS, "obs": ["cam0/rgb", "wrist/rgb"]}
+
+    def source(dataset: Any, **options: Any) -> SliceDatasource:
+        return SliceDatasource(dataset, max_block_bytes=1 << 20, options=options)
+
+    one_cam = source(rayform.torch.EpisodeDataset(slice_, **ARGS, shard=None))
+    two_cams = source(rayform.torch.EpisodeDataset(slice_, **two, shard=None))
+    assert _node_cpus() == 1  # the test cluster's nodes: a task cannot ask for more
+    assert one_cam.task_cpus == two_cams.task_cpus == 1
+    assert not two_cams._options["decode_threads"]
+    asked = source(rayform.torch.EpisodeDataset(slice_, **two, shard=None), decode_threads=3)
+    assert asked._options["decode_threads"] == 3 and asked.task_cpus == 1
+    # On nodes of 4 CPUs: a thread (and a CPU) per camera, up to two; the user's number wins.
+    monkeypatch.setattr(rayform.ray._data, "_node_cpus", lambda: 4)
+    wide = source(rayform.torch.EpisodeDataset(slice_, **two, shard=None))
+    assert wide._options["decode_threads"] == 2 and wide.task_cpus == 2
+    narrow = source(rayform.torch.EpisodeDataset(slice_, **ARGS, shard=None))
+    assert not narrow._options["decode_threads"] and narrow.task_cpus == 1
+    asked = source(rayform.torch.EpisodeDataset(slice_, **two, shard=None), decode_threads=3)
+    assert asked.task_cpus == 3
+    monkeypatch.undo()
+    # The default: one block of rows per task (at most 200 tasks).
+    rows = sum(one_cam._lengths)
+    assert one_cam.default_num_blocks() == min(200, -(-rows // one_cam._block_rows(None)))
+
+    # A worker keeps the dataset it built by what it is built from: the same dataset,
+    # client and options again reuse it; another option or another cache do not.
+    again = source(rayform.torch.EpisodeDataset(slice_, **ARGS, shard=None))
+    assert again._token == one_cam._token
+    other = source(rayform.torch.EpisodeDataset(slice_, **ARGS, shard=None), decoder_cache_size=3)
+    assert other._token != one_cam._token
+    elsewhere = make_client(demo_server.url, tmp_path / "cache2").slices.get(DEMO_SLICE)
+    moved = source(rayform.torch.EpisodeDataset(elsewhere, **ARGS, shard=None))
+    assert moved._token != one_cam._token
+    assert two_cams._token != one_cam._token
 
 
 def test_blocks_pass_rays_block_shaping_whole() -> None:

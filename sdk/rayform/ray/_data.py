@@ -1,20 +1,24 @@
 """Ray Data: a slice read into a ``ray.data.Dataset``, one row per sample or per episode.
 
 :func:`read_slice` builds the :class:`~rayform.torch.EpisodeDataset` on the driver (it reads
-the manifest only) and hands Ray a :class:`SliceDatasource`. Each read task holds
-consecutive whole episodes, but for the cuts between tasks, which fall on multiples of a
-block's rows (:func:`group_rows`), so each episode's blobs (one video per camera) are decoded in
-one forward pass per task. Each Ray worker process rebuilds the dataset from its URI
+the manifest only) and hands Ray a :class:`SliceDatasource`. Each read task holds a run of
+consecutive samples, a whole number of blocks (:func:`group_rows`), so each video is decoded in
+one forward pass per task; with two or more cameras a task decodes them in two threads and asks
+Ray for two CPUs. Each Ray worker process rebuilds the dataset from its URI
 (``EpisodeDataset.from_uri``) once, with the driver's client (its cache directory, shared mode,
-offline mode and limits travel with it); a task reads its rows with ``__getitems__`` in time
-order and yields blocks sized to pass Ray's block shaping whole (:func:`rows_per_block`): a
-consumer's batches of 32 rows are then views of one block, not copies of pieces of several. The
-rows are the dataset's samples, exactly: the same tensors as ``dataset[index]`` (``meta``
-flattened into ``meta/...`` columns, plus ``meta/index``).
+offline mode and limits travel with it), and keeps it for its next tasks and later reads of the
+same dataset, client and options; a task reads its rows with ``__getitems__`` in time order
+into memory reused from block to block (``Scratch``) and yields blocks sized to pass Ray's
+block shaping whole (:func:`rows_per_block`): a consumer's batches of 32 rows are then views
+of one block, not copies of pieces of several. The rows are the dataset's samples, exactly:
+the same tensors as ``dataset[index]`` (``meta`` flattened into ``meta/...`` columns, plus
+``meta/index``).
 """
 
 from __future__ import annotations
 
+import hashlib
+import os
 import secrets
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
@@ -22,12 +26,14 @@ from typing import Any
 import numpy as np
 import ray.data
 import torch
+from ray import cloudpickle
 from ray.data.block import BlockAccessor, BlockMetadata
 from ray.data.datasource import Datasource, ReadTask
 
 from rayform.errors import InvalidArgumentError
 from rayform.slice import Slice
 from rayform.torch import EpisodeDataset
+from rayform.torch._scratch import Scratch
 
 __all__ = [
     "ROWS",
@@ -40,6 +46,8 @@ __all__ = [
 
 #: What a row is: one ``EpisodeDataset`` sample, or one episode (metadata and blob references).
 ROWS = ("samples", "episodes")
+#: Decode threads (and CPUs) a read task takes by default, one per camera up to this many.
+TASK_THREADS = 2
 #: Default bound on a block's bytes.
 MAX_BLOCK_BYTES = 256 << 20
 #: Options of ``EpisodeDataset.from_uri`` that a read task passes on (never sample-changing).
@@ -47,6 +55,8 @@ _TASK_OPTIONS = ("transform", "decoder_cache_size", "decoder_backend", "decode_t
 #: Datasets a worker process keeps for its next read tasks (by URI and datasource).
 _DATASETS: dict[tuple[str, str], EpisodeDataset] = {}
 _KEEP = 2
+#: Their batch memory, reused by the next block of a task and by the worker's next task.
+_SCRATCH: dict[tuple[str, str], Scratch] = {}
 
 
 def read_slice(
@@ -78,11 +88,13 @@ def read_slice(
             ``slice``, ``manifest_hash``, ``samples`` (with a dataset) and for each stream read
             (every stream, for a bare slice) ``blob/<stream>`` (BLAKE3 hash) and
             ``nbytes/<stream>``.
-        override_num_blocks: read tasks to make (default: one per episode, at most
-            ``DataContext.read_op_min_num_blocks``, 200); at most one per episode.
+        override_num_blocks: read tasks to make (default: one per block of sample rows, or
+            one per episode for episode rows, at most ``DataContext.read_op_min_num_blocks``,
+            200); at most one per block.
         max_block_bytes: bound on the bytes of one block (default 256 MiB); by default a
             block is what Ray's block shaping hands on whole (:func:`rows_per_block`).
-        ray_remote_args: passed to ``ray.data.read_datasource`` (e.g. ``{"num_cpus": 1}``).
+        ray_remote_args: passed to ``ray.data.read_datasource``; ``num_cpus`` defaults to
+            the task's decode threads (2 with two or more cameras, at most a node's CPUs).
         **dataset_kwargs: the other ``EpisodeDataset`` arguments (``horizon``,
             ``image_size``, ``resize``, ``segments``, ``obs_steps``, ``frame``, ...).
 
@@ -129,8 +141,9 @@ def read_slice(
         # Ray's own default asks for more blocks than there are episodes and then splits each
         # task's blocks into pieces a consumer's batch has to copy back together.
         override_num_blocks = datasource.default_num_blocks()
+    remote_args = {"num_cpus": datasource.task_cpus, **(ray_remote_args or {})}
     return ray.data.read_datasource(
-        datasource, override_num_blocks=override_num_blocks, ray_remote_args=ray_remote_args or {}
+        datasource, override_num_blocks=override_num_blocks, ray_remote_args=remote_args
     )
 
 
@@ -189,14 +202,16 @@ def rows_per_block(row_bytes: int, max_block_bytes: int, target: int | None) -> 
 
 
 def group_rows(lengths: Sequence[int], groups: int, block_rows: int) -> list[range]:
-    """The sample rows of :func:`group_episodes`' groups, with each cut between two groups
-    moved to the nearest multiple of ``block_rows``.
+    """The sample rows of episodes of ``lengths`` cut into at most ``groups`` consecutive
+    ranges of about equal numbers of whole blocks of ``block_rows`` rows.
 
-    Every task's blocks then hold ``block_rows`` rows but the very last one, however the
-    episodes' lengths fall: a consumer's batches of a power-of-two size (``<= block_rows``)
-    are views of one block each, never copies of two blocks' pieces (a task that ended with a
-    short block shifted every batch after it). An episode that a cut falls in is read by
-    the two tasks that meet there, each its own frames in one forward pass.
+    Every task's blocks then hold ``block_rows`` rows but the very last one: a consumer's
+    batches of a power-of-two size (``<= block_rows``) are views of one block each, never
+    copies of two blocks' pieces (a task that ended with a short block shifted every batch
+    after it). Cuts fall where the blocks do, within an episode as well as between two: an
+    episode that a cut falls in is read by the two tasks that meet there, each its own frames
+    in one forward pass, and ranges of equal size keep every CPU busy to the end of the read
+    (five tasks on two CPUs left one CPU idle for the fifth).
 
     Args:
         lengths: samples per episode, in dataset order.
@@ -207,10 +222,10 @@ def group_rows(lengths: Sequence[int], groups: int, block_rows: int) -> list[ran
         Non-empty, consecutive row ranges covering ``range(sum(lengths))``.
     """
     total = int(sum(lengths))
-    starts = np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)])
-    cuts = [int(starts[g.start]) for g in group_episodes(lengths, groups)[1:]]
-    snapped = (int(round(c / block_rows)) * block_rows for c in cuts)
-    bounds = sorted({0, *(c for c in snapped if 0 < c < total), total})
+    blocks = -(-total // max(1, block_rows))
+    groups = max(1, min(int(groups), blocks))
+    cuts = (min(total, round(blocks * k / groups) * block_rows) for k in range(1, groups))
+    bounds = sorted({0, *cuts, total})
     return [range(a, b) for a, b in zip(bounds[:-1], bounds[1:], strict=True) if b > a]
 
 
@@ -246,13 +261,29 @@ class SliceDatasource(Datasource):
                 *source.obs,
                 *([source.action] if source.action else []),
             ]
-            self._row_bytes = _row_bytes(source.sample_spec())
+            spec = source.sample_spec()
+            self._row_bytes = _row_bytes(spec)
+            cameras = sum(
+                1 for d, shape in spec.values() if np.dtype(d) == np.uint8 and len(shape) == 3
+            )
+            if not self._options.get("decode_threads"):
+                # A task decodes its cameras' videos in parallel (one thread per camera, up to
+                # TASK_THREADS) and asks Ray for as many CPUs: Ray Data admits read tasks one
+                # or two at a time while its resource budget ramps up, and a task that used
+                # one CPU left the others idle.
+                threads = min(TASK_THREADS, cameras, _node_cpus())
+                if threads > 1:
+                    self._options["decode_threads"] = threads
         else:
             self._slice = source
             self._uri, self._options, self._streams = "", {}, None
             self._lengths = [1] * len(source.segments)
             self._row_bytes = 256
-        self._token = secrets.token_hex(8)  # this datasource, wherever it is unpickled
+        #: CPUs a read task asks Ray for: its decode threads, at most a node's CPUs.
+        self.task_cpus = max(1, min(int(self._options.get("decode_threads") or 1), _node_cpus()))
+        # Workers keep the dataset they built by this key: a later read_slice of the same
+        # dataset with the same client and options reuses it (its open decoders and tables).
+        self._token = _dataset_key(self._uri, self._options, self._slice.client)
         if rows == "samples" and not self._uri:
             raise InvalidArgumentError("rows='samples' needs an EpisodeDataset")
 
@@ -262,10 +293,18 @@ class SliceDatasource(Datasource):
         return int(self._row_bytes * rows)
 
     def default_num_blocks(self) -> int:
-        """Read tasks when the caller names none: one per episode, at most Ray's
-        ``DataContext.read_op_min_num_blocks`` (200) groups of consecutive episodes."""
-        floor = int(getattr(ray.data.DataContext.get_current(), "read_op_min_num_blocks", 200))
+        """Read tasks when the caller names none: one per block of sample rows (one per
+        episode for episode rows), at most Ray's ``DataContext.read_op_min_num_blocks`` (200)."""
+        context = ray.data.DataContext.get_current()
+        floor = int(getattr(context, "read_op_min_num_blocks", 200))
+        if self.rows == "samples":
+            rows = self._block_rows(context)
+            return max(1, min(-(-sum(self._lengths) // rows), floor))
         return max(1, min(len(self._lengths), floor))
+
+    def _block_rows(self, data_context: ray.data.DataContext | None) -> int:
+        target = getattr(data_context, "target_max_block_size", None)
+        return rows_per_block(self._row_bytes, self.max_block_bytes, target)
 
     def get_read_tasks(
         self,
@@ -273,15 +312,15 @@ class SliceDatasource(Datasource):
         per_task_row_limit: int | None = None,
         data_context: ray.data.DataContext | None = None,
     ) -> list[ReadTask]:
-        """One task per group of consecutive episodes (at most ``parallelism``), cut at block rows.
+        """At most ``parallelism`` tasks: equal runs of whole blocks of samples (of episodes
+        for episode rows).
 
         Args:
             parallelism: tasks wanted.
             per_task_row_limit: rows a task reads at most (Ray's limit pushdown).
             data_context: Ray's ``DataContext`` (its ``target_max_block_size`` bounds blocks).
         """
-        target = getattr(data_context, "target_max_block_size", None)
-        block_rows = rows_per_block(self._row_bytes, self.max_block_bytes, target)
+        block_rows = self._block_rows(data_context)
         if self.rows == "samples":
             ranges = group_rows(self._lengths, parallelism, block_rows)
         else:
@@ -308,9 +347,17 @@ class SliceDatasource(Datasource):
         dataset = self._dataset()
         start = rows.start
         stop = min(rows.stop, start + max(0, limit))
+        # Ray copies each block into its object store at the yield, before the next is read:
+        # the frames of the next block can go into the same memory (unless still referenced).
+        scratch = _SCRATCH.setdefault((self._uri, self._token), Scratch())
         for pos in range(start, stop, block_rows):
             indices = list(range(pos, min(pos + block_rows, stop)))
-            yield BlockAccessor.batch_to_block(_to_columns(dataset.__getitems__(indices), indices))
+            with scratch:
+                block = BlockAccessor.batch_to_block(
+                    _to_columns(dataset.__getitems__(indices), indices)
+                )
+            yield block
+            del block  # this frame's reference would keep the buffer from the next block
 
     def _dataset(self) -> EpisodeDataset:
         """The dataset, rebuilt from its URI once per worker process and datasource (a Ray
@@ -322,6 +369,7 @@ class SliceDatasource(Datasource):
                 self._uri, client=self._slice.client, shard=None, **self._options
             )
             while len(_DATASETS) >= _KEEP:
+                _SCRATCH.pop(next(iter(_DATASETS)), None)
                 _DATASETS.pop(next(iter(_DATASETS)))
             _DATASETS[key] = dataset
         return dataset
@@ -398,6 +446,26 @@ def _stacked(rows: list[torch.Tensor]) -> torch.Tensor:
     if not consecutive or step == 0:
         return torch.stack(rows)
     return torch.as_strided(first, (len(rows), *first.shape), (step, *first.stride()), start)
+
+
+def _node_cpus() -> int:
+    """CPUs of the largest live node of the Ray cluster (this machine's before Ray starts)."""
+    if ray.is_initialized():
+        cpus = [n.get("Resources", {}).get("CPU", 0) for n in ray.nodes() if n.get("Alive")]
+        if cpus:
+            return max(1, int(max(cpus)))
+    return os.cpu_count() or 1
+
+
+def _dataset_key(uri: str, options: Mapping[str, Any], client: object) -> str:
+    """A digest of what a worker's dataset is built from: the URI (which pins the manifest),
+    the task options and the client as it travels (endpoint, cache, modes, limits); a random
+    one where they do not pickle."""
+    try:
+        state = cloudpickle.dumps((uri, sorted(options.items()), client))
+    except Exception:  # any pickling failure: then this datasource's own dataset, as before
+        return secrets.token_hex(8)
+    return hashlib.sha256(state).hexdigest()[:32]
 
 
 def _row_bytes(spec: dict[str, tuple[str, tuple[int, ...]]]) -> int:
