@@ -54,7 +54,7 @@ ALLOWED_PRIVATE = {
     # A Ray read task lends the reader memory that the next block overwrites: only a caller
     # that hands each batch on (Ray copies it into its object store) before reading the next
     # may, which no user of rayform.torch does.
-    ("rayform.ray._data", "rayform.torch._scratch"),
+    ("rayform.ray._data", "rayform.torch._batchmem"),
 }
 
 #: Our packages: the private-module rule is about how they depend on each other.

@@ -103,6 +103,24 @@ def test_a_blob_evicted_between_pin_and_decode_is_fetched_again_with_a_warning(
     assert_cache_consistent(tmp_path / "bounded")
 
 
+def test_a_video_with_an_open_decoder_is_read_through_its_open_file(
+    demo_server: ServerProcess, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Once its decoder is open, a video is not looked up on disk again for each batch: a
+    file removed meanwhile is still read through the decoder's open file, with the same
+    samples, no warning and no fetch."""
+    ds = _dataset(demo_server, tmp_path / "cache", None)
+    want = _samples(ds)  # every video's decoder is now open in this process
+    refs = {seg.streams[n].blob for seg in ds.segments for n in ["cam0/rgb", "wrist/rgb"]}
+    paths = [Path(ds.slice.blob_path(ref)) for ref in refs]
+    for path in paths:
+        os.unlink(path)
+    with caplog.at_level(logging.WARNING, logger="rayform.cache"):
+        assert _samples(ds) == want
+    assert not [r for r in caplog.records if "vanished" in r.getMessage()]
+    assert not any(p.exists() for p in paths)  # read from the open files, not fetched again
+
+
 def test_real_workers_survive_blobs_removed_under_them(
     demo_server: ServerProcess, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

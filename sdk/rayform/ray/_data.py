@@ -8,7 +8,7 @@ Ray for two CPUs. Each Ray worker process rebuilds the dataset from its URI
 (``EpisodeDataset.from_uri``) once, with the driver's client (its cache directory, shared mode,
 offline mode and limits travel with it), and keeps it for its next tasks and later reads of the
 same dataset, client and options; a task reads its rows with ``__getitems__`` in time order
-into memory reused from block to block (``Scratch``) and yields blocks sized to pass Ray's
+into memory reused from block to block (``BatchMemory``) and yields blocks sized to pass Ray's
 block shaping whole (:func:`rows_per_block`): a consumer's batches of 32 rows are then views
 of one block, not copies of pieces of several. The rows are the dataset's samples, exactly:
 the same tensors as ``dataset[index]`` (``meta`` flattened into ``meta/...`` columns, plus
@@ -33,7 +33,7 @@ from ray.data.datasource import Datasource, ReadTask
 from rayform.errors import InvalidArgumentError
 from rayform.slice import Slice
 from rayform.torch import EpisodeDataset
-from rayform.torch._scratch import Scratch
+from rayform.torch._batchmem import BatchMemory
 
 __all__ = [
     "ROWS",
@@ -56,7 +56,7 @@ _TASK_OPTIONS = ("transform", "decoder_cache_size", "decoder_backend", "decode_t
 _DATASETS: dict[tuple[str, str], EpisodeDataset] = {}
 _KEEP = 2
 #: Their batch memory, reused by the next block of a task and by the worker's next task.
-_SCRATCH: dict[tuple[str, str], Scratch] = {}
+_MEMORY: dict[tuple[str, str], BatchMemory] = {}
 
 
 def read_slice(
@@ -349,10 +349,10 @@ class SliceDatasource(Datasource):
         stop = min(rows.stop, start + max(0, limit))
         # Ray copies each block into its object store at the yield, before the next is read:
         # the frames of the next block can go into the same memory (unless still referenced).
-        scratch = _SCRATCH.setdefault((self._uri, self._token), Scratch())
+        memory = _MEMORY.setdefault((self._uri, self._token), BatchMemory())
         for pos in range(start, stop, block_rows):
             indices = list(range(pos, min(pos + block_rows, stop)))
-            with scratch:
+            with memory:
                 block = BlockAccessor.batch_to_block(
                     _to_columns(dataset.__getitems__(indices), indices)
                 )
@@ -369,7 +369,7 @@ class SliceDatasource(Datasource):
                 self._uri, client=self._slice.client, shard=None, **self._options
             )
             while len(_DATASETS) >= _KEEP:
-                _SCRATCH.pop(next(iter(_DATASETS)), None)
+                _MEMORY.pop(next(iter(_DATASETS)), None)
                 _DATASETS.pop(next(iter(_DATASETS)))
             _DATASETS[key] = dataset
         return dataset

@@ -38,7 +38,7 @@ from torch.utils.data._utils.collate import collate as _collate_with
 from torch.utils.data._utils.collate import default_collate_fn_map
 
 from rayform._process import PerProcess
-from rayform.torch import _scratch
+from rayform.torch import _batchmem
 
 __all__ = ["collate", "MAX_SLOTS", "batch_rows", "batch_tensor", "forget_slots", "slots_in_use"]
 
@@ -132,12 +132,12 @@ def batch_tensor(shape: tuple[int, ...], dtype: torch.dtype = torch.uint8) -> to
     """An uninitialised tensor for one batch-wide value the reader fills (a camera's frames,
     one row per sample): in a DataLoader worker where :func:`collate` has run, a region of the
     shared-memory slot the next batch will be collated into, which ``collate`` then keeps in
-    place when the batch's samples hold its rows in order; inside ``with scratch:``
-    (:class:`~rayform.torch._scratch.Scratch`, a reader whose caller copies each batch out),
+    place when the batch's samples hold its rows in order; inside ``with memory:``
+    (:class:`~rayform.torch._batchmem.BatchMemory`, a reader whose caller copies each batch out),
     reused memory; elsewhere new memory."""
     if get_worker_info() is None:
-        scratch = _scratch.current()
-        return torch.empty(shape, dtype=dtype) if scratch is None else scratch.tensor(shape, dtype)
+        memory = _batchmem.current()
+        return torch.empty(shape, dtype=dtype) if memory is None else memory.tensor(shape, dtype)
     pool = _POOL.get()
     if not pool.collates:  # another collate_fn, none yet, or rows not collated as written
         return torch.empty(shape, dtype=dtype)

@@ -124,8 +124,10 @@ class SampleReader:
         path = state.paths.get(ref.hash)
         state.refs[ref.hash] = ref
         for _ in range(_PIN_TRIES):
-            # Evicted, or removed by a `rayform cache prune` meanwhile: fetch it again (a stat).
-            if path is None or not path.is_file():
+            # Evicted, or removed by a `rayform cache prune` meanwhile: fetch it again (a stat,
+            # which a video with an open decoder does not need: that reads its open file, and
+            # a file gone when a decoder opens is fetched again by read_blob).
+            if path is None or not (state.decoders.holds(ref.hash) or path.is_file()):
                 path = Path(self.slice.blob_path(ref))
                 state.paths[ref.hash] = path
             # In use: no bounded cache may evict it. Another process may evict it between our

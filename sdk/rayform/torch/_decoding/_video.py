@@ -200,6 +200,11 @@ class DecoderCache:
         self._lock = threading.Lock()
         self._open: OrderedDict[str, _Entry] = OrderedDict()
 
+    def holds(self, key: str) -> bool:
+        """Whether a decoder of the video ``key`` is open here (it reads through its open
+        file, whatever happens to the path meanwhile)."""
+        return key in self._open
+
     @property
     def backend(self) -> str:
         """The general backend: the one asked for, else :func:`default_backend`."""

@@ -1,4 +1,4 @@
-"""Reused batch memory (``rayform.torch._scratch``): a batch read inside ``with scratch:``
+"""Reused batch memory (``rayform.torch._batchmem``): a batch read inside ``with memory:``
 goes into memory an earlier batch used only once nothing references that batch any more, and
 its samples are the same as without."""
 
@@ -13,8 +13,8 @@ from support.fakes import store_slice
 
 from rayform.slice import Slice
 from rayform.torch import EpisodeDataset
+from rayform.torch._batchmem import BatchMemory, current
 from rayform.torch._collate import batch_tensor
-from rayform.torch._scratch import Scratch, current
 from rayform_server.store import Store
 
 SHAPE = (4, 3, 8, 8)
@@ -25,66 +25,66 @@ def _storage(t: torch.Tensor) -> int:
 
 
 def test_a_dropped_batch_memory_is_written_again() -> None:
-    scratch = Scratch(keep=2)
-    with scratch:  # the first batch measures what a batch takes
+    memory = BatchMemory(keep=2)
+    with memory:  # the first batch measures what a batch takes
         first = batch_tensor(SHAPE), batch_tensor((2,), torch.int64)
-        assert current() is scratch
-    assert current() is None and scratch.largest >= first[0].numel() + 16
-    assert scratch.buffers == []
+        assert current() is memory
+    assert current() is None and memory.largest >= first[0].numel() + 16
+    assert memory.buffers == []
     del first
-    with scratch:
+    with memory:
         a = batch_tensor(SHAPE)
         b = batch_tensor((2,), torch.int64)  # a second region of the same buffer
-    assert _storage(a) == _storage(b) == _storage(scratch.buffers[0])
+    assert _storage(a) == _storage(b) == _storage(memory.buffers[0])
     assert b.data_ptr() >= a.data_ptr() + a.numel()  # regions never overlap
     a.fill_(7)
     ptr = a.data_ptr()
     del a, b
-    with scratch:
+    with memory:
         again = batch_tensor(SHAPE)
     assert again.data_ptr() == ptr  # the same memory, written again
-    assert len(scratch.buffers) == 1
+    assert len(memory.buffers) == 1
 
 
 def test_a_referenced_batch_is_never_overwritten() -> None:
-    scratch = Scratch(keep=1)
-    with scratch:
+    memory = BatchMemory(keep=1)
+    with memory:
         batch_tensor(SHAPE)
-    with scratch:
+    with memory:
         kept = batch_tensor(SHAPE)
     kept.fill_(3)
     row = kept[1].numpy()  # a view that outlives the tensor it came from
     del kept
-    with scratch:
+    with memory:
         other = batch_tensor(SHAPE)  # the only kept buffer is still referenced: new memory
     other.fill_(9)
-    assert _storage(other) != _storage(scratch.buffers[0])
+    assert _storage(other) != _storage(memory.buffers[0])
     assert (row == 3).all()
     del row
-    with scratch:
+    with memory:
         reused = batch_tensor(SHAPE)
-    assert _storage(reused) == _storage(scratch.buffers[0])
+    assert _storage(reused) == _storage(memory.buffers[0])
 
 
 def test_a_bigger_batch_takes_new_memory_and_outside_nothing_is_reused() -> None:
-    scratch = Scratch(keep=1)
-    with scratch:
+    memory = BatchMemory(keep=1)
+    with memory:
         batch_tensor(SHAPE)
-    with scratch:
+    with memory:
         small = batch_tensor(SHAPE)
         big = batch_tensor((64, 3, 8, 8))  # past the end of the buffer: new memory
-    assert _storage(small) == _storage(scratch.buffers[0]) != _storage(big)
+    assert _storage(small) == _storage(memory.buffers[0]) != _storage(big)
     del small, big
-    with scratch:  # the buffer was too small for the last batch: replaced by a bigger one
+    with memory:  # the buffer was too small for the last batch: replaced by a bigger one
         whole = batch_tensor((68, 3, 8, 8))
-    assert _storage(whole) == _storage(scratch.buffers[0])
-    assert scratch.buffers[0].numel() >= whole.numel()
+    assert _storage(whole) == _storage(memory.buffers[0])
+    assert memory.buffers[0].numel() >= whole.numel()
     outside = batch_tensor(SHAPE)
-    assert _storage(outside) != _storage(scratch.buffers[0])
+    assert _storage(outside) != _storage(memory.buffers[0])
 
 
-def test_one_scratch_per_thread_at_a_time() -> None:
-    with Scratch(), pytest.raises(RuntimeError, match="already in use"), Scratch():
+def test_one_batch_memory_per_thread_at_a_time() -> None:
+    with BatchMemory(), pytest.raises(RuntimeError, match="already in use"), BatchMemory():
         pass
     assert current() is None
 
@@ -107,13 +107,13 @@ def test_samples_read_into_reused_memory_are_the_same(demo: Slice, image_size) -
         shard=None,
         image_size=image_size,
     )
-    scratch = Scratch()
+    memory = BatchMemory()
     blocks = [range(i, min(i + 24, len(dataset))) for i in range(0, 96, 24)]
     kept = []
     for rows in blocks:
-        with scratch:
+        with memory:
             got = dataset.__getitems__(list(rows))
-        kept.append(_storage(got[0]["cam0/rgb"]) in {_storage(b) for b in scratch.buffers})
+        kept.append(_storage(got[0]["cam0/rgb"]) in {_storage(b) for b in memory.buffers})
         cams = {k: torch.stack([s[k] for s in got]) for k in ("cam0/rgb", "wrist/rgb")}
         want = dataset.__getitems__(list(rows))
         for i, sample in enumerate(want):
@@ -122,4 +122,4 @@ def test_samples_read_into_reused_memory_are_the_same(demo: Slice, image_size) -
             assert torch.equal(got[i]["action"], sample["action"])
         del got, cams, sample
     assert kept == [False, True, True, True]  # every block after the first in kept memory
-    assert len(scratch.buffers) == 1
+    assert len(memory.buffers) == 1

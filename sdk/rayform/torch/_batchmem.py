@@ -6,7 +6,7 @@ freed: for a block of 96 rows of two 480x640 cameras (177 MB) that is about 0.45
 some 15 % of reading it. A Ray read task hands each block to Ray, which copies it into its
 object store, before it reads the next: memory written once can be written again.
 
-How: a :class:`Scratch` keeps a few buffers. Within ``with scratch:`` (one batch),
+How: a :class:`BatchMemory` keeps a few buffers. Within ``with memory:`` (one batch),
 :func:`~rayform.torch._collate.batch_tensor` hands out consecutive regions of a buffer that
 nothing else references. Whether anything does is read from the buffer's reference count, which
 every tensor, view, NumPy array and Arrow buffer over it holds up: a buffer whose batch is still
@@ -22,7 +22,7 @@ from types import TracebackType
 
 import torch
 
-__all__ = ["Scratch", "current"]
+__all__ = ["BatchMemory", "current"]
 
 _ALIGN = 64  # bytes: every region starts on a cache line
 
@@ -39,8 +39,8 @@ def _use_count(buffer: torch.Tensor) -> int | None:
     return int(count(storage._cdata)) - 1
 
 
-class Scratch:
-    """Buffers reused across the batches read inside ``with scratch:``, one batch per ``with``.
+class BatchMemory:
+    """Buffers reused across the batches read inside ``with memory:``, one batch per ``with``.
 
     Args:
         keep: buffers kept at most (a batch whose buffer is still referenced takes another).
@@ -54,12 +54,12 @@ class Scratch:
         self._offset = 0
         self._used = 0
 
-    def __enter__(self) -> Scratch:
-        if getattr(_local, "scratch", None) is not None:
-            raise RuntimeError("a Scratch is already in use in this thread")
+    def __enter__(self) -> BatchMemory:
+        if getattr(_local, "memory", None) is not None:
+            raise RuntimeError("a BatchMemory is already in use in this thread")
         self._buffer = self._free_buffer()
         self._offset = self._used = 0
-        _local.scratch = self
+        _local.memory = self
         return self
 
     def __exit__(
@@ -68,7 +68,7 @@ class Scratch:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        _local.scratch = None
+        _local.memory = None
         self._buffer = None
         self.largest = max(self.largest, self._used)
 
@@ -109,9 +109,9 @@ class Scratch:
         return out
 
 
-def current() -> Scratch | None:
-    """The :class:`Scratch` of the batch being read in this thread, if any."""
-    return getattr(_local, "scratch", None)
+def current() -> BatchMemory | None:
+    """The :class:`BatchMemory` of the batch being read in this thread, if any."""
+    return getattr(_local, "memory", None)
 
 
 def _numel(shape: tuple[int, ...]) -> int:
