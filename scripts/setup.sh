@@ -6,7 +6,9 @@ cd "$(dirname "$0")/.."
 
 need_apt=()
 # FFmpeg: the shared libraries for torchcodec, the ffmpeg CLI for tests that edit videos.
-if ! ldconfig -p 2>/dev/null | grep -q 'libavcodec\.so' || ! command -v ffmpeg >/dev/null 2>&1; then
+# grep reads all of ldconfig's list (not -q, which exits at the first match: ldconfig then
+# dies of SIGPIPE, and pipefail read that as "missing" and ran apt-get again).
+if ! ldconfig -p 2>/dev/null | grep 'libavcodec\.so' >/dev/null || ! command -v ffmpeg >/dev/null 2>&1; then
   need_apt+=(ffmpeg)
 fi
 command -v curl >/dev/null 2>&1 || need_apt+=(curl)
