@@ -23,11 +23,14 @@ _RAYFORM_ENV = ("RAYFORM_ENDPOINT", "RAYFORM_TOKEN", "RAYFORM_CACHE_DIR", "RAYFO
 
 @pytest.fixture(autouse=True)
 def isolated_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """Every test gets its own cache dir and no RAYFORM_* variables from the outside."""
+    """Every test gets its own cache dir, its own state dir (the packet decoder's checks kept
+    on disk: a test that breaks a decoder on purpose must not leave its verdict to the next)
+    and no RAYFORM_* variables from the outside."""
     for name in _RAYFORM_ENV:
         monkeypatch.delenv(name, raising=False)
     cache = tmp_path / "cache"
     monkeypatch.setenv("RAYFORM_CACHE_DIR", str(cache))
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
     return cache
 
 

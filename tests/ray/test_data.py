@@ -5,6 +5,7 @@ offline reads from the cache; the docs' recipe runs as written."""
 from __future__ import annotations
 
 import math
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -129,9 +130,23 @@ def test_tasks_decode_their_cameras_in_parallel_and_workers_keep_the_dataset(
     asked = source(rayform.torch.EpisodeDataset(slice_, **two, shard=None), decode_threads=3)
     assert asked.task_cpus == 3
     monkeypatch.undo()
-    # The default: one block of rows per task (at most 200 tasks).
-    rows = sum(one_cam._lengths)
-    assert one_cam.default_num_blocks() == min(200, -(-rows // one_cam._block_rows(None)))
+    # The default: runs of four blocks or more, unless the cluster's CPUs would lack tasks
+    # (two per task slot); one block per task at most, and 200 tasks at most.
+    small = SliceDatasource(
+        rayform.torch.EpisodeDataset(slice_, **ARGS, shard=None),
+        max_block_bytes=one_cam._row_bytes * 2,
+    )
+    block_rows = small._block_rows(None)
+    blocks = -(-sum(small._lengths) // block_rows)
+    assert block_rows == 2 and blocks > 8
+    for cpus, tasks in [(1, -(-blocks // 4)), (2, -(-blocks // 4)), (10**4, min(200, blocks))]:
+        monkeypatch.setattr(rayform.ray._data, "_cluster_cpus", lambda cpus=cpus: cpus)
+        assert small.default_num_blocks() == tasks, cpus
+    monkeypatch.setattr(rayform.ray._data, "_cluster_cpus", lambda: blocks // 4)
+    assert small.default_num_blocks() == min(200, blocks, 2 * (blocks // 4))
+    monkeypatch.undo()
+    runs = rayform.ray.group_rows(small._lengths, -(-blocks // 4), block_rows)
+    assert min(map(len, runs[:-1])) >= 4 * block_rows
 
     # A worker keeps the dataset it built by what it is built from: the same dataset,
     # client and options again reuse it; another option or another cache do not.
@@ -143,6 +158,29 @@ def test_tasks_decode_their_cameras_in_parallel_and_workers_keep_the_dataset(
     moved = source(rayform.torch.EpisodeDataset(elsewhere, **ARGS, shard=None))
     assert moved._token != one_cam._token
     assert two_cams._token != one_cam._token
+
+
+def test_task_options_reach_ray_without_its_deprecation(
+    ray_cluster: Any, demo_server: ServerProcess, tmp_path: Path
+) -> None:
+    slice_ = make_client(demo_server.url, tmp_path / "cache").slices.get(DEMO_SLICE)
+
+    def read_op(**kwargs: Any) -> dict[str, Any]:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            ds = rayform.ray.read_slice(slice_, **ARGS, **kwargs)
+        # Ray 2.60 warns (RayDeprecationWarning) whenever ray_remote_args is given at all.
+        assert not [w for w in caught if "ray_remote_args" in str(w.message)]
+        return dict(ds._logical_plan.dag.ray_remote_args)
+
+    assert read_op()["num_cpus"] == 1  # the task's decode threads (one camera)
+    given = read_op(ray_remote_args={"num_cpus": 0.5, "memory": 1 << 20})
+    assert given["num_cpus"] == 0.5 and given["memory"] == 1 << 20
+    # An option Ray does not name still goes through (and Ray's own warning is then the user's).
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        other = rayform.ray.read_slice(slice_, **ARGS, ray_remote_args={"max_retries": 7})
+    assert dict(other._logical_plan.dag.ray_remote_args)["max_retries"] == 7
 
 
 def test_blocks_pass_rays_block_shaping_whole() -> None:

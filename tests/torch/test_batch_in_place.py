@@ -6,31 +6,18 @@ from __future__ import annotations
 
 import types
 from multiprocessing.reduction import ForkingPickler
-from pathlib import Path
 
 import pytest
 import torch
-from support import DEMO_SLICE
-from support.fakes import store_slice
 from torch.utils._pytree import tree_flatten
 from torch.utils.data import DataLoader, default_collate
 
 from rayform.slice import Slice
 from rayform.torch import EpisodeDataset, MixtureDataset, _collate, collate
-from rayform_server.store import Store
 
 CAMS = ["cam0/rgb", "wrist/rgb"]
 #: Each camera its own size (two resize groups), the wrist's not 4:3.
 SIZES = {"cam0/rgb": (64, 64), "wrist/rgb": (40, 72)}
-
-
-@pytest.fixture(scope="module")
-def demo(demo_root: Path) -> Slice:
-    """The small demo slice (96x128 all-intra cameras), read straight from its data root."""
-    store = Store(demo_root)
-    return store_slice(
-        DEMO_SLICE, store.load_manifest(store.get_slice(DEMO_SLICE)["manifest"]), store
-    )
 
 
 @pytest.fixture

@@ -4,18 +4,13 @@ its samples are the same as without."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import torch
-from support import DEMO_SLICE
-from support.fakes import store_slice
 
 from rayform.slice import Slice
 from rayform.torch import EpisodeDataset
 from rayform.torch._batchmem import BatchMemory, current
 from rayform.torch._collate import batch_tensor
-from rayform_server.store import Store
 
 SHAPE = (4, 3, 8, 8)
 
@@ -87,14 +82,6 @@ def test_one_batch_memory_per_thread_at_a_time() -> None:
     with BatchMemory(), pytest.raises(RuntimeError, match="already in use"), BatchMemory():
         pass
     assert current() is None
-
-
-@pytest.fixture(scope="module")
-def demo(demo_root: Path) -> Slice:
-    store = Store(demo_root)
-    return store_slice(
-        DEMO_SLICE, store.load_manifest(store.get_slice(DEMO_SLICE)["manifest"]), store
-    )
 
 
 @pytest.mark.parametrize("image_size", [None, (40, 72)])

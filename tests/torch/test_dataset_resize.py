@@ -3,13 +3,9 @@ pixels whatever the decoder, today's frames without it."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import torch
 import torch.nn.functional as F
-from support import DEMO_SLICE
-from support.fakes import store_slice
 from torch.utils.data import DataLoader
 
 from rayform import DatasetURI, InvalidArgumentError
@@ -20,21 +16,11 @@ from rayform.torch import EpisodeDataset, MixtureDataset, collate
 from rayform.torch._decoding import _batch
 from rayform.torch._decoding._resize import resize_frames
 from rayform.torch._decoding._video import forget_intra_checks
-from rayform_server.store import Store
 
 CAMS = ["cam0/rgb", "wrist/rgb"]
 OBS = [*CAMS, "joints/position"]
 ACTION = "joints/position_delta"
 KEYS = [0, 9, 31, 20, 57, 3]  # across the small demo's 4 episodes, out of order
-
-
-@pytest.fixture(scope="module")
-def demo(demo_root: Path) -> Slice:
-    """The small demo slice (96x128 all-intra cameras), read straight from its data root."""
-    store = Store(demo_root)
-    return store_slice(
-        DEMO_SLICE, store.load_manifest(store.get_slice(DEMO_SLICE)["manifest"]), store
-    )
 
 
 def make(slice_: Slice, **kw) -> EpisodeDataset:

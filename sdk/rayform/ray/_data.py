@@ -2,17 +2,17 @@
 
 :func:`read_slice` builds the :class:`~rayform.torch.EpisodeDataset` on the driver (it reads
 the manifest only) and hands Ray a :class:`SliceDatasource`. Each read task holds a run of
-consecutive samples, a whole number of blocks (:func:`group_rows`), so each video is decoded in
-one forward pass per task; with two or more cameras a task decodes them in two threads and asks
-Ray for two CPUs. Each Ray worker process rebuilds the dataset from its URI
-(``EpisodeDataset.from_uri``) once, with the driver's client (its cache directory, shared mode,
-offline mode and limits travel with it), and keeps it for its next tasks and later reads of the
-same dataset, client and options; a task reads its rows with ``__getitems__`` in time order
-into memory reused from block to block (``BatchMemory``) and yields blocks sized to pass Ray's
-block shaping whole (:func:`rows_per_block`): a consumer's batches of 32 rows are then views
-of one block, not copies of pieces of several. The rows are the dataset's samples, exactly:
-the same tensors as ``dataset[index]`` (``meta`` flattened into ``meta/...`` columns, plus
-``meta/index``).
+consecutive samples, a whole number of blocks (:func:`group_rows`; by default at least four),
+so each video is decoded in one forward pass per task; with two or more cameras a task decodes
+them in two threads and asks Ray for two CPUs. Each Ray worker process rebuilds the dataset
+from its URI (``EpisodeDataset.from_uri``) once, with the driver's client (its cache directory,
+shared mode, offline mode and limits travel with it), and keeps it for its next tasks and
+later reads of the same dataset, client and options; a task reads its rows with
+``__getitems__`` in time order into memory reused from block to block (``BatchMemory``) and
+yields blocks sized to pass Ray's block shaping whole (:func:`rows_per_block`): a consumer's
+batches of 32 rows are then views of one block, not copies of pieces of several. The rows
+are the dataset's samples, exactly: the same tensors as ``dataset[index]`` (``meta``
+flattened into ``meta/...`` columns, plus ``meta/index``).
 """
 
 from __future__ import annotations
@@ -48,6 +48,25 @@ __all__ = [
 ROWS = ("samples", "episodes")
 #: Decode threads (and CPUs) a read task takes by default, one per camera up to this many.
 TASK_THREADS = 2
+#: Blocks a read task holds at least by default, where the cluster has tasks enough for every
+#: CPU without smaller ones: Ray Data spends ~20 ms around each task (its logging set up, the
+#: task's arguments read, the scheduler's turn), an eighth of a 96-row block's decode on two
+#: CPUs (one-block tasks read 615-637 rows/s where runs of four read 650-670).
+TASK_BLOCKS = 4
+#: Task options ``ray.data.read_datasource`` takes by name (the rest go in ray_remote_args).
+_NAMED_REMOTE_ARGS = frozenset(
+    {
+        "num_cpus",
+        "num_gpus",
+        "memory",
+        "resources",
+        "accelerator_type",
+        "runtime_env",
+        "label_selector",
+        "fallback_strategy",
+        "max_calls",
+    }
+)
 #: Default bound on a block's bytes.
 MAX_BLOCK_BYTES = 256 << 20
 #: Options of ``EpisodeDataset.from_uri`` that a read task passes on (never sample-changing).
@@ -88,13 +107,16 @@ def read_slice(
             ``slice``, ``manifest_hash``, ``samples`` (with a dataset) and for each stream read
             (every stream, for a bare slice) ``blob/<stream>`` (BLAKE3 hash) and
             ``nbytes/<stream>``.
-        override_num_blocks: read tasks to make (default: one per block of sample rows, or
-            one per episode for episode rows, at most ``DataContext.read_op_min_num_blocks``,
-            200); at most one per block.
+        override_num_blocks: read tasks to make (default for sample rows: runs of at least
+            four blocks, more where the cluster's CPUs would otherwise lack tasks
+            (:meth:`SliceDatasource.default_num_blocks`); for episode rows one per episode; at
+            most ``DataContext.read_op_min_num_blocks``, 200); at most one per block.
         max_block_bytes: bound on the bytes of one block (default 256 MiB); by default a
             block is what Ray's block shaping hands on whole (:func:`rows_per_block`).
-        ray_remote_args: passed to ``ray.data.read_datasource``; ``num_cpus`` defaults to
-            the task's decode threads (2 with two or more cameras, at most a node's CPUs).
+        ray_remote_args: the read tasks' Ray options (``num_cpus``, ``memory``,
+            ``resources``, ``runtime_env``, ...; those ``ray.data.read_datasource`` names are
+            passed by name, the rest as its ``ray_remote_args``); ``num_cpus`` defaults to the
+            task's decode threads (2 with two or more cameras, at most a node's CPUs).
         **dataset_kwargs: the other ``EpisodeDataset`` arguments (``horizon``,
             ``image_size``, ``resize``, ``segments``, ``obs_steps``, ``frame``, ...).
 
@@ -142,9 +164,12 @@ def read_slice(
         # task's blocks into pieces a consumer's batch has to copy back together.
         override_num_blocks = datasource.default_num_blocks()
     remote_args = {"num_cpus": datasource.task_cpus, **(ray_remote_args or {})}
-    return ray.data.read_datasource(
-        datasource, override_num_blocks=override_num_blocks, ray_remote_args=remote_args
-    )
+    # Ray 2.60 takes the common task options as named parameters and deprecates them in
+    # ray_remote_args (a warning on every call); what it does not name still goes there.
+    named = {k: remote_args.pop(k) for k in list(remote_args) if k in _NAMED_REMOTE_ARGS}
+    if remote_args:
+        named["ray_remote_args"] = remote_args
+    return ray.data.read_datasource(datasource, override_num_blocks=override_num_blocks, **named)
 
 
 def group_episodes(lengths: Sequence[int], groups: int) -> list[range]:
@@ -293,13 +318,18 @@ class SliceDatasource(Datasource):
         return int(self._row_bytes * rows)
 
     def default_num_blocks(self) -> int:
-        """Read tasks when the caller names none: one per block of sample rows (one per
-        episode for episode rows), at most Ray's ``DataContext.read_op_min_num_blocks`` (200)."""
+        """Read tasks when the caller names none (sample rows): runs of at least
+        :data:`TASK_BLOCKS` blocks, unless that leaves fewer than two tasks per task slot of
+        the cluster (its CPUs over a task's); one per block at most, and at most Ray's
+        ``DataContext.read_op_min_num_blocks`` (200). Episode rows: one task per episode, at
+        most that many."""
         context = ray.data.DataContext.get_current()
         floor = int(getattr(context, "read_op_min_num_blocks", 200))
         if self.rows == "samples":
-            rows = self._block_rows(context)
-            return max(1, min(-(-sum(self._lengths) // rows), floor))
+            blocks = -(-sum(self._lengths) // self._block_rows(context))
+            slots = max(1, _cluster_cpus() // self.task_cpus)
+            tasks = max(-(-blocks // TASK_BLOCKS), 2 * slots)
+            return max(1, min(tasks, blocks, floor))
         return max(1, min(len(self._lengths), floor))
 
     def _block_rows(self, data_context: ray.data.DataContext | None) -> int:
@@ -450,11 +480,22 @@ def _stacked(rows: list[torch.Tensor]) -> torch.Tensor:
 
 def _node_cpus() -> int:
     """CPUs of the largest live node of the Ray cluster (this machine's before Ray starts)."""
-    if ray.is_initialized():
-        cpus = [n.get("Resources", {}).get("CPU", 0) for n in ray.nodes() if n.get("Alive")]
-        if cpus:
-            return max(1, int(max(cpus)))
-    return os.cpu_count() or 1
+    cpus = _live_node_cpus()
+    return max(cpus) if cpus else os.cpu_count() or 1
+
+
+def _cluster_cpus() -> int:
+    """CPUs of the Ray cluster's live nodes (this machine's before Ray starts)."""
+    cpus = _live_node_cpus()
+    return sum(cpus) if cpus else os.cpu_count() or 1
+
+
+def _live_node_cpus() -> list[int]:
+    """CPUs of each live node of the Ray cluster with any (none before Ray starts)."""
+    if not ray.is_initialized():
+        return []
+    cpus = (int(n.get("Resources", {}).get("CPU", 0)) for n in ray.nodes() if n.get("Alive"))
+    return [c for c in cpus if c > 0]
 
 
 def _dataset_key(uri: str, options: Mapping[str, Any], client: object) -> str:

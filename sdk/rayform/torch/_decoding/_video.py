@@ -9,7 +9,8 @@ Backends, chosen per video when the backend is left to us (``None``):
 
 * all-intra video (our ingest's default): :mod:`._intra`, which decodes each frame's packet
   directly into planar RGB. It is used only after its first and last frames came out
-  bit-identical to the general backend's, so the choice never changes a pixel;
+  bit-identical to the general backend's, so the choice never changes a pixel (the verdict is
+  kept on disk for later processes with the same decoders, :mod:`._checks`);
 * otherwise torchcodec's ``VideoDecoder(path, seek_mode="approximate", num_ffmpeg_threads=1)``
   (the stored videos have constant frame rate and no B-frames, so approximate seeking by index
   is exact and skips the full-file scan), or PyAV when torchcodec cannot be imported.
@@ -35,6 +36,7 @@ import torch
 from rayform._untrusted import shown
 from rayform.cache import read_blob
 from rayform.errors import CacheError, IntegrityError, RayformError
+from rayform.torch._decoding import _checks
 from rayform.torch._decoding._intra import IntraDecoder, open_intra
 
 __all__ = ["BACKENDS", "DecoderCache", "default_backend", "forget_intra_checks", "intra_checks"]
@@ -136,9 +138,10 @@ def intra_checks() -> dict[tuple[Any, ...], bool]:
 
 
 def forget_intra_checks() -> None:
-    """Forget every check, as in a fresh process: the next video of each signature is checked
-    again before the packet decoder is used for it."""
+    """Forget every check, this process's and those kept on disk for these decoders: the next
+    video of each signature is checked again before the packet decoder is used for it."""
     _VERIFIED.clear()
+    _checks.forget()
 
 
 def _checked_intra(path: Path, rate_hz: float) -> _Decoder | None:
@@ -154,12 +157,16 @@ def _checked_intra(path: Path, rate_hz: float) -> _Decoder | None:
     if intra is None:
         return None
     if intra.signature not in _VERIFIED:
-        ends = [0, len(intra) - 1]
-        try:
-            general = _general(default_backend(), path, rate_hz).get_frames_at(ends)
-            _VERIFIED[intra.signature] = torch.equal(intra.get_frames_at(ends), general)
-        except Exception:
-            return None
+        kept = _checks.load(intra.signature)  # another process's check with these decoders
+        if kept is None:
+            ends = [0, len(intra) - 1]
+            try:
+                general = _general(default_backend(), path, rate_hz).get_frames_at(ends)
+                kept = torch.equal(intra.get_frames_at(ends), general)
+            except Exception:
+                return None
+            _checks.store(intra.signature, kept)
+        _VERIFIED[intra.signature] = kept
     return intra if _VERIFIED[intra.signature] else None
 
 
