@@ -25,7 +25,10 @@ workers at nice 0 (``RAY_worker_niceness=0``; Ray's default is 15), as a DataLoa
   pass); then ``--passes`` times a "warm" pass, each followed by a pass of
   ``EpisodeDataset``'s own loader over the same warm cache with as many workers as CPUs
   (``DataLoader(num_workers=--cpus, sampler=EpisodeSampler, collate_fn=collate)``, workers
-  started in the pass).
+  started in the pass). The packet decoder's verdicts kept on disk
+  (``~/.local/state/rayform/decoder-checks.json``) are left as they are: the first process
+  on a machine with these decoders checks them (and imports torchcodec), every later one reads
+  them, cold or warm.
 * **read_lerobot** (``bench/_ray_read_lerobot.py`` in the peer venv): ``ray.data.read_lerobot(
   DATASET, override_num_blocks=--cpus)`` (one row per frame, both cameras decoded to ``uint8``;
   with its default the dataset's single video file per camera is a single read task), first
