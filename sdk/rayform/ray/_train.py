@@ -14,14 +14,18 @@ from __future__ import annotations
 import json
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import ray.train
-import ray.train.torch
 from torch.utils.data import DataLoader
 
 from rayform.errors import InvalidArgumentError
 from rayform.torch import EpisodeSampler, SamplerDataset
+
+# Ray Train is imported where it is used, not here: every Ray Data read worker imports this
+# package (the read tasks of read_slice live in it), and importing Ray Train cost each of them
+# 0.27 s of a cold read's start for nothing.
+if TYPE_CHECKING:
+    import ray.train
 
 __all__ = ["SAMPLER_FILE", "prepare_data_loader", "report", "restore_sampler"]
 
@@ -54,6 +58,8 @@ def prepare_data_loader(
         InvalidArgumentError: the loader reads a Rayform dataset with a sampler that gives
             every rank the whole epoch (``shuffle=True`` with several workers).
     """
+    import ray.train.torch
+
     dataset = getattr(loader, "dataset", None)
     if not isinstance(dataset, SamplerDataset):
         return ray.train.torch.prepare_data_loader(
@@ -108,6 +114,8 @@ def report(
         directory: a directory holding the rest of the checkpoint (the model, the
             optimiser); default: a temporary directory with the sampler's state only.
     """
+    import ray.train
+
     state = sampler.state_dict(consumed=consumed)
     rank = ray.train.get_context().get_world_rank()
     with tempfile.TemporaryDirectory(prefix="rayform-ckpt-") as tmp:
@@ -139,6 +147,8 @@ def restore_sampler(
     Raises:
         InvalidArgumentError: the checkpoint holds no sampler state, or one of another dataset.
     """
+    import ray.train
+
     if checkpoint is None:
         checkpoint = ray.train.get_checkpoint()
     if checkpoint is None:
