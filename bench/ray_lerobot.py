@@ -33,6 +33,10 @@ workers at nice 0 (``RAY_worker_niceness=0``; Ray's default is 15), as a DataLoa
   DATASET, override_num_blocks=--cpus)`` (one row per frame, both cameras decoded to ``uint8``;
   with its default the dataset's single video file per camera is a single read task), first
   pass ("cold", Ray Data's start and its workers' included) and a second ("warm").
+* **read_slice, cold cache on a warm instance**: after the warm passes, one more
+  ``read_slice`` pass through a new empty cache (every blob fetched again, every worker's
+  dataset built anew), compared with ``read_lerobot``'s warm pass: the first read of a slice
+  on a cluster that is already running.
 
 Every pass consumes every row with ``iter_batches(batch_size=32, batch_format="numpy")`` (the
 loader: its batches of 32) and records wall seconds and the CPU seconds of the process and all
@@ -117,6 +121,8 @@ def rayform_side(args: argparse.Namespace) -> dict[str, Any]:
 
     torch_args: dict[str, Any] = {"obs": [*CAMERAS, STATE], "action": ACTION, "fps": args.fps}
     cache = Path(tempfile.mkdtemp(prefix="rfbench-rl-cache-", dir=args.work))
+    # The empty cache of the last pass: the first read of a slice on a running cluster.
+    empty = Path(tempfile.mkdtemp(prefix="rfbench-rl-cache-", dir=args.work))
     out: dict[str, Any] = {"cpus": args.cpus, "warm": [], "loader": []}
     t = time.perf_counter()
     ray.init(
@@ -128,8 +134,8 @@ def rayform_side(args: argparse.Namespace) -> dict[str, Any]:
     out["ray_init_s"] = time.perf_counter() - t
     ray.data.DataContext.get_current().enable_progress_bars = False
 
-    def read() -> Iterator[dict[str, Any]]:
-        client = rayform.Client(endpoint=args.url, token=args.token, cache_dir=cache)
+    def read(cache_dir: Path = cache) -> Iterator[dict[str, Any]]:
+        client = rayform.Client(endpoint=args.url, token=args.token, cache_dir=cache_dir)
         ds = rayform.ray.read_slice(client.slices.get(SLICE_ID), **torch_args)
         for batch in ds.iter_batches(batch_size=args.batch_size, batch_format="numpy"):
             out.setdefault(
@@ -159,9 +165,13 @@ def rayform_side(args: argparse.Namespace) -> dict[str, Any]:
             log(f"[read_slice] warm: {_fmt(out['warm'][-1])}")
             out["loader"].append(timed_pass(load(), lambda b: len(b["t_ns"])))
             log(f"[loader] {args.cpus} workers: {_fmt(out['loader'][-1])}")
+        # Every blob fetched and each worker's dataset built anew, without Ray's start.
+        out["cold_cache"] = timed_pass(read(empty), lambda b: len(b["meta/index"]))
+        log(f"[read_slice] cold cache, warm Ray: {_fmt(out['cold_cache'])}")
     finally:
         ray.shutdown()
         shutil.rmtree(cache, ignore_errors=True)
+        shutil.rmtree(empty, ignore_errors=True)
     return out
 
 
@@ -301,6 +311,12 @@ def main(argv: list[str] | None = None) -> None:
             med[f"read_lerobot_{label}_{key}"] = theirs
             med[f"{label}_{key}_vs_read_lerobot"] = ours / theirs
             med[f"{label}_{key}_vs_loader"] = ours / loader
+    # The first read of a slice on a running instance against read_lerobot on a running one
+    # (it has no cache to be cold: its warm pass).
+    for key in ("rows_per_s", "rows_per_cpu_s"):
+        ours = _median(rounds, "rayform", "cold_cache", key)
+        med[f"read_slice_cold_cache_{key}"] = ours
+        med[f"cold_cache_{key}_vs_read_lerobot_warm"] = ours / med[f"read_lerobot_warm_{key}"]
     doc["median"] = med
     Path(args.out).write_text(json.dumps(doc, indent=2) + "\n")
     print(json.dumps(med, indent=2))
