@@ -157,16 +157,19 @@ def rayform_side(args: argparse.Namespace) -> dict[str, Any]:
             persistent_workers=True,
         )
 
+    def read_pass(cache_dir: Path = cache) -> Pass:
+        return timed_pass(read(cache_dir), lambda b: len(b["meta/index"]))
+
     try:
-        out["cold"] = timed_pass(read(), lambda b: len(b["meta/index"]))
+        out["cold"] = read_pass()
         log(f"[read_slice] cold: {_fmt(out['cold'])}")
         for _ in range(args.passes):
-            out["warm"].append(timed_pass(read(), lambda b: len(b["meta/index"])))
+            out["warm"].append(read_pass())
             log(f"[read_slice] warm: {_fmt(out['warm'][-1])}")
             out["loader"].append(timed_pass(load(), lambda b: len(b["t_ns"])))
             log(f"[loader] {args.cpus} workers: {_fmt(out['loader'][-1])}")
         # Every blob fetched and each worker's dataset built anew, without Ray's start.
-        out["cold_cache"] = timed_pass(read(empty), lambda b: len(b["meta/index"]))
+        out["cold_cache"] = read_pass(empty)
         log(f"[read_slice] cold cache, warm Ray: {_fmt(out['cold_cache'])}")
     finally:
         ray.shutdown()
