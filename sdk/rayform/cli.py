@@ -227,14 +227,27 @@ def _cmd_cache(args: argparse.Namespace) -> int:
                 print(f"{e.kind[:-1]:8} {e.hash}  {human_bytes(e.size):>10}")
         return 0
     if cmd == "du":
+        from rayform._limits import resolve_cache_limit
+
         du = cache.du()
+        limit = resolve_cache_limit(args.limit)
         if args.json:
-            _print_json(du)
+            _print_json({**du, "limit": limit})
         else:
             print(
                 f"{cache.root}: {du['blobs']} blobs {human_bytes(du['blob_bytes'])}, "
                 f"{du['manifests']} manifests {human_bytes(du['manifest_bytes'])}, "
                 f"temporary {human_bytes(du['tmp_bytes'])}"
+            )
+            if limit is None:
+                print("limit: none (set RAYFORM_CACHE_LIMIT or --limit to compare)")
+            else:
+                over = du["blob_bytes"] - limit
+                state = f"{human_bytes(over)} over" if over > 0 else "under"
+                print(f"limit: {human_bytes(limit)}, blobs {state}")
+            print(
+                f"pinned: {du['pinned_blobs']} blobs {human_bytes(du['pinned_bytes'])} by "
+                f"{du['readers']} live readers; {du['processes']} live processes in the ledger"
             )
         return 0
     if cmd == "verify":
@@ -427,7 +440,17 @@ def build_parser() -> argparse.ArgumentParser:
     csub = cache.add_subparsers(dest="cache_cmd", required=True, metavar="SUBCOMMAND")
     csub.add_parser("path", parents=[common], help="print the cache directory")
     csub.add_parser("ls", parents=[common], help="list cached blobs and manifests")
-    csub.add_parser("du", parents=[common], help="disk usage of the cache")
+    du = csub.add_parser(
+        "du",
+        parents=[common],
+        help="disk usage of the cache, its limit, and what live readers pin",
+    )
+    du.add_argument(
+        "--limit",
+        metavar="SIZE",
+        default=None,
+        help="the limit to compare with (e.g. 10GB); default RAYFORM_CACHE_LIMIT",
+    )
     csub.add_parser(
         "verify", parents=[common], help="re-hash every cached object; remove corrupt ones"
     )

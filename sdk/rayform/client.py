@@ -456,7 +456,7 @@ class Client:
         if limit is not None and fetched:
             if self.cache_limit is not None:
                 self._pins.pin(path)
-            report = self._evictor.after_fetch(fetched, limit, keep | {ref.hash}, path)
+            report = self._evictor.after_fetch(ref.size, limit, keep | {ref.hash}, path)
             if report is not None and report.evicted:
                 fetch_log().evicted(report.evicted, report.evicted_bytes)
         return path, fetched

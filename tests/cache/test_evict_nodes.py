@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 from support import DEMO_SLICE, SCRIPTS, TOKEN, ServerProcess
+from support.cachesize import FETCH_THREADS, Sampler, blob_bytes
 from support.reliability import assert_cache_consistent, sub_env
 from support.sshnodes import SshNodes, missing
 
@@ -87,10 +88,15 @@ def reference(server: ServerProcess, tmp_path_factory: pytest.TempPathFactory) -
     return done.stdout.split()[0]
 
 
-def _limit(server: ServerProcess, tmp: Path) -> int:
+def _sizes(server: ServerProcess, tmp: Path) -> tuple[int, int]:
+    """The limit at 25 % of what the jobs read, and their largest blob (bytes)."""
     client = rayform.Client(endpoint=server.url, token=TOKEN, cache_dir=tmp)
     refs = client.slices.get(DEMO_SLICE).manifest.blobs(STREAMS)
-    return sum(r.size for r in refs.values()) // 4
+    return sum(r.size for r in refs.values()) // 4, max(r.size for r in refs.values())
+
+
+def _limit(server: ServerProcess, tmp: Path) -> int:
+    return _sizes(server, tmp)[0]
 
 
 def _train_on_both(
@@ -124,8 +130,16 @@ def _train_on_both(
 def test_two_nodes_training_on_one_bounded_cache_never_fail(
     nodes: SshNodes, server: ServerProcess, reference: str, tmp_path: Path
 ) -> None:
-    refetched = _train_on_both(nodes, server, reference, _limit(server, tmp_path), 2, 0)
+    limit, largest = _sizes(server, tmp_path)
+    # Two nodes, two DataLoader workers each: the blobs just fetched and not yet counted are
+    # at most one per fetching thread (the bound, docs/cache.md).
+    with Sampler(nodes.export / "cache", limit, 2 * 2 * FETCH_THREADS * largest) as sizes:
+        refetched = _train_on_both(nodes, server, reference, limit, 2, 0)
     print(f"\ntwo nodes, 2 epochs each at a 25 % limit: {refetched} blobs fetched again mid-read")
+    print(f"cache size against the limit: {sizes.summary()}")
+    assert len(sizes.samples) > 20
+    assert sizes.over() == [], f"above the stated bound: {sizes.over()[:5]}"
+    assert blob_bytes(nodes.export / "cache") <= sizes.bound(0)
 
 
 @pytest.mark.stress

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -164,13 +165,26 @@ def test_a_pin_is_seen_by_an_evictor_of_another_node(tmp_path: Path) -> None:
     assert pins.pin(blobs[0])
     [marker] = (cache / "pins").iterdir()
     assert marker.name.startswith(blobs[0].name)
-    # As another node sees it: a host name that is not ours, a live (recent) marker.
-    os.rename(marker, cache / "pins" / f"{blobs[0].name}.node-b.12345.abcdef")
+    # As another node sees it: a host name that is not ours, whose ledger record is fresh.
+    ledger = cache / "live" / "ledger"
+
+    def node_b(slot: int, token: str, stamp: float) -> None:
+        record = f"{token} node-b 12345 1 {stamp:.2f} 0 1 100".encode().ljust(127) + b"\n"
+        with open(ledger, "r+b") as f:
+            f.seek(slot * 128)
+            f.write(record)
+
+    node_b(200, "beefbeef", time.time())
+    os.rename(marker, cache / "pins" / f"{blobs[0].name}.node-b.12345.beefbeef-abcdef")
     assert marked(cache) == {blobs[0].name}
     assert evict_lru(cache, 0).skipped_in_use == 1 and blobs[0].exists()
-    # A marker of a node silent for longer than the stale bound no longer pins.
-    old = 1_000_000_000
-    os.utime(cache / "pins" / f"{blobs[0].name}.node-b.12345.abcdef", (old, old))
+    # A node whose record is older than the stale bound at first sight no longer pins.
+    node_b(201, "deaddead", time.time() - 3600)
+    os.rename(
+        cache / "pins" / f"{blobs[0].name}.node-b.12345.beefbeef-abcdef",
+        cache / "pins" / f"{blobs[0].name}.node-b.12345.deaddead-abcdef",
+    )
     assert marked(cache) == set()
+    assert not (cache / "pins" / f"{blobs[0].name}.node-b.12345.deaddead-abcdef").exists()
     pins.close()
     assert evict_lru(cache, 0).evicted == 1 and not blobs[0].exists()

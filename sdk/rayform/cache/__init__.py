@@ -4,11 +4,14 @@ The public face of the cache package: :class:`Cache` (``_store``) and what the c
 dataset use of its parts: eviction under a byte limit (``_evict``), the modes of a team cache
 (``_sharing``), reading a blob that may vanish meanwhile (``_reread``). The other modules are
 the cache's own: partial downloads (``_partial``), locks within a host (``_locks``), download
-claims across nodes (``_claims``) and pins across nodes (``_pinmarks``).
+claims across nodes (``_claims``), pins across nodes (``_pinmarks``), and the ledger of the
+processes that use the cache, their liveness and their byte counts (``_live``).
 """
 
 from rayform.cache._evict import Evictor, EvictReport, Pins, check_fits, evict_lru
+from rayform.cache._live import lease, readers
 from rayform.cache._partial import HOST
+from rayform.cache._pinmarks import Pinned, pinned
 from rayform.cache._reread import read_blob
 from rayform.cache._sharing import CacheModes, shared_mode
 from rayform.cache._store import Cache, CacheEntry, VerifyReport
@@ -20,10 +23,14 @@ __all__ = [
     "CacheModes",
     "EvictReport",
     "Evictor",
+    "Pinned",
     "Pins",
     "VerifyReport",
     "check_fits",
     "evict_lru",
+    "lease",
+    "pinned",
+    "readers",
     "read_blob",
     "shared_mode",
 ]

@@ -28,7 +28,9 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from rayform._ids import HASH_RE
 from rayform._process import PerProcess
+from rayform.cache._live import lease, read_ledger
 from rayform.cache._pinmarks import Marks, marked
 from rayform.errors import InvalidArgumentError
 from rayform.units import human_bytes
@@ -52,9 +54,6 @@ class _Held:
     def used(self, name: str) -> None:
         """Mark the pin of ``name`` most recently used (``lock`` held)."""
         self.fds.move_to_end(name)
-        marker = self.markers.get(name)
-        if marker is not None:
-            self.marks.used(marker)
 
     def drop(self, name: str) -> None:
         """Unpin ``name`` (``lock`` held)."""
@@ -90,10 +89,14 @@ class Pins:
             if name in held.fds:
                 held.used(name)
                 return True
+        try:
+            size = os.stat(path).st_size
+        except FileNotFoundError:
+            return False
         # The marker first: an evictor on another node that lists pins/ after this leaves
         # the blob (one that listed before may remove it: the check below, or the reader's
         # fetch again, catches that).
-        marker = held.marks.add(path) if self.across_nodes else None
+        marker = held.marks.add(path, size) if self.across_nodes else None
         try:
             fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         except FileNotFoundError:
@@ -171,6 +174,10 @@ def _blobs(root: Path) -> list[tuple[float, int, Path]]:
             # shard over sshfs cost more than the listing; a file here is simply not listable.
             with contextlib.suppress(FileNotFoundError, NotADirectoryError):
                 for entry in os.scandir(shard.path):
+                    if not HASH_RE.fullmatch(entry.name):
+                        # Not a blob: a FUSE mount's ``.fuse_hidden*`` is a blob evicted while
+                        # open here, removed (and counted) already.
+                        continue
                     try:
                         st = entry.stat()
                     except FileNotFoundError:
@@ -179,52 +186,79 @@ def _blobs(root: Path) -> list[tuple[float, int, Path]]:
     return out
 
 
-def evict_one(path: Path) -> bool:
-    """Unlink ``path`` unless a process holds it pinned (where ``flock`` works)."""
+#: :func:`unlink_unpinned`'s answers.
+REMOVED, GONE, PINNED = "removed", "gone", "pinned"
+
+
+def unlink_unpinned(path: Path) -> tuple[str, int]:
+    """Unlink ``path`` unless a process holds it pinned (where ``flock`` works).
+
+    Returns:
+        ``(REMOVED, bytes)`` by this call, ``(GONE, 0)`` already (another evictor took it) or
+        ``(PINNED, 0)`` (left in place).
+    """
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except FileNotFoundError:
-        return True  # someone else evicted it
+        return GONE, 0
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
             if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                return False  # pinned: in use
+                return PINNED, 0
             # no flock on this filesystem: go ahead, readers survive an unlink (module doc)
+        size = os.fstat(fd).st_size
         try:
             os.unlink(path)
         except FileNotFoundError:
-            pass
-        return True
+            return GONE, 0
+        return REMOVED, size
     finally:
         os.close(fd)
 
 
+def _root_of(blob: Path) -> Path:
+    return blob.parent.parent.parent  # ROOT/blobs/ab/<hash>
+
+
+def evict_one(path: Path) -> bool:
+    """Unlink the blob at ``path`` unless a process holds it pinned; True if it is gone now.
+
+    Its bytes leave this process's count in the cache's ledger (:mod:`rayform.cache._live`).
+    """
+    done, size = unlink_unpinned(path)
+    if done == REMOVED:
+        lease(_root_of(path)).added(-size)
+    return done != PINNED
+
+
 def _evict(
-    entries: list[tuple[float, int, Path]], limit: int, keep: set[str]
+    entries: list[tuple[float, int, Path]], total: int, limit: int, keep: set[str]
 ) -> tuple[EvictReport, set[Path]]:
-    """Evict from ``entries`` (least recently used first) down to ``limit`` bytes."""
-    total = sum(size for _, size, _ in entries)
+    """Evict from ``entries`` (least recently used first) until ``total`` bytes (the cache's,
+    by the ledger) are at most ``limit``."""
     evicted_bytes = skipped = 0
     gone: set[Path] = set()
-    for _, size, path in entries:
+    for _, _, path in entries:
         if total <= limit:
             break
         if path.name in keep:
             skipped += 1
             continue
         try:
-            removed = evict_one(path)
+            done, size = unlink_unpinned(path)
         except OSError:
-            removed = False
-        if removed:
-            total -= size
-            gone.add(path)
-            evicted_bytes += size
-        else:
+            done, size = PINNED, 0
+        if done == PINNED:
             skipped += 1
-    return EvictReport(len(gone), evicted_bytes, total, skipped), gone
+            continue
+        gone.add(path)  # by us or by another evictor, whose own count says so
+        if done == REMOVED:
+            lease(_root_of(path)).added(-size)
+            total -= size
+            evicted_bytes += size
+    return EvictReport(sum(1 for _ in gone), evicted_bytes, total, skipped), gone
 
 
 def evict_lru(root: Path, limit: int, keep: Iterable[str] = ()) -> EvictReport:
@@ -233,22 +267,30 @@ def evict_lru(root: Path, limit: int, keep: Iterable[str] = ()) -> EvictReport:
     Blobs pinned by any process of any node (and the hashes in ``keep``) stay, even if that
     leaves the cache over the limit: it gets back under once they are released.
     """
-    return _evict(sorted(_blobs(root)), limit, set(keep) | marked(root))[0]
+    entries = sorted(_blobs(root))
+    total = sum(size for _, size, _ in entries)
+    return _evict(entries, total, limit, set(keep) | marked(root))[0]
 
 
-#: Seconds one process trusts its listing of the cache (plus its own fetches and evictions).
-RESCAN_S = 5.0
+#: Seconds one process trusts its listing of the cache for which blobs exist (the bytes come
+#: from the ledger at every fetch); a listing also corrects the count for what no process
+#: counted (a blob removed by hand, a race that counted a blob twice).
+RELIST_S = 30.0
+#: At least this long between two listings that an eviction without candidates asks for.
+_MIN_RELIST_S = 1.0
 
 
 class Evictor:
-    """Evicts after fetches from one process's listing of the cache, listed anew every
-    :data:`RESCAN_S` seconds.
+    """Keeps the cache's blobs under a limit after every fetch, counting every node's fetches.
 
-    A listing reads every shard directory and stats every blob: on sshfs about 60 ms for a few
-    hundred blobs, and listing after each fetch took half of a training epoch's time under a
-    limit (docs/benchmarks.md). Between listings the process adds what it fetched and drops
-    what it evicted; what other processes fetched or evicted meanwhile shows at the next
-    listing, so the cache may run over the limit by their fetches of a few seconds.
+    After each fetch, this process adds the blob to its record in the cache's ledger
+    (:mod:`rayform.cache._live`) and reads the ledger: the bytes of blobs in the cache are the
+    ``base`` of its last listing plus every slot's count, so another node's fetch a moment ago
+    counts at once, without listing the cache (a listing reads every shard directory and
+    stats every blob: tens of milliseconds over sshfs, and listings are cached there for
+    seconds). Over the limit, it evicts least recently used blobs of its listing, none pinned
+    by a live reader of any node; a listing is made again every :data:`RELIST_S`, or at once
+    when it has nothing left to evict.
     """
 
     def __init__(self, root: Path) -> None:
@@ -258,28 +300,66 @@ class Evictor:
     def after_fetch(
         self, nbytes: int, limit: int, keep: Iterable[str], path: Path | None = None
     ) -> EvictReport | None:
-        """Evict down to ``limit`` after this process fetched ``nbytes`` (the blob at ``path``);
-        None when the cache is under the limit."""
+        """Evict down to ``limit`` after this process put the blob at ``path`` (``nbytes``) in
+        the cache (which counted it in the ledger); None when the cache is under the limit."""
         scan = self._scan.get()
-        now = time.monotonic()
-        if scan.entries is None or now - scan.at > RESCAN_S:
-            scan.entries, scan.at = sorted(_blobs(self.root)), now
-        elif path is not None and nbytes:
-            scan.entries.append((time.time(), nbytes, path))  # the most recently used
-        if sum(size for _, size, _ in scan.entries) <= limit:
+        with scan.lock:
+            now = time.monotonic()
+            if scan.entries is None or now - scan.at > RELIST_S:
+                self._list(scan)
+            elif path is not None and nbytes:
+                scan.entries.append((time.time(), nbytes, path))  # the most recently used
+            report = self._pass(scan, limit, keep)
+            if (
+                report is not None
+                and report.total_bytes > limit
+                and time.monotonic() - scan.at > _MIN_RELIST_S
+            ):
+                self._list(scan)  # ran out of what it knew: others' blobs are candidates too
+                again = self._pass(scan, limit, keep)
+                if again is not None:
+                    report = EvictReport(
+                        report.evicted + again.evicted,
+                        report.evicted_bytes + again.evicted_bytes,
+                        again.total_bytes,
+                        again.skipped_in_use,
+                    )
+            return report
+
+    def _list(self, scan: _LastScan) -> None:
+        before = sum(r.net for r in read_ledger(self.root))  # first: a race overcounts
+        scan.entries = sorted(_blobs(self.root))
+        scan.base = sum(size for _, size, _ in scan.entries) - before
+        scan.at = time.monotonic()
+
+    def _pass(self, scan: _LastScan, limit: int, keep: Iterable[str]) -> EvictReport | None:
+        assert scan.entries is not None
+        records = read_ledger(self.root)
+        total = scan.base + sum(r.net for r in records)
+        if total <= limit:
             return None
-        report, gone = _evict(scan.entries, limit, set(keep) | marked(self.root))
+        report, gone = _evict(scan.entries, total, limit, set(keep) | marked(self.root, records))
         scan.entries = [e for e in scan.entries if e[2] not in gone]
         return report
 
+    def total(self) -> int | None:
+        """Bytes of blobs in the cache as this process counts them (None before a fetch)."""
+        scan = self._scan.get()
+        with scan.lock:
+            if scan.entries is None:
+                return None
+            return scan.base + sum(r.net for r in read_ledger(self.root))
+
 
 class _LastScan:
-    """One process's listing of the cache's blobs (least recently used first), kept up to date
-    with its own fetches and evictions."""
+    """One process's listing of the cache's blobs (least recently used first), and what the
+    ledger's counts did not account for then."""
 
     def __init__(self) -> None:
         self.entries: list[tuple[float, int, Path]] | None = None
+        self.base = 0  # bytes listed minus the sum of the ledger's counts at the listing
         self.at = 0.0  # time.monotonic() of the listing
+        self.lock = threading.Lock()
 
 
 def check_fits(limit: int | None, need: int, what: str) -> None:

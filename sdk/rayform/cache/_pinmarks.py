@@ -4,13 +4,15 @@ A pin's shared ``flock`` (:class:`~rayform.cache._evict.Pins`) keeps a blob from
 by a process of the same node only: ``flock`` does not cross the nodes of NFS without lockd,
 Lustre without ``-o flock`` or sshfs. A marker needs only what every network filesystem has,
 a create, an unlink and a directory listing. An evictor lists ``pins/`` once per pass and
-leaves every blob with a live marker:
+leaves every blob with a live marker.
 
-* a marker of this host is live while its process is (a killed reader's are removed);
-* a marker of another host is live while its mtime is under :data:`MARK_STALE_S` old. A
-  holder refreshes it (``utime``) when it uses the pin again after :data:`MARK_REFRESH_S`, so a
-  blob a process keeps reading stays pinned however long it reads, and a dead node's markers
-  stop counting after ten minutes (the bound also covers clocks that differ by minutes).
+A marker is live while the process that made it is, by the one liveness rule of the cache's
+ledger (:mod:`rayform.cache._live`): the marker's token names the process's record there,
+which beats while it pins anything. So a blob a process keeps reading stays pinned however
+long it reads, and the pins of a killed reader, or of a dead node, stop counting within
+seconds (:data:`~rayform.cache._live.STALE_S`), and whoever sees them dead removes them. A
+marker whose record cannot be found (made without a ledger, or just now) counts for
+:data:`~rayform.cache._live.STALE_S` after this process first saw it.
 
 Markers only keep the cache from evicting what is in use; correctness does not depend on
 them (a listing may be cached for seconds, and a marker may be created just after a pass
@@ -24,18 +26,16 @@ import contextlib
 import os
 import secrets
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from rayform._ids import HASH_RE
+from rayform._process import PerProcess
+from rayform.cache._live import STALE_S, Record, lease, liveness, read_ledger
 from rayform.cache._partial import HOST, pid_alive
 from rayform.cache._sharing import CacheModes, shared_mode
 
-__all__ = ["MARK_REFRESH_S", "MARK_STALE_S", "Marks", "marked"]
-
-#: A marker of another host not refreshed for this long (by its mtime) no longer pins.
-MARK_STALE_S = 600.0
-#: A held marker is refreshed when its pin is used again this long after the last refresh.
-MARK_REFRESH_S = 60.0
+__all__ = ["Marks", "Pinned", "marked", "pinned"]
 
 
 def _root_of(blob: Path) -> Path:
@@ -49,16 +49,19 @@ class Marks:
     def __init__(self) -> None:
         self.token = secrets.token_hex(3)  # one per set of pins: each releases its own markers
         self._made: dict[Path, CacheModes] = {}  # pins/ directories this process created
-        self.refreshed: dict[str, float] = {}  # marker path -> time.monotonic() of its last touch
+        self._sizes: dict[str, tuple[Path, int]] = {}  # marker -> (cache root, blob bytes)
 
-    def add(self, blob: Path) -> str | None:
-        """Create the marker of ``blob`` for this process; its path, or None if it cannot be made
-        (a read-only cache: nothing is evicted there by this process's readers either)."""
+    def add(self, blob: Path, size: int) -> str | None:
+        """Create the marker of ``blob`` (``size`` bytes) for this process; its path, or None if
+        it cannot be made (a read-only cache: nothing is evicted there by this process's
+        readers either)."""
         root = _root_of(blob)
         if blob.parent.parent.name != "blobs":
             return None  # not a cache's blob
+        held = lease(root)
+        held.pinned(size)  # the heartbeat first: the marker names a record that beats
         pins = root / "pins"
-        marker = pins / f"{blob.name}.{HOST}.{os.getpid()}.{self.token}"
+        marker = pins / f"{blob.name}.{HOST}.{os.getpid()}.{held.token}-{self.token}"
         try:
             fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
         except FileNotFoundError:
@@ -68,55 +71,79 @@ class Marks:
                 self._made[pins] = modes
                 fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
             except OSError:
+                held.pinned(-size)
                 return None
         except OSError:
+            held.pinned(-size)
             return None
         os.close(fd)
-        self.refreshed[str(marker)] = time.monotonic()
+        self._sizes[str(marker)] = (root, size)
         return str(marker)
-
-    def used(self, marker: str) -> None:
-        """The pin of ``marker`` is used again: refresh its mtime if it is due."""
-        now = time.monotonic()
-        if now - self.refreshed.get(marker, now) >= MARK_REFRESH_S:
-            self.refreshed[marker] = now
-            with contextlib.suppress(OSError):
-                os.utime(marker)
 
     def remove(self, marker: str) -> None:
         """Drop the marker (its pin was released)."""
-        self.refreshed.pop(marker, None)
+        found = self._sizes.pop(marker, None)
         with contextlib.suppress(OSError):
             os.unlink(marker)
+        if found is not None:
+            lease(found[0]).pinned(-found[1])
 
 
-def marked(root: Path) -> set[str]:
-    """Hashes of the blobs under ``root`` that a live process of any node has pinned.
+@dataclass(frozen=True)
+class Pinned:
+    """What the live readers of a cache pin (:func:`pinned`)."""
 
-    Markers of dead processes of this host are removed on the way.
-    """
+    hashes: set[str]  # blobs pinned by a live process of any node
+    readers: int  # live processes that pin at least one blob
+    pinned_bytes: int  # bytes those processes pin, by their ledger records
+    processes: int  # live processes in the ledger (pinning or not)
+
+
+_FIRST_SEEN: PerProcess[dict[str, float]] = PerProcess(dict)
+
+
+def pinned(root: Path, records: list[Record] | None = None) -> Pinned:
+    """What a live process of any node pins under ``root``; markers of dead processes (by
+    the ledger's rule) are removed on the way. ``records``: the ledger, if just read."""
+    if records is None:
+        records = read_ledger(root)
+    watch = liveness()
+    alive = {r.token: watch.alive(r) for r in records}
+    live = [r for r in records if alive[r.token]]
     out: set[str] = set()
-    now = time.time()
+    tokens: set[str] = set()
     try:
         entries = list(os.scandir(root / "pins"))
     except OSError:
-        return out
+        entries = []
+    first_seen = _FIRST_SEEN.get()
+    now = time.monotonic()
     for entry in entries:
         parts = entry.name.split(".")
         if len(parts) != 4 or not HASH_RE.fullmatch(parts[0]) or not parts[2].isdigit():
             continue
-        digest, host, pid = parts[0], parts[1], int(parts[2])
-        if host == HOST:
-            if pid == os.getpid() or pid_alive(pid):
-                out.add(digest)
-            else:
-                with contextlib.suppress(OSError):
-                    os.unlink(entry.path)
-            continue
-        try:
-            fresh = now - entry.stat().st_mtime < MARK_STALE_S
-        except OSError:
-            continue
-        if fresh:
+        digest, host, pid, token = parts[0], parts[1], int(parts[2]), parts[3].split("-")[0]
+        if host == HOST and pid != os.getpid() and not pid_alive(pid):
+            live_marker = False
+        elif token in alive:
+            live_marker = alive[token]
+        else:  # no record (yet): counts for a while after we first saw it
+            live_marker = now - first_seen.setdefault(entry.name, now) < STALE_S
+        if live_marker:
             out.add(digest)
-    return out
+            tokens.add(token)
+        else:
+            first_seen.pop(entry.name, None)
+            with contextlib.suppress(OSError):
+                os.unlink(entry.path)
+    return Pinned(
+        out,
+        len(tokens),
+        sum(r.pinned for r in live if r.token in tokens),
+        len(live),
+    )
+
+
+def marked(root: Path, records: list[Record] | None = None) -> set[str]:
+    """Hashes of the blobs under ``root`` that a live process of any node has pinned."""
+    return pinned(root, records).hashes

@@ -37,6 +37,7 @@ from rayform._process import PerProcess
 from rayform._seams import DownloadSink
 from rayform.cache import _claims  # the module itself: its functions are patched in tests
 from rayform.cache._evict import evict_one
+from rayform.cache._live import lease
 from rayform.cache._locks import bounded_lock
 from rayform.cache._partial import (
     PartialBlob,
@@ -48,7 +49,7 @@ from rayform.cache._partial import (
     partial_named,
     tmp_name,
 )
-from rayform.cache._pinmarks import marked
+from rayform.cache._pinmarks import marked, pinned
 from rayform.cache._reread import blob_opens, vanished
 from rayform.cache._sharing import CacheModes, shared_mode
 from rayform.errors import CacheError, IntegrityError, InvalidArgumentError, RayformError
@@ -283,7 +284,7 @@ class Cache:
                         raise cache_error(exc, self.root, f"write blob {ref.hash[:12]}...") from exc
                     fetched += part.offset - start
                     if digest == ref.hash and part.offset == ref.size:
-                        if self._commit(part.path, final):
+                        if self._commit(part.path, final, ref.size):
                             drop_dead_partials(self.root / "tmp", ref.hash, self.stale_s, copied)
                             return final, fetched
                         # Our file was removed as abandoned (this process was frozen past the
@@ -373,9 +374,12 @@ class Cache:
                 exc, self.root, f"create a temporary file in {self.root / 'tmp'}"
             ) from exc
 
-    def _commit(self, tmp: Path, final: Path) -> bool:
-        """Move the verified ``tmp`` to ``final``; False if ``tmp`` was removed by another
-        process meanwhile and ``final`` is not there either (download again)."""
+    def _commit(self, tmp: Path, final: Path, size: int) -> bool:
+        """Move the verified ``tmp`` (``size`` bytes) to ``final``; False if ``tmp`` was removed
+        by another process meanwhile and ``final`` is not there either (download again).
+
+        The blob that this call puts in place counts in this process's record of the cache's
+        ledger (:mod:`rayform.cache._live`) at once, on every node, whatever its limit."""
         try:
             if not tmp.exists():
                 # Frozen past our claim: the taker finished (final is there) or cleaned up.
@@ -386,8 +390,9 @@ class Cache:
                     os.unlink(tmp)
                 else:
                     os.replace(tmp, final)
+                    lease(self.root).added(size)
             except FileNotFoundError:
-                if not self._renamed_anyway(tmp, final):
+                if not self._renamed_anyway(tmp, final, size):
                     return False
             self._fsync_dir(final.parent)
         except OSError as exc:
@@ -396,7 +401,7 @@ class Cache:
         self._touched.get().add(final.name)
         return True
 
-    def _renamed_anyway(self, tmp: Path, final: Path) -> bool:
+    def _renamed_anyway(self, tmp: Path, final: Path, size: int) -> bool:
         """After a rename of ``tmp`` to ``final`` failed with ENOENT: True if ``final`` is in
         place now, False if ``tmp`` is gone (download again). Raises if the cause is real.
 
@@ -415,6 +420,7 @@ class Cache:
             raise FileNotFoundError(errno.ENOENT, "no such directory", str(final.parent))
         try:
             os.link(tmp, final)
+            lease(self.root).added(size)
         except FileExistsError:
             pass  # another process finished first: theirs is identical
         except OSError:
@@ -553,12 +559,20 @@ class Cache:
                 yield CacheEntry(k, path.name, st.st_size, max(st.st_atime, st.st_mtime), path)
 
     def du(self) -> dict[str, int]:
-        """Counts and bytes: ``{"blobs", "blob_bytes", "manifests", "manifest_bytes", "tmp_bytes"}``."""
+        """Counts and bytes: ``{"blobs", "blob_bytes", "manifests", "manifest_bytes",
+        "tmp_bytes"}``, and what live readers of any node pin: ``"pinned_blobs"``,
+        ``"pinned_bytes"``, ``"readers"`` (processes that pin blobs) and ``"processes"`` (live
+        processes in the cache's ledger, :mod:`rayform.cache._live`)."""
         out = {"blobs": 0, "blob_bytes": 0, "manifests": 0, "manifest_bytes": 0, "tmp_bytes": 0}
+        held = pinned(self.root)
+        out.update(pinned_blobs=0, pinned_bytes=0, readers=held.readers, processes=held.processes)
         for e in self.ls():
             key = "blob" if e.kind == "blobs" else "manifest"
             out[e.kind] += 1
             out[f"{key}_bytes"] += e.size
+            if e.kind == "blobs" and e.hash in held.hashes:
+                out["pinned_blobs"] += 1
+                out["pinned_bytes"] += e.size
         for p in (self.root / "tmp").glob("*"):
             try:
                 out["tmp_bytes"] += p.stat().st_size
