@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -29,6 +31,8 @@ from support.reliability import assert_cache_consistent, sub_env
 from support.sshnodes import SshNodes, missing
 
 import rayform
+from rayform.cache import pinned
+from rayform.cache._live import STALE_S
 
 CHECKOUT = Path(__file__).resolve().parents[2]
 EPISODES = 12
@@ -149,3 +153,55 @@ def test_two_nodes_training_on_one_bounded_cache_many_rounds(
     limit = _limit(server, tmp_path)
     refetched = [_train_on_both(nodes, server, reference, limit, 3, r + 1) for r in range(6)]
     print(f"\n6 rounds x two nodes x 3 epochs at a 25 % limit: blobs fetched again {refetched}")
+
+
+def test_a_reader_killed_on_one_node_stops_pinning_on_the_other(
+    nodes: SshNodes, server: ServerProcess, reference: str, tmp_path: Path
+) -> None:
+    limit, largest = _sizes(server, tmp_path)
+    cache = nodes.export / "cache"
+    if cache.exists():
+        shutil.rmtree(cache)
+    a, b = nodes.mount("kill-a"), nodes.mount("kill-b")
+    victim = nodes.run_on(
+        "node-b",
+        _cmd(server.url, 50, seed=7),
+        env=_env(b / "cache", limit),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        start_new_session=True,  # its DataLoader workers get the SIGKILL too
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while pinned(cache).readers < 1:
+            assert victim.poll() is None, victim.communicate()[1][-4000:]
+            assert time.monotonic() < deadline, "node-b's reader pinned nothing in 120 s"
+            time.sleep(0.1)
+    finally:
+        os.killpg(victim.pid, signal.SIGKILL)
+        victim.communicate(timeout=60)
+    killed_at = time.monotonic()
+    # Another host's pins count while its heartbeat goes on: seconds after the kill, none.
+    while pinned(cache).readers:
+        assert time.monotonic() - killed_at < STALE_S + 20, f"still pinned: {pinned(cache)}"
+        time.sleep(0.2)
+    print(
+        f"\nnode-b's reader SIGKILLed: its pins stopped counting after "
+        f"{time.monotonic() - killed_at:.1f} s"
+    )
+    # node-a then trains under the limit within the bound, evicting what node-b left.
+    with Sampler(cache, limit, 2 * FETCH_THREADS * largest) as sizes:
+        job = nodes.run_on(
+            "node-a",
+            _cmd(server.url, 1, seed=8),
+            env=_env(a / "cache", limit),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        out, err = job.communicate(timeout=600)
+    assert job.returncode == 0, err[-4000:]
+    assert out.split() == [reference]
+    print(f"node-a after the kill: {sizes.summary()}")
+    assert sizes.over() == [], f"above the stated bound: {sizes.over()[:5]}"
+    assert blob_bytes(cache) <= sizes.bound(0)
+    assert_cache_consistent(cache)
