@@ -191,6 +191,7 @@ class Lease:
         self._pins = 0
         self._pinned = 0
         self._inherited = 0  # the part of _net the slot's dead holder left
+        self._checked = 0.0  # time.monotonic() when our slot was last seen to be ours
         self._thread: threading.Thread | None = None
 
     # -- what the process does -------------------------------------------------------------
@@ -207,13 +208,14 @@ class Lease:
         with self._lock:
             self._pins += 1 if nbytes >= 0 else -1
             self._pinned += nbytes
-            if self._held():
-                self._write()
-                if self._pins > 0 and (self._thread is None or not self._thread.is_alive()):
-                    self._thread = threading.Thread(
-                        target=self._run, name="rayform-heartbeat", daemon=True
-                    )
-                    self._thread.start()
+            if self._thread is not None and self._thread.is_alive():
+                return  # its next beat, within BEAT_S, writes the new counts
+            if self._pins > 0 and self._held():
+                self._write()  # alive from now on: the marker about to be made names it
+                self._thread = threading.Thread(
+                    target=self._run, name="rayform-heartbeat", daemon=True
+                )
+                self._thread.start()
 
     def slot(self) -> int | None:
         """The slot this process holds (None without one)."""
@@ -232,6 +234,10 @@ class Lease:
                 self._failed = True
                 return False
         if self._slot is not None:
+            now = time.monotonic()
+            if now - self._checked < BEAT_S:
+                return True  # a taker waits STALE_S for us to look dead: still ours
+            self._checked = now
             try:
                 raw = os.pread(self._fd, _RECORD, self._slot * _RECORD)
             except OSError:
@@ -291,6 +297,7 @@ class Lease:
         # collision only overcounts until the next listing, module doc).
         slot, inherited = random.choice(free)
         self._slot, self._inherited = slot, inherited
+        self._checked = time.monotonic()
         self._net += inherited
         return self._write()
 
@@ -331,7 +338,17 @@ def lease(root: Path) -> Lease:
         return found
 
 
+_READERS: PerProcess[dict[Path, tuple[float, int]]] = PerProcess(dict)
+
+
 def readers(root: Path) -> int:
-    """Live processes that pin blobs of the cache at ``root`` now, all nodes (at least 1)."""
-    watch = liveness()
-    return max(1, sum(1 for r in read_ledger(root) if r.pins > 0 and watch.alive(r)))
+    """Live processes that pin blobs of the cache at ``root``, all nodes (at least 1), as
+    read at most :data:`BEAT_S` ago (the counts a record shows are that old anyway)."""
+    known = _READERS.get()
+    now = time.monotonic()
+    found = known.get(root)
+    if found is None or now - found[0] > BEAT_S:
+        watch = liveness()
+        n = max(1, sum(1 for r in read_ledger(root) if r.pins > 0 and watch.alive(r)))
+        found = known[root] = (now, n)
+    return found[1]
