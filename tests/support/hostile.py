@@ -39,15 +39,19 @@ __all__ = [
 #: File names a cache may hold (docs/cache.md): blobs and manifests by hash, refs by slice
 #: ID, lock and claim files (and a stale claim its taker moved aside), a store's recorded
 #: stall (``<server>.<host>.outage``, ``rayform._net._outage``), the page check marks of
-#: each user (``checked/u<uid>/<hash>``, ``rayform.manifest._checkmarks``), and temporary files
-#: (``<hash>.<host>.<pid>.<random>.part``, or ``.<stem>.<pid>.<random>.tmp`` from
+#: each user (``checked/u<uid>/<hash>``, ``rayform.manifest._checkmarks``), the ledger of the
+#: processes that use the cache (``live/ledger``, ``rayform.cache._live``), the pins of live
+#: readers (``pins/<hash>.<host>.<pid>.<lease>-<mark>``, ``rayform.cache._pinmarks``), and
+#: temporary files (``<hash>.<host>.<pid>.<random>.part``, or ``.<stem>.<pid>.<random>.tmp`` from
 #: ``rayform.files.unique_tmp_name``).
 _CACHE_NAME = re.compile(
     r"[0-9a-f]{64}|[0-9a-f]{64}\.lock|slc_[0-9a-f]{8,64}|[0-9a-f]{2}|[A-Za-z0-9_.-]+-[0-9a-f]{8}"
     r"|[0-9a-f]{64}\.[A-Za-z0-9_.-]+\.[0-9]+\.[0-9a-f]+\.part|\.[A-Za-z0-9_.-]+\.[0-9]+\.[0-9a-f]+\.tmp"
     r"|[0-9a-f]{64}\.claim|[0-9a-f]{64}\.claim\.[A-Za-z0-9_.-]+\.[0-9]+\.[0-9a-f]+\.stale"
     r"|[A-Za-z0-9_.-]+-[0-9a-f]{8}\.[A-Za-z0-9_.-]+\.outage"
-    r"|blobs|manifests|refs|tmp|locks|claims|checked|u[0-9]+|[a-z_]+\.(json|db|lock)"
+    r"|[0-9a-f]{64}\.[A-Za-z0-9_.-]+\.[0-9]+\.[0-9a-f]+-[0-9a-f]+"
+    r"|blobs|manifests|refs|tmp|locks|claims|checked|live|ledger|pins|u[0-9]+"
+    r"|[a-z_]+\.(json|db|lock)"
 )
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 

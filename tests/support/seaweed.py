@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import shutil
 import signal
 import socket
@@ -32,21 +33,41 @@ def _weed() -> str:
     return found
 
 
+def _ephemeral_low() -> int:
+    """The lowest port the kernel hands out to outgoing connections (32768 when unknown)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
 def _free_ports(n: int) -> list[int]:
-    """n free loopback ports p such that p + 10000 (weed's gRPC port) is free too."""
+    """n free loopback ports p such that p + 10000 (weed's gRPC port) is free too.
+
+    Both lie below the kernel's ephemeral range: a port from ``bind(0)`` is ephemeral, and the
+    weed processes' own outgoing connections (to each other) could take it between this choice
+    and weed's bind, which then fails with "address already in use".
+    """
+    high = min(_ephemeral_low(), 65536) - 10000
+    if high <= 12000:
+        raise RuntimeError("no room below the ephemeral port range for weed's ports")
+    rng = random.Random()
     ports: list[int] = []
     while len(ports) < n:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            p = s.getsockname()[1]
-        if p + 10000 > 65535 or p in ports:
+        p = rng.randrange(12000, high)
+        if p in ports or p + 10000 in ports or any(p == q + 10000 for q in ports):
             continue
-        with socket.socket() as s2:
-            try:
-                s2.bind(("127.0.0.1", p + 10000))
-            except OSError:
-                continue
-        ports.append(p)
+        if _bindable(p) and _bindable(p + 10000):
+            ports.append(p)
     return ports
 
 

@@ -9,7 +9,7 @@ processes that use the cache, their liveness and their byte counts (``_live``).
 """
 
 from rayform.cache._evict import Evictor, EvictReport, Pins, check_fits, evict_lru
-from rayform.cache._live import lease, readers
+from rayform.cache._live import lease
 from rayform.cache._partial import HOST
 from rayform.cache._pinmarks import Pinned, pinned
 from rayform.cache._reread import read_blob
@@ -30,7 +30,6 @@ __all__ = [
     "evict_lru",
     "lease",
     "pinned",
-    "readers",
     "read_blob",
     "shared_mode",
 ]

@@ -60,7 +60,6 @@ __all__ = [
     "Liveness",
     "Record",
     "lease",
-    "readers",
     "read_ledger",
 ]
 
@@ -336,19 +335,3 @@ def lease(root: Path) -> Lease:
         if found is None:
             found = leases[root] = Lease(root)
         return found
-
-
-_READERS: PerProcess[dict[Path, tuple[float, int]]] = PerProcess(dict)
-
-
-def readers(root: Path) -> int:
-    """Live processes that pin blobs of the cache at ``root``, all nodes (at least 1), as
-    read at most :data:`BEAT_S` ago (the counts a record shows are that old anyway)."""
-    known = _READERS.get()
-    now = time.monotonic()
-    found = known.get(root)
-    if found is None or now - found[0] > BEAT_S:
-        watch = liveness()
-        n = max(1, sum(1 for r in read_ledger(root) if r.pins > 0 and watch.alive(r)))
-        found = known[root] = (now, n)
-    return found[1]

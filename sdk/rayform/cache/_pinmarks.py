@@ -1,4 +1,4 @@
-"""Pins that cross nodes: a marker file per pinned blob, ``pins/<hash>.<host>.<pid>.<token>``.
+"""Pins that cross nodes: a marker per pinned blob, ``pins/<hash>.<host>.<pid>.<lease>-<mark>``.
 
 A pin's shared ``flock`` (:class:`~rayform.cache._evict.Pins`) keeps a blob from being evicted
 by a process of the same node only: ``flock`` does not cross the nodes of NFS without lockd,

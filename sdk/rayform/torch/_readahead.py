@@ -33,7 +33,7 @@ import numpy as np
 from rayform._net import FetchLog, fetch_log, mark_ahead
 from rayform._process import PerProcess
 from rayform._resolution import Target
-from rayform.cache import Pins, readers
+from rayform.cache import Pins
 from rayform.torch._blobs import segment_blobs
 from rayform.torch._index import GridIndex
 from rayform.torch._sampling import IndexStream, Part, plan
@@ -275,12 +275,8 @@ class ReadAhead:
         slice_ = self.source
         budget = self.max_bytes
         limit = slice_.cache_limit
-        if limit is not None:
-            # Leave room for what the readers pin: a quarter of the limit for the read-ahead
-            # of all the processes that read from the cache now (any node), shared.
-            root = slice_.cache_dir
-            share = readers(root) if root is not None else 1
-            budget = min(budget, limit // (4 * share))
+        if limit is not None:  # leave room for what the readers pin
+            budget = min(budget, limit // 4)
         with st.lock:
             window = st.in_flight
         trust = limit is None  # under a limit a blob seen cached may be evicted before use
