@@ -14,12 +14,14 @@ test: setup
 	$(PY) -m ruff format --check sdk server_stub tests bench scripts
 	$(PY) -m ruff check sdk server_stub tests bench scripts
 	$(PY) -m mypy
+	.venv/bin/lint-imports --no-cache
 	$(PY) -m pytest tests
 
 lint: setup
 	$(PY) -m ruff format --check sdk server_stub tests bench scripts
 	$(PY) -m ruff check sdk server_stub tests bench scripts
 	$(PY) -m mypy
+	.venv/bin/lint-imports --no-cache
 
 stress: setup
 	$(PY) -m pytest tests -m stress

@@ -1,33 +1,36 @@
-"""The import rules of docs/architecture.md, checked by reading every module's imports (AST).
+"""The rules of docs/architecture.md that an import linter cannot check, and the linter itself.
 
-1. The SDK (``sdk/rayform``) never imports the server stub, the tests or the benchmarks.
-2. The SDK core (``rayform`` outside ``rayform/torch``, ``rayform/integrations`` and
-   ``rayform/ray``) never imports torch, torchcodec, ``rayform.torch`` or
-   ``rayform.integrations``: ``import rayform`` must work without torch. Only ``rayform/ray``
-   imports Ray (or ``rayform.ray``): the core and ``rayform.torch`` work without it.
-3. A private module or name (``_x``) is imported only from inside the package that owns it:
-   ``rayform._ids`` from ``rayform`` and its subpackages, ``rayform.torch._index`` from
-   ``rayform.torch``, ``rayform_server._video`` from ``rayform_server``. The server stub, the
-   benchmarks and the scripts use public names (``rayform.format``, ``rayform.files``,
-   ``rayform.errors``...).
+Rules 1, 2, 3 (for modules) and 5 are `import-linter` contracts (``[tool.importlinter]`` in
+pyproject.toml): :func:`test_the_import_contracts_hold` runs ``lint-imports`` and
+:func:`test_the_import_linter_sees_what_it_looks_for` shows, on a made-up package, that it
+finds an import inside a function, one under ``TYPE_CHECKING``, a cycle and a private import.
+Checked here by reading every module (AST):
+
+3. A private *name* (``from rayform.client import _x``) is imported only from inside the
+   package that owns it; a private module is the linter's (in the scripts, which are no
+   package, both are checked here).
 4. Tests use the public home of the wire format (``rayform.format``), never ``rayform._ids``,
    ``rayform._hashing`` or ``rayform._blobfmt``; white-box unit tests of other private modules
    may import them. Tests import shared helpers from the ``support`` package, never from
    ``conftest``.
-
-Rule 7 there: a private module of the root package (``rayform/_x.py``) has more than one user
-in the SDK; a helper with one user lives beside it, in the user's package or a package of its
-part.
+6. No module reads a private attribute that a class of another module defines.
+7. A private module of the root package (``rayform/_x.py``) has more than one user in the
+   SDK; a helper with one user lives beside it, in the user's package or a package of its
+   part.
 """
 
 from __future__ import annotations
 
 import ast
+import shutil
+import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from importlinter.api import read_configuration
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -38,23 +41,6 @@ TREES = {
     "bench": (REPO / "bench", "bench."),
     "scripts": (REPO / "scripts", "scripts."),
     "tests": (REPO / "tests", ""),
-}
-
-#: Imports of private modules that a rule above would refuse, each with the reason it stands.
-ALLOWED_PRIVATE = {
-    # Row 5 of the benchmark, the raw decode limit, decodes exactly the frames the dataset's
-    # own grid needs with the SDK's own all-intra packet decoder: it measures below the API.
-    ("bench.rows", "rayform.torch._index"),
-    ("bench.rows", "rayform.torch._decoding"),
-    # Its decode-and-resize variant resizes as the dataset does: the same geometry (Target).
-    ("bench.rows", "rayform._resolution"),
-    # The resume benchmark times the order engine alone over a virtual 10^9-sample epoch, which
-    # no dataset of this machine's size can hold: it measures below the API too.
-    ("bench.resume", "rayform.torch._sampling"),
-    # A Ray read task lends the reader memory that the next block overwrites: only a caller
-    # that hands each batch on (Ray copies it into its object store) before reading the next
-    # may, which no user of rayform.torch does.
-    ("rayform.ray._data", "rayform.torch._batchmem"),
 }
 
 #: Our packages: the private-module rule is about how they depend on each other.
@@ -125,55 +111,31 @@ def _within(module: str, package: str) -> bool:
     return module == package or module.startswith(package + ".")
 
 
-def test_the_sdk_never_imports_the_server_tests_or_bench() -> None:
-    bad = [
-        f"{f}:{line} imports {name}"
-        for f, _, line, name in _all_imports("sdk")
-        if name.split(".")[0] in ("rayform_server", "tests", "bench", "conftest", "support")
-    ]
-    assert not bad, "the SDK must work without the server stub:\n" + "\n".join(bad)
-
-
-def test_the_sdk_core_never_imports_torch() -> None:
-    heavy = ("torch", "torchcodec", "rayform.torch", "rayform.integrations")
-    bad = [
-        f"{f}:{line} imports {name}"
-        for f, module, line, name in _all_imports("sdk")
-        if not _within(module, "rayform.torch")
-        and not _within(module, "rayform.integrations")
-        and not _within(module, "rayform.ray")
-        and any(_within(name, h) for h in heavy)
-    ]
-    assert not bad, (
-        "`import rayform` must not need torch; move this into rayform/torch or "
-        "rayform/integrations:\n" + "\n".join(bad)
+def _is_module(dotted: str) -> bool:
+    parts = dotted.split(".")
+    roots = [REPO / "sdk", REPO / "server_stub", REPO]
+    return _is_package(dotted) or any(
+        root.joinpath(*parts[:-1], parts[-1] + ".py").is_file() for root in roots
     )
 
 
-def test_only_rayform_ray_imports_ray() -> None:
-    bad = [
-        f"{f}:{line} imports {name}"
-        for f, module, line, name in _all_imports("sdk")
-        if not _within(module, "rayform.ray")
-        and (_within(name, "ray") or _within(name, "rayform.ray"))
-    ]
-    assert not bad, (
-        "Ray is the optional `ray` extra: only rayform/ray may import it (and rayform.ray):\n"
-        + "\n".join(bad)
-    )
+def _through_last_private(name: str) -> str:
+    """``name`` up to its last private component: ``rayform.torch._index`` for
+    ``rayform.torch._index.build_index``."""
+    parts = name.split(".")
+    last = max(i for i, p in enumerate(parts) if p.startswith("_") and not p.startswith("__"))
+    return ".".join(parts[: last + 1])
 
 
 @pytest.mark.parametrize("tree", ["sdk", "server", "bench", "scripts"])
-def test_private_modules_are_imported_only_inside_their_package(tree: str) -> None:
+def test_private_names_are_imported_only_inside_their_package(tree: str) -> None:
     bad = []
     for f, module, line, name in _all_imports(tree):
         owner = _private_owner(name)
         if owner is None or name.split(".")[0] not in OWN or _within(module, owner):
             continue
-        if any(
-            module == importer and _within(name, allowed) for importer, allowed in ALLOWED_PRIVATE
-        ):
-            continue
+        if tree != "scripts" and _is_module(_through_last_private(name)):
+            continue  # a private module: import-linter's contract 3 (and its exceptions)
         bad.append(f"{f}:{line} imports {name} (private to {owner})")
     assert not bad, (
         "use the public name instead (rayform.format, rayform.files, rayform.errors, "
@@ -260,7 +222,7 @@ def test_the_rules_see_imports() -> None:
     assert "rayform.manifest._display" in users["rayform._html"]  # `from rayform import _html`
 
 
-# -- import cycles and private reach-ins (the SDK and the server stub) -------------------------
+# -- private reach-ins (the SDK and the server stub) -------------------------------------------
 #: Reads of a private attribute defined by a class of another module, each with its reason.
 ALLOWED_PRIVATE_ATTRS = {
     # A namedtuple's own API (``_fields``, ``_asdict``, ``_replace``, ``_make``), not ours.
@@ -271,9 +233,6 @@ ALLOWED_PRIVATE_ATTRS = {
     # torch's shared-memory storage constructor, which the collate function calls like torch's.
     "_new_shared",
 }
-#: Import cycles that stand, each with its reason (none today: type-only and in-function
-#: imports count, so a circle cannot hide behind ``TYPE_CHECKING``).
-ALLOWED_CYCLES: set[frozenset[str]] = set()
 
 
 def _own_modules() -> dict[str, Path]:
@@ -284,82 +243,6 @@ def _own_modules() -> dict[str, Path]:
             if not any(part.startswith(".") for part in path.relative_to(REPO).parts):
                 out[_module_name(path, root, prefix)] = path
     return out
-
-
-def _edges(modules: dict[str, Path]) -> dict[str, set[str]]:
-    """Module -> modules it imports anywhere in it: at the top, inside functions, and under
-    ``if TYPE_CHECKING:`` (an import for annotations only is still a dependency a reader must
-    hold in mind); an edge goes to the imported module itself, not to the ``__init__`` of the
-    packages above it."""
-    graph: dict[str, set[str]] = {m: set() for m in modules}
-    for module, path in modules.items():
-        package = module if path.name == "__init__.py" else module.rpartition(".")[0]
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            targets = []
-            if isinstance(node, ast.Import):
-                targets = [alias.name for alias in node.names]
-            elif isinstance(node, ast.ImportFrom):
-                base = node.module or ""
-                if node.level:
-                    anchor = package.split(".")[: len(package.split(".")) - (node.level - 1)]
-                    base = ".".join([*anchor, base] if base else anchor)
-                for alias in node.names:
-                    sub = f"{base}.{alias.name}"
-                    targets.append(sub if sub in modules else base)
-            graph[module].update(t for t in targets if t in modules and t != module)
-    return graph
-
-
-def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
-    """Strongly connected components of more than one module (Tarjan, iteratively)."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    on_stack: set[str] = set()
-    stack: list[str] = []
-    found = []
-    for start in graph:
-        if start in index:
-            continue
-        work = [(start, iter(sorted(graph[start])))]
-        index[start] = low[start] = len(index)
-        stack.append(start)
-        on_stack.add(start)
-        while work:
-            node, children = work[-1]
-            child = next(children, None)
-            if child is not None:
-                if child not in index:
-                    index[child] = low[child] = len(index)
-                    stack.append(child)
-                    on_stack.add(child)
-                    work.append((child, iter(sorted(graph[child]))))
-                elif child in on_stack:
-                    low[node] = min(low[node], index[child])
-                continue
-            work.pop()
-            if work:
-                low[work[-1][0]] = min(low[work[-1][0]], low[node])
-            if low[node] == index[node]:
-                component = []
-                while True:
-                    member = stack.pop()
-                    on_stack.discard(member)
-                    component.append(member)
-                    if member == node:
-                        break
-                if len(component) > 1:
-                    found.append(sorted(component))
-    return found
-
-
-def test_no_import_cycles() -> None:
-    cycles = [c for c in _cycles(_edges(_own_modules())) if frozenset(c) not in ALLOWED_CYCLES]
-    assert not cycles, (
-        "modules that import each other (directly or around a circle; an import "
-        "inside a function or under TYPE_CHECKING counts): move what both need into a "
-        "module of its own, type against a Protocol (rayform._seams), or pass it in\n"
-        + "\n".join(" <-> ".join(c) for c in cycles)
-    )
 
 
 def _private_attrs_by_module(modules: dict[str, Path]) -> dict[str, set[str]]:
@@ -412,7 +295,8 @@ def _private_reads(modules: dict[str, Path]) -> list[str]:
             others = owners.get(node.attr, set()) - {module}
             if others:
                 bad.append(
-                    f"{path.relative_to(REPO)}:{node.lineno} reads .{node.attr} "
+                    f"{path.relative_to(REPO) if path.is_relative_to(REPO) else path}:"
+                    f"{node.lineno} reads .{node.attr} "
                     f"(private to {', '.join(sorted(others))})"
                 )
     return bad
@@ -426,19 +310,99 @@ def test_no_module_reads_another_modules_private_attributes() -> None:
     )
 
 
-def test_the_cycle_and_reach_in_checks_see_what_they_look_for() -> None:
-    """The checkers themselves, on small made-up graphs and modules."""
-    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
-    assert _cycles({"a": {"b"}, "b": set()}) == []
+def test_the_reach_in_check_sees_what_it_looks_for() -> None:
+    """The checker itself, on two made-up modules."""
     with tempfile.TemporaryDirectory() as tmp:
         files = {
-            "a": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import b\n",
-            "b": "def f():\n    import a\n",
+            "a": "class A:\n    def _hidden(self):\n        return self._hidden()\n",
+            "b": "from a import A\n\ndef f(x: A):\n    return x._hidden(), x._fields\n",
         }
         modules = {}
         for name, text in files.items():
             modules[name] = Path(tmp, f"{name}.py")
             modules[name].write_text(text)
-        graph = _edges(modules)
-    assert graph == {"a": {"b"}, "b": {"a"}}  # a type-only and an in-function import count
-    assert _cycles(graph) == [["a", "b"]]
+        bad = _private_reads(modules)
+    assert len(bad) == 1 and "reads ._hidden (private to a)" in bad[0]
+
+
+# -- import-linter: rules 1, 2, 3 (modules) and 5 ---------------------------------------------
+def _lint_imports(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    exe = shutil.which("lint-imports", path=str(Path(sys.executable).parent))
+    assert exe, "lint-imports is missing: pip install -e '.[dev]'"
+    return subprocess.run(
+        [exe, "--no-cache", *args], cwd=cwd, capture_output=True, text=True, timeout=120
+    )
+
+
+def test_the_import_contracts_hold() -> None:
+    done = _lint_imports(REPO)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "BROKEN" not in done.stdout and done.stdout.count("KEPT") == 5
+
+
+def test_every_part_of_the_sdk_is_placed_by_the_torch_contract() -> None:
+    """A new child of ``rayform`` must be listed among the core's modules (which never import
+    torch or Ray) or be one of the parts that may: else the contract would not see it."""
+    config = read_configuration(str(REPO / "pyproject.toml"))["contracts_options"]
+    core = next(c for c in config if c["name"].startswith("2. The SDK core"))
+    root = REPO / "sdk" / "rayform"
+    children = {
+        f"rayform.{p.stem}"
+        for p in root.iterdir()
+        if (p.suffix == ".py" and p.stem != "__init__") or (p / "__init__.py").is_file()
+    }
+    heavy = {"rayform.torch", "rayform.integrations", "rayform.ray"}
+    assert children - heavy == set(core["source_modules"]), (
+        "list a new module of sdk/rayform in the core's source_modules in pyproject.toml "
+        "(or remove a gone one)"
+    )
+
+
+_MADE_UP_CONFIG = """
+[tool.importlinter]
+root_packages = ["made"]
+include_external_packages = true
+exclude_type_checking_imports = false
+
+[[tool.importlinter.contracts]]
+name = "core never imports heavy"
+type = "forbidden"
+source_modules = ["made.core"]
+forbidden_modules = ["made.heavy"]
+
+[[tool.importlinter.contracts]]
+name = "private"
+type = "private_modules"
+
+[[tool.importlinter.contracts]]
+name = "cycles"
+type = "acyclic_siblings"
+ancestors = ["made"]
+"""
+
+
+def test_the_import_linter_sees_what_it_looks_for(tmp_path: Path) -> None:
+    """On a made-up package: an import inside a function breaks a forbidden contract, a
+    private module imported from outside its package breaks the private one, and a cycle that
+    one side closes under ``TYPE_CHECKING`` breaks the acyclic one."""
+    files = {
+        "made/__init__.py": "",
+        "made/heavy/__init__.py": "",
+        "made/heavy/_inner.py": "",
+        "made/core/__init__.py": "def f():\n    import made.heavy\n",
+        "made/a.py": "from made import b\n",
+        "made/b.py": (
+            "from typing import TYPE_CHECKING\nimport made.heavy._inner\n"
+            "if TYPE_CHECKING:\n    import made.a\n"
+        ),
+    }
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    (tmp_path / "pyproject.toml").write_text(_MADE_UP_CONFIG)
+    done = _lint_imports(tmp_path)
+    out = " ".join(done.stdout.split())
+    assert done.returncode == 1, out
+    assert "core never imports heavy BROKEN" in out and "made.core -> made.heavy" in out
+    assert "private BROKEN" in out and "made.b -> made.heavy._inner" in out
+    assert "cycles BROKEN" in out
