@@ -54,9 +54,9 @@ dataset = rayform.torch.EpisodeDataset(
 )
 print(dataset.uri)     # log it with the run: EpisodeDataset.from_uri(uri) rebuilds these samples
 sampler = rayform.torch.EpisodeSampler(dataset, shuffle=True)  # shards by episode under torchrun
-workers = min(8, os.cpu_count() or 1)  # more workers than CPUs only compete for them
-loader = DataLoader(dataset, batch_size=64, num_workers=workers, sampler=sampler,
-                    persistent_workers=True, collate_fn=rayform.torch.collate)
+workers = min(8, os.cpu_count() or 1)  # more workers than CPUs compete (and PyTorch warns)
+loader = DataLoader(dataset, batch_size=64, num_workers=workers, sampler=sampler, persistent_workers=True,
+                    collate_fn=rayform.torch.collate)  # default_collate's batches, shared memory reused
 print(f"{{len(dataset)}} samples at 15 Hz over {{len(slice_.segments)}} episodes, "
       f"{{workers}} DataLoader workers")
 for epoch in range(2):
