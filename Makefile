@@ -4,10 +4,12 @@ export OMP_NUM_THREADS ?= 1
 
 .PHONY: setup demo test lint stress bench peer docs clean
 
+# Everything the tests need (as root: system packages too); `make demo` installs only its part.
 setup:
-	@scripts/setup.sh
+	@scripts/setup.sh full
 
-demo: setup
+demo:
+	@scripts/setup.sh demo
 	$(PY) scripts/demo.py
 
 test: setup

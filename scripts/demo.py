@@ -3,15 +3,19 @@
 1. builds the demo slice into a local data root (``.demo/root``, once),
 2. starts the server stub on a free loopback port with a random bearer token,
 3. pulls the slice into a fresh cache with ``rayform pull`` (progress bar, verified),
-4. runs the public docs' example verbatim (only the slice ID changed) and iterates a
-   ``DataLoader`` over two epochs, printing what it did and how fast,
-5. stops the server.
+4. stops the server, writes the README's training example to ``.demo/train.py`` (only the
+   slice ID filled in) and runs it offline from the cache: a ``DataLoader`` over two epochs,
+5. prints what to run next.
+
+``--demo-dir DIR --small`` builds the small demo (4 short episodes) elsewhere, for a test.
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import secrets
+import shlex
 import shutil
 import socket
 import subprocess
@@ -22,10 +26,68 @@ from pathlib import Path
 import httpx
 
 HERE = Path(__file__).resolve().parent.parent
-DEMO = HERE / ".demo"
-ROOT = DEMO / "root"
-CACHE = DEMO / "cache"
 SLICE = "slc_7c1e04aa"
+STREAMS = ["cam0/rgb", "wrist/rgb", "joints/position", "joints/position_delta"]
+
+#: The README's "Training with PyTorch" example, run as it is written, with a line per epoch.
+TRAIN_PY = """\
+\"\"\"The README's training example on the demo slice, written by `make demo`.
+
+Offline from the demo's cache: {command}
+\"\"\"
+
+import os
+import time
+
+import rayform
+from torch.utils.data import DataLoader
+
+client = rayform.Client()                      # RAYFORM_ENDPOINT / RAYFORM_TOKEN / RAYFORM_CACHE_DIR
+slice_ = client.slices.get("{slice_id}")
+dataset = rayform.torch.EpisodeDataset(
+    slice_,
+    obs=["cam0/rgb", "wrist/rgb", "joints/position"],
+    action="joints/position_delta",
+    fps=15,            # samples on a 15 Hz grid, whatever the streams' own rates
+    horizon=16,        # action chunk length
+    frame="ros",       # convention of Cartesian quantities in the sample
+)
+print(dataset.uri)     # log it with the run: EpisodeDataset.from_uri(uri) rebuilds these samples
+sampler = rayform.torch.EpisodeSampler(dataset, shuffle=True)  # shards by episode under torchrun
+workers = min(8, os.cpu_count() or 1)  # more workers than CPUs compete (and PyTorch warns)
+loader = DataLoader(dataset, batch_size=64, num_workers=workers, sampler=sampler, persistent_workers=True,
+                    collate_fn=rayform.torch.collate)  # default_collate's batches, shared memory reused
+print(f"{{len(dataset)}} samples at 15 Hz over {{len(slice_.segments)}} episodes, "
+      f"{{workers}} DataLoader workers")
+for epoch in range(2):
+    dataset.set_epoch(epoch)
+    t0 = time.perf_counter()
+    n = 0
+    for batch in loader:
+        n += batch["action"].shape[0]   # your training step goes here
+    dt = time.perf_counter() - t0
+    print(f"epoch {{epoch}}: {{n}} samples in {{dt:.1f}} s = {{n / dt:.0f}} samples/s")
+print("batch shapes:", {{k: tuple(v.shape) for k, v in batch.items() if hasattr(v, "shape")}})
+"""
+
+
+def shown_path(path: Path) -> str:
+    """``path`` relative to the working directory where it lies below it (shorter to type)."""
+    # abspath, not resolve: the venv's python is a symlink whose target is not the venv's.
+    absolute = Path(os.path.abspath(path))
+    try:
+        return str(absolute.relative_to(os.path.abspath(Path.cwd())))
+    except ValueError:
+        return str(absolute)
+
+
+def train_command(cache: Path, train: Path) -> str:
+    """The shell command that runs ``train`` offline from ``cache`` with this interpreter."""
+    python = Path(sys.executable)
+    return (
+        f"RAYFORM_OFFLINE=1 RAYFORM_CACHE_DIR={shlex.quote(shown_path(cache))} "
+        f"{shlex.quote(shown_path(python))} {shlex.quote(shown_path(train))}"
+    )
 
 
 def step(msg: str) -> None:
@@ -38,17 +100,28 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Rayform's demo: build, serve, pull, train.")
+    parser.add_argument(
+        "--demo-dir", type=Path, default=HERE / ".demo", help="where it all goes (default .demo)"
+    )
+    parser.add_argument("--small", action="store_true", help="4 short episodes (for tests)")
+    args = parser.parse_args(argv)
+    demo = Path(os.path.abspath(args.demo_dir))
+    root, cache, train = demo / "root", demo / "cache", demo / "train.py"
     bindir = Path(sys.executable).parent
-    step(f"1/4 demo slice {SLICE} in {ROOT.relative_to(HERE)}")
-    if not (ROOT / "slices" / f"{SLICE}.json").exists():
+
+    step(f"1/4 demo slice {SLICE} in {shown_path(root)}")
+    if not (root / "slices" / f"{SLICE}.json").exists():
         t0 = time.perf_counter()
+        small = ["--small"] if args.small else []
         subprocess.run(
-            [bindir / "rayform-server", "demo", "--root", ROOT, "--slice", SLICE], check=True
+            [bindir / "rayform-server", "demo", "--root", root, "--slice", SLICE, *small],
+            check=True,
         )
         print(f"built in {time.perf_counter() - t0:.1f} s")
     else:
-        print("already built (delete .demo/ to rebuild)")
+        print(f"already built (delete {shown_path(demo)}/ to rebuild)")
 
     token = secrets.token_urlsafe(24)
     port = free_port()
@@ -59,7 +132,7 @@ def main() -> int:
             bindir / "rayform-server",
             "serve",
             "--root",
-            ROOT,
+            root,
             "--host",
             "127.0.0.1",
             "--port",
@@ -69,6 +142,7 @@ def main() -> int:
             f"--token={token}",
         ],
     )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAYFORM_")}
     try:
         deadline = time.monotonic() + 30
         while True:
@@ -82,79 +156,39 @@ def main() -> int:
                 return 1
             time.sleep(0.1)
 
-        os.environ.update(RAYFORM_ENDPOINT=url, RAYFORM_TOKEN=token, RAYFORM_CACHE_DIR=str(CACHE))
-        os.environ.pop("RAYFORM_OFFLINE", None)
-        shutil.rmtree(CACHE, ignore_errors=True)
-        step(f"3/4 rayform pull {SLICE} into a fresh cache ({CACHE.relative_to(HERE)})")
+        shutil.rmtree(cache, ignore_errors=True)
+        step(f"3/4 rayform pull {SLICE} into a fresh cache ({shown_path(cache)})")
         subprocess.run(
-            [
-                bindir / "rayform",
-                "pull",
-                SLICE,
-                "--streams",
-                "cam0/rgb",
-                "wrist/rgb",
-                "joints/position",
-                "joints/position_delta",
-            ],
+            [bindir / "rayform", "pull", SLICE, "--streams", ",".join(STREAMS)],
             check=True,
+            env={
+                **env,
+                "RAYFORM_ENDPOINT": url,
+                "RAYFORM_TOKEN": token,
+                "RAYFORM_CACHE_DIR": str(cache),
+            },
         )
     finally:
         server.terminate()
         server.wait(10)
     print("server stopped: training below runs offline from the cache")
-    os.environ["RAYFORM_OFFLINE"] = "1"
 
-    step("4/4 EpisodeDataset + DataLoader (the docs' example)")
-    import torch
-    from torch.utils.data import DataLoader
-
-    import rayform
-
-    torch.set_num_threads(1)
-    client = rayform.Client()
-    slice_ = client.slices.get(SLICE)
-    print(slice_)
-    dataset = rayform.torch.EpisodeDataset(
-        slice_,
-        obs=["cam0/rgb", "wrist/rgb", "joints/position"],
-        action="joints/position_delta",
-        fps=15,
-        horizon=16,
-        frame="ros",
-    )
-    workers = min(8, os.cpu_count() or 1)
-    sampler = rayform.torch.EpisodeSampler(dataset, shuffle=True)
-    loader = DataLoader(
-        dataset,
-        batch_size=64,
-        num_workers=workers,
-        sampler=sampler,
-        persistent_workers=True,
-        collate_fn=rayform.torch.collate,
-    )
-    print(
-        f"{len(dataset)} samples at 15 Hz over {len(slice_.segments)} episodes; "
-        f"DataLoader(batch_size=64, num_workers={workers}, sampler=EpisodeSampler(shuffle=True), "
-        "persistent_workers=True, collate_fn=rayform.torch.collate)"
-    )
-    for epoch in range(2):
-        dataset.set_epoch(epoch)
-        t0 = time.perf_counter()
-        n = 0
-        first = None
-        for batch in loader:
-            if first is None:
-                first = time.perf_counter() - t0
-                shapes = {k: tuple(v.shape) for k, v in batch.items() if hasattr(v, "shape")}
-            n += batch["action"].shape[0]
-        dt = time.perf_counter() - t0
-        print(
-            f"epoch {epoch}: {n} samples in {dt:.1f} s = {n / dt:.0f} samples/s "
-            f"(first batch after {first:.2f} s)"
-        )
-    print("batch shapes:", shapes)
+    command = train_command(cache, train)
+    train.write_text(TRAIN_PY.format(command=command, slice_id=SLICE))
+    step(f"4/4 the README's example, written to {shown_path(train)}: {command}")
+    done = subprocess.run(["bash", "-c", command], env=env)
+    if done.returncode != 0:
+        return done.returncode
     print("\ndemo done: slice served, pulled, verified, and trained on offline.")
+    print(
+        "\nnext:\n"
+        f"  {command}\n"
+        "      the README's example again, offline from the demo's cache; edit it to train\n"
+        f"  {shown_path(bindir / 'rayform')} slices show {SLICE} --offline --cache-dir "
+        f"{shlex.quote(shown_path(cache))}\n"
+        "      the command line (or `source "
+        f"{shown_path(bindir / 'activate')}` to put rayform on your PATH)"
+    )
     return 0
 
 

@@ -1,8 +1,18 @@
 #!/usr/bin/env bash
 # Creates .venv (if missing) and installs exactly what Rayform needs, CPU-only.
-# Idempotent and fast when nothing changed. Usage: scripts/setup.sh
+# Idempotent and fast when nothing changed. Usage: scripts/setup.sh [full|demo]
+#   full (the default, `make test`): rayform[torch,server,dev] and, as root, every system
+#        package the tests use (FFmpeg, curl, chromium, sshfs, openssh-server);
+#   demo (`make demo`): rayform[torch,server] and FFmpeg only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+mode=${1:-full}
+case "$mode" in
+  full) extras="torch,server,dev" ;;
+  demo) extras="torch,server" ;;
+  *) echo "setup: unknown mode '$mode': use full (everything make test needs) or demo" >&2; exit 2 ;;
+esac
 
 need_apt=()
 # FFmpeg: the shared libraries for torchcodec, the ffmpeg CLI for tests that edit videos.
@@ -11,13 +21,15 @@ need_apt=()
 if ! ldconfig -p 2>/dev/null | grep 'libavcodec\.so' >/dev/null || ! command -v ffmpeg >/dev/null 2>&1; then
   need_apt+=(ffmpeg)
 fi
-command -v curl >/dev/null 2>&1 || need_apt+=(curl)
-# Chromium: the docs test screenshots the built site headless (tests/docs/test_docs_site.py).
-command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
-# sshfs and sshd: the two-node cache tests (tests/cache/test_claims_nodes.py), which need root anyway.
-if [ "$(id -u)" = 0 ]; then
-  command -v sshfs >/dev/null 2>&1 || need_apt+=(sshfs)
-  [ -x /usr/sbin/sshd ] || need_apt+=(openssh-server)
+if [ "$mode" = full ]; then
+  command -v curl >/dev/null 2>&1 || need_apt+=(curl)
+  # Chromium: the docs and viewer tests drive it headless (tests/docs, tests/view).
+  command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
+  # sshfs and sshd: the two-node cache tests (tests/cache/test_claims_nodes.py), which need root anyway.
+  if [ "$(id -u)" = 0 ]; then
+    command -v sshfs >/dev/null 2>&1 || need_apt+=(sshfs)
+    [ -x /usr/sbin/sshd ] || need_apt+=(openssh-server)
+  fi
 fi
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
@@ -25,7 +37,7 @@ if [ ${#need_apt[@]} -gt 0 ]; then
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
   else
-    echo "setup: please install these system packages first (FFmpeg shared libraries for torchcodec; chromium for the docs test): ${need_apt[*]}" >&2
+    echo "setup: please install these system packages first (FFmpeg shared libraries for torchcodec; chromium for the browser tests): ${need_apt[*]}" >&2
     echo "       e.g. sudo apt-get install ${need_apt[*]}" >&2
     exit 1
   fi
@@ -36,13 +48,17 @@ if [ ! -x .venv/bin/python ]; then
   echo "setup: creating .venv with $($PY --version)"
   "$PY" -m venv .venv
 fi
-stamp=.venv/.rayform-installed-$(sha1sum pyproject.toml | cut -c1-12)
-if [ ! -f "$stamp" ]; then
-  echo "setup: installing rayform[torch,server,dev] into .venv (CPU torch 2.13.0, torchcodec 0.13.0)"
+# One stamp per mode and pyproject.toml: a `make test` after a `make demo` finds no full stamp
+# and installs the rest; the full set also satisfies the demo.
+digest=$(sha1sum pyproject.toml | cut -c1-12)
+stamp=.venv/.rayform-installed-$mode-$digest
+full_stamp=.venv/.rayform-installed-full-$digest
+if [ ! -f "$stamp" ] && [ ! -f "$full_stamp" ]; then
+  echo "setup: installing rayform[$extras] into .venv (CPU torch 2.13.0, torchcodec 0.13.0)"
   .venv/bin/python -m pip install -q --upgrade pip
   # torch first, pinned, so that nothing pulls a CUDA build.
   .venv/bin/python -m pip install -q "torch==2.13.0" "torchcodec==0.13.0"
-  .venv/bin/python -m pip install -q -e ".[torch,server,dev]"
+  .venv/bin/python -m pip install -q -e ".[$extras]"
   rm -f .venv/.rayform-installed-*
   touch "$stamp"
 fi

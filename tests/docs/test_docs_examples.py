@@ -209,7 +209,7 @@ def test_every_block_runs_or_says_why_not() -> None:
 
 
 # The first page that runs builds the full demo slice (~25 s on an idle 2-core machine, a few
-# minutes when the machine is shared), and README.md's loader starts 8 workers.
+# minutes when the machine is shared), and README.md's loader starts up to 8 workers.
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("page", PAGES, ids=[str(p.relative_to(REPO)) for p in PAGES])
 def test_examples_of_the_page_run(page: Path, request: pytest.FixtureRequest) -> None:
