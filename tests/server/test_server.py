@@ -383,3 +383,39 @@ def test_serve_port_zero_prints_port_and_never_logs_tokens(demo_root: Path) -> N
         proc.terminate()
         _, rest = proc.communicate(timeout=15)
     assert TOKEN not in line + rest and "x" * 20 not in rest
+
+
+def _nodelay_of_accepted(sock: socket.socket) -> list[int]:
+    """TCP_NODELAY of the connection that asyncio (as uvicorn runs it) accepts on ``sock``."""
+    import asyncio
+
+    seen: list[int] = []
+
+    async def main() -> None:
+        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            accepted = writer.get_extra_info("socket")
+            seen.append(accepted.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+            writer.close()
+
+        server = await asyncio.start_server(handle, sock=sock)
+        reader, writer = await asyncio.open_connection(*sock.getsockname()[:2])
+        await reader.read()  # the server closes it once it has looked
+        writer.close()
+        server.close()
+        await server.wait_closed()
+
+    asyncio.run(main())
+    return seen
+
+
+def test_every_connection_to_the_server_sends_small_answers_at_once() -> None:
+    """`serve` listens on a socket that asyncio turns TCP_NODELAY on for: without it, a small
+    answer on a kept-alive connection waits for the client's delayed ACK (about 40 ms each on
+    Linux, most of a cold epoch's time for a slice of many small blobs)."""
+    from rayform_server.cli import listen_socket
+
+    assert _nodelay_of_accepted(listen_socket("127.0.0.1", 0)) == [1]
+    # The control: a socket whose protocol is left at 0 gets no TCP_NODELAY from asyncio.
+    plain = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    plain.bind(("127.0.0.1", 0))
+    assert _nodelay_of_accepted(plain) == [0]
