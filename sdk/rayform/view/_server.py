@@ -195,6 +195,9 @@ class ViewServer(ThreadingHTTPServer):
 class _Handler(BaseHTTPRequestHandler):
     server: ViewServer
     protocol_version = "HTTP/1.1"
+    # Headers and body go out in two writes: with Nagle's algorithm on, the body of a small
+    # answer on a kept-alive connection waits for the browser's delayed ACK (about 40 ms).
+    disable_nagle_algorithm = True
     server_version = "rayform-view"
     sys_version = ""
 
