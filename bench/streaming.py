@@ -157,6 +157,7 @@ def run(
     work: Path,
     repeats: int,
     cold_rows: bool = True,
+    latency_ms: float = 5.0,
 ) -> dict[str, Any]:
     setup = Setup(_root(gop), work / f"gop{gop}")
     out: dict[str, Any] = {"gop": gop, "rows": {}}
@@ -171,16 +172,18 @@ def run(
             [("warm", None, {})] if cold_rows else []
         )
         cases += [
-            ("cold_" + ("unthrottled" if r is None else f"{r / MB:g}MBps_5ms"), r, {})
+            ("cold_" + ("unthrottled" if r is None else f"{r / MB:g}MBps_{latency_ms:g}ms"), r, {})
             for r in rates
         ]
         if gop == 1 and cold_rows:
-            cases.append(("cold_100MBps_5ms_readahead_off", 100 * MB, {"readahead_bytes": 0}))
+            cases.append(
+                (f"cold_100MBps_{latency_ms:g}ms_readahead_off", 100 * MB, {"readahead_bytes": 0})
+            )
         runs: dict[str, list[dict[str, float]]] = {name: [] for name, _, _ in cases}
         for rep in range(repeats):  # interleaved, so every row sees the same machine load
             for name, rate, kw in cases:
                 setup.link.set_rate(rate)
-                setup.link.latency_s = 0.0 if rate is None else 0.005
+                setup.link.latency_s = 0.0 if rate is None else latency_ms / 1000
                 cache = warm_cache if name == "warm" else work / f"cold{gop}-{name}-{rep}"
                 before = setup.link.bytes_down
                 row = _epoch(_dataset(setup, cache, **kw), 0, workers)
@@ -198,7 +201,7 @@ def run(
             from rayform.torch import EpisodeSampler
 
             setup.link.set_rate(100 * MB)
-            setup.link.latency_s = 0.005
+            setup.link.latency_s = latency_ms / 1000
             limit = out["bytes"] // 4
             # Episodes whose blobs fill at most half the limit (the rest: read-ahead, pins).
             window = max(1, int(limit / 2 / (out["bytes"] / episodes)))
@@ -292,6 +295,12 @@ def main() -> None:
         action="store_true",
         help="only a warm epoch beside a 25 %% limit, caches on an sshfs mount (needs root)",
     )
+    p.add_argument(
+        "--latency-ms",
+        type=float,
+        default=5.0,
+        help="latency added to every request of the throttled rows, in ms (default 5)",
+    )
     p.add_argument("--out", type=Path, default=None)
     args = p.parse_args()
     default_name = "streaming_sshfs.json" if args.sshfs else "streaming.json"
@@ -302,7 +311,9 @@ def main() -> None:
         if args.sshfs:
             results.append(run_sshfs(args.workers, work, args.repeats))
         elif args.limit_only:
-            results.append(run(1, [], args.workers, True, work, args.repeats, cold_rows=False))
+            results.append(
+                run(1, [], args.workers, True, work, args.repeats, False, args.latency_ms)
+            )
         elif 1 in args.gops:
             results.append(
                 run(
@@ -312,16 +323,28 @@ def main() -> None:
                     not args.no_limit,
                     work,
                     args.repeats,
+                    latency_ms=args.latency_ms,
                 )
             )
         if 10 in args.gops and not args.limit_only and not args.sshfs:
-            results.append(run(10, [100 * MB, 30 * MB], args.workers, False, work, args.repeats))
+            results.append(
+                run(
+                    10,
+                    [100 * MB, 30 * MB],
+                    args.workers,
+                    False,
+                    work,
+                    args.repeats,
+                    latency_ms=args.latency_ms,
+                )
+            )
     doc = {
         "benchmark": "streaming",
         "slice": SLICE,
         "obs": OBS,
         "action": ACTION,
         "loader": f"batch 32, {args.workers} workers, EpisodeSampler, rayform.torch.collate",
+        "latency_ms": args.latency_ms,
         "results": results,
         "cpus": os.cpu_count(),
         "load_avg_1m_at_end": round(os.getloadavg()[0], 2),
