@@ -110,7 +110,10 @@ def add_export_parser(
         "streams are exported), e.g. joints/position=observation.state",
     )
     p.add_argument(
-        "--fps", type=float, default=None, help="the dataset's rate (default: the streams')"
+        "--fps",
+        type=float,
+        default=None,
+        help="the dataset's rate (default: the cameras', or the tables' shared rate)",
     )
     p.add_argument(
         "--image-size",
