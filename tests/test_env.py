@@ -12,9 +12,11 @@ import pytest
 import rayform
 from rayform._env import default_cache_dir, env_flag
 from rayform.cache import Cache
+from rayform.errors import InvalidArgumentError
 
 ON = ["1", "true", "TRUE", "yes", "Yes", "on", "ON", " 1 ", "true\n"]
-OFF = ["", "0", "false", "no", "off", "2", "enabled"]
+OFF = ["", "0", "false", "no", "off", "OFF", " 0 "]
+NEITHER = ["2", "enabled", "offline", "y", "-1"]
 
 
 @pytest.mark.parametrize("value", ON)
@@ -27,12 +29,29 @@ def test_on_values_turn_every_flag_on(value: str, monkeypatch: pytest.MonkeyPatc
 
 
 @pytest.mark.parametrize("value", OFF)
-def test_anything_else_is_off(value: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_off_values_turn_every_flag_off(value: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("RAYFORM_OFFLINE", value)
     monkeypatch.setenv("RAYFORM_NO_LOCKS", value)
     assert not env_flag("RAYFORM_OFFLINE") and not env_flag("RAYFORM_NO_LOCKS")
     assert not rayform.Client().offline
     assert Cache("unused").locks
+
+
+@pytest.mark.parametrize("value", NEITHER)
+def test_any_other_value_is_an_error_naming_the_variable(
+    value: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Read as off, RAYFORM_OFFLINE=2 would go online without a word.
+    monkeypatch.setenv("RAYFORM_OFFLINE", value)
+    with pytest.raises(InvalidArgumentError) as raised:
+        rayform.Client()
+    message = str(raised.value)
+    assert f"RAYFORM_OFFLINE={value!r}" in message
+    assert "1, true, yes or on" in message and "0, false, no, off or empty" in message
+    monkeypatch.delenv("RAYFORM_OFFLINE")
+    monkeypatch.setenv("RAYFORM_NO_LOCKS", value)
+    with pytest.raises(InvalidArgumentError, match="RAYFORM_NO_LOCKS="):
+        Cache("unused")
 
 
 def test_unset_is_off(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -12,16 +12,34 @@ from pathlib import Path
 
 import platformdirs
 
-__all__ = ["TRUE_VALUES", "default_cache_dir", "env_flag"]
+from rayform.errors import InvalidArgumentError
+
+__all__ = ["FALSE_VALUES", "TRUE_VALUES", "default_cache_dir", "env_flag"]
 
 #: Values that turn an on/off variable on, compared after stripping spaces and lower-casing.
-#: Every other value (unset, empty, ``0``, ``false``, ``no``, ``off``) is off.
 TRUE_VALUES = ("1", "true", "yes", "on")
+#: Values that turn it off, as does leaving it unset. Anything else is an error: read as off,
+#: ``RAYFORM_OFFLINE=2`` would silently go online.
+FALSE_VALUES = ("", "0", "false", "no", "off")
 
 
 def env_flag(name: str) -> bool:
-    """Whether the on/off environment variable ``name`` is on (see :data:`TRUE_VALUES`)."""
-    return os.environ.get(name, "").strip().lower() in TRUE_VALUES
+    """Whether the on/off environment variable ``name`` is on.
+
+    Raises:
+        InvalidArgumentError: its value is in neither :data:`TRUE_VALUES` nor
+            :data:`FALSE_VALUES`.
+    """
+    raw = os.environ.get(name, "")
+    value = raw.strip().lower()
+    if value in TRUE_VALUES:
+        return True
+    if value in FALSE_VALUES:
+        return False
+    raise InvalidArgumentError(
+        f"{name}={raw!r} is not an on/off value: set it to 1, true, yes or on to turn it on, "
+        f"or 0, false, no, off or empty (or unset it) to turn it off"
+    )
 
 
 def default_cache_dir() -> Path:

@@ -13,6 +13,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from rayform._cliargs import ListOption, Parser
 from rayform._resolution import RESIZE_MODES, check_size_value, parse_image_size
 from rayform.errors import InvalidArgumentError
 
@@ -46,8 +47,14 @@ def _cmd_export(args: argparse.Namespace, client_of: Callable[[argparse.Namespac
             f"rayform export needs the torch extra ({exc}): pip install 'rayform[torch]'"
         ) from exc
     slice_ = client_of(args).slices.get(args.slice_id)
-    if args.segments or args.sites:
-        slice_ = slice_.select(segments=args.segments, sites=args.sites)
+    segments = [i.strip() for item in args.segments or [] for i in item.split(",") if i.strip()]
+    if args.segments is not None and not segments:
+        raise InvalidArgumentError(
+            f"--segments {' '.join(args.segments)!r} names no episode: give IDs such as "
+            "--segments seg_26294da5e6984c17, or leave --segments out to export them all"
+        )
+    if segments or args.sites:
+        slice_ = slice_.select(segments=segments or None, sites=args.sites)
     report = lerobot.export_lerobot(
         slice_,
         args.dir,
@@ -72,8 +79,8 @@ def _cmd_export(args: argparse.Namespace, client_of: Callable[[argparse.Namespac
 
 
 def add_export_parser(
-    sub: argparse._SubParsersAction[argparse.ArgumentParser],
-    common: argparse.ArgumentParser,
+    sub: argparse._SubParsersAction[Parser],
+    common: Parser,
     client_of: Callable[[argparse.Namespace], Any],
 ) -> None:
     """Add ``export`` to the ``rayform`` subcommands ``sub``."""
@@ -103,7 +110,10 @@ def add_export_parser(
         "streams are exported), e.g. joints/position=observation.state",
     )
     p.add_argument(
-        "--fps", type=float, default=None, help="the dataset's rate (default: the streams')"
+        "--fps",
+        type=float,
+        default=None,
+        help="the dataset's rate (default: the cameras', or the tables' shared rate)",
     )
     p.add_argument(
         "--image-size",
@@ -117,8 +127,17 @@ def add_export_parser(
     )
     p.add_argument("--task", default=None, help="task string of every frame (default: slice ID)")
     p.add_argument("--robot-type", default=None, help="robot_type of meta/info.json")
-    p.add_argument("--segments", nargs="+", metavar="ID", help="only these episodes")
-    p.add_argument("--sites", nargs="+", metavar="SITE", help="only episodes of these sites")
+    p.add_argument(
+        "--segments",
+        nargs="+",
+        action=ListOption,
+        metavar="ID",
+        help="only these episodes (IDs separated by spaces or commas)",
+    )
+    # Sites are free text, which may hold a comma: only spaces separate them, unlike IDs.
+    p.add_argument(
+        "--sites", nargs="+", action=ListOption, metavar="SITE", help="only episodes of these sites"
+    )
     p.add_argument(
         "--episodes-per-file",
         type=int,

@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from rayform import __version__
+from rayform._cliargs import ListOption, Parser, SizeOption
 from rayform._export_cli import add_export_parser
 from rayform._ids import check_stream_name
 from rayform._limits import parse_bytes
@@ -38,12 +39,20 @@ def parse_size(text: str) -> int:
 def _client(args: argparse.Namespace) -> Any:
     from rayform.client import Client
 
-    return Client(
+    client = Client(
         endpoint=args.endpoint,
         cache_dir=args.cache_dir,
         offline=True if args.offline else None,
         shared=args.shared,
     )
+    if client.endpoint is None and not client.offline:
+        # Checked here, before any work, with the command line's own spelling of the fix
+        # (the client's message speaks Python).
+        raise InvalidArgumentError(
+            "no server endpoint: pass --endpoint https://... or set RAYFORM_ENDPOINT "
+            "(or --offline to read only the cache)"
+        )
+    return client
 
 
 #: Characters of one string kept in ``--json`` output (a server's description may run to
@@ -348,7 +357,7 @@ def _stdout_closed() -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``rayform``."""
-    common = argparse.ArgumentParser(add_help=False)
+    common = Parser(add_help=False)
     common.add_argument("--endpoint", help="server URL (default: $RAYFORM_ENDPOINT)")
     common.add_argument(
         "--cache-dir",
@@ -367,7 +376,7 @@ def build_parser() -> argparse.ArgumentParser:
         "setgid (default: on when the cache directory is setgid and "
         "group-writable, or RAYFORM_CACHE_SHARED=1)",
     )
-    p = argparse.ArgumentParser(
+    p = Parser(
         prog="rayform",
         description="Rayform: fetch slices of robot data into a shared, verified cache. "
         "The token is read from $RAYFORM_TOKEN and never printed.",
@@ -389,6 +398,7 @@ def build_parser() -> argparse.ArgumentParser:
     pull.add_argument(
         "--streams",
         nargs="+",
+        action=ListOption,
         metavar="S",
         help="only these streams, e.g. cam0/rgb wrist/rgb (or cam0/rgb,wrist/rgb)",
     )
@@ -396,6 +406,8 @@ def build_parser() -> argparse.ArgumentParser:
     pull.add_argument("--quiet", "-q", action="store_true", help="no progress bar or summary")
     pull.add_argument(
         "--max-cache",
+        nargs="+",
+        action=SizeOption,
         metavar="SIZE",
         default=None,
         help="keep the cache's blobs under SIZE (e.g. 50GB), evicting least recently "
@@ -447,6 +459,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     du.add_argument(
         "--limit",
+        nargs="+",
+        action=SizeOption,
         metavar="SIZE",
         default=None,
         help="the limit to compare with (e.g. 10GB); default RAYFORM_CACHE_LIMIT",
@@ -457,7 +471,14 @@ def build_parser() -> argparse.ArgumentParser:
     prune = csub.add_parser(
         "prune", parents=[common], help="evict least recently used blobs down to a size"
     )
-    prune.add_argument("--max-size", required=True, metavar="SIZE", help="e.g. 10GB, 500MiB")
+    prune.add_argument(
+        "--max-size",
+        nargs="+",
+        action=SizeOption,
+        required=True,
+        metavar="SIZE",
+        help="e.g. 10GB, 500MiB, 10 GB",
+    )
     cache.set_defaults(func=_cmd_cache)
 
     view = sub.add_parser(

@@ -26,6 +26,7 @@ from rayform.torch import EpisodeDataset
 from rayform.torch.lerobot import _format as fmt
 from rayform.torch.lerobot import default_feature_name, export_lerobot
 from rayform.torch.lerobot._copy import PacketCopier
+from rayform.torch.lerobot._plan import state_and_action
 
 MAPPING = {
     "cam0/rgb": "observation.images.cam0",
@@ -230,8 +231,10 @@ def test_killed_export_continues(client_env, tmp_path: Path) -> None:
 
 def test_bad_arguments(demo, tmp_path: Path, capsys) -> None:
     slice_ = demo
-    with pytest.raises(InvalidArgumentError, match="different rates"):
-        export_lerobot(slice_, tmp_path / "a")
+    # No camera to take the rate from, and tables at 200 and 50 Hz: the rate must be chosen.
+    tables = {"joints/position": "observation.state", "joints/position_delta": "action"}
+    with pytest.raises(InvalidArgumentError, match=r"streams have different rates \(50, 200 Hz\)"):
+        export_lerobot(slice_, tmp_path / "a", streams=tables)
     with pytest.raises(InvalidArgumentError, match="no stream 'nope'"):
         export_lerobot(slice_, tmp_path / "a", streams={"nope": "action"}, fps=10)
     with pytest.raises(InvalidArgumentError, match="reserves"):
@@ -290,3 +293,74 @@ def test_training_resolution_reads_the_renditions(tmp_path: Path) -> None:
     assert renditions <= asked and not originals & asked
     info = json.loads((tmp_path / "ds" / "meta" / "info.json").read_text())
     assert info["features"]["observation.images.cam0"]["shape"] == [48, 64, 3]
+
+
+def test_default_export_takes_the_cameras_rate_and_names_state_and_action(
+    client_env, tmp_path: Path
+) -> None:
+    """`rayform export SLICE DIR --format lerobot` and nothing else, in a real subprocess: the
+    demo's streams run at 30 (cameras), 200, 100 and 50 Hz; the dataset is at the cameras' 30
+    fps, and joints/position with joints/position_delta become LeRobot's state and action."""
+    out = tmp_path / "ds"
+    done = subprocess.run(
+        [str(Path(sys.executable).parent / "rayform"), "export", DEMO_SLICE, str(out)]
+        + ["--format", "lerobot", "--quiet"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    loud = subprocess.run(
+        [str(Path(sys.executable).parent / "rayform"), "export", DEMO_SLICE, str(out)]
+        + ["--format", "lerobot"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert loud.returncode == 0, loud.stderr
+    assert "frames at 30 fps (the cameras' rate; --fps to choose) as LeRobot v3.0" in loud.stdout
+    info = json.loads((out / "meta" / "info.json").read_text())
+    assert info["fps"] == 30
+    features = set(info["features"]) - set(fmt.BOOKKEEPING_FEATURES)
+    assert features == {
+        "observation.images.cam0",
+        "observation.images.wrist",
+        "observation.state",
+        "action",
+        "ee.pose",
+    }
+    assert info["features"]["observation.state"]["shape"] == [14]
+    assert info["features"]["action"]["shape"] == [14]
+
+    with rayform.Client() as client:
+        ds = EpisodeDataset(
+            client.slices.get(DEMO_SLICE),
+            obs={  # every exported stream: the grid starts where all have a record
+                "observation.images.cam0": "cam0/rgb",
+                "observation.images.wrist": "wrist/rgb",
+                "observation.state": "joints/position",
+                "ee.pose": "ee/pose",
+            },
+            action={"action": "joints/position_delta"},
+            fps=30,
+            shard=None,
+        )
+        data = _data(out)
+        assert len(data["index"]) == len(ds)
+        for i in (0, len(ds) // 2, len(ds) - 1):
+            np.testing.assert_array_equal(data["observation.state"][i], ds[i]["observation.state"])
+            np.testing.assert_array_equal(data["action"][i], ds[i]["action"][0])
+
+
+def test_state_and_action_only_where_the_streams_say_so() -> None:
+    pair = {"joints/position": "table", "joints/position_delta": "table", "cam0/rgb": "video"}
+    assert state_and_action(pair) == {
+        "joints/position": "observation.state",
+        "joints/position_delta": "action",
+    }
+    # LeRobot's own names already there, two candidate pairs, a camera: no guess.
+    assert state_and_action({**pair, "observation/state": "table"}) == {}
+    assert state_and_action({**pair, "action": "table"}) == {}
+    assert state_and_action({**pair, "arm/q": "table", "arm/q_delta": "table"}) == {}
+    assert state_and_action({"a/rgb": "video", "a/rgb_delta": "video"}) == {}
+    assert state_and_action({"arm/joint_pos": "table", "arm/joint_cmd_delta": "table"}) == {}

@@ -157,6 +157,9 @@ def test_video_is_served_with_ranges_and_frames_as_jpeg(viewer: rayform.view.Vie
         )
         assert len(table["times"]) == len(t_ns) and len(table["values"][0]) == values.shape[1]
         assert abs(table["values"][3][2] - float(values[3, 2])) < 1e-5
+        assert table["dims"] == [f"[{d}]" for d in range(values.shape[1])]  # no names in it
+        pose = h.get("/api/table", params={"segment": seg, "stream": "ee/pose"}).json()
+        assert pose["dims"] == ["x", "y", "z", "qx", "qy", "qz", "qw"]  # its quantity: pose
 
 
 def test_the_list_is_paged_and_filtered_on_the_server(viewer: rayform.view.ViewServer) -> None:

@@ -169,6 +169,13 @@ def test_cameras_play_in_sync_and_the_plot_cursor_follows(
     assert all(v["ready"] >= 2 for v in videos)
     plots = page.locator(".plot").evaluate_all("ps => ps.map(p => p.dataset.stream)")
     assert set(plots) == {"joints/position", "joints/position_delta", "ee/pose"}
+    legend = page.locator(".plot[data-stream='ee/pose'] .legend .key").all_text_contents()
+    assert legend == ["x", "y", "z", "qx", "qy", "qz", "qw"]
+    joints = page.locator(".plot[data-stream='joints/position'] .legend .key")
+    assert joints.all_text_contents() == [f"[{d}]" for d in range(14)]
+    # each entry in its line's colour: the first two differ
+    colours = joints.evaluate_all("ks => ks.map(k => k.style.getPropertyValue('--colour'))")
+    assert colours[0] and colours[0] != colours[1]
     cursor = "parseFloat(document.querySelector('.plot .cursor').style.left)"
     before = page.evaluate(cursor)
     page.click("#play")
@@ -219,6 +226,10 @@ def test_the_selection_snippet_selects_the_marked_episodes(
     page: Page, online: rayform.Slice
 ) -> None:
     ids = [s.id for s in online.segments]
+    # No mark, no filter: the whole slice, and no select= line.
+    page.wait_for_function("() => document.querySelector('#selection').dataset.ready === '1'")
+    assert "no filter: the whole slice" in str(page.locator("#snippet").text_content())
+    assert page.locator("#expression-row").is_hidden()
     page.locator("#episodes .mark").nth(1).check()
     page.locator("#episodes .mark").nth(3).check()
     page.wait_for_function(
@@ -229,6 +240,7 @@ def test_the_selection_snippet_selects_the_marked_episodes(
     exec(code, scope)
     assert [s.id for s in scope["view"].segments] == [ids[1], ids[3]]
     assert page.locator("#expression").text_content() == f"segments:{ids[1]},{ids[3]}"
+    assert page.locator("#expression-row").is_visible()
     # A site filter and an ID prefix join the marks; the snippet still runs as printed.
     page.get_by_label(online.segments[1].site, exact=True).check()
     page.fill("#f-prefix", "seg_")
@@ -238,6 +250,14 @@ def test_the_selection_snippet_selects_the_marked_episodes(
     scope = {"slice_": online}
     exec(str(page.locator("#snippet").text_content()), scope)
     assert [s.id for s in scope["view"].segments] == [ids[1], ids[3]]
+    # The prefix alone: a where= predicate, which the select= line says has no expression.
+    page.click("#clear-marks")
+    page.get_by_label(online.segments[1].site, exact=True).uncheck()
+    page.wait_for_function(
+        "() => document.querySelector('#sel-count').textContent.startsWith('4 episodes, 0 marked')"
+    )
+    assert page.locator("#expression-row").is_visible()
+    assert "where= predicate" in str(page.locator("#expression").text_content())
 
 
 def test_the_page_works_offline_from_a_pulled_cache(

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
     from rayform._seams import ViewSource
 
-__all__ = ["MAX_PAGE", "MAX_POINTS", "ViewAPI", "ViewError"]
+__all__ = ["MAX_PAGE", "MAX_POINTS", "ViewAPI", "ViewError", "dimension_names"]
 
 #: Most episodes one list request returns.
 MAX_PAGE = 500
@@ -233,7 +233,7 @@ class ViewAPI:
 
     def table(self, query: dict[str, str]) -> dict[str, Any]:
         """A table stream's times (seconds from the episode's start) and values, strided down
-        to at most :data:`MAX_POINTS` rows."""
+        to at most :data:`MAX_POINTS` rows, and a name for each of its dimensions."""
         seg, st = self._stream(query, "table")
         t_ns, values = decode_table(self.slice.blob_path(st.blob).read_bytes(), f"table {st.name}")
         step = max(1, -(-len(t_ns) // MAX_POINTS))
@@ -249,6 +249,7 @@ class ViewAPI:
             "times": _seconds(t_ns, seg.start_ns),
             "values": rows,
             "stride": step,
+            "dims": dimension_names(st.quantity, values.shape[1]),
         }
 
     def video(self, query: dict[str, str]) -> BlobFile:
@@ -263,6 +264,22 @@ class ViewAPI:
         if i is None:
             raise ViewError(400, "i= (the frame index) is required")
         return self.slice.blob_path(st.blob), i, st.rate_hz
+
+
+#: The components of a Cartesian stream, by its manifest ``quantity`` (docs/manifest.md).
+COMPONENTS = {
+    "position": ("x", "y", "z"),
+    "quaternion": ("qx", "qy", "qz", "qw"),
+    "pose": ("x", "y", "z", "qx", "qy", "qz", "qw"),
+}
+
+
+def dimension_names(quantity: str | None, dims: int) -> list[str]:
+    """A legend's name for each of a table's ``dims`` dimensions: the components of its
+    Cartesian ``quantity`` where the manifest names one, else ``[0]``, ``[1]``, ... (the
+    index a sample's vector has)."""
+    names = COMPONENTS.get(quantity or "", ())
+    return list(names) if len(names) == dims else [f"[{d}]" for d in range(dims)]
 
 
 def _seconds(t_ns: np.ndarray, start_ns: int) -> list[float]:

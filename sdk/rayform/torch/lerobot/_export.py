@@ -60,6 +60,10 @@ class ExportReport:
         files_reused: file groups a previous, interrupted call had completed.
         seconds: wall time of this call.
         nbytes: bytes of the dataset on disk.
+        fps: the dataset's rate.
+        fps_from: where the rate came from: ``"fps"`` (given), ``"cameras"`` (the default:
+            the exported cameras' rate) or ``"streams"`` (no camera: the tables' shared rate).
+        features: ``{LeRobot feature: stream}`` of what was exported.
     """
 
     path: Path
@@ -70,14 +74,24 @@ class ExportReport:
     files_reused: int
     seconds: float
     nbytes: int
+    fps: float | None = None
+    fps_from: str | None = None
+    features: Mapping[str, str] | None = None
 
     def summary(self) -> str:
         """One line for a terminal."""
         from rayform.units import human_bytes
 
         reused = f", {self.files_reused} reused from an earlier run" if self.files_reused else ""
+        rate = ""
+        if self.fps is not None:
+            why = {
+                "cameras": " (the cameras' rate; --fps to choose)",
+                "streams": " (the streams' rate)",
+            }
+            rate = f" at {self.fps:g} fps{why.get(self.fps_from or '', '')}"
         return (
-            f"exported {self.episodes} episodes, {self.frames} frames as LeRobot v{self.version} "
+            f"exported {self.episodes} episodes, {self.frames} frames{rate} as LeRobot v{self.version} "
             f"to {self.path} ({human_bytes(self.nbytes)}; {self.files_written} file groups "
             f"written{reused}) in {self.seconds:.1f} s"
         )
@@ -87,15 +101,22 @@ def _identity(x: _T) -> _T:
     return x
 
 
-def _default_fps(slice_: Slice, streams: list[str]) -> float:
+def _default_fps(
+    slice_: Slice, streams: Mapping[str, str], kinds: Mapping[str, str]
+) -> tuple[float, str]:
+    """The rate of an export without ``fps``, and where it came from: the cameras' (every row a
+    frame of each: no frame dropped or repeated), else the tables' when they share one."""
     seg = slice_.segments[0]
-    rates = {round(seg.streams[s].rate_hz, 6) for s in streams if s in seg.streams}
+    cameras = [s for f, s in streams.items() if kinds[f] == "video"]
+    source, named = ("cameras", cameras) if cameras else ("streams", list(streams.values()))
+    rates = {round(seg.streams[s].rate_hz, 6) for s in named if s in seg.streams}
     if len(rates) != 1:
         raise InvalidArgumentError(
-            f"the exported streams have different rates ({', '.join(f'{r:g}' for r in sorted(rates))} Hz): "
-            "choose the dataset's rate with --fps (fps=...)"
+            f"the exported {'cameras' if cameras else 'streams'} have different rates "
+            f"({', '.join(f'{r:g}' for r in sorted(rates))} Hz): choose the dataset's rate with "
+            "--fps (fps=...)"
         )
-    return float(rates.pop())
+    return float(rates.pop()), source
 
 
 def export_lerobot(
@@ -126,10 +147,14 @@ def export_lerobot(
             "observation.images.cam0", "joints/position": "observation.state"}``; only these
             are exported. Default: every stream, named as in :func:`default_feature_name`
             (``top/rgb`` -> ``observation.images.top``, ``observation/state`` ->
-            ``observation.state``), the reverse of ``rayform-server ingest lerobot``.
+            ``observation.state``), the reverse of ``rayform-server ingest lerobot``; in a
+            slice with neither ``observation/state`` nor ``action``, a table stream ``P`` with
+            ``P_delta`` beside it (``joints/position``, ``joints/position_delta``) becomes
+            ``observation.state`` and ``P_delta`` ``action``.
         fps: the dataset's rate; rows lie on this grid, each stream's latest record at or
             before the row's time (as ``EpisodeDataset(fps=...)`` aligns). Default: the
-            streams' own rate when they share one.
+            exported cameras' rate (tables at other rates are resampled onto it), or without
+            cameras the tables' rate when they share one.
         image_size: cameras at this size ``(H, W)`` (or ``{stream: (H, W)}``), from the
             smallest stored rendition that covers it, as ``EpisodeDataset(image_size=...)``.
         resize: ``"pad"``, ``"squash"`` or ``"crop"`` (with ``image_size``).
@@ -161,7 +186,10 @@ def export_lerobot(
         raise InvalidArgumentError(f"jobs={jobs!r}: use a positive integer")
     root = Path(path)
     mapping, kinds = pick_features(slice_, streams)
-    fps = float(fps) if fps is not None else _default_fps(slice_, list(mapping.values()))
+    if fps is None:
+        fps, fps_from = _default_fps(slice_, mapping, kinds)
+    else:
+        fps, fps_from = float(fps), "fps"
     action = {"action": mapping["action"]} if "action" in mapping else None
     obs = {k: s for k, s in mapping.items() if k != "action"}
     ds = EpisodeDataset(
@@ -218,6 +246,9 @@ def export_lerobot(
             len(plan.units),
             time.monotonic() - t_start,
             _du(root),
+            fps,
+            fps_from,
+            dict(mapping),
         )
     pending = [u for u in plan.units if u.file not in done]
     writer = UnitWriter(
@@ -255,6 +286,9 @@ def export_lerobot(
         len(plan.units) - len(pending),
         time.monotonic() - t_start,
         _du(root),
+        fps,
+        fps_from,
+        dict(mapping),
     )
 
 

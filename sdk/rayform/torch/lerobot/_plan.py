@@ -17,7 +17,17 @@ from rayform.torch.lerobot._format import BOOKKEEPING_FEATURES, VERSIONS
 if TYPE_CHECKING:
     from rayform.slice import Slice
 
-__all__ = ["FILE_BYTES", "Plan", "Unit", "check_version", "default_feature_name", "pick_features"]
+__all__ = [
+    "ACTION",
+    "FILE_BYTES",
+    "STATE",
+    "Plan",
+    "Unit",
+    "check_version",
+    "default_feature_name",
+    "pick_features",
+    "state_and_action",
+]
 
 #: Source bytes (of the streams exported) per v3.0 file: LeRobot's 200 MB video file size.
 FILE_BYTES = 200_000_000
@@ -50,6 +60,31 @@ def default_feature_name(stream: str, kind: str) -> str:
     return ".".join(words)
 
 
+#: LeRobot's own names of a robot's state and action features.
+STATE, ACTION = "observation.state", "action"
+#: A table stream ``P`` with a table stream ``P + DELTA`` beside it is a state and the action
+#: that moves it (the demo's ``joints/position`` and ``joints/position_delta``).
+DELTA = "_delta"
+
+
+def state_and_action(streams: Mapping[str, str]) -> dict[str, str]:
+    """``{stream: "observation.state" or "action"}`` for the streams of ``{stream: kind}``
+    that say they are a robot's state and its action, for an export without ``--stream``.
+
+    Where the slice has neither ``observation/state`` nor ``action`` (the streams LeRobot's
+    own features are ingested as) and exactly one table stream ``P`` has a table stream
+    ``P_delta`` beside it, ``P`` is the state and ``P_delta`` the action. Anything else is
+    left to :func:`default_feature_name`: a guess between two pairs would be a silent one.
+    """
+    tables = {name for name, kind in streams.items() if kind != "video"}
+    if "observation/state" in tables or "action" in tables:
+        return {}
+    pairs = sorted(p for p in tables if p + DELTA in tables)
+    if len(pairs) != 1:
+        return {}
+    return {pairs[0]: STATE, pairs[0] + DELTA: ACTION}
+
+
 def pick_features(
     slice_: Slice, streams: Mapping[str, str] | None
 ) -> tuple[dict[str, str], dict[str, str]]:
@@ -63,7 +98,11 @@ def pick_features(
     segs = slice_.segments
     first = segs[0]
     available = slice_.streams
-    chosen = dict(streams) if streams else {s: "" for s in available}
+    if streams:
+        chosen = dict(streams)
+    else:
+        kind_of = {s: first.streams[s].kind if s in first.streams else "table" for s in available}
+        chosen = {s: "" for s in available} | state_and_action(kind_of)
     out: dict[str, str] = {}
     for stream, feature in chosen.items():
         if stream not in available:

@@ -101,6 +101,9 @@ function updateSelection() {
       const doc = await api("/api/selection", { ...filterParams(), segments: [...S.marked].join(",") });
       const many = doc.marked > 10 ? `# ${doc.marked} marked episodes\n` : "";
       $("snippet").textContent = many + doc.code;
+      // No filter: the snippet says "the whole slice" and there is no select= to show.
+      const predicate = filterParams().prefix !== "";
+      $("expression-row").hidden = !doc.expression && !predicate;
       $("expression").textContent = doc.expression || "(none: an ID prefix is a where= predicate)";
       $("sel-count").textContent = `${doc.count} episodes, ${doc.marked} marked`;
       $("selection").dataset.ready = "1";
@@ -340,10 +343,24 @@ function makePlot(doc) {
   const label = document.createElement("div");
   label.className = "label";
   label.textContent = `${doc.name}${doc.units ? " (" + doc.units + ")" : ""} \u00b7 ${doc.values.length} rows${doc.stride > 1 ? " (every " + doc.stride + "th)" : ""}`;
+  const area = document.createElement("div");
+  area.className = "area";
   const canvas = document.createElement("canvas");
   const cursor = document.createElement("div");
   cursor.className = "cursor";
-  box.append(label, canvas, cursor);
+  area.append(canvas, cursor);
+  // One entry per dimension, in its line's colour: the component names where the manifest
+  // says what the stream holds (a pose: x, y, z, qx, ...), else the vector's index.
+  const legend = document.createElement("div");
+  legend.className = "legend";
+  (doc.dims || []).forEach((name, d) => {
+    const item = document.createElement("span");
+    item.className = "key";
+    item.style.setProperty("--colour", PALETTE[d % PALETTE.length]);
+    item.textContent = name;
+    legend.append(item);
+  });
+  box.append(label, area, legend);
   $("plots").append(box);
   const plot = { doc, box, canvas, cursor };
   draw(plot);
