@@ -14,10 +14,8 @@ Its quality settings are its own (:data:`RENDITION_ENCODING`), whatever the orig
 a rendition is a second lossy encode on top of the original's, so it is encoded finer (crf 20,
 x264 tuned for PSNR, the slow preset, which packs those bits tighter) to stay above 38 dB
 against resizing the original; and without H.264's deblocking filter, whose decode time pays
-for the extra bits. Measured on the loader benchmark's table camera at 240x320 (mean PSNR after
-resizing to 168x224 against the resized original; bytes against the original's; decode per
-frame): 38.8 dB, 0.44, 0.58 ms, where the original's own settings (crf 23, the veryfast
-preset, deblocking) after an area scale in RGB gave 36.8 dB, 0.34, 0.59 ms.
+for the extra bits. docs/benchmarks.md compares these settings with the original's own (crf
+23, the veryfast preset, deblocking) in PSNR, bytes and decode time.
 
 Rendering from the decoded original (not from the camera's frames) makes ingest of stored
 MP4s and of raw frames alike, and keeps a rendition's pixels what resizing the original

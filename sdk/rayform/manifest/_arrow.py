@@ -1,10 +1,10 @@
 """pyarrow, imported on first use, and the conversions between its arrays and numpy that the
 manifest package needs.
 
-``import rayform`` does not import pyarrow (~150 ms): a v1 slice may never need it, and code
-that opens a v2 manifest calls :func:`load` first. The conversions read Arrow buffers directly,
-because pyarrow's own ``to_numpy`` and ``pa.array(ndarray)`` may import pandas (~1 s in a fresh
-process).
+``import rayform`` does not import pyarrow (its import is a noticeable share of a fresh
+process's start): a v1 slice may never need it, and code that opens a v2 manifest calls
+:func:`load` first. The conversions read Arrow buffers directly, because pyarrow's own
+``to_numpy`` and ``pa.array(ndarray)`` may import pandas, a much longer import still.
 """
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
 """Marks of manifests already checked, so that a warm open does not check its pages again.
 
 A v2 manifest's pages are checked in full the first time they are opened
-(:mod:`rayform.manifest._pagecheck`, and the whole-manifest checks of segment IDs): about
-0.5 s for 1,000,000 segments, on every open. Their bytes cannot change under their name
+(:mod:`rayform.manifest._pagecheck`, and the whole-manifest checks of segment IDs), which for a
+fleet slice of a million segments is most of a warm open's time. Their bytes cannot change under their name
 without their file changing: a page enters the cache only after its BLAKE3 hash is checked
 (:meth:`~rayform.cache.Cache.put_manifest`), read-only, and is never hashed again on open
-(888 MB would take longer than the checks). So once a manifest's pages pass, this process
+(hashing a fleet manifest's pages would take longer than the checks). So once a manifest's pages pass, this process
 records *which files* passed: per page, the identity of the file it mapped (device, inode,
 size, modification and status-change times in ns). The next open maps the pages, compares
 each file's identity with the mark, and checks only what differs.

@@ -1,8 +1,8 @@
 """``collate``: ``default_collate`` that reuses each worker's shared memory across batches.
 
 Why: a DataLoader worker collates every batch into a *new* shared-memory file, which the kernel
-allocates, zeroes and frees page by page. For camera batches (32 x two 480x640 frames = 59 MB)
-that is ~40 ms of system time per batch on a VM, about a quarter of the loader's CPU.
+allocates, zeroes and frees page by page: for camera batches (32 x two 480x640 frames = 59 MB)
+a large share of the loader's CPU is system time spent on it (docs/benchmarks.md measures it).
 
 How: each worker process keeps a few shared-memory *slots*. A batch is collated into a free
 slot (every tensor of the batch, in one block), and travels to the main process like any

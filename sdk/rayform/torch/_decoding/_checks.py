@@ -3,7 +3,7 @@
 Before the packet decoder (:mod:`._intra`) serves the videos of a signature (codec, size, pixel
 format, colour space and range), a process decodes the first video's first and last frames
 with the general backend too and compares the bits (``_video._checked_intra``). The general
-backend is torchcodec, whose import takes ~0.9 s of CPU (it imports torch's compiler): every
+backend is torchcodec, whose import is slow (it imports torch's compiler): every
 fresh process paid it on its first video (a Ray worker's first read task, each DataLoader
 worker of each epoch), though the verdict is a fact about the installed decoders, not about
 the process. So a verdict is also written to ``decoder-checks.json`` in the user state

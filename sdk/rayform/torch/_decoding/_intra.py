@@ -9,10 +9,9 @@ the decoder opens; a read is then ``pread`` of one packet, one ``avcodec`` decod
 rows, or a packed buffer): by :mod:`._sws` where that gives PyAV's bits (widths that are
 multiples of 64 pixels), else by PyAV's converter and one copy.
 
-Measured on the development VM (480x640 H.264, one thread): 1.0 ms per random frame, against
-1.4 ms for torchcodec's ``get_frames_at`` plus the transpose (``docs/benchmarks.md``); writing
-the conversion into the batch's rows instead of a new frame took a DataLoader worker's CPU per
-full-resolution sample from 2.59 to 2.34 ms (``bench.cpu_fraction``).
+What this buys against torchcodec's ``get_frames_at`` plus the transpose, and what writing the
+conversion into the batch's rows buys, is measured in ``docs/benchmarks.md``
+(``bench.cpu_fraction`` and the loader rows).
 
 :func:`open_intra` returns ``None`` for any stream this does not fit (not MP4, a non-keyframe,
 a variable rate, packets out of presentation order); the caller then uses a general decoder.
