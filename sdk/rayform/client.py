@@ -52,6 +52,15 @@ from rayform.uri import selection_expression
 __all__ = ["Client", "PullReport", "SliceAPI"]
 
 
+def _has_code(selection: dict[str, Any] | None) -> bool:
+    """Whether a view's selection (or one it was made within) holds a Python predicate."""
+    while selection is not None:
+        if "where" in selection:
+            return True
+        selection = selection.get("within")
+    return False
+
+
 def endpoint_key(endpoint: str) -> str:
     """A directory-safe name for a server, e.g. ``127.0.0.1_8765-1a2b3c4d``."""
     readable = re.sub(r"^[a-z]+://", "", endpoint.rstrip("/"))
@@ -433,6 +442,11 @@ class Client:
 
     def _create_slice(self, view: Slice, description: str, slice_id: str | None) -> Slice:
         expr = selection_expression(view.selection)
+        if expr is None and not _has_code(view.selection):
+            raise InvalidArgumentError(
+                "this view keeps every episode of its slice: select some, e.g. "
+                'slice_.select(where="success"), before publishing'
+            )
         if expr is None:
             raise InvalidArgumentError(
                 "this view was made with a Python where= function, which the server cannot "

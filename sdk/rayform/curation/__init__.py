@@ -8,9 +8,10 @@ Modules: ``_labelset`` (the label-set document, its limits and the merge rule of
 writes), ``_labels`` (:class:`Labels`, one version as rows and columns), ``_filter`` (filters as
 data: parsed, checked, evaluated on columns), ``_lineage`` (what a published slice records of
 its parent), ``_view`` (the rows a filtered selection keeps), ``_remote`` (the client side of
-the write and label endpoints).
+the write and label endpoints), ``_cli`` (``rayform labels`` and ``rayform slices create``).
 """
 
+from rayform.curation._cli import add_curation_parsers, create_slice
 from rayform.curation._filter import (
     FIELD_KINDS,
     MAX_FILTER_CHARS,
@@ -47,9 +48,11 @@ __all__ = [
     "LabelHost",
     "LabelRemote",
     "Labels",
+    "add_curation_parsers",
     "check_changes",
     "check_filters",
     "child_slice_id",
+    "create_slice",
     "empty_labelset",
     "labelset_bytes",
     "lineage_of",
