@@ -23,7 +23,7 @@ from rayform.errors import (
 )
 from rayform.format import SLICE_ID_RE, check_hash, hash_bytes
 from rayform.manifest import build_root, segments_of, table_to_pages
-from rayform.uri import parse_selection, selection_expression
+from rayform.uri import select_arguments, selection_expression
 from rayform_server.auth import Grant
 from rayform_server.labelstore import LabelStore, audit
 from rayform_server.store import Store
@@ -74,7 +74,7 @@ def publish(
         raise NotFoundError(
             f"no slice {parent} naming manifest {manifest_hash[:12]}... (or this token may not read it)"
         )
-    kwargs = parse_selection(text)
+    kwargs = select_arguments(text)
     pinned = kwargs.pop("labels", None)
     manifest = store.load_manifest(manifest_hash)
     segs = segments_of(manifest)

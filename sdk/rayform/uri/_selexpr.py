@@ -26,7 +26,7 @@ from rayform._ids import HASH_RE, SEGMENT_ID_RE
 from rayform.curation import check_filters, parse_filter
 from rayform.errors import InvalidArgumentError
 
-__all__ = ["parse_selection", "selection_expression"]
+__all__ = ["parse_selection", "select_arguments", "selection_expression"]
 
 _KEYS = ("end_ns", "filter", "labels", "segments", "sites", "start_ns")
 _SAFE_TEXT = re.compile(r"[A-Za-z0-9._~%,:;/-]*")
@@ -80,8 +80,8 @@ def selection_expression(selection: dict[str, Any] | None) -> str | None:
 
 
 def parse_selection(text: str) -> dict[str, Any]:
-    """``Slice.select`` keyword arguments from a ``select=`` expression (a ``filter`` becomes
-    ``where``, and ``labels`` the label-set hash it pins).
+    """The parts of a ``select=`` expression, by key (``labels``: the label-set hash a
+    ``filter`` read).
 
     Raises:
         InvalidArgumentError: malformed text (the message says which part).
@@ -127,6 +127,13 @@ def parse_selection(text: str) -> dict[str, Any]:
                         f"dataset URI: malformed segment ID {bad[0]!r}, e.g. seg_0a1b2c3d"
                     )
             out[key] = items
-    if "filter" in out:  # Slice.select's keyword for a filter
+    return out
+
+
+def select_arguments(text: str) -> dict[str, Any]:
+    """``Slice.select`` keyword arguments from a ``select=`` expression: those of
+    :func:`parse_selection`, a ``filter`` passed as ``where`` (text)."""
+    out = parse_selection(text)
+    if "filter" in out:
         out["where"] = out.pop("filter")
     return out
