@@ -273,9 +273,9 @@ class Slice:
         tags=["regrasp"])``; a value ``None`` removes that label. Needs a write token.
 
         The write names the labels version this slice last read (:attr:`labels`, or its last
-        write) and the server merges it per episode and key: it is refused with a
-        :class:`~rayform.errors.ConflictError` only if someone changed one of these keys of
-        this episode to another value since (docs/curation.md).
+        write; the latest if it never read any) and the server merges it per episode and key:
+        it is refused with a :class:`~rayform.errors.ConflictError` only if someone changed
+        one of these keys of this episode to another value since (docs/curation.md).
 
         Args:
             episode: the segment ID.
@@ -299,11 +299,15 @@ class Slice:
             The new :class:`~rayform.curation.Labels` version.
         """
         changes = table_changes(values)
+        check_changes(changes, {}, kinds)  # malformed values fail before any request
         root = self._root()
-        seen = root._seen
-        check_changes(changes, seen.kinds if seen is not None else {}, kinds)  # before any request
+        # The version this write builds on: the one last read or written here, else the
+        # latest (a slice that never looked sets what it sets; one that read is told if
+        # someone changed those labels since).
+        seen = root._seen if root._seen is not None else self._read_labels(None)
+        check_changes(changes, seen.kinds, kinds)  # a kind that does not match, before sending
         remote = self._label_host().label_remote()
-        base = seen.hash if seen is not None else None
+        base = seen.hash
         labels = remote.write(root.id, root.manifest_hash, root.segments, base, changes, kinds)
         root._seen = labels
         return labels

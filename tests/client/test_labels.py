@@ -84,23 +84,26 @@ def test_read_token_may_not_label(write_server: ServerProcess, tmp_path: Path) -
 def test_writers_from_one_version_merge_and_only_a_changed_key_conflicts(
     write_server: ServerProcess, tmp_path: Path
 ) -> None:
-    alice = _client(write_server, tmp_path / "a").slices.get(DEMO_SLICE)
-    bob = _client(write_server, tmp_path / "b").slices.get(DEMO_SLICE)
+    alice, bob, carol = (
+        _client(write_server, tmp_path / n).slices.get(DEMO_SLICE) for n in ("a", "b", "c")
+    )
     ids = [str(i) for i in alice.segments.ids().to_pylist()]
-    assert alice.labels.version == bob.labels.version == 0  # both read version 0
+    assert alice.labels.version == bob.labels.version == carol.labels.version == 0
     alice.label(ids[0], success=True)
     bob.label(ids[1], success=False)  # another episode: merged
-    bob.label(ids[0], quality=0.5)  # another key of the same episode: merged
     with pytest.raises(ConflictError, match=f"{ids[0]} success: you read None, it is now True"):
-        _client(write_server, tmp_path / "c").slices.get(DEMO_SLICE).label_all(
-            {ids[0]: {"success": False}}
-        )
+        carol.label_all({ids[0]: {"success": False}})  # carol read version 0: she is told
+    carol.label(ids[0], quality=0.5)  # another key of the same episode: merged
     latest = alice.labels
-    assert latest[ids[0]] == {"success": True, "quality": 0.5} and latest[ids[1]] == {
-        "success": False
-    }
-    # Having read the latest, the change is deliberate and lands.
-    assert alice.label(ids[0], success=False)[ids[0]]["success"] is False
+    assert latest.version == 3
+    assert latest[ids[0]] == {"success": True, "quality": 0.5}
+    assert latest[ids[1]] == {"success": False}
+    # Having read the latest, the change is deliberate and lands; a slice that never read
+    # the labels writes on the latest version.
+    assert carol.labels[ids[0]]["success"] is True
+    assert carol.label(ids[0], success=False)[ids[0]]["success"] is False
+    fresh = _client(write_server, tmp_path / "d").slices.get(DEMO_SLICE)
+    assert fresh.label(ids[0], success=True).version == 5
 
 
 _RACER = r"""
