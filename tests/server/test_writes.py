@@ -198,3 +198,53 @@ def test_tokens_file_write_lists_are_checked(tmp_path: Path) -> None:
     assert [g.may_write("slc_7c1e04aa") for g in auth.grants] == [False, True]
     with pytest.raises(InvalidArgumentError, match="same as --token"):
         Auth.from_options(token="r" * 12, write_token="r" * 12)
+
+
+def test_limits_bound_every_write(
+    demo_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rayform.curation import LIMITS
+    from rayform.manifest import segments_of
+
+    root = copy_root(demo_root, tmp_path / "root")
+    store = Store(root)
+    manifest = str(store.get_slice(DEMO_SLICE)["manifest"])  # type: ignore[index]
+    segs = segments_of(store.load_manifest(manifest))
+    ids = [str(i) for i in segs.ids().to_pylist()]
+    labels = LabelStore(store)
+
+    def write(changes: dict[str, dict[str, object]]) -> dict[str, object]:
+        base = labels.head(DEMO_SLICE, manifest)["hash"]
+        return labels.write(DEMO_SLICE, manifest, segs, {"base": base, "set": changes}, "t")
+
+    monkeypatch.setitem(LIMITS, "write_values", 3)
+    with pytest.raises(InvalidArgumentError, match="sets 4 values; one write sets at most 3"):
+        write({ids[0]: {"a": 1, "b": 2}, ids[1]: {"a": 1, "b": 2}})
+    monkeypatch.setitem(LIMITS, "keys", 2)
+    with pytest.raises(InvalidArgumentError, match="at most 2 keys"):
+        write({ids[0]: {"a": 1, "b": 2, "c": 3}})
+    monkeypatch.setitem(LIMITS, "tags", 2)
+    with pytest.raises(InvalidArgumentError, match="at most 2 non-empty strings"):
+        write({ids[0]: {"t": ["x", "y", "z"]}})
+    first = write({ids[0]: {"a": 1}})
+    monkeypatch.setitem(LIMITS, "labelset_bytes", int(first["size"]) + 100)  # type: ignore[call-overload]
+    with pytest.raises(InvalidArgumentError, match="a label set may hold"):
+        write({ids[1]: {"a": 2}, ids[2]: {"a": 3}, ids[3]: {"a": 4}})
+    monkeypatch.setitem(LIMITS, "labelset_bytes", 2**20)
+    monkeypatch.setitem(LIMITS, "versions", 2)
+    write({ids[1]: {"a": 2}})
+    with pytest.raises(InvalidArgumentError, match="2 versions, the most it may hold"):
+        write({ids[2]: {"a": 3}})
+    assert labels.head(DEMO_SLICE, manifest)["version"] == 2  # nothing refused was stored
+
+
+def test_hostile_bodies_are_refused(served: ServerProcess) -> None:
+    path = f"/v1/slices/{DEMO_SLICE}/labels/{_manifest(served)}"
+    auth = {"Authorization": f"Bearer {SCOPED}", "Content-Type": "application/json"}
+    for body in (b"[" * 100_000 + b"]" * 100_000, b'{"base": NaN, "set": {}}', b"\xff\xfe"):
+        resp = httpx.post(served.url + path, content=body, headers=auth, timeout=30)
+        assert resp.status_code == 400, resp.text
+    create = httpx.post(served.url + "/v1/slices", content=b'{"parent": "../x"}', headers=auth)
+    assert create.status_code == 400 and "parent" in create.json()["message"]
+    health = httpx.get(served.url + "/v1/health")
+    assert health.status_code == 200  # the server is still up
