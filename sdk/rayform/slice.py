@@ -22,6 +22,7 @@ from rayform.curation import (
     LabelHost,
     Labels,
     check_changes,
+    check_spans_within,
     lineage_of,
     table_changes,
     view_rows,
@@ -305,7 +306,9 @@ class Slice:
         # latest (a slice that never looked sets what it sets; one that read is told if
         # someone changed those labels since).
         seen = root._seen if root._seen is not None else self._read_labels(None)
-        check_changes(changes, seen.kinds, kinds)  # a kind that does not match, before sending
+        # A kind that does not match, or a time range outside its episode, before sending.
+        checked, after = check_changes(changes, seen.kinds, kinds)
+        check_spans_within(checked, after, root.segments)
         remote = self._label_host().label_remote()
         base = seen.hash
         labels = remote.write(root.id, root.manifest_hash, root.segments, base, changes, kinds)

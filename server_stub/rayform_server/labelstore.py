@@ -29,6 +29,7 @@ from typing import Any
 from rayform.curation import (
     LIMITS,
     check_changes,
+    check_spans_within,
     empty_labelset,
     labelset_bytes,
     merge,
@@ -187,6 +188,7 @@ class LabelStore:
                     f"slice {slice_id}, e.g. {missing[0]}: label episodes of this slice "
                     "(slice_.segments.ids())"
                 )
+            check_spans_within(changes, kinds, segments)
             new = merge(base_doc, head_doc, head["hash"], changes, kinds, by=by, at=_now())
             if new is None:
                 return {**head, "changed": False}

@@ -235,3 +235,30 @@ def test_labels_cli(
     assert lines[0].startswith("v1 ") and "writer" in lines[1] and "2 episodes" in lines[1]
     assert main(["labels", "set", DEMO_SLICE, ids[0], "grade=3"]) == 1
     assert "holds category values" in capsys.readouterr().err
+
+
+def test_time_ranges_within_an_episode(write_server: ServerProcess, tmp_path: Path) -> None:
+    import httpx
+
+    slice_ = _client(write_server, tmp_path / "c").slices.get(DEMO_SLICE)
+    seg = slice_.segments[0]
+    t0, mid = seg.start_ns, seg.start_ns + 500_000_000
+    labels = slice_.label(seg.id, events=[(mid, mid + 10**8, "slip"), (t0, mid, "grasp")])
+    assert labels.kinds["events"] == "spans"
+    assert labels.spans(seg.id, "events") == [(t0, mid, "grasp"), (mid, mid + 10**8, "slip")]
+    row = labels.to_arrow().to_pylist()[0]
+    assert row["events"][0] == {"t0_ns": t0, "t1_ns": mid, "name": "grasp"}
+    assert [str(s) for s in slice_.select(where="'slip' in events").segments.ids().to_pylist()] == [
+        seg.id
+    ]
+    with pytest.raises(InvalidArgumentError, match="lies outside the episode"):
+        slice_.label(seg.id, events=[(seg.end_ns, seg.end_ns + 10**9, "late")])
+    with pytest.raises(InvalidArgumentError, match="t0_ns < t1_ns"):
+        slice_.label(seg.id, events=[(mid, mid, "empty")])
+    # The server checks the same, whatever a client sends.
+    resp = httpx.post(
+        f"{write_server.url}/v1/slices/{DEMO_SLICE}/labels/{slice_.manifest_hash}",
+        json={"base": labels.hash, "set": {seg.id: {"events": [[0, 1, "before"]]}}},
+        headers={"Authorization": f"Bearer {WRITE_TOKEN}"},
+    )
+    assert resp.status_code == 400 and "outside the episode" in resp.json()["message"]

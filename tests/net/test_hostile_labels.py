@@ -94,6 +94,12 @@ def _bad_set(root: Path, case: str) -> bytes:
         "tags unsorted": _labelset(
             root, kinds={"tags": "tags"}, episodes={ep: {"tags": ["b", "a"]}}
         ),
+        "span backwards": _labelset(
+            root, kinds={"ev": "spans"}, episodes={ep: {"ev": [[5, 1, "x"]]}}
+        ),
+        "span huge time": _labelset(
+            root, kinds={"ev": "spans"}, episodes={ep: {"ev": [[0, 10**30, "x"]]}}
+        ),
     }
     return canonical_json(docs[case])
 
@@ -110,6 +116,8 @@ def _bad_set(root: Path, case: str) -> bytes:
         "history too short",
         "not an episode",
         "tags unsorted",
+        "span backwards",
+        "span huge time",
     ],
 )
 def test_crafted_label_set(case: str, server: HostileServer, tmp_path: Path) -> None:

@@ -9,8 +9,9 @@ A filter is a short expression over episode fields and label keys::
 It is parsed with Python's own expression parser (:mod:`ast`) and then checked against a
 closed grammar: ``and``, ``or``, ``not``, parentheses, one comparison (``==``, ``!=``, ``<``,
 ``<=``, ``>``, ``>=``, ``in``, ``not in``) between a field or label and a literal (a number,
-a string, ``true``/``false``, or a list of those), ``'tag' in tags`` for a tags label, and a
-bool label alone (``success`` means ``success == true``). Nothing is ever executed: the tree
+a string, ``true``/``false``, or a list of those), ``'tag' in tags`` for a tags label (or a
+spans label: the episode has a time range of that name), and a bool label alone (``success``
+means ``success == true``). Nothing is ever executed: the tree
 is walked here, each comparison one numpy or pyarrow kernel over the whole column, so a
 million episodes cost milliseconds. :attr:`Filter.text` is the canonical form (one spelling
 per filter), which a dataset URI pins.
@@ -235,9 +236,10 @@ def _eval(node: ast.expr, cols: Columns, text: str) -> np.ndarray:
     op, left, right = node.ops[0], node.left, node.comparators[0]
     if isinstance(right, ast.Name):  # 'tag' in tags
         kind, col = cols.get(right.id)
-        if kind != "tags":
+        if kind not in ("tags", "spans"):
             raise _error(
-                text, f"'X in {right.id}' needs a tags label; {right.id!r} holds {kind} values"
+                text,
+                f"'X in {right.id}' needs a tags or spans label; {right.id!r} holds {kind} values",
             )
         assert isinstance(left, ast.Constant)
         return _has_tag(col, str(left.value), isinstance(op, ast.NotIn), len(cols))
@@ -253,7 +255,11 @@ def _compare(
     want = {"number": (int, float), "bool": (bool,), "category": (str,), "text": (str,)}.get(kind)
     if want is None or not all(type(v) in want for v in values):
         shown_values = ", ".join(repr(v) for v in values)
-        hint = "use 'X in " + name + "'" if kind == "tags" else f"compare it with {kind} values"
+        hint = (
+            "use 'X in " + name + "'"
+            if kind in ("tags", "spans")
+            else f"compare it with {kind} values"
+        )
         raise _error(text, f"{name!r} holds {kind} values, not {shown_values}: {hint}")
     if kind in ("category", "text"):
         if isinstance(op, _ORDER):

@@ -62,6 +62,13 @@ class Labels:
         for episode in sorted(self._episodes):
             yield episode, dict(self._episodes[episode])
 
+    def spans(self, episode: str, key: str) -> list[tuple[int, int, str]]:
+        """The time ranges of a spans label on ``episode``: ``(t0_ns, t1_ns, name)``, half-open,
+        ns since the Unix epoch, sorted (``[]`` if it has none)."""
+        return [
+            (int(a), int(b), str(n)) for a, b, n in self._episodes.get(episode, {}).get(key, [])
+        ]
+
     def history(self) -> list[dict[str, Any]]:
         """Every version up to this one: ``{"version", "by", "at", "episodes", "keys"}`` (who
         wrote, when in UTC, how many episodes that write changed and which keys), oldest first."""
@@ -80,18 +87,31 @@ class Labels:
     # -- columns ---------------------------------------------------------------------------
     def to_arrow(self) -> Any:
         """A ``pyarrow.Table``: ``episode`` (string) and one column per key (``bool``,
-        ``double``, ``string`` or ``list<string>``; null where an episode has no value), one
-        row per labelled episode, by episode ID."""
+        ``double``, ``string``, ``list<string>`` or, for spans,
+        ``list<struct<t0_ns, t1_ns, name>>``; null where an episode has no value), one row per
+        labelled episode, by episode ID."""
         import pyarrow as pa  # noqa: PLC0415  (lazily: `import rayform` stays light)
 
         episodes = sorted(self._episodes)
-        types = {"bool": pa.bool_(), "number": pa.float64(), "tags": pa.list_(pa.string())}
+        span = pa.struct([("t0_ns", pa.int64()), ("t1_ns", pa.int64()), ("name", pa.string())])
+        types = {
+            "bool": pa.bool_(),
+            "number": pa.float64(),
+            "tags": pa.list_(pa.string()),
+            "spans": pa.list_(span),
+        }
         cols: dict[str, Any] = {"episode": pa.array(episodes, pa.string())}
         for key in sorted(self.kinds):
             kind = self.kinds[key]
-            cols[key] = pa.array(
-                [self._episodes[e].get(key) for e in episodes], types.get(kind, pa.string())
-            )
+            values = [self._episodes[e].get(key) for e in episodes]
+            if kind == "spans":
+                values = [
+                    None
+                    if v is None
+                    else [dict(zip(("t0_ns", "t1_ns", "name"), s, strict=True)) for s in v]
+                    for v in values
+                ]
+            cols[key] = pa.array(values, types.get(kind, pa.string()))
         return pa.table(cols)
 
     def to_pandas(self) -> Any:
@@ -151,7 +171,9 @@ class Labels:
         full: list[Any] = [None] * n
         for p, v in zip(pos.tolist(), values, strict=True):
             full[p] = v
-        return pa.array(full, pa.list_(pa.string()) if kind == "tags" else pa.string())
+        if kind == "spans":  # a filter reads their names: 'grasp_failed' in events
+            full = [None if v is None else sorted({s[2] for s in v}) for v in full]
+        return pa.array(full, pa.list_(pa.string()) if kind in ("tags", "spans") else pa.string())
 
     def __repr__(self) -> str:
         if self.version == 0:

@@ -34,7 +34,7 @@ from rayform._hashing import hash_bytes
 from rayform._ids import HASH_RE, SEGMENT_ID_RE, SLICE_ID_RE
 from rayform._untrusted import loads, shown
 from rayform.errors import ConflictError, InvalidArgumentError, ManifestError
-from rayform.manifest import canonical_json
+from rayform.manifest import Segments, canonical_json
 
 __all__ = [
     "EPISODE_FIELDS",
@@ -43,6 +43,7 @@ __all__ = [
     "LIMITS",
     "check_changes",
     "check_key",
+    "check_spans_within",
     "check_value",
     "empty_labelset",
     "labelset_bytes",
@@ -54,8 +55,10 @@ LABELS_FORMAT = "rayform.labels"
 LABELS_FORMAT_VERSION = 1
 #: The kinds a label key may hold: ``bool``; ``number`` (finite, stored as a float);
 #: ``category`` (a short string, the default for strings); ``text`` (a longer note, declared
-#: with ``kinds={"note": "text"}``); ``tags`` (a set of short strings, stored sorted).
-KINDS = ("bool", "number", "category", "text", "tags")
+#: with ``kinds={"note": "text"}``); ``tags`` (a set of short strings, stored sorted);
+#: ``spans`` (time ranges within the episode, each ``[t0_ns, t1_ns, name]``, half-open, in
+#: ns since the Unix epoch like every record time; stored sorted, without repeats).
+KINDS = ("bool", "number", "category", "text", "tags", "spans")
 #: Episode fields a filter reads from the manifest; a label key may not take one of these
 #: names. ``task`` is reserved for the language streams' per-episode task.
 EPISODE_FIELDS = ("id", "site", "version", "start_ns", "end_ns", "duration_ns", "duration_s")
@@ -70,6 +73,7 @@ LIMITS = {
     "category_chars": 128,
     "text_chars": 2000,
     "tags": 32,  # tags on one episode
+    "spans": 256,  # time ranges of one key on one episode
     "tag_chars": 64,
     "labelset_bytes": 64 * 2**20,  # a whole label set
     "versions": 10_000,  # versions of one label set (its history)
@@ -102,9 +106,37 @@ def _kind_of(value: object) -> str:
         return "number"
     if isinstance(value, str):
         return "category"
+    if (
+        isinstance(value, (list, tuple))
+        and value
+        and all(isinstance(v, (list, tuple)) for v in value)
+    ):
+        return "spans"
     if isinstance(value, (list, tuple, set, frozenset)):
         return "tags"
     return type(value).__name__
+
+
+def _spans(value: Any, what: str) -> list[list[Any]]:
+    """Time ranges ``[[t0_ns, t1_ns, name], ...]`` checked and sorted, without repeats."""
+    spans = list(value)
+    ok = len(spans) <= LIMITS["spans"] and all(
+        isinstance(s, (list, tuple))
+        and len(s) == 3
+        and all(isinstance(t, int) and not isinstance(t, bool) for t in s[:2])
+        and -(2**62) <= s[0] < s[1] <= 2**62
+        and isinstance(s[2], str)
+        and s[2]
+        for s in spans
+    )
+    if not ok:
+        raise InvalidArgumentError(
+            f"{what}: {shown(repr(value), 80)} is not a list of at most {LIMITS['spans']} time "
+            "ranges [t0_ns, t1_ns, name] with integer times t0_ns < t1_ns (ns, Unix epoch, "
+            "half-open) and a non-empty name"
+        )
+    unique = {(int(s[0]), int(s[1]), _string(s[2], LIMITS["tag_chars"], what)) for s in spans}
+    return [list(s) for s in sorted(unique)]
 
 
 def _string(value: str, limit: int, what: str) -> str:
@@ -147,6 +179,8 @@ def check_value(key: str, kind: str, value: object, where: str) -> Any:
                 f"{what}: use a list of at most {LIMITS['tags']} non-empty strings"
             )
         return sorted({_string(t, LIMITS["tag_chars"], what) for t in tags})
+    if kind == "spans":
+        return _spans(value, what)
     return value
 
 
@@ -224,6 +258,44 @@ def check_changes(
             f"{len(new_kinds)}: reuse keys (tags hold many values)"
         )
     return out, new_kinds
+
+
+def check_spans_within(
+    changes: Mapping[str, Mapping[str, Any]], kinds: Mapping[str, str], segments: Segments
+) -> None:
+    """Every time range a write sets lies within its episode: ``start_ns <= t0_ns`` and
+    ``t1_ns <= end_ns + 1`` (an episode's ``end_ns`` is its last record time).
+
+    Raises:
+        InvalidArgumentError: the first range outside its episode, with the episode's times.
+    """
+    keyed = [
+        (e, k, v)
+        for e, row in changes.items()
+        for k, v in row.items()
+        if v is not None and kinds.get(k) == "spans"
+    ]
+    if not keyed:
+        return
+    episodes = sorted({e for e, _, _ in keyed})
+    pos = segments.find(episodes)
+    start, end = segments.column("start_ns"), segments.column("end_ns")
+    bounds = {
+        e: (int(start[p]), int(end[p]) + 1)
+        for e, p in zip(episodes, pos.tolist(), strict=True)
+        if p >= 0
+    }
+    for episode, key, spans in keyed:
+        if episode not in bounds:
+            continue  # an unknown episode is refused by the caller, naming it
+        t0, t1 = bounds[episode]
+        for span in spans:
+            if span[0] < t0 or span[1] > t1:
+                raise InvalidArgumentError(
+                    f"episode {episode}, label {key!r}: the range [{span[0]}, {span[1]}) "
+                    f"{shown(repr(span[2]), 40)} lies outside the episode [{t0}, {t1}) (ns): "
+                    "take times from its records (segment.start_ns, segment.end_ns)"
+                )
 
 
 def empty_labelset(slice_id: str, manifest_hash: str) -> dict[str, Any]:
