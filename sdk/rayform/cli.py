@@ -128,6 +128,8 @@ def _slice_json(s: Slice, segments: bool) -> dict[str, Any]:
         "streams": s.streams,
         "segment_count": len(s.segments),
     }
+    if s.lineage is not None:  # a slice published from a selection (docs/curation.md)
+        doc["lineage"] = s.lineage
     if segments:
         doc["segments"] = [
             {

@@ -411,13 +411,25 @@ class Slice:
             f"&middot; {self.duration_s:.1f} s &middot; {human_bytes(self.nbytes)} &middot; "
             f"sites: {html.escape(', '.join(self.segments.summary()['sites']))}"
             f"<br><code>manifest {self.manifest_hash}</code>"
-            "<table><tr><th>stream</th><th>kind</th><th>rate (Hz)</th><th>shape</th>"
+            + _lineage_html(self.lineage)
+            + "<table><tr><th>stream</th><th>kind</th><th>rate (Hz)</th><th>shape</th>"
             "<th>dtype</th><th>units</th><th>frame</th></tr>"
             + "".join(rows)
             + "</table>"
             + _thumbnails(self)
             + "</div>"
         )
+
+
+def _lineage_html(lineage: dict[str, Any] | None) -> str:
+    """A published slice's parent and selection, for the notebook display."""
+    if lineage is None:
+        return ""
+    return (
+        f"<br>published from <b>{html.escape(lineage['parent'])}</b> "
+        f"(manifest <code>{html.escape(lineage['parent_manifest'][:12])}</code>) by "
+        f"<code>{html.escape(lineage['select'][:300])}</code>"
+    )
 
 
 def _thumbnails(slice_: Slice) -> str:

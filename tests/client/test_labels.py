@@ -49,6 +49,8 @@ def test_label_versions_history_and_tables(write_server: ServerProcess, tmp_path
     arrow = v3.to_arrow()
     assert arrow.column_names == ["episode", "note", "quality", "success"]
     assert arrow.num_rows == 3
+    shown = v3._repr_html_()
+    assert f"<code>{ids[0]}</code>" in shown and "quality (number)" in shown
     frame = v3.to_pandas()
     assert bool(frame.loc[ids[1], "success"]) is False
     # Labels never change the slice's manifest, and another client reads the same version.

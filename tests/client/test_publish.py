@@ -49,6 +49,7 @@ def test_publish_writes_no_blob_and_names_the_same_selection_once(
         "labels": slice_.labels.hash,
     }
     assert f"from={DEMO_SLICE}" in repr(new)
+    assert f"published from <b>{DEMO_SLICE}</b>" in new._repr_html_()
     listed = {s["id"]: s for s in slice_.client.slices.list()}
     assert listed[new.id]["description"] == "successful episodes"
     # The same selection again (from another client, spelled with other spaces): the same
@@ -97,6 +98,8 @@ def test_pull_train_and_read_offline_a_published_slice(
     made = json.loads(capsys.readouterr().out)
     assert made["segments"] == 1 and made["lineage"]["parent"] == DEMO_SLICE
     new_id = made["id"]
+    assert main(["slices", "show", new_id, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["lineage"] == made["lineage"]
     monkeypatch.setenv("RAYFORM_TOKEN", TOKEN)  # a read token pulls it
     assert main(["pull", new_id, "--quiet"]) == 0
     monkeypatch.setenv("RAYFORM_OFFLINE", "1")

@@ -175,6 +175,28 @@ class Labels:
             full = [None if v is None else sorted({s[2] for s in v}) for v in full]
         return pa.array(full, pa.list_(pa.string()) if kind in ("tags", "spans") else pa.string())
 
+    def _repr_html_(self) -> str:
+        """The notebook display: the version, who wrote it, and the first 20 labelled episodes."""
+        import html  # noqa: PLC0415  (only notebooks ask)
+
+        head = html.escape(repr(self))
+        keys = sorted(self.kinds)
+        rows = [
+            "<tr><td><code>"
+            + html.escape(e)
+            + "</code></td>"
+            + "".join(f"<td>{html.escape(str(row.get(k, '')))[:200]}</td>" for k in keys)
+            + "</tr>"
+            for e, row in list(self.items())[:20]
+        ]
+        more = f"<p>... {len(self) - 20} more episodes</p>" if len(self) > 20 else ""
+        header = "".join(f"<th>{html.escape(k)} ({self.kinds[k]})</th>" for k in keys)
+        return (
+            f"<div><p>{head}</p><table><tr><th>episode</th>{header}</tr>"
+            + "".join(rows)
+            + f"</table>{more}</div>"
+        )
+
     def __repr__(self) -> str:
         if self.version == 0:
             return f"<Labels of {self.slice_id}: none yet (manifest {self.manifest_hash[:12]})>"
