@@ -145,3 +145,29 @@ def test_a_million_episodes_filter_on_columns() -> None:
     mask = parse_filter("success and quality >= 0.7 and duration_ns >= 10").mask(cols)
     expected = (success == 1) & (quality >= 0.7) & (np.arange(n) >= 10)
     assert np.array_equal(mask, expected)
+
+
+def test_a_pinned_filter_rebuilds_offline_after_pull(
+    labelled: tuple[rayform.Slice, list[str]],
+    write_server: ServerProcess,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from support import forbid_network
+
+    from rayform.torch import EpisodeDataset
+
+    slice_, ids = labelled
+    view = slice_.select(where="quality >= 0.8")
+    uri = str(
+        EpisodeDataset(view, obs=["joints/position"], action="joints/position_delta", fps=15).uri
+    )
+    cache = tmp_path / "pulled"
+    reader = rayform.Client(endpoint=write_server.url, token=TOKEN, cache_dir=cache)
+    reader.pull(DEMO_SLICE, streams=["joints/position", "joints/position_delta"])
+    slice_.label(ids[0], quality=0.1)  # the labels move on after the pull
+    forbid_network(monkeypatch)
+    offline = rayform.Client(cache_dir=cache, offline=True)
+    again = EpisodeDataset.from_uri(uri, client=offline)
+    assert [str(s.id) for s in again.spec.slice.segments] == [ids[0], ids[2]]
+    assert again[0]["meta"]["segment"] == ids[0]
