@@ -268,7 +268,7 @@ class Slice:
 
     @argument_errors
     def label(
-        self, episode: str, /, *, kinds: dict[str, str] | None = None, **values: Any
+        self, episode: str, /, *, kinds: dict[str, str] | None = None, **values: object
     ) -> Labels:
         """Label one episode, e.g. ``slice_.label(ep, success=True, quality=0.8,
         tags=["regrasp"])``; a value ``None`` removes that label. Needs a write token.
@@ -290,7 +290,7 @@ class Slice:
         return self.label_all({episode: values}, kinds=kinds)
 
     @argument_errors
-    def label_all(self, values: Any, *, kinds: dict[str, str] | None = None) -> Labels:
+    def label_all(self, values: object, *, kinds: dict[str, str] | None = None) -> Labels:
         """Label many episodes in one write (one new version): ``values`` is a dict
         ``{episode: {key: value}}``, or a ``pyarrow.Table`` / ``pandas.DataFrame`` with an
         ``episode`` column and one column per key (nulls are skipped). Merged as

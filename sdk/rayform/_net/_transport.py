@@ -465,7 +465,7 @@ class Transport:
         except ValueError as exc:
             raise ProtocolError(f"{what}: {self.server} answered invalid JSON ({exc})") from None
 
-    def post_json(self, path: str, doc: Any, what: str, *, limit: int = JSON_CAP) -> Any:
+    def post_json(self, path: str, doc: object, what: str, *, limit: int = JSON_CAP) -> Any:
         """POST ``doc`` as JSON to ``path`` and parse the JSON answer (at most ``limit`` bytes).
 
         Retried like a GET: every write of the protocol lands once however often it is sent

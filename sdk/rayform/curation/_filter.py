@@ -188,7 +188,7 @@ class Columns:
     ) -> None:
         self.segments = segments
         self.labels = labels
-        self._made: dict[str, Any] = {}
+        self._made: dict[str, tuple[str, Any]] = {}
 
     def kinds(self) -> dict[str, str]:
         return {**FIELD_KINDS, **{k: kind for k, (kind, _) in self.labels.items()}}
@@ -204,7 +204,7 @@ class Columns:
                 self._made[name] = (kind, make())
             else:
                 self._made[name] = (FIELD_KINDS[name], self._field(name))
-        return self._made[name]  # type: ignore[no-any-return]
+        return self._made[name]
 
     def _field(self, name: str) -> Any:
         segs = self.segments
@@ -222,7 +222,7 @@ def _eval(node: ast.expr, cols: Columns, text: str) -> np.ndarray:
     if isinstance(node, ast.BoolOp):
         masks = [_eval(v, cols, text) for v in node.values]
         reduce = np.logical_and if isinstance(node.op, ast.And) else np.logical_or
-        return reduce.reduce(masks)  # type: ignore[no-any-return]
+        return np.asarray(reduce.reduce(masks), dtype=bool)
     if isinstance(node, ast.UnaryOp):
         return ~_eval(node.operand, cols, text)
     if isinstance(node, ast.Name):
@@ -245,12 +245,13 @@ def _eval(node: ast.expr, cols: Columns, text: str) -> np.ndarray:
         return _has_tag(col, str(left.value), isinstance(op, ast.NotIn), len(cols))
     assert isinstance(left, ast.Name)
     kind, col = cols.get(left.id)
-    values = [e.value for e in right.elts] if isinstance(right, ast.List) else [right.value]  # type: ignore[attr-defined]
+    items = right.elts if isinstance(right, ast.List) else [right]
+    values = [e.value for e in items if isinstance(e, ast.Constant)]  # literals, by _check
     return _compare(left.id, kind, col, op, values, text)
 
 
 def _compare(
-    name: str, kind: str, col: Any, op: ast.cmpop, values: list[Any], text: str
+    name: str, kind: str, col: object, op: ast.cmpop, values: list[Any], text: str
 ) -> np.ndarray:
     want = {"number": (int, float), "bool": (bool,), "category": (str,), "text": (str,)}.get(kind)
     if want is None or not all(type(v) in want for v in values):
@@ -296,7 +297,7 @@ def _compare(
     return np.asarray(hit & present, dtype=bool)
 
 
-def _has_tag(col: Any, tag: str, negate: bool, n: int) -> np.ndarray:
+def _has_tag(col: object, tag: str, negate: bool, n: int) -> np.ndarray:
     import pyarrow.compute as pc  # noqa: PLC0415  (lazily: `import rayform` stays light)
 
     hit = np.zeros(n, dtype=bool)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -44,7 +44,7 @@ class Labels:
     def __getitem__(self, episode: str) -> dict[str, Any]:
         return dict(self._episodes.get(episode, {}))
 
-    def get(self, episode: str, key: str, default: Any = None) -> Any:
+    def get(self, episode: str, key: str, default: object = None) -> Any:
         """The value of ``key`` on ``episode``, or ``default``."""
         return self._episodes.get(episode, {}).get(key, default)
 
@@ -208,12 +208,13 @@ class Labels:
         )
 
 
-def table_changes(values: Any) -> dict[str, dict[str, Any]]:
+def table_changes(given: object) -> dict[str, dict[str, Any]]:
     """``{episode: {key: value}}`` from what :meth:`rayform.Slice.label_all` accepts: such a
     dict, a ``pyarrow.Table`` or a ``pandas.DataFrame`` with an ``episode`` column (or index)
     and one column per key; nulls (``None``, ``NaN`` in pandas) are skipped, not removals."""
     from rayform.errors import InvalidArgumentError  # noqa: PLC0415
 
+    values = cast(Any, given)  # a dict, a pyarrow.Table or a pandas.DataFrame (untyped)
     if isinstance(values, Mapping):
         return {str(k): dict(v) if isinstance(v, Mapping) else v for k, v in values.items()}
     if type(values).__module__.startswith("pandas"):

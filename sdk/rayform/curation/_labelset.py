@@ -117,9 +117,9 @@ def _kind_of(value: object) -> str:
     return type(value).__name__
 
 
-def _spans(value: Any, what: str) -> list[list[Any]]:
+def _spans(value: object, what: str) -> list[list[Any]]:
     """Time ranges ``[[t0_ns, t1_ns, name], ...]`` checked and sorted, without repeats."""
-    spans = list(value)
+    spans: list[Any] = list(value) if isinstance(value, (list, tuple)) else [value]
     ok = len(spans) <= LIMITS["spans"] and all(
         isinstance(s, (list, tuple))
         and len(s) == 3
@@ -158,22 +158,22 @@ def check_value(key: str, kind: str, value: object, where: str) -> Any:
     :class:`InvalidArgumentError` naming the episode, key, value and what is allowed."""
     what = f"{where}, label {key!r} ({kind})"
     got = _kind_of(value)
-    if kind == "text" and got == "category":
-        return _string(value, LIMITS["text_chars"], what)  # type: ignore[arg-type]
+    if kind == "text" and isinstance(value, str):
+        return _string(value, LIMITS["text_chars"], what)
     if got != kind:
         raise InvalidArgumentError(
             f"{what}: got {shown(repr(value), 60)}, a {got}; this key holds {kind} values "
             "(a key keeps the kind of its first value)"
         )
-    if kind == "number":
-        number = float(value)  # type: ignore[arg-type]
+    if isinstance(value, (int, float)) and not isinstance(value, bool):  # a number
+        number = float(value)
         if not math.isfinite(number):
             raise InvalidArgumentError(f"{what}: {value!r} is not a finite number")
         return number
-    if kind == "category":
-        return _string(value, LIMITS["category_chars"], what)  # type: ignore[arg-type]
-    if kind == "tags":
-        tags = list(value)  # type: ignore[call-overload]
+    if isinstance(value, str):  # a category
+        return _string(value, LIMITS["category_chars"], what)
+    if kind == "tags" and isinstance(value, (list, tuple, set, frozenset)):
+        tags = list(value)
         if len(tags) > LIMITS["tags"] or not all(isinstance(t, str) and t for t in tags):
             raise InvalidArgumentError(
                 f"{what}: use a list of at most {LIMITS['tags']} non-empty strings"

@@ -26,25 +26,25 @@ from rayform.manifest import Segments
 __all__ = ["LabelHost", "LabelRemote"]
 
 
-def _head(doc: Any, where: str) -> tuple[str | None, int]:
+def _head(doc: object, where: str) -> tuple[str | None, int]:
     """``(hash or None, size)`` of a label-set head answer, checked."""
-    ok = isinstance(doc, dict) and (
-        (doc.get("hash") is None and doc.get("version") == 0)
-        or (
-            isinstance(doc.get("hash"), str)
-            and HASH_RE.fullmatch(doc["hash"]) is not None
-            and isinstance(doc.get("version"), int)
-            and not isinstance(doc.get("size"), bool)
-            and isinstance(doc.get("size"), int)
-            and 0 < doc["size"] <= LIMITS["labelset_bytes"]
-        )
+    if isinstance(doc, dict):
+        digest, version, size = doc.get("hash"), doc.get("version"), doc.get("size")
+        if digest is None and version == 0:
+            return None, 0
+        if (
+            isinstance(digest, str)
+            and HASH_RE.fullmatch(digest) is not None
+            and isinstance(version, int)
+            and isinstance(size, int)
+            and not isinstance(size, bool)
+            and 0 < size <= LIMITS["labelset_bytes"]
+        ):
+            return digest, size
+    raise ProtocolError(
+        f"{where}: the label-set head {shown(repr(doc), 120)} is not "
+        '{"hash": 64 hex digits, "version": int, "size": bytes} or {"hash": null, "version": 0}'
     )
-    if not ok:
-        raise ProtocolError(
-            f"{where}: the label-set head {shown(repr(doc), 120)} is not "
-            '{"hash": 64 hex digits, "version": int, "size": bytes} or {"hash": null, "version": 0}'
-        )
-    return doc["hash"], int(doc.get("size") or 0)
 
 
 class LabelRemote:
