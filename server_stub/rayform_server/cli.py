@@ -141,7 +141,10 @@ def _demo_robot(args: argparse.Namespace) -> int:
         f"slice {slice_id} -> manifest {manifest.hash[:12]}...: {len(manifest.segments)} segments, "
         f"{len(manifest.stream_names())} streams in {time.perf_counter() - t0:.1f} s"
     )
-    _err(f"serve it with: rayform-server serve --root {args.root} --token <TOKEN>")
+    _err(
+        f"serve it with: rayform-server serve --root {args.root} --token <TOKEN> "
+        "[--write-token <WRITE_TOKEN> to label and publish]"
+    )
     return 0
 
 
@@ -219,7 +222,10 @@ def _demo(args: argparse.Namespace) -> int:
         f"slice {args.slice} -> manifest {manifest.hash[:12]}...: {len(manifest.segments)} segments, "
         f"{len(manifest.stream_names())} streams, {human_bytes(size)} in {dt:.1f} s"
     )
-    _err(f"serve it with: rayform-server serve --root {args.root} --token <TOKEN>")
+    _err(
+        f"serve it with: rayform-server serve --root {args.root} --token <TOKEN> "
+        "[--write-token <WRITE_TOKEN> to label and publish]"
+    )
     return 0
 
 
