@@ -13,6 +13,7 @@ is first used in a process (PyTorch DataLoader workers each open their own).
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import re
 import time
@@ -44,12 +45,15 @@ from rayform.errors import (
     ManifestError,
     NotFoundError,
     OfflineError,
+    TransportError,
 )
 from rayform.manifest import MAX_MANIFEST_BYTES, BlobRef, ColumnarManifest, Manifest
 from rayform.slice import Slice
 from rayform.uri import selection_expression
 
 __all__ = ["Client", "PullReport", "SliceAPI"]
+
+log = logging.getLogger("rayform.client")
 
 
 def _has_code(selection: dict[str, Any] | None) -> bool:
@@ -619,3 +623,7 @@ class Client:
             self.label_remote().read(slice_.id, slice_.manifest_hash, slice_.segments)
         except NotFoundError:
             pass
+        except TransportError as exc:
+            # The blobs are in and verified: a pull does not fail for the labels alone. Offline,
+            # slice_.labels then names this pull again.
+            log.warning("rayform pull %s: the labels were not cached: %s", slice_.id, exc)

@@ -187,3 +187,16 @@ def test_crafted_write_and_publish_answers(server: HostileServer, tmp_path: Path
     message = _fails(lambda: slice_.client.slices.create(view), rayform.InvalidArgumentError)
     assert "\\x1b" in message
     assert json.dumps(cache_names_ok(tmp_path / "c")) == "[]"
+
+
+def test_a_pull_keeps_its_blobs_when_the_labels_answer_is_bad(
+    server: HostileServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    manifest = _manifest(server.root)
+    server.answers[f"/v1/slices/{DEMO_SLICE}/labels/{manifest}"] = Answer.json({"hash": ANSI})
+    client = rayform.Client(server.url, TOKEN, cache_dir=tmp_path / "c")
+    with caplog.at_level("WARNING", logger="rayform.client"):
+        report = client.pull(DEMO_SLICE, streams=["joints/position"])
+    assert report.blobs > 0
+    assert "the labels were not cached" in caplog.text and "\x1b" not in caplog.text
+    assert not (tmp_path / "c" / "labels").exists()
