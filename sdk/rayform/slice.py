@@ -82,6 +82,11 @@ class Slice:
         #: The labels this slice last read or wrote: what its next write names as its base.
         self._seen: Labels | None = None
 
+    def __getstate__(self) -> dict[str, Any]:
+        # The labels last read stay in this process: a DataLoader worker never labels, and a
+        # fleet slice's label set is megabytes that every worker would receive.
+        return {**self.__dict__, "_seen": None}
+
     # -- contents --------------------------------------------------------------------------
     @property
     def segments(self) -> Segments:

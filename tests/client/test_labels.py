@@ -53,6 +53,12 @@ def test_label_versions_history_and_tables(write_server: ServerProcess, tmp_path
     assert f"<code>{ids[0]}</code>" in shown and "quality (number)" in shown
     frame = v3.to_pandas()
     assert bool(frame.loc[ids[1], "success"]) is False
+    # What the slice read stays in this process: a pickled slice (a DataLoader worker's)
+    # carries no label set, and a view of it none either.
+    import pickle
+
+    assert pickle.loads(pickle.dumps(slice_))._seen is None
+    assert b"gripper slipped" not in pickle.dumps(slice_.select(where="success"))
     # Labels never change the slice's manifest, and another client reads the same version.
     other = _client(write_server, tmp_path / "d", token=TOKEN).slices.get(DEMO_SLICE)
     assert other.manifest_hash == manifest
