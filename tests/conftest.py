@@ -7,12 +7,13 @@ What tests share besides fixtures (the token, the demo slice ID, ``ServerProcess
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from support import DEMO_SLICE, TOKEN, ServerProcess
+from support import DEMO_SLICE, TOKEN, WRITE_TOKEN, ServerProcess
 from support.faultproxy import FaultProxy
 
 # Dumps the stacks of a hung test's process and its DataLoader workers before it times out.
@@ -58,6 +59,17 @@ def client_env(demo_server: ServerProcess, monkeypatch: pytest.MonkeyPatch) -> S
     monkeypatch.setenv("RAYFORM_ENDPOINT", demo_server.url)
     monkeypatch.setenv("RAYFORM_TOKEN", TOKEN)
     return demo_server
+
+
+@pytest.fixture
+def write_server(demo_root: Path, tmp_path: Path) -> Iterator[ServerProcess]:
+    """A private copy of the small demo root, served with the read token TOKEN and the write
+    token WRITE_TOKEN (labels and published slices stay in this test)."""
+    root = tmp_path / "write-root"
+    shutil.copytree(demo_root, root)
+    server = ServerProcess(root, "--write-token", WRITE_TOKEN)
+    yield server
+    server.stop()
 
 
 @pytest.fixture

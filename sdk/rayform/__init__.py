@@ -19,6 +19,7 @@ from rayform import errors
 from rayform.errors import (
     AccessDeniedError,
     CacheError,
+    ConflictError,
     IntegrityError,
     InvalidArgumentError,
     ManifestError,
@@ -38,6 +39,7 @@ __all__ = [
     "AccessDeniedError",
     "BlobRef",
     "CacheError",
+    "ConflictError",
     "Client",
     "IntegrityError",
     "InvalidArgumentError",

@@ -19,6 +19,7 @@ from rayform._ids import check_stream_name
 from rayform._limits import parse_bytes
 from rayform._resolution import RESIZE_MODES, check_size_value, parse_image_size
 from rayform._untrusted import shown
+from rayform.curation import add_curation_parsers, create_slice
 from rayform.errors import InvalidArgumentError, RayformError
 from rayform.units import human_bytes
 
@@ -136,6 +137,8 @@ def _slice_json(s: Slice, segments: bool) -> dict[str, Any]:
         "streams": s.streams,
         "segment_count": len(s.segments),
     }
+    if s.lineage is not None:  # a slice published from a selection (docs/curation.md)
+        doc["lineage"] = s.lineage
     if segments:
         doc["segments"] = [
             {
@@ -162,6 +165,8 @@ def _slice_json(s: Slice, segments: bool) -> dict[str, Any]:
 
 
 def _cmd_slices(args: argparse.Namespace) -> int:
+    if args.slices_cmd == "create":
+        return create_slice(args, _client)
     client = _client(args)
     if args.slices_cmd == "show":
         s = client.slices.get(args.slice_id)
@@ -505,6 +510,7 @@ def build_parser() -> argparse.ArgumentParser:
     view.add_argument("--verbose", "-v", action="store_true", help="log every request to stderr")
     view.set_defaults(func=_cmd_view)
     add_export_parser(sub, common, _client)
+    add_curation_parsers(sub, ssub, common, _client)
     return p
 
 

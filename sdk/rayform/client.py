@@ -13,6 +13,7 @@ is first used in a process (PyTorch DataLoader workers each open their own).
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import re
 import time
@@ -38,16 +39,30 @@ from rayform._net import (
 from rayform._resolve import missing_blobs, open_manifest, remembered
 from rayform._seams import BlobSource, DownloadSink, ProgressCallback
 from rayform.cache import HOST, Cache, Evictor, Pins, check_fits
+from rayform.curation import LabelRemote
 from rayform.errors import (
     InvalidArgumentError,
     ManifestError,
     NotFoundError,
     OfflineError,
+    TransportError,
 )
 from rayform.manifest import MAX_MANIFEST_BYTES, BlobRef, ColumnarManifest, Manifest
 from rayform.slice import Slice
+from rayform.uri import selection_expression
 
 __all__ = ["Client", "PullReport", "SliceAPI"]
+
+log = logging.getLogger("rayform.client")
+
+
+def _has_code(selection: dict[str, Any] | None) -> bool:
+    """Whether a view's selection (or one it was made within) holds a Python predicate."""
+    while selection is not None:
+        if "where" in selection:
+            return True
+        selection = selection.get("within")
+    return False
 
 
 def endpoint_key(endpoint: str) -> str:
@@ -74,11 +89,13 @@ class SliceAPI:
         list_all: Callable[[], list[dict[str, Any]]],
         owner: object = None,
         resolve_at: Callable[[str, str], Slice] | None = None,
+        create: Callable[[Slice, str, str | None], Slice] | None = None,
     ) -> None:
         self._resolve = resolve
         self._list_all = list_all
         self._owner = owner
         self._resolve_at = resolve_at
+        self._create = create
 
     @argument_errors
     def get(self, slice_id: str, *, manifest_hash: str | None = None) -> Slice:
@@ -112,6 +129,44 @@ class SliceAPI:
                 f"{self._owner!r} cannot resolve a slice at a given manifest hash"
             )
         return self._resolve_at(slice_id, manifest_hash)
+
+    @argument_errors
+    def create(self, view: Slice, *, description: str = "", slice_id: str | None = None) -> Slice:
+        """Publish a selection (``slice_.select(...)``) as a new slice, without copying data.
+
+        The server rebuilds the selection from the parent's manifest (and, for a filter, the
+        label-set version the view pinned), writes a manifest that lists the selected
+        episodes and references the parent's blobs (no blob is written, copied or uploaded),
+        and records the parent, the selection and the label set in it (:attr:`Slice.lineage`).
+        The same selection gives the same manifest, hence the same ID: publishing twice is a
+        no-op. Needs a write token whose scope covers the new ID (docs/curation.md).
+
+        Args:
+            view: a view made with :meth:`Slice.select` (a text ``where=``, not a function).
+            description: the new slice's description (not part of its manifest).
+            slice_id: the ID to publish under (must be in the token's write scope); default
+                ``slc_`` and 16 hex digits of the new manifest's hash.
+
+        Returns:
+            The new :class:`~rayform.Slice`, resolved.
+
+        Raises:
+            InvalidArgumentError: not a view, a view made with a Python ``where=`` function,
+                or a malformed ``slice_id``.
+            AccessDeniedError: the token may not write the new slice.
+            ConflictError: ``slice_id`` names another slice already.
+        """
+        if not isinstance(view, Slice) or view.selection is None:
+            raise InvalidArgumentError(
+                f"slices.create() publishes a selection: pass slice_.select(...), got {view!r}"
+            )
+        if not isinstance(description, str) or len(description) > 1000:
+            raise InvalidArgumentError("description= is a string of at most 1000 characters")
+        if slice_id is not None:
+            slice_id = check_slice_id(slice_id)
+        if self._create is None:
+            raise InvalidArgumentError(f"{self._owner!r} cannot publish slices")
+        return self._create(view, description, slice_id)
 
     def list(self) -> list[dict[str, Any]]:
         """Slices this token may see: ``[{"id", "manifest", "description"}, ...]``.
@@ -189,7 +244,9 @@ class Client:
         #: Slice ID -> manifests bound by hash (``slices.get(..., manifest_hash=)``), in order:
         #: what an offline error names a pull of.
         self._bound: dict[str, tuple[str, ...]] = {}
-        self.slices = SliceAPI(self._get_slice, self._list_slices, self, self._get_slice_at)
+        self.slices = SliceAPI(
+            self._get_slice, self._list_slices, self, self._get_slice_at, self._create_slice
+        )
 
     @property
     def cache_dir(self) -> Path:
@@ -381,6 +438,36 @@ class Client:
         self._manifests[slice_id] = manifest
         return Slice(slice_id, digest, manifest, self)
 
+    # -- curation --------------------------------------------------------------------------
+    def label_remote(self) -> LabelRemote:
+        """The label endpoints of this client's server, and its cache (``Slice.labels``)."""
+        transport = None if self.offline else self._transport()
+        return LabelRemote(transport, self.cache, None if self.offline else self._key())
+
+    def _create_slice(self, view: Slice, description: str, slice_id: str | None) -> Slice:
+        expr = selection_expression(view.selection)
+        if expr is None and not _has_code(view.selection):
+            raise InvalidArgumentError(
+                "this view keeps every episode of its slice: select some, e.g. "
+                'slice_.select(where="success"), before publishing'
+            )
+        if expr is None:
+            raise InvalidArgumentError(
+                "this view was made with a Python where= function, which the server cannot "
+                'rebuild: filter with text instead, e.g. select(where="success and quality >= 0.7")'
+            )
+        root = view.parent if view.parent is not None else view
+        body: dict[str, Any] = {
+            "parent": root.id,
+            "manifest": root.manifest_hash,
+            "select": expr,
+            "segments": len(view),
+            "description": description,
+        }
+        if slice_id is not None:
+            body["id"] = slice_id
+        return self._get_slice(self.label_remote().create(body))
+
     # -- blobs -----------------------------------------------------------------------------
     def _offline_missing(
         self, slice_id: str, refs: Sequence[BlobRef], manifest_hash: str | None = None
@@ -524,4 +611,19 @@ class Client:
             missing = [r for r in refs if not self.cache.has_blob(r.hash)]
             if missing:
                 raise self._offline_missing(slice_id, missing, slice_.manifest_hash)
-        return run_pull(slice_id, refs, self.cache, fetch, jobs=jobs, progress=progress)
+        report = run_pull(slice_id, refs, self.cache, fetch, jobs=jobs, progress=progress)
+        if not self.offline:
+            self._pull_labels(slice_.parent if slice_.parent is not None else slice_)
+        return report
+
+    def _pull_labels(self, slice_: Slice) -> None:
+        """Cache the slice's latest labels, so ``slice_.labels`` (and a filter on them) works
+        offline; a server from before labels answers 404, and there is nothing to keep."""
+        try:
+            self.label_remote().read(slice_.id, slice_.manifest_hash, slice_.segments)
+        except NotFoundError:
+            pass
+        except TransportError as exc:
+            # The blobs are in and verified: a pull does not fail for the labels alone. Offline,
+            # slice_.labels then names this pull again.
+            log.warning("rayform pull %s: the labels were not cached: %s", slice_.id, exc)

@@ -4,6 +4,7 @@
 
     RayformError
     ├── InvalidArgumentError        bad value passed by the caller (also a ValueError)
+    │   └── ConflictError           a label write raced another one on the same key (409)
     ├── NotFoundError               unknown slice, stream, segment or blob
     │   └── SliceChangedError       a slice no longer resolves to the manifest a dataset URI pins
     ├── AccessDeniedError           missing/wrong token (401) or out of scope (403)
@@ -24,6 +25,7 @@ from __future__ import annotations
 __all__ = [
     "AccessDeniedError",
     "CacheError",
+    "ConflictError",
     "IntegrityError",
     "InvalidArgumentError",
     "ManifestError",
@@ -42,6 +44,12 @@ class RayformError(Exception):
 
 class InvalidArgumentError(RayformError, ValueError):
     """A caller passed a value that is not allowed (malformed ID, bad fps, ...)."""
+
+
+class ConflictError(InvalidArgumentError):
+    """A write conflicts with another one that landed first: since the label-set version it
+    read, someone set the same key of the same episode to another value (HTTP ``409``).
+    Nothing was written; the message names the labels and says to read them again."""
 
 
 class NotFoundError(RayformError, LookupError):

@@ -18,6 +18,16 @@ from rayform._resolution import (
     resolution_blobs,
 )
 from rayform._seams import BlobFetcher
+from rayform.curation import (
+    LabelHost,
+    Labels,
+    check_changes,
+    check_spans_within,
+    lineage_of,
+    table_changes,
+    view_rows,
+)
+from rayform.errors import InvalidArgumentError
 from rayform.manifest import (
     BlobRef,
     ColumnarManifest,
@@ -26,7 +36,6 @@ from rayform.manifest import (
     Segments,
     segment_not_found,
     segments_of,
-    select_rows,
 )
 from rayform.units import human_bytes
 
@@ -70,6 +79,13 @@ class Slice:
         self.selection = selection
         self._rows = rows
         self._segments: Segments | None = None
+        #: The labels this slice last read or wrote: what its next write names as its base.
+        self._seen: Labels | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        # The labels last read stay in this process: a DataLoader worker never labels, and a
+        # fleet slice's label set is megabytes that every worker would receive.
+        return {**self.__dict__, "_seen": None}
 
     # -- contents --------------------------------------------------------------------------
     @property
@@ -160,7 +176,8 @@ class Slice:
         sites: Sequence[str] | None = None,
         start_ns: int | None = None,
         end_ns: int | None = None,
-        where: Callable[[dict[str, np.ndarray]], np.ndarray] | None = None,
+        where: str | Callable[[dict[str, np.ndarray]], np.ndarray] | None = None,
+        labels: Labels | str | None = None,
     ) -> Slice:
         """A view of some of this slice's segments, without copying the manifest.
 
@@ -172,10 +189,16 @@ class Slice:
             start_ns: keep segments that end at or after this time (ns, Unix epoch).
             end_ns: keep segments that start before this time (ns): with ``start_ns``, the
                 segments that overlap ``[start_ns, end_ns)``.
-            where: a predicate on segment columns: called with a dict of ``(S,)`` numpy
-                arrays (``version``, ``start_ns``, ``end_ns``, ``duration_ns``; ``id`` and
-                ``site`` as object arrays only if the predicate asks for them) and returning a
-                ``(S,)`` bool mask, e.g. ``lambda c: c["version"] >= 2``.
+            where: a filter on episode fields and labels, as text (data: recorded in the view
+                and pinned in a dataset URI with the labels' version), e.g.
+                ``"success and quality >= 0.7 and site in ['lab-zurich']"``
+                (docs/curation.md); or a Python predicate on segment columns: called with a
+                dict of ``(S,)`` numpy arrays (``version``, ``start_ns``, ``end_ns``,
+                ``duration_ns``; ``id`` and ``site`` as object arrays only if the predicate
+                asks for them) and returning a ``(S,)`` bool mask, e.g.
+                ``lambda c: c["version"] >= 2`` (code: a URI then lists the episodes).
+            labels: the labels a text filter reads: a :class:`~rayform.curation.Labels`
+                version, a label-set hash, or ``None`` for the latest (:attr:`labels`).
 
         Returns:
             A :class:`Slice` with the same ``id`` and ``manifest_hash``, whose ``parent`` is
@@ -185,7 +208,18 @@ class Slice:
             NotFoundError: a listed segment ID is not in this slice.
             InvalidArgumentError: a bad argument, or a selection that keeps no segment.
         """
-        rows, selection = select_rows(
+        if labels is not None and not isinstance(labels, (Labels, str)):
+            raise InvalidArgumentError(
+                f"labels={labels!r}: pass slice_.labels, a label-set hash, or None for the latest"
+            )
+        pinned = labels
+
+        def read_labels() -> Labels:
+            if isinstance(pinned, Labels):
+                return pinned
+            return self.labels if pinned is None else self._read_labels(pinned)
+
+        rows, selection = view_rows(
             self.segments,
             self.id,
             segments=segments,
@@ -193,6 +227,7 @@ class Slice:
             start_ns=start_ns,
             end_ns=end_ns,
             where=where,
+            labels=read_labels,
         )
         if self.selection is not None:
             selection = {"within": self.selection, **selection}
@@ -206,6 +241,92 @@ class Slice:
             parent=root,
             selection=selection,
         )
+
+    # -- labels ----------------------------------------------------------------------------
+    def _root(self) -> Slice:
+        return self.parent if self.parent is not None else self
+
+    def _label_host(self) -> LabelHost:
+        if not isinstance(self.client, LabelHost):
+            raise InvalidArgumentError(
+                f"{self.client!r} keeps no labels: resolve the slice with rayform.Client()"
+            )
+        return self.client
+
+    def _read_labels(self, digest: str | None) -> Labels:
+        root = self._root()
+        remote = self._label_host().label_remote()
+        labels = remote.read(root.id, root.manifest_hash, root.segments, digest)
+        root._seen = labels
+        return labels
+
+    @property
+    def labels(self) -> Labels:
+        """The latest labels on this slice's episodes (one small request online; the version
+        last pulled, offline): a :class:`~rayform.curation.Labels` (``labels[episode]``,
+        ``.version``, ``.history()``, ``.to_arrow()``, ``.to_pandas()``).
+
+        Raises:
+            OfflineError: offline and the labels were never pulled into this cache.
+        """
+        return self._read_labels(None)
+
+    @argument_errors
+    def label(
+        self, episode: str, /, *, kinds: dict[str, str] | None = None, **values: object
+    ) -> Labels:
+        """Label one episode, e.g. ``slice_.label(ep, success=True, quality=0.8,
+        tags=["regrasp"])``; a value ``None`` removes that label. Needs a write token.
+
+        The write names the labels version this slice last read (:attr:`labels`, or its last
+        write; the latest if it never read any) and the server merges it per episode and key:
+        it is refused with a :class:`~rayform.errors.ConflictError` only if someone changed
+        one of these keys of this episode to another value since (docs/curation.md).
+
+        Args:
+            episode: the segment ID.
+            kinds: kinds of new keys, e.g. ``{"note": "text"}`` (default: from the value;
+                strings are ``category``).
+            **values: key -> bool, number, string or list of strings (tags), or ``None``.
+
+        Returns:
+            The new :class:`~rayform.curation.Labels` version.
+        """
+        return self.label_all({episode: values}, kinds=kinds)
+
+    @argument_errors
+    def label_all(self, values: object, *, kinds: dict[str, str] | None = None) -> Labels:
+        """Label many episodes in one write (one new version): ``values`` is a dict
+        ``{episode: {key: value}}``, or a ``pyarrow.Table`` / ``pandas.DataFrame`` with an
+        ``episode`` column and one column per key (nulls are skipped). Merged as
+        :meth:`label` is; at most 200,000 values per write.
+
+        Returns:
+            The new :class:`~rayform.curation.Labels` version.
+        """
+        changes = table_changes(values)
+        check_changes(changes, {}, kinds)  # malformed values fail before any request
+        root = self._root()
+        # The version this write builds on: the one last read or written here, else the
+        # latest (a slice that never looked sets what it sets; one that read is told if
+        # someone changed those labels since).
+        seen = root._seen if root._seen is not None else self._read_labels(None)
+        # A kind that does not match, or a time range outside its episode, before sending.
+        checked, after = check_changes(changes, seen.kinds, kinds)
+        check_spans_within(checked, after, root.segments)
+        remote = self._label_host().label_remote()
+        base = seen.hash
+        labels = remote.write(root.id, root.manifest_hash, root.segments, base, changes, kinds)
+        root._seen = labels
+        return labels
+
+    @property
+    def lineage(self) -> dict[str, Any] | None:
+        """For a slice published from a selection (``client.slices.create``): ``{"parent",
+        "parent_manifest", "select", "labels"}`` (the parent slice and manifest, the
+        selection as a ``select=`` expression, the label set its filter read); else ``None``."""
+        doc = getattr(self.manifest, "doc", None)
+        return lineage_of(doc)
 
     # -- data ------------------------------------------------------------------------------
     @property
@@ -266,6 +387,9 @@ class Slice:
 
     def __repr__(self) -> str:
         sel = f" selection={self.selection}" if self.selection is not None else ""
+        lineage = self.lineage
+        if lineage is not None:
+            sel += f" from={lineage['parent']} select={lineage['select']!r}"
         return (
             f"<Slice {self.id} manifest={self.manifest_hash[:12]} segments={len(self.segments)} "
             f"streams={self.streams} size={human_bytes(self.nbytes)} "
@@ -292,13 +416,25 @@ class Slice:
             f"&middot; {self.duration_s:.1f} s &middot; {human_bytes(self.nbytes)} &middot; "
             f"sites: {html.escape(', '.join(self.segments.summary()['sites']))}"
             f"<br><code>manifest {self.manifest_hash}</code>"
-            "<table><tr><th>stream</th><th>kind</th><th>rate (Hz)</th><th>shape</th>"
+            + _lineage_html(self.lineage)
+            + "<table><tr><th>stream</th><th>kind</th><th>rate (Hz)</th><th>shape</th>"
             "<th>dtype</th><th>units</th><th>frame</th></tr>"
             + "".join(rows)
             + "</table>"
             + _thumbnails(self)
             + "</div>"
         )
+
+
+def _lineage_html(lineage: dict[str, Any] | None) -> str:
+    """A published slice's parent and selection, for the notebook display."""
+    if lineage is None:
+        return ""
+    return (
+        f"<br>published from <b>{html.escape(lineage['parent'])}</b> "
+        f"(manifest <code>{html.escape(lineage['parent_manifest'][:12])}</code>) by "
+        f"<code>{html.escape(lineage['select'][:300])}</code>"
+    )
 
 
 def _thumbnails(slice_: Slice) -> str:

@@ -3,8 +3,9 @@
 Request handling, in order, before any file is opened:
 
 1. :class:`_Guard` (raw ASGI, outermost): request target over 2 KiB -> 414; a method other
-   than GET/HEAD -> 405; a request body -> 413; ``.``/``..`` segments, encoded slashes,
-   backslashes or NUL in the raw path -> 400.
+   than GET/HEAD (POST to the write paths of :mod:`rayform_server._writes` excepted) -> 405;
+   a request body (a write's over its bound -> 413, without a length -> 411) -> 413;
+   ``.``/``..`` segments, encoded slashes, backslashes or NUL in the raw path -> 400.
 2. The bearer token -> 401 when missing or wrong (``/v1/health`` needs none).
 3. Path parameters against the ``rayform.format`` regexes -> 400.
 4. The token's scope -> 404, exactly as for an unknown slice.
@@ -40,11 +41,13 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from rayform.errors import InvalidArgumentError
 from rayform.format import HASH_RE, SLICE_ID_RE
 from rayform.manifest import Manifest
+from rayform_server._apierror import ApiError
+from rayform_server._writes import MAX_BODY_BYTES, WRITE_PATHS, Writes
 from rayform_server.auth import Auth, Grant
 from rayform_server.blobstore import DEFAULT_PRESIGN_EXPIRY_S, BlobBackend
 from rayform_server.store import Store
 
-__all__ = ["DEFAULT_PRESIGN_EXPIRY_S", "MAX_TARGET_BYTES", "create_app"]
+__all__ = ["DEFAULT_PRESIGN_EXPIRY_S", "MAX_TARGET_BYTES", "ApiError", "create_app"]
 
 #: Longest request target (path + query) accepted, in bytes.
 MAX_TARGET_BYTES = 2048
@@ -56,21 +59,6 @@ STORE_UNAVAILABLE = "store_unavailable"
 _RANGE_RE = re.compile(r"bytes=([0-9]*)-([0-9]*)")
 #: Byte positions of a ``Range`` past this are taken as this (no blob is an exabyte).
 _FAR = 10**18
-
-
-class ApiError(Exception):
-    """An error answer: HTTP status, protocol error code, message, extra headers."""
-
-    def __init__(
-        self, status: int, code: str, message: str, headers: dict[str, str] | None = None
-    ) -> None:
-        super().__init__(message)
-        self.status, self.code, self.message, self.headers = status, code, message, headers or {}
-
-    def response(self) -> JSONResponse:
-        return JSONResponse(
-            {"error": self.code, "message": self.message}, self.status, headers=self.headers
-        )
 
 
 def _version() -> str:
@@ -103,16 +91,30 @@ class _Guard:
             return ApiError(
                 414, "uri_too_long", f"the request target is over {MAX_TARGET_BYTES} bytes"
             )
-        if scope["method"] not in ("GET", "HEAD"):
+        headers = dict(scope["headers"])
+        length = headers.get(b"content-length", b"0").strip()
+        if scope["method"] == "POST" and WRITE_PATHS.fullmatch(raw):
+            # A write: its body must say how long it is, and be short (docs/curation.md).
+            if b"transfer-encoding" in headers or not length.isdigit():
+                return ApiError(
+                    411, "length_required", "a write must send Content-Length (no chunked body)"
+                )
+            if int(length) > MAX_BODY_BYTES:
+                return ApiError(
+                    413,
+                    "payload_too_large",
+                    f"a write may send at most {MAX_BODY_BYTES} bytes; this one declares "
+                    f"{int(length)}: split it into several writes",
+                )
+        elif scope["method"] not in ("GET", "HEAD"):
             return ApiError(
                 405,
                 "method_not_allowed",
-                f"{scope['method']} is not allowed: this API is read-only (GET and HEAD)",
+                f"{scope['method']} is not allowed here: reads are GET and HEAD; writes POST "
+                "to /v1/slices and /v1/slices/{id}/labels/{manifest} only",
                 {"Allow": "GET, HEAD"},
             )
-        headers = dict(scope["headers"])
-        length = headers.get(b"content-length", b"0").strip()
-        if b"transfer-encoding" in headers or length not in (b"", b"0"):
+        elif b"transfer-encoding" in headers or length not in (b"", b"0"):
             return ApiError(
                 413, "payload_too_large", "requests to this API carry no body: send it without one"
             )
@@ -479,6 +481,7 @@ def create_app(
     allow_anonymous: bool = False,
     blobs: BlobBackend | None = None,
     presign_expiry_s: int = DEFAULT_PRESIGN_EXPIRY_S,
+    write_token: str | None = None,
 ) -> Starlette:
     """The ASGI application serving the data root ``root``.
 
@@ -490,19 +493,26 @@ def create_app(
         blobs: where the blobs are; default what the root records (``blobstore.json``), else
             ``root/blobs``. With object storage, blob requests answer ``307`` to a presigned URL.
         presign_expiry_s: lifetime of those presigned URLs in seconds (at least 1).
+        write_token: a bearer token that reads and writes every slice (labels, new slices),
+            beside ``token``; a tokens file gives its entries a ``write`` list instead.
 
     Raises:
         InvalidArgumentError: the access options are inconsistent or the tokens file is bad.
     """
-    auth = Auth.from_options(token, tokens_file, allow_anonymous)
+    auth = Auth.from_options(token, tokens_file, allow_anonymous, write_token)
     if presign_expiry_s < 1:
         raise InvalidArgumentError(
             f"presign_expiry_s must be at least 1 second, got {presign_expiry_s}"
         )
     api = _Api(Store(root, blobs=blobs), auth, presign_expiry_s)
+    writes = Writes(api.store, api._grant, api._slice)
     routes = [
         Route("/v1/health", api.health, methods=["GET", "HEAD"]),
         Route("/v1/slices", api.list_slices, methods=["GET", "HEAD"]),
+        Route("/v1/slices", writes.create_slice, methods=["POST"]),
+        Route("/v1/slices/{slice_id}/labels/{hash}", writes.labels_head, methods=["GET", "HEAD"]),
+        Route("/v1/slices/{slice_id}/labels/{hash}", writes.write_labels, methods=["POST"]),
+        Route("/v1/slices/{slice_id}/labelsets/{hash}", writes.label_set, methods=["GET", "HEAD"]),
         Route("/v1/slices/{slice_id}", api.get_slice, methods=["GET", "HEAD"]),
         Route("/v1/slices/{slice_id}/manifest", api.get_manifest, methods=["GET", "HEAD"]),
         Route("/v1/slices/{slice_id}/blobs/{hash}", api.get_blob, methods=["GET", "HEAD"]),

@@ -7,9 +7,14 @@ Two ways to configure it (exactly one, unless anonymous access is asked for expl
   (:func:`fnmatch.fnmatchcase` syntax)::
 
       {"tokens": [
-          {"name": "alice", "token": "3f9c...", "slices": ["slc_7c1e*"]},
+          {"name": "alice", "token": "3f9c...", "slices": ["slc_7c1e*"], "write": ["*"]},
           {"name": "ci", "token": "a71b...", "slices": ["*"]}
       ]}
+
+Every token reads; a token writes (labels, new slices) only with a ``write`` list, and only
+where its read scope reaches too: a slice must match a ``slices`` pattern *and* a ``write``
+pattern. ``--write-token T`` adds one token that reads and writes every slice (beside
+``--token``); a token without ``write`` (every token of an older tokens file) is read-only.
 
 Tokens are compared in constant time (:func:`hmac.compare_digest`) against every configured
 token, and never appear in ``repr``, logs or error messages; grants are known by ``name``.
@@ -37,15 +42,22 @@ _NAME_RE = re.compile(r"[A-Za-z0-9_.@-]{1,64}")
 
 @dataclass(frozen=True)
 class Grant:
-    """An authenticated caller: a name and the slice-ID patterns it may read."""
+    """An authenticated caller: a name, the slice-ID patterns it may read and those it may
+    write (labels, new slices; none for a read-only token)."""
 
     name: str
     patterns: tuple[str, ...]
     token: bytes = field(repr=False, compare=False, default=b"")
+    write: tuple[str, ...] = ()
 
     def allows(self, slice_id: str) -> bool:
         """Whether this grant may read slice ``slice_id``."""
         return any(fnmatchcase(slice_id, p) for p in self.patterns)
+
+    def may_write(self, slice_id: str) -> bool:
+        """Whether this grant may write slice ``slice_id``: within its read scope *and* its
+        write scope (a write token never writes where it cannot read)."""
+        return self.allows(slice_id) and any(fnmatchcase(slice_id, p) for p in self.write)
 
 
 #: The grant given to requests without a token when anonymous access is enabled.
@@ -91,10 +103,10 @@ def load_tokens_file(path: str | os.PathLike[str]) -> list[Grant]:
             raise InvalidArgumentError(
                 f"{where}: each entry must be an object with name, token, slices"
             )
-        unknown = set(entry) - {"name", "token", "slices"}
+        unknown = set(entry) - {"name", "token", "slices", "write"}
         if unknown:
             raise InvalidArgumentError(
-                f"{where}: unknown keys {sorted(unknown)} (allowed: name, token, slices)"
+                f"{where}: unknown keys {sorted(unknown)} (allowed: name, token, slices, write)"
             )
         name = entry.get("name")
         if not isinstance(name, str) or not _NAME_RE.fullmatch(name):
@@ -122,7 +134,16 @@ def load_tokens_file(path: str | os.PathLike[str]) -> list[Grant]:
                 f"{where}: 'slices' must be a non-empty list of slice-ID patterns such as "
                 "'slc_7c1e04aa', 'slc_7c1e*' or '*'"
             )
-        grants.append(Grant(name=name, patterns=tuple(slices), token=token))
+        write = entry.get("write", [])
+        if not isinstance(write, list) or not all(
+            isinstance(s, str) and _PATTERN_RE.fullmatch(s) for s in write
+        ):
+            raise InvalidArgumentError(
+                f"{where}: 'write' must be a list of slice-ID patterns such as 'slc_7c1e*' or "
+                "'*' (the slices this token may label and publish into; leave it out for a "
+                "read-only token)"
+            )
+        grants.append(Grant(name=name, patterns=tuple(slices), token=token, write=tuple(write)))
     return grants
 
 
@@ -156,8 +177,10 @@ class Auth:
         token: str | None = None,
         tokens_file: str | os.PathLike[str] | None = None,
         allow_anonymous: bool = False,
+        write_token: str | None = None,
     ) -> Auth:
-        """Build from the ``serve`` options (``--token``, ``--tokens-file``, ``--allow-anonymous``)."""
+        """Build from the ``serve`` options (``--token``, ``--tokens-file``,
+        ``--allow-anonymous``, ``--write-token``)."""
         if token is not None and tokens_file is not None:
             raise InvalidArgumentError("--token and --tokens-file are exclusive: use one of them")
         grants: list[Grant] = []
@@ -165,6 +188,18 @@ class Auth:
             grants = [Grant(name="token", patterns=("*",), token=_check_token(token, "--token"))]
         elif tokens_file is not None:
             grants = load_tokens_file(tokens_file)
+        if write_token is not None:
+            if tokens_file is not None:
+                raise InvalidArgumentError(
+                    "--write-token cannot be combined with --tokens-file: give the writing "
+                    'token a "write" list in the tokens file instead'
+                )
+            secret = _check_token(write_token, "--write-token")
+            if any(hmac.compare_digest(secret, g.token) for g in grants):
+                raise InvalidArgumentError(
+                    "--write-token is the same as --token: use two different tokens"
+                )
+            grants.append(Grant(name="writer", patterns=("*",), token=secret, write=("*",)))
         return cls(grants, allow_anonymous=allow_anonymous)
 
     def authenticate(self, authorization: str | None) -> Grant | None:

@@ -6,7 +6,7 @@
                           [--episodes N [--share-blobs]] [--stage BATCH --shard I/N] [S3]
     rayform-server commit --root DIR --stage BATCH --slice slc_... [--expect N]
     rayform-server serve  --root DIR [--host 127.0.0.1] [--port 8765]
-                          [--token T | --tokens-file F | --allow-anonymous]
+                          [--token T | --tokens-file F | --allow-anonymous] [--write-token T]
                           [S3] [--presign-expiry SECONDS]
     rayform-server slices --root DIR
     rayform-server renditions --root DIR --slice slc_... --renditions 240[,120] [--jobs N] [S3]
@@ -84,6 +84,9 @@ def _serve(args: argparse.Namespace) -> int:
     token = args.token if args.token is not None else None
     if token is None and args.tokens_file is None and not args.allow_anonymous:
         token = os.environ.get("RAYFORM_SERVER_TOKEN") or None
+    write_token = args.write_token
+    if write_token is None and args.tokens_file is None:
+        write_token = os.environ.get("RAYFORM_SERVER_WRITE_TOKEN") or None
     blobs = configure_root(root, args.blobs, args.s3_endpoint)
     if args.store_timeout is not None and hasattr(blobs, "set_lookup_timeout"):
         blobs.set_lookup_timeout(args.store_timeout)
@@ -94,6 +97,7 @@ def _serve(args: argparse.Namespace) -> int:
         allow_anonymous=args.allow_anonymous,
         blobs=blobs,
         presign_expiry_s=args.presign_expiry,
+        write_token=write_token,
     )
     family = socket.AF_INET6 if ":" in args.host else socket.AF_INET
     try:
@@ -154,7 +158,10 @@ def _demo_robot(args: argparse.Namespace) -> int:
         f"slice {slice_id} -> manifest {manifest.hash[:12]}...: {len(manifest.segments)} segments, "
         f"{len(manifest.stream_names())} streams in {time.perf_counter() - t0:.1f} s"
     )
-    _err(f"serve it with: rayform-server serve --root {args.root} --token <TOKEN>")
+    _err(
+        f"serve it with: rayform-server serve --root {args.root} --token <TOKEN> "
+        "[--write-token <WRITE_TOKEN> to label and publish]"
+    )
     return 0
 
 
@@ -232,7 +239,10 @@ def _demo(args: argparse.Namespace) -> int:
         f"slice {args.slice} -> manifest {manifest.hash[:12]}...: {len(manifest.segments)} segments, "
         f"{len(manifest.stream_names())} streams, {human_bytes(size)} in {dt:.1f} s"
     )
-    _err(f"serve it with: rayform-server serve --root {args.root} --token <TOKEN>")
+    _err(
+        f"serve it with: rayform-server serve --root {args.root} --token <TOKEN> "
+        "[--write-token <WRITE_TOKEN> to label and publish]"
+    )
     return 0
 
 
@@ -394,6 +404,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--allow-anonymous",
         action="store_true",
         help="serve every slice without any token (only for a trusted network)",
+    )
+    serve.add_argument(
+        "--write-token",
+        metavar="T",
+        help="also accept this token for writes: labels and new slices, on every slice "
+        '(default RAYFORM_SERVER_WRITE_TOKEN; with --tokens-file give entries a "write" list '
+        "instead; see docs/curation.md)",
     )
     _add_blob_args(serve)
     serve.add_argument(

@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from support import DEMO_SLICE, TOKEN, ServerProcess
+from support import DEMO_SLICE, TOKEN, WRITE_TOKEN, ServerProcess
 from support.docblocks import (
     REPO,
     Block,
@@ -70,11 +70,12 @@ def docs_inputs(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def page_env(docs_inputs: Path, tmp_path: Path) -> Iterator[tuple[Path, dict[str, str]]]:
     """A fresh working directory (a copy of ``docs_inputs``, by hard links: stored files are
     never modified in place), its ``data/`` served on a loopback port with a token, and the
-    environment a reader has set: RAYFORM_ENDPOINT, RAYFORM_TOKEN (also $TOKEN) and an empty
-    RAYFORM_CACHE_DIR. Processes a page leaves running (`... &`) are stopped afterwards."""
+    environment a reader has set: RAYFORM_ENDPOINT, RAYFORM_TOKEN (also $TOKEN), a write token
+    in $WRITE_TOKEN (docs/curation.md) and an empty RAYFORM_CACHE_DIR. Processes a page
+    leaves running (`... &`) are stopped afterwards."""
     cwd = tmp_path / "work"
     shutil.copytree(docs_inputs, cwd, copy_function=os.link)
-    server = ServerProcess(cwd / "data")
+    server = ServerProcess(cwd / "data", "--write-token", WRITE_TOKEN)
     env = _env(server, tmp_path / "cache")
     try:
         yield cwd, env
@@ -95,6 +96,7 @@ def _env(server: ServerProcess, cache: Path) -> dict[str, str]:
         RAYFORM_ENDPOINT=server.url,
         RAYFORM_TOKEN=TOKEN,
         TOKEN=TOKEN,
+        WRITE_TOKEN=WRITE_TOKEN,
         RAYFORM_CACHE_DIR=str(cache),
         PATH=f"{BIN}{os.pathsep}{env.get('PATH', '')}",
         OMP_NUM_THREADS="1",

@@ -22,6 +22,7 @@ __all__ = [
     "DEMO_SLICE",
     "SCRIPTS",
     "TOKEN",
+    "WRITE_TOKEN",
     "ServerProcess",
     "forbid_network",
     "free_port",
@@ -30,6 +31,8 @@ __all__ = [
 ]
 
 TOKEN = "test-token-3f9c2a7d5e1b"  # long and unique, so leak checks can grep for it
+#: A token that may also write (labels, new slices), for servers started with --write-token.
+WRITE_TOKEN = "write-token-8a7b6c5d4e3f"
 #: The slice the session's small demo root holds (the ``demo_root`` fixture).
 DEMO_SLICE = "slc_7c1e04aa"
 

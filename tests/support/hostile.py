@@ -41,7 +41,9 @@ __all__ = [
 #: stall (``<server>.<host>.outage``, ``rayform._net._outage``), the page check marks of
 #: each user (``checked/u<uid>/<hash>``, ``rayform.manifest._checkmarks``), the ledger of the
 #: processes that use the cache (``live/ledger``, ``rayform.cache._live``), the pins of live
-#: readers (``pins/<hash>.<host>.<pid>.<lease>-<mark>``, ``rayform.cache._pinmarks``), and
+#: readers (``pins/<hash>.<host>.<pid>.<lease>-<mark>``, ``rayform.cache._pinmarks``), the
+#: label-set heads last read (``labels/<endpoint-key>/<slice>/<manifest hash>``,
+#: ``rayform.curation._remote``), and
 #: temporary files (``<hash>.<host>.<pid>.<random>.part``, or ``.<stem>.<pid>.<random>.tmp`` from
 #: ``rayform.files.unique_tmp_name``).
 _CACHE_NAME = re.compile(
@@ -50,7 +52,7 @@ _CACHE_NAME = re.compile(
     r"|[0-9a-f]{64}\.claim|[0-9a-f]{64}\.claim\.[A-Za-z0-9_.-]+\.[0-9]+\.[0-9a-f]+\.stale"
     r"|[A-Za-z0-9_.-]+-[0-9a-f]{8}\.[A-Za-z0-9_.-]+\.outage"
     r"|[0-9a-f]{64}\.[A-Za-z0-9_.-]+\.[0-9]+\.[0-9a-f]+-[0-9a-f]+"
-    r"|blobs|manifests|refs|tmp|locks|claims|checked|live|ledger|pins|u[0-9]+"
+    r"|blobs|manifests|refs|labels|tmp|locks|claims|checked|live|ledger|pins|u[0-9]+"
     r"|[a-z_]+\.(json|db|lock)"
 )
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
@@ -111,7 +113,8 @@ class HostileServer:
             any path not in :attr:`answers`.
 
     Attributes:
-        answers: path (e.g. ``/v1/slices/slc_7c1e04aa``) -> :class:`Answer`.
+        answers: path (e.g. ``/v1/slices/slc_7c1e04aa``; ``POST /v1/slices`` for a write) ->
+            :class:`Answer`.
         requests: the paths asked for, in order.
     """
 
@@ -123,6 +126,18 @@ class HostileServer:
         server = self
 
         class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+                # A write: the body is read and dropped; only scripted answers (else 404).
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                server.requests.append(f"POST {self.path}")
+                answer = server.answers.get(f"POST {self.path}") or Answer.json(
+                    {"error": "not_found", "message": "unknown path"}, 404
+                )
+                try:
+                    server.send(self, answer)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass
+
             def do_GET(self) -> None:  # noqa: N802 (http.server's name)
                 server.requests.append(self.path)
                 answer = server.answers.get(self.path) or server.honest(self.path)

@@ -110,8 +110,11 @@ def test_ids_and_paths_are_validated_and_errors_are_json(viewer: rayform.view.Vi
             assert r.status_code == status, (path, r.text)
             assert r.headers["content-type"] == "application/json" and r.json()["error"], path
             assert "Traceback" not in r.text and TOKEN not in r.text
-        # The page only reads; http.server's own refusals are JSON too.
-        for method in ("POST", "PUT", "DELETE"):
+        # The page writes only labels (POST /api/label, test_view_labels.py); http.server's
+        # own refusals are JSON too.
+        r = h.post("/api/slice", json={})
+        assert r.status_code == 404 and "no such write" in r.json()["error"]
+        for method in ("PUT", "DELETE"):
             r = h.request(method, "/api/slice")
             assert r.status_code == 501 and r.json()["error"], method
 

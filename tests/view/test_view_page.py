@@ -314,3 +314,35 @@ def test_screenshot_of_the_episode_view(page: Page, online: rayform.Slice, tmp_p
     shot = tmp_path / "view.png"
     page.screenshot(path=str(shot))
     assert shot.stat().st_size > 50_000  # videos, plots and text; a blank page is a few kB
+
+
+def test_label_from_the_page_and_filter_on_it(
+    browser: Browser, write_server: ServerProcess, tmp_path: Path
+) -> None:
+    from support import WRITE_TOKEN
+
+    slice_ = rayform.Client(
+        endpoint=write_server.url, token=WRITE_TOKEN, cache_dir=tmp_path / "c"
+    ).slices.get(DEMO_SLICE)
+    for page in _open(browser, slice_):
+        seg = _open_episode(page, 1)
+        assert page.locator("#ep-label-values").text_content() == "no labels"
+        page.click("#label-success")
+        page.wait_for_function(
+            "() => document.querySelector('#ep-label-values').textContent == 'success=true'"
+        )
+        page.fill("#label-quality", "0.8")
+        page.click("#label-save")
+        page.wait_for_function(
+            "() => document.querySelector('#ep-label-values').textContent.includes('quality=0.8')"
+        )
+        page.fill("#f-where", "success and quality > 0.5")
+        page.wait_for_function(
+            f"() => [...document.querySelectorAll('#episodes tbody tr')].map(r => r.dataset.id).join() == '{seg}'"
+        )
+        page.wait_for_function(
+            "() => document.querySelector('#snippet').textContent.includes(\"where='success and quality > 0.5'\")"
+        )
+        page.evaluate("document.querySelector('#status').textContent = ''")  # 'labels v2 saved'
+    labels = slice_.labels
+    assert labels.version == 2 and labels[seg] == {"success": True, "quality": 0.8}

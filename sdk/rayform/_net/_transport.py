@@ -21,6 +21,7 @@ connections on first use.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import re
 import time
@@ -44,6 +45,7 @@ from rayform._seams import DownloadSink, ProgressCallback
 from rayform._untrusted import loads, shown
 from rayform.errors import (
     AccessDeniedError,
+    ConflictError,
     IntegrityError,
     InvalidArgumentError,
     NotFoundError,
@@ -348,6 +350,10 @@ class Transport:
             )
         if status == 404:
             raise NotFoundError(f"{what}: not found{detail}")
+        if status == 409:
+            raise ConflictError(f"{what}: refused{detail}")
+        if status in (405, 411, 413, 422):
+            raise InvalidArgumentError(f"{what}: the server refused the request{detail}")
         raise TransportError(f"{what}: unexpected HTTP {status}{detail}")
 
     # -- requests --------------------------------------------------------------------------
@@ -454,6 +460,48 @@ class Transport:
             ProtocolError: the body is not JSON (or too long, or compressed).
         """
         data = self.get_bytes(path, what, limit=limit)
+        try:
+            return loads(data)
+        except ValueError as exc:
+            raise ProtocolError(f"{what}: {self.server} answered invalid JSON ({exc})") from None
+
+    def post_json(self, path: str, doc: object, what: str, *, limit: int = JSON_CAP) -> Any:
+        """POST ``doc`` as JSON to ``path`` and parse the JSON answer (at most ``limit`` bytes).
+
+        Retried like a GET: every write of the protocol lands once however often it is sent
+        (a label write that landed already changes nothing the second time; a published slice
+        is named by its content), so a lost answer costs a resend, never a duplicate.
+
+        Raises:
+            ConflictError: ``409``, a write that conflicts with one that landed first.
+            InvalidArgumentError: ``400``/``413``, a write the server refuses as malformed.
+            AccessDeniedError: ``401``/``403``, the token may not write there.
+            ProtocolError: the answer is not JSON (or too long, or compressed).
+        """
+        body = json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
+
+        def once(left_s: float) -> bytes:
+            url = self._url(path)
+            headers = {**self._headers(url), "Content-Type": "application/json"}
+            deadline = time.monotonic() + left_s
+            try:
+                with (
+                    reads_end_by(deadline),
+                    self._http().stream(
+                        "POST",
+                        url,
+                        content=body,
+                        headers=headers,
+                        timeout=self._timeout(left_s),
+                        extensions={"trace": trace},
+                    ) as resp,
+                ):
+                    self._check(resp, what, deadline=deadline)
+                    return self._read_body(resp, what, limit, deadline - left_s, deadline)
+            except httpx.TransportError as exc:
+                raise _network_failure(exc, min(self.timeout, left_s)) from None
+
+        data = self._with_retries(what, once)
         try:
             return loads(data)
         except ValueError as exc:

@@ -99,9 +99,16 @@ def table_to_pages(table: pa.Table, page_rows: int = PAGE_ROWS) -> list[bytes]:
 
 
 def build_root(
-    table: pa.Table, pages: Sequence[bytes], description: str, page_rows: int = PAGE_ROWS
+    table: pa.Table,
+    pages: Sequence[bytes],
+    description: str,
+    page_rows: int = PAGE_ROWS,
+    *,
+    lineage: dict[str, Any] | None = None,
 ) -> bytes:
-    """The canonical bytes of the root document for ``table`` stored as ``pages``."""
+    """The canonical bytes of the root document for ``table`` stored as ``pages``; with
+    ``lineage`` (a published selection's parent, ``rayform.curation``), that key too (readers
+    that do not know it ignore it)."""
     cols = PageColumns([table])
     doc = {
         "format": FORMAT,
@@ -119,6 +126,8 @@ def build_root(
         ],
         "summary": cols.summary(),
     }
+    if lineage is not None:
+        doc["lineage"] = lineage
     return canonical_json(doc)
 
 

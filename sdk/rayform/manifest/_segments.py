@@ -111,6 +111,13 @@ class Segments(SegmentColumns):
         """These segments at ``positions`` (indices into this sequence), in that order."""
         return Segments(self._c, self.positions()[np.asarray(positions, dtype=np.int64)])
 
+    def page_table(self) -> Any:
+        """These segments as a ``pyarrow.Table`` of the manifest's page schema (version 2, or
+        3 with renditions), in this order: what a new manifest of them is written from
+        (``table_to_pages``), so a selection's manifest references the same blobs."""
+        pa = pyarrow()
+        return self._c.table.take(pa.array(self.positions(), pa.int64()))
+
     def same_columns(self, other: Segments) -> bool:
         """Whether ``other`` reads the same manifest's columns (a selection of one slice)."""
         return self._c is other._c

@@ -78,9 +78,13 @@ def select_rows(
     start_ns: int | None,
     end_ns: int | None,
     where: Callable[[dict[str, np.ndarray]], np.ndarray] | None,
+    filtered: tuple[dict[str, Any], np.ndarray] | None = None,
 ) -> tuple[np.ndarray, dict[str, Any]]:
     """Manifest positions ``(K,) int64`` kept by a selection, and the selection as JSON-able
-    arguments (``where`` is recorded by its name, which a tracker can only display)."""
+    arguments (``where`` is recorded by its name, which a tracker can only display).
+
+    ``filtered`` is a filter already evaluated on ``segs`` (``rayform.curation``): what to
+    record of it (its text and the labels it read) and its ``(S,)`` bool mask."""
     seg_ids, site_list = _names("segments", segments), _names("sites", sites)
     t0, t1 = _int_or_none("start_ns", start_ns), _int_or_none("end_ns", end_ns)
     if where is not None and not callable(where):
@@ -117,6 +121,10 @@ def select_rows(
             )
         keep &= mask
         selection["where"] = getattr(where, "__qualname__", repr(where))
+    if filtered is not None:
+        record, mask = filtered
+        keep &= mask
+        selection.update(record)
     if not keep.any():
         raise InvalidArgumentError(
             f"the selection {selection} keeps no segment of slice {slice_id}: widen it"

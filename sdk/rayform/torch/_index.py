@@ -165,11 +165,15 @@ def check_table_streams(
 
 def selection_of(slice_: BlobSource) -> dict[str, Any]:
     """``describe()`` keys of a :meth:`~rayform.Slice.select` view: its parent slice, the
-    parent's manifest hash and the selection (nothing for a whole slice)."""
+    parent's manifest hash and the selection (nothing for a whole slice); for a slice published
+    from a selection (``client.slices.create``), its ``lineage`` too."""
+    lineage = getattr(slice_, "lineage", None)
+    published = {"lineage": lineage} if lineage is not None else {}
     selection, parent = slice_.selection, slice_.parent
     if selection is None or parent is None:
-        return {}
+        return published
     return {
+        **published,
         "parent_slice": parent.id,
         "parent_manifest_hash": parent.manifest_hash,
         "selection": selection,

@@ -8,7 +8,7 @@ travels as a short expression (module ``_selexpr``). Parsing never imports torch
 
 from rayform.uri._dataset import QUERY_VERSION, SCHEMES, DatasetURI, clean_endpoint
 from rayform.uri._mixture import MIX_VERSION, MixtureURI, is_mixture_uri
-from rayform.uri._selexpr import parse_selection, selection_expression
+from rayform.uri._selexpr import parse_selection, select_arguments, selection_expression
 
 __all__ = [
     "MIX_VERSION",
@@ -19,5 +19,6 @@ __all__ = [
     "MixtureURI",
     "is_mixture_uri",
     "parse_selection",
+    "select_arguments",
     "selection_expression",
 ]

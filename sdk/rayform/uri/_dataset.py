@@ -35,7 +35,7 @@ from rayform._hashing import hash_bytes
 from rayform._ids import HASH_RE, SEGMENT_ID_RE, SLICE_ID_RE, STREAM_NAME_RE
 from rayform._resolution import check_resize, format_image_size, parse_image_size
 from rayform.errors import InvalidArgumentError
-from rayform.uri._selexpr import parse_selection, selection_expression
+from rayform.uri._selexpr import parse_selection, select_arguments, selection_expression
 
 __all__ = ["QUERY_VERSION", "SCHEMES", "DatasetURI", "clean_endpoint"]
 
@@ -258,7 +258,7 @@ class DatasetURI:
 
     def selection(self) -> dict[str, Any] | None:
         """``Slice.select`` keyword arguments of ``select=``, or ``None`` for the whole slice."""
-        return parse_selection(self.select) if self.select is not None else None
+        return select_arguments(self.select) if self.select is not None else None
 
     @property
     def slice_uri(self) -> str:

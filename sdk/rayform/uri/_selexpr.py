@@ -4,13 +4,16 @@
 
     end_ns:1700000000000000000;sites:lab-a,lab-zurich;start_ns:1690000000000000000
 
-Keys in alphabetical order (``end_ns``, ``segments``, ``sites``, ``start_ns``), each at most
-once, ``;`` between them; lists sorted, without repeats, ``,`` between items, each item
-percent-encoded (RFC 3986, unreserved characters kept). A chain of views
-(``slice_.select(...).select(...)``) is one selection: every filter narrows, so the chain is
-their intersection (sites and IDs intersected, the latest start and the earliest end). A
-``where=`` predicate is code, not text: such a view has no expression and the dataset URI
-lists its episodes in ``segments=`` instead.
+Keys in alphabetical order (``end_ns``, ``filter``, ``labels``, ``segments``, ``sites``,
+``start_ns``), each at most once, ``;`` between them; lists sorted, without repeats, ``,``
+between items, each item percent-encoded (RFC 3986, unreserved characters kept). A chain of
+views (``slice_.select(...).select(...)``) is one selection: every filter narrows, so the chain
+is their intersection (sites and IDs intersected, the latest start and the earliest end, the
+filters joined with ``and``). ``filter`` is a filter's canonical text
+(``select(where="success and quality >= 0.7")``, ``rayform.curation``), percent-encoded whole;
+``labels`` the hash of the label set it read, so the URI pins the labels' version too. A
+``where=`` predicate given as a Python function is code, not text: such a view has no
+expression and the dataset URI lists its episodes in ``segments=`` instead.
 """
 
 from __future__ import annotations
@@ -19,12 +22,13 @@ import re
 from typing import Any
 from urllib.parse import quote, unquote
 
-from rayform._ids import SEGMENT_ID_RE
+from rayform._ids import HASH_RE, SEGMENT_ID_RE
+from rayform.curation import check_filters, parse_filter
 from rayform.errors import InvalidArgumentError
 
-__all__ = ["parse_selection", "selection_expression"]
+__all__ = ["parse_selection", "select_arguments", "selection_expression"]
 
-_KEYS = ("end_ns", "segments", "sites", "start_ns")
+_KEYS = ("end_ns", "filter", "labels", "segments", "sites", "start_ns")
 _SAFE_TEXT = re.compile(r"[A-Za-z0-9._~%,:;/-]*")
 
 
@@ -36,10 +40,16 @@ def selection_expression(selection: dict[str, Any] | None) -> str | None:
     sets: dict[str, set[str]] = {}
     start: int | None = None
     end: int | None = None
+    filters: list[str] = []
+    pinned: set[str] = set()
     level: dict[str, Any] | None = selection
     while level is not None:
         if "where" in level:
             return None
+        if level.get("filter") is not None:
+            filters.append(str(level["filter"]))
+        if level.get("labels") is not None:
+            pinned.add(str(level["labels"]))
         for key in ("segments", "sites"):
             if key in level:
                 sets[key] = set(level[key]) & sets[key] if key in sets else set(level[key])
@@ -51,6 +61,15 @@ def selection_expression(selection: dict[str, Any] | None) -> str | None:
     values: dict[str, str] = {
         k: ",".join(quote(v, safe="") for v in sorted(s)) for k, s in sets.items()
     }
+    if len(pinned) > 1:
+        raise InvalidArgumentError(
+            "a chain of views filters on two versions of the labels: filter on one "
+            "(select(..., labels=slice_.labels) at each step)"
+        )
+    if filters:
+        values["filter"] = quote(check_filters(filters[::-1]), safe="")
+    if pinned:
+        values["labels"] = pinned.pop()
     if start is not None:
         values["start_ns"] = str(start)
     if end is not None:
@@ -61,7 +80,8 @@ def selection_expression(selection: dict[str, Any] | None) -> str | None:
 
 
 def parse_selection(text: str) -> dict[str, Any]:
-    """``Slice.select`` keyword arguments from a ``select=`` expression.
+    """The parts of a ``select=`` expression, by key (``labels``: the label-set hash a
+    ``filter`` read).
 
     Raises:
         InvalidArgumentError: malformed text (the message says which part).
@@ -88,6 +108,14 @@ def parse_selection(text: str) -> dict[str, Any]:
                     f"dataset URI: select= {key}:{value!r} is not an integer (ns)"
                 )
             out[key] = int(value)
+        elif key == "filter":
+            out[key] = parse_filter(unquote(value)).text
+        elif key == "labels":
+            if not HASH_RE.fullmatch(value):
+                raise InvalidArgumentError(
+                    f"dataset URI: select= labels:{value!r} is not a label-set hash (64 hex digits)"
+                )
+            out[key] = value
         else:
             items = [unquote(v) for v in value.split(",")] if value else []
             if not items:
@@ -99,4 +127,13 @@ def parse_selection(text: str) -> dict[str, Any]:
                         f"dataset URI: malformed segment ID {bad[0]!r}, e.g. seg_0a1b2c3d"
                     )
             out[key] = items
+    return out
+
+
+def select_arguments(text: str) -> dict[str, Any]:
+    """``Slice.select`` keyword arguments from a ``select=`` expression: those of
+    :func:`parse_selection`, a ``filter`` passed as ``where`` (text)."""
+    out = parse_selection(text)
+    if "filter" in out:
+        out["where"] = out.pop("filter")
     return out

@@ -19,7 +19,9 @@ from urllib.parse import unquote
 import numpy as np
 
 from rayform._ids import SEGMENT_ID_RE, STREAM_NAME_RE
-from rayform.errors import InvalidArgumentError, NotFoundError
+from rayform.curation import Labels
+from rayform.curation import parse_filter as text_filter
+from rayform.errors import ConflictError, InvalidArgumentError, NotFoundError, OfflineError
 from rayform.format import decode_table, decode_timestamps
 from rayform.manifest import Segment, Stream
 from rayform.uri import selection_expression
@@ -68,7 +70,7 @@ def _int(
 
 def parse_filter(query: dict[str, str]) -> EpisodeFilter:
     """The list filter of a query string (``sites`` comma-separated, ``prefix``, ``start_ns``,
-    ``end_ns``)."""
+    ``end_ns``, ``where``: a text filter on episode fields and labels)."""
     # Each site percent-encoded, then joined by commas (a site name is free text).
     sites = tuple(unquote(s) for s in query.get("sites", "").split(",") if s)
     bad = [s for s in sites if not _SITE_RE.fullmatch(s)]
@@ -77,11 +79,20 @@ def parse_filter(query: dict[str, str]) -> EpisodeFilter:
     prefix = query.get("prefix", "")
     if not _PREFIX_RE.fullmatch(prefix):
         raise ViewError(400, f"prefix {prefix[:80]!r}: use the start of a segment ID, e.g. seg_2a")
+    where = query.get("where", "").strip()
+    if where:
+        try:
+            where = text_filter(where).text
+        except InvalidArgumentError as exc:
+            raise ViewError(400, str(exc)) from None
+    if where and prefix:
+        raise ViewError(400, "filter with an ID prefix or with a filter, not both")
     return EpisodeFilter(
         tuple(sorted(set(sites))),
         prefix,
         _int(query, "start_ns", None),
         _int(query, "end_ns", None),
+        where,
     )
 
 
@@ -104,8 +115,37 @@ class ViewAPI:
     def __init__(self, slice_: ViewSource, *, frames: bool = False) -> None:
         self.slice = slice_
         self.frames = frames
-        self.index = EpisodeIndex(slice_.segments)
+        self.index = EpisodeIndex(slice_.segments, self.labels)
         self._lock = threading.Lock()  # Slice.segment builds and caches Segment objects
+
+    def labels(self) -> Labels | None:
+        """The slice's latest labels, or ``None`` if its source keeps none (or offline and
+        never pulled)."""
+        try:
+            read = getattr(self.slice, "labels", None)
+        except (InvalidArgumentError, NotFoundError, OfflineError):
+            return None  # a slice read without a client, a server before labels, never pulled
+        return read if isinstance(read, Labels) else None
+
+    def label(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        """``POST /api/label`` ``{"segment", "values": {key: value or null}}``: label one
+        episode through the slice's client (its token must be a write token, docs/curation.md)."""
+        seg_id, values = body.get("segment"), body.get("values")
+        if not isinstance(seg_id, str) or not SEGMENT_ID_RE.fullmatch(seg_id):
+            raise ViewError(400, f"segment={str(seg_id)[:80]!r} is not a segment ID")
+        if not isinstance(values, dict) or not values:
+            raise ViewError(400, 'values: give {"key": value}, e.g. {"success": true}')
+        write = getattr(self.slice, "label", None)
+        if write is None:
+            raise ViewError(400, "this slice keeps no labels (open it with rayform.Client)")
+        try:
+            with self._lock:
+                labels = write(seg_id, **values)
+        except ConflictError:
+            raise  # answered 409, with its message: read again and decide
+        except InvalidArgumentError as exc:
+            raise ViewError(400, str(exc)) from None
+        return {"segment": seg_id, "labels": labels[seg_id], "version": labels.version}
 
     # -- the slice and its list ------------------------------------------------------------
     def slice_info(self) -> dict[str, Any]:
@@ -147,6 +187,8 @@ class ViewAPI:
             kwargs["start_ns"] = f.start_ns
         if f.end_ns is not None:
             kwargs["end_ns"] = f.end_ns
+        if f.where:
+            kwargs["where"] = f.where
         prefix = f.prefix
         if not kwargs and not prefix:
             return {
@@ -156,15 +198,17 @@ class ViewAPI:
                 "count": len(self.index),
                 "marked": 0,
             }
-        where = None
         if prefix:
 
             def where(c: dict[str, np.ndarray]) -> np.ndarray:
                 return np.array([str(i).startswith(prefix) for i in c["id"]], dtype=bool)
 
+            kwargs_run: dict[str, Any] = {**kwargs, "where": where}
+        else:
+            kwargs_run = kwargs
         try:
             with self._lock:
-                view = self.slice.select(**kwargs, where=where)
+                view = self.slice.select(**kwargs_run)
         except (InvalidArgumentError, NotFoundError) as exc:
             raise ViewError(400, str(exc)) from exc
         args = [f"{k}={v!r}" for k, v in kwargs.items()]
@@ -229,7 +273,13 @@ class ViewAPI:
                 doc["codec"] = st.codec or "h264"
                 doc["mode"] = "frames" if self.frames else "video"
             streams.append(doc)
-        return {**_summary(seg), "streams": streams}
+        labels = self.labels()
+        marks = (
+            {"labels": labels[seg.id], "labels_version": labels.version}
+            if labels is not None
+            else {}
+        )
+        return {**_summary(seg), "streams": streams, **marks}
 
     def table(self, query: dict[str, str]) -> dict[str, Any]:
         """A table stream's times (seconds from the episode's start) and values, strided down

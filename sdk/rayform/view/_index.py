@@ -1,21 +1,24 @@
 """The viewer's episode list: filter and page a slice's segments on columns.
 
 The filters are the ones :meth:`rayform.Slice.select` understands (sites, a time range with the
-same overlap rule) plus an ID prefix; each is one vectorised operation on Arrow or numpy
-columns, so a 1,000,000-segment version 2 slice is filtered without a Python object per
-segment. Only the rows of the requested page become :class:`~rayform.manifest.Segment` objects.
+same overlap rule, a text filter on episode fields and labels, ``rayform.curation``) plus an ID
+prefix; each is one vectorised operation on Arrow or numpy columns, so a 1,000,000-segment
+version 2 slice is filtered without a Python object per segment. Only the rows of the
+requested page become :class:`~rayform.manifest.Segment` objects.
 """
 
 from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from rayform.curation import Columns, Labels, parse_filter
 from rayform.manifest import Segment, Segments
 
 __all__ = ["EpisodeFilter", "EpisodeIndex"]
@@ -31,12 +34,14 @@ class EpisodeFilter:
         start_ns: keep segments that end at or after this time (ns, Unix epoch).
         end_ns: keep segments that start before this time (ns); with ``start_ns`` the segments
             overlapping ``[start_ns, end_ns)``, as ``Slice.select`` reads them.
+        where: a filter's canonical text (``"success and quality >= 0.7"``), or ``""``.
     """
 
     sites: tuple[str, ...] = ()
     prefix: str = ""
     start_ns: int | None = None
     end_ns: int | None = None
+    where: str = ""
 
 
 class EpisodeIndex:
@@ -44,18 +49,22 @@ class EpisodeIndex:
 
     Args:
         segments: the slice's segments.
+        labels: reads the slice's latest labels (``None``: it has none), for text filters.
     """
 
     _KEEP = 8  # filter results kept: paging through one filter must not refilter
 
-    def __init__(self, segments: Segments) -> None:
+    def __init__(
+        self, segments: Segments, labels: Callable[[], Labels | None] | None = None
+    ) -> None:
         self.segments = segments
+        self._labels = labels
         self.ids = segments.ids()
         self.sites = segments.sites()
         self.start_ns = segments.column("start_ns")
         self.end_ns = segments.column("end_ns")
         self._lock = threading.Lock()  # one Segment cache and one result cache per slice
-        self._results: OrderedDict[EpisodeFilter, np.ndarray] = OrderedDict()
+        self._results: OrderedDict[tuple[EpisodeFilter, str | None], np.ndarray] = OrderedDict()
         self._site_list: list[str] | None = None
 
     def __len__(self) -> int:
@@ -74,13 +83,34 @@ class EpisodeIndex:
         return int(self.start_ns.min()), int(self.end_ns.max())
 
     def positions(self, f: EpisodeFilter) -> np.ndarray:
-        """``int64 (K,)`` positions (in the slice's segment order) that the filter keeps."""
+        """``int64 (K,)`` positions (in the slice's segment order) that the filter keeps.
+
+        Raises:
+            InvalidArgumentError: a text filter naming what is neither a field nor a label.
+        """
+        labels = None
+        flt = parse_filter(f.where) if f.where else None
+        if (
+            flt is not None
+            and self._labels is not None
+            and flt.names - set(Columns(self.segments, {}).kinds())
+        ):
+            labels = self._labels()  # the latest: results are kept per label version
+        key = (f, labels.hash if labels is not None else None)
         with self._lock:
-            hit = self._results.get(f)
+            hit = self._results.get(key)
             if hit is not None:
-                self._results.move_to_end(f)
+                self._results.move_to_end(key)
                 return hit
         keep = np.ones(len(self), dtype=bool)
+        if flt is not None:
+            with self._lock:  # the label columns are built once, under the index's lock
+                cols = (
+                    labels.columns(self.segments)
+                    if labels is not None and labels.version
+                    else Columns(self.segments, {})
+                )
+                keep &= flt.mask(cols)
         if f.sites:
             keep &= _bools(
                 pc.is_in(self.sites, value_set=pa.array(list(f.sites), type=pa.string()))
@@ -93,7 +123,7 @@ class EpisodeIndex:
             keep &= self.start_ns < f.end_ns
         found = np.flatnonzero(keep).astype(np.int64)
         with self._lock:
-            self._results[f] = found
+            self._results[key] = found
             if len(self._results) > self._KEEP:
                 self._results.popitem(last=False)
         return found

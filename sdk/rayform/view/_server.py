@@ -28,6 +28,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 from rayform.errors import (
     AccessDeniedError,
+    ConflictError,
     IntegrityError,
     InvalidArgumentError,
     NotFoundError,
@@ -56,6 +57,8 @@ _CSP = (
     "frame-ancestors 'self'"
 )
 _CHUNK = 256 * 1024
+#: Largest body of a label sent from the page, in bytes.
+_MAX_POST = 64 * 1024
 _RANGE_RE = re.compile(r"\Abytes=([0-9]*)-([0-9]*)\Z")
 #: Byte positions of a ``Range`` past this are taken as this (no file is an exabyte).
 _FAR = 10**18
@@ -70,6 +73,7 @@ def _position(digits: str) -> int:
 
 #: RayformError types and the status each is answered with (others: 502).
 _STATUS: tuple[tuple[type[RayformError], int], ...] = (
+    (ConflictError, 409),
     (InvalidArgumentError, 400),
     (AccessDeniedError, 403),
     (NotFoundError, 404),
@@ -230,6 +234,55 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(
                 {"error": "internal error in rayform view; the terminal has the details"}, 500
             )
+
+    def do_POST(self) -> None:  # noqa: N802 (the base class's name)
+        # One write: a label, through the slice's client and its token. Only from this page:
+        # the Host check and the key (a SameSite=Strict cookie) as for every request, an
+        # Origin naming this server when sent, and a JSON body (a form post from another site
+        # cannot set that Content-Type without a preflight this server never answers).
+        try:
+            self._check_access(dict(parse_qsl(urlsplit(self.path).query)))
+            if urlsplit(self.path).path != "/api/label":
+                raise ViewError(404, f"no such write {urlsplit(self.path).path[:100]!r}")
+            origin = self.headers.get("Origin")
+            if origin is not None and origin != f"http://{self.headers.get('Host')}":
+                raise ViewError(403, "a label must come from the viewer's own page")
+            if not (self.headers.get("Content-Type") or "").startswith("application/json"):
+                raise ViewError(415, "send the label as application/json")
+            length = self.headers.get("Content-Length") or ""
+            if not length.isdigit() or int(length) > _MAX_POST:
+                raise ViewError(413, f"a label is a JSON body of at most {_MAX_POST} bytes")
+            try:
+                body = json.loads(self.rfile.read(int(length)))
+            except ValueError as exc:
+                raise ViewError(400, f"the body is not JSON: {str(exc)[:100]}") from None
+            if not isinstance(body, dict):
+                raise ViewError(400, 'send {"segment": ..., "values": {...}}')
+            self._json(self.server.api.label(body))
+        except ViewError as exc:
+            self.close_connection = True  # a refused body may be left unread on the socket
+            self._json({"error": str(exc)}, exc.status)
+        except RayformError as exc:
+            status = next((s for t, s in _STATUS if isinstance(exc, t)), 502)
+            self.close_connection = True
+            self._json({"error": str(exc), "type": type(exc).__name__}, status)
+
+    def _check_access(self, query: dict[str, str]) -> bool:
+        """The Host and key checks of every request; returns whether the key came in the query."""
+        if not self.server.host_allowed(self.headers.get("Host")):
+            raise ViewError(
+                403,
+                "the Host header does not name this server (DNS rebinding?); "
+                "open the URL that `rayform view` printed",
+            )
+        allowed, in_query = self.server.authorised(query, self.headers.get("Cookie"))
+        if not allowed:
+            raise ViewError(
+                403,
+                "this page needs the secret key of the URL that `rayform view` "
+                "printed; open that URL",
+            )
+        return in_query
 
     def _route(self) -> None:
         parts = urlsplit(self.path)

@@ -43,7 +43,8 @@ function fmtUtc(ns) {
 function filterParams() {
   const sites = [...document.querySelectorAll("#site-filter input:checked")].map((e) => e.value);
   return { sites: sites.map(encodeURIComponent).join(","), prefix: $("f-prefix").value.trim(),
-    start_ns: utcNs($("f-start").value), end_ns: utcNs($("f-end").value) };
+    start_ns: utcNs($("f-start").value), end_ns: utcNs($("f-end").value),
+    where: $("f-where").value.trim() };
 }
 
 async function loadList() {
@@ -195,6 +196,23 @@ function showFrame(cam, i) {
   cam.el.src = `/frame?${mediaQuery(cam.name)}&i=${i}`;
 }
 
+// -- labels (docs/curation.md): shown per episode, written through the viewer's client ----
+function showLabels(labels) {
+  const parts = Object.entries(labels || {}).map(([k, v]) => `${k}=${JSON.stringify(v)}`);
+  $("ep-label-values").textContent = parts.length ? parts.join(" ") : "no labels";
+}
+
+async function label(values) {
+  if (!S.ep) return;
+  const r = await fetch("/api/label", { method: "POST", credentials: "same-origin",
+    headers: { "Content-Type": "application/json" }, body: JSON.stringify({ segment: S.ep.id, values }) });
+  const doc = await r.json();
+  if (!r.ok) throw new Error(doc.error || r.statusText);
+  showLabels(doc.labels);
+  status(`labels v${doc.version} saved`);
+  if ($("f-where").value.trim()) refilter(); // the filter may keep other episodes now
+}
+
 async function openEpisode(id, t) {
   pause();
   const ep = await api("/api/episode", { segment: id });
@@ -205,6 +223,8 @@ async function openEpisode(id, t) {
   $("episode").hidden = false;
   $("ep-title").textContent = `${ep.id} \u00b7 ${ep.site} \u00b7 v${ep.version} \u00b7 ${fmtUtc(ep.start_ns)} UTC \u00b7 ${ep.duration_s.toFixed(3)} s`;
   for (const tr of $("episodes").tBodies[0].rows) tr.classList.toggle("current", tr.dataset.id === id);
+  $("ep-labels").hidden = !("labels" in ep);
+  showLabels(ep.labels);
   S.cams = [];
   const boxes = [];
   for (const st of ep.streams.filter((s) => s.kind === "video")) {
@@ -429,7 +449,7 @@ async function start() {
   $("f-start").placeholder = fmtUtc(info.start_ns);
   $("f-end").placeholder = fmtUtc(info.end_ns);
   let typing = 0;
-  for (const id of ["f-prefix", "f-start", "f-end"]) {
+  for (const id of ["f-prefix", "f-start", "f-end", "f-where"]) {
     $(id).addEventListener("input", () => { clearTimeout(typing); typing = setTimeout(refilter, 250); });
   }
   $("filters").addEventListener("submit", (ev) => { ev.preventDefault(); refilter(); });
@@ -446,6 +466,12 @@ async function start() {
     updateSelection();
   });
   $("copy").addEventListener("click", () => copy($("snippet").textContent));
+  $("label-success").addEventListener("click", () => label({ success: true }).catch(report));
+  $("label-failure").addEventListener("click", () => label({ success: false }).catch(report));
+  $("label-save").addEventListener("click", () => {
+    const q = $("label-quality").value;
+    if (q !== "") label({ quality: Number(q) }).catch(report);
+  });
   $("link").addEventListener("click", () => copy(deepLink()));
   $("play").addEventListener("click", () => (S.playing ? pause() : play()));
   $("step-back").addEventListener("click", () => step(-1));
