@@ -155,7 +155,7 @@ class Slice:
 
     def tasks(self, stream: str = "task") -> list[tuple[str, int]]:
         """The distinct strings of a text stream (its tasks, by default) and how many segments
-        hold each, most first (ties in order of first appearance).
+        hold each, most first (ties in alphabetical order).
 
         Reads one blob per distinct blob of the stream (fetched into the cache if missing):
         a task's blob is the same bytes in every episode it holds for, so a slice of a million
@@ -181,7 +181,7 @@ class Slice:
             )
             for content in dict.fromkeys(r["content"] for r in records):
                 counts[content] = counts.get(content, 0) + n
-        return sorted(counts.items(), key=lambda kv: -kv[1])
+        return sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
 
     def text_streams(self) -> list[str]:
         """Sorted names of the slice's text streams (``kind == "text"``)."""

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -133,7 +133,7 @@ class TextData:
 
     name: str
     t_ns: np.ndarray
-    records: Sequence[dict[str, object]]
+    records: Sequence[Mapping[str, object]]
     rate_hz: float
     timing: str = "state"
 

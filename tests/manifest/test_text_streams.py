@@ -124,7 +124,7 @@ def test_both_manifest_versions_carry_text_streams(tmp_path: Path, version: int)
 def test_tasks_count_episodes_per_distinct_task(tmp_path: Path) -> None:
     slice_ = _slice(_build(tmp_path))
     assert slice_.tasks() == [("pick up the red cube", 2), ("place it in the bin", 1)]
-    assert slice_.tasks("language/subtask") == [("reach", 1), ("grasp", 1)]
+    assert slice_.tasks("language/subtask") == [("grasp", 1), ("reach", 1)]
     assert slice_.tasks("no/such") == []
     with pytest.raises(InvalidArgumentError, match="not text; its text streams"):
         slice_.tasks("joints/position")
