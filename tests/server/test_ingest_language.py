@@ -200,3 +200,37 @@ def test_jobs_give_the_serial_manifest_with_text_streams(tmp_path: Path) -> None
     assert serial is not None and jobs is not None
     assert "language/vqa" in serial.segments[0].streams
     assert jobs.hash == serial.hash
+
+
+def test_mcap_string_topics_by_log_time_and_task_per_bag(tmp_path: Path) -> None:
+    from support.recordings import INSTRUCTIONS, write_bag
+
+    from rayform_server.ingest import ingest_mcap
+
+    truth = write_bag(tmp_path / "run.mcap", instruction=True)
+    store = Store(tmp_path / "root")
+    m = ingest_mcap(
+        store, [tmp_path / "run.mcap"], "slc_7a5c0010", progress=QUIET, task="stack the cups"
+    )
+    assert m is not None
+    seg = m.segments[0]
+    st = seg.streams["instruction"]
+    assert (st.kind, st.quantity) == ("text", "state")
+    t, records = _text(store, seg, "instruction")
+    assert t == truth["instruction"].tolist()  # String has no header: the log time
+    assert [r["content"] for r in records] == INSTRUCTIONS
+    t, records = _text(store, seg, "task")
+    assert t == [seg.start_ns] and records[0]["content"] == "stack the cups"
+    slice_ = store_slice("slc_7a5c0010", m, store)
+    assert slice_.tasks() == [("stack the cups", 1)]
+    # Named with --stream, a String topic is ingested under that name; --task "" is refused.
+    named = ingest_mcap(
+        store,
+        [tmp_path / "run.mcap"],
+        "slc_7a5c0011",
+        progress=QUIET,
+        streams={"say": "/instruction", "joints": "/joint_states:position"},
+    )
+    assert named is not None and sorted(named.segments[0].streams) == ["joints", "say"]
+    with pytest.raises(InvalidArgumentError, match="non-empty string"):
+        ingest_mcap(store, [tmp_path / "run.mcap"], "slc_7a5c0012", progress=QUIET, task=" ")

@@ -268,8 +268,17 @@ def jittered(rate_hz: float, n: int, rng: np.random.Generator, drop: float = 0.0
     return t[keep]
 
 
-def write_bag(path: Path, seed: int = 0, *, odd_size_at: int | None = None) -> dict:
-    """A bag: two cameras (raw rgb8 at 10 Hz, JPEG at 15 Hz) with jitter and drops, joints at 50 Hz, a pose at 20 Hz."""
+#: What ``write_bag(instruction=True)``'s ``/instruction`` topic says, in order.
+INSTRUCTIONS = ["pick up the cube", "place it in the bin"]
+
+
+def write_bag(
+    path: Path, seed: int = 0, *, odd_size_at: int | None = None, instruction: bool = False
+) -> dict:
+    """A bag: two cameras (raw rgb8 at 10 Hz, JPEG at 15 Hz) with jitter and drops, joints at 50 Hz, a pose at 20 Hz.
+
+    With ``instruction``, a ``std_msgs/msg/String`` topic ``/instruction`` (no header) logged
+    at ``truth["instruction"]`` (ns): "pick up the cube", then "place it in the bin"."""
     rng = np.random.default_rng(seed)
     truth = {
         "cam0": jittered(10, 40, rng, drop=0.15),
@@ -287,6 +296,11 @@ def write_bag(path: Path, seed: int = 0, *, odd_size_at: int | None = None) -> d
     events.sort()
     with path.open("wb") as f, Writer(f) as w:
         schemas = {n: w.register_msgdef(n, msgdef(n)) for n in DEFS}
+        if instruction:
+            string = w.register_msgdef("std_msgs/msg/String", "string data")
+            truth["instruction"] = np.array([T0 + 100_000_000, T0 + 2_000_000_000])
+            for t, text in zip(truth["instruction"].tolist(), INSTRUCTIONS, strict=True):
+                w.write_message("/instruction", string, {"data": text}, log_time=t)
         for log_t, key, i in events:
             t = int(truth[key][i])
             if key == "cam0":
