@@ -125,7 +125,11 @@ def add_export_parser(
     p.add_argument(
         "--resize", choices=RESIZE_MODES, default=None, help="with --image-size (default pad)"
     )
-    p.add_argument("--task", default=None, help="task string of every frame (default: slice ID)")
+    p.add_argument(
+        "--task",
+        default=None,
+        help="task string of every frame (default: the slice's task stream, else the slice ID)",
+    )
     p.add_argument("--robot-type", default=None, help="robot_type of meta/info.json")
     p.add_argument(
         "--segments",

@@ -128,6 +128,22 @@ def _cmd_pull(args: argparse.Namespace) -> int:
 SHOW_SEGMENTS_UP_TO = 100
 
 
+#: ``slices show`` lists at most this many distinct tasks (``--json`` lists them all).
+SHOW_TASKS_UP_TO = 20
+
+
+def _print_tasks(s: Slice) -> None:
+    """The slice's distinct tasks (its ``task`` text stream) with their episode counts."""
+    if "task" not in s.text_streams():
+        return
+    tasks = s.tasks()
+    print(f"  tasks: {len(tasks)} distinct")
+    for task, n in tasks[:SHOW_TASKS_UP_TO]:
+        print(shown(f"    {n:>8} episodes  {task}", 400))
+    if len(tasks) > SHOW_TASKS_UP_TO:
+        print(f"    ... {len(tasks) - SHOW_TASKS_UP_TO} more: `rayform slices show {s.id} --json`")
+
+
 def _slice_json(s: Slice, segments: bool) -> dict[str, Any]:
     doc = {
         "id": s.id,
@@ -139,6 +155,8 @@ def _slice_json(s: Slice, segments: bool) -> dict[str, Any]:
     }
     if s.lineage is not None:  # a slice published from a selection (docs/curation.md)
         doc["lineage"] = s.lineage
+    if "task" in s.text_streams():
+        doc["tasks"] = [{"task": t, "segments": n} for t, n in s.tasks()]
     if segments:
         doc["segments"] = [
             {
@@ -175,6 +193,7 @@ def _cmd_slices(args: argparse.Namespace) -> int:
             _print_json(_slice_json(s, listing))
             return 0
         print(repr(s))
+        _print_tasks(s)
         if not listing:
             # A fleet slice: the summary only (it comes from the manifest root, no page read).
             for name, kind, rate, shape, dtype, units, frame in s.stream_rows():

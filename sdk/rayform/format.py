@@ -69,6 +69,7 @@ from rayform._ids import (
     check_stream_name,
     sharded_path,
 )
+from rayform._textfmt import decode_text, encode_text
 from rayform.manifest import FORMAT as MANIFEST_FORMAT
 from rayform.manifest import FORMAT_VERSION as MANIFEST_FORMAT_VERSION
 from rayform.manifest import FORMAT_VERSION_2 as MANIFEST_FORMAT_VERSION_2
@@ -104,8 +105,10 @@ __all__ = [
     "check_slice_id",
     "check_stream_name",
     "decode_table",
+    "decode_text",
     "decode_timestamps",
     "encode_table",
+    "encode_text",
     "encode_timestamps",
     "hash_bytes",
     "hash_file",

@@ -168,6 +168,41 @@ class Slice:
             b.size for b in self.blobs(streams, image_size=image_size, resize=resize).values()
         )
 
+    def tasks(self, stream: str = "task") -> list[tuple[str, int]]:
+        """The distinct strings of a text stream (its tasks, by default) and how many segments
+        hold each, most first (ties in alphabetical order).
+
+        Reads one blob per distinct blob of the stream (fetched into the cache if missing):
+        a task's blob is the same bytes in every episode it holds for, so a slice of a million
+        episodes and a hundred tasks reads a hundred small blobs. A segment holding a string
+        in several records counts once for it. Empty when no segment has the stream.
+
+        Raises:
+            InvalidArgumentError: ``stream`` is in the slice but is not a text stream.
+        """
+        from rayform._textfmt import decode_text  # beside its only reader in this module
+
+        check_stream_names([stream])
+        kinds = self.segments.stream_values(stream, "kind")
+        if kinds and kinds != {"text"}:
+            raise InvalidArgumentError(
+                f"stream {stream!r} of slice {self.id} is a {'/'.join(sorted(kinds))} stream, not "
+                f"text; its text streams: {self.text_streams() or 'none'}"
+            )
+        counts: dict[str, int] = {}
+        for ref, n in self.segments.blob_counts(stream):
+            _, records = decode_text(
+                self.blob_path(ref).read_bytes(), what=f"text blob {ref.hash[:12]}"
+            )
+            for content in dict.fromkeys(r["content"] for r in records):
+                counts[content] = counts.get(content, 0) + n
+        return sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+
+    def text_streams(self) -> list[str]:
+        """Sorted names of the slice's text streams (``kind == "text"``)."""
+        info = self.segments.summary()["streams"]
+        return sorted(name for name, d in info.items() if d["kind"] == "text")
+
     @argument_errors
     def select(
         self,

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,6 +36,7 @@ from rayform.format import (
     check_slice_id,
     check_stream_name,
     encode_table,
+    encode_text,
     encode_timestamps,
     segments_to_table,
     table_to_pages,
@@ -43,6 +44,8 @@ from rayform.format import (
 from rayform.manifest import (
     CARTESIAN_QUANTITIES,
     FRAME_CONVENTIONS,
+    TEXT_DTYPE,
+    TEXT_TIMINGS,
     Manifest,
     Rendition,
     Segment,
@@ -52,7 +55,14 @@ from rayform_server._renditions import check_heights, keyframe_interval, render,
 from rayform_server._video import DEFAULT_CRF, DEFAULT_GOP, encode_video
 from rayform_server.store import Store
 
-__all__ = ["SliceBuilder", "TableData", "VideoData", "commit_segments", "commit_table"]
+__all__ = [
+    "SliceBuilder",
+    "TableData",
+    "TextData",
+    "VideoData",
+    "commit_segments",
+    "commit_table",
+]
 
 
 @dataclass
@@ -107,6 +117,27 @@ class TableData:
     quantity: str | None = None
 
 
+@dataclass
+class TextData:
+    """A text stream: timed strings (a task, subtasks, events).
+
+    Attributes:
+        name: stream name, e.g. ``"task"`` or ``"language/subtask"``.
+        t_ns: record times, ns, ``int64 (N,)``, non-decreasing (events may share a time).
+        records: ``N`` dicts with ``content`` and optionally ``role``, ``style``, ``camera``,
+            ``tool_calls`` (``rayform.format.encode_text``).
+        rate_hz: nominal rate in Hz (LeRobot's ``fps`` for per-frame tasks).
+        timing: ``"state"`` (holds until the next record: tasks, subtasks, plans) or
+            ``"events"`` (only in the grid step it was emitted in: interjections, VQA).
+    """
+
+    name: str
+    t_ns: np.ndarray
+    records: Sequence[Mapping[str, object]]
+    rate_hz: float
+    timing: str = "state"
+
+
 class SliceBuilder:
     """Accumulates segments, then commits them as one manifest and a slice reference.
 
@@ -142,7 +173,7 @@ class SliceBuilder:
         segment_id: str,
         *,
         site: str,
-        streams: list[VideoData | TableData],
+        streams: Sequence[VideoData | TableData | TextData],
         version: int = 1,
     ) -> Segment:
         """Store a segment's blobs and remember it for :meth:`commit`.
@@ -163,6 +194,9 @@ class SliceBuilder:
             t_ns = np.asarray(data.t_ns, dtype=np.int64)
             if t_ns.ndim != 1 or t_ns.size == 0:
                 raise InvalidArgumentError(f"{data.name}: t_ns must be a non-empty 1-D array")
+            if isinstance(data, TextData):
+                built[data.name] = self._text(data, t_ns)
+                continue
             if t_ns.size > 1 and not np.all(np.diff(t_ns) > 0):
                 raise InvalidArgumentError(f"{data.name}: t_ns must be strictly increasing")
             if isinstance(data, VideoData):
@@ -288,6 +322,25 @@ class SliceBuilder:
             units=data.units,
             frame=data.frame,
             quantity=data.quantity,
+        )
+
+    def _text(self, data: TextData, t_ns: np.ndarray) -> Stream:
+        if data.timing not in TEXT_TIMINGS:
+            raise InvalidArgumentError(
+                f"{data.name}: timing must be one of {TEXT_TIMINGS}, got {data.timing!r}"
+            )
+        ref = self.store.put_bytes(encode_text(t_ns, data.records))
+        return Stream(
+            name=data.name,
+            kind="text",
+            blob=ref,
+            rate_hz=float(data.rate_hz),
+            shape=(1,),
+            dtype=TEXT_DTYPE,
+            count=int(t_ns.size),
+            t0_ns=int(t_ns[0]),
+            t1_ns=int(t_ns[-1]),
+            quantity=data.timing,
         )
 
     def commit(

@@ -47,7 +47,8 @@ def docs_inputs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """What every page's working directory starts with: ``data/``, the demo root as a user
     builds it (`rayform-server demo --root data/`, docs/server.md), and small recordings that
     stand in for a reader's own: ``my_lerobot_dataset/`` (LeRobot v2.1 layout, 4 episodes of
-    4 s at 10 fps: a 64x48 camera, state and action) and ``bags/run_001.mcap``,
+    4 s at 10 fps: a 64x48 camera, state and action, two tasks per episode, LeRobot 0.6.1's
+    language columns) and ``bags/run_001.mcap``,
     ``bags/run_002.mcap`` (ROS 2 bags: two cameras, joint states, a pose)."""
     from support.recordings import write_bag, write_lerobot_v21
 
@@ -59,7 +60,15 @@ def docs_inputs(tmp_path_factory: pytest.TempPathFactory) -> Path:
         stderr=subprocess.DEVNULL,
         timeout=900,
     )
-    write_lerobot_v21(inputs / "my_lerobot_dataset", episodes=4, n=40, fps=10, action=True)
+    write_lerobot_v21(
+        inputs / "my_lerobot_dataset",
+        episodes=4,
+        n=40,
+        fps=10,
+        action=True,
+        tasks=["pick up the cube", "put it in the bin", "push the cube left"],
+        language=True,
+    )
     (inputs / "bags").mkdir()
     for k in (1, 2):
         write_bag(inputs / "bags" / f"run_00{k}.mcap", seed=k)

@@ -137,11 +137,11 @@ def test_lerobot_ingest_on_ray_is_the_serial_ingest(ray_cluster: Any, tmp_path: 
     progress into a stream that is not a terminal is a line per finished task."""
     from rayform_server.ingest import ingest_lerobot
 
-    write_lerobot_v21(tmp_path / "ds", episodes=3)
+    write_lerobot_v21(tmp_path / "ds", episodes=3, tasks=["a", "b"], language=True)
     serial = ingest_lerobot(
         Store(tmp_path / "serial"), tmp_path / "ds", SLICE, progress=Progress(None)
     )
-    assert serial is not None
+    assert serial is not None and "language/vqa" in serial.segments[0].streams
     out = io.StringIO()  # not a terminal (a log, CI): a line per finished task, no bar
     on_ray = ingest_lerobot(  # the driver already connected to the cluster is used as it is
         Store(tmp_path / "on-ray"), tmp_path / "ds", SLICE, progress=Progress(out), ray=""

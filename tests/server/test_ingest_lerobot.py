@@ -99,7 +99,8 @@ def test_v30_matches_lerobot_dataset(lerobot_v30, tmp_path: Path) -> None:
     store = Store(tmp_path / "root")
     m = ingest_lerobot(store, path, "slc_0000a001", progress=QUIET)
     assert len(m.segments) == 3
-    assert sorted(m.segments[0].streams) == ["action", "observation/state", "top/rgb"]
+    assert sorted(m.segments[0].streams) == ["action", "observation/state", "task", "top/rgb"]
+    assert slice_tasks(store, m) == [("push", 3)]  # LeRobot's own tasks.parquet
     # the slice holds the dataset's own timestamps, episode-relative, in ns
     for ep, seg in enumerate(m.segments):
         rows = ref["episode"] == ep
@@ -143,6 +144,10 @@ def test_v30_matches_lerobot_dataset(lerobot_v30, tmp_path: Path) -> None:
         ingest_lerobot(Store(tmp_path / "again"), path, "slc_0000a001", progress=QUIET).hash
         == m.hash
     )
+
+
+def slice_tasks(store: Store, m: object) -> list[tuple[str, int]]:
+    return store_slice("slc_0000a001", m, store).tasks()  # type: ignore[arg-type]
 
 
 def test_v21_layout_via_cli(tmp_path: Path) -> None:
@@ -189,7 +194,9 @@ def test_bad_input_is_refused_and_leaves_no_slice(tmp_path: Path, capsys) -> Non
     with pytest.raises(InvalidArgumentError, match="not a LeRobot dataset"):
         ingest_lerobot(store, tmp_path / "empty", "slc_0000a003", progress=QUIET)
     write_lerobot_v21(tmp_path / "v21")
-    with pytest.raises(InvalidArgumentError, match="no video or vector feature 'observation.nope'"):
+    with pytest.raises(
+        InvalidArgumentError, match="no video, vector or text feature 'observation.nope'"
+    ):
         ingest_lerobot(
             store,
             tmp_path / "v21",

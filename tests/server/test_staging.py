@@ -115,7 +115,10 @@ def _ingest(*args: str) -> subprocess.Popen[str]:
 @pytest.mark.parametrize("kind", ["lerobot", "mcap"])
 def test_staged_ingest_on_several_workers_is_the_serial_ingest(kind: str, tmp_path: Path) -> None:
     if kind == "lerobot":
-        write_lerobot_v21(tmp_path / "ds", episodes=5, n=12, fps=10, action=True)
+        # With tasks and language columns: text streams staged and committed like the rest.
+        write_lerobot_v21(
+            tmp_path / "ds", episodes=5, n=12, fps=10, action=True, tasks=["a", "b"], language=True
+        )
         sources, workers = [str(tmp_path / "ds")], 3
     else:
         sources = []

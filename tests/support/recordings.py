@@ -28,9 +28,17 @@ def write_lerobot_v21(
     fps: int = 10,
     jitter_s: float = 0.0,
     action: bool = False,
+    tasks: list[str] | None = None,
+    language: bool = False,
 ) -> dict:
     """A LeRobot v2.1-layout dataset by hand: one parquet file and one MP4 per episode
     (and a 4-D ``action`` column when ``action``; docs/recipes.md ingests one).
+
+    With ``tasks``, ``meta/tasks.jsonl`` lists them and episode ``e`` holds task
+    ``e % len(tasks)`` in its first half and ``(e + 1) % len(tasks)`` in its second (when there
+    are several). With ``language``, LeRobot 0.6.1's language columns: every frame repeats the
+    episode's persistent rows (subtask "reach" at 0 s, "grasp" at frame n // 2; a plan at 0 s)
+    and frame 3 carries an interjection and a VQA pair (``truth["language"]``).
 
     ``truth["t"]`` holds the times the ingest must store: ``frame_index / fps`` snapped to
     ns when ``jitter_s`` is 0, else the float32 timestamps (jittered by up to ``jitter_s``).
@@ -52,6 +60,9 @@ def write_lerobot_v21(
     }
     if action:
         features["action"] = {"dtype": "float32", "shape": [4], "names": None}
+    if language:
+        for key in ("language_persistent", "language_events"):
+            features[key] = {"dtype": "language", "shape": [1], "names": None}
     info = {
         "codebase_version": "v2.1",
         "fps": fps,
@@ -63,12 +74,32 @@ def write_lerobot_v21(
     }
     (root / "meta").mkdir(parents=True)
     (root / "meta" / "info.json").write_text(json.dumps(info))
+
+    def task_of(e: int, i: int) -> int:
+        if not tasks:
+            return 0
+        return (e + (i >= n // 2 and len(tasks) > 1)) % len(tasks)
+
     (root / "meta" / "episodes.jsonl").write_text(
         "".join(
-            json.dumps({"episode_index": e, "tasks": ["t"], "length": n}) + "\n"
+            json.dumps(
+                {
+                    "episode_index": e,
+                    "tasks": [tasks[k] for k in dict.fromkeys(task_of(e, i) for i in range(n))]
+                    if tasks
+                    else ["t"],
+                    "length": n,
+                }
+            )
+            + "\n"
             for e in range(episodes)
         )
     )
+    if tasks:
+        (root / "meta" / "tasks.jsonl").write_text(
+            "".join(json.dumps({"task_index": k, "task": t}) + "\n" for k, t in enumerate(tasks))
+        )
+    truth["tasks"] = [[task_of(e, i) for i in range(n)] for e in range(episodes)]
     for e in range(episodes):
         state = rng.standard_normal((n, 4)).astype(np.float32)
         jitter = rng.uniform(0, jitter_s, n) * (np.arange(n) > 0)
@@ -80,9 +111,13 @@ def write_lerobot_v21(
                 "frame_index": np.arange(n),
                 "episode_index": np.full(n, e),
                 "index": np.arange(n) + e * n,
-                "task_index": np.zeros(n, np.int64),
+                "task_index": np.array(truth["tasks"][e], np.int64),
             }
         )
+        if language:
+            persistent, events = _language_rows(n, fps, e)
+            table = table.append_column("language_persistent", persistent)
+            table = table.append_column("language_events", events)
         if action:
             moves = rng.standard_normal((n, 4)).astype(np.float32)
             table = table.append_column(
@@ -99,6 +134,53 @@ def write_lerobot_v21(
             np.rint(ts.astype(np.float64) * 1e9).astype(np.int64) if jitter_s else exact
         )
     return truth
+
+
+_PERSISTENT = pa.list_(
+    pa.struct(
+        [
+            ("role", pa.string()),
+            ("content", pa.string()),
+            ("style", pa.string()),
+            ("timestamp", pa.float32()),
+            ("camera", pa.string()),
+            ("tool_calls", pa.list_(pa.string())),
+        ]
+    )
+)
+_EVENTS = pa.list_(
+    pa.struct(
+        [
+            ("role", pa.string()),
+            ("content", pa.string()),
+            ("style", pa.string()),
+            ("camera", pa.string()),
+            ("tool_calls", pa.list_(pa.string())),
+        ]
+    )
+)
+
+
+def _language_rows(n: int, fps: int, e: int) -> tuple[pa.Array, pa.Array]:
+    """LeRobot 0.6.1's ``language_persistent`` and ``language_events`` of one episode."""
+
+    def row(content: str, style: str, role: str = "assistant", **kw: object) -> dict:
+        return {"role": role, "content": content, "style": style, "camera": None,
+                "tool_calls": None, **kw}  # fmt: skip
+
+    half = float(np.float32((n // 2) / fps))  # float32, as LeRobot stores timestamps
+    persistent = [
+        row(f"reach {e}", "subtask", timestamp=0.0),
+        row("grasp", "subtask", timestamp=half),
+        row("reach, then grasp", "plan", timestamp=0.0),
+    ]
+    events: list[list[dict]] = [[] for _ in range(n)]
+    events[3] = [
+        row("stop!", "interjection", role="user"),
+        row("what is in the gripper?", "vqa", role="user", camera="observation.images.front"),
+        row("a cube", "vqa", tool_calls=["look"]),
+    ]
+    return pa.array([persistent] * n, _PERSISTENT), pa.array(events, _EVENTS)
 
 
 def lerobot_code_image(k: int) -> np.ndarray:
@@ -186,8 +268,17 @@ def jittered(rate_hz: float, n: int, rng: np.random.Generator, drop: float = 0.0
     return t[keep]
 
 
-def write_bag(path: Path, seed: int = 0, *, odd_size_at: int | None = None) -> dict:
-    """A bag: two cameras (raw rgb8 at 10 Hz, JPEG at 15 Hz) with jitter and drops, joints at 50 Hz, a pose at 20 Hz."""
+#: What ``write_bag(instruction=True)``'s ``/instruction`` topic says, in order.
+INSTRUCTIONS = ["pick up the cube", "place it in the bin"]
+
+
+def write_bag(
+    path: Path, seed: int = 0, *, odd_size_at: int | None = None, instruction: bool = False
+) -> dict:
+    """A bag: two cameras (raw rgb8 at 10 Hz, JPEG at 15 Hz) with jitter and drops, joints at 50 Hz, a pose at 20 Hz.
+
+    With ``instruction``, a ``std_msgs/msg/String`` topic ``/instruction`` (no header) logged
+    at ``truth["instruction"]`` (ns): "pick up the cube", then "place it in the bin"."""
     rng = np.random.default_rng(seed)
     truth = {
         "cam0": jittered(10, 40, rng, drop=0.15),
@@ -205,6 +296,11 @@ def write_bag(path: Path, seed: int = 0, *, odd_size_at: int | None = None) -> d
     events.sort()
     with path.open("wb") as f, Writer(f) as w:
         schemas = {n: w.register_msgdef(n, msgdef(n)) for n in DEFS}
+        if instruction:
+            string = w.register_msgdef("std_msgs/msg/String", "string data")
+            truth["instruction"] = np.array([T0 + 100_000_000, T0 + 2_000_000_000])
+            for t, text in zip(truth["instruction"].tolist(), INSTRUCTIONS, strict=True):
+                w.write_message("/instruction", string, {"data": text}, log_time=t)
         for log_t, key, i in events:
             t = int(truth[key][i])
             if key == "cam0":

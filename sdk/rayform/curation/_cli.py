@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from rayform._cliargs import Parser
 from rayform._untrusted import shown
 from rayform.errors import InvalidArgumentError
 
@@ -135,9 +136,9 @@ def create_slice(args: argparse.Namespace, client_of: Callable[[argparse.Namespa
 
 
 def add_curation_parsers(
-    sub: argparse._SubParsersAction[argparse.ArgumentParser],
-    slices_sub: argparse._SubParsersAction[argparse.ArgumentParser],
-    common: argparse.ArgumentParser,
+    sub: argparse._SubParsersAction[Parser],
+    slices_sub: argparse._SubParsersAction[Parser],
+    common: Parser,
     client_of: Callable[[argparse.Namespace], Any],
 ) -> None:
     """Add ``labels`` to the ``rayform`` subcommands ``sub`` and ``create`` to ``slices``."""

@@ -31,6 +31,7 @@ from rayform.manifest._checkmarks import CheckMarks, Identity, file_identity
 from rayform.manifest._columns import PageColumns
 from rayform.manifest._model import (
     FORMAT,
+    STREAM_KINDS,
     BlobRef,
     Manifest,
     canonical_json,
@@ -316,9 +317,9 @@ def _check_pages(tables: list[pa.Table], doc: dict[str, Any]) -> None:
             if any(values.field(i).null_count for i in range(values.type.num_fields)):
                 raise ManifestError("a manifest page holds a null stream field")
             kinds = values.field("kind")
-            if kinds.null_count or not set(kinds.dictionary.to_pylist()) <= {"video", "table"}:
+            if kinds.null_count or not set(kinds.dictionary.to_pylist()) <= set(STREAM_KINDS):
                 raise ManifestError(
-                    "manifest lists a stream of unknown kind (expected video or table)"
+                    f"manifest lists a stream of unknown kind (expected one of {STREAM_KINDS})"
                 )
 
 

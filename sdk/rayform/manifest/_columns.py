@@ -258,6 +258,23 @@ class PageColumns:
         _, first = np.unique(keys, return_index=True)
         return all_d[first], all_s[first]
 
+    def blob_counts(
+        self, stream: str, rows: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The distinct blobs of one stream and how many segments hold each: ``(digests (U, 32)
+        uint8, sizes (U,) int64, segments (U,) int64)``, most segments first (ties by digest)."""
+        mask = self.stream_mask([stream])
+        if rows is not None:
+            mask &= np.isin(self.stream_seg, rows)
+        digests = self.hashes("blob_hash")[mask]
+        sizes = self.field("blob_size")[mask].astype(np.int64)
+        if not len(digests):
+            return digests, sizes, np.zeros(0, dtype=np.int64)
+        keys = np.ascontiguousarray(digests).view(np.dtype((np.void, HASH_BYTES))).ravel()
+        _, first, counts = np.unique(keys, return_index=True, return_counts=True)
+        order = np.argsort(-counts, kind="stable")
+        return digests[first][order], sizes[first][order], counts[order].astype(np.int64)
+
     @property
     def has_renditions(self) -> bool:
         """Whether the pages have the ``renditions`` field (format version 3, or a version 1

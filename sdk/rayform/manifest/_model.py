@@ -36,21 +36,32 @@ __all__ = [
     "Rendition",
     "Segment",
     "Stream",
+    "TEXT_DTYPE",
+    "TEXT_TIMINGS",
 ]
 
 FORMAT = "rayform.manifest"
 FORMAT_VERSION = 1
-STREAM_KINDS = ("video", "table")
+STREAM_KINDS = ("video", "table", "text")
 #: What a stream's shape must be, by kind (what a dataset reads a frame or row as).
 SHAPE_RULE = {
     "video": "a video stream's shape is [height, width, channels], each at least 1",
     "table": "a table stream's shape has at least one dimension (a row of D values is [D])",
+    "text": "a text stream's shape is [1] (one string per record)",
 }
+#: How a text stream's records are timed (its ``quantity``): a *state* (a task, a subtask, a
+#: plan) holds from its time until the next record; an *event* (an interjection, a VQA turn)
+#: exists only in the grid step it was emitted in.
+TEXT_TIMINGS = ("state", "events")
+#: A text stream's ``dtype``.
+TEXT_DTYPE = "str"
 
 
 def _shape_fits(kind: str, shape: tuple[int, ...]) -> bool:
     if kind == "video":
         return len(shape) == 3 and min(shape) >= 1
+    if kind == "text":
+        return shape == (1,)
     return len(shape) >= 1
 
 
@@ -107,8 +118,9 @@ class Stream:
 
     Attributes:
         name: e.g. ``"cam0/rgb"`` or ``"joints/position"``.
-        kind: ``"video"`` (H.264 in MP4, frames ``(H, W, 3) uint8``) or ``"table"``
-            (time series, records ``(D,)``).
+        kind: ``"video"`` (H.264 in MP4, frames ``(H, W, 3) uint8``), ``"table"``
+            (time series, records ``(D,)``) or ``"text"`` (timed strings: a task, a subtask,
+            events; shape ``[1]``, dtype ``"str"``, :func:`rayform.format.decode_text`).
         blob: the video file or the table blob.
         timestamps: video only: blob of per-frame presentation times (ns, int64).
         rate_hz: nominal rate in Hz (the real timestamps jitter around it).
@@ -120,7 +132,9 @@ class Stream:
         units: e.g. ``"rad"``, ``"m"``; ``None`` if unitless.
         frame: coordinate convention of a Cartesian stream (``"ros"`` or ``"opencv"``),
             ``None`` for joint-space and image streams.
-        quantity: for Cartesian streams: ``"position"``, ``"quaternion"`` or ``"pose"``.
+        quantity: for Cartesian streams: ``"position"``, ``"quaternion"`` or ``"pose"``;
+            for text streams, how records are timed: ``"state"`` (in force until the next
+            record) or ``"events"`` (only in the grid step they were emitted in).
         codec: video only, e.g. ``"h264"``.
         gop: video only: keyframe interval in frames.
         renditions: video only: smaller copies of the video, smallest first (an optional key
@@ -129,7 +143,7 @@ class Stream:
     """
 
     name: str
-    kind: Literal["video", "table"]
+    kind: Literal["video", "table", "text"]
     blob: BlobRef
     rate_hz: float
     shape: tuple[int, ...]
@@ -408,7 +422,13 @@ def _parse_stream(name: str, d: dict[str, Any], where: str) -> Stream:
     frame, quantity = d.get("frame"), d.get("quantity")
     if frame is not None and frame not in FRAME_CONVENTIONS:
         raise ManifestError(f"{where}: unknown frame convention {shown(repr(frame), 40)}")
-    if quantity is not None and quantity not in CARTESIAN_QUANTITIES:
+    if kind == "text":
+        if quantity not in TEXT_TIMINGS or frame is not None:
+            raise ManifestError(
+                f"{where}: a text stream's quantity is one of {TEXT_TIMINGS} and it has no "
+                f"frame, got quantity {shown(repr(quantity), 40)}"
+            )
+    elif quantity is not None and quantity not in CARTESIAN_QUANTITIES:
         raise ManifestError(f"{where}: unknown Cartesian quantity {shown(repr(quantity), 40)}")
     dims = d["shape"]
     if not isinstance(dims, list) or len(dims) > 8:
@@ -418,7 +438,7 @@ def _parse_stream(name: str, d: dict[str, Any], where: str) -> Stream:
     shape = tuple(_int({"shape": x}, "shape", where, 0, 2**31 - 1) for x in dims)
     if not _shape_fits(kind, shape):
         raise ManifestError(f"{where}: {SHAPE_RULE[kind]}, got {shown(repr(list(shape)), 40)}")
-    if quantity is not None and shape != (CARTESIAN_QUANTITIES[quantity],):
+    if kind != "text" and quantity is not None and shape != (CARTESIAN_QUANTITIES[quantity],):
         raise ManifestError(
             f"{where}: a {quantity} stream must have shape ({CARTESIAN_QUANTITIES[quantity]},)"
         )
@@ -443,6 +463,8 @@ def _parse_stream(name: str, d: dict[str, Any], where: str) -> Stream:
         raise ManifestError(
             f"{where}: dtype must be a numpy type name such as 'float32', got {shown(repr(dtype), 40)}"
         )
+    if (kind == "text") != (dtype == TEXT_DTYPE):
+        raise ManifestError(f"{where}: dtype {TEXT_DTYPE!r} is for text streams, and only them")
     gop = d.get("gop")
     if gop is not None:
         gop = _int(d, "gop", where, 1)

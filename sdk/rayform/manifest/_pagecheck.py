@@ -33,6 +33,7 @@ from rayform.manifest._model import (
     MAX_WORD_CHARS,
     SHAPE_RULE,
     STREAM_KINDS,
+    TEXT_TIMINGS,
     TIME_MAX,
     TIME_MIN,
 )
@@ -273,7 +274,11 @@ def check_page(table: pa.Table, span: tuple[int, int]) -> None:
     )
     _words(values.field("dtype"), "dtype", lambda w: bool(DTYPE_RE.fullmatch(w)))
     _words(values.field("frame"), "frame", lambda w: w in ("", *FRAME_CONVENTIONS))
-    _words(values.field("quantity"), "quantity", lambda w: w in ("", *CARTESIAN_QUANTITIES))
+    _words(
+        values.field("quantity"),
+        "quantity",
+        lambda w: w in ("", *CARTESIAN_QUANTITIES, *TEXT_TIMINGS),
+    )
     for field in ("units", "codec"):
         _words(values.field(field), field, lambda w: len(w) <= MAX_WORD_CHARS)
     if has_renditions(values.type):  # format version 3
@@ -281,21 +286,23 @@ def check_page(table: pa.Table, span: tuple[int, int]) -> None:
 
 
 def _check_shapes(kinds: pa.Array, shape: pa.Array) -> None:
-    """Every video row's shape is ``[H, W, C]`` with sizes >= 1, every table row's has a
-    dimension (what a dataset reads a frame or a row as): vectorised over the rows."""
+    """Every video row's shape is ``[H, W, C]`` with sizes >= 1, every text row's is ``[1]``,
+    every table row's has a dimension (what a dataset reads a frame or a row as): vectorised over the rows."""
     words = kinds.dictionary.to_pylist()
-    is_video = _fixed(kinds.indices, np.int32) == (words.index("video") if "video" in words else -1)
+    codes = _fixed(kinds.indices, np.int32)
+    is_video = codes == (words.index("video") if "video" in words else -1)
+    is_text = codes == (words.index("text") if "text" in words else -1)
     offs = np.frombuffer(
         shape.buffers()[1], dtype=np.int32, count=len(shape) + 1, offset=shape.offset * 4
     )
     lengths = np.diff(offs)
-    for kind, rows in (("video", is_video), ("table", ~is_video)):
+    for kind, rows in (("video", is_video), ("text", is_text), ("table", ~(is_video | is_text))):
         dims = lengths[rows]
-        bad = dims != 3 if kind == "video" else dims < 1
-        if kind == "video" and len(dims) and not bad.any():
+        bad = dims != 3 if kind == "video" else dims != 1 if kind == "text" else dims < 1
+        if kind != "table" and len(dims) and not bad.any():
             starts = offs[:-1][rows]
-            sizes = _fixed(shape.values, np.int64)[starts[:, None] + np.arange(3)]
-            bad = (sizes < 1).any(axis=1)
+            sizes = _fixed(shape.values, np.int64)[starts[:, None] + np.arange(int(dims[0]))]
+            bad = (sizes < 1).any(axis=1) if kind == "video" else (sizes != 1).any(axis=1)
         if bad.any():
             raise ManifestError(f"manifest page: {SHAPE_RULE[kind]}")
 

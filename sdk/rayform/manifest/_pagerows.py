@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from rayform.errors import ManifestError
-from rayform.manifest._model import BlobRef, Segment, Stream
+from rayform.manifest._model import TEXT_DTYPE, TEXT_TIMINGS, BlobRef, Segment, Stream
 from rayform.manifest._rendcols import parse_cells
 from rayform.manifest._schema import page_schema
 
@@ -218,12 +218,19 @@ def segment_of_row(d: dict[str, Any]) -> Segment:
     streams = {}
     for s in d["streams"]:
         ts = BlobRef(s["ts_hash"].hex(), int(s["ts_size"])) if any(s["ts_hash"]) else None
-        if (ts is None) != (s["kind"] == "table"):  # the page checks cannot see this per row
+        if (ts is None) != (s["kind"] != "video"):  # the page checks cannot see this per row
             raise ManifestError(
                 f"segment {d['id']} stream {s['name']}: a video stream needs a "
-                "timestamps blob and a table stream has none"
+                "timestamps blob and a table or text stream has none"
             )
         where = f"segment {d['id']} stream {s['name']}"
+        if (s["kind"] == "text") != (s["quantity"] in TEXT_TIMINGS) or (
+            (s["kind"] == "text") != (s["dtype"] == TEXT_DTYPE)
+        ):
+            raise ManifestError(
+                f"{where}: a text stream has dtype {TEXT_DTYPE!r} and a quantity of "
+                f"{TEXT_TIMINGS}, and no other stream has either"
+            )
         renditions = parse_cells(s.get("renditions") or (), s["kind"], s["shape"], where)
         streams[s["name"]] = Stream(
             name=s["name"],

@@ -227,6 +227,16 @@ class Segments(SegmentColumns):
         hexes = [d.tobytes().hex() for d in digests]
         return {h: BlobRef(h, int(s)) for h, s in zip(hexes, sizes, strict=True)}
 
+    def blob_counts(self, stream: str) -> list[tuple[BlobRef, int]]:
+        """The distinct blobs of ``stream`` in these segments, each with how many segments hold
+        it, most first (a text stream's blob is the same bytes wherever its records are: a
+        slice with a task per episode holds one blob per distinct task)."""
+        digests, sizes, counts = self._c.blob_counts(stream, self.rows)
+        return [
+            (BlobRef(d.tobytes().hex(), int(s)), int(n))
+            for d, s, n in zip(digests, sizes, counts, strict=True)
+        ]
+
     def rendition_blobs(self, streams: Sequence[str] | None = None) -> dict[str, BlobRef]:
         """Unique rendition blobs of these segments by hash (optionally only the named streams)."""
         digests, sizes = self._c.unique_renditions(streams, self.rows)

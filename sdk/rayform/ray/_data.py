@@ -288,9 +288,7 @@ class SliceDatasource(Datasource):
             ]
             spec = source.sample_spec()
             self._row_bytes = _row_bytes(spec)
-            cameras = sum(
-                1 for d, shape in spec.values() if np.dtype(d) == np.uint8 and len(shape) == 3
-            )
+            cameras = sum(1 for d, shape in spec.values() if d == "uint8" and len(shape) == 3)
             if not self._options.get("decode_threads"):
                 # A task decodes its cameras' videos in parallel (one thread per camera, up to
                 # TASK_THREADS) and asks Ray for as many CPUs: Ray Data admits read tasks one
@@ -513,5 +511,7 @@ def _row_bytes(spec: dict[str, tuple[str, tuple[int, ...]]]) -> int:
     """Bytes of one sample row from ``EpisodeDataset.sample_spec()`` (plus ~128 of metadata)."""
     total = 128
     for dtype, shape in spec.values():
-        total += int(np.dtype(dtype).itemsize * int(np.prod(shape, dtype=np.int64)))
+        # A text key (a string, a list of records) counts as a short string per step.
+        size = 64 if dtype in ("str", "events") else np.dtype(dtype).itemsize
+        total += int(size * int(np.prod(shape, dtype=np.int64)))
     return total

@@ -27,6 +27,8 @@ def segment_blobs(
     out: dict[str, BlobRef] = {}
     targets = targets or {}
     for name in names:
+        if name not in segment.streams:  # a text stream this episode lacks
+            continue
         for ref in stream_blobs(segment.streams[name], targets.get(name)):
             out[ref.hash] = ref
     return out
@@ -67,4 +69,6 @@ def reader_pins(slice_: BlobSource, segments: Segments, names: Sequence[str]) ->
     """
     if slice_.cache_limit is None or not segments:
         return None
-    return Pins(len(segment_blobs(segments[0], names)))  # every segment has these streams
+    # Every segment has these streams, but maybe a text one: one blob each it lacks.
+    first = segments[0]
+    return Pins(len(segment_blobs(first, names)) + sum(n not in first.streams for n in names))

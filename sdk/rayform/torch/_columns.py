@@ -81,7 +81,7 @@ class BatchColumns:
         tensor = torch.from_numpy(np.ascontiguousarray(values, dtype=_NUMPY[self._dtypes[key]]))
         self.scatter(key, where.tolist(), tensor.unbind(0))
 
-    def scatter(self, key: str, where: list[int], values: Sequence[torch.Tensor]) -> None:
+    def scatter(self, key: str, where: list[int], values: Sequence[Any]) -> None:
         """Samples ``where`` of the per-segment ``key`` are ``values``."""
         column = self._lists[key]
         for i, value in zip(where, values, strict=True):

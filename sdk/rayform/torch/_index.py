@@ -141,9 +141,11 @@ def select_table(slice_id: str, table: Segments, segment_ids: Sequence[str]) -> 
 
 def check_table_streams(
     slice_id: str, table: Segments, names: Sequence[str], action: str | None
-) -> None:
-    """Every named stream is in every segment and the action is a table (vectorised)."""
+) -> dict[str, str]:
+    """Every named stream is in every segment (a text stream in at least one) and the action
+    is a table (vectorised). Returns the text streams' timings (``"state"``/``"events"``)."""
     available = table.stream_names()
+    texts: dict[str, str] = {}
     for name in names:
         present, _ = table.stream_field(name, "t0_ns")
         n_missing = int((~present).sum())
@@ -151,6 +153,19 @@ def check_table_streams(
             raise NotFoundError(
                 f"stream {name!r} is not in slice {slice_id}; available streams: {', '.join(available)}"
             )
+        kinds = table.stream_values(name, "kind")
+        if "text" in kinds:
+            timings = table.stream_values(name, "quantity")
+            if kinds != {"text"} or len(timings) != 1:
+                raise ManifestError(
+                    f"stream {name!r} of slice {slice_id} is text in some episodes and not in "
+                    f"others, or both a state and events ({sorted(kinds | timings)}); the "
+                    "slice is inconsistent: report it to its owners"
+                )
+            # An episode without a subtask or an event simply lacks the stream: it reads as
+            # no state ("") or no events ([]).
+            texts[name] = timings.pop()
+            continue
         if n_missing:
             example = table[int(np.flatnonzero(~present)[0])].id
             raise NotFoundError(
@@ -158,9 +173,11 @@ def check_table_streams(
                 f"(e.g. {example}); select episodes that have it with segments=[...]"
             )
     if action is not None and table.stream_values(action, "kind") != {"table"}:
+        kind = "/".join(sorted(table.stream_values(action, "kind")))
         raise InvalidArgumentError(
-            f"action={action!r} is a video stream: the action must be a table (vector) stream"
+            f"action={action!r} is a {kind} stream: the action must be a table (vector) stream"
         )
+    return texts
 
 
 def selection_of(slice_: BlobSource) -> dict[str, Any]:

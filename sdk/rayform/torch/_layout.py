@@ -11,7 +11,9 @@ shapes, so that ``default_collate`` (which takes the first sample's keys) and
 * a camera (``uint8 (3, H, W)``) a source lacks is a zero image with ``<key>_is_missing () bool``
   True (Octo's convention); cameras are never resized here: different sizes are an error that
   names ``image_size=`` (the dataset resizes in the decoding process, where it is cheap);
-* history and chunk masks (``<key>_is_pad``) are kept; a key a source lacks has them all True.
+* history and chunk masks (``<key>_is_pad``) are kept; a key a source lacks has them all True;
+* a text stream (a state's ``str``, a step's events list) a source lacks is ``""`` (a state)
+  or ``[]`` (events), per history step, with ``<key>_is_missing () bool`` True, as a camera.
 
 Every vector key gets ``<key>_dim_is_pad`` and every camera ``<key>_is_missing`` in every
 sample, even where a source fills it completely, so the keys never depend on the source.
@@ -33,6 +35,7 @@ from typing import Any
 import torch
 
 from rayform.errors import InvalidArgumentError
+from rayform.torch._text import TextEvents
 
 __all__ = [
     "Field",
@@ -59,7 +62,9 @@ def dataset_spec(
 
     Args:
         obs: ``(sample key, stream kind "video"|"table", shape)`` per observation; a camera's
-            shape is ``(3, H, W)`` after ``image_size``, a vector's ``(D,)``.
+            shape is ``(3, H, W)`` after ``image_size``, a vector's ``(D,)``; a text stream's
+            kind is ``"str"`` (a state: one string) or ``"events"`` (a list of records), its
+            shape ``()``.
         action: ``(sample key, D)`` of the action, or ``None``.
         obs_steps: observation history length (a leading axis and a mask when > 1).
         horizon: action chunk length in grid steps.
@@ -67,7 +72,8 @@ def dataset_spec(
     history = (obs_steps,) if obs_steps > 1 else ()
     spec: Spec = {}
     for key, kind, shape in obs:
-        spec[key] = ("uint8" if kind == "video" else "float32", (*history, *shape))
+        dtype = {"video": "uint8", "str": "str", "events": "events"}.get(kind, "float32")
+        spec[key] = (dtype, (*history, *shape))
         if history:
             spec[f"{key}_is_pad"] = ("bool", history)
     if action is not None:
@@ -77,8 +83,20 @@ def dataset_spec(
     return spec
 
 
+#: Sample spec dtypes of text keys (``dataset_spec``): a state's string, a step's events.
+_TEXT_DTYPES = ("str", "events")
+#: The kind of layout field each data dtype gives.
+_KINDS = {"uint8": "camera", "float32": "vector", "str": "text", "events": "events"}
+_FIELD_DTYPES = {kind: dtype for dtype, kind in _KINDS.items()}
+
+
 def _is_data(key: str, dtype: str) -> bool:
-    return dtype in ("uint8", "float32") and key != "t_ns"
+    return dtype in _KINDS and key != "t_ns"
+
+
+def _mask_of(key: str, kind: str) -> str:
+    """A field's presence mask: a vector's padded components, another's absence."""
+    return f"{key}_dim_is_pad" if kind == "vector" else f"{key}_is_missing"
 
 
 @dataclass(frozen=True)
@@ -86,7 +104,8 @@ class Field:
     """One data key of a layout.
 
     Attributes:
-        kind: ``"camera"`` (``uint8 (..., 3, H, W)``) or ``"vector"`` (``float32 (..., D)``).
+        kind: ``"camera"`` (``uint8 (..., 3, H, W)``), ``"vector"`` (``float32 (..., D)``),
+            ``"text"`` (a state's ``str``) or ``"events"`` (a step's list of records).
         shape: its shape in every sample.
         pad_shape: shape of its ``<key>_is_pad`` history or chunk mask, or ``None``.
     """
@@ -145,6 +164,11 @@ class Layout:
                     raise InvalidArgumentError(
                         f"{key!r} is a {_kind(dtype0)} in one source and a {_kind(dtype)} in source {k}"
                     )
+                if dtype in _TEXT_DTYPES and shape0 != shape:  # a leading obs_steps axis
+                    raise InvalidArgumentError(
+                        f"text {key!r} is {shape0} in one source and {shape} in source {k}: "
+                        "mixed sources need the same obs_steps"
+                    )
                 if dtype == "uint8" and shape0[:-3] != shape[:-3]:  # a leading obs_steps axis
                     raise InvalidArgumentError(
                         f"camera {key!r} is {shape0} in one source and {shape} in source {k}: "
@@ -164,7 +188,7 @@ class Layout:
         if isinstance(self.arg, dict):
             merged = self._explicit(self.arg, merged)
         self.fields: dict[str, Field] = {
-            key: Field("camera" if dtype == "uint8" else "vector", shape, pads.get(f"{key}_is_pad"))
+            key: Field(_KINDS[dtype], shape, pads.get(f"{key}_is_pad"))
             for key, (dtype, shape) in merged.items()
         }
 
@@ -201,10 +225,10 @@ class Layout:
         """The layout's sample spec: every source's samples have exactly these keys."""
         spec: Spec = {}
         for key, f in self.fields.items():
-            spec[key] = ("uint8" if f.kind == "camera" else "float32", f.shape)
-            spec[key + ("_is_missing" if f.kind == "camera" else "_dim_is_pad")] = (
+            spec[key] = (_FIELD_DTYPES[f.kind], f.shape)
+            spec[_mask_of(key, f.kind)] = (
                 "bool",
-                () if f.kind == "camera" else f.shape[-1:],
+                f.shape[-1:] if f.kind == "vector" else (),
             )
             if f.pad_shape is not None:
                 spec[f"{key}_is_pad"] = ("bool", f.pad_shape)
@@ -238,9 +262,9 @@ class SourcePlan:
         if self._consts is None:
             consts: dict[str, torch.Tensor] = {}
             for key, f in self.layout.fields.items():
-                if f.kind == "camera":
+                if f.kind != "vector":
                     consts[f"{key}_is_missing"] = torch.tensor(key not in self.present)
-                    if key not in self.present:
+                    if f.kind == "camera" and key not in self.present:
                         consts[key] = torch.zeros(f.shape, dtype=torch.uint8)
                 else:
                     width = f.shape[-1]
@@ -258,7 +282,9 @@ class SourcePlan:
         consts = self._constants()
         out: dict[str, Any] = {}
         for key, f in self.layout.fields.items():
-            if key in self.present:
+            if f.kind in ("text", "events"):
+                out[key] = sample[key] if key in self.present else _no_text(f)
+            elif key in self.present:
                 value = sample[key]
                 own = f.shape if f.kind == "camera" else (*f.shape[:-1], self.width[key])
                 got = tuple(getattr(value, "shape", ()))
@@ -275,7 +301,7 @@ class SourcePlan:
                 out[key] = value
             else:
                 out[key] = consts[key]
-            mask = f"{key}_is_missing" if f.kind == "camera" else f"{key}_dim_is_pad"
+            mask = _mask_of(key, f.kind)
             out[mask] = consts[mask]
             if f.pad_shape is not None:
                 out[f"{key}_is_pad"] = (
@@ -292,7 +318,17 @@ class SourcePlan:
 
 
 def _kind(dtype: str) -> str:
-    return "camera" if dtype == "uint8" else "vector"
+    return _KINDS.get(dtype, "vector")
+
+
+def _no_text(f: Field) -> Any:
+    """What a source without a text field gives: no state ``""`` or no events ``[]``, one per
+    history step (new objects: a sample's lists are its own)."""
+
+    def empty() -> Any:
+        return "" if f.kind == "text" else TextEvents()
+
+    return [empty() for _ in range(f.shape[0])] if f.shape else empty()
 
 
 def _shape(key: str, value: object) -> tuple[int, ...]:

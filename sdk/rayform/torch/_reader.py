@@ -21,6 +21,7 @@ dropped when the dataset is pickled into a spawned one.
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -48,6 +49,7 @@ from rayform.torch._decoding import (
 )
 from rayform.torch._index import GridIndex, grid_offsets_ns
 from rayform.torch._spec import DatasetSpec
+from rayform.torch._text import text_values
 
 __all__ = ["BatchPlan", "SampleReader", "run_plans"]
 
@@ -164,6 +166,19 @@ class SampleReader:
         """Camera key -> ``(H, W)`` of the dataset's training resolution (empty without)."""
         return {k: (t.height, t.width) for k, t in self.targets.items()}
 
+    def text(self, stream: Stream) -> tuple[np.ndarray, list[dict[str, Any]]]:
+        """``(t_ns (N,), records)`` of a text stream (fetched on demand), times in ns."""
+        state = self._state.get()
+        dt_ns, records = state.tables.text(stream.blob.hash, self._path(stream.blob, state))
+        if len(records) != stream.count or int(dt_ns[-1]) != stream.t1_ns - stream.t0_ns:
+            raise IntegrityError(
+                f"text blob {stream.blob.hash} of stream {stream.name} holds {len(records)} "
+                f"records over {int(dt_ns[-1])} ns, its manifest says {stream.count} over "
+                f"{stream.t1_ns - stream.t0_ns} ns; the data on the server is broken: report it "
+                "to the data owners"
+            )
+        return dt_ns + np.int64(stream.t0_ns), list(records)
+
     def table(self, stream: Stream) -> tuple[np.ndarray, np.ndarray]:
         """``(t_ns (N,), values (N, D))`` of a table stream (fetched on demand)."""
         state = self._state.get()
@@ -270,6 +285,11 @@ class SampleReader:
         lead = () if self.obs_steps == 1 else (self.obs_steps,)
         batch = BatchColumns(len(seg_pos))
         for name in self.obs:
+            if name in self.spec.texts:  # strings or lists of records, sample by sample
+                batch.add(name, None, torch.uint8)
+                if lead:
+                    batch.add(f"{name}_is_pad", lead, torch.bool, shared)
+                continue
             streams = [seg.streams[name] for seg in segs]
             if name in given and self.obs_steps == 1:
                 batch.add_rows(name, given[name])
@@ -325,6 +345,14 @@ class SampleReader:
         videos: dict[str, tuple[Future[torch.Tensor | None], np.ndarray]] = {}
         rows = where.tolist()
         for name in self.obs:
+            timing = self.spec.texts.get(name)
+            if timing is not None:
+                grid = functools.partial(index.times_ns, s)
+                texts = text_values(seg.streams.get(name), timing, self.text, grid, steps, obs_t)
+                batch.scatter(name, rows, texts)
+                if obs_pad is not None:
+                    batch.put(f"{name}_is_pad", where, obs_pad)
+                continue
             stream = seg.streams[name]
             if stream.kind == "video":
                 placed = batch.rows.get(name)

@@ -12,6 +12,7 @@ import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Generic, Protocol, TypeVar, cast
 
+import numpy as np
 import torch
 
 from rayform._checks import (
@@ -64,6 +65,7 @@ class DatasetSpec:
         targets: camera stream -> training resolution, or ``None`` for frames as stored.
         normalize: ``None``, ``"mean_std"``, ``"quantile"`` or ``"given"``.
         normalize_given: the given statistics (canonical form), with ``normalize="given"``.
+        texts: text observation stream -> its timing (``"state"`` or ``"events"``).
     """
 
     slice: BlobSource
@@ -88,6 +90,7 @@ class DatasetSpec:
     resize: str
     normalize: str | None = None
     normalize_given: Mapping[str, dict[str, list[float]]] | None = None
+    texts: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
     @property
     def obs(self) -> list[str]:
@@ -104,14 +107,29 @@ class DatasetSpec:
         """Every stream read: the observations, then the action."""
         return [*self.obs, *([self.action] if self.action else [])]
 
+    @property
+    def grid_streams(self) -> list[str]:
+        """The streams that bound each episode's grid: all but text (a task recorded once at
+        the start holds to the end; events are sparse)."""
+        return [n for n in self.streams if n not in self.texts]
+
     def stream(self, name: str) -> Stream:
-        """The manifest's record of stream ``name`` (from the first episode: all have it)."""
-        return self.segments[0].streams[name]
+        """The manifest's record of stream ``name``, from the first episode that has it (all
+        have every stream but text streams, which an episode may lack)."""
+        first = self.segments[0]
+        if name in first.streams or name not in self.texts:
+            return first.streams[name]
+        present, _ = self.segments.stream_field(name, "t0_ns")
+        return self.segments[int(np.flatnonzero(present)[0])].streams[name]
+
+    def kind(self, name: str) -> str:
+        """``"video"``, ``"table"`` or ``"text"``: the kind of stream ``name``."""
+        return "text" if name in self.texts else self.stream(name).kind
 
     @property
     def cameras(self) -> list[str]:
         """The observation streams that are cameras (video)."""
-        return [n for n in self.obs if self.stream(n).kind == "video"]
+        return [n for n in self.obs if self.kind(n) == "video"]
 
     def frame_shape(self, stream: str) -> tuple[int, int, int]:
         """``(3, H, W)`` of camera ``stream``'s frames in samples, after ``image_size``."""
@@ -140,9 +158,11 @@ class DatasetSpec:
         obs = [
             (
                 key,
-                self.stream(name).kind,
-                tuple(self.stream(name).shape[-1:])
-                if self.stream(name).kind == "table"
+                {"state": "str", "events": "events"}.get(self.texts.get(name, ""), self.kind(name)),
+                ()
+                if self.kind(name) == "text"
+                else tuple(self.stream(name).shape[-1:])
+                if self.kind(name) == "table"
                 else self.frame_shape(name),
             )
             for key, name in zip(self.names.obs_keys, self.obs, strict=True)
@@ -229,7 +249,7 @@ def check_spec(
     every = slice_.segments
     chosen = every if segments is None else select_table(slice_.id, every, segments)
     names = resolve_names(obs, action)
-    _check_streams(slice_, chosen, list(names.obs_streams), names.action_stream)
+    texts = _check_streams(slice_, chosen, list(names.obs_streams), names.action_stream)
     if isinstance(image_size, Mapping):
         # Keyed by sample key (or stream name): the reader's are streams.
         by_stream = {names.stream_of(k): v for k, v in image_size.items()}
@@ -239,7 +259,9 @@ def check_spec(
                 "and by its stream name): give each camera one size, keyed by sample key"
             )
         image_size = by_stream
-    cameras = [n for n in names.obs_streams if chosen[0].streams[n].kind == "video"]
+    cameras = [
+        n for n in names.obs_streams if n not in texts and chosen[0].streams[n].kind == "video"
+    ]
     rank, world = _resolve_shard(shard)
     spec = DatasetSpec(
         slice=slice_,
@@ -249,6 +271,7 @@ def check_spec(
         world=world,
         shard_auto=shard == "auto",
         targets=check_image_size(image_size, resize, cameras),
+        texts=texts,
         **checked,
     )
     widths = {k: int(s[-1]) for k, (dt, s) in spec.sample_spec().items() if dt == "float32"}
@@ -258,7 +281,8 @@ def check_spec(
 
 def _check_streams(
     slice_: BlobSource, segments: Segments, obs: Sequence[str], action: str | None
-) -> None:
+) -> dict[str, str]:
+    """Check the named streams against the segments; returns the text ones' timings."""
     if isinstance(obs, str) or not all(isinstance(o, str) for o in obs) or not obs:
         raise InvalidArgumentError(
             f"obs={obs!r}: pass a non-empty list of stream names, e.g. ['cam0/rgb']"
@@ -272,9 +296,15 @@ def _check_streams(
             f"slice {slice_.id} has no episodes, so there is nothing to sample; pick a slice "
             "with data (`rayform slices ls`) or ask its owners to rebuild it"
         )
-    check_table_streams(slice_.id, segments, [*obs, *([action] if action else [])], action)
+    texts = check_table_streams(slice_.id, segments, [*obs, *([action] if action else [])], action)
     if action is not None and action in obs:
         raise InvalidArgumentError(f"{action!r} is both in obs and the action: use it once")
+    if len(texts) == len(obs) and action is None:
+        raise InvalidArgumentError(
+            f"obs={list(obs)!r} are all text streams and there is no action: a dataset's grid "
+            "spans the times its camera, table or action streams cover; add one"
+        )
+    return texts
 
 
 def _resolve_shard(shard: str | tuple[int, int] | None) -> tuple[int, int]:

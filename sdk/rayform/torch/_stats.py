@@ -152,7 +152,7 @@ def dataset_stats(
 ) -> dict[str, dict[str, Any]]:
     """:func:`compute_stats` of a dataset's table streams (``EpisodeDataset.stats()``), cached
     under its slice's cache directory and written in the mode its client chose."""
-    roles = {name: "obs" for name in spec.obs if spec.stream(name).kind == "table"}
+    roles = {name: "obs" for name in spec.obs if spec.kind(name) == "table"}
     if spec.action is not None:
         roles[spec.action] = "action"
     client = getattr(spec.slice, "client", None)

@@ -173,7 +173,7 @@ class EpisodeDataset(Dataset):
         self.spec: DatasetSpec = spec
         self._epoch = SharedEpoch(0)  # shared with forked (persistent) workers
         self._read_bytes = check_cache_fits(spec.slice, spec.segments, spec.streams, spec.targets)
-        self._index: GridIndex = build_index(spec.segments, spec.streams, spec.fps)
+        self._index: GridIndex = build_index(spec.segments, spec.grid_streams, spec.fps)
         # The checks and the index read columns of every segment: unmap those pages, or
         # every DataLoader worker would inherit them as its own resident memory.
         release_pages(spec.segments)
@@ -468,8 +468,9 @@ class EpisodeDataset(Dataset):
 
     def stream(self, name: str) -> Stream:
         """The manifest's record of stream ``name`` (kind, rate in Hz, shape, dtype, units...),
-        from the first episode: every episode of the dataset has the streams it reads."""
-        return self._index.segments[0].streams[name]
+        from the first episode that has it: every episode of the dataset has the streams it
+        reads, but a text stream (an episode without events lacks it)."""
+        return self.spec.stream(name)
 
     def __repr__(self) -> str:
         return text_repr(self.spec, self._index)

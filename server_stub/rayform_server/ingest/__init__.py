@@ -138,6 +138,12 @@ def add_parser(
 
     mc = kinds.add_parser("mcap", help="ingest ROS 2 bags recorded as MCAP, one segment per file")
     _common_args(mc, "TOPIC[:FIELD]")
+    mc.add_argument(
+        "--task",
+        default=None,
+        metavar="TEXT",
+        help="the task of every bag: a text stream 'task' (docs/language.md)",
+    )
     mc.add_argument("files", nargs="+", help="MCAP files")
     mc.set_defaults(func=_run_mcap)
     if leaf_options is not None:
@@ -204,6 +210,7 @@ def _run_mcap(args: argparse.Namespace) -> int:
             jobs=args.jobs,
             renditions=args.renditions,
             ray=args.ray,
+            task=args.task,
         )
 
     return _run(args, work)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import re
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -15,7 +15,7 @@ import numpy as np
 from rayform.errors import InvalidArgumentError
 from rayform.format import STREAM_NAME_RE, ColumnarManifest, hash_bytes
 from rayform.manifest import Manifest
-from rayform_server.builder import SliceBuilder, TableData, VideoData
+from rayform_server.builder import SliceBuilder, TableData, TextData, VideoData
 from rayform_server.store import Store
 
 if TYPE_CHECKING:
@@ -144,7 +144,7 @@ class SegmentInput:
 
     id: str
     label: str
-    streams: list[VideoData | TableData]
+    streams: Sequence[VideoData | TableData | TextData]
     done: str
     position: int = 0
 

@@ -8,6 +8,10 @@
 * **v2.1**: ``meta/info.json``; ``meta/episodes.jsonl`` (``episode_index``, ``length``); one
   parquet file and one MP4 per episode and video key, found through the ``data_path`` and
   ``video_path`` templates of ``info.json`` (chunk = episode_index // chunks_size).
+
+The task strings behind the per-frame ``task_index`` are in ``meta/tasks.parquet`` (v3.0: a
+pandas frame indexed by the task string, column ``task_index``) or ``meta/tasks.jsonl`` (v2.1:
+``{"task_index", "task"}`` per line).
 """
 
 from __future__ import annotations
@@ -24,10 +28,13 @@ import pyarrow.parquet as pq
 
 from rayform.errors import InvalidArgumentError
 
-__all__ = ["BOOKKEEPING", "Episode", "LeRobotLayout", "open_layout"]
+__all__ = ["BOOKKEEPING", "LANGUAGE_COLUMNS", "Episode", "LeRobotLayout", "open_layout"]
 
 #: Columns every LeRobot dataset has that are not recorded signals.
 BOOKKEEPING = ("timestamp", "frame_index", "episode_index", "index", "task_index")
+#: LeRobot's per-frame language columns (feature dtype ``"language"``): rows that hold from
+#: their ``timestamp`` until replaced, and rows present only on the frame they were emitted on.
+LANGUAGE_COLUMNS = ("language_persistent", "language_events")
 _VECTOR_DTYPES = (
     "float16",
     "float32",
@@ -69,6 +76,13 @@ class LeRobotLayout:
     fps: float
     features: dict[str, dict[str, Any]]
     episodes: list[Episode]
+    #: ``task_index`` -> task string; ``None`` when the dataset has no tasks table.
+    tasks: dict[int, str] | None = None
+
+    @property
+    def language_keys(self) -> list[str]:
+        """The language columns the dataset has (of :data:`LANGUAGE_COLUMNS`)."""
+        return [k for k in LANGUAGE_COLUMNS if k in self.features]
 
     @property
     def video_keys(self) -> list[str]:
@@ -136,7 +150,39 @@ def open_layout(path: str | os.PathLike[str]) -> LeRobotLayout:
         )
     if not episodes:
         raise InvalidArgumentError(f"{root}: the dataset has no episodes")
-    return LeRobotLayout(root, version, float(info["fps"]), features, episodes)
+    return LeRobotLayout(root, version, float(info["fps"]), features, episodes, tasks=_tasks(root))
+
+
+def _tasks(root: Path) -> dict[int, str] | None:
+    """``task_index`` -> task string, from ``meta/tasks.parquet`` or ``meta/tasks.jsonl``."""
+    parquet, jsonl = root / "meta" / "tasks.parquet", root / "meta" / "tasks.jsonl"
+    if parquet.is_file():
+        try:
+            table = pq.read_table(parquet)
+        except (OSError, pa.ArrowException) as exc:
+            raise InvalidArgumentError(f"cannot read {parquet}: {exc}") from exc
+        # The task string is the pandas index: a column named "task" or "__index_level_0__".
+        texts = [
+            n
+            for n in table.column_names
+            if n != "task_index" and pa.types.is_string(table.schema.field(n).type)
+        ]
+        if "task_index" not in table.column_names or len(texts) != 1:
+            raise InvalidArgumentError(
+                f"{parquet}: expected a task_index column and one task string column (the "
+                f"frame's index), got columns {table.column_names}"
+            )
+        index = table.column("task_index").to_pylist()
+        return dict(zip(index, table.column(texts[0]).to_pylist(), strict=True))
+    if jsonl.is_file():
+        try:
+            rows = [json.loads(ln) for ln in jsonl.read_text().splitlines() if ln.strip()]
+            return {int(r["task_index"]): str(r["task"]) for r in rows}
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise InvalidArgumentError(
+                f'cannot read {jsonl}: {exc} (expected lines of {{"task_index", "task"}})'
+            ) from exc
+    return None
 
 
 def _episodes_v30(root: Path, info: dict[str, Any]) -> list[Episode]:

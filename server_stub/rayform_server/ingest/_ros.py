@@ -22,6 +22,7 @@ __all__ = [
     "JOINT_FIELDS",
     "JOINT_STATE",
     "POSE",
+    "STRING",
     "TRANSFORM",
     "compressed_rgb",
     "image_rgb",
@@ -36,6 +37,8 @@ COMPRESSED = "sensor_msgs/msg/CompressedImage"
 JOINT_STATE = "sensor_msgs/msg/JointState"
 POSE = "geometry_msgs/msg/PoseStamped"
 TRANSFORM = "geometry_msgs/msg/TransformStamped"
+#: Instructions as plain strings (no header: timed by the message's log time).
+STRING = "std_msgs/msg/String"
 JOINT_FIELDS = ("position", "velocity", "effort")
 _KINDS = {
     IMAGE: "image",
@@ -43,11 +46,13 @@ _KINDS = {
     JOINT_STATE: "joint",
     POSE: "pose",
     TRANSFORM: "transform",
+    STRING: "string",
 }
 
 
 def schema_kind(schema_name: str) -> str | None:
-    """``"image"``, ``"compressed"``, ``"joint"``, ``"pose"``, ``"transform"`` or ``None``.
+    """``"image"``, ``"compressed"``, ``"joint"``, ``"pose"``, ``"transform"``, ``"string"``
+    or ``None``.
 
     Accepts both ``pkg/msg/Type`` and ROS 1 style ``pkg/Type`` names.
     """

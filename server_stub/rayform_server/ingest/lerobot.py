@@ -14,7 +14,10 @@ named features are ingested):
 * video ``observation.images.top`` -> ``top/rgb`` (``observation.`` and ``images.`` dropped,
   other dots become ``/``, then ``/rgb``);
 * vector ``observation.state`` -> ``observation/state``, ``action`` -> ``action`` (dots
-  become ``/``); characters outside ``[a-z0-9_.-]`` become ``_``.
+  become ``/``); characters outside ``[a-z0-9_.-]`` become ``_``;
+* the per-frame tasks -> the text stream ``task`` (``--stream NAME=task`` renames it), and
+  the language columns -> ``language/<style>`` (``--stream PREFIX=language`` for both,
+  ``PREFIX=language_persistent`` or ``PREFIX=language_events`` for one): see ``_lerobot_text``.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from rayform.errors import InvalidArgumentError
 from rayform.format import ColumnarManifest, check_slice_id
 from rayform.manifest import Manifest
 from rayform_server._video import DEFAULT_GOP
-from rayform_server.builder import TableData, VideoData
+from rayform_server.builder import TableData, TextData, VideoData
 from rayform_server.ingest._common import (
     Progress,
     SegmentInput,
@@ -44,6 +47,7 @@ from rayform_server.ingest._common import (
 )
 from rayform_server.ingest._frames import frames_at
 from rayform_server.ingest._lerobot_layout import Episode, LeRobotLayout, open_layout
+from rayform_server.ingest._lerobot_text import TEXT_FEATURES, episode_text_streams
 from rayform_server.staging import Shard
 from rayform_server.store import Store
 
@@ -69,12 +73,22 @@ def default_stream_name(feature: str, is_video: bool) -> str:
 def _pick_streams(layout: LeRobotLayout, chosen: dict[str, str] | None) -> dict[str, str]:
     """``{stream name: feature}`` to ingest."""
     videos, vectors = layout.video_keys, layout.vector_keys
+    languages = layout.language_keys
+    texts = (["task"] if layout.tasks is not None else []) + (
+        ["language", *languages] if languages else []
+    )
     if chosen:
         for name, feature in chosen.items():
-            if feature not in videos and feature not in vectors:
+            if feature not in videos and feature not in vectors and feature not in texts:
+                why = (
+                    " (it has no meta/tasks.parquet or meta/tasks.jsonl)"
+                    if feature == "task"
+                    else ""
+                )
                 raise InvalidArgumentError(
-                    f"--stream {name}={feature}: the dataset has no video or vector feature "
-                    f"{feature!r}. Its features are: {', '.join(videos + vectors)}"
+                    f"--stream {name}={feature}: the dataset has no video, vector or text "
+                    f"feature {feature!r}{why}. Its features are: "
+                    f"{', '.join(videos + vectors + texts)}"
                 )
         return dict(chosen)
     out: dict[str, str] = {}
@@ -86,6 +100,13 @@ def _pick_streams(layout: LeRobotLayout, chosen: dict[str, str] | None) -> dict[
                 f"with --stream, e.g. --stream {name}2={feature}"
             )
         out[name] = feature
+    for feature in texts[: 2 if layout.tasks is not None else 1]:  # task, both language columns
+        if feature in out:
+            raise InvalidArgumentError(
+                f"feature {out[feature]!r} maps to stream {feature!r}, which the dataset's "
+                f"{feature} needs: name them with --stream"
+            )
+        out[feature] = feature
     if not out:
         raise InvalidArgumentError(f"{layout.root}: the dataset has no video or vector features")
     return out
@@ -142,9 +163,16 @@ def _row_times_ns(
 
 def _episode_streams(
     layout: LeRobotLayout, ep: Episode, streams: dict[str, str], note: Progress
-) -> list[VideoData | TableData]:
+) -> list[VideoData | TableData | TextData]:
     vector_features = [f for f in streams.values() if f not in layout.video_keys]
-    rows = layout.read_rows(ep, vector_features)
+    columns = [
+        c
+        for f in vector_features
+        for c in (
+            ["task_index"] if f == "task" else layout.language_keys if f == "language" else [f]
+        )
+    ]
+    rows = layout.read_rows(ep, columns)
     n = rows.num_rows
     if n == 0:
         raise InvalidArgumentError(f"episode {ep.index}: no rows in {ep.data_file}")
@@ -154,8 +182,11 @@ def _episode_streams(
         raise InvalidArgumentError(
             f"episode {ep.index}: the timestamp column is not strictly increasing"
         )
-    out: list[VideoData | TableData] = []
+    out: list[VideoData | TableData | TextData] = []
+    texts = {n: f for n, f in streams.items() if f in TEXT_FEATURES}
     for name, feature in streams.items():
+        if feature in texts.values():
+            continue
         if feature in layout.video_keys:
             path, offset_s = ep.videos[feature]
             if not path.is_file():
@@ -171,6 +202,18 @@ def _episode_streams(
         else:
             values = _vectors(rows.column(feature), n, feature)
             out.append(TableData(name, t_ns, values, rate_hz=layout.fps))
+    if texts:
+        k = rows.column("frame_index").to_numpy().astype(np.float64)
+        out += episode_text_streams(
+            texts,
+            rows,
+            t_ns,
+            tasks=layout.tasks,
+            fps=layout.fps,
+            snap=bool(np.array_equal(t_ns, np.rint(k * (1e9 / layout.fps)).astype(np.int64))),
+            tolerance_s=SNAP_TOLERANCE_S,
+            where=f"episode {ep.index}",
+        )
     return out
 
 

@@ -7,13 +7,18 @@
   streams (``float64 (D,)``, stamped by ``header.stamp``).
 * ``geometry_msgs/msg/PoseStamped`` and ``TransformStamped`` become pose streams
   ``(x, y, z, qx, qy, qz, qw)`` with ``frame="ros"``, ``quantity="pose"``, units ``m``.
+* ``std_msgs/msg/String`` topics become text streams (a *state*: an instruction holds until
+  the next one). A String has no header, so each message is timed by its **log time** (when
+  the recorder received it).
+* ``task``: one text stream per file with one record, at the file's first record time.
 
 Default stream names (``--stream NAME=TOPIC[:FIELD]`` replaces them; when any is given, only
 the named topics are ingested): the topic without its leading ``/``, with trailing
 ``image_raw``/``image_color``/``image_rect``/``image``/``compressed`` words dropped from
 image topics, then ``/rgb`` (``/cam_top/image_raw/compressed`` -> ``cam_top/rgb``); for
 joint states ``TOPIC/FIELD`` for every non-empty field (``/joint_states`` ->
-``joint_states/position``, ...); for poses the topic (``/ee_pose`` -> ``ee_pose``).
+``joint_states/position``, ...); for poses and strings the topic (``/ee_pose`` -> ``ee_pose``,
+``/instruction`` -> ``instruction``).
 Characters outside ``[a-z0-9_.-]`` become ``_``.
 """
 
@@ -35,7 +40,7 @@ from rayform.errors import InvalidArgumentError
 from rayform.format import ColumnarManifest, check_slice_id, hash_file
 from rayform.manifest import Manifest
 from rayform_server._video import DEFAULT_GOP
-from rayform_server.builder import TableData, VideoData
+from rayform_server.builder import TableData, TextData, VideoData
 from rayform_server.ingest import _ros
 from rayform_server.ingest._common import (
     Progress,
@@ -150,7 +155,8 @@ def _picks(path: Path, topics: dict[str, str], chosen: dict[str, str] | None) ->
             if kind is None:
                 raise InvalidArgumentError(
                     f"--stream {name}={source}: topic {topic} has type {topics[topic]!r}, which cannot "
-                    "be ingested (Image, CompressedImage, JointState, PoseStamped, TransformStamped can)"
+                    "be ingested (Image, CompressedImage, JointState, PoseStamped, TransformStamped, "
+                    "String can)"
                 )
             if kind == "joint" and field not in _ros.JOINT_FIELDS:
                 raise InvalidArgumentError(
@@ -188,8 +194,10 @@ def _read(path: Path, picks: list[_Pick]) -> dict[str, list[tuple[int, Any]]]:
     f, reader = _open(path)
     with f:
         try:
-            for _, channel, _, msg in reader.iter_decoded_messages(topics=list(kinds)):
-                out[channel.topic].append((_ros.stamp_ns(msg), msg))
+            for _, channel, message, msg in reader.iter_decoded_messages(topics=list(kinds)):
+                # A String has no header: its log time is the only time it has.
+                stamp = message.log_time if kinds[channel.topic] == "string" else None
+                out[channel.topic].append((_ros.stamp_ns(msg) if stamp is None else stamp, msg))
         except Exception as exc:
             raise InvalidArgumentError(f"{path}: cannot read its messages: {exc}") from exc
     return out
@@ -207,8 +215,8 @@ def _sorted_unique(
             kept.append(it)
     if len(kept) < len(items):
         progress(
-            f"{path.name} {topic}: dropped {len(items) - len(kept)} message(s) whose header.stamp "
-            "repeats an earlier one"
+            f"{path.name} {topic}: dropped {len(items) - len(kept)} message(s) whose time "
+            "(header.stamp; a String's log time) repeats an earlier one"
         )
     return kept
 
@@ -227,10 +235,15 @@ def _frames(topic: str, kind: str, msgs: Sequence[Any]) -> Iterator[np.ndarray]:
         yield img
 
 
-def _stream(path: Path, pick: _Pick, items: list[tuple[int, Any]]) -> VideoData | TableData:
+def _stream(
+    path: Path, pick: _Pick, items: list[tuple[int, Any]]
+) -> VideoData | TableData | TextData:
     t_ns = np.array([s for s, _ in items], dtype=np.int64)
     msgs = [m for _, m in items]
-    rate = nominal_rate_hz(t_ns)
+    rate = nominal_rate_hz(t_ns, fallback_hz=1.0 if pick.kind == "string" else 30.0)
+    if pick.kind == "string":
+        records = [{"content": str(m.data), "role": "user"} for m in msgs]
+        return TextData(pick.name, t_ns, records, rate_hz=rate, timing="state")
     if pick.kind in ("image", "compressed"):
         return VideoData(pick.name, _frames(pick.topic, pick.kind, msgs), t_ns, rate_hz=rate)
     if pick.kind == "joint":
@@ -249,12 +262,12 @@ def _stream(path: Path, pick: _Pick, items: list[tuple[int, Any]]) -> VideoData 
 
 
 def _file_streams(
-    path: Path, streams: dict[str, str] | None, progress: Progress
-) -> list[VideoData | TableData]:
-    """Every chosen stream of one MCAP file, read and sorted by stamp."""
+    path: Path, streams: dict[str, str] | None, progress: Progress, task: str | None = None
+) -> list[VideoData | TableData | TextData]:
+    """Every chosen stream of one MCAP file, read and sorted by stamp (and ``task``)."""
     picks = _picks(path, _topics(path), streams)
     data = _read(path, picks)
-    built: list[VideoData | TableData] = []
+    built: list[VideoData | TableData | TextData] = []
     for pick in picks:
         items = _sorted_unique(path, pick.topic, data[pick.topic], progress)
         if (
@@ -264,6 +277,15 @@ def _file_streams(
         ):
             continue  # a field this robot does not publish (e.g. empty effort)
         built.append(_stream(path, pick, items))
+    if task is not None:
+        if any(s.name == "task" for s in built):
+            raise InvalidArgumentError(
+                f"{path}: --task adds a stream 'task', which a topic maps to already: rename it "
+                "with --stream NAME=TOPIC"
+            )
+        start = min(int(np.asarray(s.t_ns)[0]) for s in built)
+        record = {"content": task, "role": "user", "style": "task"}
+        built.append(TextData("task", np.array([start]), [record], rate_hz=1.0))
     return built
 
 
@@ -281,6 +303,7 @@ def ingest_mcap(
     jobs: int = 1,
     renditions: tuple[int, ...] = (),
     ray: str | None = None,
+    task: str | None = None,
 ) -> Manifest | ColumnarManifest | None:
     """Ingest ROS 2 MCAP bags as slice ``slice_id`` of ``store``, one segment per file.
 
@@ -305,6 +328,8 @@ def ingest_mcap(
 
         ray: run the shards as Ray tasks on this cluster (one per source file; ``""``:
             ``RAY_ADDRESS`` or a local Ray), then commit once (docs/ray.md).
+        task: the task of every file: a ``task`` text stream with one record at the file's
+            first record time (``None``: no task stream).
 
     Returns:
         The committed manifest (written only at the end, with the slice reference), or
@@ -323,6 +348,8 @@ def ingest_mcap(
     progress = progress or Progress()
     if not files:
         raise InvalidArgumentError("no MCAP files given")
+    if task is not None and (not isinstance(task, str) or not task.strip()):
+        raise InvalidArgumentError(f"--task {task!r}: give the task as a non-empty string")
     description = "ROS 2 bags: " + ", ".join(Path(f).name for f in files)
     if jobs > 1 or ray is not None:
         worker = functools.partial(
@@ -334,6 +361,7 @@ def ingest_mcap(
             site,
             gop,
             renditions,
+            task,
         )
         if ray is not None:
             from rayform_server.ingest._ray import group_by_file, run_on_ray
@@ -352,7 +380,7 @@ def ingest_mcap(
             if not path.is_file():
                 raise InvalidArgumentError(f"{path} does not exist or is not a file")
             seg_id = segment_id_for("mcap", hash_file(path))
-            built = _file_streams(path, streams, progress)
+            built = _file_streams(path, streams, progress, task)
             summary = ", ".join(f"{s.name} ({len(s.t_ns)})" for s in built)
             yield SegmentInput(
                 seg_id,
@@ -383,6 +411,7 @@ def _staging_worker(
     site: str,
     gop: int,
     renditions: tuple[int, ...],
+    task: str | None,
     batch: str,
     shard: Shard,
     verbose: bool,
@@ -399,4 +428,5 @@ def _staging_worker(
         shard=shard,
         progress=Progress(sys.stderr if verbose else None),
         renditions=renditions,
+        task=task,
     )

@@ -1,7 +1,7 @@
-"""A bounded, per-process cache of loaded table and timestamps blobs.
+"""A bounded, per-process cache of loaded table, text and timestamps blobs.
 
-Table blobs (``t_ns int64 (N,)`` + ``values (N, D)``) and video timestamps blobs
-(``int64 (N,)``) are small next to video, so they are read whole with one ``read_bytes`` (no
+Table blobs (``t_ns int64 (N,)`` + ``values (N, D)``), text blobs (timed records) and video
+timestamps blobs (``int64 (N,)``) are small next to video, so they are read whole with one ``read_bytes`` (no
 file handle stays open) and kept in memory, least recently used first out, up to
 ``max_bytes``. One cache serves one process: its owner holds it in a
 :class:`~rayform._process.PerProcess`, so a forked DataLoader worker starts with an empty one.
@@ -17,6 +17,7 @@ from typing import TypeVar
 import numpy as np
 
 from rayform._blobfmt import decode_table, decode_timestamps
+from rayform._textfmt import decode_text
 from rayform.cache import read_blob
 
 __all__ = ["TableCache"]
@@ -58,6 +59,25 @@ class TableCache:
         t_ns, values = item
         assert values is not None
         return t_ns, values
+
+    def text(self, key: str, path: Path) -> tuple[np.ndarray, np.ndarray]:
+        """``(dt_ns int64 (N,), records object (N,))`` of the text blob at ``path``: times in
+        ns after the stream's first record (one blob serves every episode holding the same
+        records, each from its own ``t0_ns``), and the records as dicts."""
+        item = self._get(key)
+        if item is None:
+
+            def decode(data: bytes, what: str) -> tuple[np.ndarray, np.ndarray]:
+                t_ns, records = decode_text(data, 0, what=what)
+                column = np.empty(len(records), dtype=object)
+                column[:] = records
+                return t_ns, column
+
+            item = self._load(key, path, "text", decode)
+            self._put(key, item)
+        t_ns, records = item
+        assert records is not None
+        return t_ns, records
 
     def timestamps(self, key: str, path: Path) -> np.ndarray:
         """Per-frame times, ns, ``int64 (N,)``, of the timestamps blob at ``path``."""

@@ -27,9 +27,11 @@ from torch.utils.data import DataLoader
 
 from rayform._net import bar_size_options
 from rayform.errors import InvalidArgumentError
+from rayform.torch._index import build_index
 from rayform.torch.dataset import EpisodeDataset
 from rayform.torch.lerobot import _format as fmt
 from rayform.torch.lerobot._copy import copyable
+from rayform.torch.lerobot._language import pick_language
 from rayform.torch.lerobot._meta import write_meta
 from rayform.torch.lerobot._plan import (
     Plan,
@@ -159,8 +161,12 @@ def export_lerobot(
             smallest stored rendition that covers it, as ``EpisodeDataset(image_size=...)``.
         resize: ``"pad"``, ``"squash"`` or ``"crop"`` (with ``image_size``).
         version: ``"3.0"`` (default) or ``"2.1"``.
-        task: the task string of every frame (default: the slice ID); per-episode tasks are
-            not in a slice.
+        task: the task string of every frame. Default: each frame's task from the slice's
+            ``task`` text stream, where it has one (a frame before an episode's first task
+            record gets the slice ID), else the slice ID. The slice's other text streams
+            become LeRobot's ``language_persistent`` and ``language_events`` columns
+            (``_language``); ``streams`` may map a text stream to ``task``,
+            ``language_persistent`` or ``language_events``.
         robot_type: ``robot_type`` of ``info.json``.
         jobs: file groups written in parallel processes.
         progress: show a progress bar (frames).
@@ -186,6 +192,7 @@ def export_lerobot(
         raise InvalidArgumentError(f"jobs={jobs!r}: use a positive integer")
     root = Path(path)
     mapping, kinds = pick_features(slice_, streams)
+    language, _ = pick_language(slice_, streams, task)
     if fps is None:
         fps, fps_from = _default_fps(slice_, mapping, kinds)
     else:
@@ -203,7 +210,7 @@ def export_lerobot(
         readahead_bytes=0,
     )
     cameras = [k for k in mapping if kinds[k] == "video"]
-    features = _features(ds, mapping, cameras)
+    features = _features(ds, mapping, cameras, language.columns)
     copy = (
         not reencode
         and image_size is None
@@ -215,6 +222,10 @@ def export_lerobot(
         for seg in ds.segments
     ]
     plan = make_plan(lengths, source, version, episodes_per_file)
+    starts = build_index(ds.segments, list(mapping.values()), fps).start_ns
+    language = language.needing_fallback(
+        [ds.segments[p] for p in plan.positions], [int(starts[p]) for p in plan.positions]
+    )
     if not plan.positions:
         raise InvalidArgumentError(
             f"no episode of slice {slice_.id} has a frame at {fps:g} fps where every exported "
@@ -230,6 +241,7 @@ def export_lerobot(
         "resize": resize if image_size else None,
         "version": version,
         "task": task or slice_.id,
+        "language": language.to_json(),
         "crf": crf,
         "gop": gop,
         "copy": copy,
@@ -252,7 +264,7 @@ def export_lerobot(
         )
     pending = [u for u in plan.units if u.file not in done]
     writer = UnitWriter(
-        ds, root, plan, features, mapping, cameras, copy, version, crf, gop, pending
+        ds, root, plan, features, mapping, cameras, copy, version, crf, gop, pending, language
     )
     bar = _bar(sum(plan.lengths), progress, f"export {slice_.id}")
     for u in plan.units:
@@ -311,7 +323,10 @@ def _bar(total: int, show: bool, desc: str) -> Any:
 
 
 def _features(
-    ds: EpisodeDataset, mapping: dict[str, str], cameras: list[str]
+    ds: EpisodeDataset,
+    mapping: dict[str, str],
+    cameras: list[str],
+    language: dict[str, dict[str, Any]],
 ) -> dict[str, dict[str, Any]]:
     """``info.json``'s features of the recorded streams (cameras left out: ``_video_features``)."""
     spec = ds.sample_spec()
@@ -326,7 +341,7 @@ def _features(
             "shape": [width],
             "names": None,
         }
-    return {**out, **fmt.BOOKKEEPING_FEATURES}
+    return {**out, **language, **fmt.BOOKKEEPING_FEATURES}
 
 
 def _start(root: Path, identity: dict[str, Any]) -> dict[int, dict[str, Any]] | None:

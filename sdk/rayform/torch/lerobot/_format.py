@@ -30,6 +30,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from rayform.files import write_atomic
+from rayform.torch.lerobot._language import language_column
 
 __all__ = [
     "BOOKKEEPING_FEATURES",
@@ -87,6 +88,18 @@ def write_json(path: Path, doc: Any, *, lines: bool = False) -> None:
 
 
 def _hf_feature(spec: dict[str, Any], version: str) -> dict[str, Any]:
+    kind = "Sequence" if version == "2.1" else "List"
+    if spec["dtype"] == "language":  # a list of rows (rayform.torch.lerobot._language)
+        string = {"dtype": "string", "_type": "Value"}
+        row = {
+            "role": string,
+            "content": string,
+            "style": string,
+            "timestamp": {"dtype": "float32", "_type": "Value"},
+            "camera": string,
+            "tool_calls": {"feature": string, "_type": kind},
+        }
+        return {"feature": row, "_type": kind}
     value = {"dtype": spec["dtype"], "_type": "Value"}
     if list(spec["shape"]) == [1]:
         return value
@@ -102,7 +115,9 @@ def hf_metadata(features: dict[str, dict[str, Any]], version: str) -> dict[bytes
     return {b"huggingface": json.dumps(doc).encode()}
 
 
-def _column(values: np.ndarray, spec: dict[str, Any]) -> pa.Array:
+def _column(values: np.ndarray, spec: dict[str, Any], key: str = "") -> pa.Array:
+    if spec["dtype"] == "language":
+        return language_column(key, values)
     dtype = np.dtype(spec["dtype"])
     if list(spec["shape"]) == [1]:
         return pa.array(values.reshape(-1).astype(dtype, copy=False))
@@ -115,7 +130,7 @@ def write_table(
     path: Path, columns: dict[str, np.ndarray], features: dict[str, dict[str, Any]], version: str
 ) -> None:
     """A data parquet file: one column per feature (in ``features``' order), written whole."""
-    table = pa.table({k: _column(columns[k], features[k]) for k in features})
+    table = pa.table({k: _column(columns[k], features[k], k) for k in features})
     table = table.replace_schema_metadata(hf_metadata(features, version))
     _write_parquet(path, table)
 

@@ -56,7 +56,7 @@ def write_meta(
     """Write ``meta/`` (tasks, episodes, statistics, then ``info.json``)."""
     version = identity["version"]
     fps = identity["fps"]
-    task = identity["task"]
+    tasks: list[str] = identity["language"]["tasks"]
     episodes: dict[int, dict[str, Any]] = {}
     file_of: dict[int, int] = {}
     for unit in plan.units:
@@ -77,6 +77,7 @@ def write_meta(
     stats = {
         key: fmt.aggregate_stats([episodes[e]["stats"][key] for e in sorted(episodes)])
         for key in all_features
+        if all_features[key]["dtype"] != "language"  # text has no statistics
     }
     fmt.write_json(meta / "stats.json", stats)
     rows = []
@@ -84,7 +85,7 @@ def write_meta(
         seg = segs[plan.positions[e]]
         row: dict[str, Any] = {
             "episode_index": e,
-            "tasks": [task],
+            "tasks": [tasks[k] for k in episodes[e]["tasks"]],
             "length": plan.lengths[e],
         }
         if version == "3.0":
@@ -113,10 +114,14 @@ def write_meta(
         rows.append(row)
     if version == "3.0":
         fmt.write_episodes(meta / "episodes" / "chunk-000" / "file-000.parquet", rows)
-        fmt.write_tasks(meta / "tasks.parquet", [task])
+        fmt.write_tasks(meta / "tasks.parquet", tasks)
     else:
         fmt.write_json(meta / "episodes.jsonl", rows, lines=True)
-        fmt.write_json(meta / "tasks.jsonl", [{"task_index": 0, "task": task}], lines=True)
+        fmt.write_json(
+            meta / "tasks.jsonl",
+            [{"task_index": k, "task": t} for k, t in enumerate(tasks)],
+            lines=True,
+        )
         fmt.write_json(
             meta / "episodes_stats.jsonl",
             [{"episode_index": e, "stats": episodes[e]["stats"]} for e in sorted(episodes)],
@@ -128,7 +133,7 @@ def write_meta(
         "robot_type": robot_type,
         "total_episodes": n_eps,
         "total_frames": sum(plan.lengths),
-        "total_tasks": 1,
+        "total_tasks": len(tasks),
         "chunks_size": fmt.CHUNKS_SIZE,
         "fps": _number(fps),
         "splits": {"train": f"0:{n_eps}"},

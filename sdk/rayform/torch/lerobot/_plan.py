@@ -98,13 +98,20 @@ def pick_features(
     segs = slice_.segments
     first = segs[0]
     available = slice_.streams
+    texts = set(slice_.text_streams())  # tasks and language columns: _language
     if streams:
         chosen = dict(streams)
     else:
-        kind_of = {s: first.streams[s].kind if s in first.streams else "table" for s in available}
+        kind_of = {
+            s: first.streams[s].kind if s in first.streams else "table"
+            for s in available
+            if s not in texts
+        }
         chosen = {s: "" for s in available} | state_and_action(kind_of)
     out: dict[str, str] = {}
     for stream, feature in chosen.items():
+        if stream in texts:
+            continue
         if stream not in available:
             raise InvalidArgumentError(
                 f"--stream {stream}={feature}: the slice has no stream {stream!r}; its streams "
@@ -131,7 +138,10 @@ def pick_features(
         out[feature] = stream
         kinds[feature] = kind
     if not out:
-        raise InvalidArgumentError(f"slice {slice_.id} has no streams to export")
+        raise InvalidArgumentError(
+            f"slice {slice_.id} has no camera or table streams to export"
+            + (" (only text streams)" if texts else "")
+        )
     return out, kinds
 
 

@@ -24,6 +24,7 @@ from rayform.torch._index import GridIndex, build_index
 from rayform.torch.dataset import EpisodeDataset
 from rayform.torch.lerobot import _format as fmt
 from rayform.torch.lerobot._copy import PacketCopier
+from rayform.torch.lerobot._language import LANGUAGE_FEATURES, Language, load_text
 from rayform.torch.lerobot._plan import Plan, Unit
 
 __all__ = ["WORK_DIR", "UnitWriter"]
@@ -49,6 +50,7 @@ class UnitWriter(Dataset):
         copy: copy the stored packets (else always encode).
         version, crf, gop: as ``export_lerobot``'s.
         pending: the units still to write.
+        language: the rows' tasks and language columns.
     """
 
     def __init__(
@@ -64,10 +66,12 @@ class UnitWriter(Dataset):
         crf: int,
         gop: int,
         pending: list[Unit],
+        language: Language,
     ) -> None:
         self.ds, self.root, self.plan, self.features = ds, root, plan, features
         self.mapping, self.cameras, self.copy, self.version = mapping, cameras, copy, version
         self.crf, self.gop, self.pending = crf, gop, pending
+        self.language = language
         self.index: GridIndex = build_index(ds.segments, list(mapping.values()), ds.fps)
         self.first = plan.first_index
         #: Called with each episode's row count as it is written (in this process only).
@@ -85,10 +89,10 @@ class UnitWriter(Dataset):
         episodes = []
         try:
             for j, e in enumerate(unit.episodes):
-                stats = self._tables(e, columns)
+                stats, tasks = self._tables(e, columns)
                 stats.update(self._frames(unit, j, e, videos, copiers))
                 n = self.plan.lengths[e]
-                episodes.append({"episode_index": e, "length": n, "stats": stats})
+                episodes.append({"episode_index": e, "length": n, "stats": stats, "tasks": tasks})
                 if self.progress is not None:
                     self.progress(n)
             for w in videos.values():
@@ -109,14 +113,20 @@ class UnitWriter(Dataset):
         pos = self.plan.positions[e]
         return self.index.times_ns(pos, np.arange(self.plan.lengths[e]))
 
-    def _tables(self, e: int, columns: dict[str, list[np.ndarray]]) -> dict[str, Any]:
-        """Append episode ``e``'s rows to ``columns``; return their statistics."""
+    def _tables(
+        self, e: int, columns: dict[str, list[np.ndarray]]
+    ) -> tuple[dict[str, Any], list[int]]:
+        """Append episode ``e``'s rows to ``columns``; return their statistics and the
+        episode's tasks (``task_index``, in order of first appearance)."""
         seg = self.ds.segments[self.plan.positions[e]]
         t = self._times(e)
         n = len(t)
-        cols: dict[str, np.ndarray] = {}
+        pos = self.plan.positions[e]
+        t_prev = self.index.times_ns(pos, np.arange(n) - 1)
+        text = self.language.rows(seg, t, t_prev, load_text(self.ds.slice))
+        cols: dict[str, np.ndarray] = {k: v for k, v in text.items() if k in LANGUAGE_FEATURES}
         for key, spec in self.features.items():
-            if key in fmt.BOOKKEEPING_FEATURES:
+            if key in fmt.BOOKKEEPING_FEATURES or key in LANGUAGE_FEATURES:
                 continue
             ref = seg.streams[self.mapping[key]].blob
             t_rec, values = decode_table(self.ds.slice.blob_path(ref).read_bytes())
@@ -126,10 +136,13 @@ class UnitWriter(Dataset):
         cols["frame_index"] = k
         cols["episode_index"] = np.full(n, e, dtype=np.int64)
         cols["index"] = self.first[e] + k
-        cols["task_index"] = np.zeros(n, dtype=np.int64)
+        cols["task_index"] = text["task_index"]
         for key, col in cols.items():
             columns[key].append(col)
-        return {key: fmt.feature_stats(col) for key, col in cols.items()}
+        stats = {
+            key: fmt.feature_stats(col) for key, col in cols.items() if key not in LANGUAGE_FEATURES
+        }
+        return stats, list(dict.fromkeys(text["task_index"].tolist()))
 
     def _copiers(self, unit: Unit) -> dict[str, PacketCopier]:
         """A packet copier per camera whose videos in this unit can be copied."""
