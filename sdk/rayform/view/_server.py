@@ -367,6 +367,8 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header("Set-Cookie", cookie)
         for k, v in (extra or {}).items():
             self.send_header(k, v)
+        if self.close_connection:  # say so: a client would send its next request on it
+            self.send_header("Connection", "close")
         self.end_headers()
 
     def _send(
