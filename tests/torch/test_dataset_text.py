@@ -179,3 +179,15 @@ def test_a_mixture_source_without_the_stream_gives_no_text(
     assert all(not s["task_is_missing"] and s["task"] for s in theirs)
     batch = default_collate(samples[:8])
     assert len(batch["task"]) == 8 and batch["task_is_missing"].dtype == torch.bool
+
+
+def test_uri_rebuilds_text_samples_and_trackers_record_text_keys(slice_: rayform.Slice) -> None:
+    ds = _ds(slice_, obs={"state": "joints/position", "task": "task", "vqa": "language/vqa"})
+    assert "task" in ds.uri
+    pytest.importorskip("mlflow")
+    from rayform.integrations.mlflow import from_episode_dataset
+
+    schema = from_episode_dataset(ds).schema.features.to_dict()
+    by_name = {c["name"]: c["tensor-spec"]["dtype"] for c in schema}
+    assert by_name["task"] == "object" and by_name["vqa"] == "object"
+    assert by_name["state"] == "float32"
