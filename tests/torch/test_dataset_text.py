@@ -179,3 +179,60 @@ def test_a_mixture_source_without_the_stream_gives_no_text(
     assert all(not s["task_is_missing"] and s["task"] for s in theirs)
     batch = default_collate(samples[:8])
     assert len(batch["task"]) == 8 and batch["task_is_missing"].dtype == torch.bool
+
+
+def test_uri_rebuilds_text_samples_and_trackers_record_text_keys(slice_: rayform.Slice) -> None:
+    ds = _ds(slice_, obs={"state": "joints/position", "task": "task", "vqa": "language/vqa"})
+    assert "task" in ds.uri
+    pytest.importorskip("mlflow")
+    from rayform.integrations.mlflow import from_episode_dataset
+
+    schema = from_episode_dataset(ds).schema.features.to_dict()
+    by_name = {c["name"]: c["tensor-spec"]["dtype"] for c in schema}
+    assert by_name["task"] == "object" and by_name["vqa"] == "object"
+    assert by_name["state"] == "float32"
+
+
+def _bytes_tokenizer(texts: list[str]) -> dict[str, torch.Tensor]:
+    ids = torch.zeros(len(texts), 16, dtype=torch.long)
+    for i, text in enumerate(texts):
+        raw = torch.tensor(list(text.encode()[:16]), dtype=torch.long)
+        ids[i, : len(raw)] = raw
+    return {"input_ids": ids, "attention_mask": ids != 0}
+
+
+def _decoded(ids: torch.Tensor) -> str:
+    return bytes(ids[ids != 0].tolist()).decode()
+
+
+def test_tokenizer_runs_in_the_workers_on_state_keys(slice_: rayform.Slice) -> None:
+    ds = _ds(
+        slice_, obs={"state": "joints/position", "task": "task", "vqa": "language/vqa"},
+        tokenizer=_bytes_tokenizer,
+    )  # fmt: skip
+    sample = ds[12]
+    assert sample["task"] == "place it" and _decoded(sample["task_input_ids"]) == "place it"
+    assert sample["task_attention_mask"].shape == (16,) and "vqa_input_ids" not in sample
+    loader = DataLoader(
+        ds,
+        batch_size=8,
+        num_workers=2,
+        sampler=EpisodeSampler(ds),
+        collate_fn=rayform.torch.collate,
+    )
+    for batch in loader:
+        assert batch["task_input_ids"].shape == (len(batch["task"]), 16)
+        assert [_decoded(x) for x in batch["task_input_ids"]] == batch["task"]
+    hist = _ds(slice_, obs=["joints/position", "task"], obs_steps=2, tokenizer=_bytes_tokenizer)
+    assert hist[10]["task_input_ids"].shape == (2, 16)
+    assert [_decoded(x) for x in hist[10]["task_input_ids"]] == ["pick the cube", "place it"]
+
+
+def test_tokenizer_errors_say_what_is_expected(slice_: rayform.Slice) -> None:
+    with pytest.raises(InvalidArgumentError, match="events are not tokenized"):
+        _ds(slice_, obs=["joints/position", "language/vqa"], tokenizer=_bytes_tokenizer)
+    with pytest.raises(InvalidArgumentError, match="tokenizer must be callable"):
+        _ds(slice_, tokenizer="bert")
+    bad = _ds(slice_, tokenizer=lambda texts: {"ids": [1] * len(texts)})
+    with pytest.raises(InvalidArgumentError, match="return_tensors='pt'"):
+        bad[0]

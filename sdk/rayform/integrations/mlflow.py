@@ -96,8 +96,12 @@ class RayformDataset(Dataset):
         from mlflow.data.schema import TensorDatasetSchema
         from mlflow.types import Schema, TensorSpec
 
+        def dtype(name: str) -> Any:
+            # A text key (a string, a list of event records) has no numpy dtype: object.
+            return np.dtype(object) if name in ("str", "events") else np.dtype(name)
+
         def specs(keys: list[str]) -> Schema | None:
-            cols = [TensorSpec(np.dtype(self._spec[k][0]), self._spec[k][1], name=k) for k in keys]
+            cols = [TensorSpec(dtype(self._spec[k][0]), self._spec[k][1], name=k) for k in keys]
             return Schema(cols) if cols else None  # type: ignore[arg-type]
 
         targets = [k for k in self._spec if k.startswith("action")]

@@ -452,6 +452,10 @@ def _to_columns(samples: list[dict[str, Any]], indices: list[int]) -> dict[str, 
                 out[f"meta/{field}"] = np.asarray([s["meta"][field] for s in samples])
         elif isinstance(samples[0][key], torch.Tensor):
             out[key] = _stacked([s[key] for s in samples]).numpy()
+        elif isinstance(samples[0][key], list):  # a text key's events (or history): ragged
+            column = np.empty(len(samples), dtype=object)
+            column[:] = [s[key] for s in samples]
+            out[key] = column
         else:
             out[key] = np.asarray([s[key] for s in samples])
     return out

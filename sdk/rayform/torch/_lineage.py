@@ -46,6 +46,7 @@ __all__ = [
 #: samples a dataset holds, so they are not in the URI and ``from_uri`` accepts them again.
 OPTIONS = (
     "transform",
+    "tokenizer",
     "shard",
     "ddp_even",
     "decoder_cache_size",

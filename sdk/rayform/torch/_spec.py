@@ -37,7 +37,14 @@ from rayform.torch._names import Names, resolve_names
 from rayform.torch._normalize import check_normalize
 from rayform.torch._sampling import DDP_EVEN
 
-__all__ = ["DEFAULT_READAHEAD_BYTES", "DatasetSpec", "FromSpec", "Transform", "check_spec"]
+__all__ = [
+    "DEFAULT_READAHEAD_BYTES",
+    "DatasetSpec",
+    "FromSpec",
+    "Tokenizer",
+    "Transform",
+    "check_spec",
+]
 
 #: Default bytes read-ahead may have in flight per process.
 DEFAULT_READAHEAD_BYTES = 256 << 20
@@ -46,6 +53,8 @@ T = TypeVar("T")
 
 #: A per-sample transform: ``callable(sample) -> sample``.
 Transform = Callable[[dict[str, Any]], dict[str, Any]]
+#: A tokenizer: ``callable(list of N strings) -> {name: tensor (N, ...)}``.
+Tokenizer = Callable[[list[str]], Mapping[str, torch.Tensor]]
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -66,6 +75,8 @@ class DatasetSpec:
         normalize: ``None``, ``"mean_std"``, ``"quantile"`` or ``"given"``.
         normalize_given: the given statistics (canonical form), with ``normalize="given"``.
         texts: text observation stream -> its timing (``"state"`` or ``"events"``).
+        tokenizer: ``callable(list of str) -> {name: tensor (N, ...)}`` run on the state text
+            keys of each batch in the worker, or ``None``.
     """
 
     slice: BlobSource
@@ -91,6 +102,16 @@ class DatasetSpec:
     normalize: str | None = None
     normalize_given: Mapping[str, dict[str, list[float]]] | None = None
     texts: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    tokenizer: Tokenizer | None = None
+
+    @property
+    def state_text_keys(self) -> list[str]:
+        """Sample keys of the state text streams (what ``tokenizer`` tokenizes)."""
+        return [
+            k
+            for k, n in zip(self.names.obs_keys, self.obs, strict=True)
+            if self.texts.get(n) == "state"
+        ]
 
     @property
     def obs(self) -> list[str]:
@@ -218,6 +239,7 @@ def check_spec(
     image_size: tuple[int, int] | Mapping[str, tuple[int, int]] | None = None,
     resize: str = "pad",
     normalize: str | Mapping[str, Any] | None = None,
+    tokenizer: Tokenizer | None = None,
 ) -> DatasetSpec:
     """The :class:`DatasetSpec` of ``EpisodeDataset(...)``'s arguments (the same names).
 
@@ -246,6 +268,11 @@ def check_spec(
     }
     if transform is not None and not callable(transform):
         raise InvalidArgumentError(f"transform must be callable or None, got {transform!r}")
+    if tokenizer is not None and not callable(tokenizer):
+        raise InvalidArgumentError(
+            f"tokenizer must be callable (a list of strings -> a dict of tensors) or None, got "
+            f"{tokenizer!r}"
+        )
     every = slice_.segments
     chosen = every if segments is None else select_table(slice_.id, every, segments)
     names = resolve_names(obs, action)
@@ -272,8 +299,16 @@ def check_spec(
         shard_auto=shard == "auto",
         targets=check_image_size(image_size, resize, cameras),
         texts=texts,
+        tokenizer=tokenizer,
         **checked,
     )
+    if tokenizer is not None and not spec.state_text_keys:
+        raise InvalidArgumentError(
+            "tokenizer= tokenizes the state text streams in obs (task, language/subtask...), "
+            f"and obs has none (its text streams: {sorted(texts) or 'none'}, events are not "
+            f"tokenized); add one, e.g. obs=[..., 'task']; the slice's text streams: "
+            f"{', '.join(n for n in every.stream_names() if every.stream_values(n, 'kind') == {'text'}) or 'none'}"
+        )
     widths = {k: int(s[-1]) for k, (dt, s) in spec.sample_spec().items() if dt == "float32"}
     mode, given = check_normalize(normalize, widths)
     return dataclasses.replace(spec, normalize=mode, normalize_given=given)

@@ -16,15 +16,17 @@ different lengths would be refused.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
+import torch
 from torch.utils.data._utils.collate import default_collate_fn_map
 
+from rayform.errors import InvalidArgumentError
 from rayform.manifest import Stream
 
-__all__ = ["TextEvents", "events_in", "state_at", "text_values"]
+__all__ = ["TextEvents", "events_in", "state_at", "text_values", "tokenize"]
 
 
 class TextEvents(list[dict[str, Any]]):
@@ -114,3 +116,38 @@ def text_values(
     if n == 1:
         return values
     return [values[i * n : (i + 1) * n] for i in range(b)]
+
+
+def tokenize(
+    samples: list[dict[str, Any]],
+    keys: list[str],
+    tokenizer: Callable[[list[str]], Mapping[str, torch.Tensor]],
+) -> None:
+    """Add ``<key>_<name>`` to every sample: ``tokenizer`` run once per key on the batch's
+    strings (a key with history: its ``n`` strings per sample, rows ``(n, ...)``).
+
+    Raises:
+        InvalidArgumentError: the tokenizer returned no mapping of tensors with one row per
+            string.
+    """
+    if not samples:
+        return
+    for key in keys:
+        values = [s[key] for s in samples]
+        steps = len(values[0]) if isinstance(values[0], list) else 0
+        texts = [t for v in values for t in v] if steps else values
+        out = tokenizer(texts)
+        if not isinstance(out, Mapping) or not all(
+            isinstance(v, torch.Tensor) and v.ndim >= 1 and v.shape[0] == len(texts)
+            for v in out.values()
+        ):
+            raise InvalidArgumentError(
+                f"tokenizer({len(texts)} strings of {key!r}) returned {type(out).__name__}, not "
+                f"a dict of tensors with {len(texts)} rows; for a Hugging Face tokenizer pass "
+                "functools.partial(tokenizer, return_tensors='pt', padding='max_length', "
+                "truncation=True, max_length=L)"
+            )
+        for name, tensor in out.items():
+            rows = tensor.reshape(len(values), steps, *tensor.shape[1:]) if steps else tensor
+            for sample, row in zip(samples, rows.unbind(0), strict=True):
+                sample[f"{key}_{name}"] = row

@@ -43,10 +43,12 @@ from rayform.torch._spec import (
     DEFAULT_READAHEAD_BYTES,
     DatasetSpec,
     FromSpec,
+    Tokenizer,
     Transform,
     check_spec,
 )
 from rayform.torch._stats import dataset_stats, normalizer_of, stats_arrays
+from rayform.torch._text import tokenize
 from rayform.uri import DatasetURI
 
 __all__ = ["EpisodeDataset", "read_together"]
@@ -130,6 +132,11 @@ class EpisodeDataset(Dataset):
             statistics, computed on first use and cached like :meth:`stats`; components that
             never change are only centred; applied before ``transform``. :meth:`unnormalize`
             undoes it (docs/mixtures.md).
+        tokenizer: optional ``callable(list of N strings) -> {name: tensor (N, ...)}`` (e.g.
+            a Hugging Face tokenizer with ``return_tensors="pt", padding="max_length"``), run
+            on each batch's state text keys in the worker, before ``transform``: key ``task``
+            gets ``task_<name>`` per sample (``task_input_ids (L,)``...; ``(n, L)`` with
+            ``obs_steps=n``); the strings stay. Not in the URI (``from_uri`` takes it again).
 
     Raises:
         InvalidArgumentError: a value is not allowed (the message says what is).
@@ -160,6 +167,7 @@ class EpisodeDataset(Dataset):
         image_size: tuple[int, int] | dict[str, tuple[int, int]] | None = None,
         resize: str = "pad",
         normalize: str | Mapping[str, Any] | None = None,
+        tokenizer: Tokenizer | None = None,
     ) -> None:
         spec = check_spec(
             slice_, obs, action, fps, horizon, frame, segments=segments, obs_steps=obs_steps,
@@ -167,7 +175,7 @@ class EpisodeDataset(Dataset):
             ddp_even=ddp_even, decoder_cache_size=decoder_cache_size,
             decoder_backend=decoder_backend, decode_threads=decode_threads,
             readahead_bytes=readahead_bytes, image_size=image_size, resize=resize,
-            normalize=normalize,
+            normalize=normalize, tokenizer=tokenizer,
         )  # fmt: skip
         #: The dataset's arguments, checked (:class:`~rayform.torch.DatasetSpec`).
         self.spec: DatasetSpec = spec
@@ -342,6 +350,8 @@ class EpisodeDataset(Dataset):
         if self.spec.normalize is not None:
             norm = self._normalizer or self._make_normalizer()
             samples = [norm.apply(s) for s in samples]
+        if self.spec.tokenizer is not None:
+            tokenize(samples, self.spec.state_text_keys, self.spec.tokenizer)
         if self.spec.transform is not None:
             samples = [
                 self.spec.transformed(s, i, *t)
