@@ -25,7 +25,8 @@ def proxy(demo_server: ServerProcess) -> Iterator[CountingProxy]:
 def test_pull_fetches_each_blob_once_then_nothing(proxy: CountingProxy, tmp_path: Path) -> None:
     client = make_client(proxy.url, tmp_path / "cache")
     report = client.pull(DEMO_SLICE, jobs=4)
-    expected = client.slices.get(DEMO_SLICE).manifest.blobs()
+    slice_ = client.slices.get(DEMO_SLICE)
+    expected, manifest = slice_.manifest.blobs(), slice_.manifest_hash
     assert report.blobs == len(expected) == report.fetched_blobs
     assert report.fetched_bytes == report.bytes == sum(r.size for r in expected.values())
     assert proxy.blob_gets() == {h: 1 for h in expected}
@@ -34,7 +35,12 @@ def test_pull_fetches_each_blob_once_then_nothing(proxy: CountingProxy, tmp_path
     again = make_client(proxy.url, tmp_path / "cache").pull(DEMO_SLICE)
     assert again.fetched_blobs == 0 and again.fetched_bytes == 0
     assert again.cached_blobs == report.blobs
-    assert [p for p, _ in proxy.requests[before:]] == [f"/v1/slices/{DEMO_SLICE}"]
+    # What can change under a slice ID is asked again: the slice itself, and the latest
+    # version of its label set (docs/curation.md, "Offline"); no manifest, no blob.
+    assert [p for p, _ in proxy.requests[before:]] == [
+        f"/v1/slices/{DEMO_SLICE}",
+        f"/v1/slices/{DEMO_SLICE}/labels/{manifest}",
+    ]
 
 
 def test_pull_named_streams_only(proxy: CountingProxy, tmp_path: Path) -> None:
