@@ -287,6 +287,7 @@ def export_lerobot(
         done[doc["file"]] = doc
         if jobs > 1:  # workers report whole file groups
             bar.update(sum(ep["length"] for ep in doc["episodes"]))
+    bar.refresh()  # updates within tqdm's mininterval are not drawn; show the end state
     bar.close()
     _finish(root, identity, plan, features, cameras, done, robot_type, ds)
     return ExportReport(
