@@ -25,13 +25,16 @@ Mechanisms, and what replaces each when it is off:
   -> PyAV's ``reformat`` and one copy;
 * ``checks_on_disk``: the packet decoder's verdicts kept on disk (``_decoding/_checks.py``)
   -> each process checks again (a cost in time to the first batch, reported too);
-* ``in_place_batch``: frames written into the worker's next shared-memory batch
-  (``_collate.batch_tensor``/``batch_rows``) -> ``collate`` copies the rows into its slot;
-* ``batch_memory``: memory reused from block to block (``_batchmem.py``) -> new memory;
-* ``perm_tables``: a mixture's per-pass permutation tables (``_sampling/_perm.py``) -> the
-  Feistel network per draw;
+* ``scratch``: the decode and resize buffers kept between batches, resized through torch's
+  ``_upsample_bilinear2d_aa.out`` (``_decoding/_batch.py``) -> new buffers and
+  ``F.interpolate``;
 * ``page_rows``: a manifest page's rows read from its Arrow buffers (``manifest/_pagerows.py``)
   -> pyarrow's ``slice(i, 1).to_pylist()``.
+
+Removed after the first run, each for buying under 10 % on every row (docs/benchmarks.md): the
+frames written into the worker's next shared-memory batch (``in_place_batch``), block memory
+reused by reference count (``batch_memory``) and a mixture's per-pass permutation tables
+(``perm_tables``). ``--against DIR`` times another checkout's SDK (``before``) beside this one.
 
 Usage: ``.venv/bin/python -m bench.ablation [--episodes 4] [--rounds 3] [--batches 20]
 [--segments 100000] [--rows full,rend224,mixture,blocks,fleet] [--mechanisms ...]``.
@@ -57,9 +60,7 @@ MECHANISMS: dict[str, tuple[str, ...]] = {
     "packet_decoder": ("full", "rend224", "mixture", "blocks"),
     "swscale": ("full", "rend224", "mixture", "blocks"),
     "checks_on_disk": ("full", "rend224"),
-    "in_place_batch": ("full", "rend224", "mixture"),
-    "batch_memory": ("blocks",),
-    "perm_tables": ("mixture",),
+    "scratch": ("rend224", "mixture"),
     "page_rows": ("fleet",),
 }
 FLEET_SLICE = "slc_f1ee7001"
@@ -67,7 +68,9 @@ FLEET_SLICE = "slc_f1ee7001"
 
 def _turn_off(mechanism: str) -> dict[str, Any]:
     """Turn ``mechanism`` off in this process (and the workers it forks); returns the dataset
-    options that do it, if any."""
+    options that do it, if any. ``before``: nothing (another checkout's SDK, ``--against``)."""
+    import torch
+
     if mechanism == "packet_decoder":
         return {"decoder_backend": "torchcodec"}
     if mechanism == "swscale":
@@ -79,29 +82,21 @@ def _turn_off(mechanism: str) -> dict[str, Any]:
 
         _checks.load = lambda *a, **k: None  # type: ignore[assignment]
         _checks.store = lambda *a, **k: None  # type: ignore[assignment]
-    elif mechanism == "in_place_batch":
-        from rayform.torch import _collate
+    elif mechanism == "scratch":
+        from rayform.torch._decoding import _batch
 
-        init = _collate._Pool.__init__
+        resize = _batch.resize_frames
 
-        def no_prefill(self: Any) -> None:
-            init(self)
-            self.prefill_off = True
+        def fresh(frames: Any, target: Any, out: Any = None, scratch: Any = None) -> Any:
+            return resize(frames, target, out, None)
 
-        _collate._Pool.__init__ = no_prefill  # type: ignore[method-assign]
-    elif mechanism == "batch_memory":
-        from rayform.torch import _batchmem
-
-        _batchmem._use_count = lambda buffer: None
-    elif mechanism == "perm_tables":
-        from rayform.torch._sampling import _perm
-
-        _perm.TABLE_MAX = 0
+        _batch.resize_frames = fresh  # type: ignore[assignment]
+        _batch.Scratch.get = lambda self, name, nbytes: torch.empty(nbytes, dtype=torch.uint8)  # type: ignore[method-assign]
     elif mechanism == "page_rows":
         from rayform.manifest import _pagerows
 
         _pagerows.PageRows.of = staticmethod(lambda *a, **k: None)  # type: ignore[method-assign]
-    elif mechanism != "baseline":
+    elif mechanism not in ("baseline", "before"):
         raise SystemExit(f"unknown mechanism {mechanism!r}; known: {', '.join(MECHANISMS)}")
     return {}
 
@@ -127,17 +122,18 @@ def _child(row: str, mechanism: str, args: argparse.Namespace) -> dict[str, Any]
     import torch
     from torch.utils.data import DataLoader
 
+    import rayform
     from bench._timing import LOADER_KW
-    from bench.resize import DEMO, SLICE_ID, dataset, open_slice, renditions_slice_id
+    from bench.resize import DEMO, SLICE_ID, dataset, renditions_slice_id
     from rayform.torch import EpisodeSampler, MixtureDataset, collate
 
     torch.set_num_threads(1)
     kw = _turn_off(mechanism)
-    root = Path(args.root)
     if row == "fleet":
         return _fleet(Path(args.fleet_cache), args)
-    full = open_slice(root, SLICE_ID)
-    rend = open_slice(root, renditions_slice_id(240))
+    client = rayform.Client(cache_dir=_cache(args), offline=True)
+    full = client.slices.get(SLICE_ID)
+    rend = client.slices.get(renditions_slice_id(240))
     at224 = {"image_size": (224, 224), "resize": "pad", **kw}
     if row in ("full", "rend224"):
         slice_, opts = (full, kw) if row == "full" else (rend, at224)
@@ -164,23 +160,19 @@ def _child(row: str, mechanism: str, args: argparse.Namespace) -> dict[str, Any]
 
 
 def _blocks(ds: Any, args: argparse.Namespace) -> dict[str, float]:
-    """Blocks of 96 samples in time order into Arrow columns, each copied out."""
+    """A Ray read task's blocks of 96 samples in time order (``SliceDatasource.read_samples``,
+    without Ray), each copied out as Ray copies it into its object store."""
     import pyarrow as pa
-    from ray.data.block import BlockAccessor
 
-    from rayform.ray._data import _to_columns
-    from rayform.torch._batchmem import BatchMemory
+    from rayform.ray import SliceDatasource
 
-    memory = BatchMemory()
-    block_rows, n = 96, 0
-    starts = list(range(0, len(ds) - block_rows, block_rows))
-    for pos in starts[:1]:  # warm-up: open the decoders
-        ds.__getitems__(list(range(pos, pos + block_rows)))
-    t0, c0 = time.perf_counter(), time.process_time()
-    for pos in starts[: args.batches]:
-        idx = list(range(pos, pos + block_rows))
-        with memory:
-            table = BlockAccessor.batch_to_block(_to_columns(ds.__getitems__(idx), idx))
+    source = SliceDatasource(ds, max_block_bytes=256 << 20)
+    block_rows = 96
+    rows = range(0, min(len(ds), block_rows * (args.batches + 1)))
+    blocks = source.read_samples(rows, block_rows, len(rows))
+    next(blocks)  # warm-up: the dataset rebuilt from its URI, the decoders opened
+    n, t0, c0 = 0, time.perf_counter(), time.process_time()
+    for table in blocks:
         sink = pa.BufferOutputStream()  # a copy out, as Ray's put into its object store
         with pa.ipc.new_stream(sink, table.schema) as writer:
             writer.write_table(table)
@@ -215,23 +207,21 @@ def _fleet(cache: Path, args: argparse.Namespace) -> dict[str, float]:
     }
 
 
-def _prepare(args: argparse.Namespace) -> None:
-    from bench._serve import serving
-    from bench.fleet import _demo
-    from bench.resize import SLICE_ID, build, renditions_slice_id
+def _cache(args: argparse.Namespace) -> Path:
+    """The warm cache every loader row reads through (``rayform.Client(offline=True)``)."""
+    return Path(args.root).with_name(Path(args.root).name + "-cache")
 
-    root = Path(args.root)
-    build(root, args.episodes, SLICE_ID)
-    build(root, args.episodes, renditions_slice_id(240), (240,))
-    cache = Path(args.fleet_cache)
-    if "fleet" in args.rows and not (cache / "done").exists():
-        fleet_root = cache.parent / f"fleet-root-{args.segments}"
-        if not (fleet_root / "slices").is_dir():
-            print(f"[ablation] building a {args.segments}-segment fleet slice ...", flush=True)
-            _demo(fleet_root, FLEET_SLICE, args.segments)
-        with serving(fleet_root) as (url, token):
+
+def _pull(root: Path, cache: Path, slice_ids: list[str]) -> None:
+    """``rayform pull`` of ``slice_ids`` from ``rayform-server serve`` on ``root``, once."""
+    from bench._serve import serving
+
+    if (cache / "done").exists():
+        return
+    with serving(root) as (url, token):
+        for slice_id in slice_ids:
             subprocess.run(
-                [sys.executable, "-m", "rayform", "pull", FLEET_SLICE],
+                [sys.executable, "-m", "rayform", "pull", slice_id],
                 env={
                     **os.environ,
                     "RAYFORM_ENDPOINT": url,
@@ -241,7 +231,24 @@ def _prepare(args: argparse.Namespace) -> None:
                 check=True,
                 capture_output=True,
             )
-        (cache / "done").write_text("")
+    (cache / "done").write_text("")
+
+
+def _prepare(args: argparse.Namespace) -> None:
+    from bench.fleet import _demo
+    from bench.resize import SLICE_ID, build, renditions_slice_id
+
+    root = Path(args.root)
+    build(root, args.episodes, SLICE_ID)
+    build(root, args.episodes, renditions_slice_id(240), (240,))
+    _pull(root, _cache(args), [SLICE_ID, renditions_slice_id(240)])
+    cache = Path(args.fleet_cache)
+    if "fleet" in args.rows:
+        fleet_root = cache.parent / f"fleet-root-{args.segments}"
+        if not (fleet_root / "slices").is_dir():
+            print(f"[ablation] building a {args.segments}-segment fleet slice ...", flush=True)
+            _demo(fleet_root, FLEET_SLICE, args.segments)
+        _pull(fleet_root, cache, [FLEET_SLICE])
 
 
 def _run(row: str, mechanism: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -249,6 +256,9 @@ def _run(row: str, mechanism: str, args: argparse.Namespace) -> dict[str, Any]:
     cmd += ["--root", args.root, "--fleet-cache", args.fleet_cache]
     cmd += ["--batches", str(args.batches), "--warmup", str(args.warmup)]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    if mechanism == "before":  # another checkout's SDK first on the path, everything on
+        sdk = [str(Path(args.against) / d) for d in ("sdk", "server_stub")]
+        env["PYTHONPATH"] = os.pathsep.join([*sdk, env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     out = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=HERE.parent)
     if out.returncode != 0:
         raise RuntimeError(f"{row}/{mechanism} failed:\n{out.stderr[-3000:]}")
@@ -272,7 +282,7 @@ def _table(results: dict[str, dict[str, list[dict[str, Any]]]]) -> str:
         rate, cpu = med(r, "baseline", "samples_per_s"), med(r, "baseline", "cpu_s_per_sample")
         cells.append(f"{rate:.0f}/s, {cpu * 1e3:.2f} ms" if rate and cpu else "-")
     lines.append("| none: samples/s, CPU per sample | " + " | ".join(cells) + " |")
-    for mech, on in MECHANISMS.items():
+    for mech, on in {"before": ROWS, **MECHANISMS}.items():
         cells = []
         for r in rows:
             b_cpu, m_cpu = med(r, "baseline", "cpu_s_per_sample"), med(r, mech, "cpu_s_per_sample")
@@ -309,6 +319,10 @@ def main() -> int:
     ap.add_argument("--root", default=None)
     ap.add_argument("--fleet-cache", default=None)
     ap.add_argument("--out", type=Path, default=HERE / "results" / "ablation.json")
+    ap.add_argument(
+        "--against",
+        help="another checkout (e.g. a git worktree of main): its SDK is timed as 'before'",
+    )
     ap.add_argument("--report", type=Path, help="print the table of a results file, run nothing")
     args = ap.parse_args()
     if args.report:
@@ -318,7 +332,7 @@ def main() -> int:
     args.root = args.root or str(bench_dir / f"resize-e{args.episodes}")
     args.fleet_cache = args.fleet_cache or str(bench_dir / f"fleet-cache-{args.segments}")
     if args.child:
-        print(json.dumps(_child(*args.child, args)))
+        print(json.dumps(_child(args.child[0], args.child[1], args)))
         return 0
     args.rows = [r for r in args.rows.split(",") if r]
     mechanisms = [m for m in args.mechanisms.split(",") if m]
@@ -326,7 +340,8 @@ def main() -> int:
     results: dict[str, dict[str, list[dict[str, Any]]]] = {}
     for rnd in range(args.rounds):
         for row in args.rows:
-            for mech in ["baseline", *(m for m in mechanisms if row in MECHANISMS[m])]:
+            before = ["before"] if args.against else []
+            for mech in ["baseline", *before, *(m for m in mechanisms if row in MECHANISMS[m])]:
                 res = _run(row, mech, args)
                 results.setdefault(row, {}).setdefault(mech, []).append(res)
                 print(f"[ablation] round {rnd + 1} {row:8s} {mech:15s} {res}", flush=True)

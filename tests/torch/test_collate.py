@@ -9,8 +9,8 @@ import multiprocessing as mp
 import numpy as np
 import pytest
 import torch
+from support.batches import assert_same
 from support.datasets import FPS, build_slice
-from torch.utils._pytree import tree_flatten
 from torch.utils.data import DataLoader, Dataset, default_collate
 
 import rayform.torch
@@ -45,18 +45,6 @@ class Samples(Dataset):
 
 def expected(i: int) -> dict:
     return Samples()[i]
-
-
-def assert_same(a, b) -> None:
-    fa, sa = tree_flatten(a)
-    fb, sb = tree_flatten(b)
-    assert sa == sb
-    for x, y in zip(fa, fb, strict=True):
-        assert type(x) is type(y)
-        if isinstance(x, torch.Tensor):
-            assert x.dtype == y.dtype and x.shape == y.shape and torch.equal(x, y)
-        else:
-            assert x == y
 
 
 def loader(ds: Dataset, collate_fn=collate, **kw) -> DataLoader:

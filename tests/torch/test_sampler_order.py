@@ -7,7 +7,6 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from rayform.torch._sampling import _perm
 from rayform.torch._sampling._order import WindowStream, episode_streams, plan
 from rayform.torch._sampling._perm import PassPermutations, Permutation, derive_key
 
@@ -160,18 +159,14 @@ def test_windowed_order_is_fixed_by_seed_and_epoch() -> None:
     assert set(seen) == set(range(200)) and len(seen) - 200 <= 2
 
 
-@pytest.mark.parametrize("tables", [True, False], ids=["tables", "rounds"])
-def test_passes_are_the_tweaked_permutation_whether_tabled_or_not(monkeypatch, tables) -> None:
-    if not tables:
-        monkeypatch.setattr(_perm, "TABLE_MAX", 10)
+def test_passes_are_the_tweaked_permutation() -> None:
     n, key = 37, derive_key("passes", 3)
-    passes = PassPermutations(n, key, keep=2)
+    passes = PassPermutations(n, key)
     perm = Permutation(n, key)
     rng = np.random.default_rng(0)
-    for _ in range(6):  # draws over up to 5 passes, in no order: tables built, evicted, rebuilt
+    for _ in range(6):  # draws over up to 5 passes, in no order
         j = rng.integers(0, 5 * n, 40)
         assert np.array_equal(passes(j), perm(j % n, tweak=j // n))
-    assert len(passes._tables) == (2 if tables else 0)
     every = np.arange(3 * n)
     out = passes(every)  # each pass a permutation of the source, and the passes differ
     for p in range(3):

@@ -8,9 +8,9 @@ them in two threads and asks Ray for two CPUs. Each Ray worker process rebuilds 
 from its URI (``EpisodeDataset.from_uri``) once, with the driver's client (its cache directory,
 shared mode, offline mode and limits travel with it), and keeps it for its next tasks and
 later reads of the same dataset, client and options; a task reads its rows with
-``__getitems__`` in time order into memory reused from block to block (``BatchMemory``) and
-yields blocks sized to pass Ray's block shaping whole (:func:`rows_per_block`): a consumer's
-batches of 32 rows are then views of one block, not copies of pieces of several. The rows
+``__getitems__`` in time order and yields blocks sized to pass Ray's block shaping whole
+(:func:`rows_per_block`): a consumer's batches of 32 rows are then views of one block, not
+copies of pieces of several. The rows
 are the dataset's samples, exactly: the same tensors as ``dataset[index]`` (``meta``
 flattened into ``meta/...`` columns, plus ``meta/index``).
 """
@@ -33,7 +33,6 @@ from ray.data.datasource import Datasource, ReadTask
 from rayform.errors import InvalidArgumentError
 from rayform.slice import Slice
 from rayform.torch import EpisodeDataset
-from rayform.torch._batchmem import BatchMemory
 
 __all__ = [
     "ROWS",
@@ -74,8 +73,6 @@ _TASK_OPTIONS = ("transform", "decoder_cache_size", "decoder_backend", "decode_t
 #: Datasets a worker process keeps for its next read tasks (by URI and datasource).
 _DATASETS: dict[tuple[str, str], EpisodeDataset] = {}
 _KEEP = 2
-#: Their batch memory, reused by the next block of a task and by the worker's next task.
-_MEMORY: dict[tuple[str, str], BatchMemory] = {}
 
 
 def read_slice(
@@ -375,17 +372,9 @@ class SliceDatasource(Datasource):
         dataset = self._dataset()
         start = rows.start
         stop = min(rows.stop, start + max(0, limit))
-        # Ray copies each block into its object store at the yield, before the next is read:
-        # the frames of the next block can go into the same memory (unless still referenced).
-        memory = _MEMORY.setdefault((self._uri, self._token), BatchMemory())
         for pos in range(start, stop, block_rows):
             indices = list(range(pos, min(pos + block_rows, stop)))
-            with memory:
-                block = BlockAccessor.batch_to_block(
-                    _to_columns(dataset.__getitems__(indices), indices)
-                )
-            yield block
-            del block  # this frame's reference would keep the buffer from the next block
+            yield BlockAccessor.batch_to_block(_to_columns(dataset.__getitems__(indices), indices))
 
     def _dataset(self) -> EpisodeDataset:
         """The dataset, rebuilt from its URI once per worker process and datasource (a Ray
@@ -397,7 +386,6 @@ class SliceDatasource(Datasource):
                 self._uri, client=self._slice.client, shard=None, **self._options
             )
             while len(_DATASETS) >= _KEEP:
-                _MEMORY.pop(next(iter(_DATASETS)), None)
                 _DATASETS.pop(next(iter(_DATASETS)))
             _DATASETS[key] = dataset
         return dataset

@@ -20,7 +20,7 @@ gets two transform seeds (two different augmentations), its first draw the seed 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence, Sized
+from collections.abc import Callable, Mapping, Sequence, Sized
 from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
@@ -37,7 +37,6 @@ from rayform._checks import (
 from rayform.errors import InvalidArgumentError
 from rayform.torch._layout import Layout, SourcePlan, Spec, check_same_keys
 from rayform.torch._lineage import mixture_arguments, mixture_uri
-from rayform.torch._mixread import read_draws
 from rayform.torch._normalize import Values
 from rayform.torch._sampling import (
     IndexStream,
@@ -48,7 +47,7 @@ from rayform.torch._sampling import (
     derive_key,
     mix64,
 )
-from rayform.torch.dataset import EpisodeDataset
+from rayform.torch.dataset import EpisodeDataset, read_together
 
 if TYPE_CHECKING:
     from rayform.client import Client
@@ -262,14 +261,14 @@ class MixtureDataset(Dataset):
     # -- samples ---------------------------------------------------------------------------
     def __getitem__(self, key: tuple[int, int]) -> dict[str, Any]:
         """One sample for a key ``(index, epoch)`` from :class:`~rayform.torch.EpisodeSampler`."""
-        return self._read([key], batched=False)[0]
+        return self._read([key])[0]
 
     def __getitems__(self, keys: Sequence[tuple[int, int]]) -> list[dict[str, Any]]:
         """Samples for many keys, every source's share read in one pass
-        (:func:`~rayform.torch._mixread.read_draws`)."""
-        return self._read(keys, batched=True)
+        (:func:`read_draws`)."""
+        return self._read(keys)
 
-    def _read(self, keys: Sequence[tuple[int, int]], batched: bool) -> list[dict[str, Any]]:
+    def _read(self, keys: Sequence[tuple[int, int]]) -> list[dict[str, Any]]:
         flat = np.empty(len(keys), dtype=np.int64)
         epochs = np.empty(len(keys), dtype=np.int64)
         for j, key in enumerate(keys):
@@ -288,7 +287,7 @@ class MixtureDataset(Dataset):
             src[at], local[at], repeat[at] = self._draws(flat[at], e)
         draws = list(zip(local.tolist(), epochs.tolist(), repeat.tolist(), strict=True))
         apply = None if self._plans is None else self._apply_plan
-        return read_draws(self.sources, self.source_names, src, draws, apply, self.layout, batched)
+        return read_draws(self.sources, self.source_names, src, draws, apply)
 
     def _apply_plan(self, k: int, sample: dict[str, Any]) -> dict[str, Any]:
         assert self._plans is not None
@@ -500,3 +499,30 @@ def _by_role(
     if name == first_action and action is not None:
         return stats.get(action)
     return stats.get(name)
+
+
+#: ``apply(k, sample)``: source ``k``'s sample in the mixture's layout.
+Apply = Callable[[int, dict[str, Any]], dict[str, Any]]
+
+
+def read_draws(
+    sources: Sequence[Any],
+    names: Sequence[str],
+    src: np.ndarray,
+    keys: list[tuple[int, int, int]],
+    apply: Apply | None,
+) -> list[dict[str, Any]]:
+    """Samples of draws ``keys`` (``(index in the source, epoch, repeat)``) of sources ``src``
+    (``(N,)``), in order; ``apply`` puts a sample in the mixture's layout (``None``: none)."""
+    shares = [(k, np.flatnonzero(src == k)) for k in np.unique(src).tolist()]
+    parts = [(sources[k], [keys[j] for j in where.tolist()]) for k, where in shares]
+    if all(isinstance(ds, EpisodeDataset) for ds, _ in parts):
+        read = read_together(parts)
+    else:  # a nested mixture (or a user's dataset) reads its own share
+        read = [ds.__getitems__(share) for ds, share in parts]
+    out: list[dict[str, Any]] = [{}] * len(src)
+    for (k, where), samples in zip(shares, read, strict=True):
+        for j, sample in zip(where.tolist(), samples, strict=True):
+            sample["meta"] = {**sample["meta"], "source": int(k), "source_name": names[k]}
+            out[j] = sample if apply is None else apply(k, sample)
+    return out

@@ -22,10 +22,10 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 import torch
@@ -37,7 +37,6 @@ from rayform.errors import IntegrityError, OfflineError
 from rayform.manifest import BlobRef, Stream
 from rayform.torch._align import align_values, latest_at_or_before
 from rayform.torch._blobs import reader_pins
-from rayform.torch._columns import BatchColumns
 from rayform.torch._conventions import convert
 from rayform.torch._decoding import (
     BatchPlan,
@@ -193,34 +192,22 @@ class SampleReader:
         return t_ns, values
 
     # -- reading ---------------------------------------------------------------------------
-    def read(
-        self,
-        seg_pos: np.ndarray,
-        steps: np.ndarray,
-        batched: bool = False,
-        given: Mapping[str, Sequence[torch.Tensor]] | None = None,
-    ) -> list[dict[str, Any]]:
-        """Samples for parallel arrays of segment positions and grid steps, in that order
-        (``batched``, ``given``: as in :meth:`plan`)."""
+    def read(self, seg_pos: np.ndarray, steps: np.ndarray) -> list[dict[str, Any]]:
+        """Samples for parallel arrays of segment positions and grid steps, in that order."""
         if self.spec.decode_threads > 0:
             # Starting 2 threads costs ~0.1 ms against ~60 ms of decoding per batch of 32.
             # Leaving the block waits for every decode, even on error.
             with ThreadPoolExecutor(
                 self.spec.decode_threads, thread_name_prefix="rayform-decode"
             ) as pool:
-                return self._read(seg_pos, steps, pool, batched, given)
-        return self._read(seg_pos, steps, None, batched, given)
+                return self._read(seg_pos, steps, pool)
+        return self._read(seg_pos, steps, None)
 
     def _read(
-        self,
-        seg_pos: np.ndarray,
-        steps: np.ndarray,
-        pool: ThreadPoolExecutor | None,
-        batched: bool,
-        given: Mapping[str, Sequence[torch.Tensor]] | None,
+        self, seg_pos: np.ndarray, steps: np.ndarray, pool: ThreadPoolExecutor | None
     ) -> list[dict[str, Any]]:
         with contextlib.ExitStack() as stack:
-            plan = self.plan(seg_pos, steps, stack, pool, batched, given)
+            plan = self.plan(seg_pos, steps, stack, pool)
             run_plans([plan], pool, max(1, self.spec.decode_threads))
             return plan.finish()
 
@@ -230,8 +217,6 @@ class SampleReader:
         steps: np.ndarray,
         stack: contextlib.ExitStack,
         pool: ThreadPoolExecutor | None = None,
-        batched: bool = False,
-        given: Mapping[str, Sequence[torch.Tensor]] | None = None,
     ) -> BatchPlan:
         """A batch's read up to its decodes at a training resolution: tables aligned, paths
         resolved, other decodes started (in ``pool``, when there is one). :func:`run_plans`
@@ -239,19 +224,13 @@ class SampleReader:
         then ``plan.finish()`` builds the samples. Under a bounded cache, the batch's blobs
         stay pinned until ``stack`` closes.
 
-        Every value of the batch is written into one ``(B, ...)`` tensor per sample key (the
+        Every vector of the batch is written into one ``(B, ...)`` tensor per sample key (the
         segments' rows scattered there by one numpy assignment each), and each sample holds a
         row of it: the per-sample work is one ``unbind`` per key and one dict per sample.
-
-        With ``batched`` (the samples are collated in this order, untransformed), a camera
-        read with one observation step goes straight into one ``(B, 3, H, W)`` tensor
-        (:func:`~rayform.torch._collate.batch_tensor`: in a worker, the batch's shared memory),
-        sample ``i`` holding row ``i``: ``collate`` keeps it in place. Without ``normalize``
-        (which replaces the vectors) the vectors, the action, its mask and ``t_ns`` go there
-        too. ``given``: camera stream -> the ``(3, H, W)`` rows (of a caller's batch tensor, a
-        mixture's) its frames go to, one per sample, with one observation step."""
+        A sample's camera frame is a view of its segment's decoded frames (``collate`` copies
+        it once)."""
         state = self._state.get()
-        batch = self._columns(seg_pos, batched and self.obs_steps == 1, given or {})
+        batch = self._columns(seg_pos)
         pending = [(np.flatnonzero(seg_pos == s), s) for s in np.unique(seg_pos).tolist()]
         jobs: list[ResizeJob] = []
         if state.pins is not None and (self.targets or pool is not None):
@@ -273,49 +252,30 @@ class SampleReader:
 
         return BatchPlan(jobs, finish, state.scratch)
 
-    def _columns(
-        self, seg_pos: np.ndarray, in_place: bool, given: Mapping[str, Sequence[torch.Tensor]]
-    ) -> BatchColumns:
+    def _columns(self, seg_pos: np.ndarray) -> BatchColumns:
         """The batch's values, key by key in the samples' order: ``(B, ...)`` tensors where
-        every segment of the batch gives a key one shape. ``in_place``: cameras go into the
-        batch's shared memory, and the rest too unless ``normalize`` replaces the vectors."""
+        every segment of the batch gives a vector key one width; cameras and text sample by
+        sample."""
         segments = self.index.segments
         segs = [segments[s] for s in np.unique(seg_pos).tolist()]
-        shared = in_place and self.spec.normalize is None
         lead = () if self.obs_steps == 1 else (self.obs_steps,)
         batch = BatchColumns(len(seg_pos))
         for name in self.obs:
-            if name in self.spec.texts:  # strings or lists of records, sample by sample
-                batch.add(name, None, torch.uint8)
-                if lead:
-                    batch.add(f"{name}_is_pad", lead, torch.bool, shared)
-                continue
-            streams = [seg.streams[name] for seg in segs]
-            if name in given and self.obs_steps == 1:
-                batch.add_rows(name, given[name])
-            elif all(st.kind == "video" for st in streams):
-                target = self.targets.get(name)
-                if target is not None:
-                    sizes = {(target.height, target.width)}
-                else:
-                    sizes = {(int(st.shape[0]), int(st.shape[1])) for st in streams}
-                if in_place and len(sizes) == 1:
-                    batch.add(name, (3, *sizes.pop()), torch.uint8, shared=True, written=False)
-                else:
-                    batch.add(name, None, torch.uint8)
+            streams = [seg.streams.get(name) for seg in segs]
+            if name in self.spec.texts or any(st is None or st.kind == "video" for st in streams):
+                batch.add(name, None, torch.uint8)  # frames, strings or lists of records
             else:
-                widths = {tuple(st.shape[-1:]) for st in streams if st.kind != "video"}
-                one = len(widths) == 1 and len(streams) == len(segs)
-                batch.add(name, (*lead, *widths.pop()) if one else None, torch.float32, shared)
+                widths = {tuple(st.shape[-1:]) for st in streams if st is not None}
+                batch.add(name, (*lead, *widths.pop()) if len(widths) == 1 else None, torch.float32)
             if lead:
-                batch.add(f"{name}_is_pad", lead, torch.bool, shared)
+                batch.add(f"{name}_is_pad", lead, torch.bool)
         if self.action is not None:
             widths = {tuple(seg.streams[self.action].shape[-1:]) for seg in segs}
             horizon = (self.spec.horizon,)
             shape = (*horizon, *widths.pop()) if len(widths) == 1 else None
-            batch.add("action", shape, torch.float32, shared)
-            batch.add("action_is_pad", horizon, torch.bool, shared)
-        batch.add("t_ns", (), torch.int64, shared)
+            batch.add("action", shape, torch.float32)
+            batch.add("action_is_pad", horizon, torch.bool)
+        batch.add("t_ns", (), torch.int64)
         return batch
 
     def _read_segment(
@@ -342,7 +302,7 @@ class SampleReader:
             obs_pad = obs_steps < 0
             obs_t = index.times_ns(s, np.maximum(obs_steps, 0))  # (B, n)
         # frames (None: placed in the batch), inverse (B, n)
-        videos: dict[str, tuple[Future[torch.Tensor | None], np.ndarray]] = {}
+        videos: dict[str, tuple[Future[torch.Tensor], np.ndarray]] = {}
         rows = where.tolist()
         for name in self.obs:
             timing = self.spec.texts.get(name)
@@ -355,11 +315,7 @@ class SampleReader:
                 continue
             stream = seg.streams[name]
             if stream.kind == "video":
-                placed = batch.rows.get(name)
-                dest = None if placed is None else [placed[i] for i in rows]
-                videos[name] = self._video(
-                    state, stream, obs_t, pool, self.targets.get(name), jobs, dest
-                )
+                videos[name] = self._video(state, stream, obs_t, pool, self.targets.get(name), jobs)
             else:
                 t_rec, rec = self.table(stream)
                 values = convert(rec[latest_at_or_before(t_rec, obs_t)], stream, self.spec.frame)
@@ -388,8 +344,6 @@ class SampleReader:
             batch.meta(rows, meta)
             for name, (future, inverse) in videos.items():
                 frames = future.result()
-                if frames is None:  # decoded or resized straight into the batch's rows
-                    continue
                 if self.obs_steps > 1:  # a small gather of n frames per sample
                     gather = torch.from_numpy(inverse)
                     batch.scatter(name, rows, [frames[gather[b]] for b in range(len(rows))])
@@ -407,12 +361,9 @@ class SampleReader:
         pool: ThreadPoolExecutor | None,
         target: Target | None,
         jobs: list[ResizeJob],
-        dest: list[torch.Tensor] | None = None,
-    ) -> tuple[Future[torch.Tensor | None], np.ndarray]:
+    ) -> tuple[Future[torch.Tensor], np.ndarray]:
         """Frames at the latest frame time <= each query ``t_query (B, n)``, resized to
-        ``target`` when there is one (then only requested: appended to ``jobs``), and with
-        ``dest`` (one ``(3, H, W)`` row per query, ``n == 1``) written there (the future then
-        gets ``None``).
+        ``target`` when there is one (then only requested: appended to ``jobs``).
 
         Returns:
             ``frames``, a future of ``uint8 (U, 3, H, W)``: the unique frames decoded in one
@@ -440,25 +391,12 @@ class SampleReader:
             )
         args = (blob.hash, path, unique, stream.rate_hz, stream.name)
         inverse = inverse.reshape(t_query.shape)
-        done: Future[torch.Tensor | None] = Future()
-        rows: list[list[torch.Tensor]] | None = None  # per unique frame, its batch rows
-        if dest is not None:
-            rows = [[] for _ in range(len(unique))]
-            for row, u in zip(dest, inverse[:, 0].tolist(), strict=True):
-                rows[u].append(row)
+        done: Future[torch.Tensor] = Future()
         if target is not None:
-            jobs.append(ResizeJob(done, state.decoders, args, target, size, rows))
-            return done, inverse
-        if rows is not None:  # decoded straight into the batch rows
-            if pool is not None:
-                return pool.submit(_decode_into, state.decoders, args, rows), inverse
-            done.set_result(_decode_into(state.decoders, args, rows))
+            jobs.append(ResizeJob(done, state.decoders, args, target, size))
             return done, inverse
         if pool is not None:
-            return cast(
-                "Future[torch.Tensor | None]",
-                pool.submit(_decode_contiguous, state.decoders, *args),
-            ), inverse
+            return pool.submit(_decode_contiguous, state.decoders, *args), inverse
         done.set_result(state.decoders.get_frames(*args))
         return done, inverse
 
@@ -491,11 +429,67 @@ def _decode_contiguous(
     return decoders.get_frames(key, path, indices, rate_hz, stream).contiguous()
 
 
-def _decode_into(
-    decoders: DecoderCache,
-    args: tuple[str, Path, np.ndarray, float, str],
-    rows: list[list[torch.Tensor]],
-) -> torch.Tensor | None:
-    """Decode the frames of ``args`` (``get_frames``') into their batch ``rows``; ``None``."""
-    decoders.get_frames(*args, rows=rows)
-    return None
+_NUMPY = {
+    torch.float32: np.float32,
+    torch.int64: np.int64,
+    torch.bool: np.bool_,
+    torch.uint8: np.uint8,
+}
+
+
+class BatchColumns:
+    """The values of a batch of ``size`` samples, by sample key, in the samples' key order."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        #: Key -> the rows of its ``(size, ...)`` tensor (sample ``i`` holds row ``i``).
+        self.rows: dict[str, Sequence[torch.Tensor]] = {}
+        self._arrays: dict[str, np.ndarray] = {}  # numpy views of the tensors written by put
+        self._dtypes: dict[str, torch.dtype] = {}
+        self._lists: dict[str, list[Any]] = {}  # per-segment values, sample by sample
+        self._keys: list[str] = []
+        self._metas: list[dict[str, Any]] = [{}] * size
+
+    def add(self, key: str, shape: tuple[int, ...] | None, dtype: torch.dtype) -> None:
+        """Declare ``key`` (next in the samples' key order) with one sample's ``shape``
+        (``None``: per-segment values, placed with :meth:`scatter`)."""
+        self._keys.append(key)
+        self._dtypes[key] = dtype
+        if shape is None:
+            self._lists[key] = [None] * self.size
+            return
+        tensor = torch.empty((self.size, *shape), dtype=dtype)
+        self.rows[key] = tensor.unbind(0)
+        self._arrays[key] = tensor.numpy()
+
+    def put(self, key: str, where: np.ndarray, values: np.ndarray) -> None:
+        """Samples ``where`` of ``key`` are ``values`` (``(len(where), ...)``, cast to the
+        key's dtype as ``astype`` casts)."""
+        array = self._arrays.get(key)
+        if array is not None:
+            array[where] = values
+            return
+        tensor = torch.from_numpy(np.ascontiguousarray(values, dtype=_NUMPY[self._dtypes[key]]))
+        self.scatter(key, where.tolist(), tensor.unbind(0))
+
+    def scatter(self, key: str, where: list[int], values: Sequence[Any]) -> None:
+        """Samples ``where`` of the per-segment ``key`` are ``values``."""
+        column = self._lists[key]
+        for i, value in zip(where, values, strict=True):
+            column[i] = value
+
+    def meta(self, where: list[int], meta: dict[str, Any]) -> None:
+        """Samples ``where`` have ``meta`` (each gets its own copy)."""
+        for i in where:
+            self._metas[i] = meta
+
+    def samples(self) -> list[dict[str, Any]]:
+        """One dict per sample: its row of every key, then ``meta``."""
+        keys = self._keys
+        columns = [self.rows[k] if k in self.rows else self._lists[k] for k in keys]
+        out = []
+        for values, meta in zip(zip(*columns, strict=True), self._metas, strict=True):
+            sample = dict(zip(keys, values, strict=True))
+            sample["meta"] = dict(meta)
+            out.append(sample)
+        return out

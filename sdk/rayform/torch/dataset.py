@@ -15,7 +15,6 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
-import torch
 from torch.utils.data import Dataset, get_worker_info
 
 from rayform._boundary import argument_errors
@@ -329,7 +328,7 @@ class EpisodeDataset(Dataset):
 
     def __getitems__(self, keys: Sequence[int | tuple[int, ...]]) -> list[dict[str, Any]]:
         """Samples for many keys; frames of each episode are decoded in one batched call."""
-        return read_together([(self, keys)], batched=True)[0]
+        return read_together([(self, keys)])[0]
 
     def _locate(self, keys: Sequence[Any]) -> tuple[np.ndarray, list[tuple[int, int]], Located]:
         """Flat indices, transform tags and ``(episode, step)`` of ``keys``; read-ahead and the
@@ -491,29 +490,21 @@ class EpisodeDataset(Dataset):
 
 def read_together(
     parts: Sequence[tuple[EpisodeDataset, Sequence[Any]]],
-    batched: bool = False,
-    given: Sequence[Mapping[str, Sequence[torch.Tensor]] | None] | None = None,
 ) -> list[list[dict[str, Any]]]:
     """The samples of several datasets' keys (a mixture's sources' shares of a batch, or one
     dataset's batch) read in one pass: every part's tables are aligned, then the frames every
     part reads at a training resolution are decoded and resized together (frames of the same
     size and target share buffers and resize calls), then each part's samples are built. A
-    dataset with ``decode_threads`` reads its part alone, in its own threads. ``batched``: one
-    part, a batch collated as it is read (``__getitems__``): without a transform, its frames
-    are resized straight into the batch's tensors (see ``SampleReader.plan``). ``given``: per
-    part, camera stream -> the rows its samples' frames go to (a mixture's batch tensors)."""
+    dataset with ``decode_threads`` reads its part alone, in its own threads."""
     with contextlib.ExitStack() as stack:
         pending: list[_Pending] = []
-        for k, (ds, keys) in enumerate(parts):
+        for ds, keys in parts:
             flat, tags, (seg, step) = ds._locate(keys)
-            # One dataset's own batch, untransformed: frames go straight into the batch.
-            in_place = batched and ds.spec.transform is None
-            rows = given[k] if given is not None else None
             if ds.decode_threads > 0:
-                done = ds._reader.read(seg, step, in_place, rows)
+                done = ds._reader.read(seg, step)
                 pending.append((ds, flat, tags, done.copy, None))
             else:
-                plan = ds._reader.plan(seg, step, stack, batched=in_place, given=rows)
+                plan = ds._reader.plan(seg, step, stack)
                 pending.append((ds, flat, tags, plan.finish, plan))
         run_plans([plan for *_, plan in pending if plan is not None])
         return [ds._finish(finish(), flat, tags) for ds, flat, tags, finish, _ in pending]

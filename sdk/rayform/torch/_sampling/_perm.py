@@ -14,7 +14,7 @@ import numpy as np
 
 from rayform._hashing import hash_bytes
 
-__all__ = ["PassPermutations", "Permutation", "TABLE_MAX", "derive_key", "mix64"]
+__all__ = ["PassPermutations", "Permutation", "derive_key", "mix64"]
 
 _ROUNDS = 6
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
@@ -108,39 +108,14 @@ class Permutation:
         return (left << self._half) | right
 
 
-#: Sources of at most this many samples get each pass's permutation as a table (8 bytes a
-#: sample): one vectorised call per pass, then a lookup per draw, where the Feistel rounds and
-#: cycle walking cost ~5 us a draw at batch sizes (numpy's per-call overhead on small arrays).
-TABLE_MAX = 1 << 20
-
-
 class PassPermutations:
     """Draws ``j`` over a source of ``n`` samples, pass ``j // n`` its own permutation:
-    ``Permutation(n, key)(j % n, tweak=j // n)``, the same values; each pass's table is built
-    once where ``n <= TABLE_MAX`` (the last ``keep`` passes are kept)."""
+    ``Permutation(n, key)(j % n, tweak=j // n)``."""
 
-    def __init__(self, n: int, key: int, keep: int = 2) -> None:
+    def __init__(self, n: int, key: int) -> None:
         self.n = int(n)
         self._perm = Permutation(self.n, key)
-        self._keep = keep
-        self._tables: dict[int, np.ndarray] = {}
 
     def __call__(self, draws: np.ndarray) -> np.ndarray:
-        j = np.asarray(draws, dtype=np.int64)
-        passes, within = np.divmod(j, self.n)
-        if self.n > TABLE_MAX:
-            return self._perm(within, tweak=passes)
-        out = np.empty_like(j)
-        for p in np.unique(passes).tolist():
-            at = passes == p
-            out[at] = self._table(p)[within[at]]
-        return out
-
-    def _table(self, p: int) -> np.ndarray:
-        table = self._tables.get(p)
-        if table is None:
-            if len(self._tables) >= self._keep:
-                del self._tables[next(iter(self._tables))]  # the oldest pass
-            everything = np.arange(self.n, dtype=np.int64)
-            table = self._tables[p] = self._perm(everything, tweak=np.full(self.n, p))
-        return table
+        passes, within = np.divmod(np.asarray(draws, dtype=np.int64), self.n)
+        return self._perm(within, tweak=passes)
