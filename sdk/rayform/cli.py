@@ -358,7 +358,7 @@ environment variables:
   RAYFORM_TOKEN          access token; never printed
   RAYFORM_CACHE_DIR      cache directory (same as --cache-dir; default ~/.cache/rayform on Linux)
   RAYFORM_OFFLINE        1: never touch the network (same as --offline)
-  RAYFORM_NO_LOCKS       1: no per-blob file locks (for filesystems where locking hangs)
+  RAYFORM_NO_LOCKS       1: no per-blob download claims (for filesystems where they hang)
   RAYFORM_CACHE_LIMIT    bytes the cache may hold, e.g. 50GB (evicts least recently used blobs)
   RAYFORM_STALL_TIMEOUT  seconds a download may make no progress before it fails (default 120)
   RAYFORM_MIN_RATE       slowest body that counts as progress, e.g. 10kB/s (default 1KiB/s; 0: off)

@@ -188,8 +188,9 @@ class Client:
         cache_dir: cache directory; default ``RAYFORM_CACHE_DIR``, else the user cache dir
             (``~/.cache/rayform`` on Linux).
         offline: never open a network connection; default ``RAYFORM_OFFLINE=1``.
-        locks: per-blob file locks against duplicate downloads (``RAYFORM_NO_LOCKS=1``
-            disables them); correctness never depends on them.
+        locks: one download claim per blob against duplicate downloads, on this host and
+            across nodes (``RAYFORM_NO_LOCKS=1`` disables them); correctness never depends
+            on them.
         shared: group-writable cache for a team (directories setgid ``0o2775``).
         timeout: per-request timeout in seconds (connect, and each read).
         attempts: attempts per request before giving up (retries back off exponentially).

@@ -202,7 +202,7 @@ def _dead_pid() -> int:
 
 
 def test_clean_tmp_removes_only_files_of_dead_writers(tmp_path: Path) -> None:
-    cache = Cache(tmp_path / "c")
+    cache = Cache(tmp_path / "c", stale_s=1.0)
     tmp = tmp_path / "c" / "tmp"
     tmp.mkdir(parents=True)
     h = "ab" * 32
@@ -210,13 +210,21 @@ def test_clean_tmp_removes_only_files_of_dead_writers(tmp_path: Path) -> None:
     live_proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
         alive = tmp / tmp_name(h).replace(f".{os.getpid()}.", f".{live_proc.pid}.")
-        old_foreign = tmp / f"{h}.otherhost.123.deadbeef.part"
-        young_foreign = tmp / f"{h}.otherhost.124.deadbeef.part"
-        for p in (dead, alive, old_foreign, young_foreign):
+        # Another node's files, one with an mtime an hour old, one an hour ahead (skewed
+        # clocks): neither time is compared with ours, only whether the file changes.
+        silent = tmp / f"{h}.otherhost.123.deadbeef.part"
+        growing = tmp / f"{h}.otherhost.124.deadbeef.part"
+        for p in (dead, alive, silent, growing):
             p.write_bytes(b"x")
-        os.utime(old_foreign, (time.time() - 3600, time.time() - 3600))
-        assert cache.clean_tmp() == 2
-        assert sorted(p.name for p in tmp.iterdir()) == sorted([alive.name, young_foreign.name])
+        os.utime(silent, (time.time() - 3600, time.time() - 3600))
+        os.utime(growing, (time.time() + 3600, time.time() + 3600))
+        assert cache.clean_tmp() == 1, "only the dead process's file, at first sight"
+        time.sleep(1.2)  # the stale time, on this host's clock
+        with growing.open("ab") as f:
+            f.write(b"more")  # its writer goes on
+        alive.write_bytes(b"xy")
+        assert cache.clean_tmp() == 1, "the silent one, now"
+        assert sorted(p.name for p in tmp.iterdir()) == sorted([alive.name, growing.name])
     finally:
         live_proc.kill()
         live_proc.wait()
@@ -278,13 +286,15 @@ def test_full_disk_gives_cache_error_and_stays_consistent(tmpfs: Callable[[str],
     assert cache.verify().removed == []
 
 
-def test_lock_held_by_a_stalled_process_does_not_block(tmp_path: Path) -> None:
-    cache = Cache(tmp_path / "c", stall_s=0.5)
+def test_a_claim_held_by_a_stalled_process_of_this_host_does_not_block(tmp_path: Path) -> None:
+    # One claim per blob is the only lock, on one host too: a holder that lives and beats but
+    # downloads nothing (its store stalled) is waited for only the stall bound.
+    cache = Cache(tmp_path / "c", stall_s=0.5, claim_heartbeat_s=0.1, claim_stale_s=1.0)
     data, ref = _blob(5000)
-    lock = tmp_path / "c" / "locks" / f"{ref.hash}.lock"
-    lock.parent.mkdir(parents=True)
+    claim = tmp_path / "c" / "claims" / f"{ref.hash}.claim"
+    claim.parent.mkdir(parents=True)
     holder = subprocess.Popen(
-        [sys.executable, str(SCRIPTS / "hold_flock.py"), str(lock)],
+        [sys.executable, str(SCRIPTS / "hold_claim.py"), str(claim), "0.1"],
         stdout=subprocess.PIPE,
         text=True,
     )
@@ -294,7 +304,8 @@ def test_lock_held_by_a_stalled_process_does_not_block(tmp_path: Path) -> None:
         path, fetched = cache.fetch_blob(ref, _writer(data))
         waited = time.monotonic() - t0
         assert path.read_bytes() == data and fetched == len(data)
-        assert 0.4 < waited < 5, waited
+        assert waited > 0.4, "it waited for the holder first"
+        assert claim.exists(), "the live holder's claim was not taken from it"
     finally:
         holder.kill()
         holder.wait()

@@ -48,7 +48,8 @@ BLOBS = 140  # 20 small demo episodes of 7 streams
 
 pytestmark = pytest.mark.skipif(missing() is not None, reason=f"two sshfs nodes: {missing()}")
 
-# The pullers of the "before" run: flock only, as before claims existed.
+# The pullers of the "before" run: no claims, so no deduplication at all (the claim is the
+# cache's only lock per blob).
 #: `rayform` in a subprocess; with ``--no-claims`` every download claim is granted at once.
 _PULL = SCRIPTS / "rayform_cli.py"
 

@@ -52,22 +52,22 @@ def test_another_nodes_record_is_alive_while_it_changes(
     assert watch.alive(read_ledger(tmp_path)[0])
 
 
-def test_clock_skew_costs_a_first_sight_never_a_stuck_record(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("skew_s", [-3600.0, 0.0, 3600.0], ids=["behind", "in-step", "ahead"])
+def test_clock_skew_changes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, skew_s: float
 ) -> None:
-    monkeypatch.setattr(_live, "STALE_S", 0.5)
+    # A node an hour behind, in step, or an hour ahead: alive at first sight, alive while it
+    # beats, dead a stale time after its last beat, on our clock alike.
+    monkeypatch.setattr(_live, "STALE_S", 1.5)
     watch = Liveness()
-    # A node an hour behind looks dead at first sight, alive from its next heartbeat.
-    _write(tmp_path, 1, "node-behind", 7, 1, time.time() - 3600, 0)
-    assert not watch.alive(read_ledger(tmp_path)[0])
-    _write(tmp_path, 1, "node-behind", 7, 2, time.time() - 3600, 0)
+    _write(tmp_path, 1, "node-b", 7, 1, time.time() + skew_s, 0)
     assert watch.alive(read_ledger(tmp_path)[0])
-    # A node an hour ahead looks fresh at first sight and, silent, dead a stale time later.
-    _write(tmp_path, 2, "node-ahead", 8, 1, time.time() + 3600, 0)
-    ahead = [r for r in read_ledger(tmp_path) if r.host == "node-ahead"][0]
-    assert watch.alive(ahead)
-    time.sleep(0.7)
-    assert not watch.alive(ahead)
+    for beat in (2, 3):
+        time.sleep(0.2)
+        _write(tmp_path, 1, "node-b", 7, beat, time.time() + skew_s, 0)
+        assert watch.alive(read_ledger(tmp_path)[0]), beat
+    time.sleep(1.7)
+    assert not watch.alive(read_ledger(tmp_path)[0])
 
 
 def test_a_dead_process_of_this_host_is_dead_at_once(tmp_path: Path) -> None:

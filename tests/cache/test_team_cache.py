@@ -12,6 +12,7 @@ if missing and left in place, so that concurrent or later runs find them.
 from __future__ import annotations
 
 import grp
+import json
 import logging
 import os
 import pwd
@@ -20,6 +21,7 @@ import stat
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -27,7 +29,6 @@ import pytest
 from support import DEMO_SLICE, SCRIPTS, TOKEN, ServerProcess
 from support.team import GROUP, USERS, ensure_users, reachable
 
-from rayform.cache._locks import bounded_lock
 from rayform.cache._sharing import CacheModes
 
 CHECKOUT = Path(__file__).resolve().parents[2]
@@ -164,37 +165,81 @@ def test_two_users_pull_prune_train_and_verify_one_team_cache(
         elif p.parent.parent.name in ("blobs", "manifests"):
             n_blobs += 1
             assert mode == 0o444, f"{p}: {oct(mode)}"
-        else:  # refs, statistics, lock files: the team may replace or lock them
+        else:  # refs, statistics, claims, the ledger: the team may replace or rewrite them
             assert mode & 0o060 == 0o060, f"{p}: {oct(mode)}"
     assert n_blobs > 0
     assert n_marks == 2  # both users could record their checks in the team's folder
 
 
-def test_another_users_unwritable_lock_file_still_locks(team: Path) -> None:
-    """A lock file Alice left 0644 (made outside shared mode) is opened read-only by Bob:
-    ``flock`` works on it, so deduplication is not silently off for him."""
-    locks = team / "locks-ro"
-    locks.mkdir()
-    shutil.chown(locks, group=GROUP)
-    os.chmod(locks, 0o2775)
-    lock = locks / "x.lock"
-    lock.write_bytes(b"")
-    shutil.chown(lock, user="rfalice", group=GROUP)
-    os.chmod(lock, 0o644)
-    script = str(SCRIPTS / "team_lock.py")  # bounded_lock(lock, stall_s=..., mode=0o664)
-    assert _ok(_as("rfbob", team, team, script, str(lock), "1")).strip() == "held"
-    # And while Bob would hold it, a second holder waits: the lock is real.
-    with bounded_lock(lock, done=lambda: False, progress=lambda: 0, stall_s=5) as held:
-        assert held
-        waiter = _as("rfbob", team, team, script, str(lock), "0.3")
-    assert _ok(waiter).strip() == "not-held"
+def _claim_of(user: str, claim: Path, beat: int) -> None:
+    """Write a claim record of ``user``'s download (another process), left ``0644``."""
+    doc = {"host": "node-a", "pid": 7, "uid": pwd.getpwnam(user).pw_uid, "token": "a11ce000"}
+    doc.update(beat=beat, bytes=beat, part="", time=0)
+    claim.write_bytes(json.dumps(doc).encode().ljust(255) + b"\n")
+    shutil.chown(claim, user=user, group=GROUP)
+    os.chmod(claim, 0o644)
+
+
+def _team_cache(team: Path, name: str) -> Path:
+    cache = team / name
+    (cache / "claims").mkdir(parents=True)
+    for d in (cache, cache / "claims"):
+        shutil.chown(d, group=GROUP)
+        os.chmod(d, 0o2775)
+    return cache
+
+
+def test_another_users_unwritable_claim_still_dedupes_and_is_taken_over_when_stale(
+    team: Path,
+) -> None:
+    """A claim Alice left 0644 (made outside shared mode): while it beats Bob waits for her
+    download instead of fetching twice; once it is stale Bob takes it over (renamed aside in
+    the team's ``2775`` folder, which needs no write access to the file itself)."""
+    script = str(SCRIPTS / "team_claim.py")  # prints the bytes Bob downloaded
+    from support.scripts.team_claim import DATA, REF
+
+    cache = _team_cache(team, "claims-beating")
+    claim = cache / "claims" / f"{REF.hash}.claim"
+    _claim_of("rfalice", claim, 1)
+    stop = threading.Event()
+
+    def alice() -> None:  # beats until Bob is waiting, then finishes the blob and releases
+        beat, bob_since = 1, None
+        while not stop.wait(0.1):
+            beat += 1
+            _claim_of("rfalice", claim, beat)
+            if bob_since is None and (cache / "tmp").exists():  # Bob's fetch has begun
+                bob_since = beat
+            if bob_since is not None and beat - bob_since > 5:
+                break
+        else:
+            return
+        blob = cache / "blobs" / REF.hash[:2] / REF.hash
+        blob.parent.mkdir(parents=True, exist_ok=True)
+        blob.write_bytes(DATA)
+        claim.unlink()
+
+    thread = threading.Thread(target=alice, daemon=True)
+    thread.start()
+    try:
+        assert _ok(_as("rfbob", team, cache, script, str(cache))).strip() == "0"
+    finally:
+        stop.set()
+        thread.join()
+
+    cache = _team_cache(team, "claims-stale")
+    claim = cache / "claims" / f"{REF.hash}.claim"
+    _claim_of("rfalice", claim, 1)  # and never again: Alice's process is gone
+    assert _ok(_as("rfbob", team, cache, script, str(cache))).strip() == str(len(DATA))
+    assert not claim.exists(), "taken over, then released by Bob"
 
 
 def test_filelock_cannot_take_another_users_unwritable_lock_file(team: Path) -> None:
-    """Why ``cache/_locks.py`` is not filelock (docs/architecture.md, "Libraries"): its
-    ``mode=`` gives a new lock file the team's bits, but on a lock file Alice left 0644 it
-    raises ``PermissionError`` for Bob where ours opens the file read-only and locks it
-    (``flock`` needs no write access): deduplication would be off for all but the owner."""
+    """Why the cache takes no host-local lock from filelock (docs/architecture.md,
+    "Libraries"): its ``mode=`` gives a new lock file the team's bits, but on a lock file Alice
+    left 0644 filelock 4 raises ``PermissionError`` for Bob ("a native lock still needs write
+    access"), though ``flock`` itself needs none: deduplication would be off for all but the
+    owner. The cache's one lock per blob, the claim, works there (the test above)."""
     pytest.importorskip("filelock")
     locks = team / "locks-filelock"
     locks.mkdir()
@@ -209,8 +254,13 @@ def test_filelock_cannot_take_another_users_unwritable_lock_file(team: Path) -> 
     os.chmod(lock, 0o644)
     done = _as("rfbob", team, team, script, str(lock))
     assert done.returncode == 0 and done.stdout.strip() == "refused PermissionError", done
-    ours = _ok(_as("rfbob", team, team, str(SCRIPTS / "team_lock.py"), str(lock), "1"))
-    assert ours.strip() == "held"
+    assert lock.read_bytes() == b"" and lock.stat().st_uid == pwd.getpwnam("rfalice").pw_uid
+    # flock itself needs no write access: Bob can lock the file opened read-only.
+    code = (
+        "import fcntl, os, sys; fd = os.open(sys.argv[1], os.O_RDONLY); "
+        "fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB); print('held')"
+    )
+    assert _ok(_as("rfbob", team, team, "-c", code, str(lock))).strip() == "held"
 
 
 def test_existing_directory_of_another_user_is_reported_once_not_changed(

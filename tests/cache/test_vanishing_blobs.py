@@ -22,7 +22,7 @@ from support.reliability import assert_cache_consistent
 from torch.utils.data import DataLoader
 
 import rayform
-from rayform.cache import _evict, _reread, evict_lru
+from rayform.cache import _evict, _live, _reread, evict_lru
 from rayform.cache._evict import Pins
 from rayform.cache._pinmarks import marked
 from rayform.errors import IntegrityError
@@ -151,7 +151,9 @@ def test_undecodable_bytes_that_match_their_hash_are_still_an_integrity_error(
         ds[0]
 
 
-def test_a_pin_is_seen_by_an_evictor_of_another_node(tmp_path: Path) -> None:
+def test_a_pin_is_seen_by_an_evictor_of_another_node(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # flock does not cross nodes; the pin's marker file does: an evictor leaves the blob.
     cache = tmp_path / "c"
     blobs = []
@@ -178,12 +180,16 @@ def test_a_pin_is_seen_by_an_evictor_of_another_node(tmp_path: Path) -> None:
     os.rename(marker, cache / "pins" / f"{blobs[0].name}.node-b.12345.beefbeef-abcdef")
     assert marked(cache) == {blobs[0].name}
     assert evict_lru(cache, 0).skipped_in_use == 1 and blobs[0].exists()
-    # A node whose record is older than the stale bound at first sight no longer pins.
+    # A node whose record stays unchanged for the stale time, on our clock, no longer pins;
+    # its time stamp an hour old does not shorten that (the nodes' clocks may differ).
+    monkeypatch.setattr(_live, "STALE_S", 1.0)
     node_b(201, "deaddead", time.time() - 3600)
     os.rename(
         cache / "pins" / f"{blobs[0].name}.node-b.12345.beefbeef-abcdef",
         cache / "pins" / f"{blobs[0].name}.node-b.12345.deaddead-abcdef",
     )
+    assert marked(cache) == {blobs[0].name}, "alive at first sight"
+    time.sleep(1.2)
     assert marked(cache) == set()
     assert not (cache / "pins" / f"{blobs[0].name}.node-b.12345.deaddead-abcdef").exists()
     pins.close()

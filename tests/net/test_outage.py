@@ -20,7 +20,7 @@ from rayform._net._outage import Outages
 from rayform._net._pace import Pace
 from rayform._net._transport import Transport
 from rayform.cache import Cache
-from rayform.cache._locks import bounded_lock
+from rayform.cache._claims import blob_claim
 from rayform.errors import TransportError
 
 STALL_S = 8.0
@@ -108,8 +108,8 @@ def test_a_read_only_cache_keeps_the_rule_within_the_process(
 def test_a_fetch_waiting_behind_another_download_of_the_blob_ends_with_the_record(
     demo_server: ServerProcess, tmp_path: Path
 ) -> None:
-    # The server is healthy: the download holding the blob's lock stands for one that the
-    # stalled store holds. Before, the waiter waited until the lock showed no progress for the
+    # The server is healthy: the download holding the blob's claim stands for one that the
+    # stalled store holds. Before, the waiter waited until the claim showed no progress for the
     # cache's 10 s and then downloaded in full; a DataLoader worker's sample waited so behind
     # read-ahead downloads started after the record, each a whole bound (2-4 bounds in all).
     cache = tmp_path / "cache"
@@ -119,8 +119,8 @@ def test_a_fetch_waiting_behind_another_download_of_the_blob_ends_with_the_recor
     watch = client._transport().watch
     assert isinstance(watch, Outages)
     other = Outages(Cache(cache), watch.path.name, STALL_S)  # another process, same host
-    lock = cache / "locks" / f"{ref.hash}.lock"
-    lock.parent.mkdir(parents=True, exist_ok=True)
+    claim = cache / "claims" / f"{ref.hash}.claim"
+    claim.parent.mkdir(parents=True, exist_ok=True)
     errors: list[BaseException] = []
 
     def fetch() -> None:
@@ -129,17 +129,17 @@ def test_a_fetch_waiting_behind_another_download_of_the_blob_ends_with_the_recor
         except BaseException as exc:  # noqa: BLE001 - handed to the test's thread
             errors.append(exc)
 
-    with bounded_lock(lock, done=lambda: False, progress=lambda: 0) as held:
-        assert held
+    with blob_claim(claim, done=lambda: False) as held:
+        assert held.held
         waiter = threading.Thread(target=fetch)
         t0 = time.monotonic()
         waiter.start()
-        time.sleep(0.3)  # the waiter is behind the lock, past its first look
+        time.sleep(0.3)  # the waiter is behind the claim, past its first look
         other.record("ReadTimeout: no answer within 8 s")
         waiter.join(60)
         elapsed = time.monotonic() - t0
     assert not waiter.is_alive()
     assert len(errors) == 1 and isinstance(errors[0], TransportError), errors
     assert "gave up" in str(errors[0]) and "ReadTimeout: no answer within 8 s" in str(errors[0])
-    assert elapsed < 10.0  # the lock's own give-up (10 s without progress) did not end it
+    assert elapsed < 10.0  # the claim's own give-up (10 s without progress) did not end it
     assert not client.cache.has_blob(ref.hash)

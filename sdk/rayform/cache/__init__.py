@@ -3,14 +3,15 @@
 The public face of the cache package: :class:`Cache` (``_store``) and what the client and the
 dataset use of its parts: eviction under a byte limit (``_evict``), the modes of a team cache
 (``_sharing``), reading a blob that may vanish meanwhile (``_reread``). The other modules are
-the cache's own: partial downloads (``_partial``), locks within a host (``_locks``), download
-claims across nodes (``_claims``), pins across nodes (``_pinmarks``), and the ledger of the
-processes that use the cache, their liveness and their byte counts (``_live``).
+the cache's own: partial downloads (``_partial``), download claims, the one lock per blob
+(``_claims``), pins across nodes (``_pinmarks``), the ledger of the processes that use the
+cache and their byte counts (``_live``), and the one liveness rule for every file another
+process or node leaves (``_liveness``).
 """
 
 from rayform.cache._evict import Evictor, EvictReport, Pins, check_fits, evict_lru
 from rayform.cache._live import lease
-from rayform.cache._partial import HOST
+from rayform.cache._liveness import HOST
 from rayform.cache._pinmarks import Pinned, pinned
 from rayform.cache._reread import read_blob
 from rayform.cache._sharing import CacheModes, shared_mode

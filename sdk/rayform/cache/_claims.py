@@ -9,15 +9,18 @@ filesystem has, an atomic exclusive create and an atomic rename:
   counter and the bytes downloaded so far. Its holder rewrites the record every
   ``heartbeat_s`` from one thread per process, and removes the claim when the blob is done
   (or its download failed).
-* Everyone else waits while the record keeps changing. Freshness is judged on the *observer's*
-  monotonic clock by re-reading the record, never by comparing the holder's time or the file's
-  ``st_mtime`` with ours: clocks of nodes differ, and network filesystems cache attributes for
-  seconds (sshfs: 20 s) while an ``open`` reads current content. The record keeps one length
-  so that a cached file size never cuts a read short.
+* Everyone else waits while the holder is alive by the cache's one liveness rule
+  (:mod:`rayform.cache._liveness`): the record keeps changing, judged on the *waiter's* clock
+  by re-reading it, never by comparing the holder's time or the file's ``st_mtime`` with ours
+  (clocks of nodes differ, and network filesystems cache attributes for seconds, sshfs 20 s,
+  while an ``open`` reads current content). The record keeps one length so that a cached file
+  size never cuts a read short.
 * A record unchanged for ``stale_s`` (more than the heartbeat plus any caching of content)
-  belongs to a dead or frozen node: the observer takes the claim over by renaming it aside
+  belongs to a dead or frozen process: the waiter takes the claim over by renaming it aside
   (one taker wins the rename, even in another user's group-writable directory) and creating
   its own. A claim of a dead process on this host is taken over at once.
+* On one host the claim is the only lock: ``O_EXCL`` is as exclusive there as across nodes,
+  and a dead holder's PID tells at once.
 * A holder that keeps beating but whose byte count has not moved for ``stall_s`` is alive but
   stuck (a stalled store): waiters then download on their own, as with a stalled ``flock``.
 
@@ -40,14 +43,13 @@ from pathlib import Path
 from typing import Protocol
 
 from rayform._process import PerProcess
-from rayform.cache._partial import HOST, pid_alive
+from rayform.cache._liveness import HOST, observer, pid_alive, unchanged_s
 
 __all__ = [
     "HEARTBEAT_S",
     "STALE_S",
     "ClaimInfo",
     "Claimed",
-    "Watch",
     "blob_claim",
     "clean_claims",
     "read_claim",
@@ -124,35 +126,6 @@ def read_claim(path: Path) -> bytes | None:
         return None
     except OSError:
         return b""
-
-
-class Watch:
-    """Progress on a blob as a waiter sees it: the claim's record plus ``other()`` (e.g. the
-    partial files of this host), and when the record last changed on our clock.
-
-    A wait on the per-host lock polls it, then hands it to :func:`blob_claim`: both waits
-    share one stale clock, so a frozen holder costs the stale time once, not twice.
-    """
-
-    def __init__(self, path: Path, other: Callable[[], object]) -> None:
-        self.path = path
-        self.other = other
-        self.raw = read_claim(path)
-        self.changed_at = time.monotonic()
-
-    def __call__(self) -> object:
-        raw = read_claim(self.path)
-        if raw != self.raw:
-            self.raw, self.changed_at = raw, time.monotonic()
-        return raw, self.other()
-
-    def progress(self) -> object:
-        """What a waiter on the per-host lock counts as progress: the holder's bytes (and who
-        holds the claim) and this host's partial files, not its heartbeats, which go on while
-        a stalled store sends nothing (each waiter would wait out the holder's whole stall)."""
-        self()  # the record's change time still feeds the claim wait's stale clock
-        info = _parse(self.raw)
-        return (None if info is None else (info.token, info.bytes)), self.other()
 
 
 def _dead_here(info: ClaimInfo | None) -> bool:
@@ -350,7 +323,6 @@ def blob_claim(
     heartbeat_s: float = HEARTBEAT_S,
     stale_s: float = STALE_S,
     stall_s: float = 10.0,
-    watch: Watch | None = None,
     check: Callable[[], None] | None = None,
 ) -> Iterator[Claimed]:
     """Hold the claim file ``path`` while the body downloads, or wait for its holder.
@@ -362,7 +334,6 @@ def blob_claim(
         heartbeat_s: seconds between two rewrites of the record while held.
         stale_s: a record unchanged this long (on our clock) is taken over.
         stall_s: stop waiting for a holder that beats but has downloaded nothing this long.
-        watch: what an earlier wait (on the per-host lock) saw of this claim, and since when.
         check: called at each look while waiting for the holder; what it raises ends the wait.
 
     Yields:
@@ -371,10 +342,9 @@ def blob_claim(
     """
     taken_from: ClaimInfo | None = None
     held: _Held | None = None
-    last_raw = watch.raw if watch is not None else None
-    last_change = last_progress = watch.changed_at if watch is not None else time.monotonic()
-    seen = _parse(last_raw)
-    last_bytes = seen.bytes if seen is not None else -1
+    root, key = path.parent.parent, f"claims/{path.name}"
+    last_progress = time.monotonic()
+    last_bytes = -1
     while True:
         try:
             held = _create(path, mode, heartbeat_s)
@@ -388,19 +358,19 @@ def blob_claim(
             continue
         now = time.monotonic()
         info = _parse(raw)
-        if raw != last_raw:
-            last_raw, last_change = raw, now
+        quiet_s = unchanged_s(root, key, raw)  # the one liveness rule's clock
         if info is not None and info.bytes != last_bytes:
             last_bytes, last_progress = info.bytes, now
-        if now - last_change > stale_s or _dead_here(info):
+        if quiet_s > stale_s or _dead_here(info):
             if _take_over(path, raw):
                 taken_from = info
             continue
-        if now - last_progress > stall_s and last_change > last_progress + heartbeat_s:
+        if now - last_progress > stall_s and now - quiet_s > last_progress + heartbeat_s:
             break  # alive, beating, downloading nothing: do not wait for a stalled store
         if check is not None:
             check()
         time.sleep(_POLL_S)
+    observer().forget(root, key)  # what we saw of a claim we no longer wait on
     if held is None:
         yield Claimed(None, taken_from)
         return
@@ -410,25 +380,30 @@ def blob_claim(
         _release(held)
 
 
-def clean_claims(claims_dir: Path, older_than_s: float, done: Callable[[str], bool]) -> int:
+def clean_claims(
+    claims_dir: Path, stale_s: float, done: Callable[[str], bool]
+) -> tuple[int, list[str]]:
     """Remove the claims nobody needs: on complete blobs (``done(hash)``), of dead processes
-    of this host, or not rewritten for ``older_than_s`` seconds by the file's mtime (a one-off
-    check cannot watch a record change, so this bound must exceed clock skew and attribute
-    caching by far).
+    of this host, or whose record (a claim set aside: its content) this host has seen
+    unchanged for ``stale_s`` seconds, by the one liveness rule (:mod:`rayform.cache._liveness`,
+    which keeps what earlier processes of this host saw, so a one-off command judges too).
 
     Returns:
-        How many files were removed.
+        How many files were removed, and the rule's keys of the files kept.
     """
-    n = 0
-    now = time.time()
+    n, kept = 0, []
+    root = claims_dir.parent
     for p in claims_dir.glob(f"*{_SUFFIX}*"):
-        try:
-            old = now - p.stat().st_mtime > older_than_s
-        except FileNotFoundError:
+        raw = read_claim(p)
+        if raw is None:
             continue
+        key = f"claims/{p.name}"
+        old = unchanged_s(root, key, raw) > stale_s
         live = p.name.endswith(_SUFFIX)
-        if old or (live and (done(p.name[: -len(_SUFFIX)]) or _dead_here(_parse(read_claim(p))))):
+        if old or (live and (done(p.name[: -len(_SUFFIX)]) or _dead_here(_parse(raw)))):
             with contextlib.suppress(OSError):
                 os.unlink(p)
                 n += 1
-    return n
+                continue
+        kept.append(key)
+    return n, kept

@@ -13,19 +13,12 @@ One file of fixed length, because it needs only what every network filesystem gi
 * one length for ever, so a stale cached size never cuts a read short;
 * each holder writes only its own record (``pwrite`` at its offset): no lock across nodes.
 
-**The liveness rule** (:class:`Liveness`), for every record of another process:
-
-* this host: alive while its PID exists (:func:`~rayform.cache._partial.pid_alive`);
-* another host: alive while its record keeps changing. Its age is, when first seen, the age of
-  the holder's time stamp on our clock (never below zero), and from then on the time our
-  monotonic clock has seen the same record; at :data:`STALE_S` it is dead. A holder rewrites
-  its record every :data:`BEAT_S` while it pins anything.
-
-Clock skew: a holder whose clock is behind ours by more than :data:`STALE_S` looks dead at
-first sight, until its next heartbeat changes the record (a blob it pins may be evicted once,
-and its reader fetches it again: :mod:`rayform.cache._reread`); a holder ahead of us looks
-fresh at first sight and, dead, stops counting :data:`STALE_S` later on our clock. Nothing
-else compares two nodes' clocks.
+**Liveness** is the cache's one rule (:mod:`rayform.cache._liveness`), for every record of
+another process: of this host, alive while its PID exists (an idle holder does not beat); of
+another host, alive while its record keeps changing, judged on our own clock: unchanged for
+:data:`STALE_S` since we first saw it so, it is dead. A holder rewrites its record every
+:data:`BEAT_S` while it pins anything. Clock skew between the nodes changes nothing: the time
+in a record is never compared with ours.
 
 **The count.** A process that takes a dead slot inherits its ``net``, so the sum over the
 slots changes exactly when a process adds or removes a blob, and any process knows the bytes
@@ -49,7 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rayform._process import PerProcess
-from rayform.cache._partial import HOST, pid_alive
+from rayform.cache._liveness import HOST, Observer, alive, observer
 from rayform.cache._sharing import CacheModes, shared_mode
 
 __all__ = [
@@ -84,11 +77,17 @@ class Record:
     host: str
     pid: int
     beat: int
-    time: float  # the holder's wall clock (s since the epoch) at its last write
+    time: float  # the holder's wall clock (s since the epoch): shown, never compared
     net: int  # bytes of blobs this slot's processes added minus those they removed
     pins: int  # blobs the holder pins right now
     pinned: int  # their bytes
     raw: bytes
+    root: Path = Path()  # the cache whose ledger holds it
+
+    @property
+    def key(self) -> str:
+        """The record's name for the liveness rule."""
+        return f"{_LEDGER}#{self.slot}"
 
     @property
     def here(self) -> bool:
@@ -101,7 +100,7 @@ def _encode(token: str, beat: int, net: int, pins: int, pinned: int) -> bytes:
     return line.encode()[: _RECORD - 1].ljust(_RECORD - 1) + b"\n"
 
 
-def _decode(slot: int, raw: bytes) -> Record | None:
+def _decode(slot: int, raw: bytes, root: Path) -> Record | None:
     parts = raw.split()
     if len(parts) != 8:
         return None  # an empty slot (zeros), or a record being written
@@ -117,6 +116,7 @@ def _decode(slot: int, raw: bytes) -> Record | None:
             int(parts[6]),
             int(parts[7]),
             raw,
+            root,
         )
     except (ValueError, UnicodeDecodeError):
         return None
@@ -131,31 +131,22 @@ def read_ledger(root: Path) -> list[Record]:
         return []
     out = []
     for slot in range(len(data) // _RECORD):
-        rec = _decode(slot, data[slot * _RECORD : (slot + 1) * _RECORD])
+        rec = _decode(slot, data[slot * _RECORD : (slot + 1) * _RECORD], root)
         if rec is not None:
             out.append(rec)
     return out
 
 
 class Liveness:
-    """The liveness rule (module doc), with what this observer saw of each record before."""
+    """The liveness rule (module doc) for ledger records, with its own observations."""
 
-    def __init__(self) -> None:
-        self._seen: dict[int, tuple[bytes, float]] = {}  # slot -> (record, monotonic since)
-        self._lock = threading.Lock()
+    def __init__(self, observer: Observer | None = None) -> None:
+        self._observer = observer if observer is not None else Observer()
 
     def alive(self, rec: Record) -> bool:
         """Whether the holder of ``rec`` is alive, by the one rule."""
-        if rec.here:
-            return rec.pid == os.getpid() or pid_alive(rec.pid)
-        now = time.monotonic()
-        with self._lock:
-            seen = self._seen.get(rec.slot)
-            if seen is None or seen[0] != rec.raw:
-                age = max(0.0, time.time() - rec.time) if seen is None else 0.0
-                seen = (rec.raw, now - age)
-                self._seen[rec.slot] = seen
-        return now - seen[1] < STALE_S
+        pid = rec.pid if rec.here else None
+        return alive(rec.root, rec.key, rec.raw, STALE_S, pid=pid, idle=True, by=self._observer)
 
     def live(self, records: list[Record]) -> list[Record]:
         """The records of ``records`` whose holder is alive."""
@@ -163,7 +154,7 @@ class Liveness:
 
 
 #: One observer per process: what it saw of each record is its clock for the rule.
-_LIVENESS: PerProcess[Liveness] = PerProcess(Liveness)
+_LIVENESS: PerProcess[Liveness] = PerProcess(lambda: Liveness(observer()))
 
 
 def liveness() -> Liveness:
@@ -241,7 +232,7 @@ class Lease:
                 raw = os.pread(self._fd, _RECORD, self._slot * _RECORD)
             except OSError:
                 raw = b""
-            rec = _decode(self._slot, raw)
+            rec = _decode(self._slot, raw, self.root)
             if rec is not None and rec.token == self.token:
                 return True
             # A taker judged this process dead (it beats only while it pins) and inherited
@@ -278,7 +269,7 @@ class Lease:
         free: list[tuple[int, int]] = []  # (slot, net inherited)
         watch = liveness()
         for slot in range(SLOTS):
-            rec = _decode(slot, data[slot * _RECORD : (slot + 1) * _RECORD])
+            rec = _decode(slot, data[slot * _RECORD : (slot + 1) * _RECORD], self.root)
             if rec is None:
                 free.append((slot, 0))
             elif rec.token != self.token and not watch.alive(rec):

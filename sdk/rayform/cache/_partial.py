@@ -1,9 +1,10 @@
 """Partial downloads: process-unique temporary files, their owners, adoption after a crash.
 
 A temporary blob file is named ``tmp/<hash>.<host>.<pid>.<random>.part``. Its owner is the
-process ``pid`` on ``host``. A file whose owner is dead (same host, pid not alive), or that has
-not been touched for ``stale_s`` seconds (any host), or whose writer's download claim went
-stale (see :mod:`rayform.cache._claims`), may be *adopted* by another puller, which continues the
+process ``pid`` on ``host``. A file whose owner is dead by the cache's one liveness rule
+(:mod:`rayform.cache._liveness`: same host and pid not alive, or its size unchanged for
+``stale_s`` seconds on the reader's clock), or whose writer's download claim went stale (see
+:mod:`rayform.cache._claims`), may be *adopted* by another puller, which continues the
 download from its end with an HTTP ``Range``:
 
 * our own user's file of a provably dead process of this host is atomically renamed to the
@@ -18,14 +19,13 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
-import socket
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
 from rayform._hashing import new_hasher
 from rayform._process import PerProcess
+from rayform.cache._liveness import HOST, alive
 from rayform.errors import IntegrityError
 
 __all__ = [
@@ -38,24 +38,10 @@ __all__ = [
     "owner_dead",
     "parse_tmp_name",
     "partial_named",
-    "pid_alive",
     "tmp_name",
 ]
 
 
-def _host() -> str:
-    """The host name, plus the PID namespace where it can be read: containers that share
-    the host's name (``--network host`` pods) have their own PIDs, so a PID of another such
-    container, missing from ours, would pass for a dead process of this host."""
-    name = socket.gethostname().replace(".", "_").replace("/", "_") or "host"
-    try:
-        return f"{name}-pid{os.stat('/proc/self/ns/pid').st_ino:x}"
-    except OSError:
-        return name
-
-
-#: This host (and PID namespace), as it appears in temporary and claim file names.
-HOST = _host()
 _CHUNK = 1 << 20
 
 #: Names of the temporary files this process is writing right now (any thread, any Cache).
@@ -93,36 +79,32 @@ def parse_tmp_name(name: str) -> TmpName | None:
     return TmpName(hash=parts[0], host=parts[1], pid=int(parts[2]))
 
 
-def pid_alive(pid: int) -> bool:
-    """True if process ``pid`` of this host exists (perhaps another user's)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def owner_dead(path: Path, stale_s: float) -> bool:
-    """True if nobody can still be writing the temporary file ``path``.
+    """True if nobody can still be writing the temporary file ``path``, by the one liveness
+    rule (:mod:`rayform.cache._liveness`): its writer of this host is gone, or the file's size
+    and modification time (compared for change only, never with a clock) have stayed the same
+    for ``stale_s`` seconds on this host's clock.
 
     Args:
-        path: a temporary file under ``tmp/``.
-        stale_s: a file untouched for this many seconds is abandoned whoever owns it.
+        path: a file under ``tmp/`` (a partial download, a small object's temporary file, or
+            any other file left there).
+        stale_s: seconds unchanged after which a file is abandoned, whoever wrote it.
     """
     info = parse_tmp_name(path.name)
     try:
-        age = time.time() - path.stat().st_mtime
+        st = path.stat()
     except FileNotFoundError:
         return False
-    if age > stale_s:
-        return True
-    if info is None or info.host != HOST:
-        return False
-    if info.pid == os.getpid():
-        return path.name not in active()
-    return not pid_alive(info.pid)
+    here = info is not None and info.host == HOST
+    if here and info is not None and info.pid == os.getpid():
+        return path.name not in active()  # this process knows what it is writing
+    return not alive(
+        path.parent.parent,
+        f"tmp/{path.name}",
+        (st.st_size, st.st_mtime_ns),
+        stale_s,
+        pid=info.pid if here and info is not None else None,
+    )
 
 
 def partial_named(tmp: Path, digest: str, name: str | None) -> Path | None:

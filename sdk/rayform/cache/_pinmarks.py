@@ -25,14 +25,13 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from rayform._ids import HASH_RE
-from rayform._process import PerProcess
 from rayform.cache._live import STALE_S, Record, lease, liveness, read_ledger
-from rayform.cache._partial import HOST, pid_alive
+from rayform.cache._liveness import HOST, pid_alive
+from rayform.cache._liveness import alive as writer_alive
 from rayform.cache._sharing import CacheModes, shared_mode
 
 __all__ = ["Marks", "Pinned", "marked", "pinned"]
@@ -99,9 +98,6 @@ class Pinned:
     processes: int  # live processes in the ledger (pinning or not)
 
 
-_FIRST_SEEN: PerProcess[dict[str, float]] = PerProcess(dict)
-
-
 def pinned(root: Path, records: list[Record] | None = None) -> Pinned:
     """What a live process of any node pins under ``root``; markers of dead processes (by
     the ledger's rule) are removed on the way. ``records``: the ledger, if just read."""
@@ -116,8 +112,6 @@ def pinned(root: Path, records: list[Record] | None = None) -> Pinned:
         entries = list(os.scandir(root / "pins"))
     except OSError:
         entries = []
-    first_seen = _FIRST_SEEN.get()
-    now = time.monotonic()
     for entry in entries:
         parts = entry.name.split(".")
         if len(parts) != 4 or not HASH_RE.fullmatch(parts[0]) or not parts[2].isdigit():
@@ -127,13 +121,12 @@ def pinned(root: Path, records: list[Record] | None = None) -> Pinned:
             live_marker = False
         elif token in alive:
             live_marker = alive[token]
-        else:  # no record (yet): counts for a while after we first saw it
-            live_marker = now - first_seen.setdefault(entry.name, now) < STALE_S
+        else:  # no record (yet): a marker without a heartbeat, judged by the same rule
+            live_marker = writer_alive(root, f"pins/{entry.name}", b"", STALE_S)
         if live_marker:
             out.add(digest)
             tokens.add(token)
         else:
-            first_seen.pop(entry.name, None)
             with contextlib.suppress(OSError):
                 os.unlink(entry.path)
     return Pinned(

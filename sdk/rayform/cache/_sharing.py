@@ -3,7 +3,7 @@
 A *private* cache belongs to one user: directories and files get the usual bits (the umask
 applies). A *shared* (team) cache is one directory that several Unix users of one group write
 to. There every process must create what it writes group-writable, or the next user cannot add
-a blob to a directory it made, adopt its partial download or open its lock file. So in shared
+a blob to a directory it made, adopt its partial download or take over its claim. So in shared
 mode a process:
 
 * creates directories ``2775`` (group-writable; setgid, so the group is inherited) and files

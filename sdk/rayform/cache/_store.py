@@ -6,15 +6,16 @@ Layout (see ``docs/cache.md``)::
     ROOT/manifests/ab/<hash>        verified, read-only manifests (canonical JSON bytes)
     ROOT/refs/<endpoint-key>/<id>   {"manifest": <hash>, ...}: how a slice resolved, per server
     ROOT/tmp/                       partial downloads: <hash>.<host>.<pid>.<random>.part
-    ROOT/locks/                     per-blob lock files (an optimisation only, one host)
-    ROOT/claims/<hash>.claim        per-blob download claims (an optimisation only, any node)
+    ROOT/claims/<hash>.claim        per-blob download claims (an optimisation only, any process)
     ROOT/pins/<hash>.<host>.<pid>.<token>   pins of blobs being read, seen by every node
+    ROOT/live/                      the ledger, and what this host saw of others' heartbeats
 
 A blob appears under its content name only complete and verified: it is written to a
 process-unique temporary file on the same filesystem, hashed while streaming, fsync'd, made
-read-only and atomically renamed. Locks and claims (:mod:`rayform.cache._claims`) only avoid
-duplicate downloads; two writers without working locks still end with one correct blob. This
-module knows nothing of HTTP: a
+read-only and atomically renamed. One claim per blob (:mod:`rayform.cache._claims`) only
+avoids duplicate downloads, within a host and across nodes; two writers without working
+claims still end with one correct blob. Whether another process's file is alive is decided by
+one rule (:mod:`rayform.cache._liveness`). This module knows nothing of HTTP: a
 ``download`` callable fills a :class:`~rayform._seams.DownloadSink` (the cache's
 :class:`~rayform.cache._partial.PartialBlob`).
 """
@@ -37,15 +38,14 @@ from rayform._process import PerProcess
 from rayform._seams import DownloadSink
 from rayform.cache import _claims  # the module itself: its functions are patched in tests
 from rayform.cache._evict import evict_one
-from rayform.cache._live import lease
-from rayform.cache._locks import bounded_lock
+from rayform.cache._live import lease, liveness, read_ledger
+from rayform.cache._liveness import observer
 from rayform.cache._partial import (
     PartialBlob,
     active,
     drop_dead_partials,
     open_partial,
     owner_dead,
-    parse_tmp_name,
     partial_named,
     tmp_name,
 )
@@ -124,17 +124,18 @@ class Cache:
             ``0o2775`` (setgid), temporary files ``0o664``; cached objects are always read-only
             (``0o444``). ``None`` (default): ``RAYFORM_CACHE_SHARED``, else shared if ``root`` is
             setgid and group-writable (see :mod:`rayform.cache._sharing`).
-        locks: take per-blob file locks and download claims to avoid duplicate downloads
-            on this host and across nodes (``RAYFORM_NO_LOCKS=1`` turns both off).
-            Correctness never depends on them.
-        stale_s: a temporary file untouched this long (seconds) may be adopted or removed even
-            if its owner lives on another host; so may a claim file, by ``clean_tmp``.
+        locks: take a download claim per blob to avoid duplicate downloads on this host and
+            across nodes (``RAYFORM_NO_LOCKS=1`` turns them off). Correctness never depends
+            on them.
+        stale_s: a temporary file this host has seen unchanged this long (seconds) may be
+            adopted or removed even if its owner lives on another host.
         stall_s: stop waiting for another process's lock or claim after this many seconds
             without progress on the blob.
         claim_heartbeat_s: seconds between two rewrites of a claim this process holds.
         claim_stale_s: a claim whose record has not changed for this long, on the waiter's
-            own clock, belongs to a dead node and is taken over (it must exceed the heartbeat
-            plus the seconds a network filesystem may show an old record).
+            own clock, belongs to a dead or frozen process and is taken over, or removed by
+            ``clean_tmp`` (it must exceed the heartbeat plus the seconds a network filesystem
+            may show an old record).
     """
 
     def __init__(
@@ -242,15 +243,9 @@ class Cache:
             return final, 0
         self._mkdir(self.root / "tmp")
         self._mkdir(final.parent)
-        lock_path = self.root / "locks" / f"{ref.hash}.lock"
         if self.locks:
-            self._mkdir(lock_path.parent)
             self._mkdir(self.root / "claims")
-        watch = _claims.Watch(self._claim_path(ref.hash), lambda: self._tmp_progress(ref.hash))
-        with (
-            self._maybe_lock(ref.hash, lock_path, watch, waiting),
-            self._claim(ref.hash, watch, waiting) as claim,
-        ):
+        with self._claim(ref.hash, waiting) as claim:
             theirs = claim.taken_from.part if claim.taken_from is not None else None
             if self._cached(ref.hash):  # a dead node's partial we took over is garbage now
                 self._touch(final)
@@ -309,29 +304,11 @@ class Cache:
             "corrupted data: retry later or report it to the data owners."
         )
 
-    def _maybe_lock(
-        self,
-        digest: str,
-        lock_path: Path,
-        watch: _claims.Watch,
-        waiting: Callable[[], None] | None,
-    ) -> contextlib.AbstractContextManager[bool]:
-        if not self.locks:
-            return contextlib.nullcontext(False)
-        return bounded_lock(
-            lock_path,
-            done=lambda: self._cached(digest),
-            progress=watch.progress,  # another node's writer shows its bytes only in its claim
-            stall_s=self.stall_s,
-            mode=self._modes.file_mode,
-            check=waiting,
-        )
-
     def _claim_path(self, digest: str) -> Path:
         return self.root / "claims" / f"{digest}.claim"
 
     def _claim(
-        self, digest: str, watch: _claims.Watch, waiting: Callable[[], None] | None
+        self, digest: str, waiting: Callable[[], None] | None
     ) -> contextlib.AbstractContextManager[_claims.Claimed]:
         if not self.locks:
             return contextlib.nullcontext(_claims.Claimed(None, None))
@@ -342,19 +319,8 @@ class Cache:
             heartbeat_s=self.claim_heartbeat_s,
             stale_s=self.claim_stale_s,
             stall_s=self.stall_s,
-            watch=watch,
             check=waiting,
         )
-
-    def _tmp_progress(self, digest: str) -> tuple[tuple[str, int, int], ...]:
-        out = []
-        for p in (self.root / "tmp").glob(f"{digest}.*.part"):
-            try:
-                st = p.stat()
-            except FileNotFoundError:
-                continue
-            out.append((p.name, st.st_size, st.st_mtime_ns))
-        return tuple(sorted(out))
 
     def _open_partial(
         self, ref: BlobRef, *, adopt: bool, taken_from: str | None = None
@@ -627,27 +593,26 @@ class Cache:
         return evicted
 
     def clean_tmp(self) -> int:
-        """Remove temporary files whose writer is gone, and claims nobody needs (of a dead
-        writer, or on a complete blob). Returns how many were removed."""
-        n = _claims.clean_claims(
+        """Remove temporary files and claims whose writers are gone, by the one liveness rule
+        (:mod:`rayform.cache._liveness`), and claims on complete blobs. What this pass saw of
+        the others is kept for the next process of this host. Returns how many were removed."""
+        n, keys = _claims.clean_claims(
             self.root / "claims",
-            self.stale_s,
+            self.claim_stale_s,
             lambda name: bool(HASH_RE.fullmatch(name)) and self.has_blob(name),
         )
         for p in (self.root / "tmp").glob("*"):
-            if parse_tmp_name(p.name) is None and time.time() - _mtime(p) < self.stale_s:
-                continue
             if owner_dead(p, self.stale_s):
                 try:
                     os.unlink(p)
                     n += 1
+                    continue
                 except OSError:
                     pass
+            keys.append(f"tmp/{p.name}")
+        watch = liveness()
+        for rec in read_ledger(self.root):
+            watch.alive(rec)
+            keys.append(rec.key)
+        observer().save(self.root, keys)
         return n
-
-
-def _mtime(p: Path) -> float:
-    try:
-        return p.stat().st_mtime
-    except FileNotFoundError:
-        return time.time()

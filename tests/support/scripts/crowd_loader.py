@@ -1,23 +1,11 @@
 """One of the crowd on one cache: an ``EpisodeDataset`` read by a ``DataLoader`` with two
 workers; prints how many samples it saw.
 
-Usage: ``python crowd_loader.py [--fake-locks] SLICE ACTION OBS...`` (endpoint, token and
-cache from the environment). ``--fake-locks``: every cache lock is granted at once (patched
-in before the dataset is imported).
+Usage: ``python crowd_loader.py SLICE ACTION OBS...`` (endpoint, token and cache from the
+environment).
 """
 
-import contextlib
 import sys
-from typing import Any
-
-
-def fake_locks() -> None:
-    import rayform.cache
-
-    def granted(*a: Any, **k: Any) -> contextlib.nullcontext[bool]:
-        return contextlib.nullcontext(True)
-
-    setattr(rayform.cache, "bounded_lock", granted)  # noqa: B010 - a stand-in for the lock
 
 
 def main(slice_id: str, action: str, obs: list[str]) -> None:
@@ -33,8 +21,4 @@ def main(slice_id: str, action: str, obs: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    args = sys.argv[1:]
-    if args[0] == "--fake-locks":
-        fake_locks()
-        args.pop(0)
-    main(args[0], args[1], args[2:])
+    main(sys.argv[1], sys.argv[2], sys.argv[3:])

@@ -1,11 +1,10 @@
 """The ``rayform`` command line, optionally with the cache's coordination switched off first.
 
-Usage: ``python rayform_cli.py [--no-claims] [--fake-locks] ARGS...``.
+Usage: ``python rayform_cli.py [--no-claims] ARGS...``.
 
 ``--no-claims``: every download claim is granted at once, so processes (or nodes) never wait
-for each other's downloads. ``--fake-locks``: every cache lock is granted at once, as on a
-filesystem whose ``flock`` does nothing. Either is patched in before the command line is
-imported.
+for each other's downloads (the cache's one lock per blob is the claim). It is patched in
+before the command line is imported.
 """
 
 import contextlib
@@ -23,16 +22,7 @@ def no_claims() -> None:
     setattr(rayform.cache.Cache, "_claim", granted)  # noqa: B010 - a stand-in for the method
 
 
-def fake_locks() -> None:
-    import rayform.cache
-
-    def granted(*a: Any, **k: Any) -> contextlib.nullcontext[bool]:
-        return contextlib.nullcontext(True)
-
-    setattr(rayform.cache, "bounded_lock", granted)  # noqa: B010 - a stand-in for the lock
-
-
-PATCHES = {"--no-claims": no_claims, "--fake-locks": fake_locks}
+PATCHES = {"--no-claims": no_claims}
 
 if __name__ == "__main__":
     args = sys.argv[1:]
