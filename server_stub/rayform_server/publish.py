@@ -81,7 +81,13 @@ def publish(
     label_set = None
     if pinned is not None:
         label_set = Labels(labels.load(parent, manifest_hash, pinned), pinned, segs)
-    rows, selection = view_rows(segs, parent, labels=label_set, **kwargs)
+    rows, selection = view_rows(
+        segs,
+        parent,
+        labels=label_set,
+        read_blob=lambda ref: store.blob_path(ref.hash).read_bytes(),
+        **kwargs,
+    )
     expected = body.get("segments")
     if expected is not None and expected != len(rows):
         raise ConflictError(

@@ -115,7 +115,9 @@ class ViewAPI:
     def __init__(self, slice_: ViewSource, *, frames: bool = False) -> None:
         self.slice = slice_
         self.frames = frames
-        self.index = EpisodeIndex(slice_.segments, self.labels)
+        self.index = EpisodeIndex(
+            slice_.segments, self.labels, lambda ref: slice_.blob_path(ref).read_bytes()
+        )
         self._lock = threading.Lock()  # Slice.segment builds and caches Segment objects
 
     def labels(self) -> Labels | None:
