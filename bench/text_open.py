@@ -6,7 +6,13 @@ with a table stream only, one with the same table and a ``task`` text stream (on
 tasks per episode). Then, in fresh processes, alternating, times opening each manifest
 (``Store.load_manifest``: the root, the page checks) and building an ``EpisodeDataset`` on it
 (``obs=["joints/position"]``, and for the second ``obs=["joints/position", "task"]`` too), and
-reports the medians and the ratios with/without.
+reports the medians and the ratios with/without, and each process's peak RSS (``VmHWM``) after
+opening (also less its peak once the imports are done: what the manifest adds) and after
+building the dataset. On the slice with tasks it also times
+``select(where="task == ...")`` twice in one process (cold: the blob hashes read and the task
+blobs decoded; warm: the same columns again, as a second filter on the slice reads them).
+Last, it serves both roots on loopback and times ``client.slices.get`` of each in fresh
+processes, with its peak RSS: once with an empty cache, then warm.
 
 Usage::
 
@@ -27,6 +33,8 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
+
+from bench._serve import serving
 
 HERE = Path(__file__).resolve().parent
 POOL = 100
@@ -50,23 +58,60 @@ table = segments_to_table(b.segments)
 table = table.take(pa.array(np.arange(n, dtype=np.int64) % POOL))
 ids = pa.array([segment_id(1, i) for i in range(n)], pa.string())
 table = table.set_column(table.schema.get_field_index("id"), "id", ids)
-print(commit_table(store, table, "text-open"))
+digest = commit_table(store, table, "text-open")
+store.set_slice("slc_7e470100", digest)
+print(digest)
 """.replace("POOL", str(POOL))
 
 OPEN = """
 import json, sys, time
 from rayform.torch import EpisodeDataset
 from rayform_server.store import Store
-from support_slice import store_slice
+from support_slice import store_slice, peak_rss
 root, digest, obs = sys.argv[1], sys.argv[2], sys.argv[3].split(",")
+rss_imported = peak_rss()
 t0 = time.perf_counter()
 m = Store(root).load_manifest(digest)
 t_open = time.perf_counter() - t0
 s = store_slice("slc_7e470100", m, Store(root))
+rss_open = peak_rss()
 t0 = time.perf_counter()
 ds = EpisodeDataset(s, obs=obs, action=None, fps=15, shard=None)
 t_ds = time.perf_counter() - t0
-print(json.dumps({"open_seconds": t_open, "dataset_seconds": t_ds, "len": len(ds)}))
+print(json.dumps({"open_seconds": t_open, "dataset_seconds": t_ds, "len": len(ds),
+                  "rss_open_bytes": rss_open, "rss_dataset_bytes": peak_rss(),
+                  "rss_open_added_bytes": rss_open - rss_imported}))
+"""
+
+SELECT = """
+import json, sys, time
+from rayform_server.store import Store
+from support_slice import store_slice
+root, digest = sys.argv[1], sys.argv[2]
+s = store_slice("slc_7e470100", Store(root).load_manifest(digest), Store(root))
+times, kept = [], []
+for task in ("task number 7", "task number 8"):
+    t0 = time.perf_counter()
+    kept.append(len(s.select(where=f"task == {task!r}").segments))
+    times.append(time.perf_counter() - t0)
+print(json.dumps({"cold_seconds": times[0], "warm_seconds": times[1], "kept": kept}))
+"""
+
+#: ``client.slices.get`` from a served root in a fresh process: its time and peak RSS (also
+#: less the peak once ``rayform`` is imported: what the manifest adds).
+GET = """
+import json, sys, time
+import rayform
+from support_slice import peak_rss
+client = rayform.Client(endpoint=sys.argv[1], token=sys.argv[2], cache_dir=sys.argv[3])
+before = peak_rss()
+t0 = time.perf_counter()
+s = client.slices.get("slc_7e470100")
+n = len(s.segments)
+t_get = time.perf_counter() - t0
+rss = peak_rss()
+print(json.dumps({"get_seconds": t_get, "rss_get_bytes": rss, "rss_get_added_bytes": rss - before,
+                  "segments": n}))
 """
 
 #: A Slice over a data root without a server (what tests/support/fakes.py's store_slice does).
@@ -86,6 +131,15 @@ class _Blobs:  # a BlobFetcher: blobs straight from the data root (tests/support
 
 def store_slice(slice_id, manifest, store):
     return Slice(slice_id, manifest.hash, manifest, _Blobs(store))
+
+def peak_rss():
+    # This process's peak resident set so far, bytes (VmHWM; ru_maxrss where no /proc).
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    import resource
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 """
 
 
@@ -101,6 +155,27 @@ def _run(code: str, *args: str, cwd: Path) -> str:
     if out.returncode != 0:
         raise RuntimeError(out.stderr[-3000:])
     return out.stdout.strip().splitlines()[-1]
+
+
+def _gets(work: Path, rounds: int) -> dict:
+    """``client.slices.get`` of each slice from its served root, in fresh processes: the first
+    round with an empty cache (the manifest downloaded, checked, cached), then warm rounds."""
+    keys = ("get_seconds", "rss_get_bytes", "rss_get_added_bytes")
+    runs: dict[str, list[dict]] = {"plain": [], "task": []}
+    with serving(work / "plain") as plain, serving(work / "task") as task:
+        for _ in range(rounds + 1):
+            for k, (url, token) in (("plain", plain), ("task", task)):
+                cache = str(work / f"cache-{k}")
+                runs[k].append(json.loads(_run(GET, url, token, cache, cwd=work)))
+    out: dict = {}
+    for k, rs in runs.items():
+        out[k] = {"cold": {key: rs[0][key] for key in keys}}
+        out[k]["warm"] = {key: statistics.median(r[key] for r in rs[1:]) for key in keys}
+    out["ratio"] = {
+        side: {key: out["task"][side][key] / out["plain"][side][key] for key in keys}
+        for side in ("cold", "warm")
+    }
+    return out
 
 
 def main() -> int:
@@ -120,22 +195,31 @@ def main() -> int:
         "task_in_obs": ("task", "joints/position,task"),
     }
     runs: dict[str, list[dict]] = {k: [] for k in sides}
+    selects = []
     for _ in range(args.rounds + 1):  # the first round warms the page cache: not counted
         for k, (root, obs) in sides.items():
             runs[k].append(json.loads(_run(OPEN, str(work / root), digests[root], obs, cwd=work)))
+        selects.append(json.loads(_run(SELECT, str(work / "task"), digests["task"], cwd=work)))
     result: dict = {"segments": args.segments, "rounds": args.rounds}
+    keys = (
+        "open_seconds",
+        "dataset_seconds",
+        "rss_open_bytes",
+        "rss_open_added_bytes",
+        "rss_dataset_bytes",
+    )
     for k, rs in runs.items():
-        result[k] = {
-            key: statistics.median(r[key] for r in rs[1:])
-            for key in ("open_seconds", "dataset_seconds")
-        }
+        result[k] = {key: statistics.median(r[key] for r in rs[1:]) for key in keys}
     result["ratio"] = {
-        f"{k}/plain": {
-            key: result[k][key] / result["plain"][key]
-            for key in ("open_seconds", "dataset_seconds")
-        }
+        f"{k}/plain": {key: result[k][key] / result["plain"][key] for key in keys}
         for k in ("task_slice", "task_in_obs")
     }
+    result["select_task"] = {
+        key: statistics.median(r[key] for r in selects[1:])
+        for key in ("cold_seconds", "warm_seconds")
+    }
+    result["select_task"]["kept"] = selects[-1]["kept"]
+    result["slices_get"] = _gets(work, args.rounds)
     assert len({r["len"] for rs in runs.values() for r in rs}) == 1  # the same grid
     out = HERE / "results" / f"text-open-{args.segments}.json"
     out.parent.mkdir(exist_ok=True)

@@ -263,6 +263,7 @@ class Slice:
             end_ns=end_ns,
             where=where,
             labels=read_labels,
+            read_blob=lambda ref: self.blob_path(ref).read_bytes(),
         )
         if self.selection is not None:
             selection = {"within": self.selection, **selection}

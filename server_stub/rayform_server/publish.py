@@ -14,15 +14,18 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import httpx
+
 from rayform.curation import Labels, child_slice_id, view_rows
 from rayform.errors import (
     AccessDeniedError,
     ConflictError,
+    IntegrityError,
     InvalidArgumentError,
     NotFoundError,
 )
 from rayform.format import SLICE_ID_RE, check_hash, hash_bytes
-from rayform.manifest import build_root, segments_of, table_to_pages
+from rayform.manifest import BlobRef, build_root, segments_of, table_to_pages
 from rayform.uri import select_arguments, selection_expression
 from rayform_server.auth import Grant
 from rayform_server.labelstore import LabelStore, audit
@@ -81,7 +84,13 @@ def publish(
     label_set = None
     if pinned is not None:
         label_set = Labels(labels.load(parent, manifest_hash, pinned), pinned, segs)
-    rows, selection = view_rows(segs, parent, labels=label_set, **kwargs)
+    rows, selection = view_rows(
+        segs,
+        parent,
+        labels=label_set,
+        read_blob=lambda ref: _blob_bytes(store, ref),
+        **kwargs,
+    )
     expected = body.get("segments")
     if expected is not None and expected != len(rows):
         raise ConflictError(
@@ -136,3 +145,29 @@ def publish(
             },
         )
     return {"id": slice_id, "manifest": digest, "created": created}
+
+
+def _blob_bytes(store: Store, ref: BlobRef) -> bytes:
+    """A blob's bytes, checked against its hash: what a filter on ``task`` reads of the
+    parent's text blobs (one small blob per distinct task), from disk or the object store."""
+    path = store.blobs.local_path(ref.hash)
+    if path is not None:
+        try:
+            data = path.read_bytes()
+        except OSError as exc:
+            raise NotFoundError(f"blob {ref.hash[:12]}... is missing from this store") from exc
+    else:
+        url = store.blobs.presigned_url(ref.hash, 600)
+        if url is None:
+            raise InvalidArgumentError(
+                f"blob {ref.hash[:12]}... is in {store.blobs.describe()}, which gives no URL"
+            )
+        try:
+            resp = httpx.get(url, timeout=60.0)
+            resp.raise_for_status()
+        except httpx.HTTPError as exc:
+            raise NotFoundError(f"blob {ref.hash[:12]}...: the object store: {exc}") from exc
+        data = resp.content
+    if len(data) != ref.size or hash_bytes(data) != ref.hash:
+        raise IntegrityError(f"blob {ref.hash[:12]}... in this store does not match its hash")
+    return data

@@ -385,3 +385,41 @@ def test_cluster_loses_a_volume_server_pull_completes_then_offline(
         == seg.streams["cam0/rgb"].blob.hash
     )
     assert offline.pull(DEMO_SLICE, streams=["joints/position"]).fetched_blobs == 0
+
+
+def test_a_task_filter_publishes_from_blobs_in_s3(
+    seaweed: SeaweedS3, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The server reads a task filter's text blobs from the object store (checked against
+    their hashes) and publishes what the client's view keeps."""
+    import numpy as np
+    from support import WRITE_TOKEN
+
+    from rayform_server.builder import SliceBuilder, TableData, TextData
+    from rayform_server.store import Store
+
+    for key, value in seaweed.env.items():
+        monkeypatch.setenv(key, value)
+    root = tmp_path / "lang-root"
+    store = Store(root, configure_root(root, f"s3://{BUCKET}/lang", seaweed.endpoint))
+    b = SliceBuilder(store)
+    for e, task in enumerate(["wipe", "stack", "wipe"]):
+        t = 10**12 * (e + 1) + np.arange(10, dtype=np.int64) * 100_000_000
+        streams = [
+            TableData("joints/position", t, np.zeros((10, 2), np.float32), 10),
+            TextData("task", t[:1], [{"content": task}], 10),
+        ]
+        b.add_segment(f"seg_{e:08x}", site="lab", streams=streams)
+    b.commit("slc_7e470a03")
+    assert not list(root.rglob("blobs/*/*"))  # every blob is in the object store
+    server = ServerProcess(root, "--s3-endpoint", seaweed.endpoint, "--write-token", WRITE_TOKEN)
+    try:
+        client = rayform.Client(endpoint=server.url, token=WRITE_TOKEN, cache_dir=tmp_path / "c")
+        slice_ = client.slices.get("slc_7e470a03")
+        child = client.slices.create(slice_.select(where="task == 'wipe'"))
+        assert [str(i) for i in child.segments.ids().to_pylist()] == [
+            "seg_00000000",
+            "seg_00000002",
+        ]
+    finally:
+        server.stop()

@@ -346,3 +346,109 @@ def test_label_from_the_page_and_filter_on_it(
         page.evaluate("document.querySelector('#status').textContent = ''")  # 'labels v2 saved'
     labels = slice_.labels
     assert labels.version == 2 and labels[seg] == {"success": True, "quality": 0.8}
+
+
+#: The language slice's episode: a task that switches at 1.0 s, a subtask from 0.5 s, and
+#: events at 0.3 s and 1.45 s (seconds from the episode's start, which is its camera's first
+#: frame).
+LANGUAGE = {
+    "task": [(0.0, "pick the cube"), (1.0, "place it in the bin")],
+    "language/subtask": [(0.5, "reach"), (1.2, "grasp")],
+    "language/interjection": [(0.3, "slower"), (1.45, "stop!")],
+}
+
+
+@pytest.fixture(scope="module")
+def language_slice(tmp_path_factory: pytest.TempPathFactory) -> Iterator[rayform.Slice]:
+    """A one-episode slice served on loopback: a 2 s camera at 10 Hz, joints, and the text
+    streams of :data:`LANGUAGE`."""
+    from rayform_server.builder import SliceBuilder, TableData, TextData, VideoData
+    from rayform_server.store import Store
+
+    root = tmp_path_factory.mktemp("view-language")
+    t0 = 10**18
+    t = t0 + np.arange(20, dtype=np.int64) * 100_000_000
+    frames = np.zeros((20, 48, 64, 3), np.uint8)
+    frames[:, :, :, 1] = np.arange(20, dtype=np.uint8)[:, None, None] * 10
+    streams: list[Any] = [
+        VideoData("cam0/rgb", frames, t, 10),
+        TableData("joints/position", t, np.arange(40, dtype=np.float32).reshape(20, 2), 10),
+    ]
+    for name, records in LANGUAGE.items():
+        times = np.array([t0 + round(s * 1e9) for s, _ in records], np.int64)
+        timing = "events" if "interjection" in name else "state"
+        streams.append(
+            TextData(name, times, [{"content": c} for _, c in records], 10, timing=timing)
+        )
+    b = SliceBuilder(Store(root))
+    b.add_segment("seg_1a46a6e0", site="lab", streams=streams)
+    b.commit("slc_1a46a6e9")
+    server = ServerProcess(root)
+    try:
+        yield make_client(server.url, root.parent / "lang-cache").slices.get("slc_1a46a6e9")
+    finally:
+        server.stop()
+
+
+def _shown(page: Page, stream: str) -> str:
+    return str(page.locator(f".text-state[data-stream='{stream}'] .value").text_content())
+
+
+def test_the_task_and_subtask_in_force_show_under_the_cameras(
+    browser: Browser, language_slice: rayform.Slice
+) -> None:
+    for page in _open(browser, language_slice, "&segment=seg_1a46a6e0&t=0.2"):
+        page.wait_for_selector("#episode[data-ready='1']")
+        # Under the cameras: the task first, then the other states; events are no state.
+        order = page.locator("#episode > div").evaluate_all("ds => ds.map(d => d.id)")
+        assert order.index("cameras") + 1 == order.index("language")
+        states = page.locator(".text-state").evaluate_all("ls => ls.map(l => l.dataset.stream)")
+        assert states == ["task", "language/subtask"]
+        assert (_shown(page, "task"), _shown(page, "language/subtask")) == ("pick the cube", "")
+        # The record in force is the latest at or before the playhead, on a switch included.
+        for t, task, subtask in [
+            (0.5, "pick the cube", "reach"),
+            (0.99, "pick the cube", "reach"),
+            (1.0, "place it in the bin", "reach"),
+            (1.3, "place it in the bin", "grasp"),
+            (0.1, "pick the cube", ""),  # back again: never a later record
+        ]:
+            page.evaluate(f"rayformView.seek({t})")
+            assert (_shown(page, "task"), _shown(page, "language/subtask")) == (task, subtask), t
+        # Playing moves the subtask on with the clock.
+        page.evaluate("rayformView.seek(1.1)")
+        page.click("#play")
+        page.wait_for_function(
+            "() => document.querySelector(\".text-state[data-stream='language/subtask'] .value\")"
+            ".textContent == 'grasp'",
+            timeout=20_000,
+        )
+        page.click("#play")
+
+
+def test_events_are_marks_on_the_timeline_that_seek(
+    browser: Browser, language_slice: rayform.Slice
+) -> None:
+    for page in _open(browser, language_slice, "&segment=seg_1a46a6e0&t=0"):
+        page.wait_for_selector("#episode[data-ready='1']")
+        row = page.locator(".event-row[data-stream='language/interjection']")
+        assert "language/interjection (2)" in str(row.locator(".name").text_content())
+        marks = row.locator(".event-mark")
+        assert [float(str(m.get_attribute("data-t"))) for m in marks.all()] == [0.3, 1.45]
+        assert "stop!" in str(marks.nth(1).get_attribute("title"))
+        # Placed along the track at their share of the episode (its duration from the page).
+        dur = float(page.evaluate("rayformView.state.dur"))
+        lefts = marks.evaluate_all("ms => ms.map(m => parseFloat(m.style.left))")
+        assert lefts == pytest.approx([100 * 0.3 / dur, 100 * 1.45 / dur], abs=1e-3)
+        assert marks.evaluate_all("ms => ms.map(m => m.classList.contains('past'))") == [
+            False,
+            False,
+        ]
+        marks.nth(1).click()
+        page.wait_for_function("() => Math.abs(rayformView.time() - 1.45) < 1e-6")
+        assert _shown(page, "task") == "place it in the bin"
+        assert marks.evaluate_all("ms => ms.map(m => m.classList.contains('past'))") == [
+            True,
+            True,
+        ]
+        assert page.locator(".text-state[data-stream='language/interjection']").count() == 0

@@ -19,8 +19,13 @@ per filter), which a dataset URI pins.
 An episode without a value for a label fails every comparison on it (``!=`` and ``not in``
 included); ``not (...)`` keeps it again.
 
-Episode fields (:data:`FIELD_KINDS`) come from the manifest; the language streams' ``task``
-is meant to join them there (a ``category`` field) once manifests carry it.
+Episode fields (:data:`FIELD_KINDS`) come from the manifest. ``task`` is the episode's
+``task`` text stream (docs/language.md): an episode may hold several task records, and
+``task == X`` (``task in [...]``) keeps it when **any** of them is X (one of the list);
+``task != X`` (``task not in [...]``) keeps an episode that has a task stream and no record
+that is X (none of the list). An episode without a task stream fails both, as a missing label
+does. The manifest's blob hashes say which episodes share a task blob, so the column reads one
+small blob per distinct task (:mod:`rayform.curation._textcols`), never one per episode.
 """
 
 from __future__ import annotations
@@ -33,13 +38,14 @@ from typing import Any
 import numpy as np
 
 from rayform._untrusted import shown
+from rayform.curation._textcols import ReadBlob, TextColumn, text_column
 from rayform.errors import InvalidArgumentError
 from rayform.manifest import Segments
 
 __all__ = ["FIELD_KINDS", "MAX_FILTER_CHARS", "Columns", "Filter", "check_filters", "parse_filter"]
 
 #: Episode fields a filter reads, and their kinds (``number`` or ``category``). The one place
-#: a new field (``task``, from the language streams) is added.
+#: a new field is added.
 FIELD_KINDS: dict[str, str] = {
     "id": "category",
     "site": "category",
@@ -48,7 +54,10 @@ FIELD_KINDS: dict[str, str] = {
     "end_ns": "number",
     "duration_ns": "number",
     "duration_s": "number",
+    "task": "category",
 }
+#: The text stream the ``task`` field reads.
+TASK_STREAM = "task"
 #: Longest filter text accepted, in characters.
 MAX_FILTER_CHARS = 4096
 _ORDER = (ast.Lt, ast.LtE, ast.Gt, ast.GtE)
@@ -100,6 +109,10 @@ class Filter:
                 f"{', '.join(map(repr, unknown))} is not a field or label; there are "
                 + ", ".join(f"{k} ({v})" for k, v in sorted(kinds.items())),
             )
+        if TASK_STREAM in self.names and TASK_STREAM not in columns.labels:
+            why = columns.missing_text(TASK_STREAM)
+            if why:
+                raise _error(self.text, why)
         return _eval(self.tree, columns, self.text)
 
 
@@ -181,14 +194,39 @@ class Columns:
         labels: label key -> ``(kind, column)`` for these segments, in their order: a
             ``float64`` array with ``NaN`` for numbers, an ``int8`` array (1, 0, -1 for none)
             for bools, a pyarrow string or list-of-string array with nulls otherwise.
+        read_blob: reads a blob's verified bytes: what the ``task`` field reads its text
+            stream's blobs with (``None``: a filter on ``task`` is an error).
     """
 
     def __init__(
-        self, segments: Segments, labels: Mapping[str, tuple[str, Callable[[], Any]]]
+        self,
+        segments: Segments,
+        labels: Mapping[str, tuple[str, Callable[[], Any]]],
+        read_blob: ReadBlob | None = None,
     ) -> None:
         self.segments = segments
         self.labels = labels
+        self.read_blob = read_blob
         self._made: dict[str, tuple[str, Any]] = {}
+
+    def missing_text(self, stream: str) -> str | None:
+        """Why the text field ``stream`` cannot be read here, or ``None`` when it can."""
+        kinds = self.segments.stream_values(stream, "kind")
+        if not kinds:
+            texts = sorted(
+                name
+                for name, d in self.segments.summary()["streams"].items()
+                if d["kind"] == "text"
+            )
+            return (
+                f"{stream!r} reads the episodes' {stream!r} text stream, and these episodes have "
+                f"none (their text streams: {', '.join(texts) or 'none'}; docs/language.md)"
+            )
+        if kinds != {"text"}:
+            return f"{stream!r} reads a text stream; stream {stream!r} here is {'/'.join(kinds)}"
+        if self.read_blob is None:
+            return f"{stream!r} reads text blobs, and these columns were given no way to read them"
+        return None
 
     def kinds(self) -> dict[str, str]:
         return {**FIELD_KINDS, **{k: kind for k, (kind, _) in self.labels.items()}}
@@ -212,6 +250,10 @@ class Columns:
             return segs.ids()
         if name == "site":
             return segs.sites()
+        if name == TASK_STREAM:
+            if self.read_blob is None:  # Filter.mask says why first
+                raise InvalidArgumentError(f"{name!r}: {self.missing_text(name)}")
+            return text_column(segs, name, self.read_blob)
         if name in ("duration_ns", "duration_s"):
             ns = segs.column("end_ns").astype(np.int64) - segs.column("start_ns").astype(np.int64)
             return ns if name == "duration_ns" else ns / 1e9
@@ -265,6 +307,8 @@ def _compare(
     if kind in ("category", "text"):
         if isinstance(op, _ORDER):
             raise _error(text, f"{name!r} holds strings: use ==, !=, in or not in")
+        if isinstance(col, TextColumn):  # several records per episode: any of them
+            return col.any_of(values, isinstance(op, (ast.NotEq, ast.NotIn)))
         import pyarrow as pa  # noqa: PLC0415  (lazily: `import rayform` stays light)
         import pyarrow.compute as pc  # noqa: PLC0415
 

@@ -9,6 +9,7 @@ from typing import Any, cast
 import numpy as np
 
 from rayform.curation._filter import Columns
+from rayform.curation._textcols import ReadBlob
 from rayform.manifest import Segments
 
 __all__ = ["Labels", "table_changes"]
@@ -129,15 +130,16 @@ class Labels:
             ) from None
         return self.to_arrow().to_pandas().set_index("episode")
 
-    def columns(self, segments: Segments) -> Columns:
+    def columns(self, segments: Segments, read_blob: ReadBlob | None = None) -> Columns:
         """What a filter reads over ``segments`` (the slice's or a selection's): their episode
         fields and, per key, a column of these labels in their order (built once per key for
-        the whole slice, then taken at the segments' positions)."""
+        the whole slice, then taken at the segments' positions); ``read_blob`` reads the
+        ``task`` field's text blobs."""
         positions = segments.positions()
         makers: dict[str, tuple[str, Callable[[], Any]]] = {}
         for key, kind in self.kinds.items():
             makers[key] = (kind, functools.partial(self._take, key, kind, positions))
-        return Columns(segments, makers)
+        return Columns(segments, makers, read_blob)
 
     def _take(self, key: str, kind: str, positions: np.ndarray) -> Any:
         full = self._full.get(key)

@@ -239,6 +239,35 @@ class PageColumns:
         names = self.name_list
         return np.isin(self.name_code, [names.index(s) for s in streams if s in names])
 
+    def blob_codes(self, stream: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Which of one stream's distinct blobs each segment holds: ``(digests (U, 32) uint8,
+        sizes (U,) int64, codes (N,) int32)``, ``codes[s]`` the index into ``digests`` of
+        segment ``s``'s blob, ``-1`` where the segment lacks the stream. Computed once."""
+        key = "codes:" + stream
+        if key not in self._cache:
+            self._cache[key] = self._blob_codes(stream)
+        found: tuple[np.ndarray, np.ndarray, np.ndarray] = self._cache[key]
+        return found
+
+    def _blob_codes(self, stream: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        codes = np.full(self.n, -1, dtype=np.int32)
+        if stream not in self.name_list:
+            return np.zeros((0, HASH_BYTES), np.uint8), np.zeros(0, np.int64), codes
+        layout = self.layout
+        if layout is not None:  # stream j of segment s is row s * k + j: no mask over every row
+            j, k = layout.index(stream), len(layout)
+            digests = self.hashes("blob_hash")[j::k]
+            sizes = self.field("blob_size")[j::k].astype(np.int64)
+            segs = np.arange(self.n, dtype=np.int64)
+        else:
+            mask = self.stream_mask([stream])
+            digests = self.hashes("blob_hash")[mask]
+            sizes = self.field("blob_size")[mask].astype(np.int64)
+            segs = self.stream_seg[mask].astype(np.int64)
+        first, inverse = _unique_digests(digests)
+        codes[segs] = inverse
+        return np.ascontiguousarray(digests[first]), sizes[first], codes
+
     def unique_blobs(
         self, streams: Sequence[str] | None, rows: np.ndarray | None = None
     ) -> tuple[np.ndarray, np.ndarray]:
@@ -388,3 +417,19 @@ def _list_columns(
     pages: list[Any], objects: Sequence[Segment] | None, summary: dict[str, Any] | None
 ) -> PageColumns:
     return PageColumns(pages, objects=objects, summary=summary)
+
+
+def _unique_digests(digests: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(first (U,), inverse (R,))`` of ``(R, 32) uint8`` digests, as :func:`numpy.unique`
+    gives them. Sorts each digest's first 8 bytes as one integer (a sort of 32-byte keys is
+    several times slower), then checks every whole digest against its group's: a shared
+    prefix of two different digests falls back to the sort of whole digests."""
+    if not len(digests):
+        return np.zeros(0, np.int64), np.zeros(0, np.int32)
+    whole = np.ascontiguousarray(digests)
+    prefix = whole[:, :8].copy().view(np.uint64).ravel()
+    _, first, inverse = np.unique(prefix, return_index=True, return_inverse=True)
+    if not bool((whole[first][inverse] == whole).all()):
+        keys = whole.view(np.dtype((np.void, HASH_BYTES))).ravel()
+        _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+    return first, inverse.astype(np.int32).ravel()

@@ -237,6 +237,16 @@ class Segments(SegmentColumns):
             for d, s, n in zip(digests, sizes, counts, strict=True)
         ]
 
+    def blob_codes(self, stream: str) -> tuple[list[BlobRef], np.ndarray]:
+        """Which blob of ``stream`` each of these segments holds, from the columns (no blob
+        read): ``(blobs, codes (S,) int32)``, ``blobs`` the stream's distinct blobs in the
+        whole manifest and ``codes[i]`` the index into them of segment ``i``'s, ``-1`` where it
+        lacks the stream. A text stream's blob is the same bytes wherever its records are, so
+        a slice with a task per episode reads its tasks per episode from one blob per task."""
+        digests, sizes, codes = self._c.blob_codes(stream)
+        blobs = [BlobRef(d.tobytes().hex(), int(s)) for d, s in zip(digests, sizes, strict=True)]
+        return blobs, codes if self.rows is None else codes[self.rows]
+
     def rendition_blobs(self, streams: Sequence[str] | None = None) -> dict[str, BlobRef]:
         """Unique rendition blobs of these segments by hash (optionally only the named streams)."""
         digests, sizes = self._c.unique_renditions(streams, self.rows)

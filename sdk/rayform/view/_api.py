@@ -22,7 +22,7 @@ from rayform._ids import SEGMENT_ID_RE, STREAM_NAME_RE
 from rayform.curation import Labels
 from rayform.curation import parse_filter as text_filter
 from rayform.errors import ConflictError, InvalidArgumentError, NotFoundError, OfflineError
-from rayform.format import decode_table, decode_timestamps
+from rayform.format import decode_table, decode_text, decode_timestamps
 from rayform.manifest import Segment, Stream
 from rayform.uri import selection_expression
 from rayform.view._index import EpisodeFilter, EpisodeIndex
@@ -32,12 +32,14 @@ if TYPE_CHECKING:
 
     from rayform._seams import ViewSource
 
-__all__ = ["MAX_PAGE", "MAX_POINTS", "ViewAPI", "ViewError", "dimension_names"]
+__all__ = ["MAX_PAGE", "MAX_POINTS", "MAX_RECORDS", "ViewAPI", "ViewError", "dimension_names"]
 
 #: Most episodes one list request returns.
 MAX_PAGE = 500
 #: Most points per table stream sent to a plot (longer tables are strided down to this).
 MAX_POINTS = 4000
+#: Most records of a text stream sent to the page (the first ones, in time order).
+MAX_RECORDS = 2000
 _SITE_RE = re.compile(r"\A[^\x00-\x1f\x7f]{1,256}\Z")  # free text, no control characters
 _PREFIX_RE = re.compile(r"\A[a-z0-9_]{0,64}\Z")
 
@@ -115,7 +117,9 @@ class ViewAPI:
     def __init__(self, slice_: ViewSource, *, frames: bool = False) -> None:
         self.slice = slice_
         self.frames = frames
-        self.index = EpisodeIndex(slice_.segments, self.labels)
+        self.index = EpisodeIndex(
+            slice_.segments, self.labels, lambda ref: slice_.blob_path(ref).read_bytes()
+        )
         self._lock = threading.Lock()  # Slice.segment builds and caches Segment objects
 
     def labels(self) -> Labels | None:
@@ -272,6 +276,8 @@ class ViewAPI:
                 doc["times"] = _seconds(t_ns, seg.start_ns)
                 doc["codec"] = st.codec or "h264"
                 doc["mode"] = "frames" if self.frames else "video"
+            if st.kind == "text":
+                doc["timing"] = st.quantity or "state"
             streams.append(doc)
         labels = self.labels()
         marks = (
@@ -300,6 +306,24 @@ class ViewAPI:
             "values": rows,
             "stride": step,
             "dims": dimension_names(st.quantity, values.shape[1]),
+        }
+
+    def text(self, query: dict[str, str]) -> dict[str, Any]:
+        """A text stream's records: ``timing`` (``state``: each holds until the next, the page
+        shows the one in force at the playhead; ``events``: marks on the timeline) and, per
+        record, its time (seconds from the episode's start), ``content``, ``role`` and
+        ``style``; at most :data:`MAX_RECORDS` (``truncated`` says when there were more)."""
+        seg, st = self._stream(query, "text")
+        t_ns, records = decode_text(self.slice.blob_path(st.blob).read_bytes(), st.t0_ns)
+        times = _seconds(t_ns[:MAX_RECORDS], seg.start_ns)
+        return {
+            "name": st.name,
+            "timing": st.quantity or "state",
+            "records": [
+                {"t_s": t, "content": r["content"], "role": r["role"], "style": r["style"]}
+                for t, r in zip(times, records[:MAX_RECORDS], strict=True)
+            ],
+            "truncated": len(records) > MAX_RECORDS,
         }
 
     def video(self, query: dict[str, str]) -> BlobFile:

@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from rayform.curation import Columns, Labels, parse_filter
-from rayform.manifest import Segment, Segments
+from rayform.manifest import BlobRef, Segment, Segments
 
 __all__ = ["EpisodeFilter", "EpisodeIndex"]
 
@@ -50,15 +50,20 @@ class EpisodeIndex:
     Args:
         segments: the slice's segments.
         labels: reads the slice's latest labels (``None``: it has none), for text filters.
+        read_blob: reads a blob's verified bytes, for a filter on ``task``.
     """
 
     _KEEP = 8  # filter results kept: paging through one filter must not refilter
 
     def __init__(
-        self, segments: Segments, labels: Callable[[], Labels | None] | None = None
+        self,
+        segments: Segments,
+        labels: Callable[[], Labels | None] | None = None,
+        read_blob: Callable[[BlobRef], bytes] | None = None,
     ) -> None:
         self.segments = segments
         self._labels = labels
+        self._read_blob = read_blob
         self.ids = segments.ids()
         self.sites = segments.sites()
         self.start_ns = segments.column("start_ns")
@@ -106,9 +111,9 @@ class EpisodeIndex:
         if flt is not None:
             with self._lock:  # the label columns are built once, under the index's lock
                 cols = (
-                    labels.columns(self.segments)
+                    labels.columns(self.segments, self._read_blob)
                     if labels is not None and labels.version
-                    else Columns(self.segments, {})
+                    else Columns(self.segments, {}, self._read_blob)
                 )
                 keep &= flt.mask(cols)
         if f.sites:

@@ -322,6 +322,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(api.episode(query))
         elif path == "/api/table":
             self._json(api.table(query))
+        elif path == "/api/text":
+            self._json(api.text(query))
         elif path == "/api/selection":
             self._json(api.selection(query))
         elif path == "/media":

@@ -21,6 +21,7 @@ from __future__ import annotations
 from rayform.torch.lerobot._export import ExportReport, export_lerobot
 from rayform.torch.lerobot._plan import default_feature_name
 from rayform.torch.lerobot._policy import (
+    LANGUAGE_KEYS,
     LeRobotCollate,
     PolicyFeatureSpec,
     lerobot_stats,
@@ -28,6 +29,7 @@ from rayform.torch.lerobot._policy import (
 )
 
 __all__ = [
+    "LANGUAGE_KEYS",
     "ExportReport",
     "LeRobotCollate",
     "PolicyFeatureSpec",

@@ -9,7 +9,13 @@
   (``{key: {"mean", "std", "min", "max", "q01", "q99", "count"}}`` of numpy arrays), cameras
   with ImageNet's statistics (``(3, 1, 1)``, LeRobot's ``use_imagenet_stats`` default).
 * :class:`LeRobotCollate`: batches with frames as ``float32`` in ``[0, 1]`` (converted in the
-  DataLoader worker), as LeRobot's datasets return them, and without ``meta``.
+  DataLoader worker), as LeRobot's datasets return them, and without ``meta``. A ``task`` key
+  (a state text stream) stays a list of strings, one per sample, as LeRobot's collate gives it
+  and its processors read it (``batch["task"]``, and ``batch["subtask"]``); tokens, from a
+  tokenizer run in the collate or from the dataset's own (``EpisodeDataset(tokenizer=...)``),
+  are put under the keys LeRobot's tokenizer step writes (``observation.language.tokens``,
+  ``observation.language.attention_mask``; ``observation.subtask.*``), which its
+  language-conditioned policies read.
 
 The dataset's sample keys must be LeRobot's (``obs={"observation.images.top": "top/rgb",
 "observation.state": "observation/state"}``, ``action={"action": "action"}``). ``lerobot``
@@ -19,6 +25,7 @@ is imported only inside :func:`policy_features`, and only if it is installed.
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -33,11 +40,19 @@ if TYPE_CHECKING:
 
 __all__ = [
     "IMAGENET_STATS",
+    "LANGUAGE_KEYS",
     "LeRobotCollate",
     "PolicyFeatureSpec",
     "lerobot_stats",
     "policy_features",
 ]
+
+#: The batch keys LeRobot's ``TokenizerProcessorStep`` writes, per text key it reads
+#: (``OBS_LANGUAGE_TOKENS``, ``OBS_LANGUAGE_ATTENTION_MASK``, and the subtask's).
+LANGUAGE_KEYS = {
+    "task": ("observation.language.tokens", "observation.language.attention_mask"),
+    "subtask": ("observation.subtask.tokens", "observation.subtask.attention_mask"),
+}
 
 #: ImageNet's per-channel statistics, as LeRobot's ``IMAGENET_STATS``.
 IMAGENET_STATS = {"mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225]}
@@ -132,11 +147,51 @@ def lerobot_stats(ds: EpisodeDataset, *, images: str = "imagenet") -> dict[str, 
 class LeRobotCollate:
     """A ``collate_fn`` giving LeRobot's batch: cameras ``float32`` in ``[0, 1]`` (converted in
     the worker that decoded them), vectors as they are, ``meta`` dropped (``keep_meta=True``
-    keeps it). Picklable, so DataLoader workers use it."""
+    keeps it). Picklable, so DataLoader workers use it.
 
-    def __init__(self, ds: EpisodeDataset, *, keep_meta: bool = False) -> None:
+    Text keys stay lists of ``B`` strings (``batch["task"]``, what LeRobot's processors read).
+    For the sample keys ``task`` and ``subtask`` (state text streams, e.g. ``obs={"task":
+    "task", "subtask": "language/subtask"}``), tokens go under LeRobot's keys
+    (:data:`LANGUAGE_KEYS`): ``observation.language.tokens`` ``(B, L)`` and
+    ``observation.language.attention_mask`` ``(B, L) bool``, from ``tokenizer`` when given
+    (run here, in the worker, on the batch's strings), else from the dataset's own tokenizer
+    (its ``task_input_ids`` and ``task_attention_mask``, which stay too).
+
+    Args:
+        ds: the dataset whose samples it batches.
+        keep_meta: keep each sample's ``meta`` (as a list of dicts).
+        tokenizer: ``callable(list of B strings) -> {"input_ids": (B, L), "attention_mask":
+            (B, L)}`` (a Hugging Face tokenizer with ``return_tensors="pt",
+            padding="max_length"``, through ``functools.partial``), or ``None``.
+
+    Raises:
+        InvalidArgumentError: ``tokenizer`` is not callable, or the dataset has no ``task``
+            or ``subtask`` key of a state text stream for it to tokenize.
+    """
+
+    def __init__(
+        self,
+        ds: EpisodeDataset,
+        *,
+        keep_meta: bool = False,
+        tokenizer: Callable[[list[str]], Mapping[str, torch.Tensor]] | None = None,
+    ) -> None:
         self.cameras = tuple(k for k, s in ds.obs_keys.items() if ds.stream(s).kind == "video")
         self.keep_meta = keep_meta
+        state_text = set(ds.spec.state_text_keys)
+        self.texts = tuple(k for k in LANGUAGE_KEYS if k in state_text)
+        if tokenizer is not None and not callable(tokenizer):
+            raise InvalidArgumentError(
+                f"LeRobotCollate(tokenizer={tokenizer!r}): pass a callable (a list of strings "
+                "-> a dict with input_ids and attention_mask) or None"
+            )
+        if tokenizer is not None and not self.texts:
+            raise InvalidArgumentError(
+                "LeRobotCollate(tokenizer=...) tokenizes the sample keys 'task' and 'subtask' "
+                f"(state text streams); this dataset's obs keys are {sorted(ds.obs_keys)}: name "
+                "one, e.g. obs={..., 'task': 'task'}"
+            )
+        self.tokenizer = tokenizer
 
     def __call__(self, samples: list[dict[str, Any]]) -> dict[str, Any]:
         if not self.keep_meta:
@@ -144,4 +199,13 @@ class LeRobotCollate:
         batch = default_collate(samples)
         for key in self.cameras:
             batch[key] = batch[key].to(torch.float32).div_(255.0)
+        for key in self.texts:
+            tokens_key, mask_key = LANGUAGE_KEYS[key]
+            if self.tokenizer is not None:
+                out = self.tokenizer(list(batch[key]))
+                batch[tokens_key] = out["input_ids"]
+                batch[mask_key] = torch.as_tensor(out["attention_mask"]).to(torch.bool)
+            elif f"{key}_input_ids" in batch and f"{key}_attention_mask" in batch:
+                batch[tokens_key] = batch[f"{key}_input_ids"]
+                batch[mask_key] = batch[f"{key}_attention_mask"].to(torch.bool)
         return batch

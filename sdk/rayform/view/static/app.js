@@ -5,7 +5,7 @@
 
 const S = {
   info: null, offset: 0, limit: 50, total: 0, marked: new Set(), pageIds: [],
-  ep: null, cams: [], plots: [], dur: 0, t: 0, playing: false, speed: 1, base: 0, t0: 0,
+  ep: null, cams: [], plots: [], texts: [], dur: 0, t: 0, playing: false, speed: 1, base: 0, t0: 0,
 };
 const $ = (id) => document.getElementById(id);
 const PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
@@ -236,10 +236,20 @@ async function openEpisode(id, t) {
   $("scrubber").max = String(S.dur);
   S.plots = [];
   $("plots").replaceChildren();
+  S.texts = [];
+  $("language").replaceChildren();
+  $("events").replaceChildren();
   const tables = ep.streams.filter((s) => s.kind === "table");
-  const docs = await Promise.all(tables.map((st) => api("/api/table", { segment: id, stream: st.name })));
+  const texts = ep.streams.filter((s) => s.kind === "text");
+  const [docs, textDocs] = await Promise.all([
+    Promise.all(tables.map((st) => api("/api/table", { segment: id, stream: st.name }))),
+    Promise.all(texts.map((st) => api("/api/text", { segment: id, stream: st.name }))),
+  ]);
   if (S.ep !== ep) return; // another episode was opened meanwhile
   for (const doc of docs) S.plots.push(makePlot(doc));
+  // The task first, then the other states (subtask, plan...) by name; events after them.
+  textDocs.sort((a, b) => (a.name === "task" ? -1 : b.name === "task" ? 1 : a.name.localeCompare(b.name)));
+  for (const doc of textDocs) S.texts.push(doc.timing === "events" ? makeEvents(doc) : makeState(doc));
   seek(Math.min(Math.max(Number(t) || 0, 0), S.dur));
   $("episode").dataset.ready = "1";
 }
@@ -318,6 +328,7 @@ function render() {
   $("scrubber").value = String(S.t);
   $("clock").textContent = `${S.t.toFixed(3)} s / ${S.dur.toFixed(3)} s`;
   for (const p of S.plots) placeCursor(p);
+  for (const x of S.texts) x.show(S.t);
 }
 
 let linkTimer = 0;
@@ -351,6 +362,66 @@ function step(dir) {
     if (cand != null && (best == null || (dir > 0 ? cand < best : cand > best))) best = cand;
   }
   if (best != null) seek(best);
+}
+
+// -- language -----------------------------------------------------------------------------
+function lastAtOrBefore(records, t) {
+  // Index of the latest record at or before t (-1 before the first): the state in force.
+  let lo = 0, hi = records.length;
+  while (lo < hi) { const mid = (lo + hi) >> 1; if (records[mid].t_s <= t + 1e-6) lo = mid + 1; else hi = mid; }
+  return lo - 1;
+}
+
+function textRow(parent, className, doc, title, body) {
+  // One text stream's row: its name, then what shows it (a value, a track of marks).
+  const row = document.createElement("div");
+  row.className = className;
+  row.dataset.stream = doc.name;
+  const name = document.createElement("span");
+  name.className = "name";
+  name.textContent = title;
+  row.append(name, body);
+  $(parent).append(row);
+  return row;
+}
+
+function makeState(doc) {
+  // A state stream (task, subtask, plan): the record in force at the playhead.
+  const value = document.createElement("span");
+  value.className = "value";
+  const line = textRow("language", "text-state", doc, doc.name, value);
+  return {
+    doc,
+    show(t) {
+      const i = lastAtOrBefore(doc.records, t);
+      const text = i >= 0 ? doc.records[i].content : "";
+      if (value.textContent !== text) value.textContent = text;
+      line.dataset.record = String(i);
+    },
+  };
+}
+
+function makeEvents(doc) {
+  // An events stream (interjections, VQA): one mark per record on a track as long as the
+  // episode; a click seeks to it, and marks at or before the playhead are drawn as past.
+  const track = document.createElement("div");
+  track.className = "track";
+  const marks = doc.records.map((r) => {
+    const mark = document.createElement("button");
+    mark.type = "button";
+    mark.className = "event-mark";
+    mark.style.left = `${(100 * r.t_s) / (S.dur || 1)}%`;
+    mark.dataset.t = String(r.t_s);
+    mark.title = `${r.t_s.toFixed(3)} s${r.role ? " " + r.role : ""}: ${r.content}`;
+    mark.addEventListener("click", () => seek(r.t_s));
+    track.append(mark);
+    return mark;
+  });
+  textRow("events", "event-row", doc, `${doc.name} (${doc.records.length})`, track);
+  return {
+    doc,
+    show(t) { doc.records.forEach((r, k) => marks[k].classList.toggle("past", r.t_s <= t + 1e-6)); },
+  };
 }
 
 // -- plots --------------------------------------------------------------------------------
