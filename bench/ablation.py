@@ -212,16 +212,17 @@ def _cache(args: argparse.Namespace) -> Path:
     return Path(args.root).with_name(Path(args.root).name + "-cache")
 
 
-def _pull(root: Path, cache: Path, slice_ids: list[str]) -> None:
-    """``rayform pull`` of ``slice_ids`` from ``rayform-server serve`` on ``root``, once."""
+def _pull(root: Path, cache: Path, pulls: list[list[str]]) -> None:
+    """``rayform pull`` with each of ``pulls`` (its arguments) from ``rayform-server serve`` on
+    ``root``, once."""
     from bench._serve import serving
 
     if (cache / "done").exists():
         return
     with serving(root) as (url, token):
-        for slice_id in slice_ids:
+        for pull in pulls:
             subprocess.run(
-                [sys.executable, "-m", "rayform", "pull", slice_id],
+                [sys.executable, "-m", "rayform", "pull", *pull],
                 env={
                     **os.environ,
                     "RAYFORM_ENDPOINT": url,
@@ -241,14 +242,15 @@ def _prepare(args: argparse.Namespace) -> None:
     root = Path(args.root)
     build(root, args.episodes, SLICE_ID)
     build(root, args.episodes, renditions_slice_id(240), (240,))
-    _pull(root, _cache(args), [SLICE_ID, renditions_slice_id(240)])
+    rend = renditions_slice_id(240)
+    _pull(root, _cache(args), [[SLICE_ID], [rend], [rend, "--image-size", "224x224"]])
     cache = Path(args.fleet_cache)
     if "fleet" in args.rows:
         fleet_root = cache.parent / f"fleet-root-{args.segments}"
         if not (fleet_root / "slices").is_dir():
             print(f"[ablation] building a {args.segments}-segment fleet slice ...", flush=True)
             _demo(fleet_root, FLEET_SLICE, args.segments)
-        _pull(fleet_root, cache, [FLEET_SLICE])
+        _pull(fleet_root, cache, [[FLEET_SLICE]])
 
 
 def _run(row: str, mechanism: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -315,7 +317,9 @@ def main() -> int:
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--segments", type=int, default=100_000)
     ap.add_argument("--rows", default=",".join(ROWS))
-    ap.add_argument("--mechanisms", default=",".join(MECHANISMS))
+    ap.add_argument(
+        "--mechanisms", default=",".join(MECHANISMS), help="comma-separated; empty: none"
+    )
     ap.add_argument("--root", default=None)
     ap.add_argument("--fleet-cache", default=None)
     ap.add_argument("--out", type=Path, default=HERE / "results" / "ablation.json")
@@ -336,6 +340,9 @@ def main() -> int:
         return 0
     args.rows = [r for r in args.rows.split(",") if r]
     mechanisms = [m for m in args.mechanisms.split(",") if m]
+    unknown = sorted(set(mechanisms) - set(MECHANISMS))
+    if unknown:
+        ap.error(f"unknown mechanism {', '.join(unknown)}; known: {', '.join(MECHANISMS)}")
     _prepare(args)
     results: dict[str, dict[str, list[dict[str, Any]]]] = {}
     for rnd in range(args.rounds):

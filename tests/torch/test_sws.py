@@ -34,7 +34,9 @@ def tagged(request, tmp_path) -> tuple[IntraDecoder, object]:
 def test_every_path_writes_the_general_decoders_bits_in_place(tagged) -> None:
     tagged, path = tagged
     want = torchcodec_frames(path, list(range(8)))
-    assert torch.equal(tagged.get_frames_at(list(range(8))), want)
+    rows = torch.empty((8, 3, 48, 64), dtype=torch.uint8)
+    tagged.get_frames_at(list(range(8)), rows=[[r] for r in rows])
+    assert torch.equal(rows, want)
     packed = np.empty((8, 48, 64, 3), dtype=np.uint8)
     tagged.get_frames_at(list(range(8)), out=packed)
     assert torch.equal(torch.from_numpy(packed).permute(0, 3, 1, 2), want)
@@ -80,6 +82,16 @@ def test_into_refuses_memory_it_cannot_fill_before_writing(tagged) -> None:
     with pytest.raises(ValueError):
         conv.into(frame, readonly)
     assert not readonly.any()
+
+
+def test_a_decoder_given_non_contiguous_rows_still_gets_the_bits(tagged) -> None:
+    tagged, path = tagged
+    want = torchcodec_frames(path, [2, 5])
+    wide = torch.zeros((2, 3, 48, 128), dtype=torch.uint8)
+    rows = [[wide[0, :, :, ::2]], [wide[1, :, :, ::2]]]
+    tagged.get_frames_at([2, 5], rows=rows)
+    assert torch.equal(wide[:, :, :, ::2], want)
+    assert not wide[:, :, :, 1::2].any()
 
 
 @pytest.mark.parametrize("width", [64, 128, 192, 320, 640])

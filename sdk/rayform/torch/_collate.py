@@ -13,6 +13,13 @@ into it again. A worker with no free slot falls back to ``default_collate``'s fr
 so holding on to batches costs speed, never correctness.
 
 In the main process (``num_workers=0``) this is exactly ``default_collate``.
+
+Batches read in one pass: once ``collate`` has run in a worker, :func:`batch_tensor` hands the
+reader a region of the next batch's slot, and the reader writes a camera's resized frames for
+the whole batch straight into it (each sample holds a row). ``collate`` recognises those rows
+and keeps them where they are, placing only the rest of the batch after them: the frames are
+not copied again. Anything else (rows out of order, a transform that replaced them, a batch
+too large for the slot) is collated by copying, as before: the same values either way.
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any, cast
 
+import numpy as np
 import torch
 from torch.utils.data import default_collate, get_worker_info
 from torch.utils.data._utils.collate import collate as _collate_with
@@ -31,7 +39,7 @@ from torch.utils.data._utils.collate import default_collate_fn_map
 
 from rayform._process import PerProcess
 
-__all__ = ["collate", "MAX_SLOTS", "forget_slots", "slots_in_use"]
+__all__ = ["collate", "MAX_SLOTS", "batch_rows", "batch_tensor", "forget_slots", "slots_in_use"]
 
 #: Slots per worker process. A worker has at most ``prefetch_factor`` (default 2) batches in
 #: flight, the training step holds one and the worker writes one: four cover the default.
@@ -66,11 +74,28 @@ class _Slot:
         return int(self.flag[0]) == 0
 
 
+class _Prefill:
+    """A slot the reader is writing the next batch's frames into: ``regions`` maps the byte
+    offset of each tensor handed out to its byte size; ``offset`` is the next free byte."""
+
+    def __init__(self, slot: _Slot) -> None:
+        self.slot = slot
+        self.offset = _HEADER
+        self.regions: dict[int, int] = {}
+        self.rows: dict[int, tuple[torch.Tensor, ...]] = {}  # by offset: the rows handed out
+
+
 class _Pool:
-    """A worker's slots."""
+    """A worker's slots; ``collates``: ``collate`` ran in this process (so the next batch will
+    reach it); ``largest``: the most bytes a batch took; ``prefill``: the slot the next batch's
+    frames are being written into."""
 
     def __init__(self) -> None:
         self.slots: list[_Slot] = []
+        self.collates = False
+        self.largest = 0
+        self.prefill: _Prefill | None = None
+        self.prefill_off = False
 
     def acquire(self, nbytes: int) -> _Slot | None:
         free = [s for s in self.slots if s.is_free()]
@@ -102,14 +127,87 @@ def forget_slots() -> None:
     _POOL.clear()
 
 
-class _Bump:
-    """Hands out consecutive aligned regions of ``slot`` to ``collate``'s tensor function; with
-    no slot, a sizing pass that only counts the bytes the batch's tensors take."""
+def batch_tensor(shape: tuple[int, ...], dtype: torch.dtype = torch.uint8) -> torch.Tensor:
+    """An uninitialised tensor for one batch-wide value the reader fills (a camera's frames,
+    one row per sample): in a DataLoader worker where :func:`collate` has run, a region of the
+    shared-memory slot the next batch will be collated into, which ``collate`` then keeps in
+    place when the batch's samples hold its rows in order; elsewhere new memory."""
+    if get_worker_info() is None:
+        return torch.empty(shape, dtype=dtype)
+    pool = _POOL.get()
+    if not pool.collates:  # another collate_fn, none yet, or rows not collated as written
+        return torch.empty(shape, dtype=dtype)
+    nbytes = _aligned(int(np.prod(shape)) * dtype.itemsize)
+    pre = pool.prefill
+    if pre is None:
+        slot = pool.acquire(max(pool.largest, _HEADER + nbytes))
+        if slot is None:
+            return torch.empty(shape, dtype=dtype)
+        pre = pool.prefill = _Prefill(slot)
+    if pre.offset + nbytes > pre.slot.nbytes:
+        return torch.empty(shape, dtype=dtype)
+    out = _view(pre.slot.storage, pre.offset, dtype, shape)
+    pre.regions[pre.offset] = nbytes
+    pre.offset += nbytes
+    return out
 
-    def __init__(self, slot: _Slot | None) -> None:
+
+def batch_rows(tensor: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """``tensor.unbind(0)``; for a tensor from :func:`batch_tensor` in the worker's slot,
+    ``collate`` then knows a batch holding exactly these row objects, in order, by identity
+    (no per-row check of where each row lies)."""
+    rows = tensor.unbind(0)
+    pool = _POOL.peek()
+    pre = pool.prefill if pool is not None else None
+    if pre is not None and tensor.untyped_storage().data_ptr() == pre.slot.storage.data_ptr():
+        offset = tensor.data_ptr() - pre.slot.storage.data_ptr()
+        if offset in pre.regions:
+            pre.rows[offset] = rows
+    return rows
+
+
+class _Bump:
+    """Hands out consecutive aligned regions of a slot to ``collate``'s tensor function; with
+    ``prefill``, a batch whose tensors are the rows of one of its regions, in order, is that
+    region (``kept`` counts them), and the rest goes after the regions."""
+
+    def __init__(self, slot: _Slot | None, prefill: _Prefill | None = None) -> None:
         self.slot = slot
-        self.offset = _HEADER
+        self.prefill = prefill
+        self.offset = _HEADER if prefill is None else prefill.offset
         self.tensors = 0
+        self.kept: set[int] = set()
+
+    def _region(self, batch: list[torch.Tensor]) -> int | None:
+        """The byte offset of the prefill region ``batch`` is the rows of, if it is."""
+        pre = self.prefill
+        elem = batch[0]
+        if pre is None or elem.device.type != "cpu" or not elem.is_contiguous():
+            return None
+        base = pre.slot.storage.data_ptr()
+        if elem.untyped_storage().data_ptr() != base:
+            return None
+        offset = elem.data_ptr() - base
+        row = elem.element_size() * elem.numel()
+        if pre.regions.get(offset) != _aligned(row * len(batch)):
+            return None
+        handed = pre.rows.get(offset)
+        if (
+            handed is not None
+            and len(handed) == len(batch)
+            and all(x is y for x, y in zip(batch, handed, strict=True))
+        ):
+            return offset  # the very rows batch_rows handed out, in order
+        for i, x in enumerate(batch):
+            if (
+                x.data_ptr() != base + offset + i * row
+                or x.dtype != elem.dtype
+                or x.shape != elem.shape
+                or not x.is_contiguous()
+                or x.untyped_storage().data_ptr() != base
+            ):
+                return None
+        return offset
 
     def tensor_fn(
         self, batch: list[torch.Tensor], *, collate_fn_map: object = None
@@ -117,6 +215,13 @@ class _Bump:
         elem = batch[0]
         shape = (len(batch), *elem.shape)
         nbytes = elem.element_size() * len(batch) * elem.numel()
+        region = self._region(batch)
+        if region is not None and region not in self.kept:
+            self.kept.add(region)
+            if self.slot is None:
+                return None
+            self.tensors += 1
+            return _view(self.slot.storage, region, elem.dtype, shape)
         if self.slot is None:  # sizing pass
             self.offset += _aligned(nbytes)
             return None
@@ -159,11 +264,40 @@ def collate(batch: list[Any]) -> Any:
     """
     if get_worker_info() is None:
         return default_collate(batch)
-    sizing = _Bump(None)
+    pool = _POOL.get()
+    pool.collates = not pool.prefill_off
+    prefill, pool.prefill = pool.prefill, None
+    sizing = _Bump(None, prefill)
     _collate_with(batch, collate_fn_map=sizing.fn_map())
+    if prefill is not None:
+        kept = sum(prefill.regions[r] for r in sizing.kept)
+        pool.largest = max(pool.largest, sizing.offset - prefill.offset + _HEADER + kept)
+        if sizing.kept == set(prefill.regions) and sizing.offset <= prefill.slot.nbytes:
+            return _ship(batch, _Bump(prefill.slot, prefill), prefill.slot)
+        if sizing.kept == set(prefill.regions):
+            # Every region is this batch's, copied below: the slot is free once it is.
+            try:
+                return _collate_fresh(batch, pool, sizing)
+            finally:
+                prefill.slot.flag[0] = 0
+        # Rows this batch does not hold as they were written: someone else may, so the slot
+        # stays marked in use (it is never written again), and this process's batches are
+        # read as before from now on (this caller reorders or picks from what it reads).
+        pool.collates = False
+        pool.prefill_off = True
+        return _collate_fresh(batch, pool, sizing)
+    pool.largest = max(pool.largest, sizing.offset)
+    return _collate_fresh(batch, pool, sizing)
+
+
+def _collate_fresh(batch: list[Any], pool: _Pool, sizing: _Bump) -> Any:
+    """``batch`` collated into a free slot (``default_collate`` when there is none)."""
+    if sizing.prefill is not None:  # size the whole batch again, copying every tensor
+        sizing = _Bump(None)
+        _collate_with(batch, collate_fn_map=sizing.fn_map())
     if sizing.offset == _HEADER:  # no tensors to place
         return default_collate(batch)
-    slot = _POOL.get().acquire(sizing.offset)
+    slot = pool.acquire(sizing.offset)
     if slot is None:  # every slot still referenced: fresh memory, as default_collate does
         return default_collate(batch)
     return _ship(batch, _Bump(slot), slot)

@@ -25,7 +25,7 @@ import functools
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -37,6 +37,7 @@ from rayform.errors import IntegrityError, OfflineError
 from rayform.manifest import BlobRef, Stream
 from rayform.torch._align import align_values, latest_at_or_before
 from rayform.torch._blobs import reader_pins
+from rayform.torch._collate import batch_rows, batch_tensor
 from rayform.torch._conventions import convert
 from rayform.torch._decoding import (
     BatchPlan,
@@ -192,22 +193,29 @@ class SampleReader:
         return t_ns, values
 
     # -- reading ---------------------------------------------------------------------------
-    def read(self, seg_pos: np.ndarray, steps: np.ndarray) -> list[dict[str, Any]]:
-        """Samples for parallel arrays of segment positions and grid steps, in that order."""
+    def read(
+        self, seg_pos: np.ndarray, steps: np.ndarray, batched: bool = False
+    ) -> list[dict[str, Any]]:
+        """Samples for parallel arrays of segment positions and grid steps, in that order
+        (``batched``: as in :meth:`plan`)."""
         if self.spec.decode_threads > 0:
             # Starting 2 threads costs ~0.1 ms against ~60 ms of decoding per batch of 32.
             # Leaving the block waits for every decode, even on error.
             with ThreadPoolExecutor(
                 self.spec.decode_threads, thread_name_prefix="rayform-decode"
             ) as pool:
-                return self._read(seg_pos, steps, pool)
-        return self._read(seg_pos, steps, None)
+                return self._read(seg_pos, steps, pool, batched)
+        return self._read(seg_pos, steps, None, batched)
 
     def _read(
-        self, seg_pos: np.ndarray, steps: np.ndarray, pool: ThreadPoolExecutor | None
+        self,
+        seg_pos: np.ndarray,
+        steps: np.ndarray,
+        pool: ThreadPoolExecutor | None,
+        batched: bool,
     ) -> list[dict[str, Any]]:
         with contextlib.ExitStack() as stack:
-            plan = self.plan(seg_pos, steps, stack, pool)
+            plan = self.plan(seg_pos, steps, stack, pool, batched)
             run_plans([plan], pool, max(1, self.spec.decode_threads))
             return plan.finish()
 
@@ -217,6 +225,7 @@ class SampleReader:
         steps: np.ndarray,
         stack: contextlib.ExitStack,
         pool: ThreadPoolExecutor | None = None,
+        batched: bool = False,
     ) -> BatchPlan:
         """A batch's read up to its decodes at a training resolution: tables aligned, paths
         resolved, other decodes started (in ``pool``, when there is one). :func:`run_plans`
@@ -224,13 +233,18 @@ class SampleReader:
         then ``plan.finish()`` builds the samples. Under a bounded cache, the batch's blobs
         stay pinned until ``stack`` closes.
 
-        Every vector of the batch is written into one ``(B, ...)`` tensor per sample key (the
+        Every value of the batch is written into one ``(B, ...)`` tensor per sample key (the
         segments' rows scattered there by one numpy assignment each), and each sample holds a
         row of it: the per-sample work is one ``unbind`` per key and one dict per sample.
-        A sample's camera frame is a view of its segment's decoded frames (``collate`` copies
-        it once)."""
+
+        With ``batched`` (the samples are collated in this order, untransformed), a camera
+        read with one observation step goes straight into one ``(B, 3, H, W)`` tensor
+        (:func:`~rayform.torch._collate.batch_tensor`: in a worker, the batch's shared memory),
+        sample ``i`` holding row ``i``: ``collate`` keeps it in place. Without ``normalize``
+        (which replaces the vectors) the vectors, the action, its mask and ``t_ns`` go there
+        too."""
         state = self._state.get()
-        batch = self._columns(seg_pos)
+        batch = self._columns(seg_pos, batched and self.obs_steps == 1)
         pending = [(np.flatnonzero(seg_pos == s), s) for s in np.unique(seg_pos).tolist()]
         jobs: list[ResizeJob] = []
         if state.pins is not None and (self.targets or pool is not None):
@@ -252,30 +266,45 @@ class SampleReader:
 
         return BatchPlan(jobs, finish, state.scratch)
 
-    def _columns(self, seg_pos: np.ndarray) -> BatchColumns:
+    def _columns(self, seg_pos: np.ndarray, in_place: bool) -> BatchColumns:
         """The batch's values, key by key in the samples' order: ``(B, ...)`` tensors where
-        every segment of the batch gives a vector key one width; cameras and text sample by
-        sample."""
+        every segment of the batch gives a key one shape. ``in_place``: cameras go into the
+        batch's shared memory, and the rest too unless ``normalize`` replaces the vectors."""
         segments = self.index.segments
         segs = [segments[s] for s in np.unique(seg_pos).tolist()]
+        shared = in_place and self.spec.normalize is None
         lead = () if self.obs_steps == 1 else (self.obs_steps,)
         batch = BatchColumns(len(seg_pos))
         for name in self.obs:
-            streams = [seg.streams.get(name) for seg in segs]
-            if name in self.spec.texts or any(st is None or st.kind == "video" for st in streams):
-                batch.add(name, None, torch.uint8)  # frames, strings or lists of records
+            if name in self.spec.texts:  # strings or lists of records, sample by sample
+                batch.add(name, None, torch.uint8)
+                if lead:
+                    batch.add(f"{name}_is_pad", lead, torch.bool, shared)
+                continue
+            streams = [seg.streams[name] for seg in segs]
+            if all(st.kind == "video" for st in streams):
+                target = self.targets.get(name)
+                if target is not None:
+                    sizes = {(target.height, target.width)}
+                else:
+                    sizes = {(int(st.shape[0]), int(st.shape[1])) for st in streams}
+                if in_place and len(sizes) == 1:
+                    batch.add(name, (3, *sizes.pop()), torch.uint8, shared=True, written=False)
+                else:
+                    batch.add(name, None, torch.uint8)
             else:
-                widths = {tuple(st.shape[-1:]) for st in streams if st is not None}
-                batch.add(name, (*lead, *widths.pop()) if len(widths) == 1 else None, torch.float32)
+                widths = {tuple(st.shape[-1:]) for st in streams if st.kind != "video"}
+                one = len(widths) == 1 and len(streams) == len(segs)
+                batch.add(name, (*lead, *widths.pop()) if one else None, torch.float32, shared)
             if lead:
-                batch.add(f"{name}_is_pad", lead, torch.bool)
+                batch.add(f"{name}_is_pad", lead, torch.bool, shared)
         if self.action is not None:
             widths = {tuple(seg.streams[self.action].shape[-1:]) for seg in segs}
             horizon = (self.spec.horizon,)
             shape = (*horizon, *widths.pop()) if len(widths) == 1 else None
-            batch.add("action", shape, torch.float32)
-            batch.add("action_is_pad", horizon, torch.bool)
-        batch.add("t_ns", (), torch.int64)
+            batch.add("action", shape, torch.float32, shared)
+            batch.add("action_is_pad", horizon, torch.bool, shared)
+        batch.add("t_ns", (), torch.int64, shared)
         return batch
 
     def _read_segment(
@@ -302,7 +331,7 @@ class SampleReader:
             obs_pad = obs_steps < 0
             obs_t = index.times_ns(s, np.maximum(obs_steps, 0))  # (B, n)
         # frames (None: placed in the batch), inverse (B, n)
-        videos: dict[str, tuple[Future[torch.Tensor], np.ndarray]] = {}
+        videos: dict[str, tuple[Future[torch.Tensor | None], np.ndarray]] = {}
         rows = where.tolist()
         for name in self.obs:
             timing = self.spec.texts.get(name)
@@ -315,7 +344,11 @@ class SampleReader:
                 continue
             stream = seg.streams[name]
             if stream.kind == "video":
-                videos[name] = self._video(state, stream, obs_t, pool, self.targets.get(name), jobs)
+                placed = batch.rows.get(name)
+                dest = None if placed is None else [placed[i] for i in rows]
+                videos[name] = self._video(
+                    state, stream, obs_t, pool, self.targets.get(name), jobs, dest
+                )
             else:
                 t_rec, rec = self.table(stream)
                 values = convert(rec[latest_at_or_before(t_rec, obs_t)], stream, self.spec.frame)
@@ -344,6 +377,8 @@ class SampleReader:
             batch.meta(rows, meta)
             for name, (future, inverse) in videos.items():
                 frames = future.result()
+                if frames is None:  # decoded or resized straight into the batch's rows
+                    continue
                 if self.obs_steps > 1:  # a small gather of n frames per sample
                     gather = torch.from_numpy(inverse)
                     batch.scatter(name, rows, [frames[gather[b]] for b in range(len(rows))])
@@ -361,9 +396,12 @@ class SampleReader:
         pool: ThreadPoolExecutor | None,
         target: Target | None,
         jobs: list[ResizeJob],
-    ) -> tuple[Future[torch.Tensor], np.ndarray]:
+        dest: list[torch.Tensor] | None = None,
+    ) -> tuple[Future[torch.Tensor | None], np.ndarray]:
         """Frames at the latest frame time <= each query ``t_query (B, n)``, resized to
-        ``target`` when there is one (then only requested: appended to ``jobs``).
+        ``target`` when there is one (then only requested: appended to ``jobs``), and with
+        ``dest`` (one ``(3, H, W)`` row per query, ``n == 1``) written there (the future then
+        gets ``None``).
 
         Returns:
             ``frames``, a future of ``uint8 (U, 3, H, W)``: the unique frames decoded in one
@@ -391,12 +429,25 @@ class SampleReader:
             )
         args = (blob.hash, path, unique, stream.rate_hz, stream.name)
         inverse = inverse.reshape(t_query.shape)
-        done: Future[torch.Tensor] = Future()
+        done: Future[torch.Tensor | None] = Future()
+        rows: list[list[torch.Tensor]] | None = None  # per unique frame, its batch rows
+        if dest is not None:
+            rows = [[] for _ in range(len(unique))]
+            for row, u in zip(dest, inverse[:, 0].tolist(), strict=True):
+                rows[u].append(row)
         if target is not None:
-            jobs.append(ResizeJob(done, state.decoders, args, target, size))
+            jobs.append(ResizeJob(done, state.decoders, args, target, size, rows))
+            return done, inverse
+        if rows is not None:  # decoded straight into the batch rows
+            if pool is not None:
+                return pool.submit(_decode_into, state.decoders, args, rows), inverse
+            done.set_result(_decode_into(state.decoders, args, rows))
             return done, inverse
         if pool is not None:
-            return pool.submit(_decode_contiguous, state.decoders, *args), inverse
+            return cast(
+                "Future[torch.Tensor | None]",
+                pool.submit(_decode_contiguous, state.decoders, *args),
+            ), inverse
         done.set_result(state.decoders.get_frames(*args))
         return done, inverse
 
@@ -429,6 +480,16 @@ def _decode_contiguous(
     return decoders.get_frames(key, path, indices, rate_hz, stream).contiguous()
 
 
+def _decode_into(
+    decoders: DecoderCache,
+    args: tuple[str, Path, np.ndarray, float, str],
+    rows: list[list[torch.Tensor]],
+) -> torch.Tensor | None:
+    """Decode the frames of ``args`` (``get_frames``') into their batch ``rows``; ``None``."""
+    decoders.get_frames(*args, rows=rows)
+    return None
+
+
 _NUMPY = {
     torch.float32: np.float32,
     torch.int64: np.int64,
@@ -450,17 +511,28 @@ class BatchColumns:
         self._keys: list[str] = []
         self._metas: list[dict[str, Any]] = [{}] * size
 
-    def add(self, key: str, shape: tuple[int, ...] | None, dtype: torch.dtype) -> None:
+    def add(
+        self,
+        key: str,
+        shape: tuple[int, ...] | None,
+        dtype: torch.dtype,
+        shared: bool = False,
+        written: bool = True,
+    ) -> None:
         """Declare ``key`` (next in the samples' key order) with one sample's ``shape``
-        (``None``: per-segment values, placed with :meth:`scatter`)."""
+        (``None``: per-segment values, of shapes that differ); ``shared``: in the batch's
+        shared memory where it will be collated; ``written``: filled through :meth:`put`
+        (else by a decoder, through :attr:`rows`)."""
         self._keys.append(key)
         self._dtypes[key] = dtype
         if shape is None:
             self._lists[key] = [None] * self.size
             return
-        tensor = torch.empty((self.size, *shape), dtype=dtype)
-        self.rows[key] = tensor.unbind(0)
-        self._arrays[key] = tensor.numpy()
+        full = (self.size, *shape)
+        tensor = batch_tensor(full, dtype) if shared else torch.empty(full, dtype=dtype)
+        self.rows[key] = batch_rows(tensor)
+        if written:
+            self._arrays[key] = tensor.numpy()
 
     def put(self, key: str, where: np.ndarray, values: np.ndarray) -> None:
         """Samples ``where`` of ``key`` are ``values`` (``(len(where), ...)``, cast to the

@@ -328,7 +328,7 @@ class EpisodeDataset(Dataset):
 
     def __getitems__(self, keys: Sequence[int | tuple[int, ...]]) -> list[dict[str, Any]]:
         """Samples for many keys; frames of each episode are decoded in one batched call."""
-        return read_together([(self, keys)])[0]
+        return read_together([(self, keys)], batched=True)[0]
 
     def _locate(self, keys: Sequence[Any]) -> tuple[np.ndarray, list[tuple[int, int]], Located]:
         """Flat indices, transform tags and ``(episode, step)`` of ``keys``; read-ahead and the
@@ -490,21 +490,26 @@ class EpisodeDataset(Dataset):
 
 def read_together(
     parts: Sequence[tuple[EpisodeDataset, Sequence[Any]]],
+    batched: bool = False,
 ) -> list[list[dict[str, Any]]]:
     """The samples of several datasets' keys (a mixture's sources' shares of a batch, or one
     dataset's batch) read in one pass: every part's tables are aligned, then the frames every
     part reads at a training resolution are decoded and resized together (frames of the same
     size and target share buffers and resize calls), then each part's samples are built. A
-    dataset with ``decode_threads`` reads its part alone, in its own threads."""
+    dataset with ``decode_threads`` reads its part alone, in its own threads. ``batched``: one
+    part, a batch collated as it is read (``__getitems__``): without a transform, its frames
+    are decoded or resized straight into the batch's tensors (see ``SampleReader.plan``)."""
     with contextlib.ExitStack() as stack:
         pending: list[_Pending] = []
         for ds, keys in parts:
             flat, tags, (seg, step) = ds._locate(keys)
+            # One dataset's own batch, untransformed: frames go straight into the batch.
+            in_place = batched and ds.spec.transform is None
             if ds.decode_threads > 0:
-                done = ds._reader.read(seg, step)
+                done = ds._reader.read(seg, step, in_place)
                 pending.append((ds, flat, tags, done.copy, None))
             else:
-                plan = ds._reader.plan(seg, step, stack)
+                plan = ds._reader.plan(seg, step, stack, batched=in_place)
                 pending.append((ds, flat, tags, plan.finish, plan))
         run_plans([plan for *_, plan in pending if plan is not None])
         return [ds._finish(finish(), flat, tags) for ds, flat, tags, finish, _ in pending]

@@ -2,8 +2,8 @@
 planned them.
 
 A reader plans its part of a batch (:class:`BatchPlan`): tables aligned, paths resolved, and
-for every camera read at a training resolution a :class:`ResizeJob` (its frames, its decoder
-and its target). :func:`run_plans` then decodes the frames
+for every camera read at a training resolution a :class:`ResizeJob` (its frames, its decoder,
+its target, and the batch rows it goes to, if any). :func:`run_plans` then decodes the frames
 of all jobs of the same decoded size and target into one RGBA buffer kept between batches
 (:class:`Scratch`) and resizes them in one call, split between threads when a pool is given;
 ``plan.finish()`` builds the samples.
@@ -33,13 +33,15 @@ __all__ = ["BatchPlan", "ResizeJob", "Scratch", "run_all", "run_plans"]
 class ResizeJob:
     """Frames of one segment's camera to decode and resize: ``args`` of ``get_frames`` of
     ``decoders`` (its reader's), the decoded ``size`` ``(h, w)`` the manifest gives, and
-    ``done``, which receives ``uint8 (U, 3, H, W)``."""
+    ``done``, which receives ``uint8 (U, 3, H, W)``; or, with ``rows`` (per unique frame, the
+    batch rows ``(3, H, W)`` it goes to), ``None`` once the frames are written there."""
 
-    done: Future[torch.Tensor]
+    done: Future[torch.Tensor | None]
     decoders: DecoderCache
     args: tuple[str, Path, np.ndarray, float, str]
     target: Target
     size: tuple[int, int]
+    rows: list[list[torch.Tensor]] | None = None
 
     @property
     def count(self) -> int:
@@ -135,17 +137,39 @@ def _decode_and_resize(
     per_frame = scaled_pixels * _CHANNELS  # bytes of one scaled frame
     scaled = scratch.get("scaled", total * per_frame)
     cuts = np.linspace(0, total, min(threads, total) + 1).astype(int)
-    out = torch.empty((total, 3, target.height, target.width), dtype=torch.uint8)
+    out: torch.Tensor | None = None
+    rows: list[list[torch.Tensor]] | None = None
+    if any(job.rows is not None for job in jobs):
+        # Frames written straight into their batch rows; a job without rows gets its own
+        # tensor, whose rows are its frames.
+        rows = []
+        for job in jobs:
+            if job.rows is None:
+                own = torch.empty((job.count, 3, target.height, target.width), dtype=torch.uint8)
+                job.done.set_result(own)
+                rows.extend([row] for row in own.unbind(0))
+            else:
+                rows.extend(job.rows)
+    else:
+        out = torch.empty((total, 3, target.height, target.width), dtype=torch.uint8)
     resizes = [
         functools.partial(
-            resize_frames, frames[lo:hi], target, out[lo:hi], scaled[lo * per_frame :]
+            resize_frames,
+            frames[lo:hi],
+            target,
+            out[lo:hi] if out is not None else None,
+            scaled[lo * per_frame :],
+            rows[lo:hi] if rows is not None else None,
         )
         for lo, hi in zip(cuts[:-1], cuts[1:], strict=True)
         if hi > lo
     ]
     run_all(resizes, pool)
     for job, lo, hi in zip(jobs, bounds[:-1], bounds[1:], strict=True):
-        job.done.set_result(out[int(lo) : int(hi)])
+        if out is not None:
+            job.done.set_result(out[int(lo) : int(hi)])
+        elif job.rows is not None:
+            job.done.set_result(None)
 
 
 class Scratch(threading.local):

@@ -5,12 +5,13 @@ packet. A general decoder pays for generality on every random read: a container 
 decoder flush, demuxing, then packed RGB that ``(3, H, W)`` consumers must transpose. Here the
 packet table (byte offset and size of every frame, in presentation order) is read once when
 the decoder opens; a read is then ``pread`` of one packet, one ``avcodec`` decode, and one
-``swscale`` conversion straight to planar RGB written into the output tensor (or a packed
-buffer): by :mod:`._sws` where that gives PyAV's bits (widths that are multiples of 64
-pixels), else by PyAV's converter and one copy.
+``swscale`` conversion straight to planar RGB written into the output tensor (or the batch's
+rows, or a packed buffer): by :mod:`._sws` where that gives PyAV's bits (widths that are
+multiples of 64 pixels), else by PyAV's converter and one copy.
 
-What this buys against torchcodec's ``get_frames_at`` plus the transpose is measured in
-``docs/benchmarks.md`` (the ablation table, ``bench/ablation.py``).
+What this buys against torchcodec's ``get_frames_at`` plus the transpose, and what writing the
+conversion into the batch's rows buys, is measured in ``docs/benchmarks.md``
+(``bench.cpu_fraction`` and the loader rows).
 
 :func:`open_intra` returns ``None`` for any stream this does not fit (not MP4, a non-keyframe,
 a variable rate, packets out of presentation order); the caller then uses a general decoder.
@@ -19,6 +20,7 @@ a variable rate, packets out of presentation order); the caller then uses a gene
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -90,6 +92,7 @@ class IntraDecoder:
         indices: list[int],
         channels_last: bool = False,
         out: np.ndarray | None = None,
+        rows: Sequence[Sequence[torch.Tensor]] | None = None,
     ) -> torch.Tensor:
         """Frames ``indices`` as a ``uint8 (N, 3, H, W)`` RGB tensor: contiguous, or laid out
         ``(N, H, W, 3)`` in memory with ``channels_last`` (packed RGB straight from the
@@ -97,7 +100,9 @@ class IntraDecoder:
         (N, H, W, C)`` array with ``C`` 3 or 4, receives the packed frames instead of a new
         buffer (implies ``channels_last``; the result is a view of it, ``(N, C, H, W)``); with
         four channels the fourth is 255 (RGBA: converted as fast as RGB, and what a resize
-        reads without widening each pixel first)."""
+        reads without widening each pixel first). ``rows``: for each frame, contiguous ``uint8
+        (3, H, W)`` tensors (rows of a batch) that receive it instead of a new tensor (then the
+        result is empty)."""
         if channels_last or out is not None:
             if out is None:
                 out = np.empty((len(indices), self.height, self.width, 3), dtype=np.uint8)
@@ -113,15 +118,24 @@ class IntraDecoder:
             for k, index in enumerate(indices):
                 self._convert(self._frame(index), fmt, out[k])
             return torch.from_numpy(out).permute(0, 3, 1, 2)
-        result = torch.empty((len(indices), 3, self.height, self.width), dtype=torch.uint8)
-        for index, into in zip(indices, result.numpy(), strict=True):
+        if rows is None:
+            result = torch.empty((len(indices), 3, self.height, self.width), dtype=torch.uint8)
+            dests: Sequence[Sequence[np.ndarray]] = [[p] for p in result.numpy()]
+        else:
+            result = torch.empty((0, 3, self.height, self.width), dtype=torch.uint8)
+            dests = [[d.numpy() for d in frame_rows] for frame_rows in rows]
+        for index, into in zip(indices, dests, strict=True):
+            if not into:
+                continue
             frame = self._frame(index)
             if self._planar:
-                self._convert(frame, "gbrp", into)
+                self._convert(frame, "gbrp", into[0])
             else:
                 rgb = np.empty((self.height, self.width, 3), dtype=np.uint8)
                 self._convert(frame, "rgb24", rgb)
-                into[...] = rgb.transpose(2, 0, 1)
+                into[0][...] = rgb.transpose(2, 0, 1)
+            for picture in into[1:]:  # the same frame in more rows of the batch
+                picture[...] = into[0]
         return result
 
     def _convert(self, frame: VideoFrame, fmt: str, dst: np.ndarray) -> None:

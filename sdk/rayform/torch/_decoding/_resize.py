@@ -13,6 +13,8 @@ to 48 levels on the demo's frames) and from the packet decoder's path.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -27,7 +29,8 @@ def resize_frames(
     target: Target,
     out: torch.Tensor | None = None,
     scratch: torch.Tensor | None = None,
-) -> torch.Tensor:
+    rows: Sequence[Sequence[torch.Tensor]] | None = None,
+) -> torch.Tensor | None:
     """Resize ``uint8 (N, C, h, w)`` frames to a contiguous ``uint8 (N, 3, H, W)``.
 
     Args:
@@ -44,10 +47,12 @@ def resize_frames(
             new memory. A buffer kept between batches is not page-faulted and zeroed by the
             kernel again each time (which happens when the allocator has given the last
             batch's memory back).
+        rows: instead of ``out``, for each frame the contiguous ``uint8 (3, H, W)`` tensors
+            it is written to (rows of a batch, in any order; the same bits as ``out``).
 
     Returns:
         ``out``, or new contiguous frames (a copy even when the size is already the target's
-        and nothing is cropped or padded).
+        and nothing is cropped or padded); ``None`` with ``rows``.
     """
     n, _, h, w = frames.shape
     plan = target.plan(h, w)
@@ -78,6 +83,19 @@ def resize_frames(
             )
     y, x = plan.at
     sh, sw = plan.scaled
+    if rows is not None:
+        pixels = scaled[:, :3].numpy()
+        padded = (sh, sw) != (target.height, target.width)
+        for picture, dests in zip(pixels, rows, strict=True):
+            for dest in dests:
+                row = dest.numpy()
+                if padded:
+                    row[:, :y] = 0
+                    row[:, y + sh :] = 0
+                    row[:, y : y + sh, :x] = 0
+                    row[:, y : y + sh, x + sw :] = 0
+                np.copyto(row[:, y : y + sh, x : x + sw], picture)
+        return None
     if out is None:
         out = torch.empty((n, 3, target.height, target.width), dtype=frames.dtype)
     if (sh, sw) != (target.height, target.width):

@@ -25,7 +25,7 @@ from __future__ import annotations
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from fractions import Fraction
 from pathlib import Path
 from typing import Any, Protocol
@@ -227,6 +227,7 @@ class DecoderCache:
         *,
         channels_last: bool = False,
         out: np.ndarray | None = None,
+        rows: Sequence[Sequence[torch.Tensor]] | None = None,
     ) -> torch.Tensor:
         """Frames at sorted, unique ``indices`` of the video at ``path``.
 
@@ -243,9 +244,13 @@ class DecoderCache:
                 or 4 for RGBA frames (what a resize reads fastest): the packet decoder writes
                 255 in the fourth channel, the other backends leave it as it was (a resize never
                 mixes channels, so its RGB does not depend on it).
+            rows: for each frame, the contiguous ``uint8 (3, H, W)`` tensors (rows of a
+                batch) it is written to, or ``None``. The packet decoder writes into them
+                directly.
 
         Returns:
-            ``uint8 (N, 3, H, W)``; with ``out``, a view of it (``(N, C, H, W)``).
+            ``uint8 (N, 3, H, W)``; with ``out``, a view of it (``(N, C, H, W)``); with
+            ``rows``, an empty ``(0, 3, H, W)`` tensor.
 
         Raises:
             IntegrityError: the video (already verified against its hash) cannot be decoded,
@@ -255,7 +260,11 @@ class DecoderCache:
         refetch = self._refetch
         try:
             return read_blob(
-                lambda p: self._get_frames(key, p, indices, rate_hz, channels_last, out),
+                lambda p: (
+                    self._get_frames(key, p, indices, rate_hz, channels_last, out)
+                    if rows is None
+                    else self._place_frames(key, p, indices, rate_hz, rows)
+                ),
                 path,
                 key,
                 refetch=None if refetch is None else lambda: refetch(key),
@@ -322,6 +331,40 @@ class DecoderCache:
         into = torch.from_numpy(out)
         into[..., :3].copy_(frames.permute(0, 2, 3, 1))
         return into.permute(0, 3, 1, 2)
+
+    def _place_frames(
+        self,
+        key: str,
+        path: Path,
+        indices: np.ndarray,
+        rate_hz: float,
+        rows: Sequence[Sequence[torch.Tensor]],
+    ) -> torch.Tensor:
+        """:meth:`get_frames` with ``rows``: the packet decoder writes each frame into its
+        rows; the other backends' frames are copied there."""
+        size = tuple(rows[0][0].shape[1:]) if rows and rows[0] else None
+        with self._lock:
+            entry = self._open.get(key)
+            if entry is not None:
+                self._open.move_to_end(key)
+        if (
+            entry is not None
+            and isinstance(entry.decoder, IntraDecoder)
+            and (entry.decoder.height, entry.decoder.width) == size
+        ):
+            with entry.lock:
+                return entry.decoder.get_frames_at([int(i) for i in indices], rows=rows)
+        frames = self._get_frames(key, path, indices, rate_hz, False, None)
+        if size is not None and tuple(frames.shape[2:]) != size:
+            raise IntegrityError(
+                f"video blob {key} holds frames of {frames.shape[3]}x{frames.shape[2]}, its "
+                f"manifest says {size[1]}x{size[0]}; the data on the server is broken: "
+                "report it to the data owners"
+            )
+        for frame, dests in zip(frames, rows, strict=True):
+            for dest in dests:
+                dest.copy_(frame)
+        return frames[:0]
 
     def __len__(self) -> int:
         return len(self._open)

@@ -1,6 +1,6 @@
-"""A batch read in one pass (``__getitems__``: every segment's tables aligned at once, each
-camera's frames decoded and resized together) gives the per-sample path's batches bit for bit,
-through ``default_collate`` and through ``collate``'s shared-memory slots."""
+"""A batch read in one pass: ``__getitems__`` resizes each camera's frames straight into one
+batch tensor (in a worker, the slot ``collate`` ships), and the batches are the per-sample
+path's bit for bit."""
 
 from __future__ import annotations
 
@@ -68,9 +68,9 @@ def ship(data):
         ("squash", {}),
         ("crop", {}),
         ("pad", {"decode_threads": 2}),
-        (None, {}),  # full resolution
+        (None, {}),  # full resolution: decoded straight into the batch
         (None, {"decode_threads": 2}),
-        (None, {"decoder_backend": "pyav"}),
+        (None, {"decoder_backend": "pyav"}),  # decoded, then copied into the batch
     ],
 )
 def test_a_batch_read_in_one_pass_is_the_per_sample_path_bit_for_bit(
@@ -82,13 +82,20 @@ def test_a_batch_read_in_one_pass_is_the_per_sample_path_bit_for_bit(
     assert per_sample["action_is_pad"].any(), "the keys reach past an episode's end"
     assert_same(default_collate(ds.__getitems__(keys)), per_sample)
     busy = as_worker
-    first = ship(collate(ds.__getitems__(keys)))
+    first = ship(collate(ds.__getitems__(keys)))  # collate seen: the next batch goes in place
     assert_same(first, per_sample)
-    batch = ship(collate(ds.__getitems__(keys)))
+    samples = ds.__getitems__(keys)
+    assert all(s[cam].is_shared() for s in samples for cam in CAMS), "rows of the next slot"
+    carrier = collate(samples)
+    for cam in CAMS:  # kept where the reader wrote them: not copied again
+        assert carrier.data[cam].data_ptr() == samples[0][cam].data_ptr()
+    del samples
+    batch = ship(carrier)
+    del carrier
     assert_same(batch, per_sample)
-    assert busy() == [1, 1], "each batch in its own slot while it is held"
+    assert busy().count(1) == 2, "the first batch's slot and this one's"
     del batch, first
-    assert busy() == [0, 0], "freed with the batch"
+    assert busy() == [0] * len(busy()), "freed with the batch, as a copied batch's slot is"
 
 
 @pytest.mark.parametrize("mode", ["pad", None])
@@ -99,18 +106,39 @@ def test_workers_give_default_collates_batches(demo: Slice, mode: str | None) ->
         loader = DataLoader(
             ds, batch_size=8, num_workers=2, collate_fn=collate_fn, persistent_workers=True
         )
-        for _ in range(2):  # the second epoch reuses the first one's slots
+        for _ in range(2):  # the second epoch reads every batch in place
             assert_same(list(loader), ref)
 
 
-def test_a_transform_and_a_mixture_give_the_per_sample_batches(demo: Slice, as_worker) -> None:
+def test_a_caller_that_reorders_the_samples_gets_a_copy(demo: Slice, as_worker) -> None:
+    ds = make(demo)
+    keys = keys_of(ds)
+    busy = as_worker
+    collate(ds.__getitems__(keys))
+    samples = ds.__getitems__(keys)
+    assert samples[0]["cam0/rgb"].is_shared()
+    batch = ship(collate(samples[::-1]))
+    assert_same(batch, default_collate(samples[::-1]))
+    held = busy().count(1)
+    # Its rows may still be someone's: that slot is never written again, and this process
+    # reads the next batches as before (one slot lost, not one per batch).
+    again = ds.__getitems__(keys)
+    assert not again[0]["cam0/rgb"].is_shared()
+    del batch
+    assert busy().count(1) == held - 1
+
+
+def test_a_transform_and_a_mixture_read_as_before(demo: Slice, as_worker) -> None:
     def flip(sample: dict) -> dict:
         return {**sample, "cam0/rgb": sample["cam0/rgb"].flip(-1)}
 
     flipped = make(demo, transform=flip)
-    plain = [flipped[k] for k in (0, 1)]
-    assert_same(ship(collate(flipped.__getitems__([0, 1]))), default_collate(plain))
-    # A mixture's sources' shares are read in one pass: the same samples as one by one.
+    collate(flipped.__getitems__([0, 1]))
+    samples = flipped.__getitems__([0, 1])
+    assert not any(s["cam0/rgb"].is_shared() or s["wrist/rgb"].is_shared() for s in samples)
+    assert_same(ship(collate(samples)), default_collate(samples))
+    # A mixture's sources' shares are read in one pass: the same samples as one by one (a
+    # mixture's frames are copied into the batch by collate).
     mix = MixtureDataset([(make(demo), 1.0), (make(demo, "crop"), 1.0)], seed=0)
     keys = [(0, 0), (1, 0), (2, 0)]
     plain = [mix[key] for key in keys]
