@@ -195,6 +195,11 @@ def test_tests_use_the_public_wire_format_and_the_helpers_module() -> None:
                 f"{f}:{line} imports {name}: conftest holds fixtures only; "
                 "import shared helpers from the support package"
             )
+        if name.split(".")[0].startswith("test_"):
+            bad.append(
+                f"{f}:{line} imports {name}: a test module never imports another; "
+                "move what both need into the support package"
+            )
     assert not bad, "\n".join(bad)
 
 

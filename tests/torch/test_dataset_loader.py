@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import gc
-import hashlib
 import os
 import signal
 import socket
@@ -19,6 +18,7 @@ import pytest
 import torch
 from support import DEMO_SLICE, SCRIPTS
 from support.datasets import FPS, SLICE_ID, build_slice, decode_index_frame
+from support.determinism import ACTION, OBS, digest_epoch, make
 from support.fakes import StoreBlobs
 from torch.utils.data import DataLoader
 
@@ -29,39 +29,13 @@ from rayform.slice import Slice
 from rayform.torch import EpisodeDataset, EpisodeSampler
 from rayform.torch._decoding._video import DecoderCache
 
-OBS = ["cam0/rgb", "joints/position"]
-ACTION = "joints/position_delta"
 HERE = Path(__file__).resolve().parent
-
-
-def jitter(sample: dict) -> dict:
-    """A random augmentation drawing from torch's global RNG (seeded per sample by the dataset)."""
-    sample["noise"] = torch.rand(3)
-    sample["joints/position"] = sample["joints/position"] + torch.randn(2)
-    return sample
 
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory: pytest.TempPathFactory):
     root = tmp_path_factory.mktemp("loader")
     return build_slice(root / "store", root / "cache")
-
-
-def make(slice_, **kw) -> EpisodeDataset:
-    return EpisodeDataset(
-        slice_, obs=OBS, action=ACTION, fps=FPS, horizon=4, transform=jitter, seed=7, **kw
-    )
-
-
-def digest_epoch(loader: DataLoader) -> tuple[str, list[int]]:
-    h = hashlib.sha256()
-    order = []
-    for batch in loader:
-        for key in sorted(k for k in batch if k != "meta"):
-            h.update(key.encode())
-            h.update(batch[key].numpy().tobytes())
-        order += batch["t_ns"].tolist()
-    return h.hexdigest(), order
 
 
 def test_same_bits_for_num_workers_0_and_2(data) -> None:
@@ -87,7 +61,7 @@ def test_same_bits_across_processes(data) -> None:
     ds = make(slice_)
     ds.set_epoch(2)
     here = digest_epoch(DataLoader(ds, batch_size=8, sampler=EpisodeSampler(ds), num_workers=0))[0]
-    # This module's make() and digest_epoch() in a fresh process, on the same store.
+    # The same make() and digest_epoch() in a fresh process, on the same store.
     script = [str(SCRIPTS / "loader_digest.py"), str(HERE), str(slice_.client.store.root), SLICE_ID]
     out = subprocess.run([sys.executable, *script], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 from support.datasets import FPS, build_slice, decode_index_frame
+from support.frames import moving_frames, torchcodec_frames
 from torch.utils.data import DataLoader
 from torchcodec.decoders import VideoDecoder
 
@@ -16,25 +17,6 @@ from rayform.torch._decoding import _video as _decode
 from rayform.torch._decoding._intra import IntraDecoder, open_intra
 from rayform.torch._decoding._video import DecoderCache, forget_intra_checks, intra_checks
 from rayform_server._video import encode_video
-
-
-def moving_frames(n: int, height: int, width: int) -> list[np.ndarray]:
-    """Frames with texture and motion, so that every frame decodes to different pixels."""
-    y, x = np.mgrid[0:height, 0:width]
-    return [
-        np.stack(
-            [(x * 3 + 7 * i) % 256, (y * 5 + 3 * i) % 256, ((x + y) * 2 + 11 * i) % 256], -1
-        ).astype(np.uint8)
-        for i in range(n)
-    ]
-
-
-def torchcodec_frames(path, indices) -> torch.Tensor:
-    return (
-        VideoDecoder(str(path), seek_mode="approximate", num_ffmpeg_threads=1)
-        .get_frames_at(indices)
-        .data
-    )
 
 
 # 102 wide: planes padded to 112, and swscale's planar output is wrong there (packed path).

@@ -7,7 +7,7 @@ import threading
 import numpy as np
 import pytest
 import torch
-from test_intra import moving_frames, torchcodec_frames
+from support.frames import moving_frames, torchcodec_frames
 
 from rayform.torch._decoding import _sws
 from rayform.torch._decoding._intra import IntraDecoder, open_intra

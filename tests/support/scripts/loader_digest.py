@@ -1,9 +1,8 @@
-"""The digest of epoch 2 of ``test_dataset_loader``'s dataset, read by a ``DataLoader`` with two
-workers in this fresh process: the same bits as in the test's own process.
+"""The digest of epoch 2 of the determinism tests' dataset (``support.determinism``), read by a
+``DataLoader`` with two workers in this fresh process: the same bits as in the test's own process.
 
-Usage: ``python loader_digest.py TEST_DIR STORE_ROOT SLICE``: ``TEST_DIR`` holds
-``test_dataset_loader.py`` (whose ``make`` and ``digest_epoch`` are used), ``STORE_ROOT`` the
-server store of ``SLICE``.
+Usage: ``python loader_digest.py TEST_DIR STORE_ROOT SLICE``: ``TEST_DIR``'s parent holds the
+``support`` package, ``STORE_ROOT`` the server store of ``SLICE``.
 """
 
 import sys
@@ -17,9 +16,8 @@ from rayform_server.store import Store
 
 
 def main(test_dir: str, store_root: str, slice_id: str) -> None:
-    sys.path[:0] = [test_dir, str(Path(test_dir).parent)]  # the test module, and ``support``
-    import test_dataset_loader as t
-
+    sys.path[:0] = [str(Path(test_dir).parent)]  # the ``support`` package
+    from support import determinism as t
     from support.fakes import StoreBlobs
 
     store = Store(store_root)
