@@ -38,41 +38,109 @@ from rayform.torch._conventions import convert
 from rayform.torch._index import GridIndex
 from rayform.torch._normalize import Normalizer
 from rayform.torch._spec import DatasetSpec
+from rayform.torch._statparts import Partial, episode_keys, read_partials, write_partials
 
-__all__ = ["compute_stats", "dataset_stats", "normalizer_of", "stats_arrays", "stats_key"]
+__all__ = [
+    "compute_stats",
+    "dataset_stats",
+    "normalizer_of",
+    "sorted_quantile",
+    "stats_arrays",
+    "stats_key",
+]
 
-_STATS_VERSION = 3  # 2: q01/q99 added (a version 1 file lacks them); 3: keyed by the grid too
+_STATS_VERSION = 4  # 2: q01/q99 added; 3: keyed by the grid too; 4: keyed by episode partials
 
 
-def stats_key(
-    index: GridIndex, streams: dict[str, str], frame: str | None, action_mode: str
-) -> str:
-    """BLAKE3 hex of everything the statistics depend on.
+def stats_key(context: str, keys: np.ndarray, streams: dict[str, str]) -> str:
+    """BLAKE3 hex of everything a selection's statistics depend on: its episodes' partial
+    keys in dataset order and their context (:func:`~rayform.torch._statparts.episode_keys`:
+    the grid, blob hashes, fps, frame, action mode) and the streams' roles.
 
     Args:
-        index: the dataset's grid (its segments and fps).
+        context: the keys' shared part.
+        keys: ``(S,)`` partial keys, one per episode.
         streams: stream name -> role (``"obs"`` or ``"action"``), table streams only.
-        frame: the ``frame=`` convention.
-        action_mode: the action alignment mode.
     """
-    doc = {
-        "v": _STATS_VERSION,
-        "fps": index.fps,
-        "frame": frame,
-        "action_mode": action_mode,
-        "streams": streams,
-        "segments": [
-            [seg.id, seg.version, [seg.streams[name].blob.hash for name in sorted(streams)]]
-            for seg in index.segments
-        ],
-        # The samples' times: the grid spans the times every stream the dataset reads covers
-        # (its cameras too), so one table's statistics differ with the other streams read.
-        "grid": hash_bytes(
-            np.ascontiguousarray(index.start_ns, dtype=np.int64).tobytes()
-            + np.ascontiguousarray(index.count, dtype=np.int64).tobytes()
-        ),
+    head = canonical_json({"v": _STATS_VERSION, "context": context, "streams": streams})
+    return hash_bytes(head + np.ascontiguousarray(keys).tobytes())
+
+
+def _episode_samples(
+    index: GridIndex,
+    s: int,
+    names: list[str],
+    streams: dict[str, str],
+    frame: str | None,
+    action_mode: str,
+    load_table: TableLoader,
+) -> list[np.ndarray]:
+    """Episode ``s``'s samples of each stream (sorted names), read from its table blobs."""
+    seg = index.segments[s]
+    t = index.times_ns(s, np.arange(int(index.count[s])))
+    out = []
+    for name in names:
+        stream = seg.streams[name]
+        t_rec, rec = load_table(stream)
+        if streams[name] == "action":
+            values = align_values(t_rec, rec, t, action_mode)
+        else:
+            values = rec[latest_at_or_before(t_rec, t)]
+        out.append(np.asarray(convert(values, stream, frame)))
+    return out
+
+
+def sorted_quantile(ordered: np.ndarray, q: float) -> np.ndarray:
+    """``np.quantile(x, q, axis=1)`` (its default ``linear`` method, in float64) of rows
+    already sorted, ``(D, N) -> (D,)``, without numpy's partition: the same two order
+    statistics and the same interpolation (numpy's ``_lerp``), so the same numbers; NaN
+    where a row has one."""
+    n = ordered.shape[1]
+    virtual = (n - 1) * q
+    below = min(int(np.floor(virtual)), n - 1)
+    above = min(below + 1, n - 1)
+    gamma = virtual - below
+    a = ordered[:, below].astype(np.float64)  # float32 rows: their exact float64 values
+    b = ordered[:, above].astype(np.float64)
+    diff = b - a
+    out = b - diff * (1 - gamma) if gamma >= 0.5 else a + diff * gamma
+    return np.where(np.isnan(ordered[:, -1]), np.nan, out)
+
+
+def _summary(samples: list[np.ndarray], moments: list[np.ndarray]) -> dict[str, Any]:
+    """The statistics of one stream, from its episodes' samples ``[(n, D)]`` and moments
+    ``[(2, D)]`` (mean, M2).
+
+    ``mean`` and ``std`` merge the episodes' moments (Chan's pairwise update, summed at once:
+    exact up to float64 rounding, and no pass over the samples). ``min``, ``max``, ``q01``
+    and ``q99`` are order statistics: each component's samples are sorted (a vectorised sort
+    of contiguous rows, cheaper than numpy's ``quantile`` along axis 0, which partitions for
+    each call) and read off, the numbers a full pass gives, bit for bit.
+    """
+    n = np.asarray([len(x) for x in samples], dtype=np.float64)[:, None]  # (S, 1)
+    m = np.stack(moments)  # (S, 2, D)
+    total = float(n.sum())
+    mean = (n * m[:, 0]).sum(axis=0) / total
+    m2 = m[:, 1].sum(axis=0) + (n * (m[:, 0] - mean) ** 2).sum(axis=0)
+    # float32 samples sort as float32 (exact, and far faster than float64); other dtypes
+    # in float64, as a full pass counts them.
+    dtype = np.float32 if all(x.dtype == np.float32 for x in samples) else np.float64
+    ordered = np.concatenate([x.T for x in samples], axis=1, dtype=dtype)  # (D, N)
+    ordered.sort(axis=1)  # NaNs sort last
+    nan = np.isnan(ordered[:, -1])
+    low, high = ordered[:, 0].astype(np.float64), ordered[:, -1].astype(np.float64)
+    # A component that never moves has exactly its value and no spread (the merged sums
+    # could leave a rounding residue, and a tiny std would blow up a normalisation).
+    still = low == high
+    return {
+        "mean": np.where(nan, np.nan, np.where(still, low, mean)).tolist(),
+        "std": np.where(nan, np.nan, np.where(still, 0.0, np.sqrt(m2 / total))).tolist(),
+        "min": np.where(nan, np.nan, low).tolist(),
+        "max": high.tolist(),
+        "q01": sorted_quantile(ordered, 0.01).tolist(),
+        "q99": sorted_quantile(ordered, 0.99).tolist(),
+        "count": int(ordered.shape[1]),
     }
-    return hash_bytes(canonical_json(doc))
 
 
 def compute_stats(
@@ -86,6 +154,11 @@ def compute_stats(
 ) -> dict[str, dict[str, Any]]:
     """Statistics of the named table streams (cached under ``cache_dir/stats`` if given).
 
+    The result of this selection is read from ``stats/<key>.json`` if there; otherwise each
+    episode's samples come from its partial in the cache's packs, or, for the episodes
+    without one, from its table blobs (their partials are then written for later
+    selections).
+
     Args:
         index: the dataset's grid.
         streams: stream name -> ``"obs"`` or ``"action"`` (table streams only).
@@ -96,40 +169,35 @@ def compute_stats(
         shared: the cache's mode as its client chose it (``Client(shared=...)``): a team
             cache's files are group-writable; ``None`` infers it from the directory.
     """
-    stats_file = f"stats/{stats_key(index, streams, frame, action_mode)}.json"
+    names = sorted(streams)
+    context, keys = episode_keys(index, streams, frame, action_mode)
+    stats_file = f"stats/{stats_key(context, keys, streams)}.json"
     if cache_dir is not None:
         try:
             return json.loads((Path(cache_dir) / stats_file).read_text())
         except (OSError, ValueError):
             pass
-    acc: dict[str, list[np.ndarray]] = {name: [] for name in streams}
-    for s, seg in enumerate(index.segments):
-        n = int(index.count[s])
-        if n == 0:
-            continue
-        t = index.times_ns(s, np.arange(n))
-        for name, role in streams.items():
-            stream = seg.streams[name]
-            t_rec, rec = load_table(stream)
-            if role == "action":
-                values = align_values(t_rec, rec, t, action_mode)
-            else:
-                values = rec[latest_at_or_before(t_rec, t)]
-            acc[name].append(np.asarray(convert(values, stream, frame), dtype=np.float64))
-    out: dict[str, dict[str, Any]] = {}
-    for name, parts in acc.items():
-        if not parts:
-            continue
-        v = np.concatenate(parts)
-        out[name] = {
-            "mean": v.mean(axis=0).tolist(),
-            "std": v.std(axis=0).tolist(),
-            "min": v.min(axis=0).tolist(),
-            "max": v.max(axis=0).tolist(),
-            "q01": np.quantile(v, 0.01, axis=0).tolist(),
-            "q99": np.quantile(v, 0.99, axis=0).tolist(),
-            "count": int(v.shape[0]),
-        }
+    has_samples = index.count > 0
+    parts = (
+        {}
+        if cache_dir is None
+        else read_partials(cache_dir, context, keys, has_samples, index.count)
+    )
+    made: dict[bytes, Partial] = {}
+    for s in np.flatnonzero(has_samples).tolist():
+        if s not in parts:
+            parts[s] = Partial.of(
+                _episode_samples(index, s, names, streams, frame, action_mode, load_table)
+            )
+            made[keys[s].tobytes()] = parts[s]
+    if cache_dir is not None and made:
+        write_partials(cache_dir, shared, context, made)
+    order = sorted(parts)  # dataset order
+    out = {
+        name: _summary([parts[s].samples[j] for s in order], [parts[s].moments[j] for s in order])
+        for j, name in enumerate(names)
+        if order
+    }
     if cache_dir is not None:
         with contextlib.suppress(RayformError):  # a read-only cache costs a recomputation
             Cache(cache_dir, shared=shared).put_file(

@@ -1,0 +1,332 @@
+"""Per-episode statistics partials: content-addressed keys, and packs of them in the cache.
+
+A *partial* is one episode's grid samples of the dataset's table streams: the rows the model
+sees (observations at the latest record at or before each grid time, the action per
+``action_mode``, after the ``frame=`` conversion), one ``(n, D)`` array per stream. Statistics
+of any selection are computed from its episodes' partials, so they are the numbers a full pass
+gives, quantiles included (a quantile does not combine from per-episode summaries; the samples
+do).
+
+An episode's key is everything its partial depends on, and nothing else: the *context* every
+episode of the computation shares (``fps``, ``frame``, ``action_mode``, the table streams'
+names and roles, each stream's ``frame``/``quantity``, which the conversion reads, and this
+module's format version), hashed with BLAKE3, and the episode's own record (its grid's first
+sample time and sample count, ns, and its streams' blob digests), kept whole as a fixed-width
+key. Two episodes with the same key hold the same samples, whatever their IDs, slices or
+selections.
+
+Partials live in packs, ``CACHE_DIR/stats/packs/<context>/<BLAKE3 of the file>.pack``, each
+written once (temporary file, then rename) by the computation that made its entries::
+
+    b"RFSTATS1", W, K, R, J                    (u64 each: key width, entries, rows, streams)
+    J x (D, itemsize)                          (u64 each: width, 4 for float32 or 8 float64)
+    keys      K x W bytes, sorted (padded to 8)
+    digests   K x 32 bytes: BLAKE3 of (key, the entry's rows and moments)
+    offsets   (K + 1) x i64: entry k owns rows offsets[k] .. offsets[k + 1] - 1
+    J matrices (R, D_j) of samples, little-endian, each padded to 8 bytes
+    J matrices (K, 2, D_j) float64: each entry's mean and M2 per stream
+
+A reader looks its keys up in every pack of its context (a binary search per pack) and checks
+each entry it uses against its digest. A pack whose layout is wrong, or with an entry whose
+digest or length differs, is absent: it is removed, and its episodes are computed again (the
+same computation writes the same pack again).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import mmap
+import os
+import struct
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import blake3
+import numpy as np
+
+from rayform.cache import Cache
+from rayform.errors import RayformError
+from rayform.manifest import canonical_json
+from rayform.torch._index import GridIndex
+
+__all__ = ["Partial", "episode_keys", "read_partials", "write_partials"]
+
+_PART_VERSION = 1
+_MAGIC = b"RFSTATS1"
+_KEY = 32
+_HEAD = struct.Struct("<8sQQQQ")
+_DIR = "stats/packs"
+#: Entries go into one pack until it holds this many bytes of samples (bounds what is held
+#: in memory while a pack is built, and what one mapping spans).
+PACK_BYTES = 64 << 20
+
+
+@dataclass(frozen=True)
+class Partial:
+    """One episode's samples of each stream (sorted stream names), with their summaries.
+
+    Attributes:
+        samples: ``(n, D)`` per stream, as the dataset's alignment and conversion give them.
+        moments: ``(2, D) float64`` per stream: the samples' mean and sum of squared
+            deviations from it (``M2``), which merge exactly across episodes.
+    """
+
+    samples: list[np.ndarray]
+    moments: list[np.ndarray]
+
+    @classmethod
+    def of(cls, samples: list[np.ndarray]) -> Partial:
+        """The partial of ``samples`` (its moments computed in float64)."""
+        moments = []
+        for x in samples:
+            mean = x.mean(axis=0, dtype=np.float64)
+            moments.append(np.stack([mean, ((x - mean) ** 2).sum(axis=0, dtype=np.float64)]))
+        return cls(samples, moments)
+
+
+def _field_codes(index: GridIndex, name: str, field: str) -> tuple[list[str], np.ndarray]:
+    """The distinct values of a stream's string ``field`` and each segment's code ``(S,)``."""
+    seen = sorted(index.segments.stream_values(name, field))
+    if len(seen) <= 1:
+        return seen, np.zeros(len(index.segments), dtype=np.int32)
+    # Mixed within one selection (rare): read each segment's own value.
+    values = [str(getattr(seg.streams[name], field)) for seg in index.segments]
+    return seen, np.asarray([seen.index(v) for v in values], dtype=np.int32)
+
+
+def episode_keys(
+    index: GridIndex, streams: Mapping[str, str], frame: str | None, action_mode: str
+) -> tuple[str, np.ndarray]:
+    """``(context, keys)``: the BLAKE3 hex of what every episode's partial shares (fps,
+    ``frame``, ``action_mode``, the streams' names, roles, frames and quantities, this
+    format's version) and each segment's key ``(S,)`` (a fixed-width ``void`` record of its
+    grid start and count and its streams' blob digests: the key is the content itself, no
+    hash per episode).
+
+    Built from the manifest's columns (no blob read, no :class:`Segment` object unless a
+    stream's ``frame``/``quantity`` differs between segments).
+
+    Args:
+        index: the dataset's grid.
+        streams: table stream name -> ``"obs"`` or ``"action"``.
+        frame: the ``frame=`` convention.
+        action_mode: how the action is aligned.
+    """
+    names = sorted(streams)
+    described = []
+    rec = np.zeros(
+        len(index.segments),
+        dtype=[
+            ("start", "<i8"),
+            ("count", "<i8"),
+            ("blob", "u1", (len(names), _KEY)),
+            ("code", "<i4", (len(names), 2)),
+        ],
+    )
+    rec["start"], rec["count"] = index.start_ns, index.count
+    for j, name in enumerate(names):
+        rec["blob"][:, j] = index.segments.stream_hashes(name)[1]
+        frames, rec["code"][:, j, 0] = _field_codes(index, name, "frame")
+        quantities, rec["code"][:, j, 1] = _field_codes(index, name, "quantity")
+        described.append([name, streams[name], frames, quantities])
+    context = {
+        "v": _PART_VERSION,
+        "fps": index.fps,
+        "frame": frame,
+        "action_mode": action_mode,
+        "streams": described,
+    }
+    return blake3.blake3(canonical_json(context)).hexdigest(), rec.view(f"V{rec.dtype.itemsize}")
+
+
+def _digest(key: bytes, parts: Sequence[memoryview | bytes]) -> bytes:
+    h = blake3.blake3(key)
+    for part in parts:
+        h.update(part)
+    return h.digest()
+
+
+def _padded(n: int) -> int:
+    return (n + 7) // 8 * 8
+
+
+class _Pack:
+    """One pack file, mapped; its layout checked on open (``ValueError`` if wrong)."""
+
+    def __init__(self, path: Path, width: int) -> None:
+        with path.open("rb") as f:
+            self.map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        size = len(self.map)
+        if size < _HEAD.size:
+            raise ValueError("short")
+        magic, w, k, r, j = _HEAD.unpack_from(self.map, 0)
+        if magic != _MAGIC or w != width or j > 1024 or k * w > size or r > size:
+            raise ValueError("header")
+        at = _HEAD.size
+        shapes = np.frombuffer(self.map, dtype="<u8", count=2 * j, offset=at).reshape(j, 2)
+        at += 16 * j
+        if not np.isin(shapes[:, 1], (4, 8)).all() or (shapes[:, 0] > size).any():
+            raise ValueError("shapes")
+        self.keys = np.frombuffer(self.map, dtype=f"V{w}", count=k, offset=at)
+        at += _padded(k * w)
+        self.digests = np.frombuffer(self.map, dtype=f"V{_KEY}", count=k, offset=at)
+        at += k * _KEY
+        self.offsets = np.frombuffer(self.map, dtype="<i8", count=k + 1, offset=at)
+        at += 8 * (k + 1)
+        if self.offsets[0] != 0 or self.offsets[-1] != r or (np.diff(self.offsets) < 0).any():
+            raise ValueError("offsets")
+        self.blocks: list[tuple[int, int, int]] = []  # (byte offset, width, itemsize)
+        for d, itemsize in shapes.tolist():
+            self.blocks.append((at, int(d), int(itemsize)))
+            at += _padded(r * d * itemsize)
+        self.moments: list[tuple[int, int]] = []  # (byte offset, width)
+        for d, _ in shapes.tolist():
+            self.moments.append((at, int(d)))
+            at += k * 2 * int(d) * 8
+        if at != size:
+            raise ValueError("size")
+
+    def find(self, queries: np.ndarray) -> np.ndarray:
+        """Entry of each query key, ``-1`` where absent."""
+        if not len(self.keys):
+            return np.full(len(queries), -1, dtype=np.int64)
+        pos = np.minimum(np.searchsorted(self.keys, queries), len(self.keys) - 1)
+        return np.where(self.keys[pos] == queries, pos, -1)
+
+    def entry(self, k: int, rows: int) -> Partial | None:
+        """Entry ``k``'s arrays, or ``None`` unless it has ``rows`` rows and its digest."""
+        a, b = int(self.offsets[k]), int(self.offsets[k + 1])
+        if b - a != rows:
+            return None
+        view = memoryview(self.map)
+        raws, samples, moments = [], [], []
+        for at, d, itemsize in self.blocks:
+            start = at + a * d * itemsize
+            raws.append(view[start : at + b * d * itemsize])
+            samples.append(
+                np.frombuffer(self.map, f"<f{itemsize}", (b - a) * d, start).reshape(b - a, d)
+            )
+        for at, d in self.moments:
+            start = at + k * 2 * d * 8
+            raws.append(view[start : start + 2 * d * 8])
+            moments.append(np.frombuffer(self.map, "<f8", 2 * d, start).reshape(2, d))
+        if _digest(self.keys[k].tobytes(), raws) != self.digests[k].tobytes():
+            return None
+        return Partial(samples, moments)
+
+
+def read_partials(
+    cache_dir: Path, context: str, keys: np.ndarray, need: np.ndarray, counts: np.ndarray
+) -> dict[int, Partial]:
+    """The partials found in the cache's packs: ``{segment position: arrays}``.
+
+    Args:
+        cache_dir: the Rayform cache directory.
+        context: the shared part of the keys, from :func:`episode_keys`.
+        keys: ``(S,)`` keys from :func:`episode_keys`.
+        need: ``bool (S,)``: the positions to look up.
+        counts: ``int64 (S,)``: each segment's grid samples (an entry of another length is
+            not used).
+    """
+    folder = Path(cache_dir) / _DIR / context
+    try:
+        names = sorted(p for p in os.listdir(folder) if p.endswith(".pack"))
+    except OSError:
+        return {}
+    want = np.flatnonzero(need)
+    queries = keys[want]
+    found: dict[int, Partial] = {}
+    for name in names:
+        if not len(want):
+            break
+        try:
+            pack = _Pack(folder / name, keys.dtype.itemsize)
+        except (OSError, ValueError):
+            _discard(folder / name)
+            continue
+        hits = pack.find(queries)
+        mine: dict[int, Partial] = {}
+        checked: dict[int, Partial | None] = {}  # one check per entry, however many share it
+        for pos, k in zip(want[hits >= 0].tolist(), hits[hits >= 0].tolist(), strict=True):
+            if k not in checked:
+                checked[k] = pack.entry(k, int(counts[pos]))
+            part = checked[k]
+            if part is None:  # the pack is damaged: none of it is used, all made again
+                _discard(folder / name)
+                mine = {}
+                break
+            mine[pos] = part
+        found.update(mine)
+        left = np.asarray([p not in found for p in want.tolist()], dtype=bool)
+        want, queries = want[left], queries[left]
+    return found
+
+
+def _discard(path: Path) -> None:
+    """Remove a pack that failed its checks (its episodes are computed again)."""
+    with contextlib.suppress(OSError):
+        path.unlink()
+
+
+def write_partials(
+    cache_dir: Path, shared: bool | None, context: str, entries: Mapping[bytes, Partial]
+) -> None:
+    """Store ``{key: arrays}`` as packs of up to :data:`PACK_BYTES` (nothing on a read-only
+    cache, nor when the arrays are not ``(n, D)`` tables of one width per stream)."""
+    items = sorted(entries.items())
+    if not items:
+        return
+    widths = [a.shape[1] if a.ndim == 2 else -1 for a in items[0][1].samples]
+    for _, part in items:
+        if [a.shape[1] if a.ndim == 2 else -1 for a in part.samples] != widths or min(widths) < 0:
+            return
+    # float32 samples stay float32 (exact); anything else is kept as the float64 it is
+    # counted in.
+    itemsizes = [
+        4 if all(part.samples[j].dtype == np.float32 for _, part in items) else 8
+        for j in range(len(widths))
+    ]
+    cache = Cache(cache_dir, shared=shared)
+    start, held = 0, 0
+    for i, (_, part) in enumerate(items):
+        held += sum(len(a) * d * s for a, d, s in zip(part.samples, widths, itemsizes, strict=True))
+        if held >= PACK_BYTES or i == len(items) - 1:
+            data = _pack_bytes(items[start : i + 1], widths, itemsizes)
+            name = f"{_DIR}/{context}/{blake3.blake3(data).hexdigest()}.pack"
+            with contextlib.suppress(RayformError):  # a read-only cache costs a recomputation
+                cache.put_file(name, data)
+            start, held = i + 1, 0
+
+
+def _pack_bytes(
+    items: Sequence[tuple[bytes, Partial]], widths: list[int], itemsizes: list[int]
+) -> bytes:
+    counts = np.asarray([len(part.samples[0]) for _, part in items], dtype=np.int64)
+    offsets = np.zeros(len(items) + 1, dtype="<i8")
+    np.cumsum(counts, out=offsets[1:])
+    matrices = [
+        np.concatenate([part.samples[j] for _, part in items]).astype(f"<f{itemsizes[j]}")
+        for j in range(len(widths))
+    ]
+    moments = [
+        np.stack([part.moments[j] for _, part in items]).astype("<f8") for j in range(len(widths))
+    ]  # (K, 2, D) per stream
+    digests = b"".join(
+        _digest(
+            key,
+            [m[offsets[k] : offsets[k + 1]].tobytes() for m in matrices]
+            + [m[k].tobytes() for m in moments],
+        )
+        for k, (key, _) in enumerate(items)
+    )
+    keys = b"".join(key for key, _ in items)
+    head = _HEAD.pack(_MAGIC, len(items[0][0]), len(items), int(offsets[-1]), len(widths))
+    shapes = np.asarray(list(zip(widths, itemsizes, strict=True)), dtype="<u8")
+    body = [head, shapes.tobytes(), keys + b"\0" * (_padded(len(keys)) - len(keys))]
+    body += [digests, offsets.tobytes()]
+    for m in matrices:
+        raw = np.ascontiguousarray(m).tobytes()
+        body.append(raw + b"\0" * (_padded(len(raw)) - len(raw)))
+    body += [np.ascontiguousarray(m).tobytes() for m in moments]
+    return b"".join(body)
