@@ -18,13 +18,14 @@ selections.
 Partials live in packs, ``CACHE_DIR/stats/packs/<context>/<BLAKE3 of the file>.pack``, each
 written once (temporary file, then rename) by the computation that made its entries::
 
-    b"RFSTATS1", W, K, R, J                    (u64 each: key width, entries, rows, streams)
+    b"RFSTATS1", W, K, J                       (u64 each: key width, entries, streams)
     J x (D, itemsize)                          (u64 each: width, 4 for float32 or 8 float64)
     keys      K x W bytes, sorted (padded to 8)
-    digests   K x 32 bytes: BLAKE3 of (key, the entry's rows and moments)
-    offsets   (K + 1) x i64: entry k owns rows offsets[k] .. offsets[k + 1] - 1
-    J matrices (R, D_j) of samples, little-endian, each padded to 8 bytes
-    J matrices (K, 2, D_j) float64: each entry's mean and M2 per stream
+    digests   K x 32 bytes: BLAKE3 of (key, entry)
+    rows      K x i64: the entry's samples n
+    offsets   (K + 1) x i64: entry k is bytes offsets[k] .. offsets[k + 1] - 1 of the entries
+    entries   each: (n, D_j) samples of every stream, then (2, D_j) float64 moments of every
+              stream, little-endian, padded to 8 bytes
 
 A reader looks its keys up in every pack of its context (a binary search per pack) and checks
 each entry it uses against its digest. A pack whose layout is wrong, or with an entry whose
@@ -39,8 +40,8 @@ import mmap
 import os
 import struct
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import blake3
 import numpy as np
@@ -55,15 +56,14 @@ __all__ = ["Partial", "episode_keys", "read_partials", "write_partials"]
 _PART_VERSION = 1
 _MAGIC = b"RFSTATS1"
 _KEY = 32
-_HEAD = struct.Struct("<8sQQQQ")
+_HEAD = struct.Struct("<8sQQQ")
 _DIR = "stats/packs"
 #: Entries go into one pack until it holds this many bytes of samples (bounds what is held
 #: in memory while a pack is built, and what one mapping spans).
 PACK_BYTES = 64 << 20
 
 
-@dataclass(frozen=True)
-class Partial:
+class Partial(NamedTuple):
     """One episode's samples of each stream (sorted stream names), with their summaries.
 
     Attributes:
@@ -151,6 +151,13 @@ def _padded(n: int) -> int:
     return (n + 7) // 8 * 8
 
 
+def _entry_bytes(rows: np.ndarray, shapes: list[tuple[int, int]]) -> np.ndarray:
+    """Bytes of entries of ``rows`` samples each, padded (vectorised)."""
+    per_row = sum(d * itemsize for d, itemsize in shapes)
+    moments = sum(2 * d * 8 for d, _ in shapes)
+    return (rows * per_row + moments + 7) // 8 * 8
+
+
 class _Pack:
     """One pack file, mapped; its layout checked on open (``ValueError`` if wrong)."""
 
@@ -160,32 +167,34 @@ class _Pack:
         size = len(self.map)
         if size < _HEAD.size:
             raise ValueError("short")
-        magic, w, k, r, j = _HEAD.unpack_from(self.map, 0)
-        if magic != _MAGIC or w != width or j > 1024 or k * w > size or r > size:
+        magic, w, k, j = _HEAD.unpack_from(self.map, 0)
+        if magic != _MAGIC or w != width or j > 1024 or k * w > size:
             raise ValueError("header")
         at = _HEAD.size
         shapes = np.frombuffer(self.map, dtype="<u8", count=2 * j, offset=at).reshape(j, 2)
         at += 16 * j
         if not np.isin(shapes[:, 1], (4, 8)).all() or (shapes[:, 0] > size).any():
             raise ValueError("shapes")
+        self.shapes = [(int(d), int(itemsize)) for d, itemsize in shapes.tolist()]
         self.keys = np.frombuffer(self.map, dtype=f"V{w}", count=k, offset=at)
         at += _padded(k * w)
         self.digests = np.frombuffer(self.map, dtype=f"V{_KEY}", count=k, offset=at)
         at += k * _KEY
-        self.offsets = np.frombuffer(self.map, dtype="<i8", count=k + 1, offset=at)
-        at += 8 * (k + 1)
-        if self.offsets[0] != 0 or self.offsets[-1] != r or (np.diff(self.offsets) < 0).any():
-            raise ValueError("offsets")
-        self.blocks: list[tuple[int, int, int]] = []  # (byte offset, width, itemsize)
-        for d, itemsize in shapes.tolist():
-            self.blocks.append((at, int(d), int(itemsize)))
-            at += _padded(r * d * itemsize)
-        self.moments: list[tuple[int, int]] = []  # (byte offset, width)
-        for d, _ in shapes.tolist():
-            self.moments.append((at, int(d)))
-            at += k * 2 * int(d) * 8
-        if at != size:
-            raise ValueError("size")
+        rows = np.frombuffer(self.map, dtype="<i8", count=k, offset=at)
+        at += 8 * k
+        offsets = np.frombuffer(self.map, dtype="<i8", count=k + 1, offset=at)
+        self.base = at + 8 * (k + 1)
+        if (
+            (rows < 0).any()
+            or offsets[0] != 0
+            or (np.diff(offsets) != _entry_bytes(rows, self.shapes)).any()
+            or self.base + int(offsets[-1]) != size
+        ):
+            raise ValueError("entries")
+        self.rows, self.offsets = rows.tolist(), offsets.tolist()
+        # Bytes once per pack, sliced per entry (a numpy scalar per entry costs more).
+        self.key_bytes, self.digest_bytes = self.keys.tobytes(), self.digests.tobytes()
+        self.width = w
 
     def find(self, queries: np.ndarray) -> np.ndarray:
         """Entry of each query key, ``-1`` where absent."""
@@ -195,24 +204,24 @@ class _Pack:
         return np.where(self.keys[pos] == queries, pos, -1)
 
     def entry(self, k: int, rows: int) -> Partial | None:
-        """Entry ``k``'s arrays, or ``None`` unless it has ``rows`` rows and its digest."""
-        a, b = int(self.offsets[k]), int(self.offsets[k + 1])
-        if b - a != rows:
+        """Entry ``k``, or ``None`` unless it has ``rows`` samples and its digest."""
+        n = self.rows[k]
+        if n != rows:
             return None
-        view = memoryview(self.map)
-        raws, samples, moments = [], [], []
-        for at, d, itemsize in self.blocks:
-            start = at + a * d * itemsize
-            raws.append(view[start : at + b * d * itemsize])
-            samples.append(
-                np.frombuffer(self.map, f"<f{itemsize}", (b - a) * d, start).reshape(b - a, d)
-            )
-        for at, d in self.moments:
-            start = at + k * 2 * d * 8
-            raws.append(view[start : start + 2 * d * 8])
-            moments.append(np.frombuffer(self.map, "<f8", 2 * d, start).reshape(2, d))
-        if _digest(self.keys[k].tobytes(), raws) != self.digests[k].tobytes():
+        start, end = self.base + self.offsets[k], self.base + self.offsets[k + 1]
+        h = blake3.blake3(self.key_bytes[k * self.width : (k + 1) * self.width])
+        h.update(memoryview(self.map)[start:end])
+        if h.digest() != self.digest_bytes[k * _KEY : (k + 1) * _KEY]:
             return None
+        samples, moments = [], []
+        for d, itemsize in self.shapes:
+            samples.append(np.frombuffer(self.map, f"<f{itemsize}", n * d, start).reshape(n, d))
+            start += n * d * itemsize
+        flat = np.frombuffer(self.map, "<f8", 2 * sum(d for d, _ in self.shapes), start)
+        at = 0
+        for d, _ in self.shapes:
+            moments.append(flat[at : at + 2 * d].reshape(2, d))
+            at += 2 * d
         return Partial(samples, moments)
 
 
@@ -302,31 +311,24 @@ def write_partials(
 def _pack_bytes(
     items: Sequence[tuple[bytes, Partial]], widths: list[int], itemsizes: list[int]
 ) -> bytes:
-    counts = np.asarray([len(part.samples[0]) for _, part in items], dtype=np.int64)
-    offsets = np.zeros(len(items) + 1, dtype="<i8")
-    np.cumsum(counts, out=offsets[1:])
-    matrices = [
-        np.concatenate([part.samples[j] for _, part in items]).astype(f"<f{itemsizes[j]}")
-        for j in range(len(widths))
-    ]
-    moments = [
-        np.stack([part.moments[j] for _, part in items]).astype("<f8") for j in range(len(widths))
-    ]  # (K, 2, D) per stream
-    digests = b"".join(
-        _digest(
-            key,
-            [m[offsets[k] : offsets[k + 1]].tobytes() for m in matrices]
-            + [m[k].tobytes() for m in moments],
+    shapes = list(zip(widths, itemsizes, strict=True))
+    entries = []
+    for _, part in items:
+        raw = b"".join(
+            np.ascontiguousarray(x, dtype=f"<f{itemsize}").tobytes()
+            for x, (_, itemsize) in zip(part.samples, shapes, strict=True)
         )
-        for k, (key, _) in enumerate(items)
+        raw += b"".join(np.ascontiguousarray(m, dtype="<f8").tobytes() for m in part.moments)
+        entries.append(raw + b"\0" * (_padded(len(raw)) - len(raw)))
+    rows = np.asarray([len(part.samples[0]) for _, part in items], dtype="<i8")
+    offsets = np.zeros(len(items) + 1, dtype="<i8")
+    np.cumsum([len(e) for e in entries], out=offsets[1:])
+    digests = b"".join(
+        blake3.blake3(key + entry).digest() for (key, _), entry in zip(items, entries, strict=True)
     )
     keys = b"".join(key for key, _ in items)
-    head = _HEAD.pack(_MAGIC, len(items[0][0]), len(items), int(offsets[-1]), len(widths))
-    shapes = np.asarray(list(zip(widths, itemsizes, strict=True)), dtype="<u8")
-    body = [head, shapes.tobytes(), keys + b"\0" * (_padded(len(keys)) - len(keys))]
-    body += [digests, offsets.tobytes()]
-    for m in matrices:
-        raw = np.ascontiguousarray(m).tobytes()
-        body.append(raw + b"\0" * (_padded(len(raw)) - len(raw)))
-    body += [np.ascontiguousarray(m).tobytes() for m in moments]
+    head = _HEAD.pack(_MAGIC, len(items[0][0]), len(items), len(widths))
+    body = [head, np.asarray(shapes, dtype="<u8").tobytes()]
+    body += [keys + b"\0" * (_padded(len(keys)) - len(keys)), digests]
+    body += [rows.tobytes(), offsets.tobytes(), *entries]
     return b"".join(body)
