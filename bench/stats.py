@@ -26,18 +26,17 @@ The two sides alternate for ``--rounds`` rounds (medians reported), so a loaded 
 falls on both. ``equal`` compares the sides' results: ``count``, ``min``, ``max``, ``q01`` and
 ``q99`` must be the same numbers, ``mean`` and ``std`` agree to the relative difference shown.
 
-Usage::
+Usage (the baseline: the SDK of the commit before per-episode partials)::
 
-    python -m bench.stats --baseline /work/main/sdk [--segments 20000] [--rounds 3]
+    git archive 53389cf sdk | tar -x -C /tmp/stats-baseline
+    python -m bench.stats --baseline /tmp/stats-baseline/sdk [--segments 20000] [--rounds 3]
 
 Writes ``bench/results/stats-<N>.json``.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
 import shutil
 import statistics
 import subprocess
@@ -48,6 +47,7 @@ from typing import Any
 import numpy as np
 
 from bench._serve import serving
+from bench._sides import side_env, sides_parser
 from bench.curation import SLICE, fleet_root
 
 HERE = Path(__file__).resolve().parent
@@ -119,12 +119,13 @@ def _label_halves(url: str, cache: Path, slice_id: str) -> None:
 
 
 def _side(sdk: str | None, url: str, cache: Path, slice_id: str, where: str) -> dict[str, Any]:
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    if sdk is not None:
-        env["PYTHONPATH"] = os.pathsep.join([sdk, env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     args = [url, WRITE, str(cache), slice_id, where, json.dumps(READS[slice_id])]
     out = subprocess.run(
-        [sys.executable, "-c", SIDE, *args], capture_output=True, text=True, env=env, timeout=1800
+        [sys.executable, "-c", SIDE, *args],
+        capture_output=True,
+        text=True,
+        env=side_env(sdk),
+        timeout=1800,
     )
     if out.returncode != 0:
         raise RuntimeError(out.stderr[-3000:])
@@ -192,12 +193,7 @@ def _measure(
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--baseline", required=True, help="another checkout's sdk/ directory")
-    ap.add_argument("--segments", type=int, default=20_000)
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--work", type=Path, default=Path("/tmp/rayform-stats-bench"))
-    args = ap.parse_args()
+    args = sides_parser(__doc__, 20_000, 3, "/tmp/rayform-stats-bench").parse_args()
     root, cache = args.work / f"root-{args.segments}", args.work / f"cache-{args.segments}"
     fleet_root(root, args.segments)
     _distinct_root(root, args.segments)

@@ -2,10 +2,10 @@
 
 A *partial* is one episode's grid samples of the dataset's table streams: the rows the model
 sees (observations at the latest record at or before each grid time, the action per
-``action_mode``, after the ``frame=`` conversion), one ``(n, D)`` array per stream. Statistics
-of any selection are computed from its episodes' partials, so they are the numbers a full pass
-gives, quantiles included (a quantile does not combine from per-episode summaries; the samples
-do).
+``action_mode``, after the ``frame=`` conversion), one ``(n, D)`` array per stream, with its
+moments (mean and M2 per component, which merge exactly). Statistics of any selection are
+computed from its episodes' partials, so they are the numbers a full pass gives, quantiles
+included (a quantile does not combine from per-episode summaries; the samples do).
 
 An episode's key is everything its partial depends on, and nothing else: the *context* every
 episode of the computation shares (``fps``, ``frame``, ``action_mode``, the table streams'
@@ -24,13 +24,15 @@ written once (temporary file, then rename) by the computation that made its entr
     digests   K x 32 bytes: BLAKE3 of (key, entry)
     rows      K x i64: the entry's samples n
     offsets   (K + 1) x i64: entry k is bytes offsets[k] .. offsets[k + 1] - 1 of the entries
-    entries   each: (n, D_j) samples of every stream, then (2, D_j) float64 moments of every
-              stream, little-endian, padded to 8 bytes
+    entries   each: (n, D_j) samples of every stream (each padded to 8 bytes), then the
+              (2, D_j) float64 moments of every stream; little-endian
 
-A reader looks its keys up in every pack of its context (a binary search per pack) and checks
-each entry it uses against its digest. A pack whose layout is wrong, or with an entry whose
-digest or length differs, is absent: it is removed, and its episodes are computed again (the
-same computation writes the same pack again).
+A reader looks its keys up in every pack of its context (a binary search per pack), checks
+each distinct entry it uses against its digest (one BLAKE3 call per entry, the only Python
+step per episode), then gathers the found episodes' samples and moments with one numpy fancy
+index per stream. A pack whose layout is wrong, or with an entry whose digest or length
+differs, is not used at all: it is removed, and its episodes are computed again (the same
+computation writes the same pack again).
 """
 
 from __future__ import annotations
@@ -51,7 +53,7 @@ from rayform.errors import RayformError
 from rayform.manifest import canonical_json
 from rayform.torch._index import GridIndex
 
-__all__ = ["Partial", "episode_keys", "read_partials", "write_partials"]
+__all__ = ["Found", "Partial", "episode_keys", "read_partials", "write_partials"]
 
 _PART_VERSION = 1
 _MAGIC = b"RFSTATS1"
@@ -151,11 +153,30 @@ def _padded(n: int) -> int:
     return (n + 7) // 8 * 8
 
 
+def _block_bytes(rows: np.ndarray, shapes: list[tuple[int, int]]) -> list[np.ndarray]:
+    """Bytes of each stream's samples in entries of ``rows`` samples, each padded to 8."""
+    return [(rows * d * itemsize + 7) // 8 * 8 for d, itemsize in shapes]
+
+
 def _entry_bytes(rows: np.ndarray, shapes: list[tuple[int, int]]) -> np.ndarray:
-    """Bytes of entries of ``rows`` samples each, padded (vectorised)."""
-    per_row = sum(d * itemsize for d, itemsize in shapes)
-    moments = sum(2 * d * 8 for d, _ in shapes)
-    return (rows * per_row + moments + 7) // 8 * 8
+    """Bytes of entries of ``rows`` samples each (vectorised)."""
+    return sum(_block_bytes(rows, shapes), np.zeros_like(rows)) + sum(16 * d for d, _ in shapes)
+
+
+class Found(NamedTuple):
+    """The partials read from packs, gathered (no Python object per episode).
+
+    Attributes:
+        positions: ``int64 (F,)`` the segment positions found.
+        samples: per stream, ``(D, n)`` blocks of the found episodes' samples (each
+            component a contiguous row, ready to sort), in no particular order.
+        moments: per stream, ``(F, 2, D) float64`` each found episode's mean and M2, in
+            ``positions`` order.
+    """
+
+    positions: np.ndarray
+    samples: list[list[np.ndarray]]
+    moments: list[np.ndarray]
 
 
 class _Pack:
@@ -180,20 +201,17 @@ class _Pack:
         at += _padded(k * w)
         self.digests = np.frombuffer(self.map, dtype=f"V{_KEY}", count=k, offset=at)
         at += k * _KEY
-        rows = np.frombuffer(self.map, dtype="<i8", count=k, offset=at)
+        self.rows = np.frombuffer(self.map, dtype="<i8", count=k, offset=at).astype(np.int64)
         at += 8 * k
-        offsets = np.frombuffer(self.map, dtype="<i8", count=k + 1, offset=at)
-        self.base = at + 8 * (k + 1)
+        self.offsets = np.frombuffer(self.map, dtype="<i8", count=k + 1, offset=at)
+        self.base = at + 8 * (k + 1)  # a multiple of 8, as every entry's size
         if (
-            (rows < 0).any()
-            or offsets[0] != 0
-            or (np.diff(offsets) != _entry_bytes(rows, self.shapes)).any()
-            or self.base + int(offsets[-1]) != size
+            (self.rows < 0).any()
+            or self.offsets[0] != 0
+            or (np.diff(self.offsets) != _entry_bytes(self.rows, self.shapes)).any()
+            or self.base + int(self.offsets[-1]) != size
         ):
             raise ValueError("entries")
-        self.rows, self.offsets = rows.tolist(), offsets.tolist()
-        # Bytes once per pack, sliced per entry (a numpy scalar per entry costs more).
-        self.key_bytes, self.digest_bytes = self.keys.tobytes(), self.digests.tobytes()
         self.width = w
 
     def find(self, queries: np.ndarray) -> np.ndarray:
@@ -203,32 +221,47 @@ class _Pack:
         pos = np.minimum(np.searchsorted(self.keys, queries), len(self.keys) - 1)
         return np.where(self.keys[pos] == queries, pos, -1)
 
-    def entry(self, k: int, rows: int) -> Partial | None:
-        """Entry ``k``, or ``None`` unless it has ``rows`` samples and its digest."""
-        n = self.rows[k]
-        if n != rows:
-            return None
-        start, end = self.base + self.offsets[k], self.base + self.offsets[k + 1]
-        h = blake3.blake3(self.key_bytes[k * self.width : (k + 1) * self.width])
-        h.update(memoryview(self.map)[start:end])
-        if h.digest() != self.digest_bytes[k * _KEY : (k + 1) * _KEY]:
-            return None
-        samples, moments = [], []
-        for d, itemsize in self.shapes:
-            samples.append(np.frombuffer(self.map, f"<f{itemsize}", n * d, start).reshape(n, d))
-            start += n * d * itemsize
-        flat = np.frombuffer(self.map, "<f8", 2 * sum(d for d, _ in self.shapes), start)
-        at = 0
+    def checked(self, entries: np.ndarray) -> bool:
+        """Whether every one of ``entries`` (distinct) matches its digest."""
+        keys, digests = self.keys.tobytes(), self.digests.tobytes()
+        view, w = memoryview(self.map), self.width
+        starts = (self.base + self.offsets[entries]).tolist()
+        ends = (self.base + self.offsets[entries + 1]).tolist()
+        for k, start, end in zip(entries.tolist(), starts, ends, strict=True):
+            h = blake3.blake3(keys[k * w : (k + 1) * w])
+            h.update(view[start:end])
+            if h.digest() != digests[k * _KEY : (k + 1) * _KEY]:
+                return False
+        return True
+
+    def gather(self, entries: np.ndarray) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """Samples ``(D, n)`` and moments ``(len(entries), 2, D)`` per stream of ``entries``
+        (repeats included), gathered with one fancy index per stream."""
+        n = self.rows[entries]
+        start = self.base + self.offsets[entries]  # bytes, multiples of 8
+        total = int(n.sum())
+        first = np.repeat(np.cumsum(n) - n, n)  # each sample's entry's first sample
+        step = np.arange(total, dtype=np.int64) - first  # each sample's row in its entry
+        samples = []
+        for (d, itemsize), size in zip(self.shapes, _block_bytes(n, self.shapes), strict=True):
+            values = np.frombuffer(self.map, f"<f{itemsize}", len(self.map) // itemsize)
+            row0 = np.repeat(start // itemsize, n) + step * d
+            samples.append(values[row0[None, :] + np.arange(d, dtype=np.int64)[:, None]])
+            start = start + size
+        width = sum(2 * d for d, _ in self.shapes)
+        flat = np.frombuffer(self.map, "<f8", len(self.map) // 8)
+        block = flat[(start // 8)[:, None] + np.arange(width, dtype=np.int64)[None, :]]
+        moments, at = [], 0
         for d, _ in self.shapes:
-            moments.append(flat[at : at + 2 * d].reshape(2, d))
+            moments.append(block[:, at : at + 2 * d].reshape(len(entries), 2, d))
             at += 2 * d
-        return Partial(samples, moments)
+        return samples, moments
 
 
 def read_partials(
     cache_dir: Path, context: str, keys: np.ndarray, need: np.ndarray, counts: np.ndarray
-) -> dict[int, Partial]:
-    """The partials found in the cache's packs: ``{segment position: arrays}``.
+) -> Found:
+    """The partials found in the cache's packs.
 
     Args:
         cache_dir: the Rayform cache directory.
@@ -236,16 +269,17 @@ def read_partials(
         keys: ``(S,)`` keys from :func:`episode_keys`.
         need: ``bool (S,)``: the positions to look up.
         counts: ``int64 (S,)``: each segment's grid samples (an entry of another length is
-            not used).
+            a damaged pack).
     """
     folder = Path(cache_dir) / _DIR / context
+    want = np.flatnonzero(need)
+    positions: list[np.ndarray] = []
+    samples: list[list[np.ndarray]] = []
+    moments: list[list[np.ndarray]] = []
     try:
         names = sorted(p for p in os.listdir(folder) if p.endswith(".pack"))
     except OSError:
-        return {}
-    want = np.flatnonzero(need)
-    queries = keys[want]
-    found: dict[int, Partial] = {}
+        names = []
     for name in names:
         if not len(want):
             break
@@ -254,22 +288,25 @@ def read_partials(
         except (OSError, ValueError):
             _discard(folder / name)
             continue
-        hits = pack.find(queries)
-        mine: dict[int, Partial] = {}
-        checked: dict[int, Partial | None] = {}  # one check per entry, however many share it
-        for pos, k in zip(want[hits >= 0].tolist(), hits[hits >= 0].tolist(), strict=True):
-            if k not in checked:
-                checked[k] = pack.entry(k, int(counts[pos]))
-            part = checked[k]
-            if part is None:  # the pack is damaged: none of it is used, all made again
-                _discard(folder / name)
-                mine = {}
-                break
-            mine[pos] = part
-        found.update(mine)
-        left = np.asarray([p not in found for p in want.tolist()], dtype=bool)
-        want, queries = want[left], queries[left]
-    return found
+        hits = pack.find(keys[want])
+        got, entries = want[hits >= 0], hits[hits >= 0]
+        if not len(got):
+            continue
+        # A pack with one wrong entry is not used at all (its episodes are made again).
+        if (pack.rows[entries] != counts[got]).any() or not pack.checked(np.unique(entries)):
+            _discard(folder / name)
+            continue
+        s, m = pack.gather(entries)
+        positions.append(got)
+        samples.append(s)
+        moments.append(m)
+        want = want[hits < 0]
+    streams = len(samples[0]) if samples else 0
+    return Found(
+        np.concatenate(positions) if positions else np.zeros(0, dtype=np.int64),
+        [[s[j] for s in samples] for j in range(streams)],
+        [np.concatenate([m[j] for m in moments]) for j in range(streams)],
+    )
 
 
 def _discard(path: Path) -> None:
@@ -314,12 +351,12 @@ def _pack_bytes(
     shapes = list(zip(widths, itemsizes, strict=True))
     entries = []
     for _, part in items:
-        raw = b"".join(
-            np.ascontiguousarray(x, dtype=f"<f{itemsize}").tobytes()
-            for x, (_, itemsize) in zip(part.samples, shapes, strict=True)
-        )
+        raw = b""
+        for x, (_, itemsize) in zip(part.samples, shapes, strict=True):
+            block = np.ascontiguousarray(x, dtype=f"<f{itemsize}").tobytes()
+            raw += block + b"\0" * (_padded(len(block)) - len(block))
         raw += b"".join(np.ascontiguousarray(m, dtype="<f8").tobytes() for m in part.moments)
-        entries.append(raw + b"\0" * (_padded(len(raw)) - len(raw)))
+        entries.append(raw)
     rows = np.asarray([len(part.samples[0]) for _, part in items], dtype="<i8")
     offsets = np.zeros(len(items) + 1, dtype="<i8")
     np.cumsum([len(e) for e in entries], out=offsets[1:])

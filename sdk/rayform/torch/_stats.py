@@ -38,7 +38,7 @@ from rayform.torch._conventions import convert
 from rayform.torch._index import GridIndex
 from rayform.torch._normalize import Normalizer
 from rayform.torch._spec import DatasetSpec
-from rayform.torch._statparts import Partial, episode_keys, read_partials, write_partials
+from rayform.torch._statparts import Found, Partial, episode_keys, read_partials, write_partials
 
 __all__ = [
     "compute_stats",
@@ -107,25 +107,24 @@ def sorted_quantile(ordered: np.ndarray, q: float) -> np.ndarray:
     return np.where(np.isnan(ordered[:, -1]), np.nan, out)
 
 
-def _summary(samples: list[np.ndarray], moments: list[np.ndarray]) -> dict[str, Any]:
-    """The statistics of one stream, from its episodes' samples ``[(n, D)]`` and moments
-    ``[(2, D)]`` (mean, M2).
+def _summary(blocks: list[np.ndarray], moments: np.ndarray, n: np.ndarray) -> dict[str, Any]:
+    """The statistics of one stream, from its samples in ``(D, n_i)`` blocks (any order) and
+    its episodes' moments ``(S, 2, D)`` (mean, M2) with their sample counts ``n (S,)``.
 
-    ``mean`` and ``std`` merge the episodes' moments (Chan's pairwise update, summed at once:
-    exact up to float64 rounding, and no pass over the samples). ``min``, ``max``, ``q01``
-    and ``q99`` are order statistics: each component's samples are sorted (a vectorised sort
-    of contiguous rows, cheaper than numpy's ``quantile`` along axis 0, which partitions for
-    each call) and read off, the numbers a full pass gives, bit for bit.
+    ``mean`` and ``std`` merge the episodes' moments (Chan's update, summed at once: exact up
+    to float64 rounding, no pass over the samples). ``min``, ``max``, ``q01`` and ``q99`` are
+    order statistics: each component's samples are sorted (a vectorised sort of contiguous
+    rows, cheaper than numpy's ``quantile`` along axis 0, which partitions for each call) and
+    read off, the numbers a full pass gives, bit for bit.
     """
-    n = np.asarray([len(x) for x in samples], dtype=np.float64)[:, None]  # (S, 1)
-    m = np.stack(moments)  # (S, 2, D)
-    total = float(n.sum())
-    mean = (n * m[:, 0]).sum(axis=0) / total
-    m2 = m[:, 1].sum(axis=0) + (n * (m[:, 0] - mean) ** 2).sum(axis=0)
+    w = n.astype(np.float64)[:, None]  # (S, 1)
+    total = float(w.sum())
+    mean = (w * moments[:, 0]).sum(axis=0) / total
+    m2 = moments[:, 1].sum(axis=0) + (w * (moments[:, 0] - mean) ** 2).sum(axis=0)
     # float32 samples sort as float32 (exact, and far faster than float64); other dtypes
     # in float64, as a full pass counts them.
-    dtype = np.float32 if all(x.dtype == np.float32 for x in samples) else np.float64
-    ordered = np.concatenate([x.T for x in samples], axis=1, dtype=dtype)  # (D, N)
+    dtype = np.float32 if all(b.dtype == np.float32 for b in blocks) else np.float64
+    ordered = np.concatenate(blocks, axis=1, dtype=dtype)  # (D, N)
     ordered.sort(axis=1)  # NaNs sort last
     nan = np.isnan(ordered[:, -1])
     low, high = ordered[:, 0].astype(np.float64), ordered[:, -1].astype(np.float64)
@@ -178,26 +177,34 @@ def compute_stats(
         except (OSError, ValueError):
             pass
     has_samples = index.count > 0
-    parts = (
-        {}
+    found = (
+        Found(np.zeros(0, dtype=np.int64), [], [])
         if cache_dir is None
         else read_partials(cache_dir, context, keys, has_samples, index.count)
     )
+    missing = np.flatnonzero(has_samples)
+    missing = missing[~np.isin(missing, found.positions)]
     made: dict[bytes, Partial] = {}
-    for s in np.flatnonzero(has_samples).tolist():
-        if s not in parts:
-            parts[s] = Partial.of(
-                _episode_samples(index, s, names, streams, frame, action_mode, load_table)
-            )
-            made[keys[s].tobytes()] = parts[s]
+    parts = []
+    for s in missing.tolist():
+        parts.append(
+            Partial.of(_episode_samples(index, s, names, streams, frame, action_mode, load_table))
+        )
+        made[keys[s].tobytes()] = parts[-1]
     if cache_dir is not None and made:
         write_partials(cache_dir, shared, context, made)
-    order = sorted(parts)  # dataset order
-    out = {
-        name: _summary([parts[s].samples[j] for s in order], [parts[s].moments[j] for s in order])
-        for j, name in enumerate(names)
-        if order
-    }
+    positions = np.concatenate([found.positions, missing])
+    order = np.argsort(positions, kind="stable")  # moments merge in dataset order
+    out = {}
+    for j, name in enumerate(names):
+        if not len(positions):
+            break
+        blocks = (found.samples[j] if found.samples else []) + [p.samples[j].T for p in parts]
+        pieces = [found.moments[j]] if found.moments else []
+        if parts:
+            pieces.append(np.stack([p.moments[j] for p in parts]).astype(np.float64))
+        moments = np.concatenate(pieces)
+        out[name] = _summary(blocks, moments[order], index.count[positions[order]])
     if cache_dir is not None:
         with contextlib.suppress(RayformError):  # a read-only cache costs a recomputation
             Cache(cache_dir, shared=shared).put_file(
