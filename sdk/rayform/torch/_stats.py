@@ -11,10 +11,14 @@ Result: ``{stream: {"mean": [...], "std": [...], "min": [...], "max": [...], "q0
 standard deviation; ``q01``/``q99`` the 1st and 99th percentiles, linear interpolation, which
 ``normalize="quantile"`` uses).
 
-The file ``CACHE_DIR/stats/<key>.json`` is keyed by the BLAKE3 of everything the numbers
-depend on (each episode's ID, version and stream blob hashes, the stream names, fps, frame,
-action mode and this module's format version), written to a temporary file and renamed, so
-concurrent writers are harmless and a stale file can never be read for other inputs.
+Each episode's samples and moments are its *partial* (:mod:`rayform.torch._statparts`), kept
+in the cache under a key of what they depend on, so any later selection of the same episodes
+reads them instead of the table blobs. ``mean``/``std`` merge the moments; ``min``, ``max``,
+``q01`` and ``q99`` are order statistics off one sort per component, the numbers a full pass
+gives. The whole result is also kept as ``CACHE_DIR/stats/<key>.json``, keyed by the BLAKE3 of
+the episodes' partial keys in order and the streams' roles, written to a temporary file and
+renamed, so concurrent writers are harmless and a stale file can never be read for other
+inputs.
 """
 
 from __future__ import annotations
