@@ -195,3 +195,25 @@ def test_sorted_quantile_is_numpys(dtype: type) -> None:
         for q in (0.0, 0.01, 0.25, 0.5, 0.99, 1.0):
             want = np.quantile(x.astype(np.float64), q, axis=0)
             assert np.array_equal(sorted_quantile(ordered, q), want, equal_nan=True), (n, q)
+
+
+def test_a_read_only_cache_computes_and_keeps_nothing(
+    demo_server: ServerProcess, tmp_path: Path
+) -> None:
+    filled, cache = tmp_path / "c", tmp_path / "ro"
+    rayform.Client(endpoint=demo_server.url, token=TOKEN, cache_dir=filled).slices.get(
+        DEMO_SLICE
+    ).pull(streams=TABLES)
+    cache.mkdir()
+    # The same cache seen through a read-only bind mount (as root, modes alone do not stop a
+    # write).
+    subprocess.run(["mount", "--bind", str(filled), str(cache)], check=True)
+    try:
+        subprocess.run(["mount", "-o", "remount,bind,ro", str(cache)], check=True)
+        offline = rayform.Client(cache_dir=cache, offline=True).slices.get(DEMO_SLICE)
+        stats = _dataset(offline).stats()
+        assert stats["joints/position"]["count"] == len(_dataset(offline))
+        assert _dataset(offline).stats() == stats  # computed again: nothing was kept
+        assert not (filled / "stats").exists()
+    finally:
+        subprocess.run(["umount", "-l", str(cache)], check=False)

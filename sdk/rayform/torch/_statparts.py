@@ -333,15 +333,16 @@ def write_partials(
         4 if all(part.samples[j].dtype == np.float32 for _, part in items) else 8
         for j in range(len(widths))
     ]
-    cache = Cache(cache_dir, shared=shared)
     start, held = 0, 0
     for i, (_, part) in enumerate(items):
         held += sum(len(a) * d * s for a, d, s in zip(part.samples, widths, itemsizes, strict=True))
         if held >= PACK_BYTES or i == len(items) - 1:
             data = _pack_bytes(items[start : i + 1], widths, itemsizes)
             name = f"{_DIR}/{context}/{blake3.blake3(data).hexdigest()}.pack"
-            with contextlib.suppress(RayformError):  # a read-only cache costs a recomputation
-                cache.put_file(name, data)
+            try:
+                Cache(cache_dir, shared=shared).put_file(name, data)
+            except RayformError:  # a read-only or full cache: the rest would fail alike
+                return
             start, held = i + 1, 0
 
 
