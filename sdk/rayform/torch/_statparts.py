@@ -142,13 +142,6 @@ def episode_keys(
     return blake3.blake3(canonical_json(context)).hexdigest(), rec.view(f"V{rec.dtype.itemsize}")
 
 
-def _digest(key: bytes, parts: Sequence[memoryview | bytes]) -> bytes:
-    h = blake3.blake3(key)
-    for part in parts:
-        h.update(part)
-    return h.digest()
-
-
 def _padded(n: int) -> int:
     return (n + 7) // 8 * 8
 
@@ -318,8 +311,9 @@ def _discard(path: Path) -> None:
 def write_partials(
     cache_dir: Path, shared: bool | None, context: str, entries: Mapping[bytes, Partial]
 ) -> None:
-    """Store ``{key: arrays}`` as packs of up to :data:`PACK_BYTES` (nothing on a read-only
-    cache, nor when the arrays are not ``(n, D)`` tables of one width per stream)."""
+    """Store ``{key: partial}`` as packs of up to :data:`PACK_BYTES` of samples (nothing on a
+    read-only cache, nor when the samples are not ``(n, D)`` tables of one width per
+    stream)."""
     items = sorted(entries.items())
     if not items:
         return
