@@ -19,18 +19,24 @@ __all__ = ["serving"]
 
 @contextlib.contextmanager
 def serving(
-    root: Path, token: str | None = None, server_dir: str | None = None
+    root: Path,
+    token: str | None = None,
+    server_dir: str | None = None,
+    write_token: str | None = None,
 ) -> Iterator[tuple[str, str]]:
     """``(url, token)`` of ``rayform-server serve`` on ``root`` (a random token unless given),
     ready to answer, until exit; a server that dies or is not up within 30 s is an error.
     ``server_dir``: serve with the ``rayform_server`` package found there (another commit's
-    ``server_stub``) instead of the installed one."""
+    ``server_stub``) instead of the installed one. ``write_token``: a token that may also
+    write labels and slices."""
     token = token or secrets.token_hex(16)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = int(s.getsockname()[1])
     cmd = [sys.executable, "-m", "rayform_server", "serve", "--root", str(root)]
     cmd += ["--host", "127.0.0.1", "--port", str(port), "--token", token]
+    if write_token is not None:
+        cmd += ["--write-token", write_token]
     env = dict(os.environ)
     if server_dir is not None:
         env["PYTHONPATH"] = os.pathsep.join(p for p in (server_dir, env.get("PYTHONPATH")) if p)

@@ -56,6 +56,29 @@ def _labels(segments: object, ids: list[str], manifest: str) -> Labels:
     return Labels(doc, "0" * 64, segments)  # type: ignore[arg-type]
 
 
+def fleet_root(root: Path, segments: int) -> Path:
+    """``root`` holding slice :data:`SLICE`: ``rayform-server demo --small --episodes N
+    --share-blobs`` (built unless already there; seconds for a million segments)."""
+    if not (root / "slices" / f"{SLICE}.json").exists():
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "rayform_server",
+                "demo",
+                "--root",
+                str(root),
+                "--small",
+                "--episodes",
+                str(segments),
+                "--share-blobs",
+            ],
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
+    return root
+
+
 def _best(fn: object, n: int = 5) -> float:
     times = []
     for _ in range(n):
@@ -71,23 +94,7 @@ def main() -> None:
     ap.add_argument("--root", type=Path, default=None, help="reuse (or build) this data root")
     args = ap.parse_args()
     root = args.root or Path(tempfile.mkdtemp(prefix="curation-bench-")) / "root"
-    if not (root / "slices" / f"{SLICE}.json").exists():
-        subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "rayform_server",
-                "demo",
-                "--root",
-                str(root),
-                "--small",
-                "--episodes",
-                str(args.segments),
-                "--share-blobs",
-            ],
-            check=True,
-            stdout=subprocess.DEVNULL,
-        )
+    fleet_root(root, args.segments)
     store = Store(root)
     manifest_hash = str(store.get_slice(SLICE)["manifest"])  # type: ignore[index]
     manifest = store.load_manifest(manifest_hash)

@@ -19,15 +19,14 @@ Writes ``bench/results/fleet-open-<N>.json``.
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
 from pathlib import Path
 
 from bench._serve import serving
+from bench._sides import side_env, sides_parser
 from bench.fleet import COLD, SLICE, _demo, _py
 
 HERE = Path(__file__).resolve().parent
@@ -53,14 +52,11 @@ print(json.dumps({"get_seconds": t_get, "get_max_rss_mib": rss_get, "dataset_sec
 
 
 def _side(sdk: str | None, cache: Path) -> dict:
-    env = dict(os.environ)
-    if sdk is not None:
-        env["PYTHONPATH"] = os.pathsep.join([sdk, env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     out = subprocess.run(
         [sys.executable, "-c", WARM, str(cache), SLICE],
         capture_output=True,
         text=True,
-        env={**env, "OMP_NUM_THREADS": "1"},
+        env=side_env(sdk),
         timeout=900,
     )
     if out.returncode != 0:
@@ -69,12 +65,7 @@ def _side(sdk: str | None, cache: Path) -> dict:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--baseline", required=True, help="another checkout's sdk/ directory")
-    ap.add_argument("--segments", type=int, default=1_000_000)
-    ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--work", type=Path, default=Path("/tmp/rayform-fleet-open"))
-    args = ap.parse_args()
+    args = sides_parser(__doc__, 1_000_000, 5, "/tmp/rayform-fleet-open").parse_args()
     root, cache = args.work / f"root-{args.segments}", args.work / f"cache-{args.segments}"
     if not (root / "slices").is_dir():
         _demo(root, SLICE, args.segments)

@@ -7,18 +7,23 @@ Each rule closes a way of being silently misread:
   closest option it has (argparse reports it at the top level, with the top-level usage);
 * a list option (``--streams a b``) ends at the next option: when it took a positional
   argument (the slice ID after the list), the error says so and how to write it;
-* a size may be written with a space before its unit (``--max-size 10 GB``).
+* a size may be written with a space before its unit (``--max-size 10 GB``);
+* a command that needs torch says which extra to install (:func:`torch_module`).
 """
 
 from __future__ import annotations
 
 import argparse
 import difflib
+import importlib
 import re
 from collections.abc import Sequence
+from types import ModuleType
 from typing import NoReturn
 
-__all__ = ["ListOption", "Parser", "SizeOption"]
+from rayform.errors import InvalidArgumentError
+
+__all__ = ["ListOption", "Parser", "SizeOption", "torch_module"]
 
 
 class Parser(argparse.ArgumentParser):
@@ -118,3 +123,14 @@ class SizeOption(argparse.Action):
                 f"arguments before {option}"
             )
         setattr(namespace, self.dest, words[0])
+
+
+def torch_module(name: str, command: str) -> ModuleType:
+    """Module ``name`` of ``rayform.torch``, loaded by name when ``command`` runs (``import
+    rayform`` never needs torch); without the torch extra, an error saying how to add it."""
+    try:
+        return importlib.import_module(name)
+    except ImportError as exc:
+        raise InvalidArgumentError(
+            f"{command} needs the torch extra ({exc}): pip install 'rayform[torch]'"
+        ) from exc

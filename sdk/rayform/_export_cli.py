@@ -8,12 +8,11 @@ command runs, as ``rayform.torch`` itself is (``import rayform`` never needs tor
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 from collections.abc import Callable
 from typing import Any
 
-from rayform._cliargs import ListOption, Parser
+from rayform._cliargs import ListOption, Parser, torch_module
 from rayform._resolution import RESIZE_MODES, check_size_value, parse_image_size
 from rayform.errors import InvalidArgumentError
 
@@ -40,12 +39,7 @@ def _cmd_export(args: argparse.Namespace, client_of: Callable[[argparse.Namespac
         )
     image_size = parse_image_size(args.image_size) if args.image_size else None
     check_size_value(image_size, args.resize or "pad")
-    try:
-        lerobot = importlib.import_module("rayform.torch.lerobot")
-    except ImportError as exc:
-        raise InvalidArgumentError(
-            f"rayform export needs the torch extra ({exc}): pip install 'rayform[torch]'"
-        ) from exc
+    lerobot = torch_module("rayform.torch.lerobot", "rayform export")
     slice_ = client_of(args).slices.get(args.slice_id)
     segments = [i.strip() for item in args.segments or [] for i in item.split(",") if i.strip()]
     if args.segments is not None and not segments:

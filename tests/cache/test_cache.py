@@ -252,9 +252,13 @@ def test_a_shared_clients_cached_statistics_are_group_writable(
     client = rayform.Client(endpoint=demo_server.url, token=TOKEN, cache_dir=root, shared=True)
     ds = EpisodeDataset(client.slices.get(DEMO_SLICE), obs=["joints/position"], action=None, fps=15)
     assert ds.stats()["joints/position"]["count"] == len(ds)
-    (written,) = (root / "stats").iterdir()
-    assert stat.S_IMODE((root / "stats").stat().st_mode) == 0o2775
-    assert stat.S_IMODE(written.stat().st_mode) & 0o060 == 0o060  # the team may replace it
+    # The result file and the episodes' partials (a pack in a folder per context).
+    (result,) = (root / "stats").glob("*.json")
+    (pack,) = (root / "stats" / "packs").rglob("*.pack")
+    for folder in (root / "stats", root / "stats" / "packs", pack.parent):
+        assert stat.S_IMODE(folder.stat().st_mode) == 0o2775, folder
+    for written in (result, pack):
+        assert stat.S_IMODE(written.stat().st_mode) & 0o060 == 0o060  # the team may replace it
 
 
 def test_cache_pickles_without_process_state(tmp_path: Path) -> None:

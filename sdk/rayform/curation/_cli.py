@@ -1,5 +1,10 @@
-"""``rayform labels {show,set,import,history}`` and ``rayform slices create``: curation from the
-command line (docs/curation.md). Kept apart from ``rayform.cli`` so that its core stays small.
+"""``rayform labels {show,set,import,history}``, ``rayform slices create`` and ``rayform slices
+stats``: curation from the command line (docs/curation.md). Kept apart from ``rayform.cli`` so
+that its core stays small.
+
+``slices stats`` computes through ``EpisodeDataset.stats()`` (so its numbers are a dataset's,
+by construction), which needs torch: ``rayform.torch`` is loaded by name when the command
+runs, as ``rayform export`` loads its module (``import rayform`` never needs torch).
 """
 
 from __future__ import annotations
@@ -11,11 +16,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from rayform._cliargs import Parser
+from rayform._cliargs import ListOption, Parser, torch_module
 from rayform._untrusted import shown
 from rayform.errors import InvalidArgumentError
 
-__all__ = ["add_curation_parsers", "create_slice"]
+__all__ = ["add_curation_parsers", "create_slice", "slice_stats"]
+
+#: The numbers ``slices stats`` prints per vector component, in this order.
+STAT_COLUMNS = ("mean", "std", "min", "max", "q01", "q99")
 
 _WHERE_HELP = (
     "a filter on episode fields (site, version, duration_s, start_ns, ...) and labels, e.g. "
@@ -135,6 +143,79 @@ def create_slice(args: argparse.Namespace, client_of: Callable[[argparse.Namespa
     return 0
 
 
+def _selection(args: argparse.Namespace, slice_: Any) -> Any:
+    if args.where is None and not args.sites and not args.segments:
+        return slice_
+    return slice_.select(sites=args.sites, segments=args.segments, where=args.where)
+
+
+def _stats_streams(args: argparse.Namespace, slice_: Any) -> tuple[list[str], float]:
+    """The streams the statistics read (default: every table stream) and the grid rate (Hz;
+    default: the fastest of the named table streams, so every record counts)."""
+    rows = {row[0]: row for row in slice_.stream_rows()}
+    names = [n.strip() for item in args.streams or [] for n in item.split(",") if n.strip()]
+    if not names:
+        names = [name for name, row in rows.items() if row[1] == "table"]
+    if args.action is not None and args.action not in names:
+        names.append(args.action)
+    if args.fps is not None:
+        return names, float(args.fps)
+    rates = [float(rows[n][2]) for n in names if n in rows and rows[n][1] == "table"]
+    if not rates:
+        raise InvalidArgumentError(
+            f"--streams {' '.join(names)} names no table stream of {slice_.id}: name one "
+            f"({', '.join(n for n, r in rows.items() if r[1] == 'table')}) or pass --fps"
+        )
+    return names, max(rates)
+
+
+def slice_stats(args: argparse.Namespace, client_of: Callable[[argparse.Namespace], Any]) -> int:
+    """``rayform slices stats SLICE ...``: a selection's table statistics."""
+    torch_side = torch_module("rayform.torch", "rayform slices stats")
+    slice_ = client_of(args).slices.get(args.slice_id)
+    view = _selection(args, slice_)
+    names, fps = _stats_streams(args, slice_)
+    obs = [n for n in names if n != args.action]
+    ds = torch_side.EpisodeDataset(
+        view, obs=obs, action=args.action, fps=fps, frame=args.frame, action_mode=args.action_mode
+    )
+    stats = ds.stats()
+    cameras = [n for n in names if n not in stats and ds.spec.kind(n) == "video"]
+    doc = {
+        "slice": slice_.id,
+        "manifest": slice_.manifest_hash,
+        "select": view.selection if view is not slice_ else None,
+        "episodes": len(view.segments),
+        "samples": len(ds),
+        "fps": fps,
+        "frame": args.frame,
+        "action": args.action,
+        "action_mode": args.action_mode,
+        "streams": stats,
+        "cameras_without_statistics": cameras,
+    }
+    if args.json:
+        print(json.dumps(doc, indent=2, sort_keys=True))
+        return 0
+    print(
+        f"{slice_.id}: {len(view.segments)} episodes, {len(ds)} samples at {fps:g} Hz"
+        + (f" (of {len(slice_.segments)} episodes)" if view is not slice_ else "")
+    )
+    for name, entry in stats.items():
+        role = "action" if name == args.action else "obs"
+        print(f"{shown(name, 200)} ({role}, {entry['count']} samples)")
+        print("  " + f"{'i':>3}" + "".join(f"{c:>12}" for c in STAT_COLUMNS))
+        for i in range(len(entry["mean"])):
+            values = "".join(f"{entry[c][i]:>12.5g}" for c in STAT_COLUMNS)
+            print(f"  {i:>3}{values}")
+    if cameras:
+        print(
+            f"cameras ({', '.join(cameras)}): no statistics; normalise images with fixed "
+            "constants (docs/curation.md#statistics-of-a-selection)"
+        )
+    return 0
+
+
 def add_curation_parsers(
     sub: argparse._SubParsersAction[Parser],
     slices_sub: argparse._SubParsersAction[Parser],
@@ -213,3 +294,54 @@ def add_curation_parsers(
         metavar="SLICE_ID",
         help="publish under this ID (default: from the manifest hash)",
     )
+
+    stats = slices_sub.add_parser(
+        "stats",
+        parents=[common],
+        help="exact table statistics of a slice or a selection of it",
+        description="Per-component mean, std, min, max, q01, q99 and count of the table "
+        "streams over every grid sample of the selected episodes: the numbers "
+        "EpisodeDataset(view, obs=..., action=..., fps=..., frame=...).stats() gives. Each "
+        "episode's samples are kept in the cache the first time, so another selection of "
+        "the same episodes reads no table blob again. Cameras get none. Needs the torch "
+        "extra. docs/curation.md",
+    )
+    stats.add_argument("slice_id", metavar="SLICE_ID")
+    stats.add_argument("--where", default=None, metavar="FILTER", help=_WHERE_HELP)
+    stats.add_argument("--sites", nargs="+", metavar="SITE", help="only episodes of these sites")
+    stats.add_argument("--segments", nargs="+", metavar="ID", help="only these episodes")
+    stats.add_argument(
+        "--streams",
+        nargs="+",
+        action=ListOption,
+        metavar="S",
+        help="the streams a dataset reads (default: every table stream); cameras get no "
+        "statistics but shape the grid, as in the dataset (its first sample is where every "
+        "stream has started)",
+    )
+    stats.add_argument(
+        "--action",
+        default=None,
+        metavar="STREAM",
+        help="the action stream, aligned with --action-mode (default: none)",
+    )
+    stats.add_argument(
+        "--fps",
+        type=float,
+        default=None,
+        metavar="HZ",
+        help="the grid rate (default: the fastest named table stream's rate)",
+    )
+    stats.add_argument(
+        "--frame",
+        choices=("ros", "opencv"),
+        default=None,
+        help="coordinate convention of Cartesian streams (default: as stored)",
+    )
+    stats.add_argument(
+        "--action-mode",
+        choices=("hold", "nearest", "linear"),
+        default="hold",
+        help="how the action is aligned to the grid (default hold)",
+    )
+    stats.set_defaults(func=lambda args: slice_stats(args, client_of))

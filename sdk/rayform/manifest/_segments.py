@@ -26,7 +26,7 @@ from rayform.manifest._columns import PageColumns
 from rayform.manifest._display import SegmentColumns
 from rayform.manifest._model import BlobRef, Segment
 from rayform.manifest._pagerows import segment_of_row
-from rayform.manifest._schema import segments_to_table
+from rayform.manifest._schema import HASH_BYTES, segments_to_table
 
 __all__ = ["Segments", "chosen_blobs", "first_kinds", "release_pages"]
 
@@ -198,6 +198,22 @@ class Segments(SegmentColumns):
         if self.rows is not None:
             return present[self.rows], full[self.rows]
         return present, full
+
+    def stream_hashes(self, name: str) -> tuple[np.ndarray, np.ndarray]:
+        """``(present (S,) bool, digests (S, 32) uint8)``: the raw BLAKE3 digest of stream
+        ``name``'s blob in each of these segments (zeros where the stream is absent), from the
+        columns: no :class:`~rayform.manifest._model.Segment` is built."""
+        c = self._c
+        present = np.zeros(c.n, dtype=bool)
+        digests = np.zeros((c.n, HASH_BYTES), dtype=np.uint8)
+        if name in c.name_list:
+            sel = c.name_code == c.name_list.index(name)
+            segs = c.stream_seg[sel]
+            digests[segs] = c.hashes("blob_hash")[sel]
+            present[segs] = True
+        if self.rows is not None:
+            return present[self.rows], digests[self.rows]
+        return present, digests
 
     def stream_values(self, name: str, field: str) -> set[str]:
         """The distinct values of one stream's string ``field`` (e.g. ``kind``) in these segments."""

@@ -392,11 +392,13 @@ class EpisodeDataset(Dataset):
 
     # -- metadata --------------------------------------------------------------------------
     def stats(self) -> dict[str, dict[str, Any]]:
-        """Per-stream ``mean``/``std``/``min``/``max`` (lists, one per component) and ``count``.
+        """Per-stream ``mean``/``std``/``min``/``max``/``q01``/``q99`` (lists, one per
+        component) and ``count``.
 
         Over every grid sample of the dataset's episodes (all ranks' together), for table
-        streams, after the ``frame`` conversion. Computed once and cached under the client's
-        cache directory, keyed by everything the numbers depend on.
+        streams, after the ``frame`` conversion. Exact, and computed from each episode's
+        partial kept in the client's cache directory, so another selection of the same
+        episodes reads no table blob again (docs/curation.md).
         """
         return dataset_stats(self.spec, self._index, self._reader.table)
 
