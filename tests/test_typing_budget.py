@@ -4,6 +4,9 @@ Each ``: Any`` is a value mypy does not check, each ``type: ignore`` an error it
 overlook. They were 29 and 27; precise types (``object`` where a function only inspects a
 value, a ``TypeVar`` where it hands one back, Ray's and argparse's own types) brought them to
 20 and 10. A new one must replace an old one (or the budget is raised here, with the reason).
+Raised to 22 for ``rayform slices stats`` (``curation/_cli.py``): its helpers take a ``Slice``
+they cannot name, since ``rayform.slice`` imports ``rayform.curation`` and the import rules
+forbid the cycle even under ``TYPE_CHECKING``.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ SDK = Path(__file__).resolve().parents[1] / "sdk" / "rayform"
 #: a container of unchecked values, or an unchecked result, is a narrower escape).
 ANY = re.compile(r"\w+: Any\b")
 IGNORE = re.compile(r"#\s*type:\s*ignore\b")
-ANY_BUDGET = 20
+ANY_BUDGET = 22
 IGNORE_BUDGET = 10
 
 
