@@ -194,7 +194,7 @@ class _Tries:
         if exc.side in ("store", "direct"):
             self.behind = exc
         self.counted += 0 if exc.busy else 1
-        backoff = min(BACKOFF_CAP_S, self.policy.backoff_s * 2 ** min(self.counted, 16))
+        backoff = min(BACKOFF_CAP_S, self.policy.backoff_s * 2.0 ** min(self.counted, 16))
         if exc.retry_after is not None:
             # A Retry-After never makes us ask sooner than our own backoff: busy answers use
             # up no attempt, so a tiny one would have us ask again and again until the bound.

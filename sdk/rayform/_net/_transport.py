@@ -26,7 +26,7 @@ import logging
 import re
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 
@@ -54,6 +54,8 @@ from rayform.errors import (
 )
 
 __all__ = ["ERROR_BODY_CAP", "JSON_CAP", "Transport"]
+
+T = TypeVar("T")
 
 log = logging.getLogger("rayform.transport")
 
@@ -287,7 +289,7 @@ class Transport:
             self._sleep,
         )
 
-    def _with_retries(self, what: str, fn: Callable[[float], Any], pace: Pace | None = None) -> Any:
+    def _with_retries(self, what: str, fn: Callable[[float], T], pace: Pace | None = None) -> T:
         watch = self.watch if pace is not None else None
         return run_with_retries(self._policy(), what, fn, pace=pace, watch=watch)
 
