@@ -85,12 +85,13 @@ def _turn_off(mechanism: str) -> dict[str, Any]:
     elif mechanism == "scratch":
         from rayform.torch._decoding import _batch
 
-        resize = _batch.resize_frames
+        # The name _batch imported and calls: patched there, not re-exported by it.
+        resize = _batch.resize_frames  # type: ignore[attr-defined]
 
         def fresh(frames: Any, target: Any, out: Any = None, scratch: Any = None) -> Any:
             return resize(frames, target, out, None)
 
-        _batch.resize_frames = fresh  # type: ignore[assignment]
+        _batch.resize_frames = fresh  # type: ignore[attr-defined, assignment]
         _batch.Scratch.get = lambda self, name, nbytes: torch.empty(nbytes, dtype=torch.uint8)  # type: ignore[method-assign]
     elif mechanism == "page_rows":
         from rayform.manifest import _pagerows

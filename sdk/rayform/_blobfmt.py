@@ -43,7 +43,7 @@ def encode_timestamps(t_ns: np.ndarray) -> bytes:
 def decode_timestamps(data: bytes, what: str = "timestamps blob") -> np.ndarray:
     """Inverse of :func:`encode_timestamps`; raises :class:`IntegrityError` on bad bytes."""
     try:
-        t_ns = np.load(io.BytesIO(data), allow_pickle=False)
+        t_ns: np.ndarray = np.load(io.BytesIO(data), allow_pickle=False)
     except Exception as exc:
         raise IntegrityError(f"{what} is not a valid .npy array: {exc}") from exc
     _check_times(t_ns, what)

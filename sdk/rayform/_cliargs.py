@@ -17,13 +17,15 @@ import argparse
 import difflib
 import importlib
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from types import ModuleType
-from typing import NoReturn
+from typing import NoReturn, TypeVar, overload
 
 from rayform.errors import InvalidArgumentError
 
 __all__ = ["ListOption", "Parser", "SizeOption", "torch_module"]
+
+_N = TypeVar("_N")
 
 
 class Parser(argparse.ArgumentParser):
@@ -42,9 +44,24 @@ class Parser(argparse.ArgumentParser):
     def allow_abbrev(self, value: bool) -> None:
         pass  # argparse's __init__ sets it; the rule above stands
 
-    # Unannotated: typeshed declares this method with three overloads, which an override with
-    # one signature cannot match; the behaviour is the base class's, plus the check.
-    def parse_known_args(self, args=None, namespace=None):
+    # typeshed declares the base method with these three overloads; an override must match
+    # them all. The behaviour is the base class's, plus the check.
+    @overload
+    def parse_known_args(
+        self, args: Iterable[str] | None = None, namespace: None = None
+    ) -> tuple[argparse.Namespace, list[str]]: ...
+
+    @overload
+    def parse_known_args(
+        self, args: Iterable[str] | None, namespace: _N
+    ) -> tuple[_N, list[str]]: ...
+
+    @overload
+    def parse_known_args(self, *, namespace: _N) -> tuple[_N, list[str]]: ...
+
+    def parse_known_args(
+        self, args: Iterable[str] | None = None, namespace: _N | None = None
+    ) -> tuple[_N | argparse.Namespace, list[str]]:
         """Parse ``args``; an argument no option or positional takes is an error here, in the
         (sub)command that got it (its usage, its options), instead of at the top level."""
         self._lists = []

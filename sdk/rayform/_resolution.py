@@ -99,19 +99,19 @@ class Target:
 
     def plan(self, height: int, width: int) -> Plan:
         """The :class:`Plan` for a ``height`` x ``width`` source (pixels)."""
-        H, W = self.height, self.width
+        th, tw = self.height, self.width  # the target's size
         if self.mode == "squash":
-            return Plan((0, 0, height, width), (H, W), (0, 0))
+            return Plan((0, 0, height, width), (th, tw), (0, 0))
         if self.mode == "crop":
             # The centred box of the target's aspect ratio, as large as the source allows.
-            if width * H > height * W:  # the source is wider: crop columns
-                cw = min(width, max(1, _round(height * W / H)))
-                return Plan((0, (width - cw) // 2, height, cw), (H, W), (0, 0))
-            ch = min(height, max(1, _round(width * H / W)))
-            return Plan(((height - ch) // 2, 0, ch, width), (H, W), (0, 0))
-        scale = min(H / height, W / width)
-        sh, sw = min(H, max(1, _round(height * scale))), min(W, max(1, _round(width * scale)))
-        return Plan((0, 0, height, width), (sh, sw), ((H - sh) // 2, (W - sw) // 2))
+            if width * th > height * tw:  # the source is wider: crop columns
+                cw = min(width, max(1, _round(height * tw / th)))
+                return Plan((0, (width - cw) // 2, height, cw), (th, tw), (0, 0))
+            ch = min(height, max(1, _round(width * th / tw)))
+            return Plan(((height - ch) // 2, 0, ch, width), (th, tw), (0, 0))
+        scale = min(th / height, tw / width)
+        sh, sw = min(th, max(1, _round(height * scale))), min(tw, max(1, _round(width * scale)))
+        return Plan((0, 0, height, width), (sh, sw), ((th - sh) // 2, (tw - sw) // 2))
 
 
 #: ``image_size=``: ``(H, W)`` in pixels for every camera, or ``{camera key: (H, W)}``.

@@ -1,7 +1,7 @@
-"""Byte format of a text stream's blob (``kind: text``): timed records, one JSON line each.
+r"""Byte format of a text stream's blob (``kind: text``): timed records, one JSON line each.
 
 Each line is one record as canonical JSON (sorted keys, no whitespace, UTF-8, no escapes of
-non-ASCII), ending in ``\\n``, in time order::
+non-ASCII), ending in ``\n``, in time order::
 
     {"camera":null,"content":"pick up the cube","dt_ns":0,"role":"user","style":"task","tool_calls":null}
 

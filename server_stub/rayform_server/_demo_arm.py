@@ -57,12 +57,12 @@ class DemoKit:
 
 
 def _episode(store_root: str, spec: Any, seed: int, index: int, kit: DemoKit) -> Segment:
-    _EPOCH_NS, _LAG_S, _Plan, _times = kit.epoch_ns, kit.lag_s, kit.plan, kit.times
+    epoch_ns, lag_s, make_plan, times = kit.epoch_ns, kit.lag_s, kit.plan, kit.times
     rng = np.random.default_rng([seed, index, 2])  # 2: not the bimanual demo's episodes
     lo, hi = spec.duration_s
     duration = float(rng.uniform(lo, hi)) if hi > lo else lo
-    start_ns = _EPOCH_NS + seed * 86_400 * 10**9 + index * 95 * 10**9 + int(rng.integers(0, 10**9))
-    plan = _Plan(rng, duration)
+    start_ns = epoch_ns + seed * 86_400 * 10**9 + index * 95 * 10**9 + int(rng.integers(0, 10**9))
+    plan = make_plan(rng, duration)
     tex = table_texture(1, seed + 7)
     paint_tape(tex, (float(plan.place[0]), float(plan.place[1])), 0.045, (200, 60, 60))
     scene = Scene(tex, spec.size, np.array([40.0, 150.0, 70.0]))
@@ -71,15 +71,15 @@ def _episode(store_root: str, spec: Any, seed: int, index: int, kit: DemoKit) ->
         return (t_ns - start_ns) / 1e9
 
     def measured(t_ns: np.ndarray) -> np.ndarray:
-        return plan.q(rel(t_ns) - _LAG_S)
+        return plan.q(rel(t_ns) - lag_s)
 
     def frames(t_ns: np.ndarray) -> Iterator[np.ndarray]:
         for t, q in zip(rel(t_ns), measured(t_ns), strict=True):
             yield scene.render_wrist(State(q=q, box=plan.box(float(t), q)))
 
-    cam_t = _times(rng, start_ns, duration, _RATE_HZ, 4e6, 0.02)
-    joint_t = _times(rng, start_ns, duration, _RATE_HZ, 2e5)
-    ctrl_t = _times(rng, start_ns, duration, _RATE_HZ, 0.0)
+    cam_t = times(rng, start_ns, duration, _RATE_HZ, 4e6, 0.02)
+    joint_t = times(rng, start_ns, duration, _RATE_HZ, 2e5)
+    ctrl_t = times(rng, start_ns, duration, _RATE_HZ, 0.0)
     q_joint = measured(joint_t)[:, :7].astype(np.float32)
     ctrl_s = rel(ctrl_t)
     delta = (plan.q(ctrl_s + 1 / _RATE_HZ) - plan.q(ctrl_s))[:, :7].astype(np.float32)

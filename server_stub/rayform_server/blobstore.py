@@ -52,9 +52,13 @@ ENDPOINT_OVERRIDES_ENV = "RAYFORM_SERVER_S3_ENDPOINT_OVERRIDES"
 class BlobBackend(Protocol):
     """The operations the store and the HTTP server need on blob bytes."""
 
-    def exists(self, digest: str) -> bool: ...
+    def exists(self, digest: str) -> bool:
+        """Whether the blob ``digest`` is stored."""
+        ...
 
-    def size(self, digest: str) -> int: ...
+    def size(self, digest: str) -> int:
+        """The stored blob's size in bytes."""
+        ...
 
     def add_file(self, src: Path, digest: str) -> None:
         """Take ownership of the verified file ``src`` (hash ``digest``); idempotent."""
@@ -68,7 +72,9 @@ class BlobBackend(Protocol):
         """A URL that grants GET (with Range) for ``expires_s`` seconds, or ``None``."""
         ...
 
-    def describe(self) -> str: ...
+    def describe(self) -> str:
+        """Where the blobs live, for messages (no credentials)."""
+        ...
 
 
 class LocalBlobBackend:
@@ -79,15 +85,19 @@ class LocalBlobBackend:
         self.dir.mkdir(parents=True, exist_ok=True)
 
     def path(self, digest: str) -> Path:
+        """The file ``blobs/ab/<hash>`` of blob ``digest`` (it may not exist yet)."""
         return sharded_path(self.dir, digest)
 
     def exists(self, digest: str) -> bool:
+        """Whether the blob's file is in ``blobs/``."""
         return self.path(digest).is_file()
 
     def size(self, digest: str) -> int:
+        """The blob file's size in bytes."""
         return self.path(digest).stat().st_size
 
     def add_file(self, src: Path, digest: str) -> None:
+        """Rename ``src`` into ``blobs/`` read-only, or drop it if the blob is already there."""
         dest = self.path(digest)
         if dest.exists():
             src.unlink(missing_ok=True)
@@ -96,12 +106,15 @@ class LocalBlobBackend:
         publish(src, dest, mode=0o444)
 
     def local_path(self, digest: str) -> Path | None:
+        """The blob's file: a local store is always read from disk."""
         return self.path(digest)
 
     def presigned_url(self, digest: str, expires_s: int) -> str | None:
+        """Always ``None``: the server sends a local blob's bytes itself."""
         return None
 
     def describe(self) -> str:
+        """``local directory <path>``."""
         return f"local directory {self.dir}"
 
 
@@ -209,10 +222,12 @@ class S3BlobBackend:
             ) from None
 
     def key(self, digest: str) -> str:
+        """The object key ``PREFIX/ab/<hash>`` of blob ``digest`` (checked to be a hash)."""
         check_hash(digest)
         return f"{self.prefix}/{digest[:2]}/{digest}" if self.prefix else f"{digest[:2]}/{digest}"
 
     def exists(self, digest: str) -> bool:
+        """Whether the object exists (one short ``HEAD``; a yes is remembered)."""
         from botocore.exceptions import ClientError
 
         if digest in self._known:
@@ -227,9 +242,11 @@ class S3BlobBackend:
         return True
 
     def size(self, digest: str) -> int:
+        """The object's ``ContentLength`` in bytes."""
         return int(self._s3.head_object(Bucket=self.bucket, Key=self.key(digest))["ContentLength"])
 
     def add_file(self, src: Path, digest: str) -> None:
+        """Upload ``src`` unless the object exists, then delete ``src`` either way."""
         try:
             if not self.exists(digest):
                 self._s3.upload_file(str(src), self.bucket, self.key(digest))
@@ -238,9 +255,11 @@ class S3BlobBackend:
             src.unlink(missing_ok=True)
 
     def local_path(self, digest: str) -> Path | None:
+        """Always ``None``: the blob lives only in the bucket."""
         return None
 
     def presigned_url(self, digest: str, expires_s: int) -> str | None:
+        """A SigV4 presigned ``GET`` URL of the object, valid ``expires_s`` seconds."""
         return self._s3.generate_presigned_url(
             "get_object",
             Params={"Bucket": self.bucket, "Key": self.key(digest)},
@@ -248,6 +267,7 @@ class S3BlobBackend:
         )
 
     def describe(self) -> str:
+        """``s3://BUCKET/PREFIX``, plus the endpoint when it is not AWS's."""
         where = f" at {self.endpoint_url}" if self.endpoint_url else ""
         return f"s3://{self.bucket}/{self.prefix}{where}"
 

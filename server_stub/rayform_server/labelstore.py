@@ -99,9 +99,11 @@ class LabelStore:
         self.root = store.root
 
     def object_path(self, digest: str) -> Path:
+        """The file ``labelsets/ab/<hash>`` of label set ``digest``."""
         return sharded_path(self.root / "labelsets", check_hash(digest))
 
     def head_path(self, slice_id: str, manifest_hash: str) -> Path:
+        """The file naming the latest label set of that slice's manifest."""
         return self.root / "labels" / check_slice_id(slice_id) / f"{check_hash(manifest_hash)}.json"
 
     def head(self, slice_id: str, manifest_hash: str) -> dict[str, Any]:

@@ -71,9 +71,11 @@ class Store:
         return path
 
     def manifest_path(self, digest: str) -> Path:
+        """The file ``manifests/ab/<hash>`` of manifest (or page) ``digest``."""
         return sharded_path(self.root / "manifests", digest)
 
     def slice_path(self, slice_id: str) -> Path:
+        """The file ``slices/<id>.json`` naming the slice's current manifest."""
         check_slice_id(slice_id)
         return self.root / "slices" / f"{slice_id}.json"
 
@@ -279,6 +281,7 @@ class Store:
         )
 
     def read_manifest_bytes(self, digest: str) -> bytes:
+        """The stored bytes of manifest (or page) ``digest``."""
         return self.manifest_path(digest).read_bytes()
 
     def load_manifest(self, digest: str) -> Manifest | wire.ColumnarManifest:
@@ -294,12 +297,15 @@ class Store:
         return frozenset(str(r["hash"]) for r in wire.page_refs(self.read_manifest_bytes(digest)))
 
     def has_blob(self, digest: str) -> bool:
+        """Whether the blob backend holds blob ``digest``."""
         return self.blobs.exists(digest)
 
     def list_slices(self) -> Iterator[str]:
+        """The IDs of the data root's slices, in sorted order."""
         for p in sorted((self.root / "slices").glob("slc_*.json")):
             yield p.stem
 
     def clean_tmp(self) -> None:
+        """Empty ``tmp/``, the staging directory of atomic writes."""
         shutil.rmtree(self.root / "tmp", ignore_errors=True)
         (self.root / "tmp").mkdir(exist_ok=True)

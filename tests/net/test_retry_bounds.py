@@ -7,7 +7,7 @@ import pytest
 
 import rayform
 from rayform._net._pace import Pace
-from rayform._net._retry import Retryable, RetryPolicy, run_with_retries
+from rayform._net._retry import RetryableError, RetryPolicy, run_with_retries
 from rayform._net._transport import Transport
 from rayform.errors import InvalidArgumentError, TransportError
 
@@ -99,7 +99,7 @@ def test_attempts_that_each_made_progress_are_not_reported_as_a_stall() -> None:
 
     def trickle_then_stall(seconds_left: float) -> None:
         pace.add(1024)
-        raise Retryable("ReadTimeout: no byte for 5 s")
+        raise RetryableError("ReadTimeout: no byte for 5 s")
 
     sleeps: list[float] = []
     policy = RetryPolicy(

@@ -25,7 +25,7 @@ from rayform import InvalidArgumentError, OfflineError
 from rayform._resolution import Target, choose_rendition
 from rayform.errors import IntegrityError, ManifestError
 from rayform.manifest import Manifest
-from rayform.manifest._rendcols import MAX_RENDITIONS as readers_limit
+from rayform.manifest._rendcols import MAX_RENDITIONS as READERS_LIMIT
 from rayform.slice import Slice
 from rayform.torch import EpisodeDataset, EpisodeSampler
 from rayform.torch._decoding._resize import resize_frames
@@ -164,7 +164,7 @@ def test_heights_are_checked_and_widths_keep_the_aspect_ratio() -> None:
     for bad in ("", "240,abc", "121", "0", "\u00b2", "24,\u0664\u0668"):  # "²", Arabic-Indic "48"
         with pytest.raises(InvalidArgumentError, match="--renditions|even number"):
             parse_heights(bad)
-    assert readers_limit == MAX_RENDITIONS  # ingest writes no manifest the readers refuse
+    assert READERS_LIMIT == MAX_RENDITIONS  # ingest writes no manifest the readers refuse
     assert len(parse_heights(",".join(str(h) for h in range(2, 33, 2)))) == MAX_RENDITIONS
     with pytest.raises(InvalidArgumentError, match=f"at most {MAX_RENDITIONS} renditions"):
         parse_heights(",".join(str(h) for h in range(2, 35, 2)))

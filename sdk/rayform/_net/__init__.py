@@ -13,7 +13,7 @@ from rayform._net._outage import Outages
 from rayform._net._progress import bar_size_options
 from rayform._net._pull import PullReport, run_pull
 from rayform._net._reference import LISTING_CAP, REFERENCE_CAP, check_listing, check_reference
-from rayform._net._retry import Retryable, RetryPolicy, Side, run_with_retries
+from rayform._net._retry import RetryableError, RetryPolicy, Side, run_with_retries
 from rayform._net._transport import ERROR_BODY_CAP, JSON_CAP, Transport
 
 __all__ = [
@@ -26,7 +26,7 @@ __all__ = [
     "FetchLog",
     "PullReport",
     "RetryPolicy",
-    "Retryable",
+    "RetryableError",
     "Side",
     "Transport",
     "bar_size_options",

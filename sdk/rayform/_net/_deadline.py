@@ -107,6 +107,6 @@ def hold(stream: Any) -> None:
 
 
 def trace(event: str, info: Mapping[str, Any]) -> None:
-    """httpcore's ``trace`` extension: hold each network stream it opens."""
+    """The ``trace`` extension given to httpcore: hold each network stream it opens."""
     if event.endswith(_NEW_STREAM):
         hold(info.get("return_value"))

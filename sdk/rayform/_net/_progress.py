@@ -24,16 +24,17 @@ def _base() -> Any:
     # tqdm loads on first use (`import rayform` stays fast). tqdm.auto picks the widget only in
     # a Jupyter kernel; without ipywidgets it would warn and fall back, so ask it only if present.
     if importlib.util.find_spec("ipywidgets") is not None:
-        from tqdm.auto import tqdm  # type: ignore[import-untyped]
+        from tqdm.auto import tqdm
     else:
-        from tqdm.std import tqdm  # type: ignore[import-untyped]
+        from tqdm.std import tqdm
     return tqdm
 
 
 def bar_size_options(stream: TextIO) -> dict[str, Any]:
-    """tqdm's size options for ``stream``: follow the terminal's width, except on a terminal
-    that reports no size (a pseudo-terminal nobody sized, as some container and CI runners
-    give), where tqdm would draw the bar 0 columns wide and hide it below a screen of no rows."""
+    """The size options of a tqdm bar on ``stream``: follow the terminal's width, except on a
+    terminal that reports no size (a pseudo-terminal nobody sized, as some container and CI
+    runners give), where tqdm would draw the bar 0 columns wide and hide it below a screen of no
+    rows."""
     try:
         if not stream.isatty():
             return {"dynamic_ncols": True}

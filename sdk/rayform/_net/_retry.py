@@ -17,7 +17,7 @@ connection errors, timeouts, ``5xx`` and ``429``:
   with it (:mod:`rayform._net._outage`).
 
 The loop is tenacity's (``Retrying``); this module gives it the rules as its hooks: ``retry``
-(only :class:`Retryable`), ``wait`` (the backoff, capped at :data:`BACKOFF_CAP_S`, or the
+(only :class:`RetryableError`), ``wait`` (the backoff, capped at :data:`BACKOFF_CAP_S`, or the
 ``Retry-After``), ``stop`` (the attempts, and a stop that reads the time since the last
 progress, plus the wait ahead, against the stall bound), ``before_sleep`` (the log line) and
 ``retry_error_callback`` (the error naming the side that failed).
@@ -43,7 +43,7 @@ from rayform.errors import TransportError
 
 __all__ = [
     "BACKOFF_CAP_S",
-    "Retryable",
+    "RetryableError",
     "RetryPolicy",
     "Side",
     "Watch",
@@ -63,7 +63,7 @@ BACKOFF_CAP_S = 10.0
 Side = Literal["server", "store", "direct"]
 
 
-class Retryable(Exception):
+class RetryableError(Exception):
     """A failure worth retrying (network, timeout, 5xx, 429).
 
     Args:
@@ -125,7 +125,7 @@ class Watch(Protocol):
 def _message(
     what: str,
     n: int,
-    exc: Retryable,
+    exc: RetryableError,
     policy: RetryPolicy,
     pace: Pace,
     wait_s: float | None,
@@ -147,7 +147,7 @@ def _message(
     return _sided(what, n, exc.reason + bound, exc, policy)
 
 
-def _sided(what: str, n: int, detail: str, exc: Retryable, policy: RetryPolicy) -> str:
+def _sided(what: str, n: int, detail: str, exc: RetryableError, policy: RetryPolicy) -> str:
     offline = "cached data stays usable with RAYFORM_OFFLINE=1."
     head = f"{what} failed after {n} attempt{'s' if n != 1 else ''}"
     if exc.side == "store":
@@ -181,12 +181,12 @@ class _Tries:
         self.ending: tuple[str, float | None, str | None] = ("attempts", None, None)
         #: The last failure that named a side behind the server (its object store): a later
         #: try's plain timeout, while the server waits on that store, blames the same side.
-        self.behind: Retryable | None = None
+        self.behind: RetryableError | None = None
 
     @staticmethod
-    def _failure(rs: tenacity.RetryCallState) -> Retryable:
+    def _failure(rs: tenacity.RetryCallState) -> RetryableError:
         exc = rs.outcome.exception() if rs.outcome is not None else None
-        assert isinstance(exc, Retryable)  # retry_if_exception_type(Retryable)
+        assert isinstance(exc, RetryableError)  # retry_if_exception_type(RetryableError)
         return exc
 
     def wait(self, rs: tenacity.RetryCallState) -> float:
@@ -194,7 +194,7 @@ class _Tries:
         if exc.side in ("store", "direct"):
             self.behind = exc
         self.counted += 0 if exc.busy else 1
-        backoff = min(BACKOFF_CAP_S, self.policy.backoff_s * 2 ** min(self.counted, 16))
+        backoff = min(BACKOFF_CAP_S, self.policy.backoff_s * 2.0 ** min(self.counted, 16))
         if exc.retry_after is not None:
             # A Retry-After never makes us ask sooner than our own backoff: busy answers use
             # up no attempt, so a tiny one would have us ask again and again until the bound.
@@ -265,7 +265,7 @@ def check_first(policy: RetryPolicy, what: str, pace: Pace, watch: Watch | None)
     """
     reason = watch.check(pace, claim=False) if watch is not None else None
     if reason is not None:
-        message = _sided(what, 0, reason, Retryable("not tried"), policy)
+        message = _sided(what, 0, reason, RetryableError("not tried"), policy)
         raise TransportError(message.replace("after 0 attempts", "before its first attempt"))
 
 
@@ -277,7 +277,7 @@ def run_with_retries(
     pace: Pace | None = None,
     watch: Watch | None = None,
 ) -> T:
-    """Run ``fn(seconds_left)`` until it returns, retrying :class:`Retryable` failures.
+    """Run ``fn(seconds_left)`` until it returns, retrying :class:`RetryableError` failures.
 
     Args:
         policy: attempts and time bound.
@@ -295,7 +295,7 @@ def run_with_retries(
     check_first(policy, what, pace, watch)
     tries = _Tries(policy, what, pace, watch)
     retrying = tenacity.Retrying(
-        retry=tenacity.retry_if_exception_type(Retryable),
+        retry=tenacity.retry_if_exception_type(RetryableError),
         wait=tries.wait,
         stop=tries.stop,
         before_sleep=tries.before_sleep,

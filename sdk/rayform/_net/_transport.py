@@ -26,14 +26,14 @@ import logging
 import re
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 
 from rayform._net._deadline import hold, reads_end_by, trace
 from rayform._net._pace import Pace
 from rayform._net._retry import (
-    Retryable,
+    RetryableError,
     RetryPolicy,
     Side,
     Watch,
@@ -54,6 +54,8 @@ from rayform.errors import (
 )
 
 __all__ = ["ERROR_BODY_CAP", "JSON_CAP", "Transport"]
+
+T = TypeVar("T")
 
 log = logging.getLogger("rayform.transport")
 
@@ -186,13 +188,13 @@ def _host(url: httpx.URL) -> str:
 
 def _network_failure(
     exc: httpx.TransportError, timeout_s: float, side: Side = "server", host: str | None = None
-) -> Retryable:
+) -> RetryableError:
     name = type(exc).__name__
     if isinstance(exc, httpx.TimeoutException):
         reason = f"{name}: no answer within {timeout_s:.3g} s"
     else:
         reason = name + (f": {shown(exc)}" if str(exc) else "")  # may quote what the peer sent
-    return Retryable(reason, side=side, host=host)
+    return RetryableError(reason, side=side, host=host)
 
 
 class Transport:
@@ -287,7 +289,7 @@ class Transport:
             self._sleep,
         )
 
-    def _with_retries(self, what: str, fn: Callable[[float], Any], pace: Pace | None = None) -> Any:
+    def _with_retries(self, what: str, fn: Callable[[float], T], pace: Pace | None = None) -> T:
         watch = self.watch if pace is not None else None
         return run_with_retries(self._policy(), what, fn, pace=pace, watch=watch)
 
@@ -326,10 +328,10 @@ class Transport:
             code, message = _server_error(resp, deadline)
             busy = status in (429, 503) and after is not None and after > 0
             if host is not None:  # the object store answered itself
-                raise Retryable(f"HTTP {status}", after, side="direct", host=host, busy=busy)
+                raise RetryableError(f"HTTP {status}", after, side="direct", host=host, busy=busy)
             if code == STORE_UNAVAILABLE:  # the server is fine; what it stands in front of is not
-                raise Retryable(f"HTTP {status}: {message}", after, side="store")
-            raise Retryable(f"HTTP {status}", after, busy=busy)
+                raise RetryableError(f"HTTP {status}: {message}", after, side="store")
+            raise RetryableError(f"HTTP {status}", after, busy=busy)
         msg = _server_error(resp, deadline)[1]
         detail = f" ({msg})" if msg else ""
         if status == 400:
@@ -432,8 +434,8 @@ class Transport:
             raise ProtocolError(too_long)
         body = bytearray()
 
-        def incomplete() -> Retryable:
-            return Retryable(
+        def incomplete() -> RetryableError:
+            return RetryableError(
                 f"the answer was still incomplete after {time.monotonic() - started:.3g} s "
                 f"({len(body)} bytes received)"
             )
@@ -583,7 +585,7 @@ class Transport:
                 if pace.left_s() > 0.05 or pace.why() == "without progress":
                     raise _network_failure(exc, float(timeout.read or 0), side, host) from None
                 # Bytes came, too few to count: the minimum rate, not a silent server, ended it.
-                raise Retryable("the body came too slowly", side=side, host=host) from None
+                raise RetryableError("the body came too slowly", side=side, host=host) from None
             except httpx.TransportError as exc:
                 raise _network_failure(exc, float(timeout.read or 0), side, host) from None
             except _Redirect as redirect:
@@ -648,7 +650,7 @@ class Transport:
             elif status == 206:
                 start = resp.headers.get("content-range", "").removeprefix("bytes ").split("-")[0]
                 if start != str(part.offset):
-                    raise Retryable(f"unexpected Content-Range {shown(start, 40)!r}")
+                    raise RetryableError(f"unexpected Content-Range {shown(start, 40)!r}")
             total = _declared_size(resp)
             if total is not None and total != part.expected_size:
                 raise IntegrityError(
@@ -663,20 +665,21 @@ class Transport:
                 if on_bytes is not None:
                     on_bytes(len(chunk))
                 if pace.left_s() <= 0:  # a trickle below the minimum rate
-                    raise Retryable(
+                    raise RetryableError(
                         "the body came too slowly",
                         side="direct" if foreign else "server",
                         host=host,
                     )
             if part.remaining > 0:
-                raise Retryable(
+                raise RetryableError(
                     f"connection closed after {part.offset} of {part.expected_size} bytes",
                     side="direct" if foreign else "server",
                     host=host,
                 )
 
 
-class _Redirect(Exception):
+# A signal that steers the download loop, not an error: it never leaves this module.
+class _Redirect(Exception):  # noqa: N818
     """Go to ``location`` (relative to the current URL), or ask the server again (``refresh``)."""
 
     def __init__(self, location: str | None, *, refresh: bool = False) -> None:

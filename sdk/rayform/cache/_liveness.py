@@ -209,7 +209,8 @@ def alive(
     whose heartbeat now reads ``beat``, is alive.
 
     Args:
-        root: the cache root; ``key`` the file's path under it (plus a record's slot).
+        root: the cache root.
+        key: the file's path under ``root`` (plus a record's slot).
         beat: what the writer rewrites in the file (compared for change only).
         stale_s: seconds unchanged, on this host's clock, after which the writer is dead.
         pid: the writer's PID if it is a process of this host (None: another host).

@@ -128,7 +128,8 @@ def open_partial(
 
     Args:
         tmp: the cache's ``tmp/`` directory.
-        digest: the blob's hash; ``size`` its size in bytes.
+        digest: the blob's hash.
+        size: the blob's size in bytes.
         mode: permission bits of the new file.
         adopt: look for a partial file of a dead writer to continue.
         stale_s: a partial file untouched this long is abandoned whoever wrote it.

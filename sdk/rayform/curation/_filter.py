@@ -352,7 +352,7 @@ def _has_tag(col: object, tag: str, negate: bool, n: int) -> np.ndarray:
         hit[parents[match]] = True
     if negate:
         present = np.asarray(pc.is_valid(col).to_numpy(zero_copy_only=False), dtype=bool)
-        return ~hit & present
+        return np.asarray(~hit & present, dtype=bool)
     return hit
 
 

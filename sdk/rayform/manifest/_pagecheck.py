@@ -3,7 +3,7 @@
 A page's bytes match its hash, but the server chose them: a correctly hashed page may still
 hold a dictionary index out of range, invalid UTF-8, an offset past its buffer, a body that
 the Arrow reader decompressed into memory (so its buffers are not in the file the fast row
-reader ``pread``\\ s from), a negative size or a non-finite rate. Everything is checked once,
+reader reads with ``pread``), a negative size or a non-finite rate. Everything is checked once,
 when the manifest is opened, so that nothing later (``dataset[i]``, ``slice.blobs()``) can
 fail with an ``IndexError`` or ``UnicodeDecodeError``: the checks are whole-column reductions
 (Arrow's own full validation, min/max), a few tens of milliseconds for 1,000,000 segments.

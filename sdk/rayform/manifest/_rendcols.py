@@ -60,7 +60,7 @@ def rendition_type() -> pa.DataType:
 
 def has_renditions(stream_row_type: pa.StructType) -> bool:
     """Whether a stream-row struct type has the ``renditions`` field (version 3 pages)."""
-    return stream_row_type.get_field_index("renditions") >= 0
+    return int(stream_row_type.get_field_index("renditions")) >= 0
 
 
 def cells(stream: Stream) -> list[dict[str, Any]]:

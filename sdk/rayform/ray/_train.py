@@ -34,7 +34,7 @@ SAMPLER_FILE = "rayform_sampler.json"
 
 
 def prepare_data_loader(
-    loader: DataLoader, *, move_to_device: bool = True, auto_transfer: bool = True
+    loader: DataLoader[Any], *, move_to_device: bool = True, auto_transfer: bool = True
 ) -> Any:
     """``ray.train.torch.prepare_data_loader`` that keeps a Rayform loader's sampler.
 

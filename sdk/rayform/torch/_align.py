@@ -46,7 +46,8 @@ def align_values(
     """
     lo = latest_at_or_before(t_rec, t_query)
     if mode == "hold" or len(t_rec) == 1:
-        return values[lo].astype(np.float32, copy=False)
+        held: np.ndarray = values[lo].astype(np.float32, copy=False)
+        return held
     hi = np.minimum(lo + 1, len(t_rec) - 1)
     t_lo, t_hi = t_rec[lo], t_rec[hi]
     if mode == "nearest":
@@ -59,5 +60,6 @@ def align_values(
         w = np.clip(w, 0.0, 1.0)[:, None]
         v_lo = values[lo].astype(np.float64)
         v_hi = values[hi].astype(np.float64)
-        return (v_lo + w * (v_hi - v_lo)).astype(np.float32)
+        blended: np.ndarray = (v_lo + w * (v_hi - v_lo)).astype(np.float32)
+        return blended
     raise ValueError(f"unknown action mode {mode!r}")

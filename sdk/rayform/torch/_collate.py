@@ -58,7 +58,10 @@ def _view(
 ) -> torch.Tensor:
     """A contiguous ``dtype`` tensor of ``shape`` at byte ``offset`` of ``storage``."""
     # set_ takes an UntypedStorage at run time; torch's stubs list typed storages only.
-    return torch.empty(0, dtype=dtype).set_(storage, offset // dtype.itemsize, shape)  # type: ignore[call-overload]
+    view: torch.Tensor = torch.empty(0, dtype=dtype).set_(  # type: ignore[call-overload]
+        storage, offset // dtype.itemsize, shape
+    )
+    return view
 
 
 class _Slot:
@@ -184,7 +187,7 @@ class _Bump:
         elem = batch[0]
         if pre is None or elem.device.type != "cpu" or not elem.is_contiguous():
             return None
-        base = pre.slot.storage.data_ptr()
+        base: int = pre.slot.storage.data_ptr()
         if elem.untyped_storage().data_ptr() != base:
             return None
         offset = elem.data_ptr() - base
@@ -232,13 +235,17 @@ class _Bump:
             or self.offset + nbytes > self.slot.nbytes
             or any(x.shape != elem.shape for x in batch)
         ):
-            return default_collate_fn_map[torch.Tensor](batch, collate_fn_map=collate_fn_map)
+            stacked: torch.Tensor = default_collate_fn_map[torch.Tensor](
+                batch, collate_fn_map=collate_fn_map
+            )
+            return stacked
         out = _view(self.slot.storage, self.offset, elem.dtype, shape)
         self.offset += _aligned(nbytes)
         self.tensors += 1
         return torch.stack(batch, 0, out=out)
 
-    def fn_map(self) -> dict:
+    def fn_map(self) -> dict[type | tuple[type, ...], Callable[..., object]]:
+        """``default_collate_fn_map`` with tensors collated into the slot by :meth:`tensor_fn`."""
         return {
             torch.Tensor: self.tensor_fn,
             **{k: v for k, v in default_collate_fn_map.items() if k is not torch.Tensor},
@@ -322,7 +329,7 @@ class _Shipment:
     def __init__(self, data: object, flag: torch.Tensor, tensors: int) -> None:
         self.data, self.flag, self.tensors = data, flag, tensors
 
-    def __reduce__(self) -> tuple:
+    def __reduce__(self) -> tuple[Callable[..., object], tuple[object, torch.Tensor, int]]:
         return _receive, (self.data, self.flag, self.tensors)
 
 

@@ -78,7 +78,8 @@ class GridIndex:
 
     def times_ns(self, seg: int, steps: np.ndarray) -> np.ndarray:
         """Grid times in ns of ``steps`` (any shape, may be negative) of segment ``seg``."""
-        return self.start_ns[seg] + grid_offsets_ns(steps, self.fps)
+        start_ns: np.int64 = self.start_ns[seg]
+        return start_ns + grid_offsets_ns(steps, self.fps)
 
 
 def build_index(segments: Segments, streams: Sequence[str], fps: float) -> GridIndex:

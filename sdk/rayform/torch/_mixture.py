@@ -56,7 +56,7 @@ if TYPE_CHECKING:
 __all__ = ["MixtureDataset"]
 
 
-class MixtureDataset(Dataset):
+class MixtureDataset(Dataset[dict[str, Any]]):
     """Samples of several datasets, each source drawn with its weight.
 
     Iterate it with ``DataLoader(mixture, sampler=EpisodeSampler(mixture), ...)``: the
@@ -84,7 +84,7 @@ class MixtureDataset(Dataset):
             in a sample key or shape (the message names it).
     """
 
-    sources: tuple[Any, ...]
+    sources: tuple[EpisodeDataset, ...]
     weights: tuple[float, ...]
     quotas: np.ndarray
     num_samples: int
@@ -210,7 +210,7 @@ class MixtureDataset(Dataset):
     def _passes(self, k: int, epoch: int) -> PassPermutations:
         """Source ``k``'s passes in ``epoch``, kept for the last few (source, epoch) pairs
         asked: batches come epoch by epoch, and each builds its small tables once."""
-        cache = self.__dict__.setdefault("_pass_cache", {})
+        cache: dict[tuple[int, int], PassPermutations] = self.__dict__.setdefault("_pass_cache", {})
         passes = cache.get((k, epoch))
         if passes is None:
             if len(cache) >= 2 * len(self.sources):
@@ -454,7 +454,7 @@ class _MixtureStream:
 def _quotas(total: int, weights: Sequence[float]) -> np.ndarray:
     """Draws per source: ``total * w`` rounded by largest remainders (they add up to ``total``)."""
     exact = np.array(weights) * total
-    base = np.floor(exact).astype(np.int64)
+    base: np.ndarray = np.floor(exact).astype(np.int64)
     rest = total - int(base.sum())
     order = np.lexsort((np.arange(len(exact)), -(exact - base)))
     base[order[:rest]] += 1

@@ -227,4 +227,5 @@ def unnormalize(values: Values, stats: Mapping[str, Sequence[float]]) -> torch.T
         c = torch.from_numpy(center).to(values.device)
         s = torch.from_numpy(scale).to(values.device)
         return values.to(torch.float32) * s + c
-    return np.asarray(values, dtype=np.float32) * scale + center
+    restored: np.ndarray = np.asarray(values, dtype=np.float32) * scale + center
+    return restored

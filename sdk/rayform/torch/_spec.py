@@ -342,7 +342,8 @@ def _check_streams(
     return texts
 
 
-def _resolve_shard(shard: str | tuple[int, int] | None) -> tuple[int, int]:
+def _resolve_shard(shard: object) -> tuple[int, int]:
+    # `object`: it checks what a caller passed (False reads as None), whatever its type.
     if shard is None or shard is False:
         return 0, 1
     if shard == "auto":

@@ -56,10 +56,16 @@ __all__ = ["EpisodeDataset", "read_together"]
 Located = tuple[np.ndarray, np.ndarray]
 #: A part of :func:`read_together` in flight: its dataset, flat indices, transform tags, what
 #: returns its samples as read, and its plan (``None`` when read already).
-_Pending = tuple["EpisodeDataset", np.ndarray, list, Callable[[], list], BatchPlan | None]
+_Pending = tuple[
+    "EpisodeDataset",
+    np.ndarray,
+    list[tuple[int, int]],
+    Callable[[], list[dict[str, Any]]],
+    BatchPlan | None,
+]
 
 
-class EpisodeDataset(Dataset):
+class EpisodeDataset(Dataset[dict[str, Any]]):
     """Samples of a slice's episodes on a ``fps`` Hz grid.
 
     Each sample holds every observation stream at the grid time ``t`` (the latest record at
@@ -289,13 +295,13 @@ class EpisodeDataset(Dataset):
     def order_streams(
         self, world: int, epoch: int, shuffle: bool, window: int | None = None
     ) -> list[IndexStream]:
-        # The sampler's hook: how an epoch is laid out for a first world size (_order.py).
+        """The sampler's hook: the epoch's index streams, one per rank of a first ``world``."""
         return episode_streams(
             self._index.offsets, world, self.ddp_even, self.seed, epoch, shuffle, window
         )
 
     def order_fingerprint(self) -> dict[str, Any]:
-        # What a saved sampler position is only valid for.
+        """What a saved sampler position is only valid for (sizes and the DDP mode)."""
         return {
             "samples": len(self._index),
             "episodes": len(self._index.segments),

@@ -130,7 +130,7 @@ def _version(package: str) -> str:
 
 
 def _torchcodec_libraries() -> list[Path]:
-    """torchcodec's shared libraries, found without importing it (the import is the cost)."""
+    """The shared libraries of torchcodec, found without importing it (the import is the cost)."""
     try:
         spec = importlib.util.find_spec("torchcodec")
     except (ImportError, ValueError):

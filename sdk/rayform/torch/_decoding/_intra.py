@@ -164,7 +164,7 @@ class IntraDecoder:
         """Decode frame ``index`` (an all-intra packet decodes alone)."""
         if not 0 <= index < len(self._packets):
             raise IndexError(f"frame {index} is outside the video's {len(self._packets)} frames")
-        frames = self._ctx.decode(self._av.Packet(self.packet(index)))
+        frames: list[VideoFrame] = self._ctx.decode(self._av.Packet(self.packet(index)))
         if not frames:  # a decoder holding frames back: drain it (then it starts afresh)
             frames = self._ctx.decode(None)
             self._ctx.flush_buffers()

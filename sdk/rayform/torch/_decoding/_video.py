@@ -81,7 +81,7 @@ class _PyAVDecoder:
         self._last = -1  # index of the last frame the iterator produced
 
     def _index_of(self, frame: Any) -> int:
-        return round(frame.pts * self._stream.time_base * self._rate)
+        return int(round(frame.pts * self._stream.time_base * self._rate))
 
     def _seek(self, index: int) -> None:
         target = int(Fraction(index) / self._rate / self._stream.time_base)

@@ -31,7 +31,7 @@ class SharedEpoch:
         self.set(value)
 
     def get(self) -> int:
-        return struct.unpack_from(_FMT, self._map, 0)[0]
+        return int(struct.unpack_from(_FMT, self._map, 0)[0])
 
     def set(self, value: int) -> None:
         struct.pack_into(_FMT, self._map, 0, int(value))

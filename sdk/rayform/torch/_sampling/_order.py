@@ -83,7 +83,9 @@ class ArrayStream:
         self._sorted: tuple[np.ndarray, np.ndarray] | None = None  # for slot_of, built on first use
 
     def keys(self, slots: np.ndarray) -> np.ndarray:
-        return self._built()[self.perm(slots)]
+        """The index entries at ``slots`` (``int64``, any shape) of the permuted order."""
+        keys: np.ndarray = self._built()[self.perm(slots)]
+        return keys
 
     def slot_of(self, index: int) -> int | None:
         """The slot whose key is ``index``, or ``None`` if this stream does not read it."""

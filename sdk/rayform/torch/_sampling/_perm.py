@@ -34,7 +34,8 @@ def mix64(x: np.ndarray) -> np.ndarray:
     x = x * _M1
     x = x ^ (x >> np.uint64(27))
     x = x * _M2
-    return x ^ (x >> np.uint64(31))
+    mixed: np.ndarray = x ^ (x >> np.uint64(31))
+    return mixed
 
 
 class Permutation:

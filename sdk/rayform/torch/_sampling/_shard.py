@@ -69,4 +69,5 @@ def rank_indices(offsets: np.ndarray, rank: int, world_size: int, ddp_even: str)
     if target == len(own):
         return own
     keep = np.floor(np.arange(target) * (len(own) / max(target, 1))).astype(np.int64)
-    return own[keep]
+    kept: np.ndarray = own[keep]
+    return kept

@@ -310,7 +310,7 @@ def _du(root: Path) -> int:
 
 
 def _bar(total: int, show: bool, desc: str) -> Any:
-    from tqdm.std import tqdm  # type: ignore[import-untyped]
+    from tqdm.std import tqdm
 
     return tqdm(
         total=total,

@@ -196,7 +196,7 @@ class LeRobotCollate:
     def __call__(self, samples: list[dict[str, Any]]) -> dict[str, Any]:
         if not self.keep_meta:
             samples = [{k: v for k, v in s.items() if k != "meta"} for s in samples]
-        batch = default_collate(samples)
+        batch: dict[str, Any] = default_collate(samples)
         for key in self.cameras:
             batch[key] = batch[key].to(torch.float32).div_(255.0)
         for key in self.texts:

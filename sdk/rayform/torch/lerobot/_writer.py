@@ -36,7 +36,7 @@ BATCH = 64
 STATS_FRAMES = 100
 
 
-class UnitWriter(Dataset):
+class UnitWriter(Dataset[dict[str, Any]]):
     """Writes one :class:`Unit` per item (a map-style dataset, so that DataLoader workers can
     write units in parallel and hand back their episodes' statistics).
 
