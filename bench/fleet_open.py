@@ -21,12 +21,10 @@ from __future__ import annotations
 
 import json
 import statistics
-import subprocess
-import sys
 from pathlib import Path
 
 from bench._serve import serving
-from bench._sides import side_env, sides_parser
+from bench._sides import run_side, sides_parser
 from bench.fleet import COLD, SLICE, _demo, _py
 
 HERE = Path(__file__).resolve().parent
@@ -52,16 +50,7 @@ print(json.dumps({"get_seconds": t_get, "get_max_rss_mib": rss_get, "dataset_sec
 
 
 def _side(sdk: str | None, cache: Path) -> dict:
-    out = subprocess.run(
-        [sys.executable, "-c", WARM, str(cache), SLICE],
-        capture_output=True,
-        text=True,
-        env=side_env(sdk),
-        timeout=900,
-    )
-    if out.returncode != 0:
-        raise RuntimeError(out.stderr[-3000:])
-    return dict(json.loads(out.stdout.strip().splitlines()[-1]))
+    return run_side(WARM, [str(cache), SLICE], sdk, timeout=900)
 
 
 def main() -> int:

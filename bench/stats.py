@@ -39,15 +39,13 @@ from __future__ import annotations
 import json
 import shutil
 import statistics
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from bench._serve import serving
-from bench._sides import side_env, sides_parser
+from bench._sides import run_side, sides_parser
 from bench.curation import SLICE, fleet_root
 
 HERE = Path(__file__).resolve().parent
@@ -120,16 +118,7 @@ def _label_halves(url: str, cache: Path, slice_id: str) -> None:
 
 def _side(sdk: str | None, url: str, cache: Path, slice_id: str, where: str) -> dict[str, Any]:
     args = [url, WRITE, str(cache), slice_id, where, json.dumps(READS[slice_id])]
-    out = subprocess.run(
-        [sys.executable, "-c", SIDE, *args],
-        capture_output=True,
-        text=True,
-        env=side_env(sdk),
-        timeout=1800,
-    )
-    if out.returncode != 0:
-        raise RuntimeError(out.stderr[-3000:])
-    return dict(json.loads(out.stdout.strip().splitlines()[-1]))
+    return run_side(SIDE, args, sdk, timeout=1800)
 
 
 def _forget(cache: Path, partials: bool) -> None:
