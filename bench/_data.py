@@ -105,14 +105,16 @@ def run_lerobot_row(
     warmup: int,
     python: str | None = None,
     extra: tuple[str, ...] = (),
+    dataset: Path | None = None,
 ) -> dict[str, Any]:
-    """Run ``bench/_lerobot_row.py`` over ``w``'s LeRobot dataset in the peer venv (or the
-    interpreter ``python``), with ``extra`` arguments; returns the JSON it writes to ``out``."""
+    """Run ``bench/_lerobot_row.py`` over ``w``'s LeRobot dataset (or ``dataset``) in the peer
+    venv (or the interpreter ``python``), with ``extra`` arguments; returns the JSON it writes
+    to ``out``."""
     subprocess.run(
         [
             python or peer_python(),
             str(REPO / "bench" / "_lerobot_row.py"),
-            str(w.lerobot_dir),
+            str(dataset or w.lerobot_dir),
             str(out),
             "--batches",
             str(batches),

@@ -9,7 +9,12 @@ as float32 in [0, 1] (it has no uint8 option), which is what is timed. With ``--
 every camera frame is padded to ``S`` x ``S`` by ``image_transforms`` (in the workers, the way
 its users train at a smaller size): scaled to fit with ``torch.nn.functional.interpolate(mode=
 "bilinear", antialias=True)``, zeros around it. ``--uint8`` passes ``return_uint8=True``
-(LeRobot 0.6 and later), so images stay ``uint8`` as ours do. Writes a JSON object.
+(LeRobot 0.6 and later), so images stay ``uint8`` as ours do. ``--lance``: DATASET_DIR is
+the Lance layout of ``lerobot-lancedb`` (``lerobot-lance-convert``; LeRobot 0.6 and later) and
+``lerobot_lancedb.LanceDBDataset`` is timed instead, with the same arguments, in a
+``DataLoader`` with the ``multiprocessing_context`` its README asks for
+(``lance_mp_context()``: Lance is not fork-safe). Writes a JSON object (with the CPU seconds
+per sample of each window: this process and all its descendants).
 """
 
 from __future__ import annotations
@@ -65,6 +70,9 @@ def main() -> int:
     ap.add_argument(
         "--uint8", action="store_true", help="return_uint8=True (LeRobot 0.6 and later)"
     )
+    ap.add_argument(
+        "--lance", action="store_true", help="DATASET is a Lance layout: time LanceDBDataset"
+    )
     args = ap.parse_args()
 
     import torch
@@ -80,17 +88,24 @@ def main() -> int:
 
     def make_loader() -> DataLoader:
         t = time.perf_counter()
-        ds = LeRobotDataset(
-            "rayform/bench",
-            root=args.dataset,
-            delta_timestamps=delta,
-            image_transforms=transform,
-            **({"return_uint8": True} if args.uint8 else {}),
-        )
+        kw: dict = {"delta_timestamps": delta, "image_transforms": transform}
+        if args.uint8:
+            kw["return_uint8"] = True
+        extra: dict = {}
+        if args.lance:
+            from lerobot_lancedb import LanceDBDataset, lance_mp_context
+
+            ds = LanceDBDataset(root=args.dataset, **kw)
+            extra["multiprocessing_context"] = lance_mp_context()
+            built["video_backend"] = "torchcodec over Lance blob ranges"
+        else:
+            ds = LeRobotDataset("rayform/bench", root=args.dataset, **kw)
+            built["video_backend"] = getattr(
+                ds, "video_backend", getattr(ds, "_video_backend", None)
+            )
         built["construct_s"] = time.perf_counter() - t
         built["len"] = len(ds)
-        built["video_backend"] = getattr(ds, "video_backend", getattr(ds, "_video_backend", None))
-        return DataLoader(ds, **timing.LOADER_KW)
+        return DataLoader(ds, **timing.LOADER_KW, **extra)
 
     res = timing.time_loader(
         make_loader,
@@ -110,6 +125,9 @@ def main() -> int:
     res["workers"] = [timing.rss_kib(p) for p in timing.child_pids()]
     res["torch"] = torch.__version__
     res["lerobot"] = importlib.metadata.version("lerobot")
+    if args.lance:
+        for dist in ("lerobot-lancedb", "lancedb", "pylance"):
+            res[dist] = importlib.metadata.version(dist)
     args.out.write_text(json.dumps(res, indent=1))
     return 0
 

@@ -103,7 +103,10 @@ def time_loader(
 
     Returns:
         ``first_batch_s`` (construction + workers start + first batch, s), ``runs``
-        (samples/s of each window), ``samples_per_s`` (median), ``batches``, ``loader``.
+        (samples/s of each window), ``samples_per_s`` (median), ``cpu_s_per_sample_runs`` (CPU
+        seconds per sample of each window: this process and every descendant, workers and a
+        forkserver included, :func:`tree_cpu_s`), ``cpu_s_per_sample`` (median), ``batches``,
+        ``loader``.
     """
     t0 = time.perf_counter()
     loader = make_loader()
@@ -112,20 +115,23 @@ def time_loader(
     first = time.perf_counter() - t0
     for _ in range(warmup_batches):
         next(stream)
-    rates = []
+    rates, cpu = [], []
     for r in range(runs):
         n = 0
-        t = time.perf_counter()
+        c0, t = tree_cpu_s(), time.perf_counter()
         for _ in range(batches):
             n += batch_size_of(next(stream))
-        dt = time.perf_counter() - t
+        dt, c1 = time.perf_counter() - t, tree_cpu_s()
         rates.append(n / dt)
+        cpu.append(sum(v - c0.get(p, 0.0) for p, v in c1.items()) / n)
         log(f"  window {r + 1}/{runs}: {n} samples in {dt:.2f} s = {n / dt:.1f} samples/s")
     stream.close()  # drops the epoch's iterator: its prefetched batches are discarded
     return {
         "first_batch_s": first,
         "runs": rates,
         "samples_per_s": statistics.median(rates),
+        "cpu_s_per_sample_runs": cpu,
+        "cpu_s_per_sample": statistics.median(cpu),
         "batches": batches,
         "loader": loader,
     }

@@ -25,16 +25,15 @@ Mechanisms, and what replaces each when it is off:
   -> PyAV's ``reformat`` and one copy;
 * ``checks_on_disk``: the packet decoder's verdicts kept on disk (``_decoding/_checks.py``)
   -> each process checks again (a cost in time to the first batch, reported too);
-* ``scratch``: the decode and resize buffers kept between batches, resized through torch's
-  ``_upsample_bilinear2d_aa.out`` (``_decoding/_batch.py``) -> new buffers and
-  ``F.interpolate``;
 * ``page_rows``: a manifest page's rows read from its Arrow buffers (``manifest/_pagerows.py``)
   -> pyarrow's ``slice(i, 1).to_pylist()``.
 
 Removed after the first run, each for buying under 10 % on every row (docs/benchmarks.md): the
 frames written into the worker's next shared-memory batch (``in_place_batch``), block memory
-reused by reference count (``batch_memory``) and a mixture's per-pass permutation tables
-(``perm_tables``). ``--against DIR`` times another checkout's SDK (``before``) beside this one.
+reused by reference count (``batch_memory``), a mixture's per-pass permutation tables
+(``perm_tables``) and, after the second run, the decode and resize buffers kept between
+batches with torch's private ``_upsample_bilinear2d_aa.out`` (``scratch``).
+``--against DIR`` times another checkout's SDK (``before``) beside this one.
 
 Usage: ``.venv/bin/python -m bench.ablation [--episodes 4] [--rounds 3] [--batches 20]
 [--segments 100000] [--rows full,rend224,mixture,blocks,fleet] [--mechanisms ...]``.
@@ -60,7 +59,6 @@ MECHANISMS: dict[str, tuple[str, ...]] = {
     "packet_decoder": ("full", "rend224", "mixture", "blocks"),
     "swscale": ("full", "rend224", "mixture", "blocks"),
     "checks_on_disk": ("full", "rend224"),
-    "scratch": ("rend224", "mixture"),
     "page_rows": ("fleet",),
 }
 FLEET_SLICE = "slc_f1ee7001"
@@ -69,8 +67,6 @@ FLEET_SLICE = "slc_f1ee7001"
 def _turn_off(mechanism: str) -> dict[str, Any]:
     """Turn ``mechanism`` off in this process (and the workers it forks); returns the dataset
     options that do it, if any. ``before``: nothing (another checkout's SDK, ``--against``)."""
-    import torch
-
     if mechanism == "packet_decoder":
         return {"decoder_backend": "torchcodec"}
     if mechanism == "swscale":
@@ -82,17 +78,6 @@ def _turn_off(mechanism: str) -> dict[str, Any]:
 
         _checks.load = lambda *a, **k: None  # type: ignore[assignment]
         _checks.store = lambda *a, **k: None  # type: ignore[assignment]
-    elif mechanism == "scratch":
-        from rayform.torch._decoding import _batch
-
-        # The name _batch imported and calls: patched there, not re-exported by it.
-        resize = _batch.resize_frames  # type: ignore[attr-defined]
-
-        def fresh(frames: Any, target: Any, out: Any = None, scratch: Any = None) -> Any:
-            return resize(frames, target, out, None)
-
-        _batch.resize_frames = fresh  # type: ignore[attr-defined, assignment]
-        _batch.Scratch.get = lambda self, name, nbytes: torch.empty(nbytes, dtype=torch.uint8)  # type: ignore[method-assign]
     elif mechanism == "page_rows":
         from rayform.manifest import _pagerows
 

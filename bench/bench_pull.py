@@ -34,6 +34,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -210,11 +211,7 @@ def _run_s3(root: Path | None, jobs: int, repeats: int, curl: str) -> dict[str, 
             procs.append(local_proc)
             s3_proc, s3_url = start_server(s3_root, token, env=weed.env)
             procs.append(s3_proc)
-            from rayform.manifest import Manifest
-
-            headers = {"Authorization": f"Bearer {token}"}
-            data = httpx.get(f"{local_url}/v1/slices/{SLICE}/manifest", headers=headers).content
-            blobs = Manifest.from_bytes(data).blobs()
+            blobs = _blobs(root)
             total = sum(b.size for b in blobs.values())
             header_file = work / "auth-header"
             header_file.write_text(f"Authorization: Bearer {token}\n")
@@ -267,6 +264,16 @@ def _run_s3(root: Path | None, jobs: int, repeats: int, curl: str) -> dict[str, 
     }
 
 
+def _blobs(root: Path) -> dict[str, Any]:
+    """The distinct blobs of the demo slice of data root ``root``, by hash."""
+    from rayform_server.store import Store
+
+    store = Store(root)
+    ref = store.get_slice(SLICE)
+    assert ref is not None, f"{SLICE} is not in {root}"
+    return dict(store.load_manifest(ref["manifest"]).blobs())
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--root", type=Path, help="an existing data root with the demo slice")
@@ -308,11 +315,7 @@ def main() -> None:
             header_file = work / "auth-header"
             header_file.write_text(f"Authorization: Bearer {token}\n")
             header_file.chmod(0o600)
-            from rayform.manifest import Manifest
-
-            headers = {"Authorization": f"Bearer {token}"}
-            data = httpx.get(f"{url}/v1/slices/{SLICE}/manifest", headers=headers).content
-            blobs = Manifest.from_bytes(data).blobs()
+            blobs = _blobs(root)
             urls = [f"{url}/v1/slices/{SLICE}/blobs/{h}" for h in blobs]
             total = sum(b.size for b in blobs.values())
             rayform_s, curl_s = [], []

@@ -11,9 +11,14 @@ times ``slice_.select(where="success and quality >= 0.7 and version == 1 and dur
   positions kept), best of 5;
 * **tags**: ``'regrasp' in tags and not success``, warm, best of 5.
 
+With ``--create``, also serves the root (``rayform-server serve`` with a write token) and
+publishes ``select(where=CREATE_FILTER)`` of the parent with ``client.slices.create``: the
+seconds it takes, and the bytes the data root gained against those of its blobs (which must
+not change: no blob is written).
+
 Usage::
 
-    python bench/curation.py [--segments 1000000] [--root DIR]
+    python bench/curation.py [--segments 1000000] [--root DIR] [--create]
 
 Writes ``bench/results/curation-<N>.json``.
 """
@@ -38,6 +43,48 @@ SLICE = "slc_7c1e04aa"
 HERE = Path(__file__).resolve().parent
 FILTER = "success and quality >= 0.7 and version == 1 and duration_s > 1"
 TAGS = "'regrasp' in tags and not success"
+CREATE_FILTER = "duration_s > 1 and version == 1"
+
+
+def _bytes(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+
+def publish(root: Path) -> dict[str, object]:
+    """``client.slices.create`` of a selection of :data:`SLICE` on a served ``root``: seconds,
+    and bytes written under the root and under its blobs."""
+    import rayform
+
+    sys.path.insert(0, str(HERE.parent))  # run as a script: bench/ is not a package on the path
+    from bench._serve import serving
+
+    write = "w" + "0" * 31
+    blobs, before = _bytes(root / "blobs"), _bytes(root)
+    with (
+        tempfile.TemporaryDirectory(prefix="curation-create-") as cache,
+        serving(root, write_token=write) as (url, _),
+    ):
+        client = rayform.Client(endpoint=url, token=write, cache_dir=cache)
+        t0 = time.perf_counter()
+        parent = client.slices.get(SLICE)
+        got = time.perf_counter() - t0
+        view = parent.select(where=CREATE_FILTER)
+        t0 = time.perf_counter()
+        new = client.slices.create(view, description="bench: a published selection")
+        created = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        again = client.slices.create(view, description="bench: a published selection")
+        repeat = time.perf_counter() - t0
+    return {
+        "filter": CREATE_FILTER,
+        "kept": len(view),
+        "parent_get_cold_s": round(got, 2),
+        "create_s": round(created, 2),
+        "create_again_s": round(repeat, 2),
+        "same_id_again": again.id == new.id,
+        "bytes_written": _bytes(root) - before,
+        "blob_bytes_written": _bytes(root / "blobs") - blobs,
+    }
 
 
 def _labels(segments: object, ids: list[str], manifest: str) -> Labels:
@@ -92,6 +139,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--segments", type=int, default=1_000_000)
     ap.add_argument("--root", type=Path, default=None, help="reuse (or build) this data root")
+    ap.add_argument("--create", action="store_true", help="also time slices.create (served)")
     args = ap.parse_args()
     root = args.root or Path(tempfile.mkdtemp(prefix="curation-bench-")) / "root"
     fleet_root(root, args.segments)
@@ -118,6 +166,8 @@ def main() -> None:
         "warm_s": round(warm, 4),
         "tags_warm_s": round(tags, 4),
     }
+    if args.create:
+        result["create"] = publish(root)
     out = HERE / "results" / f"curation-{len(ids)}.json"
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n")

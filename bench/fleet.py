@@ -1,18 +1,18 @@
-"""Benchmark: a fleet-sized slice (manifest format v2) opened, indexed and fed to workers.
+"""Benchmark: a fleet-sized slice (columnar manifest pages) opened, indexed and fed to workers.
 
 Builds ``rayform-server demo --small --episodes N --share-blobs`` (N segments over the small
 demo's 4 rendered episodes), serves it on loopback, then measures, each step in a fresh
 process so its max RSS is its own:
 
 * **cold**: ``client.slices.get`` into an empty cache (root + pages fetched in parallel,
-  every page checked against its hash); seconds and MB beside the size the v1 JSON of the
-  same slice would have (computed exactly from the per-segment JSON, not built);
+  every page checked against its hash); seconds and MB beside the size one JSON document of
+  the same slice would have (as format version 1 was; computed exactly from the per-segment
+  JSON, not built);
 * **warm, offline**: ``slices.get`` seconds and the process's max RSS; ``EpisodeDataset(...)``
   construction seconds and ``len()``;
 * **loader**: ``DataLoader(num_workers=2, shuffle=True)`` over the N-segment slice and over a
   1,000-segment slice, RSS and PSS of each worker after 200 batches; and the N-segment loader
-  with ``sampler=EpisodeSampler(ds)`` instead of ``shuffle=True``;
-* **v1 for comparison**: ``Manifest.from_bytes`` of the v1 JSON of 10,000 segments.
+  with ``sampler=EpisodeSampler(ds)`` instead of ``shuffle=True``.
 
 Usage::
 
@@ -122,15 +122,6 @@ del it
 """
 )
 
-V1 = """
-import json, sys, time
-from rayform.manifest import Manifest
-data = open(sys.argv[1], "rb").read()
-t0 = time.perf_counter()
-m = Manifest.from_bytes(data)
-print(json.dumps({"seconds": time.perf_counter() - t0, "bytes": len(data), "segments": len(m.segments)}))
-"""
-
 
 def _free_port() -> int:
     with socket.socket() as s:
@@ -179,7 +170,8 @@ def _demo(root: Path, slice_id: str, episodes: int) -> float:
 def _v1_json_bytes(root: Path, slice_id: str) -> int:
     """Exact size of the v1 JSON of a shared-blob demo slice (IDs have one length, so each
     segment's JSON is as long as its pool episode's), computed without building it."""
-    from rayform.manifest import Manifest, canonical_json
+    from rayform.manifest import FORMAT as MANIFEST_FORMAT
+    from rayform.manifest import canonical_json
     from rayform_server.store import Store
 
     store = Store(root)
@@ -191,7 +183,16 @@ def _v1_json_bytes(root: Path, slice_id: str) -> int:
     per = [len(canonical_json(s.to_json())) for s in pool]
     total = sum(per[i % len(pool)] for i in range(len(pool))) * (n // len(pool))
     total += sum(per[: n % len(pool)])
-    empty = len(Manifest(segments=(), description=m.description).to_bytes())
+    empty = len(
+        canonical_json(
+            {
+                "description": m.description,
+                "format": MANIFEST_FORMAT,
+                "format_version": 1,
+                "segments": [],
+            }
+        )
+    )
     return empty + total + (n - 1)
 
 
@@ -215,24 +216,6 @@ def main() -> int:
         result["loader"] = _py(LOADER, str(cache), SLICE, "shuffle")
         result["loader_1000"] = _py(LOADER, str(cache), SMALL, "shuffle")
         result["loader_sampler"] = _py(LOADER, str(cache), SLICE, "sampler")
-        # v1 for comparison: the JSON of 10,000 of these segments.
-        from rayform_server.store import Store
-
-        store = Store(root)
-        ref = store.get_slice(SMALL)
-        assert ref is not None, f"{SMALL} is not in {root}"
-        m = store.load_manifest(ref["manifest"])
-        from rayform.manifest import Manifest
-
-        v1 = Manifest(segments=tuple(m.segments) * 10, description="")
-        # 10 copies of 1,000 segments: IDs repeat, so parse without the uniqueness check's
-        # failure: give each copy its own IDs.
-        from dataclasses import replace
-
-        segs = tuple(replace(s, id=f"seg_{i:016x}") for i, s in enumerate(v1.segments))
-        path = work / "v1.json"
-        path.write_bytes(Manifest(segments=segs, description="").to_bytes())
-        result["v1_10000"] = _py(V1, str(path))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     out = HERE / "results" / f"fleet-{args.segments}.json"

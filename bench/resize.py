@@ -27,13 +27,20 @@ the bytes a cold epoch fetches (blobs the 224 dataset reads / the full-resolutio
 and the PSNR per camera of the rendition path against decoding the original and resizing it
 (``torch.nn.functional.interpolate(mode="bilinear", antialias=True)``) to the same target.
 
+With ``--lance PYTHON`` (and ``--data bench``) each round also times ``lerobot-lancedb``'s
+``LanceDBDataset`` (``bench/_lance.py``; PYTHON: the LeRobot 0.6.1 peer venv with it, from
+``scripts/peer_lance.sh``) on the same episodes converted by its ``lerobot-lance-convert``,
+uint8 frames, at full resolution (``lance_full``) and padded to 224x224 in a transform in its
+workers (``lance224``), and reports Rayform / Lance per round.
+
 Prints samples/s per round, the ratios to ``full`` in the same round, CPU seconds per sample
 (the main process and both workers, from ``/proc``: on a shared, loaded machine wall-clock
 rates swing with other jobs, CPU per sample much less) and batch bytes per sample; writes
 ``bench/results/resize.json``. Not part of ``make bench``.
 
 Usage: ``.venv/bin/python -m bench.resize [--episodes 4] [--rounds 3] [--batches 30]
-[--renditions 240 [--bound]] [--no-transform] [--out FILE]``
+[--renditions 240 [--bound]] [--no-transform] [--data bench [--lerobot] [--lance PYTHON]]
+[--out FILE]``
 """
 
 from __future__ import annotations
@@ -54,6 +61,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader
 
+from bench import _lance
 from bench._data import BENCH, REPO, StoreClient, Workload, manifest_of, prepare, run_lerobot_row
 from bench._data import SLICE_ID as BENCH_SLICE_ID
 from bench._measure import loadavg, log
@@ -223,8 +231,11 @@ def renditions_as_videos(slice_: Slice) -> Slice:
                 st, blob=r.blob, shape=(r.height, r.width, 3), renditions=()
             )
         segments.append(dataclasses.replace(seg, streams=streams))
+    # Imported here: `--against` runs this module with an SDK from before manifest_hash.
+    from rayform.manifest import manifest_hash
+
     manifest = Manifest(segments=tuple(segments), description="renditions as videos")
-    return Slice(slice_.id, manifest.hash, manifest, slice_.client)
+    return Slice(slice_.id, manifest_hash(manifest), manifest, slice_.client)
 
 
 def dataset(data: Data, slice_: Slice, **kw: Any) -> EpisodeDataset:
@@ -362,7 +373,17 @@ def main() -> None:
         "LeRobot 0.6.1's), with float and with uint8 images; the peer venv of "
         "scripts/peer_lerobot.sh (LeRobot 0.4.4) always runs",
     )
+    ap.add_argument(
+        "--lance",
+        default=None,
+        metavar="PYTHON",
+        help="with --data bench: in every round also time lerobot-lancedb's LanceDBDataset "
+        "(the interpreter of the LeRobot 0.6.1 peer venv with it: scripts/peer_lance.sh) at "
+        "full resolution and at 224x224",
+    )
     args = ap.parse_args()
+    if args.lance and args.data != "bench":
+        ap.error("--lance needs --data bench (the LeRobot-written episodes it converts)")
     data = DEMO if args.data == "demo" else BENCH_EPISODES
     workload: Workload | None = None
     if args.data == "demo":
@@ -391,17 +412,24 @@ def main() -> None:
             slices["rend224"] = open_slice(rend_root, BENCH_SLICE_ID)
         rows["rend224"] = {"image_size": (224, 224), "resize": "pad"}
         extra = rendition_report(data, slice_, slices["rend224"])
-    rates: dict[str, list[float]] = {name: [] for name in rows}
-    cpu: dict[str, list[float]] = {name: [] for name in rows}
+    peer = _lance.Peer(workload, args.lance, log) if args.lance and workload else None
+    names = [*rows, *(peer.rows if peer else ())]
+    rates: dict[str, list[float]] = {name: [] for name in names}
+    cpu: dict[str, list[float]] = {name: [] for name in names}
     ratios: dict[str, list[float]] = {name: [] for name in rows if name != "full"}
     loads = []
     for r in range(args.rounds):
         this: dict[str, float] = {}
-        for name, kw in rows.items():
+        for name in names:
             loads.append(loadavg())
-            rate, cpu_per = time_row(
-                lambda kw=kw, name=name: loader(data, slices[name], **kw), args.batches, args.warmup
-            )
+            if name in rows:
+                rate, cpu_per = time_row(
+                    lambda name=name: loader(data, slices[name], **rows[name]),
+                    args.batches,
+                    args.warmup,
+                )
+            else:  # a peer's row, in a fresh process of its venv
+                rate, cpu_per = peer.time(name, args.batches, args.warmup)  # type: ignore[union-attr]
             log(
                 f"[bench] round {r + 1}/{args.rounds}: {name}: {rate:.1f} samples/s, "
                 f"{cpu_per * 1e3:.2f} ms CPU per sample"
@@ -411,6 +439,8 @@ def main() -> None:
             cpu[name].append(cpu_per)
         for name in ratios:
             ratios[name].append(this[name] / this["full"])
+    if peer:
+        extra.update(peer.report(), rayform_over_lance=_lance.over_lance(rates, cpu))
     if args.bound and args.renditions:
         from bench.rows import sequential_bound
 

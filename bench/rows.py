@@ -29,7 +29,7 @@ from torch.utils.data import DataLoader, Dataset
 from bench._timing import LOADER_KW, child_pids, rss_kib
 from rayform._resolution import Target
 from rayform.format import decode_table, decode_timestamps
-from rayform.manifest import Manifest
+from rayform.manifest import Manifest, manifest_hash
 from rayform.slice import Slice
 from rayform.torch import EpisodeDataset, collate
 from rayform.torch._decoding import open_intra, resize_frames
@@ -221,21 +221,19 @@ def _decode_and_resize_front_to_back(
     path: Path, idx: np.ndarray, chunk: int, target: Target
 ) -> int:
     """The packet decoder and the dataset's resize, as a DataLoader worker runs them: each
-    chunk decoded into one kept RGBA buffer, then resized to ``target`` through a kept scratch
-    into a new output (which collate would copy into the batch)."""
+    chunk decoded into one kept RGBA buffer, then resized to ``target`` into a new output
+    (which collate would copy into the batch)."""
     torch.set_num_threads(1)  # one process per core, as DataLoader workers run
     dec = open_intra(path)
     if dec is None:
         raise ValueError(f"{path} is not all-intra video")
-    sh, sw = target.plan(dec.height, dec.width).scaled
     parts = np.array_split(idx, max(1, len(idx) // chunk))  # of up to 2 * chunk - 1 frames
     most = max(len(p) for p in parts)
     buffer = np.empty((most, dec.height, dec.width, 4), dtype=np.uint8)
-    scratch = torch.empty(most * sh * sw * 4, dtype=torch.uint8)
     for part in parts:
         frames = buffer[: len(part)]
         dec.get_frames_at(part.tolist(), out=frames)
-        resize_frames(torch.from_numpy(frames).permute(0, 3, 1, 2), target, scratch=scratch)
+        resize_frames(torch.from_numpy(frames).permute(0, 3, 1, 2), target)
     return len(idx)
 
 
@@ -349,7 +347,7 @@ def construction_time(slice_: Slice, segments: int, fps: float, repeats: int = 3
         dataclasses.replace(real[i % len(real)], id=f"seg_{i:016x}") for i in range(segments)
     )
     big = Manifest(segments=segs, description="synthetic")
-    big_slice = Slice(slice_.id, big.hash, big, slice_.client)
+    big_slice = Slice(slice_.id, manifest_hash(big), big, slice_.client)
     times = []
     for _ in range(repeats):
         t = time.perf_counter()

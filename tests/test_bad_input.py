@@ -8,6 +8,7 @@ the cache is still consistent (every object hashes to its name, nothing writable
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import fcntl
 import json
@@ -26,7 +27,7 @@ from support.reliability import assert_cache_consistent
 import rayform
 from rayform import errors
 from rayform.format import hash_bytes
-from rayform.manifest import canonical_json
+from rayform.manifest import BlobRef, Manifest, canonical_json
 from rayform.torch import EpisodeDataset
 from rayform_server.store import Store
 
@@ -71,20 +72,26 @@ def bad_server(
     root = tmp_path_factory.mktemp("bad-root") / "root"
     shutil.copytree(demo_root, root)
     ref = json.loads((root / "slices" / f"{DEMO_SLICE}.json").read_bytes())
-    # Edits are made to the v1 twin of the demo's manifest (the v2 pages: test_manifest_v2.py).
-    doc = Store(root).load_manifest(ref["manifest"]).to_v1().to_json()
+    store = Store(root)
+    manifest = store.load_manifest(ref["manifest"])
+    doc = json.loads(manifest.to_bytes())  # the root: edits to it keep its pages
     _put_manifest(root, "slc_bad00001", b'{"format": "rayform.manifest", "segments": [')
     _put_manifest(root, "slc_bad00002", canonical_json({**doc, "format_version": 99}))
     good = canonical_json({**doc, "description": "tampered below"})
     _put_manifest(root, "slc_bad00003", good.replace(b"tampered", b"TAMPERED"), hash_bytes(good))
-    _put_manifest(root, "slc_bad00004", canonical_json({**doc, "segments": []}))
-    stream = doc["segments"][0]["streams"]["joints/position"]
-    blob = stream["blob"] if "blob" in stream else stream["blobs"][0]
-    size = blob["size"]
-    for sid, new_size in (("slc_bad00005", size + 100), ("slc_bad00006", size - 100)):
-        blob["size"] = new_size
-        _put_manifest(root, sid, canonical_json(doc))
-    blob["size"] = size
+    store.set_slice("slc_bad00004", store.put_manifest(Manifest(segments=())))
+    segments = list(manifest.segments)
+    stream = segments[0].streams["joints/position"]
+    for sid, new_size in (
+        ("slc_bad00005", stream.blob.size + 100),
+        ("slc_bad00006", stream.blob.size - 100),
+    ):
+        wrong = dataclasses.replace(stream, blob=BlobRef(stream.blob.hash, new_size))
+        first = dataclasses.replace(
+            segments[0], streams={**segments[0].streams, stream.name: wrong}
+        )
+        store.set_slice(sid, store.put_manifest(Manifest(segments=(first, *segments[1:]))))
+    doc = manifest.to_v1().to_json()
     # A blob whose bytes on the server no longer match their name (same size).
     victim = doc["segments"][1]["streams"]["joints/position"]
     victim_hash = (victim["blob"] if "blob" in victim else victim["blobs"][0])["hash"]

@@ -1,9 +1,10 @@
 """The public API may grow, never shrink: names and signatures checked against a snapshot.
 
 ``tests/public_api.json`` records every public name (``rayform.__all__``, ``rayform.torch``,
-``rayform.format``, ``rayform.files``, ``rayform.errors``, ``rayform.ray``, the public methods and properties
-of ``Client``, ``Slice``, ``EpisodeDataset``, ``EpisodeSampler``, ``MixtureDataset``,
-``Cache``, and of the segment model ``Segments`` and its display side ``SegmentColumns``)
+``rayform.format``, ``rayform.files``, ``rayform.errors``, ``rayform.lerobot_layout``,
+``rayform.ray``, the public methods and properties of ``Client``, ``Slice``,
+``EpisodeDataset``, ``EpisodeSampler``, ``MixtureDataset``, ``Cache``, and of the segment
+model ``Segments`` and its display side ``SegmentColumns``)
 with its call signature, and the console scripts and entry points of ``pyproject.toml``. A
 name may be added; none may disappear, and a recorded parameter keeps its name, kind and
 default (new parameters must have defaults), so code written against an earlier release keeps
@@ -34,6 +35,7 @@ MODULES = (
     "rayform.format",
     "rayform.files",
     "rayform.errors",
+    "rayform.lerobot_layout",
     "rayform.ray",
 )
 CLASSES = (

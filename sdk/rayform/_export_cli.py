@@ -12,6 +12,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from rayform import lerobot_layout
 from rayform._cliargs import ListOption, Parser, torch_module
 from rayform._resolution import RESIZE_MODES, check_size_value, parse_image_size
 from rayform.errors import InvalidArgumentError
@@ -19,7 +20,6 @@ from rayform.errors import InvalidArgumentError
 __all__ = ["add_export_parser"]
 
 FORMATS = ("lerobot",)
-LEROBOT_VERSIONS = ("3.0", "2.1")
 
 
 def _stream_pair(text: str) -> tuple[str, str]:
@@ -91,8 +91,8 @@ def add_export_parser(
     p.add_argument("--format", choices=FORMATS, required=True, help="the dataset format")
     p.add_argument(
         "--lerobot-version",
-        choices=LEROBOT_VERSIONS,
-        default="3.0",
+        choices=lerobot_layout.VERSIONS,
+        default=lerobot_layout.VERSIONS[0],
         help="LeRobot codebase version (default 3.0; 2.1 for openpi and GR00T)",
     )
     p.add_argument(

@@ -52,7 +52,8 @@ def encode_text(t_ns: np.ndarray | Sequence[int], records: Sequence[Mapping[str,
 
     Args:
         t_ns: record times, ns, ``int64 (N,)``, non-decreasing (two events may share a time).
-        records: ``N`` mappings with ``content`` (``str``) and optionally ``role``, ``style``,
+        records: ``N`` mappings with ``content`` (``str``, or ``None`` for a record that is only
+            a tool call, as LeRobot's ``say`` rows are) and optionally ``role``, ``style``,
             ``camera`` (``str`` or ``None``) and ``tool_calls`` (a list or ``None``); other keys
             are refused.
 
@@ -89,8 +90,8 @@ def _problem(d: dict[str, Any]) -> str | None:
     dt = d["dt_ns"]
     if isinstance(dt, bool) or not isinstance(dt, int) or not 0 <= dt < 2**63:
         return f"dt_ns must be an integer >= 0, got {str(dt)[:40]!r}"
-    if not isinstance(d["content"], str):
-        return f"content must be a string, got {type(d['content']).__name__}"
+    if d["content"] is not None and not isinstance(d["content"], str):
+        return f"content must be a string or null, got {type(d['content']).__name__}"
     for key in ("role", "style", "camera"):
         if d[key] is not None and not isinstance(d[key], str):
             return f"{key} must be a string or null, got {type(d[key]).__name__}"

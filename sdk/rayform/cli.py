@@ -283,6 +283,12 @@ def _cmd_cache(args: argparse.Namespace) -> int:
                 f"{du['readers']} live readers; {du['processes']} live processes in the ledger"
             )
         return 0
+    if cmd == "migrate":
+        from rayform._resolve import migrate_cache
+
+        done = migrate_cache(cache, dry_run=args.dry_run, progress=print)
+        print(done.summary(args.dry_run))
+        return 1 if done.unable else 0
     if cmd == "verify":
         report = cache.verify()
         if args.json:
@@ -502,6 +508,19 @@ def build_parser() -> argparse.ArgumentParser:
         required=True,
         metavar="SIZE",
         help="e.g. 10GB, 500MiB, 10 GB",
+    )
+    migrate = csub.add_parser(
+        "migrate",
+        parents=[common],
+        help="rewrite cached manifests of older formats so they open offline",
+        description="Rewrite every cached slice whose manifest is of an older format (version 1 "
+        "or 2, from an earlier Rayform) into the current one, from what the cache holds, so "
+        "RAYFORM_OFFLINE=1 keeps working on what was pulled. Blobs are not touched; labels "
+        "come along when their versions are cached. A slice that cannot be rewritten without "
+        "the server is named, with the command to run.",
+    )
+    migrate.add_argument(
+        "--dry-run", action="store_true", help="say what would be rewritten; write nothing"
     )
     cache.set_defaults(func=_cmd_cache)
 

@@ -47,7 +47,7 @@ from rayform.errors import (
     OfflineError,
     TransportError,
 )
-from rayform.manifest import MAX_MANIFEST_BYTES, BlobRef, ColumnarManifest, Manifest
+from rayform.manifest import MAX_MANIFEST_BYTES, BlobRef, ColumnarManifest
 from rayform.slice import Slice
 from rayform.uri import selection_expression
 
@@ -241,7 +241,7 @@ class Client:
         self._pins = Pins(4, across_nodes=False)
         self._evictor = Evictor(self.cache.root)
         self._transport_obj: Transport | None = None
-        self._manifests: dict[str, Manifest | ColumnarManifest] = {}
+        self._manifests: dict[str, ColumnarManifest] = {}
         #: Slice ID -> manifests bound by hash (``slices.get(..., manifest_hash=)``), in order:
         #: what an offline error names a pull of.
         self._bound: dict[str, tuple[str, ...]] = {}

@@ -27,23 +27,17 @@ the same hash):
 * table blob (time-series stream): ``t_ns`` (``int64 (N,)``, strictly increasing) then
   ``values`` (``(N, D)``, the stream's dtype), two ``.npy`` arrays back to back.
 
-**Manifest** (:data:`MANIFEST_FORMAT`, :data:`MANIFEST_FORMAT_VERSION`,
-:func:`canonical_json`): a JSON document whose name is the BLAKE3 of its canonical bytes
-(UTF-8, sorted keys, no whitespace); the classes that read and write it are
-:class:`rayform.Manifest`, :class:`rayform.Segment`, :class:`rayform.Stream` and
-:class:`rayform.BlobRef`.
-
-**Manifest version 2** (:data:`MANIFEST_FORMAT_VERSION_2`, :data:`PAGE_FORMAT`,
-:data:`PAGE_ROWS`): a small canonical-JSON root (the manifest's name is its BLAKE3) that lists
-pages of the segment table, each an Arrow IPC file of up to ``PAGE_ROWS`` segments named by
-its own BLAKE3. :func:`segments_to_table`, :func:`table_to_pages` and :func:`build_root` write
-it; :func:`load_manifest` reads either version (checking every page against its hash) into a
-:class:`rayform.Manifest` or a memory-mapped :class:`ColumnarManifest`; :func:`page_refs` lists
-a root's pages. Details: ``docs/manifest.md``.
-
-**Manifest version 3** (:data:`MANIFEST_FORMAT_VERSION_3`): version 2 whose page schema has a
-``renditions`` list per stream row (smaller copies of a camera video); written only when a
-stream has renditions, so a manifest without them stays version 2, byte for byte.
+**Manifest** (:data:`MANIFEST_FORMAT`, :data:`MANIFEST_FORMAT_VERSION`, :data:`PAGE_FORMAT`,
+:data:`PAGE_ROWS`, :func:`canonical_json`): a small canonical-JSON root (UTF-8, sorted keys,
+no whitespace; the manifest's name is its BLAKE3) that lists pages of the segment table, each
+an Arrow IPC file of up to ``PAGE_ROWS`` segments named by its own BLAKE3, with a
+``renditions`` list (smaller copies of a camera video; empty where none) per stream row.
+:func:`segments_to_table`, :func:`table_to_pages` and :func:`build_root` write it;
+:func:`load_manifest` reads it (checking every page against its hash) into a memory-mapped
+:class:`ColumnarManifest`; :func:`page_refs` lists a root's pages. The records it holds are
+:class:`rayform.Segment`, :class:`rayform.Stream` and :class:`rayform.BlobRef`. Only this
+format (``MANIFEST_FORMAT_VERSION``) is read: an older root is refused with the command that
+rewrites it. Details: ``docs/manifest.md``.
 
 Example::
 
@@ -72,8 +66,6 @@ from rayform._ids import (
 from rayform._textfmt import decode_text, encode_text
 from rayform.manifest import FORMAT as MANIFEST_FORMAT
 from rayform.manifest import FORMAT_VERSION as MANIFEST_FORMAT_VERSION
-from rayform.manifest import FORMAT_VERSION_2 as MANIFEST_FORMAT_VERSION_2
-from rayform.manifest import FORMAT_VERSION_3 as MANIFEST_FORMAT_VERSION_3
 from rayform.manifest import (
     PAGE_FORMAT,
     PAGE_ROWS,
@@ -90,8 +82,6 @@ __all__ = [
     "HASH_RE",
     "MANIFEST_FORMAT",
     "MANIFEST_FORMAT_VERSION",
-    "MANIFEST_FORMAT_VERSION_2",
-    "MANIFEST_FORMAT_VERSION_3",
     "PAGE_FORMAT",
     "PAGE_ROWS",
     "SEGMENT_ID_RE",

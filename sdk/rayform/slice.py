@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from rayform._boundary import argument_errors
-from rayform._ids import check_stream_names
+from rayform._ids import HASH_RE, check_stream_names
 from rayform._resolution import (
     camera_streams,
     check_image_size,
@@ -51,8 +51,8 @@ class Slice:
     Attributes:
         id: the slice ID, e.g. ``"slc_7c1e04aa"`` (a selection keeps its parent's ID).
         manifest_hash: BLAKE3 of the manifest this slice points at (pins the exact content).
-        manifest: the parsed manifest (:class:`~rayform.manifest.Manifest` for version 1; a
-            columnar, memory-mapped one for version 2).
+        manifest: the parsed manifest (a memory-mapped :class:`~rayform.manifest.ColumnarManifest`, or an
+            in-memory :class:`~rayform.manifest.Manifest`).
         client: the :class:`~rayform.Client` used to fetch its blobs (any
             :class:`~rayform._seams.BlobFetcher`).
         parent: the slice this one was selected from (``None`` for a whole slice).
@@ -194,7 +194,7 @@ class Slice:
             _, records = decode_text(
                 self.blob_path(ref).read_bytes(), what=f"text blob {ref.hash[:12]}"
             )
-            for content in dict.fromkeys(r["content"] for r in records):
+            for content in dict.fromkeys(r["content"] for r in records if r["content"] is not None):
                 counts[content] = counts.get(content, 0) + n
         return sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
 
@@ -306,6 +306,23 @@ class Slice:
             OfflineError: offline and the labels were never pulled into this cache.
         """
         return self._read_labels(None)
+
+    def labels_at(self, digest: str) -> Labels:
+        """The label set ``digest`` (a version's :attr:`~rayform.curation.Labels.hash`) on this
+        slice's manifest: from the cache when it holds it (offline too), else from the server.
+
+        Raises:
+            InvalidArgumentError: ``digest`` is not a label-set hash (64 hex digits).
+            NotFoundError: the server has no such label set for this slice.
+            OfflineError: offline and that version is not cached (``rayform pull`` caches the
+                latest).
+        """
+        if not isinstance(digest, str) or not HASH_RE.fullmatch(digest):
+            raise InvalidArgumentError(
+                f"labels_at({digest!r}): pass a label set's hash (64 hex digits), e.g. "
+                "slice_.labels.hash"
+            )
+        return self._read_labels(digest)
 
     @argument_errors
     def label(

@@ -36,7 +36,7 @@ import httpx
 
 from rayform.errors import IntegrityError, InvalidArgumentError, NotFoundError
 from rayform.format import hash_file, new_hasher
-from rayform.manifest import Manifest, Rendition, Segment, Stream
+from rayform.manifest import Rendition, Segment, Stream
 from rayform.units import human_bytes
 from rayform_server._renditions import (
     MAX_RENDITIONS,
@@ -321,12 +321,11 @@ def add_renditions(
         dataclasses.replace(seg, streams={n: _with(st, made) for n, st in seg.streams.items()})
         for seg in segments
     ]
-    version = 1 if isinstance(manifest, Manifest) else None
     # Written and moved to only if the slice still names the manifest the renditions were
     # planned from: a refused run leaves no manifest that no slice names.
     digest = store.commit_slice(
         slice_id,
-        lambda: commit_segments(store, new_segments, manifest.description, format_version=version),
+        lambda: commit_segments(store, new_segments, manifest.description),
         ref.get("description", ""),
         expect=previous,
     )

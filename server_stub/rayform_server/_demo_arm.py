@@ -25,7 +25,7 @@ import numpy as np
 
 from rayform.errors import InvalidArgumentError
 from rayform.format import ColumnarManifest, check_slice_id, hash_bytes
-from rayform.manifest import Manifest, Segment
+from rayform.manifest import Segment
 from rayform.units import human_bytes
 from rayform_server._demo_scene import Scene, State, paint_tape, table_texture
 from rayform_server._video import DEFAULT_GOP
@@ -105,7 +105,7 @@ def build_single_arm(
     *,
     seed: int = 0,
     progress: Callable[[str], None] | None = None,
-) -> Manifest | ColumnarManifest:
+) -> ColumnarManifest:
     """Generate the single-arm demo into the data root ``root`` and commit ``slice_id``, at the
     bimanual demo's ``spec`` (a ``DemoSpec``: episodes, durations, camera size)."""
     check_slice_id(slice_id, new=True)

@@ -12,7 +12,8 @@ Request handling, in order, before any file is opened:
 5. For blobs (and v2 manifest pages): the hash must be referenced by a manifest the slice names
    or once named -> else 404. For a manifest by hash: the slice must name or once have named it.
 
-Blobs are streamed from disk in 256 KiB chunks, whole or one byte range. With blobs in object
+Blobs are served by Starlette's ``FileResponse`` in 256 KiB chunks, whole or in byte ranges, behind
+the checks of :mod:`rayform_server._blobfile` (``Range``, ``If-Range``). With blobs in object
 storage (:class:`~rayform_server.blobstore.S3BlobBackend`) a blob request that passed every
 check answers ``307`` to a presigned GET URL of short expiry instead; the URL (and its
 signature) is never logged.
@@ -21,11 +22,9 @@ signature) is never logged.
 from __future__ import annotations
 
 import os
-import re
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from importlib import metadata
-from pathlib import Path
 from typing import Any
 from urllib.parse import unquote_to_bytes
 
@@ -34,14 +33,14 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from rayform.errors import InvalidArgumentError
 from rayform.format import HASH_RE, SLICE_ID_RE
-from rayform.manifest import Manifest
 from rayform_server._apierror import ApiError
+from rayform_server._blobfile import BlobFile, check_ranges
 from rayform_server._writes import MAX_BODY_BYTES, WRITE_PATHS, Writes
 from rayform_server.auth import Auth, Grant
 from rayform_server.blobstore import DEFAULT_PRESIGN_EXPIRY_S, BlobBackend
@@ -51,14 +50,10 @@ __all__ = ["DEFAULT_PRESIGN_EXPIRY_S", "MAX_TARGET_BYTES", "ApiError", "create_a
 
 #: Longest request target (path + query) accepted, in bytes.
 MAX_TARGET_BYTES = 2048
-_CHUNK = 256 * 1024
 _REFS_CACHE_SIZE = 64
 #: The error code of a ``503`` that means the object store behind the server did not answer
 #: (clients say so, instead of blaming the server's address).
 STORE_UNAVAILABLE = "store_unavailable"
-_RANGE_RE = re.compile(r"bytes=([0-9]*)-([0-9]*)")
-#: Byte positions of a ``Range`` past this are taken as this (no blob is an exabyte).
-_FAR = 10**18
 
 
 def _version() -> str:
@@ -240,6 +235,17 @@ class _Api:
         slice_id, _ = self._slice(request)
         digest = _hash_param(request, "a manifest hash, e.g. from a dataset URI")
         if not await run_in_threadpool(self.store.has_named, slice_id, digest):
+            new = await run_in_threadpool(self.store.migrated_to, digest)
+            if new is not None and await run_in_threadpool(self.store.has_named, slice_id, new):
+                # Rewritten by `rayform-server migrate`: the old bytes are in a format no
+                # SDK of this version reads, and new bytes cannot carry the old name.
+                raise ApiError(
+                    404,
+                    "not_found",
+                    f"manifest {digest} of slice {slice_id} was rewritten into the current "
+                    f"format as manifest {new} (`rayform-server migrate`): ask for {new} "
+                    "(the same segments and blobs; pin dataset URIs to it)",
+                )
             raise ApiError(
                 404,
                 "not_found",
@@ -284,7 +290,7 @@ class _Api:
             return await self._redirect(slice_id, digest)
         path = self.store.blob_path(digest)
         try:
-            size = path.stat().st_size
+            stat_result = path.stat()
         except FileNotFoundError:
             raise ApiError(
                 404,
@@ -292,33 +298,20 @@ class _Api:
                 f"blob {digest[:12]}... of slice {slice_id} is missing "
                 "from the server's data root: tell the server operator",
             ) from None
+        etag = f'"{digest}"'
         headers = {
-            "ETag": f'"{digest}"',
+            "ETag": etag,
             "Accept-Ranges": "bytes",
             "Cache-Control": "public, max-age=31536000, immutable",
         }
-        rng = request.headers.get("range")
-        if_range = request.headers.get("if-range")
-        if rng is not None and if_range is not None and not _etag_matches(if_range, digest):
-            rng = None  # RFC 9110: the client's copy changed; send everything
-        if rng is None and _etag_matches(request.headers.get("if-none-match"), digest):
+        if _etag_matches(request.headers.get("if-none-match"), digest):
             return Response(status_code=304, headers=headers)
-        start, end, status = 0, size - 1, 200
-        if rng is not None:
-            start, end = _parse_range(rng, size)
-            status = 206
-            headers["Content-Range"] = f"bytes {start}-{end}/{size}"
-        headers["Content-Length"] = str(end - start + 1)
-        if request.method == "HEAD":
-            return Response(
-                status_code=status, headers=headers, media_type="application/octet-stream"
-            )
-        return StreamingResponse(
-            _read(path, start, end + 1),
-            status_code=status,
-            headers=headers,
-            media_type="application/octet-stream",
-        )
+        ranges = request.headers.get("range")
+        if ranges is not None and request.headers.get("if-range", etag) == etag:
+            ranges = check_ranges(ranges, stat_result.st_size)
+        else:
+            ranges = None  # RFC 9110: no Range, or the client's copy is another blob: all of it
+        return BlobFile(path, stat_result, headers, ranges)
 
     async def _redirect(self, slice_id: str, digest: str) -> Response:
         """``307`` to a presigned URL for a blob kept in object storage."""
@@ -359,17 +352,7 @@ class _Api:
 
 def _referenced(manifest: Any) -> frozenset[str]:
     """Every blob hash a manifest names: its streams' blobs and their renditions."""
-    hashes = set(manifest.blobs())
-    if isinstance(manifest, Manifest):
-        hashes.update(
-            r.blob.hash
-            for seg in manifest.segments
-            for st in seg.streams.values()
-            for r in st.renditions
-        )
-    else:  # columnar: version 3 pages list renditions, version 2 pages none
-        hashes.update(manifest.rendition_blobs())
-    return frozenset(hashes)
+    return frozenset({*manifest.blobs(), *manifest.rendition_blobs()})
 
 
 def _etag_matches(header: str | None, digest: str) -> bool:
@@ -377,71 +360,6 @@ def _etag_matches(header: str | None, digest: str) -> bool:
         return False
     tags = [t.strip() for t in header.split(",")]
     return "*" in tags or f'"{digest}"' in tags
-
-
-def _position(digits: str) -> int:
-    """A byte position of a ``Range`` header: past :data:`_FAR` it is :data:`_FAR` (past the
-    end of any blob; ``int()`` of thousands of digits raises, and no answer needs them)."""
-    digits = digits.lstrip("0") or "0"
-    return _FAR if len(digits) > len(str(_FAR)) else min(int(digits), _FAR)
-
-
-def _parse_range(header: str, size: int) -> tuple[int, int]:
-    """``(first, last)`` byte positions (inclusive) of a single ``Range`` for a blob of ``size``."""
-    value = header.strip().replace(" ", "")
-    shown = value if len(value) <= 80 else f"{value[:60]}... ({len(value)} characters)"
-    unsatisfiable = {"Content-Range": f"bytes */{size}"}
-    if "," in value:
-        raise ApiError(
-            416,
-            "range_not_satisfiable",
-            "several ranges in one request are not supported: ask for one range per request",
-            unsatisfiable,
-        )
-    m = _RANGE_RE.fullmatch(value)
-    if (
-        m is None
-        or (m[1] == "" and m[2] == "")
-        or (m[1] and m[2] and _position(m[2]) < _position(m[1]))
-    ):
-        raise ApiError(
-            400,
-            "invalid_argument",
-            f"bad Range header {header[:80]!r}: use 'bytes=a-b', 'bytes=a-' or 'bytes=-n'",
-        )
-    if m[1] == "":
-        n = _position(m[2])
-        if n == 0 or size == 0:
-            raise ApiError(
-                416,
-                "range_not_satisfiable",
-                f"range {shown} selects no byte of a {size}-byte blob",
-                unsatisfiable,
-            )
-        return max(0, size - n), size - 1
-    first = _position(m[1])
-    if first >= size:
-        raise ApiError(
-            416,
-            "range_not_satisfiable",
-            f"range {shown} starts at or past the end of the {size}-byte blob",
-            unsatisfiable,
-        )
-    last = size - 1 if m[2] == "" else min(_position(m[2]), size - 1)
-    return first, last
-
-
-def _read(path: Path, start: int, stop: int) -> Iterator[bytes]:
-    """Bytes ``[start, stop)`` of ``path`` in chunks (Starlette runs this in a thread)."""
-    with path.open("rb") as f:
-        f.seek(start)
-        left = stop - start
-        while left > 0:
-            chunk = f.read(min(_CHUNK, left))
-            if not chunk:
-                break
-            left -= len(chunk)
-            yield chunk
 
 
 async def _api_error(request: Request, exc: Exception) -> Response:

@@ -46,7 +46,6 @@ from rayform.manifest import (
     FRAME_CONVENTIONS,
     TEXT_DTYPE,
     TEXT_TIMINGS,
-    Manifest,
     Rendition,
     Segment,
     Stream,
@@ -343,56 +342,34 @@ class SliceBuilder:
             quantity=data.timing,
         )
 
-    def commit(
-        self, slice_id: str, *, format_version: int | None = None
-    ) -> Manifest | ColumnarManifest:
+    def commit(self, slice_id: str) -> ColumnarManifest:
         """Write the manifest and point ``slice_id`` at it. Returns the manifest.
 
         Args:
             slice_id: the slice to create or replace.
-            format_version: 2 (the default: columnar pages, version 3 when a stream has
-                renditions) or 1 (one JSON document, for readers older than the columnar formats);
-                see :func:`commit_segments`.
         """
         check_slice_id(slice_id)
         if not self.segments:
             raise InvalidArgumentError("a slice needs at least one segment")
-        digest = commit_segments(
-            self.store, self.segments, self.description, format_version=format_version
-        )
+        digest = commit_segments(self.store, self.segments, self.description)
         self.store.set_slice(slice_id, digest, self.description)
         return self.store.load_manifest(digest)
 
 
-def commit_segments(
-    store: Store,
-    segments: Sequence[Segment],
-    description: str,
-    *,
-    format_version: int | None = None,
-) -> str:
-    """Store ``segments`` as one manifest (pages first, root last for version 2); returns its
-    hash. Points no slice at it.
+def commit_segments(store: Store, segments: Sequence[Segment], description: str) -> str:
+    """Store ``segments`` as one manifest (pages first, root last); returns its hash. Points
+    no slice at it.
 
     Args:
         store: the data root.
         segments: the manifest's segments, in order.
         description: the manifest's description.
-        format_version: 2 (the default: columnar pages; written as version 3 when a stream
-            has renditions, version 2 byte for byte otherwise), 3 (the same) or 1 (one JSON
-            document, for readers older than the columnar formats).
     """
-    if format_version is None:
-        format_version = 2
-    if format_version not in (1, 2, 3):
-        raise InvalidArgumentError(f"format_version must be 1, 2 or 3, got {format_version!r}")
-    if format_version == 1:
-        return store.put_manifest(Manifest(segments=tuple(segments), description=description))
     return commit_table(store, segments_to_table(segments), description)
 
 
 def commit_table(store: Store, table: object, description: str, page_rows: int = PAGE_ROWS) -> str:
-    """Store a segment table (``pyarrow.Table`` of the v2 page schema) as a v2 manifest;
-    returns its hash. Pages first, root last: a crash leaves no root naming a missing page."""
+    """Store a segment table (``pyarrow.Table`` of the page schema) as a manifest; returns
+    its hash. Pages first, root last: a crash leaves no root naming a missing page."""
     pages = table_to_pages(table, page_rows)  # type: ignore[arg-type]
-    return store.put_manifest_v2(build_root(table, pages, description, page_rows), pages)  # type: ignore[arg-type]
+    return store.put_pages_and_root(build_root(table, pages, description, page_rows), pages)  # type: ignore[arg-type]

@@ -36,6 +36,7 @@ from rayform.errors import RayformError
 from rayform.units import human_bytes
 from rayform_server._renditions import heights_argument
 from rayform_server.blobstore import DEFAULT_PRESIGN_EXPIRY_S, LocalBlobBackend, configure_root
+from rayform_server.migrate import add_parser as add_migrate
 
 __all__ = ["build_parser", "listen_socket", "main"]
 
@@ -308,8 +309,7 @@ def _slices(args: argparse.Namespace) -> int:
         if ref is None:
             continue
         manifest = store.load_manifest(ref["manifest"])
-        summary = getattr(manifest, "summary", None)  # v2: from the root, no page read
-        size = summary["nbytes"] if summary else sum(b.size for b in manifest.blobs().values())
+        size = manifest.summary["nbytes"]  # from the root: no page read
         print(
             f"{slice_id}  manifest {ref['manifest'][:12]}  {len(manifest.segments):4d} segments  "
             f"{human_bytes(size):>10}  {ref.get('description', '')}"
@@ -548,6 +548,7 @@ def build_parser() -> argparse.ArgumentParser:
     rend.set_defaults(func=_renditions)
 
     _add_ingest(sub)
+    add_migrate(sub)
     return parser
 
 

@@ -34,7 +34,7 @@ import numpy as np
 
 from rayform.errors import InvalidArgumentError
 from rayform.format import ColumnarManifest, check_slice_id, hash_bytes
-from rayform.manifest import Manifest, Segment
+from rayform.manifest import Segment
 from rayform.units import human_bytes
 from rayform_server._demo_arm import SINGLE_ARM_SLICE, SINGLE_ARM_STREAMS, DemoKit, build_single_arm
 from rayform_server._demo_scene import (
@@ -315,7 +315,7 @@ def build_demo(
     episodes: int | None = None,
     renditions: tuple[int, ...] = (),
     robot: str = "bimanual",
-) -> Manifest | ColumnarManifest:
+) -> ColumnarManifest:
     """Generate the demo episodes into the data root ``root`` and commit slice ``slice_id``.
 
     Deterministic: the same ``(small, seed)`` always writes the same blobs and manifest, so

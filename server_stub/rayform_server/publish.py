@@ -128,7 +128,7 @@ def publish(
         )
     created = existing is None
     if created:
-        store.put_manifest_v2(root, pages)
+        store.put_pages_and_root(root, pages)
         store.set_slice(slice_id, digest, description)
         audit(
             store,

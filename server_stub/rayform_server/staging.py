@@ -28,7 +28,7 @@ from typing import Any
 
 from rayform.errors import InvalidArgumentError
 from rayform.format import segments_to_table
-from rayform.manifest import FORMAT, Manifest, Segment, canonical_json
+from rayform.manifest import Manifest, Segment, canonical_json
 from rayform_server.builder import commit_table
 from rayform_server.store import Store
 
@@ -133,9 +133,7 @@ def staged(store: Store, batch: str) -> list[tuple[str, Segment]]:
     for path in sorted(_batch_dir(store, batch).glob("seg_*.json")):
         try:
             doc: Any = json.loads(path.read_bytes())
-            one = Manifest.from_json(
-                {"format": FORMAT, "format_version": 1, "segments": [doc["segment"]]}
-            )
+            one = Manifest.from_json({"segments": [doc["segment"]]})
             out.append((str(doc["order"]), one.segments[0]))
         except (ValueError, KeyError, TypeError) as exc:
             raise InvalidArgumentError(

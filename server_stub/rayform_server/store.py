@@ -7,6 +7,8 @@ Layout (see ``docs/layout.md``)::
     ROOT/slices/slc_xxxxxxxx.json  {"id", "manifest", "description"}: a named reference
     ROOT/slices/.lock              flock held while a reference moves (see ``set_slice``)
     ROOT/history/slc_xxxxxxxx/<hash>  one empty file per manifest the slice has named
+    ROOT/migrated/ab/<old hash>    the hash an older-format manifest was rewritten as
+                                   (``rayform-server migrate``)
     ROOT/tmp/                      staging for atomic writes (same filesystem)
 
 Every write goes to a unique temporary file under ``tmp/`` and is renamed into place, so a
@@ -121,11 +123,14 @@ class Store:
         return BlobRef(digest, size)
 
     def put_manifest(self, manifest: Manifest) -> str:
-        """Store a manifest under the hash of its canonical bytes; returns the hash."""
-        return self._put_object(manifest.to_bytes())
+        """Store an in-memory manifest's segments as a manifest (pages, then the root);
+        returns its hash."""
+        table = wire.segments_to_table(manifest.segments)
+        pages = wire.table_to_pages(table)
+        return self.put_pages_and_root(wire.build_root(table, pages, manifest.description), pages)
 
-    def put_manifest_v2(self, root: bytes, pages: list[bytes]) -> str:
-        """Store a v2 manifest: its pages first, then the root that names them; returns the
+    def put_pages_and_root(self, root: bytes, pages: list[bytes]) -> str:
+        """Store a manifest: its pages first, then the root that names them; returns the
         root's hash. Pages live beside manifests (metadata stays on the stub, whatever the
         blob backend), each under the hash of its bytes."""
         for page in pages:
@@ -243,6 +248,34 @@ class Store:
             marker.parent.mkdir(parents=True, exist_ok=True)
             write_atomic(marker, b"", mode=0o444, tmp_dir=self.root / "tmp")
 
+    def remember(self, slice_id: str, manifest_hash: str) -> None:
+        """Mark that ``slice_id`` names or once named ``manifest_hash`` (its history)."""
+        self._remember(slice_id, manifest_hash)
+
+    def forget(self, slice_id: str, manifest_hash: str) -> None:
+        """Remove the marker that ``slice_id`` once named ``manifest_hash`` (the manifest
+        stays); ``rayform-server migrate`` moves a slice's history to the rewritten hashes."""
+        self.history_path(slice_id, manifest_hash).unlink(missing_ok=True)
+
+    def migrated_path(self, manifest_hash: str) -> Path:
+        """The file ``migrated/ab/<old hash>`` holding the hash an older-format manifest was
+        rewritten as by ``rayform-server migrate``."""
+        return sharded_path(self.root / "migrated", check_hash(manifest_hash))
+
+    def record_migration(self, old: str, new: str) -> None:
+        """Remember that manifest ``old`` was rewritten as ``new`` (atomically)."""
+        path = self.migrated_path(old)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(path, check_hash(new).encode(), mode=0o644, tmp_dir=self.root / "tmp")
+
+    def migrated_to(self, manifest_hash: str) -> str | None:
+        """The hash manifest ``manifest_hash`` was rewritten as, or ``None``."""
+        try:
+            new = self.migrated_path(manifest_hash).read_text().strip()
+        except FileNotFoundError:
+            return None
+        return check_hash(new)
+
     def delete_slice(self, slice_id: str) -> None:
         """Remove the slice reference and its history (the manifests and blobs stay)."""
         self.slice_path(slice_id).unlink(missing_ok=True)
@@ -284,8 +317,13 @@ class Store:
         """The stored bytes of manifest (or page) ``digest``."""
         return self.manifest_path(digest).read_bytes()
 
-    def load_manifest(self, digest: str) -> Manifest | wire.ColumnarManifest:
-        """The manifest ``digest`` (v1 or v2; a v2 manifest's pages are mapped from disk)."""
+    def load_manifest(self, digest: str) -> wire.ColumnarManifest:
+        """The manifest ``digest``, its pages mapped from disk.
+
+        Raises:
+            ManifestError: not a manifest of the one format (an older version names
+                ``rayform-server migrate``), or it breaks the schema.
+        """
 
         def pages(refs: list[dict[str, object]]) -> list[Path]:
             return [self.manifest_path(str(r["hash"])) for r in refs]
@@ -293,7 +331,7 @@ class Store:
         return wire.load_manifest(self.read_manifest_bytes(digest), digest, pages)
 
     def page_hashes(self, digest: str) -> frozenset[str]:
-        """Hashes of the pages of manifest ``digest`` (empty for a v1 manifest)."""
+        """Hashes of the pages of manifest ``digest`` (empty for bytes of an older version)."""
         return frozenset(str(r["hash"]) for r in wire.page_refs(self.read_manifest_bytes(digest)))
 
     def has_blob(self, digest: str) -> bool:

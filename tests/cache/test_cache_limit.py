@@ -241,6 +241,48 @@ def test_windowed_shuffle_fetches_each_blob_about_once_under_a_small_cache(
     assert everywhere > 2 * windowed, (everywhere, windowed)
 
 
+def test_under_a_limit_read_ahead_fetches_the_next_window_while_one_is_read(
+    demo_server: ServerProcess, tmp_path: Path
+) -> None:
+    from rayform.torch import EpisodeSampler
+    from rayform.torch._blobs import segment_blobs
+
+    probe = rayform.Client(endpoint=demo_server.url, token=TOKEN, cache_dir=tmp_path / "probe")
+    per_segment = max(
+        sum(b.size for n in [*OBS, ACTION] for b in seg.streams[n].blobs())
+        for seg in probe.slices.get(DEMO_SLICE).segments
+    )
+    # Windows of two episodes take half the limit; the other half is the next window's.
+    client = rayform.Client(
+        endpoint=demo_server.url,
+        token=TOKEN,
+        cache_dir=tmp_path / "cache",
+        cache_limit=4 * per_segment + per_segment // 2,
+    )
+    ds = EpisodeDataset(client.slices.get(DEMO_SLICE), obs=OBS, action=ACTION, fps=15, horizon=4)
+    sampler = EpisodeSampler(ds, window=2)
+    keys = [k.sample for k in sampler]
+    order = list(dict.fromkeys(ds._index.locate(torch.tensor(keys).numpy())[0].tolist()))
+    assert len(order) >= 4
+    in_first_window = sum(
+        1 for e in ds._index.locate(torch.tensor(keys).numpy())[0] if e in order[:2]
+    )
+    assert in_first_window >= 8  # the two batches below read the first window only
+    batches = iter(DataLoader(ds, batch_size=4, sampler=sampler))
+    for _ in range(2):  # the first batch's own blobs fill what may be in flight
+        assert next(batches)["t_ns"].shape == (4,)
+        assert ds._readahead.join(30)
+    following = order[2:4]  # the second window's episodes
+    refs = [
+        ref
+        for s in following
+        for ref in segment_blobs(ds._index.segments[s], [*OBS, ACTION]).values()
+    ]
+    missing = [ref.hash[:12] for ref in refs if client.would_fetch(ref)]
+    assert missing == [], f"the next window's blobs were not fetched ahead: {missing}"
+    assert_cache_consistent(tmp_path / "cache")
+
+
 @pytest.mark.parametrize("image_size, decode_threads", [((24, 32), 0), (None, 2)])
 def test_a_batch_over_many_episodes_reads_under_a_cache_of_one_episode(
     demo_server: ServerProcess, tmp_path: Path, image_size, decode_threads: int

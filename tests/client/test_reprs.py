@@ -18,7 +18,7 @@ from rayform import DatasetURI
 from rayform import format as wire
 from rayform._net._progress import byte_bar
 from rayform._net._pull import PullReport
-from rayform.manifest import Manifest, Segment
+from rayform.manifest import Manifest, Segment, manifest_hash
 from rayform.slice import Slice
 from rayform.torch import EpisodeDataset
 from rayform_server.cli import main as server_cli
@@ -29,13 +29,13 @@ _UTC = re.compile(r"20\d\d-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} UTC")
 
 @pytest.fixture
 def slices(demo_root: Path, tmp_path: Path) -> tuple[Slice, Slice]:
-    """The demo slice as its version 2 manifest and as the version 1 twin of it."""
+    """The demo slice as its mapped manifest and as the in-memory twin of it."""
     store = Store(demo_root)
     v2 = store.load_manifest(store.get_slice(DEMO_SLICE)["manifest"])
     assert isinstance(v2, wire.ColumnarManifest)
     v1 = v2.to_v1()
     client = StoreBlobs(store, tmp_path)
-    return Slice(DEMO_SLICE, v2.hash, v2, client), Slice(DEMO_SLICE, v1.hash, v1, client)
+    return Slice(DEMO_SLICE, v2.hash, v2, client), Slice(DEMO_SLICE, manifest_hash(v1), v1, client)
 
 
 def test_segments_of_both_versions_have_the_same_reprs_and_columns(
@@ -112,7 +112,7 @@ def test_plain_text_reprs_escape_server_text_as_the_html_ones_do(
         assert not has_control(text) and len(text) < 500, text
     assert "site=\\x1b[2J\\x1b]0;title\\x07\\x0d\\x0a\\u202exxx" in repr(seg)
     assert "more characters]" in repr(seg)
-    assert repr(manifest) == f"<Manifest {manifest.hash[:12]} segments=1>"
+    assert repr(manifest) == "<Manifest segments=1>"
     assert html.escape(seg.site) in seg._repr_html_()
 
 

@@ -24,7 +24,8 @@ from rayform.format import (
 from rayform.uri._selexpr import parse_selection
 from rayform.view._api import _PREFIX_RE, _SITE_RE  # white-box: the view's own patterns
 from rayform.view._server import _RANGE_RE
-from rayform_server.app import ApiError, _parse_range
+from rayform_server._blobfile import check_ranges
+from rayform_server.app import ApiError
 from rayform_server.auth import load_tokens_file
 from rayform_server.staging import BATCH_RE
 
@@ -108,9 +109,9 @@ def test_tokens_file_fields_refuse_a_newline(tmp_path: Path, entry: dict[str, ob
 
 
 def test_range_header_refuses_a_newline() -> None:
-    assert _parse_range("bytes=0-9", 100) == (0, 9)
+    assert check_ranges("bytes=0-9", 100) == "bytes=0-9"
     with pytest.raises(ApiError):
-        _parse_range("bytes=0-9\n1", 100)
+        check_ranges("bytes=0-9\n1", 100)
 
 
 def test_view_patterns_refuse_a_newline() -> None:

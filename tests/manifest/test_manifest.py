@@ -6,9 +6,12 @@ import json
 
 import numpy as np
 import pytest
+from support.manifests import written
 
 from rayform.errors import IntegrityError, InvalidArgumentError, ManifestError
 from rayform.format import (
+    MANIFEST_FORMAT_VERSION,
+    canonical_json,
     check_hash,
     check_segment_id,
     check_slice_id,
@@ -18,8 +21,9 @@ from rayform.format import (
     encode_table,
     encode_timestamps,
     hash_bytes,
+    load_manifest,
 )
-from rayform.manifest import BlobRef, Manifest, Segment, Stream
+from rayform.manifest import BlobRef, Manifest, Segment, Stream, manifest_hash
 
 H1, H2, H3 = ("a" * 64, "b" * 64, "c" * 64)
 
@@ -64,23 +68,23 @@ def make_manifest() -> Manifest:
     return Manifest(segments=(seg,), description="test")
 
 
-def test_manifest_round_trip_is_canonical_and_hash_stable():
+def test_manifest_round_trip_is_canonical_and_hash_stable(tmp_path):
     m = make_manifest()
-    data = m.to_bytes()
-    again = Manifest.from_bytes(data, expected_hash=hash_bytes(data))
-    assert again == m
-    assert again.to_bytes() == data
-    assert b" " not in data.replace(b'"description":"test"', b"")
-    assert m.hash == hash_bytes(data)
-    assert set(m.blobs()) == {H1, H2, H3}
-    assert set(m.blobs(["ee/pose"])) == {H3}
+    root, paths = written(m, tmp_path)
+    again = load_manifest(root, hash_bytes(root), lambda refs: paths)
+    assert tuple(again.segments) == m.segments and again.description == m.description
+    assert again.to_bytes() == root == canonical_json(json.loads(root))
+    assert b" " not in root.replace(b'"description":"test"', b"")
+    assert again.hash == hash_bytes(root) == manifest_hash(m) == manifest_hash(again)
+    assert json.loads(root)["format_version"] == MANIFEST_FORMAT_VERSION == 3
+    assert set(again.blobs()) == set(m.blobs()) == {H1, H2, H3}
+    assert set(m.blobs(["ee/pose"])) == set(again.blobs(["ee/pose"])) == {H3}
+    assert Manifest.from_json(m.to_json()) == m  # the in-memory JSON round trip
 
 
 @pytest.mark.parametrize(
     "mutate, match",
     [
-        (lambda d: d.update(format="other"), "not a Rayform manifest"),
-        (lambda d: d.update(format_version=99), "format_version 99"),
         (lambda d: d["segments"][0].update(id="../etc"), "malformed segment ID"),
         (lambda d: d["segments"][0]["streams"]["cam0/rgb"].update(kind="audio"), "unknown kind"),
         (lambda d: d["segments"][0]["streams"]["ee/pose"].update(frame="enu"), "unknown frame"),
@@ -93,19 +97,43 @@ def test_manifest_round_trip_is_canonical_and_hash_stable():
         (lambda d: d["segments"].append(d["segments"][0]), "twice"),
     ],
 )
-def test_malformed_manifests_raise_manifest_error(mutate, match):
+def test_malformed_segments_raise_manifest_error(mutate, match):
     doc = make_manifest().to_json()
     mutate(doc)
     with pytest.raises(ManifestError, match=match):
-        Manifest.from_bytes(json.dumps(doc).encode())
+        Manifest.from_json(json.loads(json.dumps(doc)))
 
 
-def test_manifest_hash_mismatch_and_garbage():
-    data = make_manifest().to_bytes()
+@pytest.mark.parametrize(
+    "mutate, match",
+    [
+        (lambda d: d.update(format="other"), "not a Rayform manifest"),
+        (lambda d: d.update(format_version=99), "format_version 99 is not supported.*Upgrade"),
+        (
+            lambda d: d.update(format_version=2),
+            "format_version 2 is an older.*rayform-server migrate",
+        ),
+        (
+            lambda d: d.update(format_version=1),
+            "format_version 1 is an older.*rayform cache migrate",
+        ),
+        (lambda d: d.update(page_format="parquet"), "unknown page_format"),
+    ],
+)
+def test_malformed_roots_raise_manifest_error(tmp_path, mutate, match):
+    root, paths = written(make_manifest(), tmp_path)
+    doc = json.loads(root)
+    mutate(doc)
+    with pytest.raises(ManifestError, match=match):
+        load_manifest(canonical_json(doc), None, lambda refs: paths)
+
+
+def test_manifest_hash_mismatch_and_garbage(tmp_path):
+    root, paths = written(make_manifest(), tmp_path)
     with pytest.raises(ManifestError, match="do not match"):
-        Manifest.from_bytes(data, expected_hash="0" * 64)
+        load_manifest(root, "0" * 64, lambda refs: paths)
     with pytest.raises(ManifestError, match="not valid JSON"):
-        Manifest.from_bytes(b"\xff{")
+        load_manifest(b"\xff{", None, lambda refs: paths)
 
 
 def test_table_and_timestamp_blobs_round_trip_deterministically():

@@ -1,5 +1,5 @@
-"""Manifest format version 3: columnar pages that list renditions. Round trip and checks,
-version 2 unchanged without renditions, served, pulled and read at a training resolution,
+"""Renditions in the manifest's pages (format version 3). Round trip and checks, an empty
+renditions list where there are none, served, pulled and read at a training resolution,
 tampering refused, dataset URIs rebuilt, workers rendering renditions."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from support.fakes import StoreBlobs
 from rayform import format as wire
 from rayform.errors import IntegrityError, ManifestError
 from rayform.format import hash_bytes
-from rayform.manifest import FORMAT, Manifest, Rendition, Segment
+from rayform.manifest import Manifest, Rendition, Segment
 from rayform.slice import Slice
 from rayform.torch import EpisodeDataset
 from rayform_server.demo import build_demo
@@ -91,9 +91,9 @@ def test_version_3_round_trips_and_lists_every_rendition(
     assert root == v3.to_bytes()  # the same segments give the same bytes, hence the same name
     again = _open(root, pages, tmp_path)
     assert tuple(again.segments) == tuple(segments)  # type: ignore[attr-defined]
-    # The version 1 twin lists the same renditions; blobs() are the originals in both.
+    # The in-memory twin lists the same renditions; blobs() are the originals in both.
     v1 = v3.to_v1()
-    assert Manifest.from_bytes(v1.to_bytes()).segments == tuple(segments)
+    assert Manifest.from_json(json.loads(json.dumps(v1.to_json()))).segments == tuple(segments)
     assert v3.blobs() == v1.blobs()
     expected = {r.blob.hash for seg in segments for n in CAMS for r in seg.streams[n].renditions}
     assert (
@@ -105,14 +105,17 @@ def test_version_3_round_trips_and_lists_every_rendition(
     }
 
 
-def test_without_renditions_version_2_is_unchanged(demo_root: Path) -> None:
+def test_without_renditions_every_stream_row_lists_none(demo_root: Path) -> None:
     store = Store(demo_root)
-    v2 = store.load_manifest(store.get_slice(DEMO_SLICE)["manifest"])  # type: ignore[index]
-    assert isinstance(v2, wire.ColumnarManifest) and v2.format_version == 2
-    table = wire.segments_to_table(list(v2.segments))
-    assert "renditions" not in str(table.schema)
-    root = wire.build_root(table, wire.table_to_pages(table), v2.description)
-    assert root == v2.to_bytes() and v2.rendition_blobs() == {}
+    plain = store.load_manifest(store.get_slice(DEMO_SLICE)["manifest"])  # type: ignore[index]
+    assert isinstance(plain, wire.ColumnarManifest) and plain.format_version == 3
+    table = wire.segments_to_table(list(plain.segments))
+    assert "renditions" in str(table.schema)  # one schema, whether or not a stream has any
+    lists = table.column("streams").combine_chunks().values.field("renditions")
+    assert len(lists) > 0 and lists.null_count == 0 and len(lists.values) == 0
+    root = wire.build_root(table, wire.table_to_pages(table), plain.description)
+    assert root == plain.to_bytes() and plain.rendition_blobs() == {}
+    assert not plain.segments.has_renditions and json.loads(root)["format_version"] == 3
 
 
 @pytest.mark.parametrize(
@@ -143,9 +146,11 @@ def test_a_newer_format_version_asks_for_an_upgrade(v3: wire.ColumnarManifest) -
     data = wire.canonical_json(doc)
     with pytest.raises(ManifestError, match="Upgrade rayform"):
         wire.load_manifest(data, hash_bytes(data), lambda refs: [])
-    # An SDK that reads versions 1 and 2 sees version 3 the same way, before any page.
-    with pytest.raises(ManifestError, match="columnar pages"):
-        Manifest.from_json({"format": FORMAT, "format_version": 3, "segments": []})
+    # An older version names the command that rewrites it, also before any page.
+    for old in (1, 2):
+        data = wire.canonical_json({**doc, "format_version": old})
+        with pytest.raises(ManifestError, match="rayform-server migrate ROOT"):
+            wire.load_manifest(data, hash_bytes(data), lambda refs: [])
 
 
 # -- reading it ----------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ from support.fakes import StoreBlobs
 import rayform
 from rayform import format as wire
 from rayform.errors import InvalidArgumentError, NotFoundError
+from rayform.manifest import manifest_hash
 from rayform.slice import Slice
 from rayform.torch import EpisodeDataset
 from rayform_server.builder import SliceBuilder
@@ -23,14 +24,14 @@ ACTION = "joints/position_delta"
 
 @pytest.fixture(scope="module")
 def slices(demo_root: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Slice, Slice]:
-    """The demo slice (v2) and its v1 twin, both read straight from the store."""
+    """The demo slice (mapped pages) and its in-memory twin, both read straight from the store."""
     store = Store(demo_root)
     digest = store.get_slice(DEMO_SLICE)["manifest"]
     v2 = store.load_manifest(digest)
     assert isinstance(v2, wire.ColumnarManifest)
     v1 = v2.to_v1()
     client = StoreBlobs(store, tmp_path_factory.mktemp("select-cache"))
-    return Slice(DEMO_SLICE, digest, v2, client), Slice(DEMO_SLICE, v1.hash, v1, client)
+    return Slice(DEMO_SLICE, digest, v2, client), Slice(DEMO_SLICE, manifest_hash(v1), v1, client)
 
 
 def _ids(s: Slice) -> list[str]:
@@ -152,8 +153,9 @@ def test_a_view_pulls_only_its_own_segments_blobs(
     assert report.bytes == sum(r.size for r in want.values()) == view.stream_nbytes(["cam0/rgb"])
     cached = {p.name for p in (tmp_path / "cache" / "blobs").rglob("*") if p.is_file()}
     assert cached == set(want)
-    # A view of a version 1 manifest pulls the same blobs (its segments are objects, not columns).
-    v1 = Slice(DEMO_SLICE, parent.manifest.to_v1().hash, parent.manifest.to_v1(), client)
+    # A view of an in-memory manifest pulls the same blobs (its segments are objects, not columns).
+    twin = parent.manifest.to_v1()
+    v1 = Slice(DEMO_SLICE, manifest_hash(twin), twin, client)
     assert v1.select(sites=["lab-zurich"]).blobs(["cam0/rgb"]) == want
     again = client.pull(view, streams=["cam0/rgb"])
     assert again.fetched_blobs == 0 and again.cached_blobs == len(want)

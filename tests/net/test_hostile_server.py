@@ -15,6 +15,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -47,13 +48,16 @@ from rayform.errors import (
 )
 from rayform.format import (
     ColumnarManifest,
+    build_root,
     canonical_json,
     encode_table,
     encode_timestamps,
     hash_bytes,
+    load_manifest,
     segments_to_table,
+    table_to_pages,
 )
-from rayform.manifest import BlobRef, Segment
+from rayform.manifest import BlobRef, Manifest, Segment, upgrade_manifest
 from rayform.torch import EpisodeDataset
 from rayform_server.store import Store
 
@@ -65,7 +69,8 @@ STALL_S = 3.0
 
 @dataclasses.dataclass
 class Demo:
-    """The demo slice, honestly: its v1 document, its v2 root, its segments and their table."""
+    """The demo slice, honestly: as a version 1 document (what an older server sent), its
+    root, its segments and their table."""
 
     v1: dict[str, Any]
     root: dict[str, Any]
@@ -79,9 +84,8 @@ def demo(demo_root: Path) -> Demo:
     manifest = store.load_manifest(store.get_slice(DEMO_SLICE)["manifest"])
     assert isinstance(manifest, ColumnarManifest)
     segments = list(manifest.segments)
-    return Demo(
-        manifest.to_v1().to_json(), dict(manifest.doc), segments, segments_to_table(segments)
-    )
+    v1 = {"format": "rayform.manifest", "format_version": 1, **manifest.to_v1().to_json()}
+    return Demo(v1, dict(manifest.doc), segments, segments_to_table(segments))
 
 
 @pytest.fixture
@@ -182,7 +186,8 @@ def test_crafted_slice_reference(case: str, server: HostileServer, cache: Path) 
     assert not (cache / "refs").exists() or not list((cache / "refs").rglob(SLC))
 
 
-# -- a v1 manifest, correctly hashed -----------------------------------------------------
+# -- a version 1 manifest, correctly hashed: refused by its version; and, where a cache holds
+# one, refused field by field by the rewrite (`rayform cache migrate`) ---------------------
 V1_CASES: dict[str, Callable[[Demo], bytes]] = {
     "t0-1e400": lambda d: _raw(_v1(d, lambda m: _cam(m).update(t0_ns="@")), "@", b"1e400"),
     "t0-infinity": lambda d: _raw(_v1(d, lambda m: _cam(m).update(t0_ns="@")), "@", b"Infinity"),
@@ -241,12 +246,49 @@ V1_CASES: dict[str, Callable[[Demo], bytes]] = {
 
 @pytest.mark.parametrize("case", sorted(V1_CASES))
 def test_crafted_v1_manifest(case: str, demo: Demo, server: HostileServer, cache: Path) -> None:
-    digest = crafted_slice(server, SLC, V1_CASES[case](demo))
+    data = V1_CASES[case](demo)
+    digest = crafted_slice(server, SLC, data)
     _fails(lambda: _client(server, cache).slices.get(SLC), ManifestError, names_server=server.url)
     assert not list(cache.rglob(digest))  # nothing cached under the manifest's name
+    with pytest.raises(ManifestError) as info:
+        upgrade_manifest(data, digest, lambda refs: [])
+    message = str(info.value)
+    assert not has_control(message) and "\n" not in message and len(message) < 3000
 
 
-# -- a v2 manifest: root and Arrow pages, correctly hashed -------------------------------
+def test_an_honest_v1_manifest_is_refused_with_the_rewrite_command(
+    demo: Demo, server: HostileServer, cache: Path
+) -> None:
+    data = canonical_json(demo.v1)
+    crafted_slice(server, SLC, data)
+    error = _fails(lambda: _client(server, cache).slices.get(SLC), ManifestError)
+    assert "format_version 1 is an older format" in str(error) and "migrate" in str(error)
+    assert tuple(_segments_of(upgrade_manifest(data, None, lambda refs: []))) == tuple(
+        demo.segments
+    )
+
+
+# -- a manifest: root and Arrow pages, correctly hashed ----------------------------------
+def _crafted(server: HostileServer, slice_id: str, doc: dict[str, Any], **kw: Any) -> bytes:
+    """Serve the segments of ``doc`` (an edit of ``Demo.v1``) as a manifest of the one format,
+    pages and all; returns the root's bytes."""
+    table = segments_to_table(list(Manifest.from_json(doc).segments))
+    pages = table_to_pages(table)
+    root = build_root(table, pages, doc.get("description", ""))
+    crafted_slice(server, slice_id, root, pages={hash_bytes(p): p for p in pages}, **kw)
+    return root
+
+
+def _segments_of(upgraded: Any) -> Any:
+    """The segments of a rewritten manifest, opened from a temporary folder."""
+    folder = Path(tempfile.mkdtemp(prefix="upgraded-"))
+    paths = []
+    for page in upgraded.pages:
+        (folder / hash_bytes(page)).write_bytes(page)
+        paths.append(folder / hash_bytes(page))
+    return load_manifest(upgraded.root, upgraded.hash, lambda refs: paths).segments
+
+
 def _with_column(table: pa.Table, name: str, column: pa.Array) -> pa.Table:
     return table.set_column(table.schema.get_field_index(name), table.schema.field(name), column)
 
@@ -357,15 +399,13 @@ def test_video_row_without_timestamps_is_a_manifest_error(
 
 # -- bodies: sizes, encodings, time -------------------------------------------------------
 def test_manifest_longer_than_declared(demo: Demo, server: HostileServer, cache: Path) -> None:
-    crafted_slice(server, SLC, canonical_json(demo.v1))
-    server.answers[f"/v1/slices/{SLC}/manifest"] = Answer(
-        200, canonical_json(demo.v1), endless=True
-    )
+    root = _crafted(server, SLC, demo.v1)
+    server.answers[f"/v1/slices/{SLC}/manifest"] = Answer(200, root, endless=True)
     _fails(lambda: _client(server, cache).slices.get(SLC), ProtocolError, names_server=server.url)
 
 
 def test_gzip_bomb_manifest(demo: Demo, server: HostileServer, cache: Path) -> None:
-    crafted_slice(server, SLC, canonical_json(demo.v1))
+    _crafted(server, SLC, demo.v1)
     server.answers[f"/v1/slices/{SLC}/manifest"] = Answer(
         200, gzip_bomb(64 * 2**20), {"Content-Encoding": "gzip"}
     )
@@ -382,8 +422,7 @@ def test_page_longer_than_declared(demo: Demo, server: HostileServer, cache: Pat
 def test_trickled_metadata_ends_within_the_stall_bound(
     what: str, demo: Demo, server: HostileServer, cache: Path
 ) -> None:
-    manifest = canonical_json(demo.v1)
-    crafted_slice(server, SLC, manifest)
+    _crafted(server, SLC, demo.v1)
     path = f"/v1/slices/{SLC}" + ("/manifest" if what == "manifest" else "")
     server.answers[path] = dataclasses.replace(server.answers[path], trickle_bps=2.0)
     error = _fails(
@@ -477,7 +516,7 @@ def test_times_spanning_more_than_int64_are_a_manifest_error(
             for stream in seg["streams"].values():
                 stream.update(t0_ns=-(2**62), t1_ns=2**62)
 
-    crafted_slice(server, SLC, canonical_json(_v1(demo, extreme)))
+    _crafted(server, SLC, _v1(demo, extreme))
     slice_ = _client(server, cache).slices.get(SLC)  # in range one by one: a valid manifest
     _fails(
         lambda: EpisodeDataset(slice_, obs=["joints/position"], action=None, fps=10), ManifestError
@@ -493,7 +532,7 @@ def _garbage_video(demo: Demo, server: HostileServer) -> str:
         for seg in m["segments"]:
             seg["streams"]["cam0/rgb"]["blob"] = {"hash": digest, "size": len(garbage)}
 
-    crafted_slice(server, SLC, canonical_json(_v1(demo, swap)))
+    _crafted(server, SLC, _v1(demo, swap))
     server.answers[f"/v1/slices/{SLC}/blobs/{digest}"] = Answer(200, garbage)
     return digest
 
@@ -520,7 +559,7 @@ def _swap_blob(demo: Demo, server: HostileServer, stream: str, key: str, data: b
         for seg in m["segments"]:
             seg["streams"][stream][key] = {"hash": hash_bytes(data), "size": len(data)}
 
-    crafted_slice(server, SLC, canonical_json(_v1(demo, swap)))
+    _crafted(server, SLC, _v1(demo, swap))
     server.answers[f"/v1/slices/{SLC}/blobs/{hash_bytes(data)}"] = Answer(200, data)
 
 
@@ -623,7 +662,7 @@ def test_cli_prints_no_escape_codes(demo: Demo, server: HostileServer, cache: Pa
 
     other = "slc_00c0ffee"
     doc = _v1(demo, lambda m: [seg.update(site=ANSI) for seg in m["segments"]])
-    crafted_slice(server, other, canonical_json(doc), description=ANSI + "x" * 10_000)
+    _crafted(server, other, doc, description=ANSI + "x" * 10_000)
     server.answers["/v1/slices"] = Answer.json(
         {
             "slices": [
@@ -644,8 +683,7 @@ def test_cli_prints_no_escape_codes(demo: Demo, server: HostileServer, cache: Pa
 def test_cli_json_is_capped_like_the_rest(demo: Demo, server: HostileServer, cache: Path) -> None:
     # --json printed a server's description whole: a megabyte in one line.
     other = "slc_00c0ffee"
-    doc = canonical_json(demo.v1)
-    crafted_slice(server, other, doc, description=ANSI + "y" * 50_000)
+    doc = _crafted(server, other, demo.v1, description=ANSI + "y" * 50_000)
     server.answers["/v1/slices"] = Answer.json(
         {"slices": [{"id": other, "manifest": hash_bytes(doc), "description": "x" * 2**20}]}
     )
@@ -694,7 +732,7 @@ def test_peak_memory_stays_bounded(
             {f"/v1/slices/{SLC}/pages/{h}": Answer(200, b"", endless=True) for h in pages}
         )
     else:
-        crafted_slice(server, SLC, canonical_json(demo.v1))
+        _crafted(server, SLC, demo.v1)
         server.answers[f"/v1/slices/{SLC}"] = Answer.json(
             {"manifest": H, "manifest_size": 64 * 2**20}
         )

@@ -110,3 +110,17 @@ def test_attempts_that_each_made_progress_are_not_reported_as_a_stall() -> None:
     assert str(info.value).startswith("downloading blob z failed after ")
     assert "without progress" not in str(info.value)
     assert pace.received >= 1024
+
+
+def test_each_retry_is_logged_naming_the_operation_and_the_wait(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    answers = iter([httpx.Response(503, headers={"Retry-After": "3"})])
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return next(answers, httpx.Response(200, json={"ok": True}))
+
+    with caplog.at_level("INFO", logger="rayform.transport"):
+        assert _transport(handler, []).get_json("v1/slices", "listing slices") == {"ok": True}
+    lines = [r.getMessage() for r in caplog.records if r.name == "rayform.transport"]
+    assert lines == ["Retrying listing slices in 3 seconds as it raised RetryableError: HTTP 503."]

@@ -12,9 +12,10 @@ from support import DEMO_SLICE
 from rayform_server.demo import SINGLE_ARM_SLICE, SINGLE_ARM_STREAMS, build_demo
 from rayform_server.store import Store
 
-# The small bimanual demo's manifest hash on main before --robot existed (same encoder as this
-# checkout's tests use): the default demo must not change by a byte.
-BIMANUAL_SMALL_HASH = "31195fa0895f19b09ea651d6ff36602a69015c88e551b98359341f76dc3130f5"
+# The small bimanual demo's manifest hash before --robot existed (same encoder as this
+# checkout's tests use), in the one manifest format: what `rayform-server migrate` makes of that
+# demo's version 2 manifest 31195fa0895f19b0... The default demo must not change by a byte.
+BIMANUAL_SMALL_HASH = "43f7c061eff69cfe99210ef38e498337f5e664097368213facc83199a4caa494"
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:

@@ -18,13 +18,14 @@ import pytest
 import torch
 from support import DEMO_SLICE, TOKEN, ServerProcess, make_client
 from support.fakes import StoreBlobs
+from support.manifests import open_written
 from support.recordings import write_bag, write_lerobot_v21
 from torch.utils.data import DataLoader
 
 from rayform import InvalidArgumentError, OfflineError
 from rayform._resolution import Target, choose_rendition
 from rayform.errors import IntegrityError, ManifestError
-from rayform.manifest import Manifest
+from rayform.manifest import Manifest, manifest_hash
 from rayform.manifest._rendcols import MAX_RENDITIONS as READERS_LIMIT
 from rayform.slice import Slice
 from rayform.torch import EpisodeDataset, EpisodeSampler
@@ -49,24 +50,21 @@ KEYS = [0, 9, 31, 20, 57, 3]
 
 @pytest.fixture(scope="module")
 def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The small demo (96x128 cameras) with 48-pixel renditions; 200 is skipped. Committed as
-    version 3 (columnar), then pointed at the same segments as a version 1 manifest, which
-    these tests read (tests/test_manifest_v3.py reads version 3)."""
+    """The small demo (96x128 cameras) with 48-pixel renditions; 200 is skipped
+    (tests/test_manifest_v3.py reads its pages; these tests read its segments in memory)."""
     path = tmp_path_factory.mktemp("rend") / "root"
     with pytest.warns(RenditionSkipped, match="no 200-pixel rendition: the original is 128x96"):
         columnar = build_demo(path, DEMO_SLICE, small=True, renditions=(48, 200))
     assert columnar.format_version == 3
-    store = Store(path)
-    v1 = columnar.to_v1()
-    store.set_slice(DEMO_SLICE, store.put_manifest(v1), v1.description)
     return path
 
 
 @pytest.fixture(scope="module")
 def manifest(root: Path) -> Manifest:
+    """The slice's segments as an in-memory manifest (``Manifest``)."""
     store = Store(root)
-    m = store.load_manifest(store.get_slice(DEMO_SLICE)["manifest"])
-    assert isinstance(m, Manifest)
+    m = store.load_manifest(store.get_slice(DEMO_SLICE)["manifest"]).to_v1()
+    assert isinstance(m, Manifest) and manifest_hash(m) == store.get_slice(DEMO_SLICE)["manifest"]
     return m
 
 
@@ -84,14 +82,13 @@ def dataset(slice_: Slice, **kw) -> EpisodeDataset:
 
 def local(root: Path, manifest: Manifest) -> tuple[Slice, StoreBlobs]:
     blobs = StoreBlobs(Store(root))
-    return Slice(DEMO_SLICE, manifest.hash, manifest, blobs), blobs
+    return Slice(DEMO_SLICE, manifest_hash(manifest), manifest, blobs), blobs
 
 
 # -- ingest --------------------------------------------------------------------------------------
 def test_every_camera_gets_a_rendition_encoded_like_the_original(
     root: Path, manifest: Manifest
 ) -> None:
-    assert manifest.format_version == 1
     store = Store(root)
     for seg in manifest.segments:
         for name in CAMS:
@@ -176,22 +173,29 @@ def test_heights_are_checked_and_widths_keep_the_aspect_ratio() -> None:
 
 
 # -- the manifest --------------------------------------------------------------------------------
-def test_v1_manifest_with_renditions_round_trips_and_stays_v1_without(manifest: Manifest) -> None:
-    again = Manifest.from_bytes(manifest.to_bytes(), expected_hash=manifest.hash)
-    assert again == manifest and again.hash == manifest.hash
-    doc = json.loads(manifest.to_bytes())
+def test_renditions_round_trip_in_memory_and_through_pages(
+    manifest: Manifest, tmp_path: Path
+) -> None:
+    doc = json.loads(json.dumps(manifest.to_json()))
+    again = Manifest.from_json(doc)
+    assert again == manifest and manifest_hash(again) == manifest_hash(manifest)
     cam = doc["segments"][0]["streams"]["cam0/rgb"]
     assert cam["renditions"] == [{"blob": cam["renditions"][0]["blob"], "height": 48, "width": 64}]
     assert "renditions" not in doc["segments"][0]["streams"]["joints/position"]
-    # Without renditions a stream's JSON is today's: no key, so no manifest hash changes.
-    bare = json.loads(manifest.to_bytes())
+    assert tuple(open_written(manifest, tmp_path).segments) == manifest.segments
+    # Without renditions a stream's JSON has no key, and its page row an empty list.
+    bare = json.loads(json.dumps(manifest.to_json()))
     for seg in bare["segments"]:
         for st in seg["streams"].values():
             st.pop("renditions", None)
     plain = Manifest.from_json(bare)
     assert all(not st.renditions for seg in plain.segments for st in seg.streams.values())
-    assert b"renditions" not in plain.to_bytes()
+    assert "renditions" not in json.dumps(plain.to_json())
     assert manifest.blobs().keys() == plain.blobs().keys()  # blobs(): the originals
+    assert manifest_hash(plain) != manifest_hash(manifest)
+    (tmp_path / "plain").mkdir()
+    opened = open_written(plain, tmp_path / "plain")
+    assert tuple(opened.segments) == plain.segments and not opened.segments.has_renditions
 
 
 @pytest.mark.parametrize(
@@ -203,13 +207,13 @@ def test_v1_manifest_with_renditions_round_trips_and_stays_v1_without(manifest: 
     ],
 )
 def test_a_malformed_rendition_is_refused(manifest: Manifest, change, match: str) -> None:
-    doc = json.loads(manifest.to_bytes())
+    doc = json.loads(json.dumps(manifest.to_json()))
     change(doc["segments"][0]["streams"]["cam0/rgb"]["renditions"][0])
     with pytest.raises(ManifestError, match=match):
         Manifest.from_json(doc)
 
 
-def test_renditions_commit_as_version_3_by_default_and_version_1_on_request(tmp_path: Path) -> None:
+def test_renditions_commit_as_the_one_format(tmp_path: Path) -> None:
     store = Store(tmp_path / "root")
     b = SliceBuilder(store, renditions=(16,))
     b.add_segment(
@@ -224,13 +228,11 @@ def test_renditions_commit_as_version_3_by_default_and_version_1_on_request(tmp_
             )
         ],
     )
-    assert b.commit("slc_0a1b2c3d").format_version == 3
-    assert (
-        b.commit("slc_0a1b2c3d", format_version=2).format_version == 3
-    )  # columnar: 3 with renditions
-    assert isinstance(b.commit("slc_0a1b2c3d", format_version=1), Manifest)
-    with pytest.raises(InvalidArgumentError, match="format_version must be 1, 2 or 3"):
-        b.commit("slc_0a1b2c3d", format_version=4)
+    m = b.commit("slc_0a1b2c3d")
+    assert m.format_version == 3 and m.segments.has_renditions
+    assert [r.height for r in m.segments[0].streams["cam0/rgb"].renditions] == [16]
+    with pytest.raises(TypeError, match="format_version"):  # no other format to choose
+        b.commit("slc_0a1b2c3d", format_version=1)  # type: ignore[call-arg]
 
 
 # -- which rendition a dataset reads -------------------------------------------------------------
@@ -280,7 +282,9 @@ def test_a_rendition_its_manifest_misdescribes_is_refused(root: Path, manifest: 
         streams = {**seg.streams, "cam0/rgb": dataclasses.replace(st, renditions=(wrong,))}
         segments.append(dataclasses.replace(seg, streams=streams))
     lying = Manifest(segments=tuple(segments), description="wrong rendition size")
-    ds = dataset(Slice(DEMO_SLICE, lying.hash, lying, StoreBlobs(Store(root))), image_size=(32, 32))
+    ds = dataset(
+        Slice(DEMO_SLICE, manifest_hash(lying), lying, StoreBlobs(Store(root))), image_size=(32, 32)
+    )
     with pytest.raises(IntegrityError, match=r"holds frames of 64x48, its manifest says 54x40"):
         ds[KEYS[0]]
 

@@ -152,7 +152,12 @@ def test_range_requests_return_exact_bytes(
 def test_unsatisfiable_and_bad_ranges(demo_server: ServerProcess, video_blob: str) -> None:
     url = f"{demo_server.url}/v1/slices/{DEMO_SLICE}/blobs/{video_blob}"
     size = len(httpx.get(url, headers=_auth()).content)
-    for spec in (f"bytes={size}-", f"bytes={size + 5}-{size + 9}", "bytes=-0", "bytes=0-1,5-9"):
+    for spec in (
+        f"bytes={size}-",
+        f"bytes={size + 5}-{size + 9}",
+        "bytes=-0",
+        f"bytes={size}-,-0,{size + 1}-{size + 2}",  # several ranges, none selecting a byte
+    ):
         r = httpx.get(url, headers={**_auth(), "Range": spec})
         assert r.status_code == 416, spec
         assert r.headers["content-range"] == f"bytes */{size}"
@@ -160,6 +165,43 @@ def test_unsatisfiable_and_bad_ranges(demo_server: ServerProcess, video_blob: st
     for spec in ("bytes=9-3", "items=0-5", "bytes=-", "bytes=a-b"):
         r = httpx.get(url, headers={**_auth(), "Range": spec})
         assert r.status_code == 400 and r.json()["error"] == "invalid_argument", spec
+
+
+def test_several_ranges_are_one_multipart_answer_of_the_bytes_they_select(
+    demo_server: ServerProcess, video_blob: str
+) -> None:
+    # RFC 9110 14.6: several ranges get one 206 of media type multipart/byteranges, a part per
+    # range; a range that selects no byte is left out.
+    url = f"{demo_server.url}/v1/slices/{DEMO_SLICE}/blobs/{video_blob}"
+    full = httpx.get(url, headers=_auth()).content
+    size = len(full)
+    cases = {
+        "bytes=0-1,5-9": [(0, 1), (5, 9)],
+        f"bytes=-4, 10-19, {size}-": [(10, 19), (size - 4, size - 1)],
+    }
+    for spec, parts in cases.items():
+        r = httpx.get(url, headers={**_auth(), "Range": spec})
+        assert r.status_code == 206, spec
+        media, _, boundary = r.headers["content-type"].partition("; boundary=")
+        assert media == "multipart/byteranges" and boundary, spec
+        assert int(r.headers["content-length"]) == len(r.content)
+        assert r.content.endswith(f"--{boundary}--".encode())
+        got = []
+        for part in r.content.split(f"--{boundary}\r\n".encode())[1:]:
+            head, _, body = part.partition(b"\r\n\r\n")
+            (content_range,) = [h for h in head.split(b"\r\n") if h.startswith(b"Content-Range")]
+            first, last = map(int, content_range.split(b" ")[-1].split(b"/")[0].split(b"-"))
+            assert content_range.endswith(f"/{size}".encode())
+            assert (
+                body.removesuffix(f"--{boundary}--".encode()).removesuffix(b"\r\n")
+                == (full[first : last + 1])
+            )
+            got.append((first, last))
+        assert got == parts, spec
+    # Ranges that overlap into one are one range.
+    r = httpx.get(url, headers={**_auth(), "Range": "bytes=0-9,5-14"})
+    assert r.status_code == 206 and r.headers["content-range"] == f"bytes 0-14/{size}"
+    assert r.content == full[:15]
 
 
 def test_ranges_of_thousands_of_digits_are_answered_not_a_500(
@@ -200,6 +242,18 @@ def test_head_and_conditional_requests(demo_server: ServerProcess, video_blob: s
     # If-Range with another ETag: the range is ignored and the whole blob comes back.
     r = httpx.get(url, headers={**_auth(), "Range": "bytes=0-9", "If-Range": '"' + "0" * 64 + '"'})
     assert r.status_code == 200 and r.content == full
+    # If-Range is one strong validator (RFC 9110 13.1.5): this blob's ETag keeps the range;
+    # a weak tag, "*" or a list is no match, and the Range is not even read.
+    r = httpx.get(url, headers={**_auth(), "Range": "bytes=0-9", "If-Range": f'"{video_blob}"'})
+    assert r.status_code == 206 and r.content == full[:10]
+    for other in (f'W/"{video_blob}"', "*", f'"{video_blob}", "{"0" * 64}"'):
+        r = httpx.get(url, headers={**_auth(), "Range": "bytes=0-x", "If-Range": other})
+        assert r.status_code == 200 and r.content == full, other
+    # If-None-Match is answered before Range (RFC 9110 13.2.2).
+    r = httpx.get(
+        url, headers={**_auth(), "Range": "bytes=0-9", "If-None-Match": f'"{video_blob}"'}
+    )
+    assert r.status_code == 304 and r.content == b""
 
 
 def test_missing_or_wrong_token_is_401(demo_server: ServerProcess, video_blob: str) -> None:

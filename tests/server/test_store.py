@@ -10,7 +10,7 @@ import pytest
 
 from rayform.errors import InvalidArgumentError
 from rayform.format import decode_table, decode_timestamps, hash_bytes, hash_file
-from rayform.manifest import Manifest
+from rayform.manifest import ColumnarManifest
 from rayform_server.builder import SliceBuilder, TableData, VideoData
 from rayform_server.store import Store
 
@@ -67,12 +67,13 @@ def test_commit_writes_manifest_and_slice_reference(tmp_path: Path) -> None:
     assert (
         _files(tmp_path, "manifests") == [] and list(store.list_slices()) == []
     )  # not before commit
-    m = b.commit("slc_0000abcd", format_version=1)  # v2 commits: tests/manifest/test_manifest_v2.py
+    m = b.commit("slc_0000abcd")
     ref = store.get_slice("slc_0000abcd")
     assert ref == {"id": "slc_0000abcd", "manifest": m.hash, "description": "unit test"}
     assert hash_bytes(store.read_manifest_bytes(m.hash)) == m.hash
     loaded = store.load_manifest(m.hash)
-    assert loaded == m and isinstance(loaded, Manifest)
+    assert loaded == m and isinstance(loaded, ColumnarManifest) and loaded.format_version == 3
+    assert tuple(loaded.segments) == tuple(b.segments)
     t, v = decode_table(store.blob_path(seg.streams["joints/position"].blob.hash).read_bytes())
     assert np.array_equal(t, T) and v.shape == (20, 3)
     assert list(store.list_slices()) == ["slc_0000abcd"]
@@ -81,8 +82,8 @@ def test_commit_writes_manifest_and_slice_reference(tmp_path: Path) -> None:
     # Re-committing the same content gives the same manifest (content addressing).
     b2 = SliceBuilder(store, description="unit test")
     b2.segments = list(b.segments)
-    assert b2.commit("slc_0000abcd", format_version=1).hash == m.hash
-    assert len(_files(tmp_path, "manifests")) == 1
+    assert b2.commit("slc_0000abcd").hash == m.hash
+    assert len(_files(tmp_path, "manifests")) == 2  # the root and its one page
 
 
 def test_video_stream_stores_mp4_and_timestamps(tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from rayform.manifest import BlobRef, ColumnarManifest, Manifest
+from rayform.manifest import BlobRef, ColumnarManifest, Manifest, manifest_hash
 from rayform.slice import Slice
 from rayform_server.store import Store
 
@@ -74,4 +74,4 @@ def store_slice(
     cache_dir: Path | None = None,
 ) -> Slice:
     """A :class:`~rayform.Slice` of ``manifest`` whose blobs come from ``store``."""
-    return Slice(slice_id, manifest.hash, manifest, StoreBlobs(store, cache_dir))
+    return Slice(slice_id, manifest_hash(manifest), manifest, StoreBlobs(store, cache_dir))

@@ -1,4 +1,5 @@
-"""Read a served manifest of either version over plain HTTP (no SDK client, no cache)."""
+"""Manifests for tests: a served one read over plain HTTP (no SDK client, no cache), an
+in-memory one written and opened from a folder."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ def served_manifest(
     data: bytes | None = None,
     expected_hash: str | None = None,
 ) -> Any:
-    """The manifest of ``slice_id``, its v2 pages fetched from ``/pages/{hash}`` into a temp dir
+    """The manifest of ``slice_id``, its pages fetched from ``/pages/{hash}`` into a temp dir
     (kept for the life of the process, since the pages are memory-mapped)."""
     base = f"{base_url}/v1/slices/{slice_id}"
     if data is None:
@@ -42,5 +43,23 @@ def served_manifest(
 
 
 def as_v1(manifest: Any) -> Manifest:
-    """The same segments as a version 1 manifest."""
+    """The same segments as an in-memory manifest."""
     return manifest if isinstance(manifest, Manifest) else manifest.to_v1()
+
+
+def written(manifest: Manifest, folder: Path) -> tuple[bytes, list[Path]]:
+    """``manifest`` written in the one format into ``folder``: ``(root bytes, page paths)``."""
+    table = wire.segments_to_table(manifest.segments)
+    pages = wire.table_to_pages(table)
+    paths = []
+    for page in pages:
+        path = folder / wire.hash_bytes(page)
+        path.write_bytes(page)
+        paths.append(path)
+    return wire.build_root(table, pages, manifest.description), paths
+
+
+def open_written(manifest: Manifest, folder: Path) -> Any:
+    """``manifest`` written into ``folder`` and opened (a :class:`ColumnarManifest`)."""
+    root, paths = written(manifest, folder)
+    return wire.load_manifest(root, wire.hash_bytes(root), lambda refs: paths)

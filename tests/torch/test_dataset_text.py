@@ -228,6 +228,27 @@ def test_tokenizer_runs_in_the_workers_on_state_keys(slice_: rayform.Slice) -> N
     assert [_decoded(x) for x in hist[10]["task_input_ids"]] == ["pick the cube", "place it"]
 
 
+def test_the_tokenizer_sees_each_distinct_string_of_a_batch_once(slice_: rayform.Slice) -> None:
+    calls: list[list[str]] = []
+
+    def counting(texts: list[str]) -> dict[str, torch.Tensor]:
+        calls.append(list(texts))
+        return _bytes_tokenizer(texts)
+
+    ds = _ds(slice_, obs={"state": "joints/position", "task": "task"}, tokenizer=counting)
+    keys = list(range(len(ds)))
+    batch = ds.__getitems__(keys)
+    tasks = [s["task"] for s in batch]
+    assert len(set(tasks)) < len(tasks)  # the slice repeats its tasks
+    assert calls == [list(dict.fromkeys(tasks))]
+    # Every sample's tokens are its own string's, as a call on all of them gives.
+    whole = _bytes_tokenizer(tasks)
+    assert all(
+        torch.equal(s["task_input_ids"], row)
+        for s, row in zip(batch, whole["input_ids"], strict=True)
+    )
+
+
 def test_tokenizer_errors_say_what_is_expected(slice_: rayform.Slice) -> None:
     with pytest.raises(InvalidArgumentError, match="events are not tokenized"):
         _ds(slice_, obs=["joints/position", "language/vqa"], tokenizer=_bytes_tokenizer)

@@ -22,6 +22,7 @@ from support import DEMO_SLICE, SCRIPTS
 import rayform
 from rayform.cli import main
 from rayform.errors import InvalidArgumentError
+from rayform.lerobot_layout import BOOKKEEPING_FEATURES
 from rayform.torch import EpisodeDataset
 from rayform.torch.lerobot import _format as fmt
 from rayform.torch.lerobot import default_feature_name, export_lerobot
@@ -321,7 +322,7 @@ def test_default_export_takes_the_cameras_rate_and_names_state_and_action(
     assert "frames at 30 fps (the cameras' rate; --fps to choose) as LeRobot v3.0" in loud.stdout
     info = json.loads((out / "meta" / "info.json").read_text())
     assert info["fps"] == 30
-    features = set(info["features"]) - set(fmt.BOOKKEEPING_FEATURES)
+    features = set(info["features"]) - set(BOOKKEEPING_FEATURES)
     assert features == {
         "observation.images.cam0",
         "observation.images.wrist",

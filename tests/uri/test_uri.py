@@ -114,9 +114,9 @@ def test_digest_ignores_the_host_and_follows_data_and_arguments():
         ("rayform://h/slc_7c1e04aa?v=1", "must end in /slc_...@MANIFEST_HASH"),
         (f"rayform://user:{TOKEN}@h/slc_7c1e04aa@{HASH}?v=1", "never holds credentials"),
         (
-            f"rayform://h/slc_7c1e04aa@{HASH}?v=5&obs=a",
-            "v=5; this rayform reads v=1, v=2, v=3 and v=4",
-        ),  # v=4: keys
+            f"rayform://h/slc_7c1e04aa@{HASH}?v=6&obs=a",
+            "v=6; this rayform reads v=1, v=2, v=3, v=4 and v=5",
+        ),  # v=5: labels
         (f"rayform://h/slc_7c1e04aa@{HASH}?obs=a", "starts its query with v=1"),
         (f"rayform://h/slc_7c1e04aa@{HASH}?v=1&obs=a&select=sites:x", "select= under v=1"),
         (f"rayform://h/slc_7c1e04aa@{HASH}?v=2&{ARGS}&select=site:x", "KEY one of end_ns"),
@@ -127,6 +127,17 @@ def test_digest_ignores_the_host_and_follows_data_and_arguments():
         (f"rayform://h/slc_7c1e04aa@{HASH}?v=1&obs=a", "lacks action, action_mode, fps"),
         (f"rayform://h/slc_7c1e04aa@{HASH[:-1]}?v=1", "manifest hash"),
         (f"rayform://h/slc_7c1e04aa@{HASH}?v=1&v=1", "twice"),
+        (f"rayform://h/slc_7c1e04aa@{HASH}?v=4&{ARGS}&labels={HASH}", "labels= under v=4"),
+        (f"rayform://h/slc_7c1e04aa@{HASH}?v=5&{ARGS}&labels={HASH}", "pinned exactly when"),
+        (f"rayform://h/slc_7c1e04aa@{HASH}?v=5&{ARGS}&within=events", "pinned exactly when"),
+        (
+            f"rayform://h/slc_7c1e04aa@{HASH}?v=5&{ARGS}&labels={HASH}&within=Bad:x",
+            "not KEY or KEY:NAME",
+        ),
+        (
+            f"rayform://h/slc_7c1e04aa@{HASH}?v=5&{ARGS.replace('obs=a', 'obs=label:Ev')}",
+            "malformed stream",
+        ),
     ],
 )
 def test_parse_refuses_what_it_cannot_rebuild_exactly(uri: str, match: str):
@@ -250,3 +261,22 @@ def test_uri_without_a_host_uses_the_configured_server(client_env: ServerProcess
     again = EpisodeDataset.from_uri(hostless)
     assert again.slice.client.endpoint == client_env.url
     assert again.uri == ds.uri  # the rebuilt dataset names the server it was read from
+
+
+def test_a_uri_that_reads_labels_is_version_5_and_round_trips():
+    uri = DatasetURI(
+        endpoint=None,
+        slice_id=DEMO_SLICE,
+        manifest_hash=HASH,
+        obs=("joints/position", "label:events"),
+        action=ACTION,
+        fps=15,
+        labels="cd" * 32,
+        within="events:grasp failed",
+    )
+    text = str(uri)
+    assert "?v=5&" in text and "obs=joints/position,label:events" in text
+    assert f"labels={'cd' * 32}" in text and text.endswith("within=events:grasp%20failed")
+    assert DatasetURI.parse(text) == uri and str(DatasetURI.parse(text)) == text
+    kwargs = uri.dataset_kwargs()
+    assert kwargs["labels"] == "cd" * 32 and kwargs["within"] == "events:grasp failed"

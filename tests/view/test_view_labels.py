@@ -45,6 +45,7 @@ def test_label_from_the_page_then_filter_the_list(viewer: rayform.view.ViewServe
             "segment": ids[1],
             "labels": {"success": True, "quality": 0.8},
             "version": 1,
+            "spans": {},
         }
         episode = h.get("/api/episode", params={"segment": ids[1]}).json()
         assert (
@@ -96,3 +97,21 @@ def test_a_read_token_views_labels_but_cannot_write(
             assert h.get("/api/episode", params={"segment": seg}).json()["labels"] == {}
     finally:
         reader.stop()
+
+
+def test_time_ranges_in_seconds_added_and_removed(viewer: rayform.view.ViewServer) -> None:
+    with _http(viewer) as h:
+        seg = h.get("/api/episodes").json()["episodes"][2]["id"]
+        for t0, t1, name in ((0.25, 0.75, "slip"), (1.0, 0.5, "grasp_failed")):
+            span = {"key": "events", "t0_s": t0, "t1_s": t1, "name": name}
+            r = h.post("/api/label", json={"segment": seg, "span": span})
+            assert r.status_code == 200, r.text
+        assert r.json()["spans"] == {"events": [[0.25, 0.75, "slip"], [0.5, 1.0, "grasp_failed"]]}
+        episode = h.get("/api/episode", params={"segment": seg}).json()
+        assert episode["spans"] == r.json()["spans"] and episode["kinds"] == {"events": "spans"}
+        r = h.post("/api/label", json={"segment": seg, "unspan": {"key": "events", "index": 0}})
+        assert r.json()["spans"] == {"events": [[0.5, 1.0, "grasp_failed"]]}
+        bad = h.post("/api/label", json={"segment": seg, "unspan": {"key": "events", "index": 5}})
+        assert bad.status_code == 400 and "not one of 1 ranges" in bad.json()["error"]
+        note = {"segment": seg, "values": {"note": "x"}, "kinds": {"note": "text"}}
+        assert h.post("/api/label", json=note).json()["labels"]["note"] == "x"

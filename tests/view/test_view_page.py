@@ -316,14 +316,17 @@ def test_screenshot_of_the_episode_view(page: Page, online: rayform.Slice, tmp_p
     assert shot.stat().st_size > 50_000  # videos, plots and text; a blank page is a few kB
 
 
-def test_label_from_the_page_and_filter_on_it(
-    browser: Browser, write_server: ServerProcess, tmp_path: Path
-) -> None:
+@pytest.fixture
+def writable(write_server: ServerProcess, tmp_path: Path) -> rayform.Slice:
+    """The demo slice through a client with the write token."""
     from support import WRITE_TOKEN
 
-    slice_ = rayform.Client(
-        endpoint=write_server.url, token=WRITE_TOKEN, cache_dir=tmp_path / "c"
-    ).slices.get(DEMO_SLICE)
+    client = rayform.Client(endpoint=write_server.url, token=WRITE_TOKEN, cache_dir=tmp_path / "c")
+    return client.slices.get(DEMO_SLICE)
+
+
+def test_label_from_the_page_and_filter_on_it(browser: Browser, writable: rayform.Slice) -> None:
+    slice_ = writable
     for page in _open(browser, slice_):
         seg = _open_episode(page, 1)
         assert page.locator("#ep-label-values").text_content() == "no labels"
@@ -452,3 +455,66 @@ def test_events_are_marks_on_the_timeline_that_seek(
             True,
         ]
         assert page.locator(".text-state[data-stream='language/interjection']").count() == 0
+
+
+def test_tags_other_keys_and_time_ranges_from_the_page(
+    browser: Browser, writable: rayform.Slice
+) -> None:
+    import httpx
+
+    slice_ = writable
+    values = "() => document.querySelector('#ep-label-values').textContent"
+    for page in _open(browser, slice_):
+        seg = _open_episode(page, 1)
+        for tag in ("regrasp", "dim"):
+            page.fill("#label-tag", tag)
+            page.click("#tag-add")
+            page.wait_for_selector(f"#ep-tags .tag[data-tag='{tag}']")
+        page.click("#ep-tags .tag[data-tag='regrasp']")  # a tag's chip removes it
+        page.wait_for_function(
+            "() => [...document.querySelectorAll('#ep-tags .tag')].map(t => t.dataset.tag).join() == 'dim'"
+        )
+        for key, kind, value in (("grade", "category", "bad"), ("score", "number", "0.5"),
+                                 ("note", "text", "slipped at the handover")):  # fmt: skip
+            page.fill("#label-key", key)
+            page.select_option("#label-kind", kind)
+            page.fill("#label-value", value)
+            page.click("#label-set")
+            page.wait_for_function(f"() => ({values})().includes('{key}=')")
+        # A range: [ at 0.5 s, ] at 1.25 s, named; shown as a bar on the timeline.
+        page.fill("#span-name", "grasp_failed")
+        page.evaluate("document.activeElement.blur(); rayformView.seek(0.5)")
+        page.keyboard.press("[")
+        page.evaluate("rayformView.seek(1.25)")
+        page.keyboard.press("]")
+        bar = page.wait_for_selector(
+            ".span-row[data-key='events'] .span-bar[data-name='grasp_failed']"
+        )
+        assert bar is not None and float(str(bar.get_attribute("data-t0"))) == 0.5
+        # A second range, removed again by shift-clicking its bar.
+        page.fill("#span-name", "slip")
+        page.evaluate("document.activeElement.blur(); rayformView.seek(1.5)")
+        page.click("#span-start")
+        page.evaluate("rayformView.seek(1.75)")
+        page.click("#span-end")
+        slip = page.wait_for_selector(".span-bar[data-name='slip']")
+        assert slip is not None
+        slip.click(modifiers=["Shift"])
+        page.wait_for_function("() => !document.querySelector(\".span-bar[data-name='slip']\")")
+        assert page.locator(".span-bar").count() == 1
+        page.evaluate("document.activeElement.blur()")
+        page.keyboard.press("s")  # the success shortcut
+        page.wait_for_function(f"() => ({values})().includes('success=true')")
+        # Without the page's secret, the same write is refused.
+        base = page.url.split("?")[0]
+        body = {"segment": seg, "span": {"key": "events", "t0_s": 0, "t1_s": 1, "name": "x"}}
+        assert httpx.post(f"{base}api/label", json=body, timeout=30).status_code == 403
+        page.evaluate("document.querySelector('#status').textContent = ''")
+    labels = slice_.labels
+    start = slice_.segment(seg).start_ns
+    assert labels[seg]["tags"] == ["dim"] and labels[seg]["grade"] == "bad"
+    assert labels[seg]["score"] == 0.5 and labels.kinds["note"] == "text"
+    assert labels[seg]["note"] == "slipped at the handover" and labels[seg]["success"] is True
+    assert labels.spans(seg, "events") == [
+        (start + 500_000_000, start + 1_250_000_000, "grasp_failed")
+    ]

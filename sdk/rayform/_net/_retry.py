@@ -16,11 +16,15 @@ connection errors, timeouts, ``5xx`` and ``429``:
 * a download that another one of the same store on this host has just found stalled gives up
   with it (:mod:`rayform._net._outage`).
 
-The loop is tenacity's (``Retrying``); this module gives it the rules as its hooks: ``retry``
-(only :class:`RetryableError`), ``wait`` (the backoff, capped at :data:`BACKOFF_CAP_S`, or the
-``Retry-After``), ``stop`` (the attempts, and a stop that reads the time since the last
-progress, plus the wait ahead, against the stall bound), ``before_sleep`` (the log line) and
-``retry_error_callback`` (the error naming the side that failed).
+The loop is tenacity's (``Retrying``), and so are the strategies where one fits: ``retry``
+(only :class:`RetryableError`), ``wait`` (``wait_random_exponential`` capped at
+:data:`BACKOFF_CAP_S`, or the ``Retry-After`` never below ``wait_exponential``'s upper end),
+``stop`` (``stop_after_attempt`` combined with ``|`` with a stop that reads the time since the
+last progress, plus the wait ahead, against the stall bound), ``before_sleep``
+(``before_sleep_log``) and ``retry_error_callback`` (the error naming the side that failed).
+What tenacity cannot say is a small strategy object of its own kind: busy answers are tries
+but not attempts (tenacity's strategies are shown the state numbered by the attempts), the
+two bounds on the wait, and the stall bound's clock.
 
 The error that ends it names the side that failed, by host only (a presigned URL's signature
 is a credential): the Rayform server (``RAYFORM_ENDPOINT``), the object store behind it (the
@@ -29,14 +33,16 @@ server said so in its ``503``), or the object store the server redirected the do
 
 from __future__ import annotations
 
+import copy
 import logging
-import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal, NoReturn, Protocol, TypeVar
 
 import tenacity
+from tenacity.stop import stop_base
+from tenacity.wait import wait_base
 
 from rayform._net._pace import Pace
 from rayform.errors import TransportError
@@ -170,7 +176,13 @@ def _sided(what: str, n: int, detail: str, exc: RetryableError, policy: RetryPol
 
 
 class _Tries:
-    """The state of one operation's tries, and tenacity's hooks that read it."""
+    """The state of one operation's tries that tenacity does not keep.
+
+    tenacity numbers every try; a "come back later" answer is a try but not an attempt, so
+    the attempts used up are counted here (its ``after`` hook, which runs before the wait and
+    the stop) and tenacity's own strategies are shown the state numbered by them
+    (:meth:`by_attempts`).
+    """
 
     def __init__(self, policy: RetryPolicy, what: str, pace: Pace, watch: Watch | None) -> None:
         self.policy = policy
@@ -178,56 +190,34 @@ class _Tries:
         self.pace = pace
         self.watch = watch
         self.counted = 0  # failures that use up an attempt
-        self.ending: tuple[str, float | None, str | None] = ("attempts", None, None)
+        #: Why the watch ended the operation, once it has.
+        self.watch_reason: str | None = None
         #: The last failure that named a side behind the server (its object store): a later
         #: try's plain timeout, while the server waits on that store, blames the same side.
         self.behind: RetryableError | None = None
 
     @staticmethod
-    def _failure(rs: tenacity.RetryCallState) -> RetryableError:
+    def failure(rs: tenacity.RetryCallState) -> RetryableError:
+        """The failure of the try that just ended."""
         exc = rs.outcome.exception() if rs.outcome is not None else None
         assert isinstance(exc, RetryableError)  # retry_if_exception_type(RetryableError)
         return exc
 
-    def wait(self, rs: tenacity.RetryCallState) -> float:
-        exc = self._failure(rs)
+    def count(self, rs: tenacity.RetryCallState) -> None:
+        """Count the failure unless the server was busy (tenacity's ``after`` hook)."""
+        exc = self.failure(rs)
         if exc.side in ("store", "direct"):
             self.behind = exc
         self.counted += 0 if exc.busy else 1
-        backoff = min(BACKOFF_CAP_S, self.policy.backoff_s * 2.0 ** min(self.counted, 16))
-        if exc.retry_after is not None:
-            # A Retry-After never makes us ask sooner than our own backoff: busy answers use
-            # up no attempt, so a tiny one would have us ask again and again until the bound.
-            return max(exc.retry_after, backoff)
-        # Our own backoff leaves the next try half the time left: a try that made progress
-        # just now must not be given up because the draw ran past the bound.
-        return min(random.uniform(0, backoff), max(self.pace.left_s(), 0.0) / 2)
 
-    def stop(self, rs: tenacity.RetryCallState) -> bool:
-        """Give up: attempts used up, the next try would start past the stall bound (a stop
-        that reads the time since the last progress), or the watch says so."""
-        reason = self.watch.check(self.pace) if self.watch is not None else None
-        if reason is not None:
-            self.ending = ("watch", None, reason)
-        elif self.counted >= self.policy.attempts:
-            self.ending = ("attempts", None, None)
-        elif self.pace.silent_s() + rs.upcoming_sleep >= self.policy.stall_timeout_s:
-            self.ending = ("stall", rs.upcoming_sleep, None)
-        else:
-            return False
-        return True
-
-    def before_sleep(self, rs: tenacity.RetryCallState) -> None:
-        exc = self._failure(rs)
-        log.info(
-            "retrying %s (attempt %d) in %.1f s: %s",
-            self.what,
-            rs.attempt_number,
-            rs.upcoming_sleep,
-            exc.reason,
-        )
+    def by_attempts(self, rs: tenacity.RetryCallState) -> tenacity.RetryCallState:
+        """A copy of ``rs`` whose ``attempt_number`` is the attempts used up."""
+        numbered = copy.copy(rs)
+        numbered.attempt_number = self.counted
+        return numbered
 
     def sleep(self, seconds: float) -> None:
+        """Sleep (tenacity's ``sleep``); a fake sleep (tests) counts as elapsed time."""
         if self.policy.sleep is None:
             time.sleep(seconds)
         else:
@@ -235,16 +225,19 @@ class _Tries:
             self.pace.slept += seconds
 
     def give_up(self, rs: tenacity.RetryCallState) -> NoReturn:
-        exc = self._failure(rs)
-        kind, wait_s, reason = self.ending
+        """Raise the error that names the side and the rule (``retry_error_callback``).
+
+        The stops are tried in order (watch, attempts, stall bound) and the first that holds
+        ends the operation, so the rule is the first of them that holds now.
+        """
+        exc = self.failure(rs)
         n = rs.attempt_number
-        if kind == "watch":
-            assert reason is not None
+        if self.watch_reason is not None:
             # The last try's own failure first (what this fetch saw), then why no more tries.
-            detail = f"{exc.reason}; then {reason}"
+            detail = f"{exc.reason}; then {self.watch_reason}"
             side = self.behind if exc.side == "server" and self.behind is not None else exc
             raise TransportError(_sided(self.what, n, detail, side, self.policy)) from None
-        if kind == "attempts":
+        if self.counted >= self.policy.attempts:
             raise TransportError(
                 _message(self.what, n, exc, self.policy, self.pace, None)
             ) from None
@@ -253,7 +246,78 @@ class _Tries:
                 f"{exc.reason}; nothing counted for {self.pace.silent_s():.0f} s "
                 f"({self.pace.why()})"
             )
+        wait_s = rs.upcoming_sleep
         raise TransportError(_message(self.what, n, exc, self.policy, self.pace, wait_s)) from None
+
+
+class _Backoff(wait_base):
+    """The wait before the next try: tenacity's full-jitter exponential backoff, or the
+    server's ``Retry-After``.
+
+    Kept as our own strategy because tenacity has no rule for either bound: a
+    ``Retry-After`` never makes us ask sooner than the upper end of the backoff (busy answers
+    use up no attempt, so a tiny one would have us ask again and again until the stall
+    bound), and our own backoff leaves the next try half the time left (a try that made
+    progress just now must not be given up because the draw ran past the bound).
+    """
+
+    def __init__(self, tries: _Tries) -> None:
+        # The first failure's window is twice the base (the base is the window before any
+        # failure, which a busy answer sees); tenacity numbers it 1, its exponent 0.
+        first = 2.0 * tries.policy.backoff_s
+        self.tries = tries
+        self.jittered = tenacity.wait_random_exponential(multiplier=first, max=BACKOFF_CAP_S)
+        self.upper = tenacity.wait_exponential(multiplier=first, max=BACKOFF_CAP_S)
+
+    def __call__(self, retry_state: tenacity.RetryCallState) -> float:
+        """Seconds to wait before the next try."""
+        numbered = self.tries.by_attempts(retry_state)
+        retry_after = self.tries.failure(retry_state).retry_after
+        if retry_after is not None:
+            return max(retry_after, self.upper(numbered))
+        return min(self.jittered(numbered), max(self.tries.pace.left_s(), 0.0) / 2)
+
+
+class _OnAttempts(stop_base):
+    """A tenacity stop applied to the attempts used up rather than the tries made."""
+
+    def __init__(self, tries: _Tries, stop: stop_base) -> None:
+        self.tries = tries
+        self.stop = stop
+
+    def __call__(self, retry_state: tenacity.RetryCallState) -> bool:
+        """Whether the attempts are used up."""
+        return self.stop(self.tries.by_attempts(retry_state))
+
+
+class _StallBound(stop_base):
+    """Stop when the next try would start past the stall bound.
+
+    Kept as our own strategy because tenacity's ``stop_before_delay`` measures from the first
+    try, and the bound is on the time since the last progress (which the minimum rate
+    decides, :class:`~rayform._net._pace.Pace`) plus the wait tenacity has just computed.
+    """
+
+    def __init__(self, tries: _Tries) -> None:
+        self.tries = tries
+
+    def __call__(self, retry_state: tenacity.RetryCallState) -> bool:
+        """Whether the next try would start past the bound."""
+        silent_s = self.tries.pace.silent_s()
+        return silent_s + retry_state.upcoming_sleep >= self.tries.policy.stall_timeout_s
+
+
+class _Watched(stop_base):
+    """Stop when the watch says so (another download of the store just found it stalled)."""
+
+    def __init__(self, tries: _Tries, watch: Watch) -> None:
+        self.tries = tries
+        self.watch = watch
+
+    def __call__(self, retry_state: tenacity.RetryCallState) -> bool:
+        """Whether the watch ends the operation (asked once per failure: it may claim)."""
+        self.tries.watch_reason = self.watch.check(self.tries.pace)
+        return self.tries.watch_reason is not None
 
 
 def check_first(policy: RetryPolicy, what: str, pace: Pace, watch: Watch | None) -> None:
@@ -294,12 +358,23 @@ def run_with_retries(
     pace = pace if pace is not None else Pace(policy.stall_timeout_s)
     check_first(policy, what, pace, watch)
     tries = _Tries(policy, what, pace, watch)
+    stop: stop_base = _OnAttempts(
+        tries, tenacity.stop_after_attempt(policy.attempts)
+    ) | _StallBound(tries)
+    if watch is not None:
+        stop = _Watched(tries, watch) | stop
     retrying = tenacity.Retrying(
         retry=tenacity.retry_if_exception_type(RetryableError),
-        wait=tries.wait,
-        stop=tries.stop,
-        before_sleep=tries.before_sleep,
+        after=tries.count,
+        wait=_Backoff(tries),
+        stop=stop,
+        before_sleep=tenacity.before_sleep_log(log, logging.INFO),
         sleep=tries.sleep,
         retry_error_callback=tries.give_up,
+        name=what,
     )
-    return retrying(lambda: fn(max(pace.left_s(), 0.05)))
+    # tenacity's loop form: the log names the operation (``name``), not a lambda.
+    for attempt in retrying:
+        with attempt:
+            result = fn(max(pace.left_s(), 0.05))
+    return result

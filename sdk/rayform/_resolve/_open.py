@@ -1,6 +1,6 @@
-"""Open a manifest of either version from the cache, fetching a v2 manifest's pages.
+"""Open a manifest from the cache, fetching its pages.
 
-A v2 root lists its pages by hash; each page is fetched (in parallel), checked against its
+A root lists its pages by hash; each page is fetched (in parallel), checked against its
 hash and size before it enters the cache (:meth:`~rayform.cache.Cache.put_manifest`), and then
 memory-mapped from there. Pages already cached (a slice version sharing most segments with one
 opened before) are not fetched again, and pages this user has opened before are not checked
@@ -18,7 +18,7 @@ from typing import Any
 
 from rayform.cache import Cache
 from rayform.errors import CacheError, IntegrityError, OfflineError
-from rayform.manifest import CheckMarks, ColumnarManifest, Manifest, load_manifest
+from rayform.manifest import CheckMarks, ColumnarManifest, load_manifest
 
 __all__ = ["PAGE_JOBS", "open_manifest"]
 
@@ -59,14 +59,14 @@ def open_manifest(
     fetch_page: Callable[[str, int], bytes] | None,
     jobs: int = PAGE_JOBS,
     pull: str | None = None,
-) -> Manifest | ColumnarManifest:
-    """Parse manifest bytes ``data`` (already named ``digest``); fetch missing v2 pages.
+) -> ColumnarManifest:
+    """Parse manifest bytes ``data`` (already named ``digest``); fetch missing pages.
 
     Args:
         cache: where pages are cached and mapped from.
         slice_id: for messages.
         digest: the manifest's hash (checked against ``data``).
-        data: v1 JSON or a v2 root.
+        data: the root's bytes.
         fetch_page: downloads a page's bytes by hash, reading at most its declared size
             (``fetch_page(hash, size)``); ``None`` offline.
         jobs: pages fetched in parallel.

@@ -60,6 +60,10 @@ HEARTBEAT_S = 2.0
 #: Default seconds a claim's record must stay unchanged before others take it over.
 STALE_S = 15.0
 _RECORD_BYTES = 256  # one length for every record: a stale cached size never cuts a read
+#: Seconds between two looks at another process's claim: the first look soon (most downloads
+#: a reader waits for are a blob read-ahead started a moment ago, done in tens of ms), then
+#: doubling up to ``_POLL_S``, which bounds what a long wait costs a network filesystem.
+_FIRST_POLL_S = 0.005
 _POLL_S = 0.25
 _SUFFIX = ".claim"
 
@@ -345,6 +349,7 @@ def blob_claim(
     root, key = path.parent.parent, f"claims/{path.name}"
     last_progress = time.monotonic()
     last_bytes = -1
+    poll_s = _FIRST_POLL_S
     while True:
         try:
             held = _create(path, mode, heartbeat_s)
@@ -369,7 +374,8 @@ def blob_claim(
             break  # alive, beating, downloading nothing: do not wait for a stalled store
         if check is not None:
             check()
-        time.sleep(_POLL_S)
+        time.sleep(poll_s)
+        poll_s = min(2 * poll_s, _POLL_S)
     observer().forget(root, key)  # what we saw of a claim we no longer wait on
     if held is None:
         yield Claimed(None, taken_from)

@@ -60,5 +60,5 @@ def text_column(segments: Segments, stream: str, read_blob: ReadBlob) -> TextCol
     for i in used.tolist():
         ref = blobs[i]
         _, records = decode_text(read_blob(ref), what=f"text blob {ref.hash[:12]}")
-        contents[i] = frozenset(str(r["content"]) for r in records)
+        contents[i] = frozenset(r["content"] for r in records if r["content"] is not None)
     return TextColumn(codes, contents)

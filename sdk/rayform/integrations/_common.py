@@ -33,7 +33,7 @@ def sample_spec(ds: EpisodeDataset | MixtureDataset) -> dict[str, tuple[str, tup
 def dataset_profile(ds: EpisodeDataset) -> dict[str, Any]:
     """The slice as the dataset uses it: episodes, hours, sites, samples, manifest hash.
 
-    For a version 2 manifest the counts come from its columns (vectorised: no
+    For a mapped manifest the counts come from its columns (vectorised: no
     :class:`~rayform.manifest.Segment` per episode), so a million-episode slice profiles in
     a fraction of a second.
     """

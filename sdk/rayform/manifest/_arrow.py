@@ -2,7 +2,7 @@
 manifest package needs.
 
 ``import rayform`` does not import pyarrow (its import is a noticeable share of a fresh
-process's start): a v1 slice may never need it, and code that opens a v2 manifest calls
+process's start): a process that opens no manifest never needs it, and code that opens one calls
 :func:`load` first. The conversions read Arrow buffers directly, because pyarrow's own
 ``to_numpy`` and ``pa.array(ndarray)`` may import pandas, a much longer import still.
 """

@@ -1,6 +1,6 @@
 """Which blobs reading some streams at a training resolution needs, from the columns.
 
-One path for every manifest version (a version 1 manifest's segments are columns too): per
+One path for every manifest (an in-memory manifest's segments are columns too): per
 stream row, the video's first (smallest) rendition that covers the target, else the original,
 with its timestamps blob, and a table's blob, in the order a pass over the segments would meet
 them, with no :class:`~rayform.manifest._model.Segment` built. ``rayform._resolution`` decides

@@ -1,6 +1,6 @@
 """Marks of manifests already checked, so that a warm open does not check its pages again.
 
-A v2 manifest's pages are checked in full the first time they are opened
+A manifest's pages are checked in full the first time they are opened
 (:mod:`rayform.manifest._pagecheck`, and the whole-manifest checks of segment IDs), which for a
 fleet slice of a million segments is most of a warm open's time. Their bytes cannot change under their name
 without their file changing: a page enters the cache only after its BLAKE3 hash is checked

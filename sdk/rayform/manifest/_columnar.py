@@ -1,12 +1,14 @@
-"""Manifest format version 2: the segment table as Apache Arrow IPC pages.
+"""The manifest format (``format_version`` 3): the segment table as Apache Arrow IPC pages.
 
-Version 3 is the same with a ``renditions`` list per stream row (``_rendcols``).
+A manifest is a small canonical-JSON *root* (named by the BLAKE3 of its bytes) that lists
+*pages*: Arrow IPC files of up to ``page_rows`` segments each, every page named by the BLAKE3
+of its bytes. One row is one segment; its ``streams`` column is a list of structs, one per
+stream (sorted by name), whose flattened child is the stream table, with a ``renditions`` list
+per stream row (``_rendcols``). See ``docs/manifest.md``.
 
-A v2 manifest is a small canonical-JSON *root* (named, like v1, by the BLAKE3 of its bytes)
-that lists *pages*: Arrow IPC files of up to ``page_rows`` segments each, every page named by
-the BLAKE3 of its bytes. One row is one segment; its ``streams`` column is a list of structs,
-one per stream (sorted by name), whose flattened child is the stream table. See
-``docs/manifest.md``.
+This is the only format read and written: a root of an older version (1, one JSON document;
+2, pages without ``renditions``) is refused with the command that rewrites it
+(:data:`MIGRATE_HINT`; the rewrite itself is ``_legacy``).
 
 Pages are opened by memory map: opening a slice of 1,000,000 segments reads the root, maps the
 pages and builds no Python object per segment; :class:`~rayform.manifest._segments.Segments` materialises a
@@ -31,6 +33,7 @@ from rayform.manifest._checkmarks import CheckMarks, Identity, file_identity
 from rayform.manifest._columns import PageColumns
 from rayform.manifest._model import (
     FORMAT,
+    FORMAT_VERSION,
     STREAM_KINDS,
     BlobRef,
     Manifest,
@@ -39,23 +42,23 @@ from rayform.manifest._model import (
 )
 from rayform.manifest._pagecheck import check_page, check_root, check_stream_names
 from rayform.manifest._pagemap import PageMaps
-from rayform.manifest._rendcols import FORMAT_VERSION_3
-from rayform.manifest._schema import page_schema, segments_to_table, table_has_renditions
+from rayform.manifest._schema import page_schema, segments_to_table
 from rayform.manifest._segments import Segments
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
 __all__ = [
-    "COLUMNAR_VERSIONS",
-    "FORMAT_VERSION_2",
-    "FORMAT_VERSION_3",
+    "MIGRATE_HINT",
+    "OLDER_VERSIONS",
     "PAGE_FORMAT",
     "PAGE_ROWS",
     "ColumnarManifest",
     "build_root",
+    "check_version",
     "segments_of",
     "load",
+    "manifest_hash",
     "open_pages",
     "page_refs",
     "parse_root",
@@ -63,9 +66,14 @@ __all__ = [
     "table_to_pages",
 ]
 
-FORMAT_VERSION_2 = 2
-#: Format versions whose root lists columnar pages (3: pages with renditions, ``_rendcols``).
-COLUMNAR_VERSIONS = (FORMAT_VERSION_2, FORMAT_VERSION_3)
+#: Versions written before the one format (1: one JSON document; 2: pages without
+#: ``renditions``): refused with :data:`MIGRATE_HINT`, rewritten by ``_legacy``.
+OLDER_VERSIONS = (1, 2)
+#: How to rewrite older manifests, as the refusal of one says it.
+MIGRATE_HINT = (
+    "rewrite it into the current format: on the server, `rayform-server migrate ROOT`; "
+    "for a client cache, `rayform cache migrate`"
+)
 PAGE_FORMAT = "arrow-ipc-file"
 #: Segments per page: ~4 MB pages for five streams, so 1,000,000 segments is 62 pages.
 PAGE_ROWS = 16384
@@ -79,11 +87,7 @@ def table_to_pages(table: pa.Table, page_rows: int = PAGE_ROWS) -> list[bytes]:
     same positions (e.g. a slice and the same slice with segments appended) share those pages.
     """
     pa = pyarrow()
-    renditions = table_has_renditions(table)
-    plain, schema = (
-        page_schema(plain=True, renditions=renditions),
-        page_schema(renditions=renditions),
-    )
+    plain, schema = page_schema(plain=True), page_schema()
     table = table.cast(plain)
     pages = []
     for start in range(0, max(table.num_rows, 1), page_rows):
@@ -94,9 +98,19 @@ def table_to_pages(table: pa.Table, page_rows: int = PAGE_ROWS) -> list[bytes]:
         page = table.take(rows).combine_chunks().cast(schema)
         sink = pa.BufferOutputStream()
         with pa.ipc.new_file(sink, schema) as writer:
-            writer.write_table(page)
+            # One record batch per page, also for a slice of no segment (whose table has no
+            # chunk): the reader checks that every column is one chunk.
+            if page.num_rows:
+                writer.write_table(page)
+            else:
+                writer.write_batch(_empty_batch(schema))
         pages.append(sink.getvalue().to_pybytes())
     return pages
+
+
+def _empty_batch(schema: pa.Schema) -> pa.RecordBatch:
+    pa = pyarrow()
+    return pa.RecordBatch.from_pylist([], schema=schema)
 
 
 def build_root(
@@ -113,7 +127,7 @@ def build_root(
     cols = PageColumns([table])
     doc = {
         "format": FORMAT,
-        "format_version": FORMAT_VERSION_3 if table_has_renditions(table) else FORMAT_VERSION_2,
+        "format_version": FORMAT_VERSION,
         "description": description,
         "page_format": PAGE_FORMAT,
         "page_rows": page_rows,
@@ -133,14 +147,14 @@ def build_root(
 
 
 class ColumnarManifest:
-    """A parsed v2 manifest: the root document and its mapped pages.
+    """A parsed manifest: the root document and its mapped pages.
 
-    Offers what :class:`~rayform.manifest._model.Manifest` offers (``segments``, ``blobs``,
-    ``stream_names``, ``hash``, ``to_bytes``), plus ``summary`` (from the root, no page read).
-    ``format_version`` is 2, or 3 for pages that list renditions.
+    Offers what the in-memory :class:`~rayform.manifest._model.Manifest` offers
+    (``segments``, ``blobs``, ``stream_names``), plus ``hash``, ``to_bytes`` and ``summary``
+    (from the root, no page read). ``format_version`` is :data:`FORMAT_VERSION`.
     """
 
-    format_version = FORMAT_VERSION_2
+    format_version = FORMAT_VERSION
 
     def __init__(
         self,
@@ -154,7 +168,6 @@ class ColumnarManifest:
         self._root = root
         self._marks = marks
         self.doc = doc
-        self.format_version = int(doc.get("format_version", FORMAT_VERSION_2))
         self.description = str(doc.get("description", ""))
         self.summary: dict[str, Any] = doc["summary"]
         self._page_paths = page_paths
@@ -186,11 +199,12 @@ class ColumnarManifest:
 
     def rendition_blobs(self, streams: list[str] | None = None) -> dict[str, BlobRef]:
         """The distinct rendition blobs of the named streams (all if ``None``), by hash
-        (``blobs`` lists the originals only, as for version 1); empty for version 2."""
+        (``blobs`` lists the originals only)."""
         return self.segments.rendition_blobs(streams)
 
     def to_v1(self) -> Manifest:
-        """The same segments as a version 1 manifest (builds every segment: small slices only)."""
+        """The same segments as an in-memory :class:`Manifest` (builds every segment: small
+        slices only)."""
         return Manifest(segments=tuple(self.segments), description=self.description)
 
     def stream_names(self) -> list[str]:
@@ -198,11 +212,20 @@ class ColumnarManifest:
 
 
 def segments_of(manifest: Manifest | ColumnarManifest) -> Segments:
-    """The :class:`Segments` of a manifest of either version (a version 1 manifest's segments
-    become the same columns as a v2 page, so every reader has one model to read)."""
+    """The :class:`Segments` of a manifest, mapped or in memory (an in-memory manifest's
+    segments become the same columns as a page, so every reader has one model to read)."""
     if isinstance(manifest, ColumnarManifest):
         return manifest.segments
     return Segments(manifest.segments)
+
+
+def manifest_hash(manifest: Manifest | ColumnarManifest) -> str:
+    """The name of a manifest: a mapped one's own, or the hash an in-memory one gets when its
+    segments are written (the root of :func:`segments_to_table`'s pages; builds every page)."""
+    if isinstance(manifest, ColumnarManifest):
+        return manifest.hash
+    table = segments_to_table(manifest.segments)
+    return hash_bytes(build_root(table, table_to_pages(table), manifest.description))
 
 
 def _reopen(
@@ -212,11 +235,17 @@ def _reopen(
 
 
 def parse_root(data: bytes, doc: Any = None) -> dict[str, Any]:
-    """Parse and check a v2 root document (the bytes' hash is checked by the caller)."""
+    """Parse and check a root document (the bytes' hash is checked by the caller).
+
+    Raises:
+        ManifestError: not a root of this format (an older version names the command that
+            rewrites it; a newer one asks to upgrade), or a field breaks the schema.
+    """
     try:
         doc = loads(data) if doc is None else doc
     except ValueError as exc:
         raise ManifestError(f"manifest root is not valid JSON: {exc}") from None
+    check_version(doc)
     if isinstance(doc, dict) and doc.get("page_format") != PAGE_FORMAT:
         raise ManifestError(
             f"unknown page_format {shown(repr(doc.get('page_format')), 40)} (expected {PAGE_FORMAT!r})"
@@ -246,7 +275,7 @@ def open_pages(
             the root (row counts), or lists a segment twice or a malformed ID.
     """
     pa = pyarrow()
-    schema = page_schema(renditions=doc.get("format_version") == FORMAT_VERSION_3)
+    schema = page_schema()
     digest = hash_bytes(root)
     marked = marks.load(digest) if marks is not None else {}
     passed: dict[str, Identity] = {}
@@ -261,8 +290,8 @@ def open_pages(
             ) from exc
         if not table.schema.equals(schema) or table.num_rows != int(ref["segments"]):
             raise ManifestError(
-                f"manifest page {ref['hash'][:12]}... does not match the page schema of format "
-                f"version {doc.get('format_version')} or its row count {ref['segments']}"
+                f"manifest page {ref['hash'][:12]}... does not match the page schema or its "
+                f"row count {ref['segments']}"
             )
         identity = file_identity(maps.stat(i))
         if marked.get(ref["hash"]) != identity:
@@ -277,7 +306,7 @@ def open_pages(
         passed[ref["hash"]] = identity
         tables.append(table)
     if not tables:
-        raise ManifestError("a v2 manifest lists no page: it needs at least one segment")
+        raise ManifestError("a manifest lists no page: it needs at least one segment")
     if passed != marked:
         check_stream_names(tables, doc)
         _check_pages(tables, doc)
@@ -310,7 +339,7 @@ def _check_pages(tables: list[pa.Table], doc: dict[str, Any]) -> None:
     for t in tables:  # null counts and dictionaries only: a few values per page
         if any(t.column(c).null_count for c in t.column_names):
             raise ManifestError(
-                "a manifest page holds a null: v2 pages spell absent values explicitly"
+                "a manifest page holds a null: pages spell absent values explicitly"
             )
         for chunk in t.column("streams").chunks:
             values = chunk.values
@@ -323,42 +352,60 @@ def _check_pages(tables: list[pa.Table], doc: dict[str, Any]) -> None:
                 )
 
 
+def check_version(doc: object) -> None:
+    """Check that ``doc`` (parsed JSON) claims to be a manifest root of this format.
+
+    Raises:
+        ManifestError: another format; an older version (naming :data:`MIGRATE_HINT`); a
+            newer one (asking to upgrade the SDK).
+    """
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        raise ManifestError(f'not a Rayform manifest (expected "format": "{FORMAT}")')
+    version = doc.get("format_version")
+    if version == FORMAT_VERSION:
+        return
+    if version in OLDER_VERSIONS:
+        raise ManifestError(
+            f"manifest format_version {version} is an older format that this SDK no longer "
+            f"reads (it reads version {FORMAT_VERSION}): {MIGRATE_HINT}"
+        )
+    raise ManifestError(
+        f"manifest format_version {shown(repr(version), 40)} is not supported by this SDK (it "
+        f"reads version {FORMAT_VERSION}). Upgrade rayform: pip install -U rayform."
+    )
+
+
 def load(
     data: bytes,
     expected_hash: str | None,
     read_pages: Callable[[list[dict[str, Any]]], Sequence[str | Path]],
     marks: CheckMarks | None = None,
-) -> Manifest | ColumnarManifest:
-    """Parse manifest bytes of either version.
+) -> ColumnarManifest:
+    """Parse and open manifest bytes: check the root, fetch and check its pages.
 
     Args:
-        data: the manifest's bytes (v1 JSON, or a v2 root).
+        data: the root's bytes.
         expected_hash: BLAKE3 the bytes must have (``None``: unchecked).
-        read_pages: for v2, given the root's page references (``{"hash", "size",
-            "segments"}``), returns each page's verified local path, in order.
+        read_pages: given the root's page references (``{"hash", "size", "segments"}``),
+            returns each page's verified local path, in order.
         marks: this user's marks of checked manifests (see :func:`open_pages`).
 
     Raises:
-        ManifestError: bad hash, bad JSON, unknown version, a schema break.
+        ManifestError: bad hash, bad JSON, another version (an older one names the command
+            that rewrites it), a schema break.
     """
-    doc = parse_manifest_json(data, expected_hash)
-    if (
-        isinstance(doc, dict)
-        and doc.get("format") == FORMAT
-        and doc.get("format_version") in COLUMNAR_VERSIONS
-    ):
-        checked = parse_root(data, doc)
-        return open_pages(data, checked, list(read_pages(checked["pages"])), marks)
-    return Manifest.from_json(doc)
+    checked = parse_root(data, parse_manifest_json(data, expected_hash))
+    return open_pages(data, checked, list(read_pages(checked["pages"])), marks)
 
 
 def page_refs(data: bytes) -> list[dict[str, Any]]:
-    """The page references of v2 manifest bytes; ``[]`` for a v1 manifest."""
+    """The page references of manifest bytes; ``[]`` for bytes that are not a root of this
+    format (an older version's included)."""
     try:
         doc = loads(data)
     except ValueError:
         return []
-    if isinstance(doc, dict) and doc.get("format_version") in COLUMNAR_VERSIONS:
+    if isinstance(doc, dict) and doc.get("format_version") == FORMAT_VERSION:
         return list(parse_root(data, doc)["pages"])
     return []
 

@@ -1,6 +1,6 @@
 """The columns of a manifest's pages, and what is derived from them lazily.
 
-:class:`PageColumns` holds the pages' Arrow tables (mapped, never copied whole; a version 1
+:class:`PageColumns` holds the pages' Arrow tables (mapped, never copied whole; an in-memory
 manifest's segments become one such table) and derives numpy arrays from them only when asked
 (``t0_ns`` of every stream row for the grid index, the blob hashes for a pull), each once. When
 every segment lists the same streams in the same order, a stream's field is a strided view of
@@ -19,8 +19,8 @@ from rayform.manifest._arrow import load as pyarrow
 from rayform.manifest._model import Segment
 from rayform.manifest._pagemap import PageMaps
 from rayform.manifest._pagerows import PageRows
-from rayform.manifest._rendcols import rendition_blobs, rendition_items
-from rayform.manifest._schema import HASH_BYTES, table_has_renditions
+from rayform.manifest._rendcols import any_renditions, rendition_blobs, rendition_items
+from rayform.manifest._schema import HASH_BYTES
 
 __all__ = ["PageColumns"]
 
@@ -35,8 +35,8 @@ class PageColumns:
         pages: the pages' tables, in manifest order.
         paths: their files, for pickling by path (``None``: pages built in memory).
         maps: the maps the pages were read through (to give back touched memory).
-        objects: a version 1 manifest's own :class:`Segment` objects, returned as they are.
-        summary: the writer's summary of the whole table (a v2 root's).
+        objects: an in-memory manifest's own :class:`Segment` objects, returned as they are.
+        summary: the writer's summary of the whole table (a root's).
     """
 
     def __init__(
@@ -52,8 +52,8 @@ class PageColumns:
         self.pages = list(pages)
         self.paths = list(paths) if paths is not None else None
         self.maps = maps
-        # A version 1 manifest's own Segment objects, returned as they are (indexing stays a
-        # tuple lookup); a v2 manifest builds one from its page row when asked.
+        # An in-memory manifest's own Segment objects, returned as they are (indexing stays a
+        # tuple lookup); a mapped manifest builds one from its page row when asked.
         self.objects = tuple(objects) if objects is not None else None
         # The writer's summary of the whole table (a v2 root's), read instead of the columns.
         self.known_summary = summary
@@ -306,9 +306,13 @@ class PageColumns:
 
     @property
     def has_renditions(self) -> bool:
-        """Whether the pages have the ``renditions`` field (format version 3, or a version 1
-        manifest whose cameras list renditions)."""
-        return table_has_renditions(self.pages[0])
+        """Whether any stream row lists a rendition (every page has the field; most rows hold
+        an empty list)."""
+        if "any_renditions" not in self._cache:
+            self._cache["any_renditions"] = any(
+                any_renditions(values) for values, _ in self.stream_values()
+            )
+        return bool(self._cache["any_renditions"])
 
     def unique_renditions(
         self, streams: Sequence[str] | None, rows: np.ndarray | None = None
@@ -336,7 +340,7 @@ class PageColumns:
         """Every stream row's renditions, flattened over the pages: ``(offsets (R + 1,) int64,
         digests (I, 32) uint8, sizes (I,) int64 bytes, heights (I,) int64, widths (I,) int64
         pixels)``; stream row ``r`` lists items ``offsets[r]:offsets[r + 1]``, smallest first.
-        Not kept (see :meth:`field`); empty without the ``renditions`` field (version 2)."""
+        Not kept (see :meth:`field`); empty where no row lists a rendition."""
         parts = (
             [rendition_items(values) for values, _ in self.stream_values()]
             if self.has_renditions
@@ -368,7 +372,7 @@ class PageColumns:
         raise IndexError(f"stream row {row} out of range")
 
     def summary(self, rows: np.ndarray | None = None) -> dict[str, Any]:
-        """The summary of the segments at ``rows`` (all: ``None``): what a v2 root's
+        """The summary of the segments at ``rows`` (all: ``None``): what a root's
         ``summary`` holds, computed from the columns (``build_root`` writes this)."""
         if rows is None and self.known_summary is not None:
             return self.known_summary
@@ -404,7 +408,7 @@ class PageColumns:
         }
 
     def segment(self, row: int) -> Segment | None:
-        """The manifest's own :class:`Segment` at ``row`` if it has objects (version 1)."""
+        """The manifest's own :class:`Segment` at ``row`` if it has objects (in memory)."""
         return self.objects[row] if self.objects is not None else None
 
 

@@ -1,13 +1,12 @@
-"""The manifest: what a slice contains, as content hashes.
+"""The manifest's records: segments (episodes), their streams and blobs, in memory.
 
-A manifest is a JSON document (format ``rayform.manifest``, ``format_version`` 1) named by the
-BLAKE3 hash of its canonical bytes (UTF-8, sorted keys, no whitespace). It lists segments
-(episodes); each segment lists its streams. See ``docs/manifest.md`` for the schema.
+A manifest lists segments; each segment lists its streams. On the wire and on disk it is one
+format (``rayform.manifest``, ``format_version`` :data:`FORMAT_VERSION`: a canonical-JSON root
+listing Arrow pages, ``rayform.manifest._columnar``); this module holds the records its pages
+are read into (:class:`Segment`, :class:`Stream`, :class:`BlobRef`, :class:`Rendition`), the
+in-memory :class:`Manifest` of a list of them, and their checks. See ``docs/manifest.md``.
 
 All times are integers in nanoseconds; rates are in Hz.
-
-Version 2 (a root listing Arrow pages of the same fields, for slices of millions of segments)
-is read by ``rayform.manifest._columnar``; its segments are the same :class:`Segment` objects.
 """
 
 from __future__ import annotations
@@ -41,7 +40,8 @@ __all__ = [
 ]
 
 FORMAT = "rayform.manifest"
-FORMAT_VERSION = 1
+#: The one manifest format version read and written (older ones: ``rayform.manifest._legacy``).
+FORMAT_VERSION = 3
 STREAM_KINDS = ("video", "table", "text")
 #: What a stream's shape must be, by kind (what a dataset reads a frame or row as).
 SHAPE_RULE = {
@@ -70,8 +70,7 @@ FRAME_CONVENTIONS = ("ros", "opencv")
 #: What a Cartesian stream holds: position (x, y, z), quaternion (x, y, z, w), or pose
 #: (x, y, z, qx, qy, qz, qw).
 CARTESIAN_QUANTITIES = {"position": 3, "quaternion": 4, "pose": 7}
-#: The most bytes a manifest document (v1, or a v2 root) or one v2 page may take; the client
-#: reads no more (a v1 manifest this large lists tens of thousands of segments: use v2).
+#: The most bytes a manifest root or one page may take; the client reads no more.
 MAX_MANIFEST_BYTES = 64 * 2**20
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 #: Timestamps (ns) lie within +-2**62, so that any difference of two fits an int64.
@@ -137,9 +136,9 @@ class Stream:
             record) or ``"events"`` (only in the grid step they were emitted in).
         codec: video only, e.g. ``"h264"``.
         gop: video only: keyframe interval in frames.
-        renditions: video only: smaller copies of the video, smallest first (an optional key
-            of format version 1: absent when there are none, so older manifests keep their
-            bytes and hash). :meth:`blobs` lists the original only.
+        renditions: video only: smaller copies of the video, smallest first (an empty list in
+            the pages, no key in :meth:`to_json`, when there are none). :meth:`blobs` lists the
+            original only.
     """
 
     name: str
@@ -278,32 +277,24 @@ class Segment:
 
 @dataclass(frozen=True, slots=True)
 class Manifest:
-    """A versioned, content-addressed list of segments."""
+    """Segments in memory, in slice order: what a manifest lists, before it is written as
+    pages (``rayform.format.segments_to_table``) or after its pages are read
+    (``ColumnarManifest.to_v1``)."""
 
     segments: tuple[Segment, ...]
     description: str = ""
-    format_version: int = FORMAT_VERSION
 
     def to_json(self) -> dict[str, Any]:
+        """The segments as JSON (``{"description", "segments"}``; ``from_json`` reads it)."""
         return {
-            "format": FORMAT,
-            "format_version": self.format_version,
             "description": self.description,
             "segments": [s.to_json() for s in self.segments],
         }
 
     def __repr__(self) -> str:
         # Short, as ColumnarManifest's: the dataclass repr listed every segment and the whole
-        # description (server text, up to the manifest's size).
-        return f"<Manifest {self.hash[:12]} segments={len(self.segments)}>"
-
-    def to_bytes(self) -> bytes:
-        """Canonical encoding: UTF-8 JSON, sorted keys, no whitespace."""
-        return canonical_json(self.to_json())
-
-    @property
-    def hash(self) -> str:
-        return hash_bytes(self.to_bytes())
+        # description.
+        return f"<Manifest segments={len(self.segments)}>"
 
     def blobs(self, streams: list[str] | None = None) -> dict[str, BlobRef]:
         """Unique blobs by hash, optionally only for the named streams."""
@@ -322,31 +313,15 @@ class Manifest:
         return sorted(names)
 
     @classmethod
-    def from_bytes(cls, data: bytes, expected_hash: str | None = None) -> Manifest:
-        """Parse and validate manifest bytes.
+    def from_json(cls, doc: Any) -> Manifest:
+        """Segments from JSON (``{"description"?, "segments": [...]}``, as ``to_json``
+        writes; other keys are ignored), each field checked.
 
         Raises:
-            ManifestError: the bytes fail ``expected_hash``, are not JSON, are of another
-                format or version, or break the schema.
+            ManifestError: a field breaks the schema, or a segment is listed twice.
         """
-        return cls.from_json(parse_manifest_json(data, expected_hash))
-
-    @classmethod
-    def from_json(cls, doc: Any) -> Manifest:
-        if not isinstance(doc, dict) or doc.get("format") != FORMAT:
-            raise ManifestError(f'not a Rayform manifest (expected "format": "{FORMAT}")')
-        version = doc.get("format_version")
-        if version in (2, 3):
-            raise ManifestError(
-                f"manifest format_version {version} is a root that lists columnar pages, not a whole "
-                "manifest: open it with client.slices.get(...) (or Store.load_manifest on the "
-                "server), which fetch, check and map its pages"
-            )
-        if version != FORMAT_VERSION:
-            raise ManifestError(
-                f"manifest format_version {shown(repr(version), 40)} is not supported by this SDK (it reads "
-                f"versions {FORMAT_VERSION} to 3). Upgrade rayform: pip install -U rayform."
-            )
+        if not isinstance(doc, dict):
+            raise ManifestError("manifest JSON must be an object with a segments list")
         try:
             if not isinstance(doc["segments"], list):
                 raise ManifestError("manifest segments must be a list")
@@ -365,7 +340,7 @@ class Manifest:
             if seg.id in seen:
                 raise ManifestError(f"manifest lists segment {seg.id} twice")
             seen.add(seg.id)
-        return cls(segments=segments, description=description, format_version=version)
+        return cls(segments=segments, description=description)
 
 
 def canonical_json(doc: Mapping[str, Any]) -> bytes:

@@ -1,4 +1,4 @@
-"""Checks of a v2 manifest's root and pages against what the rest of the SDK assumes.
+"""Checks of a manifest's root and pages against what the rest of the SDK assumes.
 
 A page's bytes match its hash, but the server chose them: a correctly hashed page may still
 hold a dictionary index out of range, invalid UTF-8, an offset past its buffer, a body that
@@ -37,7 +37,7 @@ from rayform.manifest._model import (
     TIME_MAX,
     TIME_MIN,
 )
-from rayform.manifest._rendcols import check_renditions, has_renditions
+from rayform.manifest._rendcols import check_renditions
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -66,10 +66,10 @@ def _bad(field: str, value: JSON, expected: str) -> ManifestError:
 
 
 def check_root(doc: JSON) -> None:
-    """Check a v2 root document's page references and summary (types and ranges).
+    """Check a root document's page references and summary (types and ranges).
 
     Raises:
-        ManifestError: the first field that breaks the v2 schema.
+        ManifestError: the first field that breaks the root's schema.
     """
     if not isinstance(doc, dict):
         raise _bad("the document", type(doc).__name__, "an object")
@@ -281,8 +281,7 @@ def check_page(table: pa.Table, span: tuple[int, int]) -> None:
     )
     for field in ("units", "codec"):
         _words(values.field(field), field, lambda w: len(w) <= MAX_WORD_CHARS)
-    if has_renditions(values.type):  # format version 3
-        check_renditions(values, _fixed, _offsets, _within)
+    check_renditions(values, _fixed, _offsets, _within)
 
 
 def _check_shapes(kinds: pa.Array, shape: pa.Array) -> None:

@@ -14,7 +14,7 @@ access maps whole folios (up to 2 MiB) into the process, so reading rows through
 leave most of a fleet manifest resident in every DataLoader worker (or cost an unmap and a
 refault per row). A page built in memory is read with ``ctypes.string_at``.
 
-It accepts only pages of the v2 page schema (or v3's, with renditions) without nulls, which is
+It accepts only pages of the page schema without nulls, which is
 what the writer produces; anything else is read by pyarrow (:meth:`PageRows.of` returns ``None``).
 """
 
@@ -81,7 +81,7 @@ class _Column:
 
 
 class PageRows:
-    """Rows of one page (a ``pyarrow.Table`` of the v2 page schema, one chunk per column).
+    """Rows of one page (a ``pyarrow.Table`` of the page schema, one chunk per column).
 
     Args:
         page: the page's table.
@@ -117,10 +117,12 @@ class PageRows:
         }
         shape = values.field("shape")
         self._shape_offsets, self._shape_values = _Column(shape, 1, 4), _Column(shape.values, 1, 8)
+        # None where no stream row of the page lists a rendition (most pages): a row then
+        # reads no renditions offset at all.
         self._renditions: tuple[_Column, _Column, dict[str, _Column]] | None = None
-        if values.type.get_field_index("renditions") >= 0:  # format version 3
-            lists = values.field("renditions")
-            items = lists.values
+        lists = values.field("renditions")
+        items = lists.values
+        if len(items):
             self._renditions = (
                 _Column(lists, 1, 4),
                 _Column(items.field("blob_hash"), 1, 32),
@@ -135,8 +137,7 @@ class PageRows:
     def of(cls, page: pa.Table, mapped_from: tuple[str, int] | None = None) -> PageRows | None:
         """Rows of ``page``, or ``None`` if it is not a null-free single-chunk page of the
         dictionary-encoded page schema (then ``to_pylist`` reads it)."""
-        v3 = page.schema.equals(page_schema(renditions=True))
-        if not (v3 or page.schema.equals(page_schema())):
+        if not page.schema.equals(page_schema()):
             return None
         for column in page.columns:
             if column.num_chunks != 1 or column.null_count:
@@ -147,13 +148,12 @@ class PageRows:
             or values.field("shape").values.null_count
         ):
             return None
-        if v3:
-            lists = values.field("renditions")
-            items = lists.values
-            if lists.null_count or any(
-                items.field(k).null_count for k in ("blob_hash", *_RENDITION_INTS)
-            ):
-                return None
+        lists = values.field("renditions")
+        items = lists.values
+        if lists.null_count or any(
+            items.field(k).null_count for k in ("blob_hash", *_RENDITION_INTS)
+        ):
+            return None
         return cls(page, mapped_from)
 
     def row(self, i: int) -> dict[str, Any]:
@@ -197,6 +197,9 @@ class PageRows:
             ]
             for j, stream in enumerate(streams):
                 stream["renditions"] = items[bounds[j] - first : bounds[j + 1] - first]
+        else:
+            for stream in streams:
+                stream["renditions"] = []
         site_codes, site_words = self._site
         return {
             "id": read(self._id_data + a, b - a).decode(),

@@ -1,12 +1,8 @@
-"""Renditions in columnar manifest pages: format version 3.
+"""Renditions in manifest pages: the ``renditions`` field of every stream row.
 
-A version 3 manifest is a version 2 manifest whose page schema has one more stream-row field,
-``renditions``: a list (smallest first, at most :data:`MAX_RENDITIONS`) of structs
-``{blob_hash: binary(32), blob_size: int64, height: int64, width: int64}``, empty for a table
-stream and for a camera without renditions. The writer uses it only when some stream has a
-rendition, so a manifest without renditions stays version 2, byte for byte. An SDK that reads
-only versions 1 and 2 refuses a version 3 root by its ``format_version`` and says to upgrade,
-before it reads any page.
+Every stream row has a ``renditions`` field: a list (smallest first, at most
+:data:`MAX_RENDITIONS`) of structs ``{blob_hash: binary(32), blob_size: int64, height: int64,
+width: int64}``, empty for a table stream and for a camera without renditions.
 
 This module holds the field's Arrow type, the writer's cells, the page checks and the reads
 (a stream row's renditions; the distinct rendition blobs of some stream rows).
@@ -27,20 +23,17 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 __all__ = [
-    "FORMAT_VERSION_3",
     "MAX_RENDITIONS",
+    "any_renditions",
     "cells",
     "check_renditions",
-    "has_renditions",
     "parse_cells",
     "rendition_blobs",
     "rendition_items",
     "rendition_type",
 ]
 
-#: The format version of columnar pages with a ``renditions`` field.
-FORMAT_VERSION_3 = 3
-#: Renditions one stream may list (as in version 1).
+#: Renditions one stream may list.
 MAX_RENDITIONS = 16
 _HASH_BYTES = 32
 
@@ -58,9 +51,15 @@ def rendition_type() -> pa.DataType:
     )
 
 
-def has_renditions(stream_row_type: pa.StructType) -> bool:
-    """Whether a stream-row struct type has the ``renditions`` field (version 3 pages)."""
-    return int(stream_row_type.get_field_index("renditions")) >= 0
+def any_renditions(values: pa.StructArray) -> bool:
+    """Whether any of the stream rows ``values`` (a StructArray) lists a rendition."""
+    lists = values.field("renditions")
+    if not len(lists):
+        return False
+    offs = np.frombuffer(
+        lists.buffers()[1], dtype=np.int32, count=len(lists) + 1, offset=lists.offset * 4
+    )
+    return bool(offs[-1] > offs[0])
 
 
 def cells(stream: Stream) -> list[dict[str, Any]]:

@@ -1,4 +1,4 @@
-"""The Arrow schema of a version 2 manifest's pages (the segment table).
+"""The Arrow schema of a manifest's pages (the segment table).
 
 Its own module because both the page reader (``_pagerows``, ``_columns``) and the writer
 (``_columnar``) need it, and neither may import the other.
@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from rayform.manifest._arrow import load as pyarrow
 from rayform.manifest._model import Segment
-from rayform.manifest._rendcols import cells, has_renditions, rendition_type
+from rayform.manifest._rendcols import cells, rendition_type
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -22,7 +22,6 @@ __all__ = [
     "page_schema",
     "segments_to_table",
     "stream_type",
-    "table_has_renditions",
 ]
 
 #: Bytes of a raw BLAKE3 digest in a page.
@@ -31,9 +30,9 @@ HASH_BYTES = 32
 NO_HASH = bytes(HASH_BYTES)
 
 
-def stream_type(plain: bool = False, renditions: bool = False) -> pa.DataType:
+def stream_type(plain: bool = False) -> pa.DataType:
     """The Arrow type of one stream row (the stream table's schema); ``plain``: strings
-    instead of dictionary-encoded strings; ``renditions``: with format version 3's field."""
+    instead of dictionary-encoded strings."""
     pa = pyarrow()
     h = pa.binary(HASH_BYTES)
     # A few distinct values repeated per row: dictionary-encoded in pages.
@@ -57,13 +56,15 @@ def stream_type(plain: bool = False, renditions: bool = False) -> pa.DataType:
             ("quantity", word),
             ("codec", word),
             ("gop", pa.int64()),
-            *([("renditions", pa.list_(rendition_type()))] if renditions else []),
+            # Always present (an empty list where a stream has none): one schema for every
+            # manifest, so a reader never asks which one it holds.
+            ("renditions", pa.list_(rendition_type())),
         ]
     )
 
 
-def page_schema(plain: bool = False, renditions: bool = False) -> pa.Schema:
-    """The Arrow schema of a page (the segment table); ``renditions``: of format version 3."""
+def page_schema(plain: bool = False) -> pa.Schema:
+    """The Arrow schema of a page (the segment table)."""
     pa = pyarrow()
     return pa.schema(
         [
@@ -72,16 +73,15 @@ def page_schema(plain: bool = False, renditions: bool = False) -> pa.Schema:
             ("site", pa.string() if plain else pa.dictionary(pa.int32(), pa.string())),
             ("start_ns", pa.int64()),
             ("end_ns", pa.int64()),
-            ("streams", pa.list_(stream_type(plain, renditions))),
+            ("streams", pa.list_(stream_type(plain))),
         ]
     )
 
 
 def segments_to_table(segments: Sequence[Segment]) -> pa.Table:
-    """The segment table of ``segments`` (one Python pass; the writer's side only): of the
-    version 3 page schema if a stream has renditions, else of version 2."""
+    """The segment table of ``segments``, of the page schema (one Python pass; the writer's
+    side only)."""
     pa = pyarrow()
-    renditions = any(s.renditions for seg in segments for s in seg.streams.values())
     rows = []
     for seg in segments:
         streams = []
@@ -108,7 +108,7 @@ def segments_to_table(segments: Sequence[Segment]) -> pa.Table:
                     "quantity": s.quantity or "",
                     "codec": s.codec or "",
                     "gop": s.gop or 0,
-                    **({"renditions": cells(s)} if renditions else {}),
+                    "renditions": cells(s),
                 }
             )
         rows.append(
@@ -121,9 +121,4 @@ def segments_to_table(segments: Sequence[Segment]) -> pa.Table:
                 "streams": streams,
             }
         )
-    return pa.Table.from_pylist(rows, schema=page_schema(renditions=renditions))
-
-
-def table_has_renditions(table: pa.Table) -> bool:
-    """Whether a segment table (or page) has format version 3's ``renditions`` field."""
-    return has_renditions(table.schema.field("streams").type.value_type)
+    return pa.Table.from_pylist(rows, schema=page_schema())

@@ -1,7 +1,7 @@
-"""The one segment model: the segments of a manifest of either version, as columns.
+"""The one segment model: the segments of a manifest, mapped or in memory, as columns.
 
 :class:`Segments` is the ``Sequence[Segment]`` over a manifest's
-:class:`~rayform.manifest._columns.PageColumns` (a v2 manifest's memory-mapped pages, or a v1
+:class:`~rayform.manifest._columns.PageColumns` (a manifest's memory-mapped pages, or an in-memory
 manifest's segments turned into the same table): a selection is an array of positions, and
 indexing builds one :class:`~rayform.manifest._model.Segment` (keeping the last few thousand).
 
@@ -36,12 +36,12 @@ class Segments(SegmentColumns):
     whatever the manifest's version.
 
     A ``Sequence[Segment]``: ``len`` and the column methods cost no Python per segment;
-    indexing gives a :class:`~rayform.Segment` (a version 1 manifest's own object; for
-    version 2 one built from its page row, the last few thousand kept). Build one with
+    indexing gives a :class:`~rayform.Segment` (an in-memory manifest's own object; for
+    a mapped one one built from its page row, the last few thousand kept). Build one with
     :func:`~rayform.manifest.segments_of`; a selection is :meth:`take`.
 
     Args:
-        columns: the whole manifest's columns, or :class:`Segment` objects (a version 1
+        columns: the whole manifest's columns, or :class:`Segment` objects (an in-memory
             manifest's: they become the same columns, and indexing returns them).
         rows: positions of the selected segments in manifest order (``None``: all).
     """
@@ -97,7 +97,7 @@ class Segments(SegmentColumns):
             yield self[i]
 
     def __eq__(self, other: object) -> bool:
-        # Equal to any tuple, list or Segments of equal segments in the same order (a version 1
+        # Equal to any tuple, list or Segments of equal segments in the same order (an in-memory
         # manifest's segments were a tuple, and compare equal to it still).
         if isinstance(other, Segments) and self.same_columns(other):
             return bool(np.array_equal(self.positions(), other.positions()))
@@ -112,7 +112,7 @@ class Segments(SegmentColumns):
         return Segments(self._c, self.positions()[np.asarray(positions, dtype=np.int64)])
 
     def page_table(self) -> Any:
-        """These segments as a ``pyarrow.Table`` of the manifest's page schema (version 2, or
+        """These segments as a ``pyarrow.Table`` of the manifest's page schema (
         3 with renditions), in this order: what a new manifest of them is written from
         (``table_to_pages``), so a selection's manifest references the same blobs."""
         pa = pyarrow()
@@ -126,7 +126,7 @@ class Segments(SegmentColumns):
         """Counts of these segments: ``segments``, ``streams`` (name -> kind, rate_hz, shape,
         dtype, units, frame, quantity, codec where set, and the number of ``segments`` that
         have it), ``sites`` (sorted), ``start_ns``/``end_ns`` (ns), ``duration_ns`` (ns, the
-        sum of the segments' durations) and ``nbytes`` (distinct blobs, bytes). A whole v2
+        sum of the segments' durations) and ``nbytes`` (distinct blobs, bytes). A whole mapped
         manifest answers from its root without reading a page."""
         if self._summary is None:
             self._summary = self._c.summary(self.rows)
@@ -273,8 +273,8 @@ class Segments(SegmentColumns):
 
     @property
     def has_renditions(self) -> bool:
-        """Whether these segments' streams can list renditions (a version 3 manifest, or a
-        version 1 manifest with renditions); without, every camera reads its original."""
+        """Whether any of these segments' streams lists a rendition; without, every camera
+        reads its original."""
         return self._c.has_renditions
 
     def duration_ns(self) -> int:

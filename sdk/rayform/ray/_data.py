@@ -198,8 +198,8 @@ def rows_per_block(row_bytes: int, max_block_bytes: int, target: int | None) -> 
 
     Ray's read operator reshapes a task's blocks to ``DataContext.target_max_block_size``
     (``target``, 128 MiB by default): it gathers blocks until their bytes pass the target,
-    into columns of several chunks that a consumer's batch then copies into one (``iter_batches``
-    spent ~2 ms per 1.8 MB row on that), and slices a block of 1.5 times the target or more
+    into columns of several chunks that a consumer's batch then copies into one (a copy of every
+    row), and slices a block of 1.5 times the target or more
     at rows that a batch does not start on. A block of more than the target and less than 1.5
     times it (with a margin for the size estimate) passes through as it is; of the row counts
     that make such a block, the one with the most factors of two (96 rows of two 480x640

@@ -56,9 +56,11 @@ class GridIndex:
         segments: the selected segments, in dataset order.
         start_ns: ``int64 (S,)`` first grid time of each segment, ns.
         count: ``int64 (S,)`` grid points per segment (0 when the streams never overlap).
-        offsets: ``int64 (S + 1,)`` cumulative counts: segment ``s`` owns flat indices
-            ``offsets[s] .. offsets[s + 1] - 1``.
+        offsets: ``int64 (S + 1,)`` cumulative sample counts: segment ``s`` owns flat indices
+            ``offsets[s] .. offsets[s + 1] - 1`` (its grid points, unless ``steps``).
         fps: grid rate in Hz.
+        steps: ``None`` (every grid step is a sample), or ``int64 (N,)``: the grid step each
+            flat index stands for (``within=``: the steps inside a label's ranges).
     """
 
     segments: Segments
@@ -66,6 +68,7 @@ class GridIndex:
     count: np.ndarray
     offsets: np.ndarray
     fps: float
+    steps: np.ndarray | None = None
 
     def __len__(self) -> int:
         return int(self.offsets[-1])
@@ -74,7 +77,14 @@ class GridIndex:
         """Map flat indices ``(N,)`` to ``(segment position (N,), grid step (N,))``."""
         flat = np.asarray(flat, dtype=np.int64)
         seg = np.searchsorted(self.offsets, flat, side="right") - 1
+        if self.steps is not None:
+            return seg, self.steps[flat]
         return seg, flat - self.offsets[seg]
+
+    @property
+    def samples(self) -> np.ndarray:
+        """``int64 (S,)`` samples per segment (its grid points, unless ``steps``)."""
+        return np.diff(self.offsets)
 
     def times_ns(self, seg: int, steps: np.ndarray) -> np.ndarray:
         """Grid times in ns of ``steps`` (any shape, may be negative) of segment ``seg``."""

@@ -391,8 +391,13 @@ def _sample_keys(ds: Any) -> dict[str, str]:
     keys = {"t_ns": "()", "meta": "dict"}
     key_of = {v: k for k, v in ds.obs_keys.items()}  # mapped sample keys
     for name in ds.obs:
-        s = ds.stream(name)
         shown = key_of.get(name, name)
+        if ds.spec.kind(name) in ("text", "spans"):  # strings or lists: no shape to compare
+            keys[shown] = f"{ds.sample_spec()[shown][0]} x{ds.obs_steps}"
+            if ds.obs_steps > 1:
+                keys[f"{shown}_is_pad"] = f"({ds.obs_steps},)"
+            continue
+        s = ds.stream(name)
         # A camera's shape in the sample: after image_size, whatever the stored resolution.
         shape = list(s.shape[-1:] if s.kind == "table" else ds.frame_shape(shown))
         keys[shown] = f"{s.kind} {shape} x{ds.obs_steps}"

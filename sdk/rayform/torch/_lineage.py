@@ -85,6 +85,8 @@ def dataset_uri(spec: DatasetSpec) -> DatasetURI:
         normalize=None
         if spec.normalize is None
         else format_normalize(spec.normalize, spec.normalize_given),
+        labels=spec.labels,
+        within=spec.within_text,
     )
 
 

@@ -36,7 +36,7 @@ from rayform._resolution import Target
 from rayform.cache import Pins
 from rayform.torch._blobs import segment_blobs
 from rayform.torch._index import GridIndex
-from rayform.torch._sampling import IndexStream, Part, plan
+from rayform.torch._sampling import IndexStream, Part, ahead_bytes, plan
 
 if TYPE_CHECKING:
     from rayform._seams import BlobSource
@@ -141,6 +141,8 @@ class _State:
         self.order: Order = (True, None)  # the order the last batch followed
         self.expect = -1  # where this process's next batch starts in the plan, if it follows it
         self.pins: Pins | None = None
+        #: Blobs of the window being read and of the episodes ahead: pins held at least.
+        self.keep_pins = 0
         self.epoch_seen: int | None = None
         self.closed = False
 
@@ -260,7 +262,8 @@ class ReadAhead:
         done_epoch, done_start = st.done_until
         if done_epoch == epoch:  # batches already handled cost nothing again (warm caches)
             starts = [s for s in starts if s > done_start]
-        self._schedule(st, planned, starts, bs, epoch, window)
+        current = planned.episodes(first, first + bs, window).tolist()
+        self._schedule(st, planned, starts, bs, epoch, window, current)
 
     def _schedule(
         self,
@@ -270,20 +273,27 @@ class ReadAhead:
         bs: int,
         epoch: int,
         positions: int,
+        current: Sequence[int] = (),
     ) -> None:
         names = self.names
         slice_ = self.source
         budget = self.max_bytes
         limit = slice_.cache_limit
-        if limit is not None:  # leave room for what the readers pin
-            budget = min(budget, limit // 4)
+        if limit is not None:  # the sampler's window has the other half of the limit
+            budget = min(budget, ahead_bytes(limit))
         with st.lock:
             window = st.in_flight
         trust = limit is None  # under a limit a blob seen cached may be evicted before use
         # Under a limit, also bound how far ahead we look, by the bytes of the coming episodes
         # (cached or not): what was fetched ahead stays in the cache until read, and looking
-        # further would evict the blobs being read now to make room for later ones.
-        horizon, seen = 0, set()
+        # further would evict the blobs being read now to make room for later ones. The
+        # episodes of the batch being read do not count (the window's half of the limit holds
+        # them), so the next window arrives while this one is read.
+        horizon, seen, keep = 0, set(current), 0
+        if limit is not None:  # pins for the window being read and the episodes ahead
+            keep = sum(
+                len(segment_blobs(self.index.segments[s], names, self.targets)) for s in seen
+            )
         for start in starts:
             seg_pos = planned.episodes(start, start + bs, positions)
             if not len(seg_pos):
@@ -295,9 +305,12 @@ class ReadAhead:
                 refs = segment_blobs(self.index.segments[s], names, self.targets)
                 if limit is not None and s not in seen:
                     seen.add(s)
-                    horizon += sum(r.size for r in refs.values())
-                    if horizon > budget and len(seen) > 1:
-                        return
+                    size = sum(r.size for r in refs.values())
+                    if horizon and horizon + size > budget:
+                        return  # at least one episode ahead, however large
+                    horizon += size
+                    keep += len(refs)
+                    st.keep_pins = max(st.keep_pins, keep)
                 for ref in refs.values():
                     if ref.hash in st.present:
                         cached += 1
@@ -309,6 +322,10 @@ class ReadAhead:
                         if trust:
                             st.present.add(ref.hash)
                             cached += 1
+                        elif st.pins is None or ref.hash not in st.pins.pinned():
+                            # another process fetched it: pin it here too, or an eviction
+                            # could take it between two of this process's batches
+                            self._enqueue(st, ref, nbytes=0)
                         continue
                     window += ref.size
                     if window > budget:
@@ -319,13 +336,16 @@ class ReadAhead:
             st.done_until = (epoch, start)
 
     # -- fetching --------------------------------------------------------------------------
-    def _enqueue(self, st: _State, ref: BlobRef) -> None:
+    def _enqueue(self, st: _State, ref: BlobRef, nbytes: int | None = None) -> None:
+        """Fetch (or, already cached, only pin) ``ref`` in the background; ``nbytes``: what it
+        adds to the bytes in flight (its size unless given)."""
+        size = ref.size if nbytes is None else nbytes
         with st.lock:
             if st.closed:
                 return
             st.scheduled.add(ref.hash)
-            st.queue.append(ref)
-            st.in_flight += ref.size
+            st.queue.append((ref, size))
+            st.in_flight += size
             st.workers = [t for t in st.workers if t.is_alive()]
             if len(st.workers) < min(self.threads, len(st.queue)):
                 t = threading.Thread(
@@ -341,19 +361,20 @@ class ReadAhead:
             with st.lock:
                 if not st.queue or st.closed:
                     return  # nothing left: the thread ends (none outlives the work)
-                ref = st.queue.popleft()
+                ref, size = st.queue.popleft()
             try:
                 path = slice_.blob_path(ref)
                 if slice_.cache_limit is not None:  # scheduled to read: keep it
                     with st.lock:
                         if st.pins is None:
                             st.pins = Pins(max(8, 2 * self.threads))
+                        st.pins.max_pins = max(st.pins.max_pins, st.keep_pins)
                     st.pins.pin(path)
             except Exception as exc:  # the reader fetches it on demand and raises the real error
                 log.debug("read-ahead of blob %s... failed: %s", ref.hash[:12], exc)
             finally:
                 with st.lock:
-                    st.in_flight -= ref.size
+                    st.in_flight -= size
                     st.scheduled.discard(ref.hash)  # cached now (or failed): the cache says
 
     def _epoch_done(self, st: _State, epoch: int) -> None:

@@ -43,7 +43,6 @@ from rayform.torch._decoding import (
     BatchPlan,
     DecoderCache,
     ResizeJob,
-    Scratch,
     TableCache,
     run_plans,
 )
@@ -61,7 +60,7 @@ _PIN_TRIES = 5
 class _ProcessState:
     """What one process of a reader holds: open decoders, loaded tables, resolved blob paths."""
 
-    __slots__ = ("decoders", "paths", "pins", "refs", "scratch", "tables")
+    __slots__ = ("decoders", "paths", "pins", "refs", "tables")
 
     def __init__(
         self,
@@ -77,7 +76,6 @@ class _ProcessState:
         self.paths: dict[str, Path] = {}
         self.refs: dict[str, BlobRef] = {}  # the blobs resolved here, by hash (to refetch)
         self.pins = pins  # the blobs being read, which a bounded cache must not evict
-        self.scratch = Scratch()
 
 
 class SampleReader:
@@ -97,6 +95,9 @@ class SampleReader:
         self.action = spec.action
         self.obs_steps = spec.obs_steps
         self.targets = dict(spec.targets or {})
+        # The label observations' ranges (``label:KEY``): empty, and never consulted beyond one
+        # dict lookup, for a dataset that reads no label.
+        self.spans = {n: t for n in spec.obs if (t := spec.span_table(n)) is not None}
         # Decoders inherited through fork share FFmpeg state with the parent: they are kept,
         # unused, for good. Freeing one runs FFmpeg's cleanup on state that belongs to the
         # parent's threads (swscale's thread pool then waits forever in the child).
@@ -264,7 +265,7 @@ class SampleReader:
                 segment_done()
             return batch.samples()
 
-        return BatchPlan(jobs, finish, state.scratch)
+        return BatchPlan(jobs, finish)
 
     def _columns(self, seg_pos: np.ndarray, in_place: bool) -> BatchColumns:
         """The batch's values, key by key in the samples' order: ``(B, ...)`` tensors where
@@ -276,7 +277,8 @@ class SampleReader:
         lead = () if self.obs_steps == 1 else (self.obs_steps,)
         batch = BatchColumns(len(seg_pos))
         for name in self.obs:
-            if name in self.spec.texts:  # strings or lists of records, sample by sample
+            if name in self.spec.texts or name in self.spans:
+                # strings, lists of records or of range names: sample by sample
                 batch.add(name, None, torch.uint8)
                 if lead:
                     batch.add(f"{name}_is_pad", lead, torch.bool, shared)
@@ -334,6 +336,20 @@ class SampleReader:
         videos: dict[str, tuple[Future[torch.Tensor | None], np.ndarray]] = {}
         rows = where.tolist()
         for name in self.obs:
+            table = self.spans.get(name)
+            if table is not None:  # a label's range names at each time (padded: step 0's)
+                names = table.names_at(s, obs_t.reshape(-1))
+                per = self.obs_steps
+                batch.scatter(
+                    name,
+                    rows,
+                    names
+                    if per == 1
+                    else [names[i * per : (i + 1) * per] for i in range(len(rows))],
+                )
+                if obs_pad is not None:
+                    batch.put(f"{name}_is_pad", where, obs_pad)
+                continue
             timing = self.spec.texts.get(name)
             if timing is not None:
                 grid = functools.partial(index.times_ns, s)
@@ -456,8 +472,7 @@ def _unique_inverse(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``np.unique(values, return_inverse=True)`` of 1-D integers, ``inverse`` as int64.
 
     A segment's frame indices for a shuffled batch are one to a few dozen numbers, where
-    numpy's general function spends ~21 us on dispatch; plain Python sets take ~3 us there
-    (2.5 % of a DataLoader worker's time at 224 px)."""
+    numpy's general function costs more in dispatch than plain Python sets do in work."""
     if len(values) > 64:
         unique, inverse = np.unique(values, return_inverse=True)
         return unique, inverse.astype(np.int64)

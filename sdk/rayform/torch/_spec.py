@@ -26,6 +26,7 @@ from rayform._checks import (
 from rayform._hashing import hash_bytes
 from rayform._resolution import Target, check_image_size
 from rayform._seams import BlobSource
+from rayform.curation import Labels
 from rayform.errors import InvalidArgumentError, NotFoundError
 from rayform.manifest import Segments, Stream
 from rayform.torch._align import ACTION_MODES
@@ -36,6 +37,13 @@ from rayform.torch._layout import Spec, dataset_spec
 from rayform.torch._names import Names, resolve_names
 from rayform.torch._normalize import check_normalize
 from rayform.torch._sampling import DDP_EVEN
+from rayform.torch._spans import (
+    SpanTable,
+    label_key,
+    parse_within,
+    read_labels,
+    span_table,
+)
 
 __all__ = [
     "DEFAULT_READAHEAD_BYTES",
@@ -77,6 +85,10 @@ class DatasetSpec:
         texts: text observation stream -> its timing (``"state"`` or ``"events"``).
         tokenizer: ``callable(list of str) -> {name: tensor (N, ...)}`` run on the state text
             keys of each batch in the worker, or ``None``.
+        spans: label key -> its ranges over ``segments``, for the ``label:KEY`` observations
+            and ``within`` (empty when the dataset reads no label).
+        labels: the hash of the label set ``spans`` came from, or ``None``.
+        within: ``(key, name or None)`` of ``within=``, or ``None``.
     """
 
     slice: BlobSource
@@ -103,6 +115,17 @@ class DatasetSpec:
     normalize_given: Mapping[str, dict[str, list[float]]] | None = None
     texts: Mapping[str, str] = dataclasses.field(default_factory=dict)
     tokenizer: Tokenizer | None = None
+    spans: Mapping[str, SpanTable] = dataclasses.field(default_factory=dict)
+    labels: str | None = None
+    within: tuple[str, str | None] | None = None
+
+    @property
+    def within_text(self) -> str | None:
+        """``within=`` in its canonical form (``"KEY"`` or ``"KEY:NAME"``), or ``None``."""
+        if self.within is None:
+            return None
+        key, name = self.within
+        return key if name is None else f"{key}:{name}"
 
     @property
     def state_text_keys(self) -> list[str]:
@@ -125,14 +148,20 @@ class DatasetSpec:
 
     @property
     def streams(self) -> list[str]:
-        """Every stream read: the observations, then the action."""
-        return [*self.obs, *([self.action] if self.action else [])]
+        """Every stream read: the observations (not the labels), then the action."""
+        obs = [n for n in self.obs if label_key(n) is None]
+        return [*obs, *([self.action] if self.action else [])]
 
     @property
     def grid_streams(self) -> list[str]:
         """The streams that bound each episode's grid: all but text (a task recorded once at
         the start holds to the end; events are sparse)."""
         return [n for n in self.streams if n not in self.texts]
+
+    def span_table(self, name: str) -> SpanTable | None:
+        """The ranges observation ``name`` reads (``"label:KEY"``), or ``None`` for a stream."""
+        key = label_key(name)
+        return None if key is None else self.spans[key]
 
     def stream(self, name: str) -> Stream:
         """The manifest's record of stream ``name``, from the first episode that has it (all
@@ -144,7 +173,10 @@ class DatasetSpec:
         return self.segments[int(np.flatnonzero(present)[0])].streams[name]
 
     def kind(self, name: str) -> str:
-        """``"video"``, ``"table"`` or ``"text"``: the kind of stream ``name``."""
+        """``"video"``, ``"table"``, ``"text"`` or ``"spans"`` (a ``label:KEY``): the kind of
+        observation ``name``."""
+        if label_key(name) is not None:
+            return "spans"
         return "text" if name in self.texts else self.stream(name).kind
 
     @property
@@ -179,9 +211,14 @@ class DatasetSpec:
         obs = [
             (
                 key,
-                {"state": "str", "events": "events"}.get(self.texts.get(name, ""), self.kind(name)),
+                # A label's names are a list per step, as a step's events are.
+                "events"
+                if self.kind(name) == "spans"
+                else {"state": "str", "events": "events"}.get(
+                    self.texts.get(name, ""), self.kind(name)
+                ),
                 ()
-                if self.kind(name) == "text"
+                if self.kind(name) in ("text", "spans")
                 else tuple(self.stream(name).shape[-1:])
                 if self.kind(name) == "table"
                 else self.frame_shape(name),
@@ -240,6 +277,8 @@ def check_spec(
     resize: str = "pad",
     normalize: str | Mapping[str, Any] | None = None,
     tokenizer: Tokenizer | None = None,
+    within: str | None = None,
+    labels: Labels | str | None = None,
 ) -> DatasetSpec:
     """The :class:`DatasetSpec` of ``EpisodeDataset(...)``'s arguments (the same names).
 
@@ -287,8 +326,13 @@ def check_spec(
             )
         image_size = by_stream
     cameras = [
-        n for n in names.obs_streams if n not in texts and chosen[0].streams[n].kind == "video"
+        n
+        for n in names.obs_streams
+        if n not in texts and label_key(n) is None and chosen[0].streams[n].kind == "video"
     ]
+    spans, labels_hash, within_parts = _check_spans(
+        slice_, chosen, names.obs_streams, within, labels
+    )
     rank, world = _resolve_shard(shard)
     spec = DatasetSpec(
         slice=slice_,
@@ -300,6 +344,9 @@ def check_spec(
         targets=check_image_size(image_size, resize, cameras),
         texts=texts,
         tokenizer=tokenizer,
+        spans=spans,
+        labels=labels_hash,
+        within=within_parts,
         **checked,
     )
     if tokenizer is not None and not spec.state_text_keys:
@@ -331,15 +378,44 @@ def _check_streams(
             f"slice {slice_.id} has no episodes, so there is nothing to sample; pick a slice "
             "with data (`rayform slices ls`) or ask its owners to rebuild it"
         )
-    texts = check_table_streams(slice_.id, segments, [*obs, *([action] if action else [])], action)
+    streams = [o for o in obs if label_key(o) is None]
+    texts = check_table_streams(
+        slice_.id, segments, [*streams, *([action] if action else [])], action
+    )
     if action is not None and action in obs:
         raise InvalidArgumentError(f"{action!r} is both in obs and the action: use it once")
-    if len(texts) == len(obs) and action is None:
+    if len(texts) == len(streams) and action is None:
         raise InvalidArgumentError(
-            f"obs={list(obs)!r} are all text streams and there is no action: a dataset's grid "
-            "spans the times its camera, table or action streams cover; add one"
+            f"obs={list(obs)!r} are all text streams or labels and there is no action: a "
+            "dataset's grid spans the times its camera, table or action streams cover; add one"
         )
     return texts
+
+
+def _check_spans(
+    slice_: BlobSource,
+    segments: Segments,
+    obs: Sequence[str],
+    within: object,
+    labels: Labels | str | None,
+) -> tuple[dict[str, SpanTable], str | None, tuple[str, str | None] | None]:
+    """The spans labels ``label:KEY`` observations and ``within`` read, from one label set:
+    ``(key -> ranges over segments, that label set's hash, within's parts)``. Reads nothing
+    when the dataset names no label."""
+    keys = [k for k in (label_key(n) for n in obs) if k is not None]
+    parts = None if within is None else parse_within(within)
+    if not keys and parts is None:
+        if labels is not None:
+            raise InvalidArgumentError(
+                "labels= is the label set that label observations ('label:KEY' in obs) and "
+                "within= read: name one of those too"
+            )
+        return {}, None, None
+    read = read_labels(slice_, labels)
+    tables = {k: span_table(read, k, segments, f"obs 'label:{k}'") for k in keys}
+    if parts is not None and parts[0] not in tables:
+        tables[parts[0]] = span_table(read, parts[0], segments, f"within={within!r}")
+    return tables, read.hash, parts
 
 
 def _resolve_shard(shard: object) -> tuple[int, int]:

@@ -26,7 +26,7 @@ from torch.utils.data._utils.collate import default_collate_fn_map
 from rayform.errors import InvalidArgumentError
 from rayform.manifest import Stream
 
-__all__ = ["TextEvents", "events_in", "state_at", "text_values", "tokenize"]
+__all__ = ["TextEvents", "events_in", "state_at", "text_values", "tokenize", "tokenize_strings"]
 
 
 class TextEvents(list[dict[str, Any]]):
@@ -53,7 +53,8 @@ def state_at(t_rec: np.ndarray, records: list[dict[str, Any]], t_query: np.ndarr
         t_query: query times, ns, ``int64 (M,)``.
     """
     idx = np.searchsorted(t_rec, t_query, side="right") - 1
-    return [records[i]["content"] if i >= 0 else "" for i in idx.tolist()]
+    # A record without text (a tool call alone) holds no string: "" as before any record.
+    return [(records[i]["content"] or "") if i >= 0 else "" for i in idx.tolist()]
 
 
 def events_in(
@@ -118,13 +119,51 @@ def text_values(
     return [values[i * n : (i + 1) * n] for i in range(b)]
 
 
+def tokenize_strings(
+    tokenizer: Callable[[list[str]], Mapping[str, torch.Tensor]], texts: list[str], what: str
+) -> dict[str, torch.Tensor]:
+    """``tokenizer(texts)``, calling it on each distinct string once: a batch repeats a few
+    tasks, and every row of the result is the row of its string (a tokenizer pads each string
+    alike whether it sees one copy or many; padding to the longest sees the same strings).
+
+    Args:
+        tokenizer: ``callable(list of N strings) -> {name: tensor (N, ...)}``.
+        texts: the batch's strings.
+        what: names the strings in errors.
+
+    Returns:
+        ``{name: tensor (len(texts), ...)}``.
+
+    Raises:
+        InvalidArgumentError: the tokenizer returned no mapping of tensors with one row per
+            string.
+    """
+    distinct = list(dict.fromkeys(texts))
+    out = tokenizer(distinct)
+    if not isinstance(out, Mapping) or not all(
+        isinstance(v, torch.Tensor) and v.ndim >= 1 and v.shape[0] == len(distinct)
+        for v in out.values()
+    ):
+        raise InvalidArgumentError(
+            f"tokenizer({len(distinct)} strings of {what}) returned {type(out).__name__}, not "
+            f"a dict of tensors with {len(distinct)} rows; for a Hugging Face tokenizer pass "
+            "functools.partial(tokenizer, return_tensors='pt', padding='max_length', "
+            "truncation=True, max_length=L)"
+        )
+    if len(distinct) == len(texts):
+        return dict(out)
+    row = {text: i for i, text in enumerate(distinct)}
+    index = torch.tensor([row[t] for t in texts], dtype=torch.long)
+    return {name: tensor.index_select(0, index) for name, tensor in out.items()}
+
+
 def tokenize(
     samples: list[dict[str, Any]],
     keys: list[str],
     tokenizer: Callable[[list[str]], Mapping[str, torch.Tensor]],
 ) -> None:
     """Add ``<key>_<name>`` to every sample: ``tokenizer`` run once per key on the batch's
-    strings (a key with history: its ``n`` strings per sample, rows ``(n, ...)``).
+    distinct strings (a key with history: its ``n`` strings per sample, rows ``(n, ...)``).
 
     Raises:
         InvalidArgumentError: the tokenizer returned no mapping of tensors with one row per
@@ -136,17 +175,7 @@ def tokenize(
         values = [s[key] for s in samples]
         steps = len(values[0]) if isinstance(values[0], list) else 0
         texts = [t for v in values for t in v] if steps else values
-        out = tokenizer(texts)
-        if not isinstance(out, Mapping) or not all(
-            isinstance(v, torch.Tensor) and v.ndim >= 1 and v.shape[0] == len(texts)
-            for v in out.values()
-        ):
-            raise InvalidArgumentError(
-                f"tokenizer({len(texts)} strings of {key!r}) returned {type(out).__name__}, not "
-                f"a dict of tensors with {len(texts)} rows; for a Hugging Face tokenizer pass "
-                "functools.partial(tokenizer, return_tensors='pt', padding='max_length', "
-                "truncation=True, max_length=L)"
-            )
+        out = tokenize_strings(tokenizer, texts, repr(key))
         for name, tensor in out.items():
             rows = tensor.reshape(len(values), steps, *tensor.shape[1:]) if steps else tensor
             for sample, row in zip(samples, rows.unbind(0), strict=True):

@@ -22,6 +22,7 @@ from rayform._checks import check_non_negative_int
 from rayform._resolution import Target, image_size_of
 from rayform._seams import BlobSource
 from rayform.client import Client
+from rayform.curation import Labels
 from rayform.errors import InvalidArgumentError
 from rayform.manifest import Segments, Stream, release_pages
 from rayform.torch._blobs import check_cache_fits
@@ -38,6 +39,7 @@ from rayform.torch._sampling import (
     episode_streams,
     shard_check,
 )
+from rayform.torch._spans import within_index
 from rayform.torch._spec import (
     DEFAULT_READAHEAD_BYTES,
     DatasetSpec,
@@ -142,6 +144,15 @@ class EpisodeDataset(Dataset[dict[str, Any]]):
             on each batch's state text keys in the worker, before ``transform``: key ``task``
             gets ``task_<name>`` per sample (``task_input_ids (L,)``...; ``(n, L)`` with
             ``obs_steps=n``); the strings stay. Not in the URI (``from_uri`` takes it again).
+        within: ``None`` (every grid time is a sample), ``"KEY"`` or ``"KEY:NAME"``: only the
+            grid times inside the time ranges of spans label ``KEY`` (of that name) are samples,
+            e.g. ``within="events:grasp_failed"``; each episode's grid, action chunks and
+            padding stay as they are, and so do the order, the DDP shards by episode and
+            :meth:`stats` (over the episodes' whole grids). Pinned in the URI.
+        labels: the label set that ``within`` and ``"label:KEY"`` observations read (an
+            observation that gives, at sample time ``t``, the names of the ranges of spans
+            label ``KEY`` with ``t0 <= t < t1``): ``slice_.labels``, a label-set hash, or
+            ``None`` for the latest. Its hash is pinned in the URI (docs/curation.md).
 
     Raises:
         InvalidArgumentError: a value is not allowed (the message says what is).
@@ -173,6 +184,8 @@ class EpisodeDataset(Dataset[dict[str, Any]]):
         resize: str = "pad",
         normalize: str | Mapping[str, Any] | None = None,
         tokenizer: Tokenizer | None = None,
+        within: str | None = None,
+        labels: Labels | str | None = None,
     ) -> None:
         spec = check_spec(
             slice_, obs, action, fps, horizon, frame, segments=segments, obs_steps=obs_steps,
@@ -180,13 +193,15 @@ class EpisodeDataset(Dataset[dict[str, Any]]):
             ddp_even=ddp_even, decoder_cache_size=decoder_cache_size,
             decoder_backend=decoder_backend, decode_threads=decode_threads,
             readahead_bytes=readahead_bytes, image_size=image_size, resize=resize,
-            normalize=normalize, tokenizer=tokenizer,
+            normalize=normalize, tokenizer=tokenizer, within=within, labels=labels,
         )  # fmt: skip
         #: The dataset's arguments, checked (:class:`~rayform.torch.DatasetSpec`).
         self.spec: DatasetSpec = spec
         self._epoch = SharedEpoch(0)  # shared with forked (persistent) workers
         self._read_bytes = check_cache_fits(spec.slice, spec.segments, spec.streams, spec.targets)
         self._index: GridIndex = build_index(spec.segments, spec.grid_streams, spec.fps)
+        if spec.within is not None:
+            self._index = within_index(self._index, spec.spans[spec.within[0]], spec.within)
         # The checks and the index read columns of every segment: unmap those pages, or
         # every DataLoader worker would inherit them as its own resident memory.
         release_pages(spec.segments)
@@ -322,7 +337,7 @@ class EpisodeDataset(Dataset[dict[str, Any]]):
         """Grid samples per episode ID."""
         segs = self._index.segments
         ids = segs.ids().to_pylist()
-        return {seg_id: int(n) for seg_id, n in zip(ids, self._index.count, strict=True)}
+        return {seg_id: int(n) for seg_id, n in zip(ids, self._index.samples, strict=True)}
 
     # -- samples ---------------------------------------------------------------------------
     def __getitem__(self, key: int | tuple[int, ...]) -> dict[str, Any]:
@@ -424,7 +439,9 @@ class EpisodeDataset(Dataset[dict[str, Any]]):
         """``{sample key: (dtype, shape)}`` of one sample's tensors, as ``ds[i]`` returns them
         (``meta`` left out): cameras ``uint8 (3, H, W)``, vectors ``float32 (D,)`` (both with a
         leading ``obs_steps`` axis and a ``bool`` ``<key>_is_pad`` when ``obs_steps > 1``),
-        the action ``float32 (horizon, D)`` with ``<key>_is_pad``, ``t_ns int64 ()``."""
+        the action ``float32 (horizon, D)`` with ``<key>_is_pad``, ``t_ns int64 ()``; a text
+        state ``str``, and text events and ``label:KEY`` observations ``events`` (a list per
+        step: records, or range names), shape ``()`` (``(n,)`` with history)."""
         return self.spec.sample_spec()
 
     @property

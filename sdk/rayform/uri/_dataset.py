@@ -12,7 +12,9 @@ every argument that changes which samples the dataset yields; a dataset on a
 ``rayform.uri._selexpr``) instead of listing its episodes; a dataset with a training resolution
 holds ``image_size=`` and ``resize=`` (query version 3); a dataset whose sample keys are
 mapped from stream names or that normalises its vectors holds ``keys=`` and ``normalize=``
-(query version 4). Mixtures have their own form
+(query version 4); a dataset that reads spans labels (``obs=[..., "label:events"]``,
+``within=``) pins the label set it read in ``labels=`` and holds ``within=`` (query version
+5). Mixtures have their own form
 (``rayform.uri._mixture``). The encoding is canonical
 (``docs/tracking.md`` defines it): one dataset has one URI, so the URI can be compared,
 hashed and used as a key. The access token is never part of it.
@@ -51,6 +53,11 @@ IMAGE_VERSION = 3
 #: The query version of a URI with ``keys=`` (sample keys mapped from stream names) or
 #: ``normalize=``; a URI without them keeps version 1, 2 or 3, byte for byte.
 MAP_VERSION = 4
+#: The query version of a URI with ``labels=`` (the label set that ``label:KEY`` observations
+#: and ``within=`` read) and ``within=``; a URI without them keeps its version, byte for byte.
+LABEL_VERSION = 5
+#: An observation that reads a spans label: ``label:KEY`` (a stream name never holds ``:``).
+_LABEL_OBS_RE = re.compile(r"\Alabel:[a-z][a-z0-9_]{0,31}\Z")
 #: URI scheme -> the server's URL scheme. ``rayform://`` is HTTPS; plain HTTP (a server on
 #: loopback or a trusted network) is spelled out, so a URI never downgrades TLS by accident.
 SCHEMES = {"rayform": "https", "rayform+http": "http"}
@@ -65,6 +72,7 @@ _PARAMS = (
     "horizon",
     "image_size",
     "keys",
+    "labels",
     "normalize",
     "obs",
     "obs_steps",
@@ -72,14 +80,26 @@ _PARAMS = (
     "seed",
     "segments",
     "select",
+    "within",
 )
-_OPTIONAL = ("segments", "select", "image_size", "resize", "keys", "normalize")
+_OPTIONAL = (
+    "segments",
+    "select",
+    "image_size",
+    "resize",
+    "keys",
+    "normalize",
+    "labels",
+    "within",
+)
 _SINCE = {
     "select": SELECT_VERSION,
     "image_size": IMAGE_VERSION,
     "resize": IMAGE_VERSION,
     "keys": MAP_VERSION,
     "normalize": MAP_VERSION,
+    "labels": LABEL_VERSION,
+    "within": LABEL_VERSION,
 }
 _RESERVED = ("mix",)
 _SAFE = "/,"  # stream names and IDs never contain "," so lists need no escaping
@@ -115,6 +135,9 @@ class DatasetURI:
         keys: the sample keys of ``obs`` (in order) and then of the action, when they are
             mapped (``obs={"state": "joints/position"}``), else ``None``.
         normalize: ``"mean_std"``, ``"quantile"``, given statistics as compact JSON, or ``None``.
+        labels: the hash of the label set the ``label:KEY`` observations and ``within`` read,
+            or ``None`` when the dataset reads no label.
+        within: ``"KEY"`` or ``"KEY:NAME"``: samples only inside those ranges, or ``None``.
     """
 
     endpoint: str | None
@@ -134,6 +157,8 @@ class DatasetURI:
     resize: str | None = None
     keys: tuple[str, ...] | None = None
     normalize: str | None = None
+    labels: str | None = None
+    within: str | None = None
 
     def __post_init__(self) -> None:
         if self.endpoint is not None:
@@ -158,7 +183,9 @@ class DatasetURI:
                 f"dataset URI: malformed manifest hash {self.manifest_hash!r}; expected 64 lowercase hex digits"
             )
         for name in (*self.obs, *([self.action] if self.action else [])):
-            if not STREAM_NAME_RE.fullmatch(name):
+            if not STREAM_NAME_RE.fullmatch(name) and not (
+                name in self.obs and _LABEL_OBS_RE.fullmatch(name)
+            ):
                 raise InvalidArgumentError(
                     f"dataset URI: malformed stream name {name!r}, e.g. cam0/rgb"
                 )
@@ -176,6 +203,7 @@ class DatasetURI:
                 f"dataset URI: fps={self.fps!r}; use a finite number > 0 (Hz)"
             )
         self._check_image_size()
+        self._check_labels()
         if self.normalize is not None and self.normalize not in ("mean_std", "quantile"):
             doc = _normalize_arg(self.normalize)  # canonical JSON: one dataset, one URI
             object.__setattr__(
@@ -190,6 +218,26 @@ class DatasetURI:
                     f"{len(self.obs)} obs and "
                     f"{'an' if self.action else 'no'} action; copy the whole URI from dataset.uri"
                 )
+
+    def _check_labels(self) -> None:
+        reads = self.within is not None or any(_LABEL_OBS_RE.fullmatch(o) for o in self.obs)
+        if reads != (self.labels is not None):
+            raise InvalidArgumentError(
+                f"dataset URI: labels={self.labels!r} with within={self.within!r} and obs="
+                f"{','.join(self.obs)}: the label set is pinned exactly when label:KEY "
+                "observations or within= read it; copy the whole URI from dataset.uri"
+            )
+        if self.labels is not None and not HASH_RE.fullmatch(self.labels):
+            raise InvalidArgumentError(
+                f"dataset URI: labels={self.labels!r} is not a label-set hash (64 hex digits)"
+            )
+        if self.within is not None and (
+            not isinstance(self.within, str)
+            or not re.fullmatch(r"[a-z][a-z0-9_]{0,31}(:.+)?", self.within)
+        ):
+            raise InvalidArgumentError(
+                f"dataset URI: within={self.within!r} is not KEY or KEY:NAME of a spans label"
+            )
 
     def _check_image_size(self) -> None:
         if (self.image_size is None) != (self.resize is None):
@@ -236,11 +284,12 @@ class DatasetURI:
             values["keys"] = ",".join(self.keys)
         if self.normalize is not None:
             values["normalize"] = self.normalize
-        parts = [
-            f"{k}={quote(values[k], safe=_SAFE_SIZE if k == 'image_size' else '' if k == 'normalize' else _SAFE)}"
-            for k in _PARAMS
-            if k in values
-        ]
+        if self.labels is not None:
+            values["labels"] = self.labels
+        if self.within is not None:
+            values["within"] = self.within
+        safe = {"image_size": _SAFE_SIZE, "obs": _SAFE_SIZE, "normalize": "", "within": ":"}
+        parts = [f"{k}={quote(values[k], safe=safe.get(k, _SAFE))}" for k in _PARAMS if k in values]
         if self.select is not None:
             # Already percent-encoded item by item; its separators stay readable.
             parts.append(f"select={self.select}")
@@ -248,8 +297,10 @@ class DatasetURI:
 
     @property
     def version(self) -> int:
-        """The query version: 4 with ``keys=`` or ``normalize=``, else 3 with ``image_size=``,
-        else 2 with ``select=``, else 1."""
+        """The query version: 5 with ``labels=``, else 4 with ``keys=`` or ``normalize=``, else
+        3 with ``image_size=``, else 2 with ``select=``, else 1."""
+        if self.labels is not None:
+            return LABEL_VERSION
         if self.keys is not None or self.normalize is not None:
             return MAP_VERSION
         if self.image_size is not None:
@@ -308,6 +359,10 @@ class DatasetURI:
                 kwargs["action"] = {self.keys[-1]: self.action}
         if self.normalize is not None:
             kwargs["normalize"] = _normalize_arg(self.normalize)
+        if self.labels is not None:
+            kwargs["labels"] = self.labels
+        if self.within is not None:
+            kwargs["within"] = self.within
         return kwargs
 
     # -- parsing ---------------------------------------------------------------------------
@@ -370,6 +425,8 @@ class DatasetURI:
                 resize=query.get("resize"),
                 keys=tuple(_split_list(query["keys"])) if "keys" in query else None,
                 normalize=query.get("normalize"),
+                labels=query.get("labels"),
+                within=query.get("within"),
             )
         except InvalidArgumentError as exc:
             raise InvalidArgumentError(f"{exc} (in {_shown(uri)})") from None
@@ -418,7 +475,9 @@ def _authority(endpoint: str | None) -> str:
 
 def _parse_query(query: str, uri: str) -> dict[str, str]:
     values: dict[str, str] = {}
-    known = (str(QUERY_VERSION), str(SELECT_VERSION), str(IMAGE_VERSION), str(MAP_VERSION))
+    known = tuple(
+        str(v) for v in (QUERY_VERSION, SELECT_VERSION, IMAGE_VERSION, MAP_VERSION, LABEL_VERSION)
+    )
     for item in query.split("&") if query else []:
         key, eq, value = item.partition("=")
         if not eq:
@@ -433,7 +492,7 @@ def _parse_query(query: str, uri: str) -> dict[str, str]:
     if version not in known:
         raise InvalidArgumentError(
             f"{_shown(uri)} has query version v={version}; this rayform reads v={QUERY_VERSION}, "
-            f"v={SELECT_VERSION}, v={IMAGE_VERSION} and v={MAP_VERSION}. "
+            f"v={SELECT_VERSION}, v={IMAGE_VERSION}, v={MAP_VERSION} and v={LABEL_VERSION}. "
             + (
                 "Upgrade rayform (`pip install -U rayform`) to read it."
                 if version
@@ -450,6 +509,8 @@ def _parse_query(query: str, uri: str) -> dict[str, str]:
                 "select": "a selection view",
                 "keys": "a key mapping",
                 "normalize": "normalisation",
+                "labels": "a pinned label set",
+                "within": "a pinned label set",
             }.get(later[0], "a training resolution")
             raise InvalidArgumentError(
                 f"dataset URI has {later[0]}= under v={version}: {what} is query version "

@@ -132,24 +132,76 @@ class ViewAPI:
         return read if isinstance(read, Labels) else None
 
     def label(self, body: Mapping[str, Any]) -> dict[str, Any]:
-        """``POST /api/label`` ``{"segment", "values": {key: value or null}}``: label one
-        episode through the slice's client (its token must be a write token, docs/curation.md)."""
+        """``POST /api/label``: label one episode through the slice's client (its token must be
+        a write token, docs/curation.md). The body is ``{"segment", "values": {key: value or
+        null}, "kinds": {key: kind}}`` (``kinds`` optional: a new key's kind, e.g. text), or
+        ``{"segment", "span": {"key", "t0_s", "t1_s", "name"}}`` to add a time range in
+        seconds from the episode's start (the page's clock: a browser's numbers cannot hold ns
+        since the epoch exactly), or ``{"segment", "unspan": {"key", "index"}}`` to remove
+        one of a spans label's ranges (by its position in :meth:`episode`'s ``spans``)."""
         seg_id, values = body.get("segment"), body.get("values")
         if not isinstance(seg_id, str) or not SEGMENT_ID_RE.fullmatch(seg_id):
             raise ViewError(400, f"segment={str(seg_id)[:80]!r} is not a segment ID")
+        if "span" in body or "unspan" in body:
+            values = self._span_values(seg_id, body)
         if not isinstance(values, dict) or not values:
             raise ViewError(400, 'values: give {"key": value}, e.g. {"success": true}')
+        kinds = body.get("kinds")
+        if kinds is not None and not isinstance(kinds, dict):
+            raise ViewError(400, 'kinds: give {"key": kind}, e.g. {"note": "text"}')
         write = getattr(self.slice, "label", None)
         if write is None:
             raise ViewError(400, "this slice keeps no labels (open it with rayform.Client)")
         try:
             with self._lock:
-                labels = write(seg_id, **values)
+                labels = write(seg_id, kinds=kinds or None, **values)
         except ConflictError:
             raise  # answered 409, with its message: read again and decide
         except InvalidArgumentError as exc:
             raise ViewError(400, str(exc)) from None
-        return {"segment": seg_id, "labels": labels[seg_id], "version": labels.version}
+        return {
+            "segment": seg_id,
+            "labels": labels[seg_id],
+            "version": labels.version,
+            "spans": self._spans_of(labels, seg_id),
+        }
+
+    def _span_values(self, seg_id: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        """The ``values`` of a write that adds (``span``) or removes (``unspan``) a range."""
+        seg = self._segment({"segment": seg_id})
+        op = body.get("span") if "span" in body else body.get("unspan")
+        key = op.get("key") if isinstance(op, dict) else None
+        if not isinstance(key, str):
+            raise ViewError(
+                400, 'span: give {"key", "t0_s", "t1_s", "name"}; unspan: {"key", "index"}'
+            )
+        labels = self.labels()
+        current = labels.spans(seg_id, key) if labels is not None else []
+        assert isinstance(op, dict)
+        if "span" in body:
+            t0, t1, name = op.get("t0_s"), op.get("t1_s"), op.get("name")
+            if not all(isinstance(t, (int, float)) and not isinstance(t, bool) for t in (t0, t1)):
+                raise ViewError(400, f"span: t0_s={t0!r}, t1_s={t1!r}: give seconds from the start")
+            lo, hi = sorted((float(t0), float(t1)))  # type: ignore[arg-type]  # checked above
+            start = seg.start_ns + round(max(lo, 0.0) * 1e9)
+            end = min(seg.start_ns + round(hi * 1e9), seg.end_ns + 1)
+            spans: list[Any] = [*current, (start, end, name)]
+        else:
+            index = op.get("index")
+            if not isinstance(index, int) or not 0 <= index < len(current):
+                raise ViewError(400, f"unspan: index={index!r} is not one of {len(current)} ranges")
+            spans = [s for i, s in enumerate(current) if i != index]
+        return {key: [list(s) for s in spans] or None}
+
+    def _spans_of(self, labels: Labels, seg_id: str) -> dict[str, list[list[Any]]]:
+        """Each spans label of the episode: ``[[t0_s, t1_s, name], ...]`` from its start."""
+        seg = self.slice.segment(seg_id)
+        return {
+            key: [[(a - seg.start_ns) / 1e9, (b - seg.start_ns) / 1e9, n] for a, b, n in
+                  labels.spans(seg_id, key)]
+            for key, kind in sorted(labels.kinds.items())
+            if kind == "spans" and key in labels[seg_id]
+        }  # fmt: skip
 
     # -- the slice and its list ------------------------------------------------------------
     def slice_info(self) -> dict[str, Any]:
@@ -281,7 +333,12 @@ class ViewAPI:
             streams.append(doc)
         labels = self.labels()
         marks = (
-            {"labels": labels[seg.id], "labels_version": labels.version}
+            {
+                "labels": labels[seg.id],
+                "labels_version": labels.version,
+                "spans": self._spans_of(labels, seg.id),
+                "kinds": dict(labels.kinds),
+            }
             if labels is not None
             else {}
         )

@@ -3,7 +3,7 @@
 The filters are the ones :meth:`rayform.Slice.select` understands (sites, a time range with the
 same overlap rule, a text filter on episode fields and labels, ``rayform.curation``) plus an ID
 prefix; each is one vectorised operation on Arrow or numpy columns, so a 1,000,000-segment
-version 2 slice is filtered without a Python object per segment. Only the rows of the
+slice is filtered without a Python object per segment. Only the rows of the
 requested page become :class:`~rayform.manifest.Segment` objects.
 """
 

@@ -14,7 +14,6 @@ import numpy as np
 
 from rayform.errors import InvalidArgumentError
 from rayform.format import STREAM_NAME_RE, ColumnarManifest, hash_bytes
-from rayform.manifest import Manifest
 from rayform_server.builder import SliceBuilder, TableData, TextData, VideoData
 from rayform_server.store import Store
 
@@ -160,7 +159,7 @@ def commit_segments(
     progress: Progress,
     stage: str | None = None,
     renditions: tuple[int, ...] = (),
-) -> Manifest | ColumnarManifest | None:
+) -> ColumnarManifest | None:
     """Store every segment's blobs, then write the manifest and point ``slice_id`` at it; or,
     with ``stage``, stage each segment in that batch and commit nothing (one worker of a
     distributed ingest: ``rayform-server commit`` makes the slice once every worker is done).
@@ -250,7 +249,6 @@ def run_jobs(
     finally:
         shutil.rmtree(store.root / "staging" / batch, ignore_errors=True)
     manifest = store.load_manifest(digest)
-    assert isinstance(manifest, ColumnarManifest)
     progress(
         f"slice {slice_id} -> manifest {manifest.hash[:16]}... ({len(manifest.segments)} segments)"
     )

@@ -1,17 +1,17 @@
 """Read the on-disk layout of a LeRobot dataset (v2.1 or v3.0) without the ``lerobot`` package.
 
-* **v3.0**: ``meta/info.json``; ``meta/episodes/chunk-*/file-*.parquet`` (one row per episode:
-  ``episode_index``, ``length``, ``data/chunk_index``, ``data/file_index``, and per video key
-  ``videos/KEY/chunk_index``, ``videos/KEY/file_index``, ``videos/KEY/from_timestamp``,
-  ``videos/KEY/to_timestamp``); ``data/`` parquet files shared by many episodes; ``videos/``
-  MP4 files shared by many episodes, each episode starting at its ``from_timestamp``.
-* **v2.1**: ``meta/info.json``; ``meta/episodes.jsonl`` (``episode_index``, ``length``); one
-  parquet file and one MP4 per episode and video key, found through the ``data_path`` and
-  ``video_path`` templates of ``info.json`` (chunk = episode_index // chunks_size).
+The layout (paths and their templates, chunks, ``info.json`` keys, the episodes and tasks
+tables, feature dtypes) is :mod:`rayform.lerobot_layout`, the one the export writes; this
+module finds a dataset's episodes in it:
 
-The task strings behind the per-frame ``task_index`` are in ``meta/tasks.parquet`` (v3.0: a
-pandas frame indexed by the task string, column ``task_index``) or ``meta/tasks.jsonl`` (v2.1:
-``{"task_index", "task"}`` per line).
+* **v3.0**: the rows of ``meta/episodes/chunk-*/file-*.parquet`` say each episode's data file
+  and, per video key, its MP4 file and ``from_timestamp`` (the episode's first frame in it);
+  data and video files are shared by many episodes.
+* **v2.1**: ``meta/episodes.jsonl`` lists the episodes; each has its own parquet file and MP4
+  per video key, at the ``data_path`` and ``video_path`` templates of ``info.json``.
+
+The task strings behind the per-frame ``task_index`` are in ``meta/tasks.parquet`` (v3.0) or
+``meta/tasks.jsonl`` (v2.1).
 """
 
 from __future__ import annotations
@@ -26,28 +26,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from rayform import lerobot_layout as layout
 from rayform.errors import InvalidArgumentError
 
-__all__ = ["BOOKKEEPING", "LANGUAGE_COLUMNS", "Episode", "LeRobotLayout", "open_layout"]
-
-#: Columns every LeRobot dataset has that are not recorded signals.
-BOOKKEEPING = ("timestamp", "frame_index", "episode_index", "index", "task_index")
-#: LeRobot's per-frame language columns (feature dtype ``"language"``): rows that hold from
-#: their ``timestamp`` until replaced, and rows present only on the frame they were emitted on.
-LANGUAGE_COLUMNS = ("language_persistent", "language_events")
-_VECTOR_DTYPES = (
-    "float16",
-    "float32",
-    "float64",
-    "int8",
-    "int16",
-    "int32",
-    "int64",
-    "uint8",
-    "bool",
-)
-_V21_DATA = "data/chunk-{episode_chunk:03d}/episode_{episode_index:06d}.parquet"
-_V21_VIDEO = "videos/chunk-{episode_chunk:03d}/{video_key}/episode_{episode_index:06d}.mp4"
+__all__ = ["Episode", "LeRobotLayout", "open_layout"]
 
 
 @dataclass
@@ -81,19 +63,19 @@ class LeRobotLayout:
 
     @property
     def language_keys(self) -> list[str]:
-        """The language columns the dataset has (of :data:`LANGUAGE_COLUMNS`)."""
-        return [k for k in LANGUAGE_COLUMNS if k in self.features]
+        """The language columns the dataset has (of LeRobot's ``LANGUAGE_COLUMNS``)."""
+        return [k for k in layout.LANGUAGE_COLUMNS if k in self.features]
 
     @property
     def video_keys(self) -> list[str]:
-        return [k for k, f in self.features.items() if f.get("dtype") == "video"]
+        return [k for k, f in self.features.items() if f.get("dtype") == layout.VIDEO]
 
     @property
     def vector_keys(self) -> list[str]:
         return [
             k
             for k, f in self.features.items()
-            if k not in BOOKKEEPING and f.get("dtype") in _VECTOR_DTYPES
+            if k not in layout.BOOKKEEPING_FEATURES and f.get("dtype") in layout.VECTOR_DTYPES
         ]
 
     def read_rows(self, episode: Episode, columns: list[str]) -> pa.Table:
@@ -126,7 +108,7 @@ def open_layout(path: str | os.PathLike[str]) -> LeRobotLayout:
             an unsupported ``codebase_version``, or its metadata is unreadable.
     """
     root = Path(path)
-    info_path = root / "meta" / "info.json"
+    info_path = root / layout.INFO
     if not info_path.is_file():
         raise InvalidArgumentError(
             f"{root} is not a LeRobot dataset: {info_path} is missing. Pass the dataset's root "
@@ -139,9 +121,9 @@ def open_layout(path: str | os.PathLike[str]) -> LeRobotLayout:
         raise InvalidArgumentError(
             f"{info_path} has no 'features' or 'fps': not a LeRobot info.json"
         )
-    if version.startswith("v3"):
+    if layout.layout_version(version) == "3.0":
         episodes = _episodes_v30(root, info)
-    elif version.startswith("v2"):
+    elif layout.layout_version(version) == "2.1":
         episodes = _episodes_v21(root, info)
     else:
         raise InvalidArgumentError(
@@ -155,7 +137,7 @@ def open_layout(path: str | os.PathLike[str]) -> LeRobotLayout:
 
 def _tasks(root: Path) -> dict[int, str] | None:
     """``task_index`` -> task string, from ``meta/tasks.parquet`` or ``meta/tasks.jsonl``."""
-    parquet, jsonl = root / "meta" / "tasks.parquet", root / "meta" / "tasks.jsonl"
+    parquet, jsonl = root / layout.TASKS_V30, root / layout.TASKS_V21
     if parquet.is_file():
         try:
             table = pq.read_table(parquet)
@@ -186,24 +168,18 @@ def _tasks(root: Path) -> dict[int, str] | None:
 
 
 def _episodes_v30(root: Path, info: dict[str, Any]) -> list[Episode]:
-    files = sorted((root / "meta" / "episodes").glob("chunk-*/file-*.parquet"))
+    files = sorted(root.glob(layout.EPISODES_V30_GLOB))
     if not files:
         raise InvalidArgumentError(
             f"{root} says v3.0 but has no meta/episodes/chunk-*/file-*.parquet: the dataset is "
             "incomplete (was LeRobotDataset.finalize() called?)"
         )
-    video_keys = [k for k, f in info["features"].items() if f.get("dtype") == "video"]
-    data_tpl = info.get("data_path", "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet")
-    video_tpl = info.get(
-        "video_path", "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4"
-    )
-    cols = ["episode_index", "length", "data/chunk_index", "data/file_index"]
-    for key in video_keys:
-        cols += [
-            f"videos/{key}/chunk_index",
-            f"videos/{key}/file_index",
-            f"videos/{key}/from_timestamp",
-        ]
+    video_keys = [k for k, f in info["features"].items() if f.get("dtype") == layout.VIDEO]
+    data_tpl = info.get("data_path", layout.DATA_PATH["3.0"])
+    video_tpl = info.get("video_path", layout.VIDEO_PATH["3.0"])
+    where = ("chunk_index", "file_index", "from_timestamp")
+    cols = ["episode_index", "length", layout.DATA_CHUNK, layout.DATA_FILE]
+    cols += [layout.video_column(key, name) for key in video_keys for name in where]
     try:
         rows = pa.concat_tables([pq.read_table(f, columns=cols) for f in files]).to_pylist()
     except (OSError, pa.ArrowException) as exc:
@@ -211,17 +187,17 @@ def _episodes_v30(root: Path, info: dict[str, Any]) -> list[Episode]:
     episodes = []
     for r in sorted(rows, key=lambda r: r["episode_index"]):
         data = root / data_tpl.format(
-            chunk_index=r["data/chunk_index"], file_index=r["data/file_index"]
+            chunk_index=r[layout.DATA_CHUNK], file_index=r[layout.DATA_FILE]
         )
         videos = {
             key: (
                 root
                 / video_tpl.format(
                     video_key=key,
-                    chunk_index=r[f"videos/{key}/chunk_index"],
-                    file_index=r[f"videos/{key}/file_index"],
+                    chunk_index=r[layout.video_column(key, "chunk_index")],
+                    file_index=r[layout.video_column(key, "file_index")],
                 ),
-                float(r[f"videos/{key}/from_timestamp"]),
+                float(r[layout.video_column(key, "from_timestamp")]),
             )
             for key in video_keys
         }
@@ -230,16 +206,16 @@ def _episodes_v30(root: Path, info: dict[str, Any]) -> list[Episode]:
 
 
 def _episodes_v21(root: Path, info: dict[str, Any]) -> list[Episode]:
-    path = root / "meta" / "episodes.jsonl"
+    path = root / layout.EPISODES_V21
     try:
         lines = [ln for ln in path.read_text().splitlines() if ln.strip()]
         rows = [json.loads(ln) for ln in lines]
     except (OSError, ValueError) as exc:
         raise InvalidArgumentError(f"cannot read {path}: {exc} (a v2.1 dataset needs it)") from exc
-    video_keys = [k for k, f in info["features"].items() if f.get("dtype") == "video"]
-    data_tpl = info.get("data_path", _V21_DATA)
-    video_tpl = info.get("video_path") or _V21_VIDEO
-    chunks = int(info.get("chunks_size", 1000))
+    video_keys = [k for k, f in info["features"].items() if f.get("dtype") == layout.VIDEO]
+    data_tpl = info.get("data_path", layout.DATA_PATH["2.1"])
+    video_tpl = info.get("video_path") or layout.VIDEO_PATH["2.1"]
+    chunks = int(info.get("chunks_size", layout.CHUNKS_SIZE))
     episodes = []
     for r in sorted(rows, key=lambda r: r["episode_index"]):
         ep = int(r["episode_index"])

@@ -25,6 +25,7 @@ import numpy as np
 import pyarrow as pa
 
 from rayform.errors import InvalidArgumentError
+from rayform.lerobot_layout import LANGUAGE_COLUMNS
 from rayform_server.builder import TextData
 from rayform_server.ingest._common import sanitize_stream_name
 
@@ -33,15 +34,18 @@ __all__ = ["TEXT_FEATURES", "episode_text_streams"]
 #: What ``--stream NAME=FEATURE`` may name besides video and vector features: ``task`` (NAME is
 #: the stream), and a language column or ``language`` for both (NAME is the prefix of their
 #: per-style streams).
-TEXT_FEATURES = ("task", "language", "language_persistent", "language_events")
+TEXT_FEATURES = ("task", "language", *LANGUAGE_COLUMNS)
 _FIELDS = ("role", "style", "camera", "tool_calls")
 
 
 def _record(row: dict[str, Any], where: str) -> dict[str, Any]:
     content = row.get("content")
-    if not isinstance(content, str):
+    # LeRobot's schema lets content be null: a row that is only a tool call (its speech rows,
+    # the ``say`` tool) has none, and keeps it null here.
+    if content is not None and not isinstance(content, str):
         raise InvalidArgumentError(
-            f"{where}: a language row's content must be a string, got {type(content).__name__}"
+            f"{where}: a language row's content must be a string or null, got "
+            f"{type(content).__name__}"
         )
     out: dict[str, Any] = {"content": content}
     for key in _FIELDS:
@@ -137,7 +141,7 @@ def episode_text_streams(
                 )
             out.append(_task_stream(name, rows, t_ns, tasks, fps, where))
             continue
-        both = [c for c in ("language_persistent", "language_events") if c in rows.column_names]
+        both = [c for c in LANGUAGE_COLUMNS if c in rows.column_names]
         for column_name in both if feature == "language" else [feature]:
             out += _language_streams(name, column_name, rows, t_ns, fps, snap, tolerance_s, where)
     names = [d.name for d in out]

@@ -128,7 +128,6 @@ def run_on_ray(
         if not connected:
             ray.shutdown()
     manifest = store.load_manifest(digest)
-    assert isinstance(manifest, ColumnarManifest)
     progress(
         f"slice {slice_id} -> manifest {manifest.hash[:16]}... ({len(manifest.segments)} segments)"
     )

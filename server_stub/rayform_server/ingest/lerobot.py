@@ -33,7 +33,6 @@ import pyarrow as pa
 
 from rayform.errors import InvalidArgumentError
 from rayform.format import ColumnarManifest, check_slice_id
-from rayform.manifest import Manifest
 from rayform_server._video import DEFAULT_GOP
 from rayform_server.builder import TableData, TextData, VideoData
 from rayform_server.ingest._common import (
@@ -232,7 +231,7 @@ def ingest_lerobot(
     jobs: int = 1,
     renditions: tuple[int, ...] = (),
     ray: str | None = None,
-) -> Manifest | ColumnarManifest | None:
+) -> ColumnarManifest | None:
     """Ingest the LeRobot dataset at ``path`` as slice ``slice_id`` of ``store``.
 
     Args:

@@ -38,7 +38,6 @@ from mcap_ros2.decoder import DecoderFactory
 
 from rayform.errors import InvalidArgumentError
 from rayform.format import ColumnarManifest, check_slice_id, hash_file
-from rayform.manifest import Manifest
 from rayform_server._video import DEFAULT_GOP
 from rayform_server.builder import TableData, TextData, VideoData
 from rayform_server.ingest import _ros
@@ -304,7 +303,7 @@ def ingest_mcap(
     renditions: tuple[int, ...] = (),
     ray: str | None = None,
     task: str | None = None,
-) -> Manifest | ColumnarManifest | None:
+) -> ColumnarManifest | None:
     """Ingest ROS 2 MCAP bags as slice ``slice_id`` of ``store``, one segment per file.
 
     Args:

@@ -1,10 +1,11 @@
 """Runs in the LeRobot peer venv: compare two LeRobot datasets as ``LeRobotDataset`` loads them.
 
-Usage: lerobot_compare.py ORIGINAL EXPORTED. Prints one JSON line: ``tables_equal`` (every
+Usage: lerobot_compare.py ORIGINAL EXPORTED [--skip KEY ...]. Prints one JSON line: ``tables_equal`` (every
 non-frame value of every item identical: indices, timestamps, vectors, task), ``episodes``
 of both (length, ``dataset_from_index``, ``dataset_to_index``), the frames' PSNR (min and
 mean, dB, pixels in [0, 1]), and the same for items with ``delta_timestamps`` windows
-(``windows_equal``: actions, padding masks; ``window_psnr_min``).
+(``windows_equal``: actions, padding masks; ``window_psnr_min``). ``--skip KEY`` leaves an
+item key out of the comparison (``task_index``: an export numbers the tasks in its own order).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ def psnr(a: torch.Tensor, b: torch.Tensor) -> float:
     return 99.0 if mse == 0 else 10 * math.log10(1.0 / mse)
 
 
-def compare(a: LeRobotDataset, b: LeRobotDataset) -> dict[str, Any]:
+def compare(a: LeRobotDataset, b: LeRobotDataset, skip: frozenset[str]) -> dict[str, Any]:
     out: dict[str, Any] = {"len": [len(a), len(b)], "tables_equal": True, "diff": []}
     psnrs = []
     for i in range(len(a)):
@@ -39,6 +40,8 @@ def compare(a: LeRobotDataset, b: LeRobotDataset) -> dict[str, Any]:
             out["diff"].append([i, sorted(x), sorted(y)])
             continue
         for k in x:
+            if k in skip:
+                continue
             if k.startswith("observation.images") and not k.endswith("_is_pad"):
                 psnrs.append(psnr(x[k], y[k]))
             elif isinstance(x[k], torch.Tensor):
@@ -63,17 +66,17 @@ def episodes(ds: LeRobotDataset) -> list[list[int]]:
     ]
 
 
-def main(original: str, exported: str) -> None:
+def main(original: str, exported: str, skip: frozenset[str] = frozenset()) -> None:
     torch.set_num_threads(1)
     a = LeRobotDataset("rayform/a", root=original)
     b = LeRobotDataset("rayform/b", root=exported)
-    out = compare(a, b)
+    out = compare(a, b, skip)
     out["episodes"] = [episodes(a), episodes(b)]
     out["fps"] = [a.fps, b.fps]
     out["info_rayform"] = b.meta.info.get("rayform")
     a = LeRobotDataset("rayform/a", root=original, delta_timestamps=DELTAS)
     b = LeRobotDataset("rayform/b", root=exported, delta_timestamps=DELTAS)
-    windows = compare(a, b)
+    windows = compare(a, b, skip)
     out["windows_equal"] = windows["tables_equal"]
     out["window_diff"] = windows["diff"]
     out["window_psnr_min"] = windows["psnr_min"]
@@ -81,4 +84,9 @@ def main(original: str, exported: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2])
+    rest = sys.argv[3:]
+    main(
+        sys.argv[1],
+        sys.argv[2],
+        frozenset(rest[i + 1] for i, a in enumerate(rest) if a == "--skip"),
+    )

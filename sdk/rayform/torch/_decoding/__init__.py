@@ -7,7 +7,7 @@ whichever decoder read them), ``_batch`` (a batch's frames decoded and resized i
 whichever readers planned them).
 """
 
-from rayform.torch._decoding._batch import BatchPlan, ResizeJob, Scratch, run_plans
+from rayform.torch._decoding._batch import BatchPlan, ResizeJob, run_plans
 from rayform.torch._decoding._intra import IntraDecoder, open_intra
 from rayform.torch._decoding._resize import resize_frames
 from rayform.torch._decoding._tables import TableCache
@@ -23,7 +23,6 @@ __all__ = [
     "BACKENDS",
     "BatchPlan",
     "ResizeJob",
-    "Scratch",
     "run_plans",
     "DecoderCache",
     "IntraDecoder",

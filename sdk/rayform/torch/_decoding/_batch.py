@@ -4,16 +4,14 @@ planned them.
 A reader plans its part of a batch (:class:`BatchPlan`): tables aligned, paths resolved, and
 for every camera read at a training resolution a :class:`ResizeJob` (its frames, its decoder,
 its target, and the batch rows it goes to, if any). :func:`run_plans` then decodes the frames
-of all jobs of the same decoded size and target into one RGBA buffer kept between batches
-(:class:`Scratch`) and resizes them in one call, split between threads when a pool is given;
-``plan.finish()`` builds the samples.
+of all jobs of the same decoded size and target into one RGBA buffer and resizes them in one
+call, split between threads when a pool is given; ``plan.finish()`` builds the samples.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from pathlib import Path
@@ -26,7 +24,7 @@ from rayform._resolution import Target
 from rayform.torch._decoding._resize import resize_frames
 from rayform.torch._decoding._video import DecoderCache
 
-__all__ = ["BatchPlan", "ResizeJob", "Scratch", "run_all", "run_plans"]
+__all__ = ["BatchPlan", "ResizeJob", "run_all", "run_plans"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,9 +47,9 @@ class ResizeJob:
         return len(self.args[2])
 
 
-#: Decoded (or scaled, when larger) frames held at once per resize call (bytes): bounds each
-#: of the two buffers a thread keeps (6 RGBA frames of 480x640, 27 of 240x320); a larger one
-#: saves little more in calls.
+#: Decoded (or scaled, when larger) frames held at once per resize call (bytes): bounds the
+#: memory of one call (6 RGBA frames of 480x640, 27 of 240x320); a larger one saves little
+#: more in calls.
 _BUFFER_BYTES = 8 << 20
 #: Channels of the decode buffer: RGBA, which torch's resize kernel reads without widening
 #: each pixel first (a third less time than RGB, measured at 240x320 and 480x640 to 168x224;
@@ -66,7 +64,6 @@ class BatchPlan:
 
     jobs: list[ResizeJob]
     finish: Callable[[], list[dict[str, Any]]]
-    scratch: Scratch
 
 
 def run_plans(
@@ -77,65 +74,54 @@ def run_plans(
     come from."""
     jobs = [job for plan in plans for job in plan.jobs]
     if jobs:
-        _run_resize_jobs(jobs, pool, threads, plans[0].scratch)
+        _run_resize_jobs(jobs, pool, threads)
 
 
-def _run_resize_jobs(
-    jobs: list[ResizeJob],
-    pool: ThreadPoolExecutor | None,
-    threads: int,
-    scratch: Scratch,
-) -> None:
+def _run_resize_jobs(jobs: list[ResizeJob], pool: ThreadPoolExecutor | None, threads: int) -> None:
     """Decode and resize ``jobs``: per (target, decoded size), the frames of consecutive jobs
     (up to ``_BUFFER_BYTES``) into one channels-last RGBA buffer, then one resize into one output
     (in ``pool``, decodes are spread over its ``threads`` threads and the resize is split
     between them). Each job's future gets its slice of the output.
 
     Batching replaces a resize call per segment and camera (with its buffers) by one per
-    camera and batch: the same bits, since each frame is resized on its own. The decoded and
-    the scaled frames pass through ``scratch`` (the calling thread's buffers), kept between
-    batches; only the resized output is new memory.
+    camera and batch: the same bits, since each frame is resized on its own.
     """
     groups: dict[tuple[Target, tuple[int, int]], list[ResizeJob]] = {}
     for job in jobs:
         groups.setdefault((job.target, job.size), []).append(job)
     for (target, (h, w)), group in groups.items():
-        # Bounded by the larger of the decoded and the scaled frame: both buffers are kept.
-        # (One segment's frames are never split: more than that bound is new memory.)
+        # Bounded by the larger of the decoded and the scaled frame. (One segment's frames are
+        # never split: it may take more than the bound.)
         sh, sw = target.plan(h, w).scaled
         per_buffer = max(1, _BUFFER_BYTES // (max(h * w, sh * sw) * _CHANNELS))
         chunk: list[ResizeJob] = []
         held = 0
         for job in group:
             if chunk and held + job.count > per_buffer:
-                _decode_and_resize(chunk, target, (h, w), sh * sw, pool, threads, scratch)
+                _decode_and_resize(chunk, target, (h, w), pool, threads)
                 chunk, held = [], 0
             chunk.append(job)
             held += job.count
-        _decode_and_resize(chunk, target, (h, w), sh * sw, pool, threads, scratch)
+        _decode_and_resize(chunk, target, (h, w), pool, threads)
 
 
 def _decode_and_resize(
     jobs: list[ResizeJob],
     target: Target,
     size: tuple[int, int],
-    scaled_pixels: int,
     pool: ThreadPoolExecutor | None,
     threads: int,
-    scratch: Scratch,
 ) -> None:
     bounds = np.cumsum([0, *(job.count for job in jobs)])
     total = int(bounds[-1])
     shape = (total, *size, _CHANNELS)
-    buffer = scratch.get("decoded", int(np.prod(shape))).numpy().reshape(shape)
+    buffer = np.empty(shape, dtype=np.uint8)
     decodes = [
         functools.partial(job.decoders.get_frames, *job.args, out=buffer[lo:hi])
         for job, lo, hi in zip(jobs, bounds[:-1], bounds[1:], strict=True)
     ]
     run_all(decodes, pool)
     frames = torch.from_numpy(buffer).permute(0, 3, 1, 2)
-    per_frame = scaled_pixels * _CHANNELS  # bytes of one scaled frame
-    scaled = scratch.get("scaled", total * per_frame)
     cuts = np.linspace(0, total, min(threads, total) + 1).astype(int)
     out: torch.Tensor | None = None
     rows: list[list[torch.Tensor]] | None = None
@@ -158,7 +144,6 @@ def _decode_and_resize(
             frames[lo:hi],
             target,
             out[lo:hi] if out is not None else None,
-            scaled[lo * per_frame :],
             rows[lo:hi] if rows is not None else None,
         )
         for lo, hi in zip(cuts[:-1], cuts[1:], strict=True)
@@ -170,27 +155,6 @@ def _decode_and_resize(
             job.done.set_result(out[int(lo) : int(hi)])
         elif job.rows is not None:
             job.done.set_result(None)
-
-
-class Scratch(threading.local):
-    """One thread's buffers for decoded and scaled frames, kept between batches and grown on
-    demand up to ``_BUFFER_BYTES`` each (a larger request gets new memory, not kept): reused
-    memory is not page-faulted and zeroed again each batch, which fresh buffers were whenever
-    the allocator had given the last batch's back to the kernel (5-10 % of a worker's time at
-    224 px)."""
-
-    def __init__(self) -> None:
-        self._buffers: dict[str, torch.Tensor] = {}
-
-    def get(self, name: str, nbytes: int) -> torch.Tensor:
-        """A flat ``uint8`` tensor of ``nbytes`` bytes: the same memory as the last ``name``
-        asked for when that was as large, new memory above ``_BUFFER_BYTES``."""
-        if nbytes > _BUFFER_BYTES:
-            return torch.empty(nbytes, dtype=torch.uint8)
-        buffer = self._buffers.get(name)
-        if buffer is None or buffer.numel() < nbytes:
-            buffer = self._buffers[name] = torch.empty(nbytes, dtype=torch.uint8)
-        return buffer[:nbytes]
 
 
 def run_all(calls: Sequence[Callable[[], Any]], pool: ThreadPoolExecutor | None) -> None:

@@ -28,7 +28,6 @@ def resize_frames(
     frames: torch.Tensor,
     target: Target,
     out: torch.Tensor | None = None,
-    scratch: torch.Tensor | None = None,
     rows: Sequence[Sequence[torch.Tensor]] | None = None,
 ) -> torch.Tensor | None:
     """Resize ``uint8 (N, C, h, w)`` frames to a contiguous ``uint8 (N, 3, H, W)``.
@@ -42,11 +41,6 @@ def resize_frames(
         target: the size and mode (``target.plan(h, w)`` says which box goes where).
         out: a contiguous ``uint8 (N, 3, H, W)`` tensor to write into (a slice of a larger
             batch, say), or ``None`` for a new one.
-        scratch: a flat ``uint8`` tensor of at least ``N * C * sh * sw`` bytes (``(sh, sw) =
-            target.plan(h, w).scaled``) that the scaled frames pass through, or ``None`` for
-            new memory. A buffer kept between batches is not page-faulted and zeroed by the
-            kernel again each time (which happens when the allocator has given the last
-            batch's memory back).
         rows: instead of ``out``, for each frame the contiguous ``uint8 (3, H, W)`` tensors
             it is written to (rows of a batch, in any order; the same bits as ``out``).
 
@@ -68,19 +62,9 @@ def resize_frames(
         channels_last = frames.is_contiguous(memory_format=torch.channels_last)
         layout = torch.channels_last if channels_last else torch.contiguous_format
         src = src.contiguous(memory_format=layout)
-        if scratch is None or not channels_last:
-            scaled = F.interpolate(
-                src, size=plan.scaled, mode="bilinear", antialias=True, align_corners=False
-            )
-        else:
-            # The op interpolate calls, writing into the scratch laid out as it would lay out
-            # its own result (channels-last): the same bits.
-            sh, sw = plan.scaled
-            c = src.shape[1]
-            into = scratch[: n * sh * sw * c].view(n, sh, sw, c).permute(0, 3, 1, 2)
-            scaled = torch.ops.aten._upsample_bilinear2d_aa.out(
-                src, [sh, sw], False, None, None, out=into
-            )
+        scaled = F.interpolate(
+            src, size=plan.scaled, mode="bilinear", antialias=True, align_corners=False
+        )
     y, x = plan.at
     sh, sw = plan.scaled
     if rows is not None:

@@ -1,9 +1,9 @@
 """A decoded frame's colour conversion written straight into the caller's memory.
 
 PyAV's ``VideoReformatter.reformat`` allocates a new frame for every conversion, and its
-planes must then be copied into the batch: in a 480x640 micro-benchmark that conversion and
-copy took 0.37 ms per frame. Here the same ``libswscale`` that PyAV loaded converts into the
-destination given (a batch row, a decode buffer): 0.13 ms per frame.
+planes must then be copied into the batch. Here the same ``libswscale`` that PyAV loaded
+converts into the destination given (a batch row, a decode buffer), with no frame and no copy
+in between (what that buys: docs/benchmarks.md, the ablation).
 
 Calls go through :mod:`ctypes` to the library PyAV itself loaded (its wheel's bundled FFmpeg,
 else the one mapped into this process), so the conversion is FFmpeg's own. A converter is

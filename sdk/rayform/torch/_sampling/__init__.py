@@ -21,7 +21,7 @@ from rayform.torch._sampling._sampler import EpisodeSampler, SampleKey
 from rayform.torch._sampling._shard import assign_episodes, rank_indices
 from rayform.torch._sampling._shardcheck import ShardCheck, shard_check
 from rayform.torch._sampling._split import split_episodes
-from rayform.torch._sampling._window import AUTO, WindowChoice, choose_window
+from rayform.torch._sampling._window import AUTO, WindowChoice, ahead_bytes, choose_window
 
 __all__ = [
     "AUTO",
@@ -37,6 +37,7 @@ __all__ = [
     "SharedEpoch",
     "IndexStream",
     "WindowChoice",
+    "ahead_bytes",
     "assign_episodes",
     "choose_window",
     "derive_key",

@@ -1,18 +1,19 @@
 """The shuffle window: how many episodes :class:`EpisodeSampler` reads at a time.
 
 A full shuffle over a cache smaller than the data evicts, with every batch, what the next batch
-needs: measured on loopback with the limit at 25 % of a slice, an epoch ran at 0.05 of a warm
-cache. Shuffling within windows of ``W`` episodes (every sample still read once per epoch, in a
-seeded random order) keeps the cache holding what is being read (0.85 of warm at ``W=2``).
+needs, so each batch fetches again most of what it reads. Shuffling within windows of ``W``
+episodes (every sample still read once per epoch, in a seeded random order) keeps the cache
+holding what is being read, each blob fetched once per epoch (docs/benchmarks.md, "Streaming
+from a cold cache").
 
 ``window="auto"`` (the default) picks ``W`` from the dataset and the configured limit only, so it
 is the same on every rank and in every run, whatever happens to be cached:
 
 * no ``cache_limit``, or the blobs of the streams read all fit under it: a full shuffle;
 * otherwise the largest ``W`` whose episodes' blobs take at most **half the limit per local
-  rank** (``LOCAL_WORLD_SIZE`` ranks share a node's cache, as under ``torchrun``): read-ahead
-  takes at most another quarter of the limit, and the last quarter is slack for batches in
-  flight and episodes larger than the mean. At least 1.
+  rank** (``LOCAL_WORLD_SIZE`` ranks share a node's cache, as under ``torchrun``), at least 1:
+  read-ahead holds the next window's episodes in the other half (:func:`ahead_bytes`), so the
+  next window arrives while this one is read.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from rayform.errors import InvalidArgumentError
 from rayform.torch._sampling._contract import CacheFootprint, SamplerDataset
 from rayform.units import human_bytes
 
-__all__ = ["AUTO", "WindowChoice", "choose_window"]
+__all__ = ["AUTO", "WindowChoice", "ahead_bytes", "choose_window"]
 
 log = logging.getLogger("rayform.sampler")
 
@@ -54,6 +55,12 @@ def local_ranks() -> int:
         return max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
     except ValueError:
         return 1
+
+
+def ahead_bytes(cache_limit: int) -> int:
+    """Bytes of coming episodes read-ahead may hold under ``cache_limit`` (bytes), per local
+    rank: the half of the limit that the window leaves."""
+    return int(cache_limit * (1 - WINDOW_SHARE) / local_ranks())
 
 
 def choose_window(dataset: SamplerDataset, window: int | str | None, shuffle: bool) -> WindowChoice:

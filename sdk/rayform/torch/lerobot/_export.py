@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from torch.utils.data import DataLoader
 
+from rayform import lerobot_layout as layout
 from rayform._net import bar_size_options
 from rayform.errors import InvalidArgumentError
 from rayform.torch._index import build_index
@@ -342,7 +343,7 @@ def _features(
             "shape": [width],
             "names": None,
         }
-    return {**out, **language, **fmt.BOOKKEEPING_FEATURES}
+    return {**out, **language, **layout.BOOKKEEPING_FEATURES}
 
 
 def _start(root: Path, identity: dict[str, Any]) -> dict[int, dict[str, Any]] | None:
@@ -363,7 +364,7 @@ def _start(root: Path, identity: dict[str, Any]) -> dict[int, dict[str, Any]] | 
             doc = json.loads(f.read_text())
             done[int(doc["file"])] = doc
         return done
-    info = root / "meta" / "info.json"
+    info = root / layout.INFO
     if info.is_file() and not work.exists():
         export = json.loads(info.read_text()).get("rayform", {}).get("export")
         if export == json.loads(json.dumps(identity)):

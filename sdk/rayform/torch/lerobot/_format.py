@@ -1,17 +1,9 @@
 """LeRobot's on-disk dataset format (v3.0 and v2.1), written without the ``lerobot`` package.
 
-What LeRobot 0.4.4 reads (``lerobot/datasets/utils.py``, ``lerobot_dataset.py``) and LeRobot
-0.3.x reads for v2.1:
-
-* ``meta/info.json``: ``codebase_version``, ``fps``, ``features`` (each ``dtype``, ``shape``,
-  ``names``; video features also ``info`` with ``video.*`` keys), path templates, totals.
-* v3.0: ``data/chunk-CCC/file-FFF.parquet`` (many episodes per file),
-  ``videos/KEY/chunk-CCC/file-FFF.mp4`` (episodes back to back, each from its
-  ``from_timestamp``), ``meta/episodes/chunk-000/file-000.parquet`` (one row per episode),
-  ``meta/tasks.parquet`` (a pandas frame indexed by the task string), ``meta/stats.json``.
-* v2.1: one parquet and one MP4 per episode (``data/chunk-CCC/episode_EEEEEE.parquet``,
-  ``videos/chunk-CCC/KEY/episode_EEEEEE.mp4``), ``meta/episodes.jsonl``,
-  ``meta/tasks.jsonl``, ``meta/episodes_stats.jsonl`` and ``meta/stats.json``.
+The layout itself (paths, chunks, versions, bookkeeping columns) is
+:mod:`rayform.lerobot_layout`, which the server stub's ingest reads by; this module writes
+its files: JSON documents, data and metadata parquet files with the schema ``datasets``
+writes, statistics as LeRobot aggregates them, and MP4 videos.
 
 A feature of shape ``[1]`` is a scalar column; any other vector a fixed-size list column, as
 ``datasets`` writes them (LeRobot casts the columns to the features of ``info.json``).
@@ -29,51 +21,22 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from rayform import lerobot_layout as layout
 from rayform.files import write_atomic
 from rayform.torch.lerobot._language import language_column
 
 __all__ = [
-    "BOOKKEEPING_FEATURES",
-    "CHUNKS_SIZE",
-    "VERSIONS",
     "VideoWriter",
     "aggregate_stats",
-    "data_path",
     "feature_stats",
     "hf_metadata",
     "image_stats",
-    "video_path",
     "write_json",
     "write_table",
     "write_tasks",
 ]
 
-VERSIONS = ("3.0", "2.1")
-#: Files per chunk directory (LeRobot's ``DEFAULT_CHUNK_SIZE``).
-CHUNKS_SIZE = 1000
-#: The columns every LeRobot dataset has, after the recorded features.
-BOOKKEEPING_FEATURES: dict[str, dict[str, Any]] = {
-    "timestamp": {"dtype": "float32", "shape": [1], "names": None},
-    "frame_index": {"dtype": "int64", "shape": [1], "names": None},
-    "episode_index": {"dtype": "int64", "shape": [1], "names": None},
-    "index": {"dtype": "int64", "shape": [1], "names": None},
-    "task_index": {"dtype": "int64", "shape": [1], "names": None},
-}
 _QUANTILES = {"q01": 0.01, "q10": 0.10, "q50": 0.50, "q90": 0.90, "q99": 0.99}
-
-
-def data_path(version: str, file: int, episode: int) -> str:
-    """Path of a data parquet file, relative to the dataset root."""
-    if version == "2.1":
-        return f"data/chunk-{episode // CHUNKS_SIZE:03d}/episode_{episode:06d}.parquet"
-    return f"data/chunk-{file // CHUNKS_SIZE:03d}/file-{file % CHUNKS_SIZE:03d}.parquet"
-
-
-def video_path(version: str, key: str, file: int, episode: int) -> str:
-    """Path of a video file of camera feature ``key``, relative to the dataset root."""
-    if version == "2.1":
-        return f"videos/chunk-{episode // CHUNKS_SIZE:03d}/{key}/episode_{episode:06d}.mp4"
-    return f"videos/{key}/chunk-{file // CHUNKS_SIZE:03d}/file-{file % CHUNKS_SIZE:03d}.mp4"
 
 
 def write_json(path: Path, doc: Any, *, lines: bool = False) -> None:
@@ -89,7 +52,7 @@ def write_json(path: Path, doc: Any, *, lines: bool = False) -> None:
 
 def _hf_feature(spec: dict[str, Any], version: str) -> dict[str, Any]:
     kind = "Sequence" if version == "2.1" else "List"
-    if spec["dtype"] == "language":  # a list of rows (rayform.torch.lerobot._language)
+    if spec["dtype"] == layout.LANGUAGE:  # a list of rows (rayform.torch.lerobot._language)
         string = {"dtype": "string", "_type": "Value"}
         row = {
             "role": string,
@@ -116,7 +79,7 @@ def hf_metadata(features: dict[str, dict[str, Any]], version: str) -> dict[bytes
 
 
 def _column(values: np.ndarray, spec: dict[str, Any], key: str = "") -> pa.Array:
-    if spec["dtype"] == "language":
+    if spec["dtype"] == layout.LANGUAGE:
         return language_column(key, values)
     dtype = np.dtype(spec["dtype"])
     if list(spec["shape"]) == [1]:

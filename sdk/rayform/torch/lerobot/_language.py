@@ -30,6 +30,7 @@ import pyarrow as pa
 
 from rayform.errors import InvalidArgumentError
 from rayform.format import decode_text
+from rayform.lerobot_layout import LANGUAGE, LANGUAGE_COLUMNS
 from rayform.torch._text import events_in, state_at
 
 if TYPE_CHECKING:
@@ -51,12 +52,18 @@ _ROW = [
     ("tool_calls", pa.list_(pa.string())),
 ]
 #: Arrow types of LeRobot 0.6.1's language columns (one list of rows per frame).
-LANGUAGE_TYPES = {
-    "language_persistent": pa.list_(pa.struct(_ROW)),
-    "language_events": pa.list_(pa.struct([f for f in _ROW if f[0] != "timestamp"])),
-}
+LANGUAGE_TYPES = dict(
+    zip(
+        LANGUAGE_COLUMNS,  # language_persistent, language_events
+        (
+            pa.list_(pa.struct(_ROW)),
+            pa.list_(pa.struct([f for f in _ROW if f[0] != "timestamp"])),
+        ),
+        strict=True,
+    )
+)
 #: Their ``info.json`` features.
-LANGUAGE_FEATURES = {k: {"dtype": "language", "shape": [1], "names": None} for k in LANGUAGE_TYPES}
+LANGUAGE_FEATURES = {k: {"dtype": LANGUAGE, "shape": [1], "names": None} for k in LANGUAGE_TYPES}
 _TARGETS = ("task", *LANGUAGE_TYPES)
 
 
@@ -159,12 +166,19 @@ def _per_row(values: list[list[dict[str, Any]]]) -> np.ndarray:
     return out
 
 
+def _style_of(stream: str) -> str | None:
+    """The style a record without one takes from its stream's name (``language/subtask``:
+    ``subtask``); none from the names ingest gives rows that came without a style."""
+    word = stream.rsplit("/", 1)[-1]
+    return None if word in ("events", "persistent") else word
+
+
 def _row(record: Mapping[str, Any], stream: str, **extra: object) -> dict[str, Any]:
     calls = record.get("tool_calls")
     return {
         "role": record.get("role"),
         "content": record["content"],
-        "style": record.get("style") or stream.rsplit("/", 1)[-1],
+        "style": record.get("style") or _style_of(stream),
         **extra,
         "camera": record.get("camera"),
         "tool_calls": None

@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rayform import lerobot_layout as layout
 from rayform.torch.lerobot import _format as fmt
 
 if TYPE_CHECKING:
@@ -23,7 +24,7 @@ __all__ = ["write_meta"]
 def _video_feature(ds: EpisodeDataset, key: str, fps: float, pix_fmt: str) -> dict[str, Any]:
     _, h, w = ds.frame_shape(key)
     return {
-        "dtype": "video",
+        "dtype": layout.VIDEO,
         "shape": [h, w, 3],
         "names": ["height", "width", "channels"],
         "info": {
@@ -73,13 +74,12 @@ def write_meta(
     }
     segs = ds.segments
     first = plan.first_index
-    meta = root / "meta"
     stats = {
         key: fmt.aggregate_stats([episodes[e]["stats"][key] for e in sorted(episodes)])
         for key in all_features
-        if all_features[key]["dtype"] != "language"  # text has no statistics
+        if all_features[key]["dtype"] != layout.LANGUAGE  # text has no statistics
     }
-    fmt.write_json(meta / "stats.json", stats)
+    fmt.write_json(root / layout.STATS, stats)
     rows = []
     for e in sorted(episodes):
         seg = segs[plan.positions[e]]
@@ -93,17 +93,17 @@ def write_meta(
             start = sum(plan.lengths[x] for x in _unit_of(plan, e) if x < e)
             row.update(
                 {
-                    "data/chunk_index": file // fmt.CHUNKS_SIZE,
-                    "data/file_index": file % fmt.CHUNKS_SIZE,
+                    layout.DATA_CHUNK: file // layout.CHUNKS_SIZE,
+                    layout.DATA_FILE: file % layout.CHUNKS_SIZE,
                     "dataset_from_index": first[e],
                     "dataset_to_index": first[e] + plan.lengths[e],
                 }
             )
             for key in cameras:
-                row[f"videos/{key}/chunk_index"] = file // fmt.CHUNKS_SIZE
-                row[f"videos/{key}/file_index"] = file % fmt.CHUNKS_SIZE
-                row[f"videos/{key}/from_timestamp"] = start / fps
-                row[f"videos/{key}/to_timestamp"] = (start + plan.lengths[e]) / fps
+                row[layout.video_column(key, "chunk_index")] = file // layout.CHUNKS_SIZE
+                row[layout.video_column(key, "file_index")] = file % layout.CHUNKS_SIZE
+                row[layout.video_column(key, "from_timestamp")] = start / fps
+                row[layout.video_column(key, "to_timestamp")] = (start + plan.lengths[e]) / fps
             for key, entry in episodes[e]["stats"].items():
                 for name, value in entry.items():
                     row[f"stats/{key}/{name}"] = value
@@ -113,28 +113,29 @@ def write_meta(
         row["rayform/segment_version"] = int(seg.version)
         rows.append(row)
     if version == "3.0":
-        fmt.write_episodes(meta / "episodes" / "chunk-000" / "file-000.parquet", rows)
-        fmt.write_tasks(meta / "tasks.parquet", tasks)
+        episodes_file = layout.EPISODES_V30.format(chunk_index=0, file_index=0)
+        fmt.write_episodes(root / episodes_file, rows)
+        fmt.write_tasks(root / layout.TASKS_V30, tasks)
     else:
-        fmt.write_json(meta / "episodes.jsonl", rows, lines=True)
+        fmt.write_json(root / layout.EPISODES_V21, rows, lines=True)
         fmt.write_json(
-            meta / "tasks.jsonl",
+            root / layout.TASKS_V21,
             [{"task_index": k, "task": t} for k, t in enumerate(tasks)],
             lines=True,
         )
         fmt.write_json(
-            meta / "episodes_stats.jsonl",
+            root / layout.EPISODES_STATS_V21,
             [{"episode_index": e, "stats": episodes[e]["stats"]} for e in sorted(episodes)],
             lines=True,
         )
     n_eps = len(episodes)
     info: dict[str, Any] = {
-        "codebase_version": f"v{version}",
+        "codebase_version": layout.codebase_version(version),
         "robot_type": robot_type,
         "total_episodes": n_eps,
         "total_frames": sum(plan.lengths),
         "total_tasks": len(tasks),
-        "chunks_size": fmt.CHUNKS_SIZE,
+        "chunks_size": layout.CHUNKS_SIZE,
         "fps": _number(fps),
         "splits": {"train": f"0:{n_eps}"},
     }
@@ -143,21 +144,17 @@ def write_meta(
             {
                 "data_files_size_in_mb": 100,
                 "video_files_size_in_mb": 200,
-                "data_path": "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet",
-                "video_path": "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4"
-                if cameras
-                else None,
+                "data_path": layout.DATA_PATH[version],
+                "video_path": layout.VIDEO_PATH[version] if cameras else None,
             }
         )
     else:
         info.update(
             {
-                "total_chunks": (n_eps - 1) // fmt.CHUNKS_SIZE + 1,
+                "total_chunks": (n_eps - 1) // layout.CHUNKS_SIZE + 1,
                 "total_videos": n_eps * len(cameras),
-                "data_path": "data/chunk-{episode_chunk:03d}/episode_{episode_index:06d}.parquet",
-                "video_path": "videos/chunk-{episode_chunk:03d}/{video_key}/episode_{episode_index:06d}.mp4"
-                if cameras
-                else None,
+                "data_path": layout.DATA_PATH[version],
+                "video_path": layout.VIDEO_PATH[version] if cameras else None,
             }
         )
     info["features"] = all_features
@@ -172,7 +169,7 @@ def write_meta(
         # Everything the export was made from (a rerun with these arguments is a no-op).
         "export": identity,
     }
-    fmt.write_json(meta / "info.json", info)
+    fmt.write_json(root / layout.INFO, info)
 
 
 def _unit_of(plan: Plan, e: int) -> tuple[int, ...]:

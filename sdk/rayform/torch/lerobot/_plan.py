@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from rayform.errors import InvalidArgumentError
-from rayform.torch.lerobot._format import BOOKKEEPING_FEATURES, VERSIONS
+from rayform.lerobot_layout import BOOKKEEPING_FEATURES, VERSIONS
 
 if TYPE_CHECKING:
     from rayform.slice import Slice

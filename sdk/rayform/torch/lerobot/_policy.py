@@ -34,6 +34,7 @@ import torch
 from torch.utils.data import default_collate
 
 from rayform.errors import InvalidArgumentError
+from rayform.torch._text import tokenize_strings
 
 if TYPE_CHECKING:
     from rayform.torch.dataset import EpisodeDataset
@@ -71,7 +72,7 @@ def _types(ds: EpisodeDataset) -> dict[str, tuple[str, tuple[int, ...]]]:
     spec = ds.sample_spec()
     out: dict[str, tuple[str, tuple[int, ...]]] = {}
     for key, stream in ds.obs_keys.items():
-        if ds.stream(stream).kind == "video":
+        if ds.spec.kind(stream) == "video":
             out[key] = ("VISUAL", tuple(ds.frame_shape(key)))
         elif key == "observation.environment_state":
             out[key] = ("ENV", (int(spec[key][1][-1]),))
@@ -136,7 +137,7 @@ def lerobot_stats(ds: EpisodeDataset, *, images: str = "imagenet") -> dict[str, 
     for key, stream in streams.items():
         if stream in arrays:
             out[key] = {k: v for k, v in arrays[stream].items()}
-        elif images == "imagenet" and ds.stream(stream).kind == "video":
+        elif images == "imagenet" and ds.spec.kind(stream) == "video":
             out[key] = {
                 k: np.asarray(v, dtype=np.float32).reshape(3, 1, 1)
                 for k, v in IMAGENET_STATS.items()
@@ -176,7 +177,7 @@ class LeRobotCollate:
         keep_meta: bool = False,
         tokenizer: Callable[[list[str]], Mapping[str, torch.Tensor]] | None = None,
     ) -> None:
-        self.cameras = tuple(k for k, s in ds.obs_keys.items() if ds.stream(s).kind == "video")
+        self.cameras = tuple(k for k, s in ds.obs_keys.items() if ds.spec.kind(s) == "video")
         self.keep_meta = keep_meta
         state_text = set(ds.spec.state_text_keys)
         self.texts = tuple(k for k in LANGUAGE_KEYS if k in state_text)
@@ -202,7 +203,7 @@ class LeRobotCollate:
         for key in self.texts:
             tokens_key, mask_key = LANGUAGE_KEYS[key]
             if self.tokenizer is not None:
-                out = self.tokenizer(list(batch[key]))
+                out = tokenize_strings(self.tokenizer, list(batch[key]), repr(key))
                 batch[tokens_key] = out["input_ids"]
                 batch[mask_key] = torch.as_tensor(out["attention_mask"]).to(torch.bool)
             elif f"{key}_input_ids" in batch and f"{key}_attention_mask" in batch:

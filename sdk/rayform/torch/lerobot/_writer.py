@@ -17,6 +17,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from rayform import lerobot_layout as layout
 from rayform.format import decode_table
 from rayform.torch._align import latest_at_or_before
 from rayform.torch._decoding import open_intra
@@ -101,7 +102,7 @@ class UnitWriter(Dataset[dict[str, Any]]):
             for w in videos.values():
                 w.abort()
             raise
-        path = self.root / fmt.data_path(self.version, unit.file, unit.episodes[0])
+        path = self.root / layout.data_path(self.version, unit.file, unit.episodes[0])
         fmt.write_table(
             path, {k: np.concatenate(v) for k, v in columns.items()}, self.features, self.version
         )
@@ -126,7 +127,7 @@ class UnitWriter(Dataset[dict[str, Any]]):
         text = self.language.rows(seg, t, t_prev, load_text(self.ds.slice))
         cols: dict[str, np.ndarray] = {k: v for k, v in text.items() if k in LANGUAGE_FEATURES}
         for key, spec in self.features.items():
-            if key in fmt.BOOKKEEPING_FEATURES or key in LANGUAGE_FEATURES:
+            if key in layout.BOOKKEEPING_FEATURES or key in LANGUAGE_FEATURES:
                 continue
             ref = seg.streams[self.mapping[key]].blob
             t_rec, values = decode_table(self.ds.slice.blob_path(ref).read_bytes())
@@ -159,7 +160,7 @@ class UnitWriter(Dataset[dict[str, Any]]):
                         self._times(e),
                     )
                 )
-            path = self.root / fmt.video_path(self.version, key, unit.file, unit.episodes[0])
+            path = self.root / layout.video_path(self.version, key, unit.file, unit.episodes[0])
             try:
                 out[key] = PacketCopier(path, self.ds.fps, sources)
             except ValueError:
@@ -194,7 +195,7 @@ class UnitWriter(Dataset[dict[str, Any]]):
                 frames = torch.stack([s[key] for s in samples]).permute(0, 2, 3, 1).numpy()
                 if key not in videos:
                     h, w = frames.shape[1:3]
-                    path = self.root / fmt.video_path(self.version, key, unit.file, e)
+                    path = self.root / layout.video_path(self.version, key, unit.file, e)
                     videos[key] = fmt.VideoWriter(
                         path, self.ds.fps, w, h, crf=self.crf, gop=self.gop
                     )

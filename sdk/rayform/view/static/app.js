@@ -197,20 +197,102 @@ function showFrame(cam, i) {
 }
 
 // -- labels (docs/curation.md): shown per episode, written through the viewer's client ----
-function showLabels(labels) {
-  const parts = Object.entries(labels || {}).map(([k, v]) => `${k}=${JSON.stringify(v)}`);
+function showLabels(labels, spans) {
+  S.labels = labels || {};
+  S.spans = spans || {};
+  const parts = Object.entries(S.labels)
+    .filter(([k]) => !(k in S.spans) && k !== "tags")
+    .map(([k, v]) => `${k}=${JSON.stringify(v)}`);
+  for (const [k, r] of Object.entries(S.spans)) parts.push(`${k}: ${r.length} range${r.length === 1 ? "" : "s"}`);
   $("ep-label-values").textContent = parts.length ? parts.join(" ") : "no labels";
+  const tags = Array.isArray(S.labels.tags) ? S.labels.tags : [];
+  $("ep-tags").replaceChildren(...tags.map((tag) => {
+    const b = document.createElement("button");
+    b.type = "button";
+    b.className = "tag";
+    b.dataset.tag = tag;
+    b.title = `remove the tag ${tag}`;
+    b.textContent = `${tag} \u00d7`;
+    b.addEventListener("click", () => setTags(tags.filter((x) => x !== tag)).catch(report));
+    return b;
+  }));
+  showSpans();
 }
 
-async function label(values) {
+async function label(values, extra) {
   if (!S.ep) return;
+  const body = { segment: S.ep.id, ...(values ? { values } : {}), ...(extra || {}) };
   const r = await fetch("/api/label", { method: "POST", credentials: "same-origin",
-    headers: { "Content-Type": "application/json" }, body: JSON.stringify({ segment: S.ep.id, values }) });
+    headers: { "Content-Type": "application/json" }, body: JSON.stringify(body) });
   const doc = await r.json();
   if (!r.ok) throw new Error(doc.error || r.statusText);
-  showLabels(doc.labels);
+  showLabels(doc.labels, doc.spans);
   status(`labels v${doc.version} saved`);
   if ($("f-where").value.trim()) refilter(); // the filter may keep other episodes now
+}
+
+function setTags(tags) { return label({ tags: tags.length ? [...new Set(tags)].sort() : null }); }
+
+function setKey() {
+  const key = $("label-key").value.trim();
+  const kind = $("label-kind").value;
+  const raw = $("label-value").value;
+  if (!key) return Promise.resolve();
+  let value = raw === "" ? null : raw;
+  if (value !== null && kind === "number") value = Number(raw);
+  if (value !== null && kind === "bool") value = ["true", "1", "yes"].includes(raw.trim().toLowerCase());
+  return label({ [key]: value }, kind === "text" && value !== null ? { kinds: { [key]: "text" } } : {});
+}
+
+// A time range: its start marked at the playhead ([), its end (]) saves it under key/name.
+function markStart() {
+  S.spanStart = Math.min(Math.max(now(), 0), S.dur);
+  $("span-pending").textContent = `from ${S.spanStart.toFixed(3)} s`;
+}
+
+function markEnd() {
+  if (S.spanStart === undefined || S.spanStart === null) { status("mark the range's start first ([)"); return Promise.resolve(); }
+  const key = $("span-key").value.trim() || "events";
+  const name = $("span-name").value.trim() || key;
+  const t1 = Math.min(Math.max(now(), 0), S.dur);
+  const [a, b] = S.spanStart <= t1 ? [S.spanStart, t1] : [t1, S.spanStart];
+  S.spanStart = null;
+  $("span-pending").textContent = "";
+  return label(null, { span: { key, t0_s: a, t1_s: b, name } });
+}
+
+function showSpans() {
+  // Each spans label: a track as long as the episode, a bar per range (a click seeks to its
+  // start; the x removes it), drawn like the events' marks.
+  for (const row of document.querySelectorAll(".span-row")) row.remove();
+  for (const [key, ranges] of Object.entries(S.spans || {})) {
+    const track = document.createElement("div");
+    track.className = "track";
+    ranges.forEach(([a, b, name], k) => {
+      const bar = document.createElement("button");
+      bar.type = "button";
+      bar.className = "span-bar";
+      bar.dataset.name = name;
+      bar.dataset.t0 = String(a);
+      bar.dataset.t1 = String(b);
+      bar.style.left = `${(100 * a) / (S.dur || 1)}%`;
+      bar.style.width = `${Math.max((100 * (b - a)) / (S.dur || 1), 0.3)}%`;
+      bar.title = `${name}: ${a.toFixed(3)} s - ${b.toFixed(3)} s (click: seek; shift-click: remove)`;
+      bar.addEventListener("click", (ev) => {
+        if (ev.shiftKey) label(null, { unspan: { key, index: k } }).catch(report);
+        else seek(a);
+      });
+      track.append(bar);
+    });
+    const row = document.createElement("div");
+    row.className = "span-row event-row";
+    row.dataset.key = key;
+    const title = document.createElement("span");
+    title.className = "name";
+    title.textContent = `label ${key} (${ranges.length})`;
+    row.append(title, track);
+    $("events").append(row);
+  }
 }
 
 async function openEpisode(id, t) {
@@ -224,7 +306,7 @@ async function openEpisode(id, t) {
   $("ep-title").textContent = `${ep.id} \u00b7 ${ep.site} \u00b7 v${ep.version} \u00b7 ${fmtUtc(ep.start_ns)} UTC \u00b7 ${ep.duration_s.toFixed(3)} s`;
   for (const tr of $("episodes").tBodies[0].rows) tr.classList.toggle("current", tr.dataset.id === id);
   $("ep-labels").hidden = !("labels" in ep);
-  showLabels(ep.labels);
+  $("ep-keys").hidden = !("labels" in ep);
   S.cams = [];
   const boxes = [];
   for (const st of ep.streams.filter((s) => s.kind === "video")) {
@@ -250,6 +332,7 @@ async function openEpisode(id, t) {
   // The task first, then the other states (subtask, plan...) by name; events after them.
   textDocs.sort((a, b) => (a.name === "task" ? -1 : b.name === "task" ? 1 : a.name.localeCompare(b.name)));
   for (const doc of textDocs) S.texts.push(doc.timing === "events" ? makeEvents(doc) : makeState(doc));
+  showLabels(ep.labels, ep.spans); // after the events: label ranges are the timeline's last rows
   seek(Math.min(Math.max(Number(t) || 0, 0), S.dur));
   $("episode").dataset.ready = "1";
 }
@@ -394,7 +477,7 @@ function makeState(doc) {
     doc,
     show(t) {
       const i = lastAtOrBefore(doc.records, t);
-      const text = i >= 0 ? doc.records[i].content : "";
+      const text = i >= 0 ? (doc.records[i].content ?? "") : "";
       if (value.textContent !== text) value.textContent = text;
       line.dataset.record = String(i);
     },
@@ -412,7 +495,7 @@ function makeEvents(doc) {
     mark.className = "event-mark";
     mark.style.left = `${(100 * r.t_s) / (S.dur || 1)}%`;
     mark.dataset.t = String(r.t_s);
-    mark.title = `${r.t_s.toFixed(3)} s${r.role ? " " + r.role : ""}: ${r.content}`;
+    mark.title = `${r.t_s.toFixed(3)} s${r.role ? " " + r.role : ""}: ${r.content ?? "(a tool call)"}`;
     mark.addEventListener("click", () => seek(r.t_s));
     track.append(mark);
     return mark;
@@ -543,6 +626,14 @@ async function start() {
     const q = $("label-quality").value;
     if (q !== "") label({ quality: Number(q) }).catch(report);
   });
+  $("tag-add").addEventListener("click", () => {
+    const tag = $("label-tag").value.trim();
+    const tags = Array.isArray(S.labels && S.labels.tags) ? S.labels.tags : [];
+    if (tag) setTags([...tags, tag]).then(() => { $("label-tag").value = ""; }).catch(report);
+  });
+  $("label-set").addEventListener("click", () => setKey().catch(report));
+  $("span-start").addEventListener("click", markStart);
+  $("span-end").addEventListener("click", () => markEnd().catch(report));
   $("link").addEventListener("click", () => copy(deepLink()));
   $("play").addEventListener("click", () => (S.playing ? pause() : play()));
   $("step-back").addEventListener("click", () => step(-1));
@@ -559,6 +650,10 @@ async function start() {
     if (ev.key === " ") { ev.preventDefault(); S.playing ? pause() : play(); }
     else if (ev.key === ".") step(1);
     else if (ev.key === ",") step(-1);
+    else if (ev.key === "s" && S.ep.labels !== undefined) label({ success: true }).catch(report);
+    else if (ev.key === "f" && S.ep.labels !== undefined) label({ success: false }).catch(report);
+    else if (ev.key === "[") markStart();
+    else if (ev.key === "]") markEnd().catch(report);
   });
   window.addEventListener("resize", () => { for (const p of S.plots) { draw(p); placeCursor(p); } });
   await loadList();
