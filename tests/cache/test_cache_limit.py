@@ -280,6 +280,12 @@ def test_under_a_limit_read_ahead_fetches_the_next_window_while_one_is_read(
     ]
     missing = [ref.hash[:12] for ref in refs if client.would_fetch(ref)]
     assert missing == [], f"the next window's blobs were not fetched ahead: {missing}"
+    # The reader and read-ahead share the process's pins: one marker per blob, and the
+    # blobs fetched ahead are pinned in what the reader holds.
+    markers = [p.name.split(".")[0] for p in (tmp_path / "cache" / "pins").iterdir()]
+    assert markers and len(markers) == len(set(markers)), sorted(markers)
+    reader_pins = ds._reader.pins()
+    assert reader_pins is not None and all(reader_pins.holds(ref.hash) for ref in refs)
     assert_cache_consistent(tmp_path / "cache")
 
 

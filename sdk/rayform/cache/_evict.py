@@ -78,6 +78,8 @@ class Pins:
 
     def __init__(self, max_pins: int = DEFAULT_MAX_PINS, *, across_nodes: bool = True) -> None:
         self.max_pins = max_pins
+        #: Pins kept at least whatever ``max_pins`` is (:meth:`keep_at_least`).
+        self.floor = 0
         self.across_nodes = across_nodes  # also a marker file (rayform.cache._pinmarks)
         self._held: PerProcess[_Held] = PerProcess(_Held)
 
@@ -126,8 +128,20 @@ class Pins:
             held.fds[name] = fd
             if marker is not None:
                 held.markers[name] = marker
-            held.trim(self.max_pins)
+            held.trim(max(self.max_pins, self.floor))
         return True
+
+    def keep_at_least(self, n: int) -> None:
+        """Never drop below ``n`` pins (the most recently used ones), even after a
+        :meth:`holding` block ends: read-ahead keeps the blobs of the coming episodes this way
+        in the pins the reader uses, so each blob is pinned once per process."""
+        self.floor = max(self.floor, n)
+
+    def holds(self, digest: str) -> bool:
+        """Whether this process has the blob ``digest`` pinned."""
+        held = self._held.get()
+        with held.lock:
+            return digest in held.fds
 
     @contextlib.contextmanager
     def holding(self, n: int) -> Iterator[None]:
@@ -141,7 +155,7 @@ class Pins:
             self.max_pins = base
             held = self._held.get()
             with held.lock:
-                held.trim(base)
+                held.trim(max(base, self.floor))
 
     def pinned(self) -> set[str]:
         """Hashes of the blobs this process has pinned."""

@@ -140,7 +140,6 @@ class _State:
         self.plan_epoch = -1
         self.order: Order = (True, None)  # the order the last batch followed
         self.expect = -1  # where this process's next batch starts in the plan, if it follows it
-        self.pins: Pins | None = None
         #: Blobs of the window being read and of the episodes ahead: pins held at least.
         self.keep_pins = 0
         self.epoch_seen: int | None = None
@@ -158,6 +157,8 @@ class ReadAhead:
         shard: ``(rank, world_size)`` of this process.
         order_streams: how an epoch is laid out (:data:`OrderStreams`).
         max_bytes: bytes of blobs in flight at most (0 turns read-ahead off).
+        pins: this process's reader pins (``None`` without a cache limit): under a limit, what
+            is fetched ahead is pinned there, so the reader finds it pinned already.
         threads: parallel downloads.
     """
 
@@ -170,6 +171,7 @@ class ReadAhead:
         shard: tuple[int, int],
         order_streams: OrderStreams,
         max_bytes: int,
+        pins: Callable[[], Pins | None] | None = None,
         threads: int = _THREADS,
     ) -> None:
         self.source = source
@@ -179,6 +181,7 @@ class ReadAhead:
         self.shard = shard
         self.order_streams = order_streams
         self.max_bytes = max_bytes
+        self.pins = pins
         self.threads = threads
         # The orders a batch is looked for in, most likely first: EpisodeSampler's defaults,
         # and any other its constructor announced (a plain attribute: workers inherit it).
@@ -283,6 +286,7 @@ class ReadAhead:
             budget = min(budget, ahead_bytes(limit))
         with st.lock:
             window = st.in_flight
+        pins = self.pins() if limit is not None and self.pins is not None else None
         trust = limit is None  # under a limit a blob seen cached may be evicted before use
         # Under a limit, also bound how far ahead we look, by the bytes of the coming episodes
         # (cached or not): what was fetched ahead stays in the cache until read, and looking
@@ -322,7 +326,7 @@ class ReadAhead:
                         if trust:
                             st.present.add(ref.hash)
                             cached += 1
-                        elif st.pins is None or ref.hash not in st.pins.pinned():
+                        elif pins is None or not pins.holds(ref.hash):
                             # another process fetched it: pin it here too, or an eviction
                             # could take it between two of this process's batches
                             self._enqueue(st, ref, nbytes=0)
@@ -364,12 +368,12 @@ class ReadAhead:
                 ref, size = st.queue.popleft()
             try:
                 path = slice_.blob_path(ref)
-                if slice_.cache_limit is not None:  # scheduled to read: keep it
-                    with st.lock:
-                        if st.pins is None:
-                            st.pins = Pins(max(8, 2 * self.threads))
-                        st.pins.max_pins = max(st.pins.max_pins, st.keep_pins)
-                    st.pins.pin(path)
+                pins = None
+                if slice_.cache_limit is not None and self.pins is not None:
+                    pins = self.pins()
+                if pins is not None:  # scheduled to read: keep it
+                    pins.keep_at_least(st.keep_pins)
+                    pins.pin(path)
             except Exception as exc:  # the reader fetches it on demand and raises the real error
                 log.debug("read-ahead of blob %s... failed: %s", ref.hash[:12], exc)
             finally:

@@ -110,6 +110,10 @@ class SampleReader:
             self.spec.decoder_cache_size, self.spec.decoder_backend, pins, self._refetch
         )
 
+    def pins(self) -> Pins | None:
+        """This process's pins of the blobs it reads (``None`` without a cache limit)."""
+        return self._state.get().pins
+
     def _refetch(self, digest: str) -> Path:
         """The path of a blob read here, after fetching it again if it is gone (it vanished
         while being read)."""

@@ -208,7 +208,7 @@ class EpisodeDataset(Dataset[dict[str, Any]]):
         self._reader = SampleReader(spec, self._index)
         self._readahead = ReadAhead(
             spec.slice, self._index, spec.streams, spec.targets, (spec.rank, spec.world),
-            self.order_streams, max_bytes=spec.readahead_bytes,
+            self.order_streams, max_bytes=spec.readahead_bytes, pins=self._reader.pins,
         )  # fmt: skip
         self._normalizer: Normalizer | None = None  # computed on first use (normalization())
         self._shard_check = shard_check(len(self._index))  # None outside a multi-process DDP
