@@ -81,7 +81,7 @@ def test_token_absent_from_repr_errors_and_logs(
         client.slices.get("slc_0000000f")
     assert TOKEN not in str(info2.value)
     assert TOKEN not in caplog.text
-    assert "retrying" in caplog.text  # the retry was logged, without the token
+    assert "Retrying resolving slice" in caplog.text  # the retry was logged, without the token
 
 
 def test_client_construction_opens_no_connection(monkeypatch: pytest.MonkeyPatch) -> None:
