@@ -319,6 +319,8 @@ class ReadAhead:
                     if ref.hash in st.present:
                         cached += 1
                         continue
+                    if pins is not None and pins.holds(ref.hash):
+                        continue  # cached, and kept while pinned: no stat (but may go later)
                     with st.lock:
                         if ref.hash in st.scheduled:
                             continue
