@@ -11,6 +11,11 @@ times ``slice_.select(where="success and quality >= 0.7 and version == 1 and dur
   positions kept), best of 5;
 * **tags**: ``'regrasp' in tags and not success``, warm, best of 5.
 
+With ``--loader``, instead: the full demo slice is served with a write token, every other
+episode is published as a new slice, and the README loader reads the published slice and the
+parent's view of the same episodes in turn (same samples, blobs cached), ``--rounds`` times:
+samples/s of each and their ratio.
+
 With ``--create``, also serves the root (``rayform-server serve`` with a write token) and
 publishes ``select(where=CREATE_FILTER)`` of the parent with ``client.slices.create``: the
 seconds it takes, and the bytes the data root gained against those of its blobs (which must
@@ -19,8 +24,9 @@ not change: no blob is written).
 Usage::
 
     python bench/curation.py [--segments 1000000] [--root DIR] [--create]
+    python bench/curation.py --loader [--rounds 3]
 
-Writes ``bench/results/curation-<N>.json``.
+Writes ``bench/results/curation-<N>.json`` (``curation-loader.json`` with ``--loader``).
 """
 
 from __future__ import annotations
@@ -87,6 +93,90 @@ def publish(root: Path) -> dict[str, object]:
     }
 
 
+def _readme_loader(dataset: object) -> object:
+    """The README's loader: batch 64, 2 persistent workers, ``rayform.torch.collate``."""
+    from torch.utils.data import DataLoader
+
+    import rayform
+    from rayform.torch import EpisodeSampler
+
+    return DataLoader(
+        dataset,  # type: ignore[arg-type]
+        batch_size=64,
+        num_workers=2,
+        sampler=EpisodeSampler(dataset, shuffle=True),  # type: ignore[arg-type]
+        persistent_workers=True,
+        collate_fn=rayform.torch.collate,
+    )
+
+
+def _epoch(loader: object, epoch: int) -> tuple[float, int, list[int]]:
+    """One epoch of ``loader``: samples/s, samples, and the first batch's ``t_ns``."""
+    loader.dataset.set_epoch(epoch)  # type: ignore[attr-defined]
+    n, first = 0, []
+    t0 = time.perf_counter()
+    for batch in loader:  # type: ignore[attr-defined]
+        if not first:
+            first = batch["t_ns"].tolist()
+        n += len(batch["t_ns"])
+    return n / (time.perf_counter() - t0), n, first
+
+
+def loader_rates(root: Path, rounds: int) -> dict[str, object]:
+    """The README loader on a published slice against its parent's view of the same episodes."""
+    import rayform
+    from rayform.torch import EpisodeDataset
+    from rayform_server import demo
+
+    sys.path.insert(0, str(HERE.parent))
+    from bench._serve import serving
+
+    if not (root / "slices").is_dir():
+        demo.build_demo(root, slice_id=SLICE, small=False)
+    write = "w" + "0" * 31
+    with (
+        tempfile.TemporaryDirectory(prefix="curation-loader-") as cache,
+        serving(root, write_token=write) as (url, _),
+    ):
+        client = rayform.Client(endpoint=url, token=write, cache_dir=cache)
+        parent = client.slices.get(SLICE)
+        ids = [str(i) for i in parent.segments.ids().to_pylist()]
+        view = parent.select(segments=ids[::2])
+        published = client.slices.create(view, description="bench: every other episode")
+
+        def dataset(slice_: Slice) -> object:
+            return EpisodeDataset(
+                slice_,
+                obs=["cam0/rgb", "wrist/rgb", "joints/position"],
+                action="joints/position_delta",
+                fps=15,
+                horizon=16,
+                frame="ros",
+            )
+
+        sides = {
+            "parent view": _readme_loader(dataset(view)),
+            "published": _readme_loader(dataset(published)),
+        }
+        warm = {name: _epoch(ds, 0) for name, ds in sides.items()}  # fetches every blob once
+        if warm["parent view"][1:] != warm["published"][1:]:
+            raise RuntimeError("the published slice read other samples than its parent's view")
+        rates: dict[str, list[float]] = {name: [] for name in sides}
+        for r in range(rounds):
+            for name, ds in sides.items():
+                rates[name].append(round(_epoch(ds, 1 + r)[0], 1))
+    ratios = [p / v for p, v in zip(rates["published"], rates["parent view"], strict=True)]
+    return {
+        "slice": SLICE,
+        "episodes": f"{len(ids[::2])} of {len(ids)}",
+        "published": published.id,
+        "samples_per_epoch": warm["published"][1],
+        "samples_per_s": rates,
+        "published_over_parent": [round(x, 3) for x in ratios],
+        "median_ratio": round(float(np.median(ratios)), 3),
+    }
+
+
 def _labels(segments: object, ids: list[str], manifest: str) -> Labels:
     rng = np.random.default_rng(0)
     quality = rng.random(len(ids)).round(3).tolist()
@@ -140,7 +230,20 @@ def main() -> None:
     ap.add_argument("--segments", type=int, default=1_000_000)
     ap.add_argument("--root", type=Path, default=None, help="reuse (or build) this data root")
     ap.add_argument("--create", action="store_true", help="also time slices.create (served)")
+    ap.add_argument(
+        "--loader",
+        action="store_true",
+        help="only the README loader on a published slice against its parent (full demo)",
+    )
+    ap.add_argument("--rounds", type=int, default=3, help="--loader: interleaved epochs per side")
     args = ap.parse_args()
+    if args.loader:
+        root = args.root or HERE.parent / ".bench" / "curation-loader-root"
+        got = loader_rates(root, args.rounds)
+        out = HERE / "results" / "curation-loader.json"
+        out.write_text(json.dumps(got, indent=2) + "\n")
+        print(json.dumps(got, indent=2))
+        return
     root = args.root or Path(tempfile.mkdtemp(prefix="curation-bench-")) / "root"
     fleet_root(root, args.segments)
     store = Store(root)
