@@ -113,7 +113,7 @@ def _readme_loader(dataset: object) -> object:
 def _epoch(loader: object, epoch: int) -> tuple[float, int, list[int]]:
     """One epoch of ``loader``: samples/s, samples, and the first batch's ``t_ns``."""
     loader.dataset.set_epoch(epoch)  # type: ignore[attr-defined]
-    n, first = 0, []
+    n, first = 0, list[int]()
     t0 = time.perf_counter()
     for batch in loader:  # type: ignore[attr-defined]
         if not first:
