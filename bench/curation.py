@@ -32,12 +32,15 @@ Writes ``bench/results/curation-<N>.json`` (``curation-loader.json`` with ``--lo
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -56,21 +59,28 @@ def _bytes(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
 
 
-def publish(root: Path) -> dict[str, object]:
-    """``client.slices.create`` of a selection of :data:`SLICE` on a served ``root``: seconds,
-    and bytes written under the root and under its blobs."""
+@contextlib.contextmanager
+def _writer(root: Path, prefix: str) -> Iterator[Any]:
+    """A ``rayform.Client`` with a write token on ``root`` served on loopback, with an empty
+    cache of its own, until exit."""
     import rayform
 
     sys.path.insert(0, str(HERE.parent))  # run as a script: bench/ is not a package on the path
     from bench._serve import serving
 
     write = "w" + "0" * 31
-    blobs, before = _bytes(root / "blobs"), _bytes(root)
     with (
-        tempfile.TemporaryDirectory(prefix="curation-create-") as cache,
+        tempfile.TemporaryDirectory(prefix=prefix) as cache,
         serving(root, write_token=write) as (url, _),
     ):
-        client = rayform.Client(endpoint=url, token=write, cache_dir=cache)
+        yield rayform.Client(endpoint=url, token=write, cache_dir=cache)
+
+
+def publish(root: Path) -> dict[str, object]:
+    """``client.slices.create`` of a selection of :data:`SLICE` on a served ``root``: seconds,
+    and bytes written under the root and under its blobs."""
+    blobs, before = _bytes(root / "blobs"), _bytes(root)
+    with _writer(root, "curation-create-") as client:
         t0 = time.perf_counter()
         parent = client.slices.get(SLICE)
         got = time.perf_counter() - t0
@@ -124,21 +134,12 @@ def _epoch(loader: object, epoch: int) -> tuple[float, int, list[int]]:
 
 def loader_rates(root: Path, rounds: int) -> dict[str, object]:
     """The README loader on a published slice against its parent's view of the same episodes."""
-    import rayform
     from rayform.torch import EpisodeDataset
     from rayform_server import demo
 
-    sys.path.insert(0, str(HERE.parent))
-    from bench._serve import serving
-
     if not (root / "slices").is_dir():
         demo.build_demo(root, slice_id=SLICE, small=False)
-    write = "w" + "0" * 31
-    with (
-        tempfile.TemporaryDirectory(prefix="curation-loader-") as cache,
-        serving(root, write_token=write) as (url, _),
-    ):
-        client = rayform.Client(endpoint=url, token=write, cache_dir=cache)
+    with _writer(root, "curation-loader-") as client:
         parent = client.slices.get(SLICE)
         ids = [str(i) for i in parent.segments.ids().to_pylist()]
         view = parent.select(segments=ids[::2])
