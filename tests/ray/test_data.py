@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from support import DEMO_SLICE, ServerProcess, make_client
+from support import DEMO_SLICE, WRITE_TOKEN, ServerProcess, make_client
 from support.docblocks import REPO, collect
 
 import rayform
@@ -208,6 +208,49 @@ def test_episode_rows(ray_cluster: Any, demo_server: ServerProcess, tmp_path: Pa
     assert rows[0]["blob/cam0/rgb"] == first.streams["cam0/rgb"].blob.hash
     assert rows[0]["nbytes/cam0/rgb"] == first.streams["cam0/rgb"].blob.size
     assert rows[0]["manifest_hash"] == slice_.manifest_hash
+
+
+def test_spans_labels_and_within_reach_the_rows(
+    ray_cluster: Any, write_server: ServerProcess, tmp_path: Path
+) -> None:
+    """A spans label read as an observation (``"label:events"``) is a column of range names
+    per row, and ``within=`` keeps the rows inside a name's ranges: the dataset's samples,
+    read by Ray tasks on both nodes from the label set the slice pinned."""
+    ms = 1_000_000
+    client = rayform.Client(endpoint=write_server.url, token=WRITE_TOKEN, cache_dir=tmp_path / "c")
+    slice_ = client.slices.get(DEMO_SLICE)
+    seg = slice_.segments[1]
+    slice_.label_all(
+        {
+            seg.id: {
+                "events": [
+                    (seg.start_ns + 200 * ms, seg.start_ns + 700 * ms, "grasp_failed"),
+                    (seg.start_ns + 500 * ms, seg.start_ns + 900 * ms, "slip"),
+                ]
+            }
+        }
+    )
+    slice_ = client.slices.get(DEMO_SLICE)
+    args: dict[str, Any] = {
+        "obs": ["joints/position", "label:events"],
+        "action": "joints/position_delta",
+        "fps": 15,
+    }
+    dataset = rayform.torch.EpisodeDataset(slice_, **args)
+    rows = _rows(rayform.ray.read_slice(slice_, **args, override_num_blocks=2))
+    samples = dataset.__getitems__(range(len(dataset)))
+    assert [r["label:events"] for r in rows] == [s["label:events"] for s in samples]
+    named = {tuple(r["label:events"]) for r in rows if r["meta/segment"] == seg.id}
+    assert {("grasp_failed",), ("grasp_failed", "slip"), ("slip",), ()} <= named
+    assert all(r["label:events"] == [] for r in rows if r["meta/segment"] != seg.id)
+
+    within = rayform.ray.read_slice(slice_, **args, within="events:slip").take_all()
+    kept = rayform.torch.EpisodeDataset(slice_, **args, within="events:slip")
+    assert 0 < len(within) == len(kept) < len(dataset)
+    for row in within:
+        t = int(row["t_ns"]) - seg.start_ns
+        assert row["meta/segment"] == seg.id and 500 * ms <= t < 900 * ms
+        assert "slip" in row["label:events"]
 
 
 def test_the_docs_recipe_runs(
