@@ -139,3 +139,57 @@ def test_publishing_is_refused_clearly(write_server: ServerProcess, tmp_path: Pa
             writer.slices.get(DEMO_SLICE).select(segments=[str(slice_.segments.ids()[0])]),
             slice_id=DEMO_SLICE,
         )
+
+
+def test_a_published_slice_mixes_views_and_exports_like_any_slice(
+    write_server: ServerProcess, tmp_path: Path
+) -> None:
+    import httpx
+
+    import rayform.view
+    from rayform.torch import EpisodeDataset, EpisodeSampler, MixtureDataset
+    from rayform.torch.lerobot import export_lerobot
+
+    slice_, ids = _labelled(write_server, tmp_path / "w")
+    child = slice_.client.slices.create(slice_.select(segments=[ids[0], ids[2]]))
+    kw: dict[str, object] = {
+        "obs": ["joints/position"],
+        "action": "joints/position_delta",
+        "fps": 15,
+        "horizon": 4,
+    }
+
+    # A mixture of the published slice and its parent: both sources drawn, each sample from
+    # its own slice's episodes.
+    mixture = MixtureDataset(
+        [(EpisodeDataset(child, **kw), 0.5, "child"), (EpisodeDataset(slice_, **kw), 0.5, "all")]
+    )
+    order = list(EpisodeSampler(mixture))
+    samples = mixture.__getitems__(order)
+    by_source = {
+        name: {s["meta"]["segment"] for s in samples if s["meta"]["source_name"] == name}
+        for name in ("child", "all")
+    }
+    assert by_source["child"] == {ids[0], ids[2]} and len(by_source["all"]) == len(ids)
+    assert {s["meta"]["slice"] for s in samples if s["meta"]["source_name"] == "child"} == {
+        child.id
+    }
+
+    # The viewer lists the published slice's episodes only.
+    server = rayform.view.serve(child)
+    try:
+        with httpx.Client(base_url=server.url.split("?")[0], timeout=30) as h:
+            assert h.get("/", params={"key": server.secret}).status_code == 200
+            listed = h.get("/api/episodes").json()
+        assert listed["total"] == 2 and [e["id"] for e in listed["episodes"]] == [ids[0], ids[2]]
+    finally:
+        server.stop()
+
+    # A LeRobot export of it: its two episodes, its frames, and its own slice and manifest.
+    out = tmp_path / "lerobot"
+    report = export_lerobot(child, out, streams={"joints/position": "observation.state"}, fps=15)
+    info = json.loads((out / "meta" / "info.json").read_text())
+    assert info["total_episodes"] == 2 and info["total_frames"] == report.frames
+    assert report.frames == len(EpisodeDataset(child, obs=["joints/position"], fps=15, action=None))
+    assert info["rayform"]["slice"] == child.id
+    assert info["rayform"]["manifest"] == child.manifest_hash

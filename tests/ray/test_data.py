@@ -253,6 +253,20 @@ def test_spans_labels_and_within_reach_the_rows(
         assert "slip" in row["label:events"]
 
 
+def test_a_published_slice_reads_like_its_parents_selection(
+    ray_cluster: Any, write_server: ServerProcess, tmp_path: Path
+) -> None:
+    client = rayform.Client(endpoint=write_server.url, token=WRITE_TOKEN, cache_dir=tmp_path / "c")
+    parent = client.slices.get(DEMO_SLICE)
+    ids = parent.segments.ids().to_pylist()
+    child = client.slices.create(parent.select(segments=[ids[1], ids[3]]))
+    dataset = rayform.torch.EpisodeDataset(child, **ARGS, shard=None)
+    rows = _rows(rayform.ray.read_slice(child, **ARGS))
+    _assert_rows_are_samples(rows, dataset)
+    assert {r["meta/slice"] for r in rows} == {child.id}
+    assert {r["meta/segment"] for r in rows} == {ids[1], ids[3]}
+
+
 def test_the_docs_recipe_runs(
     ray_cluster: Any, client_env: ServerProcess, monkeypatch: pytest.MonkeyPatch
 ) -> None:
