@@ -52,6 +52,9 @@ class Link:
         self._servers: list[asyncio.AbstractServer] = []
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self._thread.start()
+        assert self._thread.ident is not None
+        #: The forwarding thread's ID (its CPU time: ``time.pthread_getcpuclockid``).
+        self.thread_id: int = self._thread.ident
 
     def forward(self, upstream_port: int) -> int:
         """Start forwarding a new local port to ``127.0.0.1:upstream_port``; returns the port."""

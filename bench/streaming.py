@@ -92,6 +92,19 @@ class Setup:
         self.proc, url = start_server(s3_root, self.token, env=self.weed.env)
         self.url = f"http://127.0.0.1:{self.link.forward(int(url.rsplit(':', 1)[1]))}"
 
+    def cpu_s(self) -> dict[str, float]:
+        """CPU seconds used so far: ``loader`` (this process, the link's thread excepted, and
+        its reaped children: the DataLoader's workers) and ``store`` (the stub, SeaweedFS and
+        the link, which share this machine's cores with the loader)."""
+        me, tick = os.times(), os.sysconf("SC_CLK_TCK")
+        link = time.clock_gettime(time.pthread_getcpuclockid(self.link.thread_id))
+        store = link
+        for pid in (self.proc.pid, *(p.pid for p in self.weed.procs.values())):
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            store += (int(fields[11]) + int(fields[12])) / tick
+        loader = me.user + me.system + me.children_user + me.children_system - link
+        return {"loader": loader, "store": store}
+
     def close(self) -> None:
         self.proc.terminate()
         self.proc.wait(10)
@@ -112,8 +125,15 @@ def _dataset(setup: Setup, cache: Path, **kw: Any) -> Any:
     )
 
 
-def _epoch(ds: Any, epoch: int, workers: int, window: int | str | None = None) -> dict[str, float]:
-    """Samples/s after the first 5 % of batches, and the whole epoch's wall time."""
+def _epoch(
+    ds: Any,
+    epoch: int,
+    workers: int,
+    window: int | str | None = None,
+    setup: Setup | None = None,
+) -> dict[str, float]:
+    """Samples/s after the first 5 % of batches, and the whole epoch's wall time; with
+    ``setup``, also the CPU seconds the loader and the store used in the epoch."""
     from torch.utils.data import DataLoader
 
     import rayform
@@ -128,6 +148,7 @@ def _epoch(ds: Any, epoch: int, workers: int, window: int | str | None = None) -
         collate_fn=rayform.torch.collate,
     )
     skip = max(1, math.ceil(0.05 * len(loader)))
+    cpu0 = setup.cpu_s() if setup is not None else None
     t0 = time.perf_counter()
     t_start, counted = t0, 0
     for i, batch in enumerate(loader):
@@ -136,7 +157,12 @@ def _epoch(ds: Any, epoch: int, workers: int, window: int | str | None = None) -
         elif i >= skip:
             counted += len(batch["t_ns"])
     end = time.perf_counter()
-    return {"samples_per_s": round(counted / (end - t_start), 1), "epoch_s": round(end - t0, 2)}
+    row = {"samples_per_s": round(counted / (end - t_start), 1), "epoch_s": round(end - t0, 2)}
+    if setup is not None and cpu0 is not None:
+        del loader  # its workers exit and are reaped, so their CPU time is counted
+        cpu1 = setup.cpu_s()
+        row |= {f"{k}_cpu_s": round(cpu1[k] - cpu0[k], 2) for k in cpu0}
+    return row
 
 
 def _streams_bytes(ds: Any) -> int:
@@ -222,7 +248,7 @@ def run(
                     epochs = []
                     for e in range(2):
                         before = setup.link.bytes_down
-                        row = _epoch(ds, e, workers, w)
+                        row = _epoch(ds, e, workers, w, setup)
                         row["bytes_down"] = setup.link.bytes_down - before
                         epochs.append(row)
                     runs_2[label].append(epochs)
@@ -237,13 +263,25 @@ def run(
                 }
             # The unlimited run's second epoch reads a warm cache: each epoch's rate after its
             # first 5 % against it, in the same round (the median of the rounds' ratios).
-            warm = [r[1]["samples_per_s"] for r in runs_2["unlimited"]]
+            # Beside it, whole epochs (warm epoch time over this one's) and the loader's CPU
+            # per epoch against warm's: a cold epoch here also pays the store's CPU, on the
+            # same cores.
+            warm_runs = [r[1] for r in runs_2["unlimited"]]
             for label, _, _ in cases_2:
                 for e, row in enumerate(out["rows"][f"two_epochs_{label}"]["epochs"]):
-                    ratios = [
-                        r[e]["samples_per_s"] / w for r, w in zip(runs_2[label], warm, strict=True)
-                    ]
-                    row["after5pct_over_warm"] = round(statistics.median(ratios), 3)
+                    pairs = list(zip(runs_2[label], warm_runs, strict=True))
+                    for key, ratio in (
+                        (
+                            "after5pct_over_warm",
+                            lambda r, w: r["samples_per_s"] / w["samples_per_s"],
+                        ),
+                        ("epoch_over_warm", lambda r, w: w["epoch_s"] / r["epoch_s"]),
+                        (
+                            "warm_cpu_over_loader_cpu",
+                            lambda r, w: w["loader_cpu_s"] / r["loader_cpu_s"],
+                        ),
+                    ):
+                        row[key] = round(statistics.median(ratio(r[e], w) for r, w in pairs), 3)
     finally:
         setup.close()
     return out
