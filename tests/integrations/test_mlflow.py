@@ -14,8 +14,15 @@ from pathlib import Path
 import httpx
 import mlflow
 import pytest
-from support import DEMO_SLICE, SCRIPTS, TOKEN, ServerProcess, free_port
-from support.lineage import demo_dataset, demo_mixture, mixture_digests, sample_digests
+from support import DEMO_SLICE, SCRIPTS, TOKEN, WRITE_TOKEN, ServerProcess, free_port
+from support.lineage import (
+    ACTION,
+    OBS,
+    demo_dataset,
+    demo_mixture,
+    mixture_digests,
+    sample_digests,
+)
 
 import rayform
 from rayform import MixtureURI, SliceChangedError
@@ -159,6 +166,41 @@ def test_logged_input_rebuilds_the_same_samples_in_a_fresh_process(tracking: Mlf
     assert rebuilt["type"] == "RayformDatasetSource"
     assert rebuilt["uri"] == ds.uri
     assert rebuilt["samples"] == sample_digests(ds)
+
+
+def test_a_logged_label_filter_rebuilds_its_episodes_after_the_labels_change(
+    tracking: MlflowServer, write_server: ServerProcess, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.setenv("RAYFORM_ENDPOINT", write_server.url)
+    monkeypatch.setenv("RAYFORM_TOKEN", WRITE_TOKEN)
+    slice_ = rayform.Client().slices.get(DEMO_SLICE)
+    ids = [str(i) for i in slice_.segments.ids().to_pylist()]
+    slice_.label_all({ids[0]: {"success": True}, ids[2]: {"success": True}})
+    view = rayform.Client().slices.get(DEMO_SLICE).select(where="success")
+    ds = rayform.torch.EpisodeDataset(view, obs=OBS, action=ACTION, fps=15, horizon=4, seed=3)
+    run_id = _log_training_run(ds)
+    assert f"labels:{view.labels.hash}" in ds.uri
+
+    # Relabelled: the same filter now keeps other episodes; the logged input, its own.
+    slice_.label_all({ids[0]: {"success": False}, ids[1]: {"success": True}})
+    now = rayform.Client().slices.get(DEMO_SLICE).select(where="success")
+    assert set(now.segments.ids().to_pylist()) == {ids[1], ids[2]}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]),
+    }
+    out = subprocess.run(
+        [sys.executable, _REBUILD, run_id],
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    rebuilt = json.loads(out.stdout.strip().splitlines()[-1])
+    assert rebuilt["uri"] == ds.uri
+    assert rebuilt["samples"] == sample_digests(ds)
+    assert {s["meta"]["segment"] for s in ds.__getitems__(range(len(ds)))} == {ids[0], ids[2]}
 
 
 _REBUILD_MIXTURE = str(SCRIPTS / "mlflow_rebuild_mixture.py")  # the run's mixture, as JSON

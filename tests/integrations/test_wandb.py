@@ -11,8 +11,15 @@ from typing import Any
 
 import pytest
 import wandb
-from support import DEMO_SLICE, TOKEN, ServerProcess
-from support.lineage import assert_same_samples, demo_dataset, demo_mixture, mixture_digests
+from support import DEMO_SLICE, TOKEN, WRITE_TOKEN, ServerProcess
+from support.lineage import (
+    ACTION,
+    OBS,
+    assert_same_samples,
+    demo_dataset,
+    demo_mixture,
+    mixture_digests,
+)
 from wandb.proto import wandb_internal_pb2 as pb
 
 import rayform
@@ -113,6 +120,29 @@ def test_logged_run_rebuilds_the_same_samples(wandb_dir: Path):
     assert metadata["sample"]["cam0/rgb"]["dtype"] == "uint8"
 
     rebuilt = EpisodeDataset.from_uri(config["dataset"]["uri"])
+    assert_same_samples(ds, rebuilt)
+
+
+def test_a_logged_label_filter_rebuilds_its_episodes_after_the_labels_change(
+    wandb_dir: Path, write_server: ServerProcess, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.setenv("RAYFORM_ENDPOINT", write_server.url)
+    monkeypatch.setenv("RAYFORM_TOKEN", WRITE_TOKEN)
+    slice_ = rayform.Client().slices.get(DEMO_SLICE)
+    ids = [str(i) for i in slice_.segments.ids().to_pylist()]
+    slice_.label_all({ids[0]: {"success": True}, ids[2]: {"success": True}})
+    view = rayform.Client().slices.get(DEMO_SLICE).select(where="success")
+    ds = EpisodeDataset(view, obs=OBS, action=ACTION, fps=15, horizon=4, seed=3)
+    run_dir, _ = _train(ds, wandb_dir, sampler=EpisodeSampler(ds))
+    config, _ = logged(run_dir)
+    assert f"select=filter:success;labels:{view.labels.hash}" in config["dataset"]["uri"]
+
+    # Relabelled: the same filter now keeps other episodes, the logged run still its own.
+    slice_.label_all({ids[0]: {"success": False}, ids[1]: {"success": True}})
+    now = rayform.Client().slices.get(DEMO_SLICE).select(where="success")
+    assert set(now.segments.ids().to_pylist()) == {ids[1], ids[2]}
+    rebuilt = EpisodeDataset.from_uri(config["dataset"]["uri"])
+    assert set(rebuilt.segment_lengths) == {ids[0], ids[2]}
     assert_same_samples(ds, rebuilt)
 
 
