@@ -33,7 +33,9 @@ frames written into the worker's next shared-memory batch (``in_place_batch``), 
 reused by reference count (``batch_memory``), a mixture's per-pass permutation tables
 (``perm_tables``) and, after the second run, the decode and resize buffers kept between
 batches with torch's private ``_upsample_bilinear2d_aa.out`` (``scratch``).
-``--against DIR`` times another checkout's SDK (``before``) beside this one.
+``--against DIR`` times another checkout's SDK (``before``) beside this one; with
+``--against-root ROOT`` (a root that checkout built and pulled with its own code), it reads its
+own data through its own benchmark code, for a checkout that cannot read this one's format.
 
 Usage: ``.venv/bin/python -m bench.ablation [--episodes 4] [--rounds 3] [--batches 20]
 [--segments 100000] [--rows full,rend224,mixture,blocks,fleet] [--mechanisms ...]``.
@@ -240,14 +242,19 @@ def _prepare(args: argparse.Namespace) -> None:
 
 
 def _run(row: str, mechanism: str, args: argparse.Namespace) -> dict[str, Any]:
-    cmd = [sys.executable, "-m", "bench.ablation", "--child", row, mechanism]
-    cmd += ["--root", args.root, "--fleet-cache", args.fleet_cache]
+    root, cwd, child = args.root, HERE.parent, mechanism
+    if mechanism == "before" and args.against_root:
+        # The other checkout's own data (its format), read by its own benchmark's child,
+        # everything on.
+        root, cwd, child = str(Path(args.against_root).resolve()), Path(args.against), "baseline"
+    cmd = [sys.executable, "-m", "bench.ablation", "--child", row, child]
+    cmd += ["--root", root, "--fleet-cache", args.fleet_cache]
     cmd += ["--batches", str(args.batches), "--warmup", str(args.warmup)]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     if mechanism == "before":  # another checkout's SDK first on the path, everything on
         sdk = [str(Path(args.against) / d) for d in ("sdk", "server_stub")]
         env["PYTHONPATH"] = os.pathsep.join([*sdk, env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    out = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=HERE.parent)
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=cwd)
     if out.returncode != 0:
         raise RuntimeError(f"{row}/{mechanism} failed:\n{out.stderr[-3000:]}")
     return dict(json.loads(out.stdout.strip().splitlines()[-1]))
@@ -312,6 +319,12 @@ def main() -> int:
     ap.add_argument(
         "--against",
         help="another checkout (e.g. a git worktree of main): its SDK is timed as 'before'",
+    )
+    ap.add_argument(
+        "--against-root",
+        help="with --against: a data root that checkout built and pulled itself (its own "
+        "`python -m bench.ablation --rounds 0 --root DIR`, run in it), for a checkout that "
+        "cannot read this one's manifest format; its own benchmark code times it",
     )
     ap.add_argument("--report", type=Path, help="print the table of a results file, run nothing")
     args = ap.parse_args()
