@@ -10,18 +10,19 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import mlflow
 import pytest
 from support import DEMO_SLICE, SCRIPTS, TOKEN, WRITE_TOKEN, ServerProcess, free_port
 from support.lineage import (
-    ACTION,
-    OBS,
     demo_dataset,
     demo_mixture,
     mixture_digests,
+    relabel_success,
     sample_digests,
+    success_filter_dataset,
 )
 
 import rayform
@@ -117,6 +118,24 @@ def _log_training_run(ds: rayform.torch.EpisodeDataset | rayform.torch.MixtureDa
     return run.info.run_id
 
 
+def _rebuilt(script: str, run_id: str) -> dict[str, Any]:
+    """What ``script`` (a rebuild through MLflow's registry) prints for ``run_id``, run in a
+    fresh process with ``tests/`` on its path."""
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]),
+    }
+    out = subprocess.run(
+        [sys.executable, script, run_id],
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    return dict(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
 _REBUILD = str(
     SCRIPTS / "mlflow_rebuild.py"
 )  # the run's dataset through MLflow's registry, as JSON
@@ -150,19 +169,7 @@ def test_logged_input_rebuilds_the_same_samples_in_a_fresh_process(tracking: Mlf
         assert col["tensor-spec"]["dtype"] == dtype and tuple(col["tensor-spec"]["shape"]) == shape
 
     # A fresh process finds the source type through the entry point and rebuilds.
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]),
-    }
-    out = subprocess.run(
-        [sys.executable, _REBUILD, run_id],
-        env=env,
-        check=True,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    rebuilt = json.loads(out.stdout.strip().splitlines()[-1])
+    rebuilt = _rebuilt(_REBUILD, run_id)
     assert rebuilt["type"] == "RayformDatasetSource"
     assert rebuilt["uri"] == ds.uri
     assert rebuilt["samples"] == sample_digests(ds)
@@ -173,31 +180,12 @@ def test_a_logged_label_filter_rebuilds_its_episodes_after_the_labels_change(
 ):
     monkeypatch.setenv("RAYFORM_ENDPOINT", write_server.url)
     monkeypatch.setenv("RAYFORM_TOKEN", WRITE_TOKEN)
-    slice_ = rayform.Client().slices.get(DEMO_SLICE)
-    ids = [str(i) for i in slice_.segments.ids().to_pylist()]
-    slice_.label_all({ids[0]: {"success": True}, ids[2]: {"success": True}})
-    view = rayform.Client().slices.get(DEMO_SLICE).select(where="success")
-    ds = rayform.torch.EpisodeDataset(view, obs=OBS, action=ACTION, fps=15, horizon=4, seed=3)
+    slice_, ids, view, ds = success_filter_dataset(rayform.Client())
     run_id = _log_training_run(ds)
     assert f"labels:{view.labels.hash}" in ds.uri
 
-    # Relabelled: the same filter now keeps other episodes; the logged input, its own.
-    slice_.label_all({ids[0]: {"success": False}, ids[1]: {"success": True}})
-    now = rayform.Client().slices.get(DEMO_SLICE).select(where="success")
-    assert set(now.segments.ids().to_pylist()) == {ids[1], ids[2]}
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]),
-    }
-    out = subprocess.run(
-        [sys.executable, _REBUILD, run_id],
-        env=env,
-        check=True,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    rebuilt = json.loads(out.stdout.strip().splitlines()[-1])
+    relabel_success(slice_, ids)  # the same filter now keeps other episodes; the run, its own
+    rebuilt = _rebuilt(_REBUILD, run_id)
     assert rebuilt["uri"] == ds.uri
     assert rebuilt["samples"] == sample_digests(ds)
     assert {s["meta"]["segment"] for s in ds.__getitems__(range(len(ds)))} == {ids[0], ids[2]}
@@ -227,19 +215,7 @@ def test_logged_mixture_rebuilds_the_same_draws_in_a_fresh_process(tracking: Mlf
     )
     assert from_episode_dataset(reweighted).digest != logged.digest
 
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]),
-    }
-    out = subprocess.run(
-        [sys.executable, _REBUILD_MIXTURE, run_id],
-        env=env,
-        check=True,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    rebuilt = json.loads(out.stdout.strip().splitlines()[-1])
+    rebuilt = _rebuilt(_REBUILD_MIXTURE, run_id)
     assert rebuilt == {"type": "MixtureDataset", "uri": mix.uri, "samples": mixture_digests(mix)}
 
 

@@ -13,12 +13,12 @@ import pytest
 import wandb
 from support import DEMO_SLICE, TOKEN, WRITE_TOKEN, ServerProcess
 from support.lineage import (
-    ACTION,
-    OBS,
     assert_same_samples,
     demo_dataset,
     demo_mixture,
     mixture_digests,
+    relabel_success,
+    success_filter_dataset,
 )
 from wandb.proto import wandb_internal_pb2 as pb
 
@@ -128,19 +128,12 @@ def test_a_logged_label_filter_rebuilds_its_episodes_after_the_labels_change(
 ):
     monkeypatch.setenv("RAYFORM_ENDPOINT", write_server.url)
     monkeypatch.setenv("RAYFORM_TOKEN", WRITE_TOKEN)
-    slice_ = rayform.Client().slices.get(DEMO_SLICE)
-    ids = [str(i) for i in slice_.segments.ids().to_pylist()]
-    slice_.label_all({ids[0]: {"success": True}, ids[2]: {"success": True}})
-    view = rayform.Client().slices.get(DEMO_SLICE).select(where="success")
-    ds = EpisodeDataset(view, obs=OBS, action=ACTION, fps=15, horizon=4, seed=3)
+    slice_, ids, view, ds = success_filter_dataset(rayform.Client())
     run_dir, _ = _train(ds, wandb_dir, sampler=EpisodeSampler(ds))
     config, _ = logged(run_dir)
     assert f"select=filter:success;labels:{view.labels.hash}" in config["dataset"]["uri"]
 
-    # Relabelled: the same filter now keeps other episodes, the logged run still its own.
-    slice_.label_all({ids[0]: {"success": False}, ids[1]: {"success": True}})
-    now = rayform.Client().slices.get(DEMO_SLICE).select(where="success")
-    assert set(now.segments.ids().to_pylist()) == {ids[1], ids[2]}
+    relabel_success(slice_, ids)  # the same filter now keeps other episodes; the run, its own
     rebuilt = EpisodeDataset.from_uri(config["dataset"]["uri"])
     assert set(rebuilt.segment_lengths) == {ids[0], ids[2]}
     assert_same_samples(ds, rebuilt)

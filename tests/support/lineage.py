@@ -13,6 +13,7 @@ from rayform.format import hash_bytes, segments_to_table
 from rayform.torch import EpisodeDataset, EpisodeSampler, MixtureDataset
 from rayform_server.builder import commit_table
 from rayform_server.store import Store
+from support import DEMO_SLICE
 
 OBS = ["cam0/rgb", "wrist/rgb", "joints/position"]
 ACTION = "joints/position_delta"
@@ -35,6 +36,30 @@ def demo_dataset(client: Any, slice_id: str, **kwargs: Any) -> EpisodeDataset:
         seed=3,
         **kwargs,
     )
+
+
+def success_filter_dataset(client: Any) -> tuple[Any, list[str], Any, EpisodeDataset]:
+    """``(slice_, ids, view, dataset)``: episodes 0 and 2 of the demo slice labelled
+    ``success``, the view ``select(where="success")`` and the README-like dataset over it (the
+    label-set version it read pinned in its URI). Needs a write token."""
+    slice_ = client.slices.get(DEMO_SLICE)
+    ids = [str(i) for i in slice_.segments.ids().to_pylist()]
+    slice_.label_all({ids[0]: {"success": True}, ids[2]: {"success": True}})
+    view = client.slices.get(DEMO_SLICE).select(where="success")
+    return (
+        slice_,
+        ids,
+        view,
+        EpisodeDataset(view, obs=OBS, action=ACTION, fps=15, horizon=4, seed=3),
+    )
+
+
+def relabel_success(slice_: Any, ids: list[str]) -> None:
+    """Move ``success`` from episode 0 to episode 1, and check that the same filter now keeps
+    episodes 1 and 2."""
+    slice_.label_all({ids[0]: {"success": False}, ids[1]: {"success": True}})
+    now = slice_.client.slices.get(DEMO_SLICE).select(where="success")
+    assert set(now.segments.ids().to_pylist()) == {ids[1], ids[2]}
 
 
 def assert_same_samples(a: EpisodeDataset, b: EpisodeDataset) -> None:
