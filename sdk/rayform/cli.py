@@ -6,10 +6,13 @@ Exit codes: 0 success, 1 a Rayform error (one clear line on stderr), 2 bad usage
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import os
 import sys
 from collections.abc import Mapping, Sequence
+from importlib import metadata
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rayform import __version__
@@ -312,6 +315,102 @@ def _cmd_cache(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- rayform docs ----------------------------------------------------------------------------
+# A message or a --help that names docs/NAME.md must lead somewhere for a user who installed the
+# wheel and has no checkout: the wheel installs the pages under share/doc/rayform/ (setuptools
+# data-files), and a source checkout (an editable install) reads its own docs/. No site is
+# published, so these pages are the reference.
+
+#: Where the wheel puts the pages, relative to the install's data directory.
+_DOCS_DIR = "share/doc/rayform"
+
+
+def _checkout_docs() -> Path | None:
+    # sdk/rayform/cli.py -> the checkout's root; only a checkout has docs/cli.md there.
+    docs = Path(__file__).resolve().parents[2] / "docs"
+    return docs if (docs / "cli.md").is_file() else None
+
+
+def _installed_pages() -> dict[str, Path]:
+    try:
+        dist = metadata.distribution("rayform")
+    except metadata.PackageNotFoundError:
+        return {}
+    pages = {}
+    for record in dist.files or ():
+        posix = record.as_posix()
+        if posix.endswith(".md") and f"{_DOCS_DIR}/" in posix:
+            path = Path(str(dist.locate_file(record))).resolve()
+            if path.is_file():
+                pages[path.stem] = path
+    return pages
+
+
+def _doc_pages() -> dict[str, Path]:
+    """The pages this install has, by name (``cli`` for ``docs/cli.md``), sorted by name.
+
+    A source checkout's own ``docs/`` wins over installed copies: it is what its code says.
+    """
+    docs = _checkout_docs()
+    found = {p.stem: p for p in docs.glob("*.md")} if docs else _installed_pages()
+    return dict(sorted(found.items()))
+
+
+def _doc_page(name: str) -> Path:
+    """The page ``name``: ``cli``, ``cli.md`` or ``docs/cli.md`` all name ``docs/cli.md``.
+
+    Raises:
+        InvalidArgumentError: no such page (the message lists the close names, or all), or
+            this install has no pages at all.
+    """
+    pages = _doc_pages()
+    if not pages:
+        raise InvalidArgumentError(
+            "this install of rayform has no documentation pages (installed without its data "
+            "files); reinstall it with pip, or read docs/ in the source checkout"
+        )
+    key = name.strip().removeprefix("docs/").split("#", 1)[0].removesuffix(".md")
+    if key in pages:
+        return pages[key]
+    close = difflib.get_close_matches(key, list(pages), n=3, cutoff=0.6)
+    hint = f"did you mean {' or '.join(close)}?" if close else f"pages: {', '.join(pages)}"
+    raise InvalidArgumentError(
+        f"no documentation page {name!r}: {hint} (`rayform docs` lists them)"
+    )
+
+
+def _page_title(path: Path) -> str:
+    """The page's first ``# `` heading, without the marks (the file's name if it has none)."""
+    with path.open(encoding="utf-8") as f:
+        for line in f:
+            if line.startswith("# "):
+                return line[2:].strip().replace("`", "")
+    return path.stem
+
+
+def _cmd_docs(args: argparse.Namespace) -> int:
+    import pydoc
+
+    if args.page is None:
+        pages = _doc_pages()
+        if args.path:
+            for path in pages.values():
+                print(path)
+            return 0
+        width = max(map(len, pages), default=0)
+        for name, path in pages.items():
+            print(f"{name:<{width}}  {_page_title(path)}")
+        print("\n`rayform docs NAME` shows one page; --path prints where it is.", file=sys.stderr)
+        return 0
+    path = _doc_page(args.page)
+    if args.path:
+        print(path)
+    else:
+        # A pager on a terminal ($MANPAGER, $PAGER or less, as `pydoc` does), plain text in a pipe.
+        pydoc.pager(path.read_text(encoding="utf-8"))
+    return 0
+
+
 def _cmd_view(args: argparse.Namespace) -> int:
     try:
         from rayform.view import ViewAPI, ViewServer, is_loopback
@@ -370,7 +469,9 @@ environment variables:
   RAYFORM_MIN_RATE       slowest body that counts as progress, e.g. 10kB/s (default 1KiB/s; 0: off)
   RAYFORM_CACHE_SHARED   1: team cache, group-writable (same as --shared); 0: never inferred
 
-docs: docs/cli.md; `rayform COMMAND --help` for each command's options."""
+docs: `rayform docs` lists the guides installed with rayform and `rayform docs cli` shows this
+command line's reference (a message that names docs/NAME.md means `rayform docs NAME`);
+`rayform COMMAND --help` gives each command's options."""
 
 
 def _stdout_closed() -> int:
@@ -547,6 +648,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     view.add_argument("--verbose", "-v", action="store_true", help="log every request to stderr")
     view.set_defaults(func=_cmd_view)
+    docs = sub.add_parser(
+        "docs",
+        help="read the guides installed with rayform (the CLI, the cache, the dataset...)",
+        description="List the guides installed with rayform, or show one in a pager. "
+        "A message that names docs/NAME.md means `rayform docs NAME`.",
+    )
+    docs.add_argument("page", nargs="?", metavar="NAME", help="a page: cli, cache, dataset, ...")
+    docs.add_argument("--path", action="store_true", help="print the page's file path instead")
+    docs.set_defaults(func=_cmd_docs)
     add_export_parser(sub, common, _client)
     add_curation_parsers(sub, ssub, common, _client)
     return p
