@@ -13,7 +13,9 @@ its users train at a smaller size): scaled to fit with ``torch.nn.functional.int
 the Lance layout of ``lerobot-lancedb`` (``lerobot-lance-convert``; LeRobot 0.6 and later) and
 ``lerobot_lancedb.LanceDBDataset`` is timed instead, with the same arguments, in a
 ``DataLoader`` with the ``multiprocessing_context`` its README asks for
-(``lance_mp_context()``: Lance is not fork-safe). Writes a JSON object (with the CPU seconds
+(``lance_mp_context()``: Lance is not fork-safe); with ``--remote s3://...`` it reads the
+tables from an object store (``bench/remote.py``; storage options in ``$LANCE_STORAGE_OPTIONS``).
+``--epoch`` times one whole epoch after its first batch instead of windows. Writes a JSON object (with the CPU seconds
 per sample of each window: this process and all its descendants).
 """
 
@@ -73,6 +75,17 @@ def main() -> int:
     ap.add_argument(
         "--lance", action="store_true", help="DATASET is a Lance layout: time LanceDBDataset"
     )
+    ap.add_argument(
+        "--remote",
+        default=None,
+        help="with --lance: read the tables from this object-store URI (s3://...) instead, "
+        "with the storage options in $LANCE_STORAGE_OPTIONS (JSON); DATASET gives meta/",
+    )
+    ap.add_argument(
+        "--epoch",
+        action="store_true",
+        help="time one whole epoch of a fresh loader after its first batch (_timing.time_epoch)",
+    )
     args = ap.parse_args()
 
     import torch
@@ -95,7 +108,13 @@ def main() -> int:
         if args.lance:
             from lerobot_lancedb import LanceDBDataset, lance_mp_context
 
-            ds = LanceDBDataset(root=args.dataset, **kw)
+            if args.remote:
+                import os
+
+                options = json.loads(os.environ.get("LANCE_STORAGE_OPTIONS", "{}"))
+                ds = LanceDBDataset(root=args.remote, storage_options=options, **kw)
+            else:
+                ds = LanceDBDataset(root=args.dataset, **kw)
             extra["multiprocessing_context"] = lance_mp_context()
             built["video_backend"] = "torchcodec over Lance blob ranges"
         else:
@@ -107,6 +126,14 @@ def main() -> int:
         built["len"] = len(ds)
         return DataLoader(ds, **timing.LOADER_KW, **extra)
 
+    versions = {"torch": torch.__version__, "lerobot": importlib.metadata.version("lerobot")}
+    if args.lance:
+        for dist in ("lerobot-lancedb", "lancedb", "pylance"):
+            versions[dist] = importlib.metadata.version(dist)
+    if args.epoch:
+        res = timing.time_epoch(make_loader, batch_size_of=lambda b: int(b["index"].shape[0]))
+        args.out.write_text(json.dumps({**res, **built, **versions}, indent=1))
+        return 0
     res = timing.time_loader(
         make_loader,
         batches=args.batches,
@@ -123,11 +150,7 @@ def main() -> int:
     res["image_shape"] = list(batch[cam].shape)
     res["action_shape"] = list(batch["action"].shape)
     res["workers"] = [timing.rss_kib(p) for p in timing.child_pids()]
-    res["torch"] = torch.__version__
-    res["lerobot"] = importlib.metadata.version("lerobot")
-    if args.lance:
-        for dist in ("lerobot-lancedb", "lancedb", "pylance"):
-            res[dist] = importlib.metadata.version(dist)
+    res.update(versions)
     args.out.write_text(json.dumps(res, indent=1))
     return 0
 

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["LOADER_KW", "child_pids", "rss_kib", "time_loader", "tree_cpu_s"]
+__all__ = ["LOADER_KW", "child_pids", "rss_kib", "time_epoch", "time_loader", "tree_cpu_s"]
 
 #: The DataLoader settings every loader row shares, so that rows differ only in the dataset.
 LOADER_KW: dict[str, Any] = {
@@ -134,4 +134,47 @@ def time_loader(
         "cpu_s_per_sample": statistics.median(cpu),
         "batches": batches,
         "loader": loader,
+    }
+
+
+def time_epoch(
+    make_loader: Callable[[], Any],
+    *,
+    batch_size_of: Callable[[Any], int],
+    exclude_cpu_s: Callable[[], float] = lambda: 0.0,
+) -> dict[str, Any]:
+    """Time one whole epoch of a fresh loader, the first batch apart.
+
+    The first batch holds what differs most between loaders and least with the data: workers
+    that start (a forkserver that imports torch takes seconds) and the first reads. Samples/s
+    of the rest of the epoch is what a remote read path sustains.
+
+    Args:
+        make_loader: builds the dataset and the ``DataLoader`` (timed in ``first_batch_s``).
+        batch_size_of: samples in a batch.
+        exclude_cpu_s: CPU seconds so far of something in this process that is not the loader
+            (a thread that emulates the network), subtracted from the CPU of the epoch.
+
+    Returns:
+        ``first_batch_s`` (construction, workers' start and the first batch, s), ``epoch_s``
+        (the same and the rest of the epoch, s), ``samples`` (the epoch's), ``samples_per_s``
+        (after the first batch), ``cpu_s_per_sample`` (after the first batch: this process and
+        every descendant, :func:`tree_cpu_s`).
+    """
+    t0 = time.perf_counter()
+    loader = make_loader()
+    batches = iter(loader)
+    n = batch_size_of(next(batches))
+    t1, c1, x1 = time.perf_counter(), tree_cpu_s(), exclude_cpu_s()
+    rest = 0
+    for batch in batches:
+        rest += batch_size_of(batch)
+    t2, c2, x2 = time.perf_counter(), tree_cpu_s(), exclude_cpu_s()
+    cpu = sum(v - c1.get(p, 0.0) for p, v in c2.items()) - (x2 - x1)
+    return {
+        "first_batch_s": t1 - t0,
+        "epoch_s": t2 - t0,
+        "samples": n + rest,
+        "samples_per_s": rest / (t2 - t1),
+        "cpu_s_per_sample": cpu / max(rest, 1),
     }
