@@ -1,10 +1,10 @@
 """One segment row of a manifest page, read from the page's column buffers directly.
 
-pyarrow's ``table.slice(i, 1).to_pylist()`` costs about 90 us for a segment of five streams
-(it builds converters for every nested field on each call), and a shuffled epoch over a fleet
-slice builds one ``Segment`` per sample. :class:`PageRows` instead reads just the bytes of row
-``i`` from each column buffer (offsets, fixed-width values, dictionary indices: about 25 small
-reads) and assembles the same dict as ``to_pylist``.
+pyarrow's ``table.slice(i, 1).to_pylist()`` is slow for one row of nested columns (it builds
+converters for every nested field on each call; docs/benchmarks.md has the numbers), and a
+shuffled epoch over a fleet slice builds one ``Segment`` per sample. :class:`PageRows` instead
+reads just the bytes of row ``i`` from each column buffer (offsets, fixed-width values,
+dictionary indices: about 25 small reads) and assembles the same dict as ``to_pylist``.
 
 For a memory-mapped page the reads are ``os.pread`` calls on the page file (one descriptor per
 page whose rows are read, opened on the first and closed with the page; ``pread`` takes its
