@@ -187,7 +187,9 @@ def main(argv: list[str] | None = None) -> int:
         f"  {shown_path(bindir / 'rayform')} slices show {SLICE} --offline --cache-dir "
         f"{shlex.quote(shown_path(cache))}\n"
         "      the command line (or `source "
-        f"{shown_path(bindir / 'activate')}` to put rayform on your PATH)"
+        f"{shown_path(bindir / 'activate')}` to put rayform on your PATH)\n"
+        f"  {shown_path(bindir / 'rayform')} docs\n"
+        "      the guides (`rayform docs dataset`: what a sample holds; `cache`, `cli`, ...)"
     )
     return 0
 

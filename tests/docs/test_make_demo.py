@@ -41,11 +41,16 @@ def test_the_demo_trains_offline_and_its_next_steps_run_as_printed(tmp_path: Pat
     assert "epoch 1: 120 samples" in done.stdout  # the small demo: 4 episodes, 120 samples
     assert f'client.slices.get("{DEMO_SLICE}")' in (demo / "train.py").read_text()
 
-    train, show = _next_commands(done.stdout)
+    train, show, guides = _next_commands(done.stdout)
     assert train.startswith("RAYFORM_OFFLINE=1 RAYFORM_CACHE_DIR=") and "train.py" in train
     assert "source .venv/bin/activate" in done.stdout  # how to get `rayform` on the PATH
     env["RAYFORM_ENDPOINT"] = "http://127.0.0.1:9"
-    for command, expected in ((train, "epoch 1: 120 samples"), (show, f"<Slice {DEMO_SLICE}")):
+    steps = (
+        (train, "epoch 1: 120 samples"),
+        (show, f"<Slice {DEMO_SLICE}"),
+        (guides, "rayform.torch.EpisodeDataset"),  # the list of guides
+    )
+    for command, expected in steps:
         ran = subprocess.run(
             ["bash", "-c", command], cwd=REPO, env=env, capture_output=True, text=True, timeout=300
         )
