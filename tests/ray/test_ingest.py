@@ -20,8 +20,7 @@ from typing import Any
 import pytest
 from support.recordings import write_bag, write_lerobot_v21
 
-from rayform_server.ingest import ingest_mcap
-from rayform_server.ingest._common import Progress
+from rayform_server.ingest import Progress, ingest_mcap
 from rayform_server.store import Store
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::FutureWarning")

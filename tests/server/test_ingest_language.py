@@ -16,8 +16,7 @@ from support.recordings import write_lerobot_v21
 from rayform.errors import InvalidArgumentError
 from rayform.format import decode_text
 from rayform.manifest import Segment
-from rayform_server.ingest import add_parser, ingest_lerobot
-from rayform_server.ingest._common import Progress
+from rayform_server.ingest import Progress, add_parser, ingest_lerobot
 from rayform_server.store import Store
 
 QUIET = Progress(None)

@@ -16,8 +16,7 @@ from support.recordings import read_lerobot_code, write_lerobot_v21
 
 from rayform.errors import InvalidArgumentError
 from rayform.format import decode_table, decode_timestamps
-from rayform_server.ingest import add_parser, ingest_lerobot
-from rayform_server.ingest._common import Progress
+from rayform_server.ingest import Progress, add_parser, ingest_lerobot
 from rayform_server.store import Store
 
 REPO = Path(__file__).resolve().parents[2]

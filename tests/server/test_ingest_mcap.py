@@ -14,8 +14,7 @@ from support.recordings import T0, H, W, header, msgdef, read_code, write_bag
 
 from rayform.errors import InvalidArgumentError
 from rayform.format import decode_table, decode_timestamps
-from rayform_server.ingest import add_parser, ingest_mcap
-from rayform_server.ingest._common import Progress
+from rayform_server.ingest import Progress, add_parser, ingest_mcap
 from rayform_server.store import Store
 
 

@@ -17,8 +17,7 @@ from rayform.errors import InvalidArgumentError
 from rayform.format import decode_text
 from rayform.torch.lerobot import export_lerobot
 from rayform_server.builder import SliceBuilder, TableData, TextData
-from rayform_server.ingest import ingest_lerobot
-from rayform_server.ingest._common import Progress
+from rayform_server.ingest import Progress, ingest_lerobot
 from rayform_server.store import Store
 
 QUIET = Progress(None)

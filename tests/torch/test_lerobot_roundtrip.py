@@ -19,8 +19,7 @@ from support.lerobot_peer import lerobot_033, peer061_python, run_peer
 from rayform import Slice
 from rayform.torch import EpisodeDataset
 from rayform.torch.lerobot import export_lerobot
-from rayform_server.ingest import ingest_lerobot
-from rayform_server.ingest._common import Progress
+from rayform_server.ingest import Progress, ingest_lerobot
 from rayform_server.store import Store
 
 pytestmark = pytest.mark.slow

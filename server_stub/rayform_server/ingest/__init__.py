@@ -1,6 +1,7 @@
 """``rayform-server ingest``: turn LeRobot datasets and ROS 2 MCAP bags into slices.
 
-Python API: :func:`ingest_lerobot` and :func:`ingest_mcap`. The server CLI registers the
+Python API: :func:`ingest_lerobot` and :func:`ingest_mcap`, whose ``progress=`` takes a
+:class:`Progress` (``Progress(None)``: quiet). The server CLI registers the
 ``ingest`` subcommand through :func:`add_parser`::
 
     rayform-server ingest lerobot --root DATA_ROOT --slice SLICE_ID PATH [--stream NAME=FEATURE ...] [--site SITE]
@@ -29,7 +30,7 @@ from rayform_server.ingest.mcap import ingest_mcap
 from rayform_server.staging import Shard, add_stage_arguments
 from rayform_server.store import Store
 
-__all__ = ["add_parser", "ingest_lerobot", "ingest_mcap"]
+__all__ = ["Progress", "add_parser", "ingest_lerobot", "ingest_mcap"]
 
 if TYPE_CHECKING:
     Subparsers = argparse._SubParsersAction[argparse.ArgumentParser]
