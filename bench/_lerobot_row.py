@@ -14,9 +14,10 @@ the Lance layout of ``lerobot-lancedb`` (``lerobot-lance-convert``; LeRobot 0.6 
 ``lerobot_lancedb.LanceDBDataset`` is timed instead, with the same arguments, in a
 ``DataLoader`` with the ``multiprocessing_context`` its README asks for
 (``lance_mp_context()``: Lance is not fork-safe); with ``--remote s3://...`` it reads the
-tables from an object store (``bench/remote.py``; storage options in ``$LANCE_STORAGE_OPTIONS``).
-``--epoch`` times one whole epoch after its first batch instead of windows. Writes a JSON object (with the CPU seconds
-per sample of each window: this process and all its descendants).
+tables from an object store (``bench/remote.py``; storage options in
+``$LANCE_STORAGE_OPTIONS``). ``--epoch`` times one whole epoch after its first batch instead of
+windows. Writes a JSON object (with the CPU seconds per sample of each window: this process and
+all its descendants).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import argparse
 import importlib.metadata
 import importlib.util
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -109,8 +111,6 @@ def main() -> int:
             from lerobot_lancedb import LanceDBDataset, lance_mp_context
 
             if args.remote:
-                import os
-
                 options = json.loads(os.environ.get("LANCE_STORAGE_OPTIONS", "{}"))
                 ds = LanceDBDataset(root=args.remote, storage_options=options, **kw)
             else:
@@ -126,12 +126,15 @@ def main() -> int:
         built["len"] = len(ds)
         return DataLoader(ds, **timing.LOADER_KW, **extra)
 
+    def batch_size_of(batch: dict) -> int:
+        return int(batch["index"].shape[0])
+
     versions = {"torch": torch.__version__, "lerobot": importlib.metadata.version("lerobot")}
     if args.lance:
         for dist in ("lerobot-lancedb", "lancedb", "pylance"):
             versions[dist] = importlib.metadata.version(dist)
     if args.epoch:
-        res = timing.time_epoch(make_loader, batch_size_of=lambda b: int(b["index"].shape[0]))
+        res = timing.time_epoch(make_loader, batch_size_of=batch_size_of)
         args.out.write_text(json.dumps({**res, **built, **versions}, indent=1))
         return 0
     res = timing.time_loader(
@@ -140,7 +143,7 @@ def main() -> int:
         runs=args.runs,
         warmup_batches=args.warmup,
         log=lambda s: print(s, flush=True),
-        batch_size_of=lambda b: int(b["index"].shape[0]),
+        batch_size_of=batch_size_of,
     )
     loader = res.pop("loader")
     batch = next(iter(loader))

@@ -35,7 +35,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -88,10 +87,7 @@ def _rayform_epoch(setup: Setup, cache: Path) -> dict[str, Any]:
             persistent_workers=True,  # alive at the epoch's end, so their CPU is counted
         )
 
-    def link_cpu() -> float:
-        return time.clock_gettime(time.pthread_getcpuclockid(setup.link.thread_id))
-
-    return time_epoch(make, batch_size_of=lambda b: len(b["t_ns"]), exclude_cpu_s=link_cpu)
+    return time_epoch(make, batch_size_of=lambda b: len(b["t_ns"]), exclude_cpu_s=setup.link_cpu_s)
 
 
 def _lance_epoch(

@@ -97,13 +97,17 @@ class Setup:
         its reaped children: the DataLoader's workers) and ``store`` (the stub, SeaweedFS and
         the link, which share this machine's cores with the loader)."""
         me, tick = os.times(), os.sysconf("SC_CLK_TCK")
-        link = time.clock_gettime(time.pthread_getcpuclockid(self.link.thread_id))
+        link = self.link_cpu_s()
         store = link
         for pid in (self.proc.pid, *(p.pid for p in self.weed.procs.values())):
             fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
             store += (int(fields[11]) + int(fields[12])) / tick
         loader = me.user + me.system + me.children_user + me.children_system - link
         return {"loader": loader, "store": store}
+
+    def link_cpu_s(self) -> float:
+        """CPU seconds so far of the link's thread (in this process, but not the loader's)."""
+        return time.clock_gettime(time.pthread_getcpuclockid(self.link.thread_id))
 
     def close(self) -> None:
         self.proc.terminate()
