@@ -54,6 +54,8 @@ def start_server(
     """A ``rayform-server serve`` of ``root`` on a free loopback port: ``(process, url)``."""
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
+    # Its stderr, shown if it does not start; open as long as the server runs.
+    log = tempfile.TemporaryFile()  # noqa: SIM115
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -70,17 +72,21 @@ def start_server(
             token,
         ],
         stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        stderr=log,
         env={**os.environ, **env} if env else None,
     )
     for _ in range(300):
+        if proc.poll() is not None:
+            break
         try:
             if httpx.get(url + "/v1/health", timeout=1).status_code == 200:
                 return proc, url
         except httpx.HTTPError:
             time.sleep(0.1)
     proc.kill()
-    raise SystemExit("server stub did not start")
+    log.seek(0)
+    why = log.read().decode(errors="replace").strip().splitlines()[-5:]
+    raise SystemExit("server stub did not start:\n" + "\n".join(why))
 
 
 def _ensure_curl() -> str:

@@ -14,7 +14,9 @@ off at 100 MB/s; a cache limit at 25 % of the streams' bytes for two epochs besi
 shuffled over the whole slice (``window=None``), within windows of episodes
 (``EpisodeSampler(window=W)``, ``W`` episodes filling at most half the limit), and with no
 window argument (``window="auto"``, the default, which picks ``W`` the same way); the same at
-GOP 10 (a keyframe every 10 frames, about 3x fewer bytes). ``--limit-only`` runs only the cache-limit rows (GOP 1).
+GOP 10 (a keyframe every 10 frames, about 3x fewer bytes). ``--limit-only`` runs only the cache-limit rows (GOP 1);
+``--blob-path-row`` adds the automatic-window limit row with download URLs never asked for in
+batches (``POST .../blob-urls``): every blob takes the stub's 307, then the store.
 
 ``--sshfs`` (root, ``/dev/fuse``, sshfs and sshd: ``tests/support/sshnodes.py``) runs, instead,
 the cache on an sshfs mount of a local directory, as a cluster node would: a warm epoch (the
@@ -26,6 +28,7 @@ cost on a network filesystem).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -36,6 +39,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -169,6 +173,21 @@ def _epoch(
     return row
 
 
+@contextlib.contextmanager
+def _blob_urls_off(off: bool) -> Iterator[None]:
+    """With ``off``, no download URLs asked for in batches (``POST .../blob-urls``) in this
+    process and the workers it forks meanwhile: every blob takes the stub's 307."""
+    import rayform
+
+    expect = rayform.Client.expect_blobs
+    if off:  # nothing announced: nothing to ask for together
+        rayform.Client.expect_blobs = lambda self, slice_id, refs: None  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        rayform.Client.expect_blobs = expect  # type: ignore[method-assign]
+
+
 def _streams_bytes(ds: Any) -> int:
     return sum(r.size for r in ds.slice.manifest.blobs([*OBS, ACTION]).values())
 
@@ -190,6 +209,7 @@ def run(
     latency_ms: float = 5.0,
     full_shuffle_row: bool = True,
     limit_repeats: int = 1,
+    blob_path_row: bool = False,
 ) -> dict[str, Any]:
     setup = Setup(_root(gop), work / f"gop{gop}")
     out: dict[str, Any] = {"gop": gop, "rows": {}}
@@ -245,6 +265,8 @@ def run(
             ]
             if not full_shuffle_row:
                 cases_2 = [c for c in cases_2 if c[0] != "limit_25pct"]
+            if blob_path_row:  # the same, with every blob asked for by its own 307
+                cases_2.append(("limit_25pct_auto_blob_path", limit, "auto"))
             runs_2: dict[str, list[list[dict[str, float]]]] = {c[0]: [] for c in cases_2}
             for rep in range(limit_repeats):  # interleaved, as the rows above
                 for label, cap, w in cases_2:
@@ -252,7 +274,8 @@ def run(
                     epochs = []
                     for e in range(2):
                         before = setup.link.bytes_down
-                        row = _epoch(ds, e, workers, w, setup)
+                        with _blob_urls_off(label.endswith("_blob_path")):
+                            row = _epoch(ds, e, workers, w, setup)
                         row["bytes_down"] = setup.link.bytes_down - before
                         epochs.append(row)
                     runs_2[label].append(epochs)
@@ -369,6 +392,11 @@ def main() -> None:
     p.add_argument(
         "--limit-repeats", type=int, default=1, help="interleaved runs of the cache-limit rows"
     )
+    p.add_argument(
+        "--blob-path-row",
+        action="store_true",
+        help="also the 25 %% limit row with no batch of download URLs (a 307 per blob)",
+    )
     p.add_argument("--out", type=Path, default=None)
     args = p.parse_args()
     default_name = "streaming_sshfs.json" if args.sshfs else "streaming.json"
@@ -391,6 +419,7 @@ def main() -> None:
                     args.latency_ms,
                     not args.no_full_shuffle,
                     args.limit_repeats,
+                    args.blob_path_row,
                 )
             )
         elif 1 in args.gops:

@@ -28,6 +28,7 @@ from rayform._limits import resolve_cache_limit, resolve_min_rate, resolve_stall
 from rayform._net import (
     LISTING_CAP,
     REFERENCE_CAP,
+    BlobUrls,
     Outages,
     PullReport,
     Transport,
@@ -241,6 +242,7 @@ class Client:
         self._pins = Pins(4, across_nodes=False)
         self._evictor = Evictor(self.cache.root)
         self._transport_obj: Transport | None = None
+        self._blob_urls = BlobUrls(self._post_once)
         self._manifests: dict[str, ColumnarManifest] = {}
         #: Slice ID -> manifests bound by hash (``slices.get(..., manifest_hash=)``), in order:
         #: what an offline error names a pull of.
@@ -483,6 +485,16 @@ class Client:
             manifest_hash=manifest_hash,
         )
 
+    def _post_once(self, path: str, doc: dict[str, Any]) -> Any:
+        return self._transport().post_json_once(path, doc, "asking for blob URLs")
+
+    def expect_blobs(self, slice_id: str, refs: Sequence[BlobRef]) -> None:
+        """Say that this process will download these blobs of ``slice_id`` soon: the server
+        is then asked for their download URLs together (one request instead of one per
+        blob, with an object-store backend). A hint only: nothing is fetched here."""
+        if not self.offline and self.endpoint is not None:
+            self._blob_urls.expect(slice_id, (r.hash for r in refs))
+
     def would_fetch(self, ref: BlobRef) -> bool:
         """True if :meth:`ensure_blob` would download ``ref`` now (online and not cached)."""
         return not self.offline and not self.cache.has_blob(ref.hash)
@@ -527,7 +539,10 @@ class Client:
         waiting_since = time.time()  # before any wait on another process's download of it
 
         def download(part: DownloadSink) -> None:
-            self._transport().download(url, part, what, on_bytes, waiting_since=waiting_since)
+            start = self._blob_urls.url(slice_id, ref.hash)
+            self._transport().download(
+                url, part, what, on_bytes, waiting_since=waiting_since, start_url=start
+            )
 
         def waiting() -> None:
             # Behind another's download of it: ends when the store is found stalled meanwhile.
@@ -612,6 +627,8 @@ class Client:
             missing = [r for r in refs if not self.cache.has_blob(r.hash)]
             if missing:
                 raise self._offline_missing(slice_id, missing, slice_.manifest_hash)
+        if not self.offline:
+            self.expect_blobs(slice_id, [r for r in refs if not self.cache.has_blob(r.hash)])
         report = run_pull(slice_id, refs, self.cache, fetch, jobs=jobs, progress=progress)
         if not self.offline:
             self._pull_labels(slice_.parent if slice_.parent is not None else slice_)

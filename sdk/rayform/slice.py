@@ -405,6 +405,14 @@ class Slice:
         """True if :meth:`blob_path` would download ``ref`` now (online and not cached)."""
         return self.client.would_fetch(ref)
 
+    def expect_blobs(self, refs: Sequence[BlobRef]) -> None:
+        """Say that :meth:`blob_path` will be asked for these blobs soon, so that the client
+        can ask the server for their download URLs together. A hint only: nothing is fetched,
+        and a client without the hint is fine."""
+        expect = getattr(self.client, "expect_blobs", None)
+        if expect is not None:
+            expect(self.id, refs)
+
     def pull(
         self, streams: Sequence[str] | None = None, *, jobs: int = 8, progress: bool = False
     ) -> Any:

@@ -30,12 +30,13 @@ from rayform_server.labelstore import LabelStore
 from rayform_server.publish import publish
 from rayform_server.store import Store
 
-__all__ = ["MAX_BODY_BYTES", "WRITE_PATHS", "Writes"]
+__all__ = ["MAX_BODY_BYTES", "WRITE_PATHS", "Writes", "json_body"]
 
 #: Largest request body accepted, in bytes (a label write or a publish request).
 MAX_BODY_BYTES = LIMITS["write_bytes"]
-#: Raw paths that accept ``POST`` (checked by the guard before routing).
-WRITE_PATHS = re.compile(rb"/v1/slices|/v1/slices/[^/]+/labels/[^/]+")
+#: Raw paths that accept ``POST`` (checked by the guard before routing): the writes, and the
+#: one read that takes a body (download URLs of many blobs at once).
+WRITE_PATHS = re.compile(rb"/v1/slices|/v1/slices/[^/]+/(labels/[^/]+|blob-urls)")
 _SEGMENTS_CACHE = 4
 
 
@@ -52,6 +53,17 @@ def _refusal(exc: RayformError) -> ApiError:
 
 def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
+
+
+async def json_body(request: Request) -> Any:
+    """The request's body parsed as plain JSON (no ``NaN``), or a ``400``/``413``."""
+    data = await request.body()
+    if len(data) > MAX_BODY_BYTES:
+        raise ApiError(413, "payload_too_large", f"a request body may hold {MAX_BODY_BYTES} bytes")
+    try:
+        return json.loads(data, parse_constant=_reject_constant)
+    except (ValueError, RecursionError) as exc:
+        raise ApiError(400, "invalid_argument", f"the body is not JSON: {str(exc)[:200]}") from None
 
 
 class Writes:
@@ -103,17 +115,7 @@ class Writes:
 
     @staticmethod
     async def _body(request: Request) -> Any:
-        data = await request.body()
-        if len(data) > MAX_BODY_BYTES:
-            raise ApiError(
-                413, "payload_too_large", f"a request body may hold {MAX_BODY_BYTES} bytes"
-            )
-        try:
-            return json.loads(data, parse_constant=_reject_constant)
-        except (ValueError, RecursionError) as exc:
-            raise ApiError(
-                400, "invalid_argument", f"the body is not JSON: {str(exc)[:200]}"
-            ) from None
+        return await json_body(request)
 
     async def _run(self, fn: Callable[[], dict[str, Any]]) -> Response:
         try:

@@ -3,7 +3,7 @@
 Request handling, in order, before any file is opened:
 
 1. :class:`_Guard` (raw ASGI, outermost): request target over 2 KiB -> 414; a method other
-   than GET/HEAD (POST to the write paths of :mod:`rayform_server._writes` excepted) -> 405;
+   than GET/HEAD (POST to the paths of :mod:`rayform_server._writes` excepted) -> 405;
    a request body (a write's over its bound -> 413, without a length -> 411) -> 413;
    ``.``/``..`` segments, encoded slashes, backslashes or NUL in the raw path -> 400.
 2. The bearer token -> 401 when missing or wrong (``/v1/health`` needs none).
@@ -11,12 +11,15 @@ Request handling, in order, before any file is opened:
 4. The token's scope -> 404, exactly as for an unknown slice.
 5. For blobs (and v2 manifest pages): the hash must be referenced by a manifest the slice names
    or once named -> else 404. For a manifest by hash: the slice must name or once have named it.
+   ``POST /v1/slices/{id}/blob-urls`` checks every hash it names the same way.
 
 Blobs are served by Starlette's ``FileResponse`` in 256 KiB chunks, whole or in byte ranges, behind
 the checks of :mod:`rayform_server._blobfile` (``Range``, ``If-Range``). With blobs in object
 storage (:class:`~rayform_server.blobstore.S3BlobBackend`) a blob request that passed every
 check answers ``307`` to a presigned GET URL of short expiry instead; the URL (and its
-signature) is never logged.
+signature) is never logged. ``POST /v1/slices/{id}/blob-urls`` answers the presigned URLs of
+many blobs at once, so a client that knows what it will fetch next makes one request per blob
+(to the store) instead of two.
 """
 
 from __future__ import annotations
@@ -41,16 +44,24 @@ from rayform.errors import InvalidArgumentError
 from rayform.format import HASH_RE, SLICE_ID_RE
 from rayform_server._apierror import ApiError
 from rayform_server._blobfile import BlobFile, check_ranges
-from rayform_server._writes import MAX_BODY_BYTES, WRITE_PATHS, Writes
+from rayform_server._writes import MAX_BODY_BYTES, WRITE_PATHS, Writes, json_body
 from rayform_server.auth import Auth, Grant
 from rayform_server.blobstore import DEFAULT_PRESIGN_EXPIRY_S, BlobBackend
 from rayform_server.store import Store
 
-__all__ = ["DEFAULT_PRESIGN_EXPIRY_S", "MAX_TARGET_BYTES", "ApiError", "create_app"]
+__all__ = [
+    "DEFAULT_PRESIGN_EXPIRY_S",
+    "MAX_BLOB_URLS",
+    "MAX_TARGET_BYTES",
+    "ApiError",
+    "create_app",
+]
 
 #: Longest request target (path + query) accepted, in bytes.
 MAX_TARGET_BYTES = 2048
 _REFS_CACHE_SIZE = 64
+#: Most blob hashes one ``POST /v1/slices/{id}/blob-urls`` may name.
+MAX_BLOB_URLS = 1024
 #: The error code of a ``503`` that means the object store behind the server did not answer
 #: (clients say so, instead of blaming the server's address).
 STORE_UNAVAILABLE = "store_unavailable"
@@ -106,7 +117,8 @@ class _Guard:
                 405,
                 "method_not_allowed",
                 f"{scope['method']} is not allowed here: reads are GET and HEAD; writes POST "
-                "to /v1/slices and /v1/slices/{id}/labels/{manifest} only",
+                "to /v1/slices and /v1/slices/{id}/labels/{manifest} only (and "
+                "/v1/slices/{id}/blob-urls asks for download URLs)",
                 {"Allow": "GET, HEAD"},
             )
         elif b"transfer-encoding" in headers or length not in (b"", b"0"):
@@ -185,6 +197,16 @@ class _Api:
         return any(
             digest in held(m) for m in self.store.manifest_history(slice_id) if m != ref["manifest"]
         )
+
+    def _check_blob_of(self, slice_id: str, ref: dict[str, str], digest: str) -> None:
+        """A ``404`` unless a manifest the slice names or once named references ``digest``."""
+        if not self._in_some_version(slice_id, ref, digest, self._referenced):
+            raise ApiError(
+                404,
+                "not_found",
+                f"blob {digest[:12]}... is not part of slice {slice_id}: "
+                "take blob hashes from this slice's manifest",
+            )
 
     def _pages_of(self, manifest_hash: str) -> frozenset[str]:
         return _memo(self._pages, manifest_hash, lambda: self.store.page_hashes(manifest_hash))
@@ -279,13 +301,7 @@ class _Api:
     async def get_blob(self, request: Request) -> Response:
         slice_id, ref = self._slice(request)
         digest = _hash_param(request, "a BLAKE3 digest from the manifest")
-        if not self._in_some_version(slice_id, ref, digest, self._referenced):
-            raise ApiError(
-                404,
-                "not_found",
-                f"blob {digest[:12]}... is not part of slice {slice_id}: "
-                "take blob hashes from this slice's manifest",
-            )
+        self._check_blob_of(slice_id, ref, digest)
         if self.store.blobs.local_path(digest) is None:
             return await self._redirect(slice_id, digest)
         path = self.store.blob_path(digest)
@@ -312,6 +328,53 @@ class _Api:
         else:
             ranges = None  # RFC 9110: no Range, or the client's copy is another blob: all of it
         return BlobFile(path, stat_result, headers, ranges)
+
+    async def blob_urls(self, request: Request) -> Response:
+        """``POST /v1/slices/{id}/blob-urls``: presigned GET URLs of many blobs of the slice.
+
+        The body is ``{"hashes": [hash, ...]}`` (1 to :data:`MAX_BLOB_URLS` of them, each
+        referenced by the slice as for a blob request); the answer ``{"urls": {hash: url},
+        "expires_in": seconds}``. A local blob store sends bytes itself: ``{"urls": {},
+        "expires_in": 0}``. A URL does not promise that the object exists (no request per
+        blob is made to the store): the client asks the blob path when the store answers 404.
+        """
+        slice_id, ref = self._slice(request)
+        body = await json_body(request)
+        hashes = body.get("hashes") if isinstance(body, dict) else None
+        if (
+            not isinstance(hashes, list)
+            or not 1 <= len(hashes) <= MAX_BLOB_URLS
+            or not all(isinstance(h, str) and HASH_RE.fullmatch(h) for h in hashes)
+        ):
+            raise ApiError(
+                400,
+                "invalid_argument",
+                'the body must be {"hashes": [...]} with 1 to '
+                f"{MAX_BLOB_URLS} blob hashes of 64 lowercase hex digits",
+            )
+        for digest in hashes:
+            self._check_blob_of(slice_id, ref, digest)
+        blobs = self.store.blobs
+        expiry = self.presign_expiry_s
+
+        def presign() -> dict[str, str]:  # credential refresh may reach the network
+            urls = {d: blobs.presigned_url(d, expiry) for d in dict.fromkeys(hashes)}
+            return {d: u for d, u in urls.items() if u is not None}
+
+        try:
+            urls = await run_in_threadpool(presign)
+        except Exception as exc:  # the store refuses to sign: a server fault, retryable
+            raise ApiError(
+                503,
+                STORE_UNAVAILABLE,
+                f"the server could not sign download URLs ({type(exc).__name__}); "
+                "retry with backoff",
+                {"Retry-After": "1"},
+            ) from None
+        return JSONResponse(
+            {"urls": urls, "expires_in": expiry if urls else 0},
+            headers={"Cache-Control": "no-store"},
+        )
 
     async def _redirect(self, slice_id: str, digest: str) -> Response:
         """``307`` to a presigned URL for a blob kept in object storage."""
@@ -434,6 +497,7 @@ def create_app(
         Route("/v1/slices/{slice_id}", api.get_slice, methods=["GET", "HEAD"]),
         Route("/v1/slices/{slice_id}/manifest", api.get_manifest, methods=["GET", "HEAD"]),
         Route("/v1/slices/{slice_id}/blobs/{hash}", api.get_blob, methods=["GET", "HEAD"]),
+        Route("/v1/slices/{slice_id}/blob-urls", api.blob_urls, methods=["POST"]),
         Route("/v1/slices/{slice_id}/pages/{hash}", api.get_page, methods=["GET", "HEAD"]),
         Route(
             "/v1/slices/{slice_id}/manifests/{hash}", api.get_manifest_at, methods=["GET", "HEAD"]

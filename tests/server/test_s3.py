@@ -224,7 +224,11 @@ def test_pull_from_s3_each_blob_once_then_nothing(
             assert seen.method == "HEAD" and seen.headers["authorization"].startswith(
                 "AWS4-HMAC-SHA256 "
             )
-    assert "307" in caplog.text  # httpx logged the redirects ...
+    # One request for the URLs of every blob, not a 307 per blob: the stub saw no blob GET.
+    stub_blobs = f"{s3_server.url}/v1/slices/{DEMO_SLICE}/blobs/"
+    assert f"POST {s3_server.url}/v1/slices/{DEMO_SLICE}/blob-urls" in caplog.text
+    assert stub_blobs not in caplog.text
+    assert "X-Amz-Signature=<hidden>" in caplog.text  # httpx logged the presigned GETs ...
     _assert_no_secret(caplog.text, s3proxy)  # ... without the token or a signature
 
 
@@ -332,6 +336,79 @@ def test_expired_presigned_url_is_refreshed(
     finally:
         server.stop()
     _assert_no_secret(caplog.text, s3proxy)
+
+
+def test_an_expired_url_from_a_batch_goes_back_to_the_blob_path(
+    s3_root: Path, s3proxy: S3Proxy, seaweed: SeaweedS3, tmp_path: Path
+) -> None:
+    server = ServerProcess(
+        s3_root, "--s3-endpoint", s3proxy.url, "--presign-expiry", "2", env=seaweed.env
+    )
+    try:
+        with CountingProxy(server.url) as stub:
+            client = make_client(stub.url, tmp_path / "cache")
+            wanted = client.slices.get(DEMO_SLICE).manifest.blobs(["ee/pose"])
+            mark = s3proxy.mark()
+            s3proxy.hold_s, s3proxy.hold_next = 3.0, 1  # one batch URL expires in flight
+            report = client.pull(DEMO_SLICE, streams=["ee/pose"], jobs=4)
+            assert report.fetched_blobs == len(wanted) == 4
+            refused = [s.key_hash for s in s3proxy.presigned(mark) if s.status == 403]
+            assert len(refused) == 1
+            assert stub.blob_gets() == {refused[0]: 1}, "only the refused blob asked the stub"
+        tries = [s.status for s in s3proxy.presigned(mark) if s.key_hash == refused[0]]
+        assert tries == [403, 200]
+        assert assert_cache_consistent(tmp_path / "cache") == sorted(wanted)
+    finally:
+        server.stop()
+
+
+def test_an_object_gone_from_the_store_is_named_by_the_blob_path(
+    s3_server: ServerProcess, seaweed: SeaweedS3, tmp_path: Path
+) -> None:
+    client = make_client(s3_server.url, tmp_path / "cache")
+    refs = client.slices.get(DEMO_SLICE).manifest.blobs(["ee/pose"])
+    gone = sorted(refs)[0]
+    s3 = seaweed.s3_client()
+    key = f"{PREFIX}/{gone[:2]}/{gone}"
+    data = s3.get_object(Bucket=BUCKET, Key=key)["Body"].read()
+    s3.delete_object(Bucket=BUCKET, Key=key)
+    try:
+        # The batch URL is signed without a look; the store's 404 sends the download to the
+        # blob path, whose check says what is missing and whom to tell.
+        with pytest.raises(rayform.errors.NotFoundError, match="missing from the server's object"):
+            client.pull(DEMO_SLICE, streams=["ee/pose"], jobs=2)
+        assert gone not in assert_cache_consistent(tmp_path / "cache")
+    finally:
+        s3.put_object(Bucket=BUCKET, Key=key, Body=data)
+
+
+def test_read_ahead_asks_for_urls_in_batches(
+    s3_server: ServerProcess, s3proxy: S3Proxy, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from torch.utils.data import DataLoader
+
+    from rayform.torch import EpisodeDataset, EpisodeSampler, collate
+
+    caplog.set_level(logging.INFO, logger="httpx")
+    client = make_client(s3_server.url, tmp_path / "cache")
+    ds = EpisodeDataset(
+        client.slices.get(DEMO_SLICE),
+        obs=["cam0/rgb", "joints/position"],
+        action="joints/position_delta",
+        fps=10,
+        horizon=4,
+    )
+    mark = s3proxy.mark()
+    loader = DataLoader(ds, sampler=EpisodeSampler(ds), batch_size=8, collate_fn=collate)
+    assert sum(len(b["t_ns"]) for b in loader) == len(ds)
+    fetched = s3proxy.object_gets(mark)
+    posts = caplog.text.count(f"POST {s3_server.url}/v1/slices/{DEMO_SLICE}/blob-urls")
+    stub_gets = caplog.text.count(f"GET {s3_server.url}/v1/slices/{DEMO_SLICE}/blobs/")
+    assert set(fetched.values()) == {1} and len(fetched) == 16  # 4 episodes x 4 streams
+    # The first batch's blobs are fetched on demand (the blob path); read-ahead's come with
+    # their URLs, several per request.
+    assert stub_gets + posts < len(fetched), (stub_gets, posts)
+    assert posts >= 1
 
 
 def test_server_log_holds_no_presigned_url(

@@ -320,6 +320,47 @@ def test_blob_not_in_slice_is_404(
     assert r.status_code == 404
 
 
+def test_blob_urls_checks_every_hash_and_a_local_store_gives_none(
+    demo_server: ServerProcess, scoped: tuple[ServerProcess, str], manifest: Manifest
+) -> None:
+    """``POST /v1/slices/{id}/blob-urls``: the checks of a blob request, for each hash named."""
+    url = f"{demo_server.url}/v1/slices/{DEMO_SLICE}/blob-urls"
+    hashes = sorted(manifest.blobs())[:5]
+    r = httpx.post(url, json={"hashes": hashes}, headers=_auth())
+    # Blobs on the server's own disk: it sends the bytes itself, so no URLs (clients stop asking).
+    assert r.status_code == 200 and r.json() == {"urls": {}, "expires_in": 0}
+    assert httpx.post(url, json={"hashes": hashes}).status_code == 401
+    for body in (
+        {"hashes": []},
+        {"hashes": "abc"},
+        {"hashes": [hashes[0].upper()]},
+        {"hashes": [1]},
+        {"hashes": hashes * 300},  # 1,500: over the 1,024 of one request
+        [hashes[0]],
+    ):
+        r = httpx.post(url, json=body, headers=_auth())
+        assert r.status_code == 400 and r.json()["error"] == "invalid_argument", body
+    r = httpx.post(url, content=b"{not json", headers=_auth())
+    assert r.status_code == 400
+    stranger = hash_bytes(b"not a blob of this slice")
+    r = httpx.post(url, json={"hashes": [*hashes, stranger]}, headers=_auth())
+    assert r.status_code == 404 and "not part of slice" in r.json()["message"]
+    server, bobs_blob = scoped  # a token out of the slice's scope learns nothing
+    r = httpx.post(
+        f"{server.url}/v1/slices/{OTHER_SLICE}/blob-urls",
+        json={"hashes": [bobs_blob]},
+        headers=_auth(ALICE),
+    )
+    assert r.status_code == 404 and r.json()["error"] == "not_found"
+    status, _, body = raw_request(
+        demo_server.port,
+        f"/v1/slices/{DEMO_SLICE}/blob-urls",
+        "POST",
+        headers={**_auth(), "Transfer-Encoding": "chunked"},
+    )
+    assert status == 411
+
+
 def test_malformed_ids_and_hashes_are_400(demo_server: ServerProcess, video_blob: str) -> None:
     bad_slices = ["slc_7C1E04AA", "slc_123", "7c1e04aa", "slc_7c1e04ag", "slc_" + "a" * 65]
     for sid in bad_slices:

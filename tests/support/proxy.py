@@ -79,12 +79,12 @@ class ThreadedProxy:
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
     def forward(
-        self, method: str, target: str, headers: dict[str, str]
+        self, method: str, target: str, headers: dict[str, str], body: bytes | None = None
     ) -> tuple[int, list[tuple[str, str]], bytes]:
         """Send one request upstream; returns ``(status, headers, body)``."""
         conn = http.client.HTTPConnection(*self._up, timeout=30)
         try:
-            conn.request(method, target, headers=headers)
+            conn.request(method, target, body=body, headers=headers)
             resp = conn.getresponse()
             return resp.status, resp.getheaders(), resp.read()
         finally:
@@ -122,9 +122,23 @@ class _CountingHandler(ProxyHandler):
         self.end_headers()
         self.write_body(body, slowly=blob)
 
+    def do_POST(self) -> None:  # noqa: N802 - http.server API
+        """Forwarded as it is (the blob-URL batches), not counted."""
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        headers = {
+            k: v for k, v in self.headers.items() if k.lower() in ("authorization", "content-type")
+        }
+        status, up_headers, answer = self.proxy.forward("POST", self.path, headers, body)
+        self.send_response(status)
+        for k, v in up_headers:
+            if k.lower() in _PASS_HEADERS:
+                self.send_header(k, v)
+        self.end_headers()
+        self.write_body(answer, slowly=False)
+
 
 class CountingProxy(ThreadedProxy):
-    """Forward GET requests to ``upstream``, counting them.
+    """Forward GET requests to ``upstream``, counting them (and POSTs, uncounted).
 
     Attributes:
         requests: ``(path, range header or None)`` of every request, in order.

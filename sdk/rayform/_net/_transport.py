@@ -461,11 +461,7 @@ class Transport:
         Raises:
             ProtocolError: the body is not JSON (or too long, or compressed).
         """
-        data = self.get_bytes(path, what, limit=limit)
-        try:
-            return loads(data)
-        except ValueError as exc:
-            raise ProtocolError(f"{what}: {self.server} answered invalid JSON ({exc})") from None
+        return self._parsed(self.get_bytes(path, what, limit=limit), what)
 
     def post_json(self, path: str, doc: object, what: str, *, limit: int = JSON_CAP) -> Any:
         """POST ``doc`` as JSON to ``path`` and parse the JSON answer (at most ``limit`` bytes).
@@ -480,34 +476,52 @@ class Transport:
             AccessDeniedError: ``401``/``403``, the token may not write there.
             ProtocolError: the answer is not JSON (or too long, or compressed).
         """
-        body = json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
+        return self._parsed(
+            self._with_retries(what, lambda left: self._post_once(path, doc, what, limit, left)),
+            what,
+        )
 
-        def once(left_s: float) -> bytes:
-            url = self._url(path)
-            headers = {**self._headers(url), "Content-Type": "application/json"}
-            deadline = time.monotonic() + left_s
-            try:
-                with (
-                    reads_end_by(deadline),
-                    self._http().stream(
-                        "POST",
-                        url,
-                        content=body,
-                        headers=headers,
-                        timeout=self._timeout(left_s),
-                        extensions={"trace": trace},
-                    ) as resp,
-                ):
-                    self._check(resp, what, deadline=deadline)
-                    return self._read_body(resp, what, limit, deadline - left_s, deadline)
-            except httpx.TransportError as exc:
-                raise _network_failure(exc, min(self.timeout, left_s)) from None
+    def post_json_once(
+        self, path: str, doc: object, what: str, *, limit: int = JSON_CAP, timeout_s: float = 10.0
+    ) -> Any:
+        """:meth:`post_json` in one attempt of at most ``timeout_s`` seconds, never retried:
+        for requests that only save work, whose caller has a way without them.
 
-        data = self._with_retries(what, once)
+        Raises:
+            RetryableError: the server was busy, failed or did not answer in time.
+            TransportError: any other refusal (as :meth:`post_json`), or invalid JSON.
+        """
+        return self._parsed(
+            self._post_once(path, doc, what, limit, min(timeout_s, self.timeout)), what
+        )
+
+    def _parsed(self, data: bytes, what: str) -> Any:
         try:
             return loads(data)
         except ValueError as exc:
             raise ProtocolError(f"{what}: {self.server} answered invalid JSON ({exc})") from None
+
+    def _post_once(self, path: str, doc: object, what: str, limit: int, left_s: float) -> bytes:
+        body = json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
+        url = self._url(path)
+        headers = {**self._headers(url), "Content-Type": "application/json"}
+        deadline = time.monotonic() + left_s
+        try:
+            with (
+                reads_end_by(deadline),
+                self._http().stream(
+                    "POST",
+                    url,
+                    content=body,
+                    headers=headers,
+                    timeout=self._timeout(left_s),
+                    extensions={"trace": trace},
+                ) as resp,
+            ):
+                self._check(resp, what, deadline=deadline)
+                return self._read_body(resp, what, limit, deadline - left_s, deadline)
+        except httpx.TransportError as exc:
+            raise _network_failure(exc, min(self.timeout, left_s)) from None
 
     def check_store(self, what: str, waiting_since: float | None = None) -> None:
         """Refuse a download about to start, or end a wait on another thread's or process's
@@ -535,6 +549,7 @@ class Transport:
         on_bytes: ProgressCallback | None = None,
         *,
         waiting_since: float | None = None,
+        start_url: str | None = None,
     ) -> None:
         """Fill ``part`` from ``part.offset`` to its end with the blob at ``path``.
 
@@ -549,13 +564,17 @@ class Transport:
             on_bytes: called with the size of each chunk written (progress bars).
             waiting_since: ``time.time()`` when the caller began to wait for this blob (before
                 waiting on another process's download of it); default now.
+            start_url: where to GET the bytes first: a presigned URL the server gave for this
+                blob (``POST .../blob-urls``), instead of the blob path and its ``307``. If the
+                store refuses it (``403``: expired; ``404``), the blob path is asked.
         """
         pace = Pace(self.stall_timeout, self.min_rate, waiting_since)
+        first = [start_url]  # emptied once the store refused it: retries ask the blob path
 
         def once(left_s: float) -> None:
             if part.remaining <= 0:
                 return
-            self._download_once(path, part, what, pace, on_bytes)
+            self._download_once(path, part, what, pace, on_bytes, first)
 
         self._with_retries(what, once, pace)
 
@@ -566,8 +585,10 @@ class Transport:
         what: str,
         pace: Pace,
         on_bytes: ProgressCallback | None,
+        first: list[str | None],
     ) -> None:
-        url = self._url(path)
+        given = first[0]
+        url = httpx.URL(given) if given is not None else self._url(path)
         redirects = refreshes = 0
         client = self._http()
         timeout = self._timeout(max(pace.left_s(), 0.05))
@@ -579,7 +600,9 @@ class Transport:
             host = _host(url) if foreign else None
             side: Side = "direct" if foreign else "server"
             try:
-                self._stream_once(client, url, headers, part, what, pace, host, on_bytes)
+                self._stream_once(
+                    client, url, headers, part, what, pace, host, on_bytes, given is not None
+                )
                 return
             except httpx.TimeoutException as exc:
                 if pace.left_s() > 0.05 or pace.why() == "without progress":
@@ -590,6 +613,7 @@ class Transport:
                 raise _network_failure(exc, float(timeout.read or 0), side, host) from None
             except _Redirect as redirect:
                 if redirect.refresh:
+                    first[0] = given = None
                     refreshes += 1
                     if refreshes > _MAX_URL_REFRESHES:
                         raise AccessDeniedError(
@@ -619,8 +643,10 @@ class Transport:
         pace: Pace,
         host: str | None,
         on_bytes: ProgressCallback | None = None,
+        given: bool = False,
     ) -> None:
-        """One GET of the blob into ``part``; raises :class:`_Redirect` to go elsewhere.
+        """One GET of the blob into ``part``; raises :class:`_Redirect` to go elsewhere
+        (``given``: ``url`` came with the blob's other URLs, not from a ``307``).
 
         Every read, status line and headers included, ends by the stall bound of ``pace``
         (a ``time.monotonic()`` deadline that only the body's bytes move, when they come at
@@ -639,6 +665,8 @@ class Transport:
             if status in (301, 302, 303, 307, 308) and "location" in resp.headers:
                 raise _Redirect(resp.headers["location"])
             if foreign and status == 403:  # presigned URL expired: ask the stub again
+                raise _Redirect(None, refresh=True)
+            if given and status == 404:  # signed without a look: the blob path says what is gone
                 raise _Redirect(None, refresh=True)
             if status == 416 and part.offset:
                 part.restart()  # our partial copy is longer than the blob: start over

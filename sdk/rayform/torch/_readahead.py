@@ -298,48 +298,59 @@ class ReadAhead:
             keep = sum(
                 len(segment_blobs(self.index.segments[s], names, self.targets)) for s in seen
             )
-        for start in starts:
-            seg_pos = planned.episodes(start, start + bs, positions)
-            if not len(seg_pos):
-                break
-            for s in dict.fromkeys(seg_pos.tolist()):
-                if s in st.present_segments:
-                    continue
-                cached = 0
-                refs = segment_blobs(self.index.segments[s], names, self.targets)
-                if limit is not None and s not in seen:
-                    seen.add(s)
-                    size = sum(r.size for r in refs.values())
-                    if horizon and horizon + size > budget:
-                        return  # at least one episode ahead, however large
-                    horizon += size
-                    keep += len(refs)
-                    st.keep_pins = max(st.keep_pins, keep)
-                for ref in refs.values():
-                    if ref.hash in st.present:
-                        cached += 1
+        # The blobs to fetch are started together, once chosen: announced first, so the first
+        # download asks the server for all their URLs in one request.
+        chosen: dict[str, BlobRef] = {}
+        try:
+            for start in starts:
+                seg_pos = planned.episodes(start, start + bs, positions)
+                if not len(seg_pos):
+                    break
+                for s in dict.fromkeys(seg_pos.tolist()):
+                    if s in st.present_segments:
                         continue
-                    if pins is not None and pins.holds(ref.hash):
-                        continue  # cached, and kept while pinned: no stat (but may go later)
-                    with st.lock:
-                        if ref.hash in st.scheduled:
-                            continue
-                    if not slice_.would_fetch(ref):  # cached (or offline: nothing to fetch)
-                        if trust:
-                            st.present.add(ref.hash)
+                    cached = 0
+                    refs = segment_blobs(self.index.segments[s], names, self.targets)
+                    if limit is not None and s not in seen:
+                        seen.add(s)
+                        size = sum(r.size for r in refs.values())
+                        if horizon and horizon + size > budget:
+                            return  # at least one episode ahead, however large
+                        horizon += size
+                        keep += len(refs)
+                        st.keep_pins = max(st.keep_pins, keep)
+                    for ref in refs.values():
+                        if ref.hash in st.present:
                             cached += 1
-                        elif pins is None or not pins.holds(ref.hash):
-                            # another process fetched it: pin it here too, or an eviction
-                            # could take it between two of this process's batches
-                            self._enqueue(st, ref, nbytes=0)
-                        continue
-                    window += ref.size
-                    if window > budget:
-                        return  # this batch is not done: look at it again next time
+                            continue
+                        if pins is not None and pins.holds(ref.hash):
+                            continue  # cached, and kept while pinned: no stat (but may go later)
+                        with st.lock:
+                            if ref.hash in st.scheduled or ref.hash in chosen:
+                                continue
+                        if not slice_.would_fetch(ref):  # cached (or offline: nothing to fetch)
+                            if trust:
+                                st.present.add(ref.hash)
+                                cached += 1
+                            elif pins is None or not pins.holds(ref.hash):
+                                # another process fetched it: pin it here too, or an eviction
+                                # could take it between two of this process's batches
+                                self._enqueue(st, ref, nbytes=0)
+                            continue
+                        window += ref.size
+                        if window > budget:
+                            return  # this batch is not done: look at it again next time
+                        chosen[ref.hash] = ref
+                    if cached == len(refs):  # every blob of the episode is here: skip it now
+                        st.present_segments.add(s)
+                st.done_until = (epoch, start)
+        finally:
+            if chosen:
+                expect = getattr(slice_, "expect_blobs", None)  # an optional hint of the seam
+                if expect is not None:
+                    expect(list(chosen.values()))
+                for ref in chosen.values():
                     self._enqueue(st, ref)
-                if cached == len(refs):  # every blob of the episode is here: skip it from now on
-                    st.present_segments.add(s)
-            st.done_until = (epoch, start)
 
     # -- fetching --------------------------------------------------------------------------
     def _enqueue(self, st: _State, ref: BlobRef, nbytes: int | None = None) -> None:
