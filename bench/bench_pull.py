@@ -264,8 +264,9 @@ def _run_s3(root: Path | None, jobs: int, repeats: int, curl: str) -> dict[str, 
         "load_avg_1m_at_end": round(os.getloadavg()[0], 2),
         "python": platform.python_version(),
         "note": "wall time incl. process start; curl: one process per blob via xargs -P; "
-        "s3_rayform asks the stub for each blob, follows the 307 without the token and "
-        "fetches from the store, verifying BLAKE3, fsyncing and renaming; s3_curl gets "
+        "s3_rayform asks the stub for the blobs' URLs in batches (POST .../blob-urls), "
+        "fetches each from the store without the token, verifying BLAKE3, fsyncing and "
+        "renaming; s3_curl gets "
         "the same presigned URLs collected before timing and only writes bytes",
     }
 

@@ -90,10 +90,15 @@ class Setup:
             except RuntimeError:
                 if attempt == 2:
                     raise
-        s3_port = int(self.weed.endpoint.rsplit(":", 1)[1])
-        store_port = self.link.forward(s3_port)
-        s3_root = s3_root_copy(root, work, f"http://127.0.0.1:{store_port}", self.weed.env)
-        self.proc, url = start_server(s3_root, self.token, env=self.weed.env)
+        try:
+            s3_port = int(self.weed.endpoint.rsplit(":", 1)[1])
+            store_port = self.link.forward(s3_port)
+            s3_root = s3_root_copy(root, work, f"http://127.0.0.1:{store_port}", self.weed.env)
+            self.proc, url = start_server(s3_root, self.token, env=self.weed.env)
+        except BaseException:  # no SeaweedFS left running behind a failed start
+            self.link.close()
+            self.weed.stop()
+            raise
         self.url = f"http://127.0.0.1:{self.link.forward(int(url.rsplit(':', 1)[1]))}"
 
     def cpu_s(self) -> dict[str, float]:
