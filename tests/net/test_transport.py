@@ -165,6 +165,41 @@ def test_redirect_to_other_origin_drops_authorization_and_refreshes_expired_url(
     ]
 
 
+@pytest.mark.parametrize(
+    ("start_url", "store_status", "expected_hosts"),
+    [
+        ("https://bucket.s3.test/blob?sig=batch", 200, ["bucket.s3.test"]),
+        # Refused by the store (expired; signed for an object that is gone): the blob path.
+        ("https://bucket.s3.test/blob?sig=batch", 403, ["bucket.s3.test", "stub.test", "bucket"]),
+        ("https://bucket.s3.test/blob?sig=batch", 404, ["bucket.s3.test", "stub.test", "bucket"]),
+        ("http://[::1/blob", 200, ["stub.test", "bucket"]),  # not a URL httpx can send
+    ],
+    ids=["used", "expired", "gone", "invalid"],
+)
+def test_a_url_given_for_the_blob_is_tried_first_then_the_blob_path(
+    tmp_path: Path, start_url: str, store_status: int, expected_hosts: list[str]
+) -> None:
+    seen: list[tuple[str, str | None]] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append((request.url.host, request.headers.get("authorization")))
+        if request.url.host == "stub.test":
+            return httpx.Response(307, headers={"Location": "https://bucket.test/blob?sig=fresh"})
+        if request.url.params["sig"] == "batch" and store_status != 200:
+            return httpx.Response(store_status, text="<Error>no</Error>")
+        return _range_response(request)
+
+    part = _part(tmp_path)
+    _transport(handler).download(
+        "v1/slices/slc_00000000/blobs/" + HASH, part, "downloading", start_url=start_url
+    )
+    assert part.finish() == HASH
+    assert [host for host, _ in seen] == [
+        "bucket.test" if h == "bucket" else h for h in expected_hosts
+    ]
+    assert all(auth is None for host, auth in seen if host != "stub.test"), "no token to a store"
+
+
 def test_same_origin_redirect_keeps_authorization(tmp_path: Path) -> None:
     seen = []
 

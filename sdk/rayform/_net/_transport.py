@@ -588,7 +588,11 @@ class Transport:
         first: list[str | None],
     ) -> None:
         given = first[0]
-        url = httpx.URL(given) if given is not None else self._url(path)
+        try:
+            url = httpx.URL(given) if given is not None else self._url(path)
+        except httpx.InvalidURL:  # not one httpx can send: the blob path gives another
+            first[0] = given = None
+            url = self._url(path)
         redirects = refreshes = 0
         client = self._http()
         timeout = self._timeout(max(pace.left_s(), 0.05))
