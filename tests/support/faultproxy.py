@@ -145,20 +145,28 @@ class FaultProxy:
                 if k.strip().lower() not in ("host", "connection", "accept-encoding"):
                     headers[k.strip()] = v.strip()
         path = target.split("?", 1)[0]
+        length = next((v for k, v in headers.items() if k.lower() == "content-length"), "0")
+        try:  # a POST's body (the blob-URL batches) goes upstream with it
+            body = await reader.readexactly(int(length)) if length.isdigit() else b""
+        except (asyncio.IncompleteReadError, ConnectionError):
+            writer.close()
+            return
         self.stats.requests[path] += 1
         fault = self._take(path)
         if fault is None and self.busy_rate and self._rng.random() < self.busy_rate:
             self.stats.faults["busy"] += 1
             fault = Fault(self._rng.choice(("503", "429")), retry_after_s=1)
         try:
-            await self._respond(writer, method, target, headers, path, fault)
+            await self._respond(writer, method, target, headers, path, fault, body)
         except (ConnectionError, OSError):
             pass
         finally:
             if not writer.is_closing():
                 writer.close()
 
-    async def _respond(self, writer, method, target, headers, path, fault: Fault | None) -> None:  # noqa: ANN001
+    async def _respond(  # noqa: ANN001
+        self, writer, method, target, headers, path, fault: Fault | None, content: bytes = b""
+    ) -> None:
         if fault is not None and fault.kind in ("500", "503", "429"):
             extra = f"Retry-After: {fault.retry_after_s}\r\n" if fault.kind != "500" else ""
             await _json_error(
@@ -173,7 +181,9 @@ class FaultProxy:
             _reset(writer)
             return
         try:
-            up = await self._client.request(method, self.upstream + target, headers=headers)
+            up = await self._client.request(
+                method, self.upstream + target, headers=headers, content=content or None
+            )
         except httpx.HTTPError:  # the upstream server is down: answer like a gateway would
             await _json_error(writer, "502 Bad Gateway", "bad_gateway", "upstream unreachable")
             return
