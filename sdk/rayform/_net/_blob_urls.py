@@ -165,7 +165,7 @@ class BlobUrls:
                 st.urls = {h: v for h, v in st.urls.items() if v[1] > now}
 
 
-def _checked(answer: Any, asked: set[str]) -> tuple[dict[str, str], float] | None:
+def _checked(answer: object, asked: set[str]) -> tuple[dict[str, str], float] | None:
     """``(urls, expires_in)`` of a well-formed answer to a request for ``asked``, else None."""
     if not isinstance(answer, dict):
         return None
