@@ -45,6 +45,17 @@ class ProxyHandler(BaseHTTPRequestHandler):
     def log_message(self, *args: object) -> None:
         pass
 
+    def answer(
+        self, status: int, up_headers: list[tuple[str, str]], body: bytes, *, slowly: bool
+    ) -> None:
+        """Send upstream's answer on: its status, the headers worth passing, its body."""
+        self.send_response(status)
+        for k, v in up_headers:
+            if k.lower() in _PASS_HEADERS:
+                self.send_header(k, v)
+        self.end_headers()
+        self.write_body(body, slowly=slowly)
+
     def write_body(self, body: bytes, *, slowly: bool) -> None:
         """Write ``body``; with ``slowly``, 1 KiB at a time with ``proxy.delay_s`` between."""
         try:
@@ -115,12 +126,7 @@ class _CountingHandler(ProxyHandler):
         blob = "/blobs/" in self.path and status in (200, 206)
         if blob and self.path.rsplit("/", 1)[-1] in proxy.corrupt and body:
             body = bytes([body[0] ^ 0xFF]) + body[1:]
-        self.send_response(status)
-        for k, v in up_headers:
-            if k.lower() in _PASS_HEADERS:
-                self.send_header(k, v)
-        self.end_headers()
-        self.write_body(body, slowly=blob)
+        self.answer(status, up_headers, body, slowly=blob)
 
     def do_POST(self) -> None:  # noqa: N802 - http.server API
         """Forwarded as it is (the blob-URL batches), not counted."""
@@ -129,12 +135,7 @@ class _CountingHandler(ProxyHandler):
             k: v for k, v in self.headers.items() if k.lower() in ("authorization", "content-type")
         }
         status, up_headers, answer = self.proxy.forward("POST", self.path, headers, body)
-        self.send_response(status)
-        for k, v in up_headers:
-            if k.lower() in _PASS_HEADERS:
-                self.send_header(k, v)
-        self.end_headers()
-        self.write_body(answer, slowly=False)
+        self.answer(status, up_headers, answer, slowly=False)
 
 
 class CountingProxy(ThreadedProxy):
